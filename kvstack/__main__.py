@@ -1,0 +1,3 @@
+from kvstack.cli.app import main
+
+main()

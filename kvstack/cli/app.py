@@ -1,0 +1,77 @@
+"""The ``kvstack`` entry point and the one place that maps errors to exit codes.
+
+Command modules import their core modules lazily (inside the command function) so that
+``kvstack --help`` stays fast and never imports torch, vllm, sglang or lmcache.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import typer
+
+from kvstack.cli import bench, doctor, plan, serve, validate
+from kvstack.errors import KvstackError
+
+app = typer.Typer(
+    name="kvstack",
+    help="Long-context LLM serving with KV-cache offloading that works on the first try.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+for module in (doctor, plan, serve, validate, bench):
+    module.register(app)
+
+
+def _debug() -> bool:
+    return os.environ.get("KVSTACK_DEBUG", "") not in ("", "0", "false")
+
+
+def _fail(message: str, hint: str | None, code: int) -> int:
+    sys.stderr.write(f"error: {message}\n")
+    if hint:
+        sys.stderr.write(f"hint: {hint}\n")
+    return code
+
+
+def run(argv: list[str] | None = None) -> int:
+    """Run the CLI and return its exit code (never raises, unless KVSTACK_DEBUG=1)."""
+    try:
+        result = app(args=argv, prog_name="kvstack", standalone_mode=False)
+        return int(result) if isinstance(result, int) else 0
+    except KvstackError as exc:
+        if _debug():
+            raise
+        return _fail(exc.message, exc.hint, exc.exit_code)
+    except typer.Exit as exc:
+        return int(exc.exit_code)
+    except typer.Abort:
+        return _fail("interrupted", None, 130)
+    except typer.TyperException as exc:  # usage errors: unknown option, bad value, ...
+        if _debug():
+            raise
+        if type(exc).__name__ == "NoArgsIsHelpError":
+            return 2
+        ctx = getattr(exc, "ctx", None)
+        path = getattr(ctx, "command_path", None) or "kvstack"
+        return _fail(exc.format_message(), f"see: {path} --help", 2)
+    except KeyboardInterrupt:
+        return _fail("interrupted", None, 130)
+    except BrokenPipeError:
+        return 1
+    except Exception as exc:  # a bug: one line, with the way to see the traceback
+        if _debug():
+            raise
+        return _fail(
+            f"internal error: {type(exc).__name__}: {exc}",
+            "rerun with KVSTACK_DEBUG=1 for the traceback and report it",
+            1,
+        )
+
+
+def main() -> None:
+    sys.exit(run())

@@ -1,0 +1,1 @@
+"""Rendering: Plan -> LaunchSpec (argv, env, files). One registered module per engine/connector."""

@@ -1,0 +1,1 @@
+"""Probes of this machine: GPUs (NVML), memory, disks (+ fio), software. Each fails soft."""

