@@ -1,0 +1,157 @@
+"""Terminal rendering of a hardware snapshot (the default output of `kvstack doctor`)."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Iterator
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from kvstack.hardware.gpu import architecture
+from kvstack.hardware.snapshot import HardwareSnapshot, MemoryInfo
+from kvstack.units import fmt_bw, fmt_bytes
+
+VERDICT_STYLE = {"ok": "green", "warn": "yellow", "fail": "bold red"}
+
+
+def _yes_no(value: bool | None) -> str:
+    return "unknown" if value is None else "yes" if value else "no"
+
+
+def _opt(value: object) -> str:
+    return "unknown" if value is None else str(value)
+
+
+@contextlib.contextmanager
+def probing_status(enabled: bool, fio_seconds: float | None) -> Iterator[None]:
+    """A spinner on stderr while fio runs (only on a terminal: it would litter logs)."""
+    if not enabled or not sys.stderr.isatty():
+        yield
+        return
+    with Console(stderr=True).status(f"probing (fio up to {fio_seconds:g} s per disk)..."):
+        yield
+
+
+def gpu_table(snap: HardwareSnapshot) -> Table:
+    t = Table(title="GPUs", title_justify="left")
+    columns = ("#", "name", "CC", "arch", "HBM total", "HBM free", "PCIe now/max", "NVLink", "MIG", "driver")
+    for col in columns:
+        t.add_column(col)
+    for g in snap.gpus:
+        cc = g.compute_capability
+        pcie = f"Gen{_opt(g.pcie_gen_current)} x{_opt(g.pcie_width_current)}"
+        pcie += f" / Gen{_opt(g.pcie_gen_max)} x{_opt(g.pcie_width_max)}"
+        t.add_row(
+            str(g.index),
+            escape(g.name),
+            f"{cc[0]}.{cc[1]}" if cc else "unknown",
+            architecture(cc) or "unknown",
+            fmt_bytes(g.memory_total_bytes),
+            fmt_bytes(g.memory_free_bytes),
+            pcie,
+            _opt(g.nvlink_links),
+            _yes_no(g.mig_enabled),
+            _opt(g.driver_version),
+        )
+    return t
+
+
+def memory_table(mem: MemoryInfo) -> Table:
+    t = Table(title="Memory", title_justify="left", show_header=False)
+    t.add_column("what")
+    t.add_column("value")
+    cgroup = "none" if mem.cgroup_limit_bytes is None else fmt_bytes(mem.cgroup_limit_bytes)
+    if "cgroup_limit_bytes" in mem.unknown:
+        cgroup = f"unknown ({mem.unknown['cgroup_limit_bytes']})"
+    elif mem.cgroup_version is not None:
+        cgroup += f" (cgroup v{mem.cgroup_version})"
+    memlock = "unlimited" if mem.memlock_unlimited else fmt_bytes(mem.memlock_limit_bytes)
+    rows = [
+        ("RAM total", fmt_bytes(mem.total_bytes)),
+        ("RAM available", fmt_bytes(mem.available_bytes)),
+        ("cgroup limit", cgroup),
+        ("/dev/shm", f"{fmt_bytes(mem.shm_bytes)} ({fmt_bytes(mem.shm_free_bytes)} free)"),
+        ("locked-memory limit", memlock),
+        ("NUMA nodes", _opt(mem.numa_nodes)),
+    ]
+    for k, v in rows:
+        t.add_row(k, escape(v))
+    return t
+
+
+def disk_table(snap: HardwareSnapshot) -> Table:
+    t = Table(title="Disks (candidate cache locations)", title_justify="left")
+    for col in ("path", "mount (fs)", "device", "kind", "free / total", "read bw"):
+        t.add_column(col, overflow="fold")
+    for d in snap.disks:
+        kind = "tmpfs (RAM)" if d.tmpfs else "NVMe" if d.nvme else "HDD" if d.rotational else "SSD/other"
+        if d.nvme is None and d.rotational is None and not d.tmpfs:
+            kind = "unknown"
+        bw = fmt_bw(d.read_bw_bytes_per_s) if d.read_bw_bytes_per_s is not None else "see below"
+        cells = [d.path, f"{_opt(d.mount)} ({_opt(d.fstype)})", _opt(d.device), kind]
+        cells += [f"{fmt_bytes(d.free_bytes)} / {fmt_bytes(d.total_bytes)}", bw]
+        t.add_row(*(escape(c) for c in cells))
+    return t
+
+
+def disk_notes(snap: HardwareSnapshot) -> list[str]:
+    """How each figure was measured, or why there is none (too long for a table cell)."""
+    notes = []
+    for d in snap.disks:
+        if d.read_bw_bytes_per_s is not None:
+            notes.append(f"{d.path}: {d.read_bw_method or 'measured'}")
+        else:
+            notes.append(f"{d.path}: read bandwidth {d.unknown.get('read_bw_bytes_per_s', 'unknown')}")
+        notes.extend(f"{d.path}: {n}" for n in d.read_bw_notes)
+    return notes
+
+
+def software_table(snap: HardwareSnapshot) -> Table:
+    sw = snap.software
+    t = Table(title="Software", title_justify="left", show_header=False)
+    t.add_column("what")
+    t.add_column("version")
+    vllm = f"{sw.vllm} ({sw.vllm_distribution})" if sw.vllm else None
+    rows = [
+        ("python", sw.python),
+        ("vllm", vllm),
+        ("sglang", sw.sglang),
+        ("lmcache", sw.lmcache),
+        ("nixl", sw.nixl),
+        ("torch", sw.torch),
+        ("fio", sw.fio),
+        ("redis-server", sw.redis_server),
+    ]
+    for name, version in rows:
+        t.add_row(name, escape(version) if version else "[dim]not installed[/dim]")
+    return t
+
+
+def checks_table(snap: HardwareSnapshot) -> Table:
+    t = Table(title="Checks", title_justify="left")
+    t.add_column("verdict")
+    t.add_column("check")
+    t.add_column("message", overflow="fold")
+    for c in snap.checks:
+        style = VERDICT_STYLE[c.status]
+        t.add_row(f"[{style}]{c.status.upper()}[/{style}]", escape(c.name), escape(c.message))
+    return t
+
+
+def render(snap: HardwareSnapshot, console: Console | None = None) -> None:
+    out = console or Console()
+    if snap.gpus:
+        out.print(gpu_table(snap))
+    else:
+        out.print(f"[bold]GPUs[/bold]: none visible ({escape(snap.gpu_reason or 'no reason given')})")
+    out.print(memory_table(snap.memory))
+    out.print(disk_table(snap))
+    for note in disk_notes(snap):
+        out.print(f"  [dim]{escape(note)}[/dim]")
+    out.print(software_table(snap))
+    out.print(checks_table(snap))
+    if snap.summary:
+        out.print(f"[bold]Summary:[/bold] {escape(snap.summary)}")
