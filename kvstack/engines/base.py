@@ -1,0 +1,168 @@
+"""What rendering produces and the registry of renderers.
+
+Rendering is pure: a Plan, the serve options and the installed software versions in, a
+LaunchSpec out. Nothing is started or written here; ``serve`` writes ``files`` and hands the
+spec to the supervisor, ``--dry-run`` prints ``LaunchSpec.public()``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from kvstack.hardware.snapshot import SoftwareInfo
+from kvstack.planning.schema import Plan
+from kvstack.redact import redact_argv, redact_env, redact_text
+
+
+class FileSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    path: str  # absolute
+    content: str
+    mode: int = 0o600
+
+
+class ProcessSpec(BaseModel):
+    """One process to start: the engine itself or a helper server (e.g. ``lmcache server``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str  # "engine", "lmcache-server", ...
+    argv: list[str]
+    # The child's environment: the parent's, minus unset_env / unset_env_prefixes, then plus env
+    # (in that order, so a variable kvstack sets survives a prefix it clears).
+    env: dict[str, str] = Field(default_factory=dict)
+    unset_env: list[str] = Field(default_factory=list)  # e.g. an inherited VLLM_API_KEY
+    unset_env_prefixes: list[str] = Field(default_factory=list)  # e.g. inherited LMCACHE_*
+    ready_url: str | None = None  # GET returns 2xx when ready; None: ready once started
+
+
+class LaunchSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    engine: str  # "vllm" | "sglang"
+    connector: str  # "none" | "lmcache" | "lmcache-mp" | "native" | "hicache"
+    engine_version: str | None = None
+    connector_version: str | None = None
+    helpers: list[ProcessSpec] = Field(default_factory=list)  # started first, stopped last
+    server: ProcessSpec  # the engine; its ready_url is the health endpoint
+    files: list[FileSpec] = Field(default_factory=list)
+    private_dirs: list[str] = Field(default_factory=list)  # created 0700 before launch
+    # Created 0700 and EMPTIED before launch: state that must not survive a run (e.g. the
+    # PROMETHEUS_MULTIPROC_DIR, whose stale files from dead processes would be summed into counters).
+    fresh_dirs: list[str] = Field(default_factory=list)
+    ports: list[int] = Field(default_factory=list)  # every port the processes bind: server first
+    base_url: str  # e.g. http://127.0.0.1:8000
+    served_model_name: str
+    api_key_set: bool = False
+    reset_cache_path: str | None = None  # POST here empties the GPU prefix cache
+    metrics_urls: list[str] = Field(default_factory=list)  # engine first, then helpers
+    cache_dirs: dict[str, str] = Field(default_factory=dict)  # tier kind -> directory
+    fingerprint: str = ""
+    notes: list[str] = Field(default_factory=list)
+    secrets: list[str] = Field(default_factory=list, exclude=True, repr=False)
+
+    def public(self) -> dict[str, Any]:
+        """The dry-run form: argv/env/files exactly as they would run, secrets masked."""
+
+        def proc(p: ProcessSpec) -> dict[str, Any]:
+            return {
+                "name": p.name,
+                "argv": redact_argv(p.argv, self.secrets),
+                "env": redact_env(p.env, self.secrets),
+                "unset_env": p.unset_env,
+                "unset_env_prefixes": p.unset_env_prefixes,
+                "ready_url": p.ready_url,
+            }
+
+        return {
+            "argv": redact_argv(self.server.argv, self.secrets),
+            "env": redact_env(self.server.env, self.secrets),
+            "unset_env": self.server.unset_env,
+            "unset_env_prefixes": self.server.unset_env_prefixes,
+            "ready_url": self.server.ready_url,
+            "files": [
+                {"path": f.path, "content": redact_text(f.content, self.secrets), "mode": oct(f.mode)}
+                for f in self.files
+            ],
+            "helpers": [proc(h) for h in self.helpers],
+            "private_dirs": self.private_dirs,
+            "fresh_dirs": self.fresh_dirs,
+            "ports": self.ports,
+            "cache_dirs": self.cache_dirs,
+            "reset_cache_path": self.reset_cache_path,
+            "metrics_urls": self.metrics_urls,
+            "served_model_name": self.served_model_name,
+            "base_url": self.base_url,
+            "engine": self.engine,
+            "connector": self.connector,
+            "engine_version": self.engine_version,
+            "connector_version": self.connector_version,
+            "fingerprint": self.fingerprint,
+            "notes": self.notes,
+        }
+
+
+class ServeOptions(BaseModel):
+    """What the user chose for this launch beyond the Plan."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    host: str = "127.0.0.1"
+    port: int = 8000
+    api_key: str | None = Field(default=None, repr=False)
+    cache_root: str  # absolute; tiers get fingerprinted subdirectories below it
+    run_dir: str  # absolute; configs and logs of this run
+    python: str  # interpreter that has the engine installed
+    extra_args: list[str] = Field(default_factory=list)
+    dev_mode: bool = True  # VLLM_SERVER_DEV_MODE=1 so validation can reset the prefix cache
+    served_model_name: str | None = None
+    load_format: str | None = None  # None: "dummy" for a local dir without weights
+    # The remote tier URL WITH its credentials (the Plan only holds the redacted form).
+    remote_url: str | None = Field(default=None, repr=False)
+    lmcache_port: int | None = None  # LMCache MP server; None: port + 1
+    lmcache_http_port: int | None = None  # its HTTP API and /metrics; None: port + 2
+
+
+class HostFacts(BaseModel):
+    """Facts of this machine that rendering depends on, gathered once by ``engines.facts``.
+
+    Kept out of rendering itself so that rendering stays pure and golden-testable.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    model_local: bool = False  # plan.model_path is an existing directory
+    model_has_weights: bool = True  # it holds *.safetensors / *.bin (else: dummy weights)
+    model_config_sha256: str | None = None  # of its config.json, when local
+    shm_free_bytes: int | None = None  # free space in /dev/shm (vLLM native offload maps it)
+
+
+@dataclass(frozen=True)
+class RenderRequest:
+    """Everything a renderer reads; built once by ``engines.render.render``."""
+
+    plan: Plan
+    options: ServeOptions
+    software: SoftwareInfo
+    facts: HostFacts
+
+
+Renderer = Callable[[RenderRequest], LaunchSpec]
+_REGISTRY: dict[tuple[str, str], Renderer] = {}
+
+
+def register(engine: str, connector: str) -> Callable[[Renderer], Renderer]:
+    def deco(fn: Renderer) -> Renderer:
+        _REGISTRY[(engine, connector)] = fn
+        return fn
+
+    return deco
+
+
+def registered() -> dict[tuple[str, str], Renderer]:
+    return dict(_REGISTRY)

@@ -1,0 +1,260 @@
+"""LMCache with vLLM: in-process (LMCACHE_CONFIG_FILE) and multi-process (`lmcache server`).
+
+Keys, flags and units were read in lmcache 0.5.6:
+- in-process YAML keys: lmcache/v1/config.py (_CONFIG_DEFINITIONS); unknown keys only log
+  "Unknown configuration key" (v1/config_base.py), so a typo would silently do nothing.
+- sizes: "GB" means GiB there (max_local_cpu_size * 1024**3, local_cpu_backend.py), and both
+  max_local_cpu_size and max_local_disk_size are per TP rank (one backend per worker; the disk
+  path is sharded per GPU, local_disk_path_sharding "by_gpu").
+- LMCACHE_* environment variables override the file (update_config_from_env in
+  lmcache/integration/vllm/utils.py), so inherited ones are cleared.
+- the disk and remote backends assert a local CPU backend exists (v1/storage_backend/__init__.py):
+  the CPU tier stays on whenever disk or remote is on.
+- `lmcache server`: lmcache/cli/commands/server.py; --l1-size-gb is GiB for the whole server
+  (v1/distributed/config.py), --l2-adapter JSON types "fs" (base_path) and "resp" (host, port;
+  credentials from LMCACHE_RESP_USERNAME/PASSWORD), /healthcheck and /metrics on --http-port.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+import yaml
+
+from kvstack.engines import versions
+from kvstack.engines.base import FileSpec, LaunchSpec, ProcessSpec, RenderRequest, register
+from kvstack.engines.common import (
+    Prepared,
+    assemble,
+    derived_port,
+    gib_floor,
+    need_tier,
+    remote_url,
+    tier_dir,
+)
+from kvstack.engines.vllm import prepare_vllm, reset_path, vllm_server
+from kvstack.errors import NetworkTargetError, UnsupportedError
+from kvstack.redact import redact_url
+
+LMCACHE_ENV_PREFIX = "LMCACHE_"
+# The CPU buffer LMCache needs in front of a disk or remote tier when the plan has no CPU tier.
+STAGING_BUFFER_GIB = 1.0
+MP_HOST = "127.0.0.1"
+MP_CONNECTOR_MODULE = "lmcache.integration.vllm.lmcache_mp_connector"
+DEGRADED_NOTE = "LMCache without CUDA runs in degraded mode (recompute): no KV is offloaded on this platform"
+
+
+def check_lmcache(req: RenderRequest, minimum: str, feature: str) -> list[str]:
+    notes = versions.require(req.software, "lmcache", req.software.lmcache, minimum, feature)
+    if req.plan.platform != "cuda":
+        notes.append(DEGRADED_NOTE)
+    return notes
+
+
+def no_tier_error(req: RenderRequest) -> UnsupportedError:
+    return UnsupportedError(
+        f"--offload {req.plan.connector} needs a CPU, disk or remote tier, but the plan has none",
+        hint="use --offload none, or give the plan room for a CPU tier",
+    )
+
+
+def in_process_config(req: RenderRequest, prep: Prepared) -> dict[str, Any]:
+    """The LMCACHE_CONFIG_FILE content: only keys lmcache.v1.config knows."""
+    cpu, disk = need_tier(req, "cpu"), need_tier(req, "disk")
+    url = remote_url(req, prep)
+    if cpu is None and disk is None and url is None:
+        raise no_tier_error(req)
+    cfg: dict[str, Any] = {"chunk_size": req.plan.chunk_size, "local_cpu": True}
+    if cpu is not None:
+        cfg["max_local_cpu_size"] = gib_floor(cpu.size_bytes_per_rank)
+        if cfg["max_local_cpu_size"] <= 0:
+            raise UnsupportedError(
+                f"the CPU tier ({cpu.size_bytes_per_rank} bytes per rank) is below LMCache's 0.01 GiB step",
+                hint="give the plan a larger CPU tier or use --offload none",
+            )
+    else:
+        cfg["max_local_cpu_size"] = STAGING_BUFFER_GIB
+        prep.notes.append(
+            f"no CPU tier planned: LMCache gets a {STAGING_BUFFER_GIB:g} GiB per-rank staging buffer"
+        )
+    if disk is not None:
+        size = gib_floor(disk.size_bytes_per_rank)
+        if size <= 0:
+            raise UnsupportedError(
+                f"the disk tier ({disk.size_bytes_per_rank} bytes per rank) is too small for LMCache",
+                hint="give the disk tier at least 0.01 GiB per rank, or drop it",
+            )
+        # A plain absolute path: LMCache strips an optional file:// itself (_parse_local_disk).
+        cfg["local_disk"] = tier_dir(req, prep, disk, "lmcache-disk") + "/"
+        cfg["max_local_disk_size"] = size
+    if url is not None:
+        cfg["remote_url"] = url
+        cfg["remote_serde"] = "naive"
+    cfg["pre_caching_hash_algorithm"] = versions.LMCACHE_HASH_ALGORITHM
+    return cfg
+
+
+def yaml_file(path: str, content: dict[str, Any]) -> FileSpec:
+    header = "# written by kvstack; LMCACHE_* variables are cleared so this file is what LMCache uses\n"
+    return FileSpec(path=path, content=header + yaml.safe_dump(content, sort_keys=False), mode=0o600)
+
+
+def prometheus_dir(req: RenderRequest) -> str:
+    return str(PurePosixPath(req.options.run_dir) / "prometheus")
+
+
+@register("vllm", "lmcache")
+def render_vllm_lmcache(req: RenderRequest) -> LaunchSpec:
+    lmc_notes = check_lmcache(req, versions.MIN_LMCACHE, "LMCache in-process")
+    prep = prepare_vllm(req, connector_version=req.software.lmcache, block_tokens=req.plan.chunk_size)
+    prep.notes += lmc_notes
+    config_path = str(PurePosixPath(req.options.run_dir) / "lmcache.yaml")
+    config = in_process_config(req, prep)
+    prom = prometheus_dir(req)
+    server = vllm_server(
+        req,
+        prep,
+        kv_transfer_config={"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both"},
+        env={
+            "LMCACHE_CONFIG_FILE": config_path,
+            # LMCache's counters live in the engine-core processes; vLLM's /metrics collects
+            # them only from a PROMETHEUS_MULTIPROC_DIR that the API server shares
+            # (vllm/v1/metrics/prometheus.py; lmcache/observability.py defaults to
+            # /tmp/lmcache_prometheus, which the API server does not read).
+            "PROMETHEUS_MULTIPROC_DIR": prom,
+        },
+        unset_env_prefixes=[LMCACHE_ENV_PREFIX],
+    )
+    return assemble(
+        req,
+        prep,
+        engine_version=req.software.vllm,
+        connector_version=req.software.lmcache,
+        server=server,
+        reset_cache_path=reset_path(req),
+        files=[yaml_file(config_path, config)],
+        fresh_dirs=[prom],
+    )
+
+
+# --- multi-process mode ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MpServer:
+    process: ProcessSpec
+    port: int
+    http_port: int
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://{MP_HOST}:{self.http_port}/metrics"
+
+
+def resp_adapter(url: str, req: RenderRequest, env: dict[str, str]) -> dict[str, Any]:
+    """LMCache's "resp" L2 adapter for a redis:// URL; credentials go to the helper's env."""
+    parts = urlsplit(url)
+    db = parts.path.strip("/")
+    if parts.scheme != "redis" or parts.hostname is None or db not in ("", "0") or parts.query:
+        raise NetworkTargetError(
+            "LMCache's multi-process server reaches Redis only as redis://[user:pass@]host:port "
+            f"(database 0, no TLS), not {redact_url(url)}",
+            hint="use a plain redis:// URL, or --offload lmcache (in-process) for other schemes",
+        )
+    adapter: dict[str, Any] = {"type": "resp", "host": parts.hostname, "port": parts.port or 6379}
+    if parts.username:
+        env["LMCACHE_RESP_USERNAME"] = unquote(parts.username)
+    if parts.password:
+        env["LMCACHE_RESP_PASSWORD"] = unquote(parts.password)
+    remote = need_tier(req, "remote")
+    if remote is not None:
+        adapter["max_capacity_gb"] = gib_floor(remote.size_bytes)
+    return adapter
+
+
+def mp_server(req: RenderRequest, prep: Prepared) -> MpServer:
+    """The supervised `lmcache server` holding L1 (CPU) and the L2 adapters (disk, Redis)."""
+    options = req.options
+    port = options.lmcache_port or derived_port(options.port, 1, "LMCache server")
+    http_port = options.lmcache_http_port or derived_port(options.port, 2, "LMCache HTTP")
+    if len({options.port, port, http_port}) < 3:
+        raise NetworkTargetError(
+            f"the engine ({options.port}), LMCache server ({port}) and LMCache HTTP ({http_port}) "
+            "ports must differ",
+            hint="choose distinct ports",
+        )
+    cpu, disk = need_tier(req, "cpu"), need_tier(req, "disk")
+    url = remote_url(req, prep)
+    if cpu is None and disk is None and url is None:
+        raise no_tier_error(req)
+    if cpu is not None:
+        l1 = gib_floor(cpu.size_bytes)  # one server holds L1 for every TP rank
+    else:
+        l1 = STAGING_BUFFER_GIB
+        prep.notes.append(f"no CPU tier planned: the LMCache server gets a {l1:g} GiB L1 staging buffer")
+    env: dict[str, str] = {}
+    argv = [
+        options.python, "-m", "lmcache.cli.main", "server",
+        "--host", MP_HOST,
+        "--port", str(port),
+        "--chunk-size", str(req.plan.chunk_size),
+        "--l1-size-gb", f"{l1:g}",
+        "--eviction-policy", "LRU",
+    ]  # fmt: skip
+    if disk is not None:
+        adapter = {"type": "fs", "base_path": tier_dir(req, prep, disk, "lmcache-mp-disk")}
+        argv += ["--l2-adapter", json.dumps(adapter, separators=(",", ":"))]
+        prep.notes.append(
+            "LMCache's fs L2 adapter has no size cap (lmcache 0.5.6): watch the disk tier's directory"
+        )
+    if url is not None:
+        argv += ["--l2-adapter", json.dumps(resp_adapter(url, req, env), separators=(",", ":"))]
+    argv += ["--http-host", MP_HOST, "--http-port", str(http_port)]
+    process = ProcessSpec(
+        name="lmcache-server",
+        argv=argv,
+        env=env,
+        unset_env_prefixes=[LMCACHE_ENV_PREFIX],
+        ready_url=f"http://{MP_HOST}:{http_port}/healthcheck",
+    )
+    return MpServer(process=process, port=port, http_port=http_port)
+
+
+def mp_connector_config(port: int) -> dict[str, Any]:
+    # "tcp://" spelled out: vLLM's builtin fallback connector joins host and port without
+    # adding a scheme (vllm/.../lmcache_mp_connector.py), LMCache's own adds it when missing.
+    return {
+        "kv_connector": "LMCacheMPConnector",
+        "kv_connector_module_path": MP_CONNECTOR_MODULE,
+        "kv_role": "kv_both",
+        "kv_connector_extra_config": {"lmcache.mp.host": f"tcp://{MP_HOST}", "lmcache.mp.port": port},
+    }
+
+
+@register("vllm", "lmcache-mp")
+def render_vllm_lmcache_mp(req: RenderRequest) -> LaunchSpec:
+    lmc_notes = check_lmcache(req, versions.MIN_LMCACHE_MP, "LMCache multi-process mode")
+    prep = prepare_vllm(req, connector_version=req.software.lmcache, block_tokens=req.plan.chunk_size)
+    prep.notes += lmc_notes
+    helper = mp_server(req, prep)
+    server = vllm_server(
+        req,
+        prep,
+        kv_transfer_config=mp_connector_config(helper.port),
+        unset_env_prefixes=[LMCACHE_ENV_PREFIX],
+    )
+    return assemble(
+        req,
+        prep,
+        engine_version=req.software.vllm,
+        connector_version=req.software.lmcache,
+        server=server,
+        reset_cache_path=reset_path(req),
+        helpers=[helper.process],
+        helper_ports=[helper.port, helper.http_port],
+        helper_metrics=[helper.metrics_url],
+    )

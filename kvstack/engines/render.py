@@ -1,0 +1,38 @@
+"""The one entry point of rendering: (Plan, ServeOptions, SoftwareInfo) -> LaunchSpec."""
+
+from __future__ import annotations
+
+# Imported for their @register side effect: one module per engine/connector.
+from kvstack.engines import lmcache, native, sglang, vllm  # noqa: F401
+from kvstack.engines.base import HostFacts, LaunchSpec, RenderRequest, ServeOptions, registered
+from kvstack.engines.facts import gather_facts
+from kvstack.engines.versions import installed_versions
+from kvstack.errors import UnsupportedError
+from kvstack.hardware.snapshot import SoftwareInfo
+from kvstack.planning.schema import Plan
+
+
+def supported() -> list[tuple[str, str]]:
+    """Every (engine, connector) pair with a renderer."""
+    return sorted(registered())
+
+
+def render(
+    plan: Plan, options: ServeOptions, software: SoftwareInfo, facts: HostFacts | None = None
+) -> LaunchSpec:
+    """What ``serve`` will write and run for ``plan``; starts and writes nothing.
+
+    ``facts`` (model directory contents, /dev/shm free space) come from ``engines.facts``;
+    when omitted they are gathered here from ``plan.model_path`` with /dev/shm unknown.
+    """
+    renderer = registered().get((plan.engine, plan.connector))
+    if renderer is None:
+        pairs = ", ".join(f"{e}+{c}" for e, c in supported() if e == plan.engine)
+        raise UnsupportedError(
+            f"{plan.engine} with --offload {plan.connector} is not supported "
+            f"(installed: {installed_versions(software)})",
+            hint=f"choose one of: {pairs}",
+        )
+    if facts is None:
+        facts = gather_facts(plan.model_path)
+    return renderer(RenderRequest(plan=plan, options=options, software=software, facts=facts))

@@ -1,0 +1,201 @@
+"""SGLang: plain radix cache, HiCache (host memory + file storage), or LMCache (MP mode).
+
+Flags read in sglang 0.5.23 (sglang/srt/arg_groups/fields/*.py and its hooks):
+- --hicache-size is whole GB (int; ``host_size * 1e9`` bytes in mem_cache/pool_host/base.py)
+  for EACH rank's host pool and overrides --hicache-ratio.
+- the file storage backend takes its directory from SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR and
+  its LRU cap from SGLANG_HICACHE_FILE_BACKEND_MAX_SIZE (bytes or SI/IEC suffixes; per rank, or
+  shared by all ranks for MLA models: mem_cache/storage/file/lru_file_evictor.py).
+- refused by SGLang's own checks (arg_groups/kv_cache_hook.py): --enable-hierarchical-cache with
+  --disable-radix-cache, and --enable-lmcache with --enable-hierarchical-cache or without radix.
+- --enable-lmcache runs LMCache's multi-process connector configured by --lmcache-config-file
+  (mp_host/mp_port; mem_cache/storage/lmcache/README.md); that loader also applies LMCACHE_*
+  environment overrides, so they are cleared.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import PurePosixPath
+
+from kvstack.engines import versions
+from kvstack.engines.base import LaunchSpec, ProcessSpec, RenderRequest, register
+from kvstack.engines.common import Prepared, assemble, need_tier, prepare, tier_dir
+from kvstack.engines.lmcache import LMCACHE_ENV_PREFIX, MP_HOST, check_lmcache, mp_server, yaml_file
+from kvstack.errors import UnsupportedError
+
+SGLANG_RESET_PATH = "/flush_cache"
+# HiCache storage works in pages; 64 is what SGLang's HiCache guides use with a storage backend.
+PAGE_SIZE = 64
+GB = 1_000_000_000  # SGLang's --hicache-size unit
+RADIX_OFF_FLAGS = ("--disable-radix-cache",)
+HICACHE_FLAGS = ("--enable-hierarchical-cache", "--enable-hicache")
+
+
+def check_sglang(req: RenderRequest) -> list[str]:
+    sw = req.software
+    return versions.require(sw, "sglang", sw.sglang, versions.MIN_SGLANG, "serving with SGLang")
+
+
+def check_extra_args(req: RenderRequest, *, hicache: bool, lmcache: bool) -> None:
+    """Refuse the combinations SGLang itself rejects at start-up, before a long launch."""
+    extra = {a.split("=", 1)[0] for a in req.options.extra_args}
+    if (hicache or lmcache) and extra & set(RADIX_OFF_FLAGS):
+        what = "HiCache" if hicache else "LMCache"
+        raise UnsupportedError(
+            f"SGLang refuses {what} with --disable-radix-cache",
+            hint="drop --disable-radix-cache from the extra arguments, or use --offload none",
+        )
+    if lmcache and extra & set(HICACHE_FLAGS):
+        raise UnsupportedError(
+            "SGLang refuses --enable-lmcache together with --enable-hierarchical-cache",
+            hint="choose one: --offload hicache or --offload lmcache-mp",
+        )
+    if not hicache and not lmcache and extra & set(HICACHE_FLAGS):
+        raise UnsupportedError(
+            "--enable-hierarchical-cache in the extra arguments bypasses kvstack's sizing",
+            hint="use --offload hicache instead",
+        )
+
+
+def sglang_server(req: RenderRequest, prep: Prepared, extra: list[str], env: dict[str, str]) -> ProcessSpec:
+    plan, options = req.plan, req.options
+    argv = [
+        options.python, "-m", "sglang.launch_server",
+        "--model-path", plan.model_path,
+        "--host", options.host,
+        "--port", str(options.port),
+        "--served-model-name", prep.served_model_name,
+        "--tp-size", str(plan.tensor_parallel_size),
+        "--kv-cache-dtype", plan.kv_cache_dtype,
+        "--context-length", str(plan.max_model_len),
+        "--page-size", str(PAGE_SIZE),
+        "--enable-metrics",
+        "--enable-cache-report",
+    ]  # fmt: skip
+    if plan.platform == "cuda":
+        # The planner's share of GPU memory for weights + KV pool: SGLang's static fraction.
+        argv += ["--mem-fraction-static", f"{plan.gpu_memory_utilization:g}"]
+    if prep.load_format is not None:
+        argv += ["--load-format", prep.load_format]
+    if options.api_key:
+        argv += ["--api-key", options.api_key]  # masked in every printed form (secrets)
+    argv += extra + options.extra_args
+    return ProcessSpec(
+        name="engine",
+        argv=argv,
+        env=env,
+        unset_env_prefixes=[LMCACHE_ENV_PREFIX] if "--enable-lmcache" in extra else [],
+        ready_url=f"{prep.base_url}/health",
+    )
+
+
+def _prepare(req: RenderRequest, connector_version: str | None) -> Prepared:
+    notes = check_sglang(req)
+    prep = prepare(
+        req, engine_version=req.software.sglang, connector_version=connector_version, block_tokens=PAGE_SIZE
+    )
+    prep.notes[:0] = notes
+    return prep
+
+
+@register("sglang", "none")
+def render_sglang(req: RenderRequest) -> LaunchSpec:
+    check_extra_args(req, hicache=False, lmcache=False)
+    prep = _prepare(req, None)
+    return assemble(
+        req,
+        prep,
+        engine_version=req.software.sglang,
+        connector_version=None,
+        server=sglang_server(req, prep, [], {}),
+        reset_cache_path=SGLANG_RESET_PATH,
+    )
+
+
+def hicache_host_args(req: RenderRequest) -> list[str]:
+    """Host pool per rank: --hicache-size in whole GB, else a ratio of the device pool (> 1)."""
+    cpu, gpu = need_tier(req, "cpu"), need_tier(req, "gpu")
+    if cpu is None:
+        raise UnsupportedError(
+            "SGLang HiCache needs a host (CPU) tier, but the plan has none",
+            hint="give the plan room for a CPU tier, or use --offload none",
+        )
+    size_gb = cpu.size_bytes_per_rank // GB
+    if size_gb >= 1:
+        return ["--hicache-size", str(size_gb)]
+    if gpu is not None and gpu.size_bytes_per_rank > 0:
+        ratio = math.floor(cpu.size_bytes_per_rank / gpu.size_bytes_per_rank * 100) / 100
+        if ratio > 1:
+            return ["--hicache-ratio", f"{ratio:g}"]
+    raise UnsupportedError(
+        f"the CPU tier ({cpu.size_bytes_per_rank} bytes per rank) is below 1 GB and not larger than "
+        "the GPU pool: SGLang HiCache cannot size a host pool from it",
+        hint="give the plan a larger CPU tier or use --offload none",
+    )
+
+
+@register("sglang", "hicache")
+def render_sglang_hicache(req: RenderRequest) -> LaunchSpec:
+    check_extra_args(req, hicache=True, lmcache=False)
+    prep = _prepare(req, None)
+    if need_tier(req, "remote") is not None or req.plan.remote_url:
+        raise UnsupportedError(
+            "SGLang HiCache has no Redis storage backend",
+            hint="drop --remote, or use --engine vllm --offload lmcache for a Redis tier",
+        )
+    extra = ["--enable-hierarchical-cache", *hicache_host_args(req)]
+    extra += ["--hicache-write-policy", "write_through"]
+    env: dict[str, str] = {}
+    disk = need_tier(req, "disk")
+    if disk is not None:
+        extra += ["--hicache-storage-backend", "file"]
+        env["SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR"] = tier_dir(req, prep, disk, "hicache-disk")
+        # MLA models share one set of files across ranks; others write a set per rank.
+        cap = disk.size_bytes if req.plan.model.attention == "mla" else disk.size_bytes_per_rank
+        env["SGLANG_HICACHE_FILE_BACKEND_MAX_SIZE"] = str(cap)
+    return assemble(
+        req,
+        prep,
+        engine_version=req.software.sglang,
+        connector_version=None,
+        server=sglang_server(req, prep, extra, env),
+        reset_cache_path=SGLANG_RESET_PATH,
+    )
+
+
+@register("sglang", "lmcache")
+def render_sglang_lmcache(req: RenderRequest) -> LaunchSpec:
+    raise UnsupportedError(
+        "SGLang runs LMCache only in multi-process mode (sglang >= "
+        f"{versions.MIN_SGLANG_LMCACHE}; installed: {versions.installed_versions(req.software)})",
+        hint="use --offload lmcache-mp with --engine sglang",
+    )
+
+
+@register("sglang", "lmcache-mp")
+def render_sglang_lmcache_mp(req: RenderRequest) -> LaunchSpec:
+    check_extra_args(req, hicache=False, lmcache=True)
+    sw = req.software
+    notes = versions.require(
+        sw, "sglang", sw.sglang, versions.MIN_SGLANG_LMCACHE, "LMCache with SGLang (--lmcache-config-file)"
+    )
+    notes += check_lmcache(req, versions.MIN_LMCACHE_MP, "LMCache multi-process mode")
+    prep = _prepare(req, sw.lmcache)
+    prep.notes += notes
+    helper = mp_server(req, prep)
+    config_path = str(PurePosixPath(req.options.run_dir) / "lmcache-mp.yaml")
+    config = {"mp_host": MP_HOST, "mp_port": helper.port}
+    extra = ["--enable-lmcache", "--lmcache-config-file", config_path]
+    return assemble(
+        req,
+        prep,
+        engine_version=sw.sglang,
+        connector_version=sw.lmcache,
+        server=sglang_server(req, prep, extra, {}),
+        reset_cache_path=SGLANG_RESET_PATH,
+        helpers=[helper.process],
+        files=[yaml_file(config_path, config)],
+        helper_ports=[helper.port, helper.http_port],
+        helper_metrics=[helper.metrics_url],
+    )

