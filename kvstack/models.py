@@ -117,8 +117,12 @@ def _max_context(cfg: Mapping[str, Any], source: str) -> int:
 
 
 def _moe(cfg: Mapping[str, Any]) -> tuple[int | None, int | None]:
-    experts = next((cfg[k] for k in ("n_routed_experts", "num_experts", "num_local_experts") if cfg.get(k)), None)
-    per_tok = next((cfg[k] for k in ("num_experts_per_tok", "experts_per_token", "moe_topk") if cfg.get(k)), None)
+    experts = next(
+        (cfg[k] for k in ("n_routed_experts", "num_experts", "num_local_experts") if cfg.get(k)), None
+    )
+    per_tok = next(
+        (cfg[k] for k in ("num_experts_per_tok", "experts_per_token", "moe_topk") if cfg.get(k)), None
+    )
     if isinstance(experts, int) and experts > 1:
         return experts, int(per_tok) if isinstance(per_tok, int) else 1
     return None, None
@@ -130,7 +134,12 @@ def _estimate_params(cfg: Mapping[str, Any], geo: dict[str, Any]) -> tuple[int, 
     vocab = geo["vocab_size"] or 0
     embedding = vocab * hidden * (1 if cfg.get("tie_word_embeddings") is True else 2)
     if geo["attention"] == "mla":
-        qk, v, rope, kv_rank = geo["qk_head_dim"], geo["v_head_dim"], geo["qk_rope_head_dim"], geo["kv_lora_rank"]
+        qk, v, rope, kv_rank = (
+            geo["qk_head_dim"],
+            geo["v_head_dim"],
+            geo["qk_rope_head_dim"],
+            geo["kv_lora_rank"],
+        )
         q_rank = cfg.get("q_lora_rank")
         q = hidden * q_rank + q_rank * heads * qk if isinstance(q_rank, int) else hidden * heads * qk
         attn = q + hidden * (kv_rank + rope) + kv_rank * heads * (qk - rope + v) + heads * v * hidden
@@ -270,7 +279,9 @@ def _catalog_at(path: Path, mtime_ns: int) -> tuple[CatalogEntry, ...]:
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError) as exc:
-        raise ModelConfigError(f"cannot read the model catalog {path}: {exc}", hint="fix or restore it") from exc
+        raise ModelConfigError(
+            f"cannot read the model catalog {path}: {exc}", hint="fix or restore it"
+        ) from exc
     entries = data.get("models") if isinstance(data, dict) else None
     if not isinstance(entries, list):
         raise ModelConfigError(f"model catalog {path} has no 'models' list", hint="fix or restore it")
@@ -279,7 +290,9 @@ def _catalog_at(path: Path, mtime_ns: int) -> tuple[CatalogEntry, ...]:
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
-        raise ModelConfigError(f"model catalog {path}: {where}: {first['msg']}", hint="fix that entry") from exc
+        raise ModelConfigError(
+            f"model catalog {path}: {where}: {first['msg']}", hint="fix that entry"
+        ) from exc
 
 
 def load_catalog() -> tuple[CatalogEntry, ...]:
@@ -341,7 +354,9 @@ def load_model(spec: str) -> tuple[ModelGeometry, str]:
         return entry.geometry(), entry.repo_id
     choices = ", ".join(catalog_names()) or "(the catalog is empty)"
     if spec.startswith(("/", "./", "../", "~")) or path.exists():
-        raise ModelConfigError(f"model directory {spec} does not exist", hint=f"or use a catalog name: {choices}")
+        raise ModelConfigError(
+            f"model directory {spec} does not exist", hint=f"or use a catalog name: {choices}"
+        )
     raise ModelConfigError(
         f"unknown model {spec!r}: not a local directory and not in the catalog (choices: {choices})",
         hint="download the model and pass its directory, or add it to profiles/models.yaml",

@@ -1,0 +1,207 @@
+"""`kvstack plan`: the tier layout, KV dtype and sizes kvstack would use, and why (no side effects)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, cast
+
+import typer
+
+if TYPE_CHECKING:
+    from kvstack.hardware.snapshot import HardwareSnapshot
+    from kvstack.planning.plan import PlanRequest
+    from kvstack.planning.schema import Plan
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("plan")
+    def _cmd(
+        model: str = typer.Option(
+            ...,
+            "--model",
+            "-m",
+            help="Local model directory (with config.json) or a catalog name / HF repo id.",
+        ),
+        hardware: Path | None = typer.Option(
+            None,
+            "--hardware",
+            help="Hardware snapshot from `kvstack doctor --json` (default: probe this machine).",
+        ),
+        context: str | None = typer.Option(
+            None, "--context", help="Context length: 32768, 32k, 128K, 1m (default: the model's maximum)."
+        ),
+        users: int | None = typer.Option(
+            None, "--users", help="Concurrent sessions at that context (default 1)."
+        ),
+        engine: str = typer.Option("vllm", "--engine", help="vllm or sglang."),
+        tp: int | None = typer.Option(
+            None, "--tp", help="Tensor-parallel size (default: chosen from the GPUs)."
+        ),
+        kv_dtype: str | None = typer.Option(
+            None, "--kv-dtype", help="KV cache dtype (default: chosen by GPU)."
+        ),
+        remote: str | None = typer.Option(
+            None, "--remote", help="Remote KV store: redis://, rediss://, redis-sentinel:// or lm:// URL."
+        ),
+        workload: str | None = typer.Option(
+            None,
+            "--workload",
+            help="Workload profile (chatbot-shared-prompt, rag-long-doc, agent-multi-turn).",
+        ),
+        offload: str = typer.Option(
+            "auto", "--offload", help="auto, lmcache, lmcache-mp, native, hicache, none."
+        ),
+        cache_dir: Path | None = typer.Option(None, "--cache-dir", help="Directory for the disk tier."),
+        gpu_memory_utilization: float | None = typer.Option(
+            None, "--gpu-memory-utilization", help="Fraction of GPU memory for weights + KV (default 0.92)."
+        ),
+        min_disk_bw: str = typer.Option(
+            "1GB", "--min-disk-bw", help="Slowest disk read bandwidth (per second) worth a KV tier, e.g. 1GB."
+        ),
+        json_out: bool = typer.Option(False, "--json", help="Print the plan as JSON."),
+    ) -> None:
+        """Choose the tier layout, sizes and KV dtype for a model on this hardware, and explain why."""
+        request = _request(
+            engine,
+            context,
+            users,
+            tp,
+            kv_dtype,
+            remote,
+            offload,
+            cache_dir,
+            gpu_memory_utilization,
+            min_disk_bw,
+        )
+        snapshot = _snapshot(hardware, cache_dir)
+        from kvstack.planning.resolve import plan_from_request
+
+        plan = plan_from_request(request, model, workload, snapshot)
+        if json_out:
+            typer.echo(plan.model_dump_json(indent=2))
+        else:
+            render(plan)
+        if not plan.feasible:
+            raise typer.Exit(1)
+
+
+def _request(
+    engine: str,
+    context: str | None,
+    users: int | None,
+    tp: int | None,
+    kv_dtype: str | None,
+    remote: str | None,
+    offload: str,
+    cache_dir: Path | None,
+    utilization: float | None,
+    min_disk_bw: str,
+) -> PlanRequest:
+    from kvstack.errors import InputError
+    from kvstack.planning.plan import PlanRequest
+    from kvstack.planning.schema import ENGINES, OFFLOAD_CHOICES, Engine, OffloadChoice
+    from kvstack.units import parse_bytes, parse_tokens
+
+    if engine not in ENGINES:
+        raise InputError(
+            f"unknown --engine {engine!r}; choose one of: {', '.join(ENGINES)}", hint="--engine vllm"
+        )
+    if offload not in OFFLOAD_CHOICES:
+        raise InputError(
+            f"unknown --offload {offload!r}; choose one of: {', '.join(OFFLOAD_CHOICES)}",
+            hint="--offload auto",
+        )
+    return PlanRequest(
+        engine=cast(Engine, engine),
+        context=parse_tokens(context) if context is not None else None,
+        users=users,
+        tp=tp,
+        kv_dtype=kv_dtype,
+        remote_url=remote,
+        offload=cast(OffloadChoice, offload),
+        cache_root=str(cache_dir.expanduser().resolve()) if cache_dir is not None else None,
+        min_disk_bw=float(parse_bytes(min_disk_bw, "--min-disk-bw")),
+        gpu_memory_utilization=utilization,
+    )
+
+
+def _snapshot(hardware: Path | None, cache_dir: Path | None) -> HardwareSnapshot:
+    if hardware is not None:
+        from kvstack.hardware.snapshot import load_snapshot
+
+        return load_snapshot(hardware)
+    from kvstack.hardware.probe import probe
+
+    return probe(paths=[cache_dir.expanduser()] if cache_dir is not None else None, fio_seconds=3.0)
+
+
+def _breakeven(kind: str, tokens: int | None, platform: str) -> str:
+    from kvstack.units import fmt_tokens
+
+    if kind == "gpu" or platform == "cpu":
+        return "-"
+    if tokens is None:
+        return "never"
+    return "always" if tokens == 0 else f"> {fmt_tokens(tokens)}"
+
+
+def render(plan: Plan) -> None:
+    """The human form: a table of tiers, then the decisions with their reasons, warnings, errors."""
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    from kvstack.units import fmt_bw, fmt_bytes, fmt_tokens
+
+    # Pipes and CI logs get a fixed width wide enough for the tier table; terminals their own.
+    console = Console(soft_wrap=True, highlight=False, width=None if sys.stdout.isatty() else 120)
+    where = f"{plan.gpu_name} x {plan.tensor_parallel_size}" if plan.platform == "cuda" else "CPU (no GPU)"
+    status = "[green]feasible[/green]" if plan.feasible else "[red]NOT feasible[/red]"
+    console.print(f"[bold]{escape(plan.model.name)}[/bold] on {escape(where)} with {plan.engine}: {status}")
+    ctx = plan.workload.context_tokens
+    table = Table(title=f"KV tiers ({fmt_tokens(ctx)}-token sessions)", title_justify="left")
+    for col in ("tier", "size", "per rank", "tokens", "sessions", "read bw", "fetch beats recompute"):
+        table.add_column(col, justify="left" if col == "tier" else "right")
+    for t in plan.tiers:
+        label = t.kind + (f" {t.path}" if t.path else "") + (f" {t.url}" if t.url else "")
+        unsized = t.kind == "remote" and t.size_bytes == 0  # the store's own limit, not known here
+        table.add_row(
+            label,
+            "server's" if unsized else fmt_bytes(t.size_bytes),
+            "-" if unsized else fmt_bytes(t.size_bytes_per_rank),
+            fmt_tokens(t.tokens),
+            str(t.tokens // ctx),
+            fmt_bw(t.read_bw_bytes_per_s),
+            _breakeven(t.kind, t.breakeven_tokens, plan.platform),
+        )
+    console.print(table)
+    facts = [
+        (
+            "KV dtype",
+            f"{plan.kv_cache_dtype} ({fmt_bytes(plan.kv_bytes_per_token)}/token, full-attention layers)",
+        ),
+        ("connector", plan.connector),
+        ("tensor parallel", str(plan.tensor_parallel_size)),
+        ("max_model_len", str(plan.max_model_len)),
+        ("chunk_size", str(plan.chunk_size)),
+        ("weights", fmt_bytes(plan.weight_bytes)),
+    ]
+    if plan.platform == "cuda":
+        facts.append(("gpu_memory_utilization", f"{plan.gpu_memory_utilization:.2f}"))
+    if plan.prefill_tokens_per_s:
+        facts.append(("prefill", f"~{plan.prefill_tokens_per_s:,.0f} tokens/s ({plan.prefill_source})"))
+    if plan.concurrency is not None:
+        c = plan.concurrency
+        facts.append(("sessions", f"{c.sessions_gpu} on the GPU, {c.sessions_all_tiers} in all tiers"))
+    if plan.remote_url:
+        facts.append(("remote", plan.remote_url))
+    for key, value in facts:
+        console.print(f"  {key:<24} {value}", markup=False)
+    console.print("[bold]why[/bold]")
+    for key, value in plan.reasons.items():
+        console.print(f"  {key}: {value}", markup=False)
+    for w in plan.warnings:
+        console.print(f"[yellow]warning:[/yellow] {escape(w)}")
+    for e in plan.errors:
+        console.print(f"[red]error:[/red] {escape(e)}")

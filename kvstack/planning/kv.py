@@ -1,0 +1,75 @@
+"""KV bytes at a chosen dtype and tensor-parallel size: per token, per rank, per session."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from kvstack.models import ModelGeometry
+from kvstack.units import fmt_tokens
+
+
+@dataclass(frozen=True)
+class KvFootprint:
+    """How much KV one token and one full-context session cost at a dtype and TP size."""
+
+    bytes_per_token: int  # full-attention layers, whole model (the plan's kv_bytes_per_token)
+    bytes_per_token_per_rank: float  # full-attention layers, one TP rank
+    session_bytes_per_rank: int  # one session at ``context``: full layers + the bounded window
+    tp: int
+    context: int
+
+    @property
+    def session_bytes(self) -> int:
+        """One session across all ranks: what every tier (sharded or replicated per rank) stores."""
+        return self.session_bytes_per_rank * self.tp
+
+    @property
+    def effective_bytes_per_token(self) -> float:
+        """Bytes per context token, with the sliding layers' bounded cost spread over the context."""
+        return self.session_bytes / self.context
+
+    def tokens(self, size_bytes: int) -> int:
+        return int(size_bytes // self.effective_bytes_per_token) if self.effective_bytes_per_token else 0
+
+    def sessions(self, size_bytes: int) -> int:
+        return size_bytes // self.session_bytes if self.session_bytes else 0
+
+
+def rank_share(model: ModelGeometry, tp: int) -> float:
+    """Fraction of the model's KV that one TP rank holds.
+
+    GQA/MHA shard KV heads over ranks; with more ranks than KV heads vLLM replicates each head
+    (tp / kv_heads copies). MLA's latent is shared by all heads, so every rank holds all of it.
+    """
+    if model.attention == "mla":
+        return 1.0
+    return max(1.0 / tp, 1.0 / model.kv_heads)
+
+
+def footprint(model: ModelGeometry, dtype_bytes: float, tp: int, context: int) -> KvFootprint:
+    scale = dtype_bytes / model.dtype_bytes
+    share = rank_share(model, tp)
+    full = model.kv_bytes_per_token * scale
+    window = min(context, model.sliding_window or 0)
+    sliding_per_token = (
+        model.sliding_kv_bytes_per_sequence / model.sliding_window * scale if model.sliding_window else 0.0
+    )
+    session = (full * context + sliding_per_token * window) * share
+    return KvFootprint(
+        bytes_per_token=math.ceil(full),
+        bytes_per_token_per_rank=full * share,
+        session_bytes_per_rank=max(1, math.ceil(session)),
+        tp=tp,
+        context=context,
+    )
+
+
+LONG_CONTEXT = 128 * 1024
+
+
+def chunk_size(context: int) -> tuple[int, str]:
+    """LMCache's chunk: 256 tokens, 512 above 128K so that long prompts move fewer, larger chunks."""
+    if context > LONG_CONTEXT:
+        return 512, f"512 tokens: contexts above 128K ({fmt_tokens(context)}) move fewer, larger chunks"
+    return 256, "256 tokens, LMCache's default chunk"

@@ -1,0 +1,133 @@
+"""The tiers below the GPU: which ones, how large, their bandwidth and break-even lengths."""
+
+from __future__ import annotations
+
+from kvstack.hardware.snapshot import HardwareSnapshot
+from kvstack.models import ModelGeometry
+from kvstack.planning import breakeven as be
+from kvstack.planning import tiers as tr
+from kvstack.planning.gpu_specs import gpu_spec, host_link_bytes_per_s
+from kvstack.planning.notes import Notes
+from kvstack.planning.parallel import Attempt
+from kvstack.planning.request import PlanRequest
+from kvstack.planning.schema import Connector, Tier
+from kvstack.units import fmt_bytes, fmt_tokens
+
+Lower = tuple[list[Tier], dict[str, float], Connector]
+
+
+def offload_tiers(
+    snapshot: HardwareSnapshot,
+    request: PlanRequest,
+    chosen: Attempt,
+    wanted: Connector,
+    connector_why: str,
+    remote: str | None,
+    notes: Notes,
+) -> Lower:
+    """(tiers below the GPU, fetch latency by tier kind, connector). HBM only when the working set fits."""
+    kv, pool = chosen.kv, chosen.budget.pool_total
+    latencies: dict[str, float] = {}
+    fits = chosen.working_set <= pool
+    if wanted == "none":
+        notes.reasons["offload"] = connector_why
+        notes.reasons["connector"] = "none"
+        if not fits:
+            notes.warn("--offload none: prefixes that do not fit the GPU pool will be recomputed")
+        return [], latencies, "none"
+    # cache_root only says where a disk tier goes (serve always passes one): it forces nothing.
+    forced = request.offload != "auto" or remote is not None
+    if fits and not forced:
+        notes.reasons["offload"] = (
+            f"the working set ({fmt_bytes(chosen.working_set)}) fits the GPU pool ({fmt_bytes(pool)}): "
+            "no offload tier, no connector"
+        )
+        notes.reasons["connector"] = "none: nothing to offload"
+        return [], latencies, "none"
+    notes.reasons["offload"] = (
+        f"the working set ({fmt_bytes(chosen.working_set)}) exceeds the GPU pool ({fmt_bytes(pool)})"
+        if not fits
+        else "offload asked for explicitly"
+    )
+    host = tr.host_capacity(snapshot.memory, kv.tp)
+    cpu, why = tr.cpu_tier(host, snapshot.memory, kv, pool, chosen.working_set, wanted)
+    notes.reasons["cpu_tier"] = why
+    disk: Tier | None = None
+    if chosen.working_set > max(pool, cpu.size_bytes if cpu else 0):
+        disk, why = tr.disk_tier(snapshot.disks, kv, request.min_disk_bw, request.cache_root)
+        notes.reasons["disk_tier"] = why
+        if disk is None:
+            notes.warn(why)
+    else:
+        notes.reasons["disk_tier"] = "not needed: DRAM holds the working set"
+    remote_tier: Tier | None = None
+    if remote is not None:
+        remote_tier, latency, warns = tr.remote_tier(snapshot, remote, kv)
+        latencies["remote"] = latency
+        notes.reasons["remote_tier"] = remote_tier.reason
+        for w in warns:
+            notes.warn(w)
+    if cpu is None and (disk or remote_tier):
+        cpu = tr.staging_cpu_tier(host, snapshot.memory, kv, wanted)
+        if cpu is None:
+            notes.warn("no DRAM for the staging buffer that disk/remote tiers go through: both dropped")
+            disk = remote_tier = None
+        else:
+            notes.reasons["cpu_tier"] = cpu.reason
+    if disk is not None:
+        latencies["disk"] = tr.DISK_LATENCY
+    tiers = [t for t in (cpu, disk, remote_tier) if t is not None]
+    if not tiers:
+        notes.reasons["connector"] = "none: no tier below the GPU qualifies"
+        if not fits:
+            notes.warn("no offload tier qualifies: prefixes that do not fit the GPU pool will be recomputed")
+        return [], latencies, "none"
+    notes.reasons["connector"] = connector_why
+    if wanted == "native":
+        notes.reasons["per_rank"] = (
+            "vLLM native offload takes the TOTAL across TP ranks (--kv-offloading-size)"
+        )
+    else:
+        notes.reasons["per_rank"] = (
+            f"{wanted} sizes its DRAM/disk tiers per TP rank: each of the {kv.tp} rank(s) gets "
+            "size_bytes_per_rank"
+        )
+    return tiers, latencies, wanted
+
+
+def with_breakeven(
+    snapshot: HardwareSnapshot,
+    model: ModelGeometry,
+    chosen: Attempt,
+    lower: list[Tier],
+    latencies: dict[str, float],
+    notes: Notes,
+) -> tuple[list[Tier], be.PrefillModel]:
+    """Each tier below the GPU with its read bandwidth and break-even prefix length."""
+    gpu = snapshot.gpus[0]
+    spec = gpu_spec(gpu.name, gpu.compute_capability)
+    calibrated = (snapshot.calibration or {}).get("effective_tflops")
+    eff = float(calibrated) * 1e12 if isinstance(calibrated, int | float) and calibrated > 0 else None
+    prefill = be.prefill_model(model, spec, chosen.tp, eff)
+    kv = chosen.kv
+    host_bw, host_how = host_link_bytes_per_s(gpu)
+    out: list[Tier] = []
+    for tier in lower:
+        # Each rank has its own host link; a disk or a remote store is shared by all ranks.
+        bw = host_bw * kv.tp if tier.kind == "cpu" else tier.read_bw_bytes_per_s
+        n = be.breakeven_tokens(
+            prefill, kv.effective_bytes_per_token, bw or 0.0, latencies.get(tier.kind, 0.0)
+        )
+        out.append(tier.model_copy(update={"read_bw_bytes_per_s": bw, "breakeven_tokens": n}))
+        where = f"{tier.kind} ({host_how} x {kv.tp} rank(s))" if tier.kind == "cpu" else tier.kind
+        if n is None:
+            text = f"{where}: recomputing is always faster than fetching from this tier"
+        elif n == 0:
+            text = f"{where}: fetching beats recomputing at any prefix length"
+        else:
+            text = f"{where}: fetching beats recomputing above {fmt_tokens(n)} tokens"
+        notes.reasons[f"breakeven_{tier.kind}"] = text
+    notes.reasons["breakeven"] = (
+        f"prefill {prefill.source}; {fmt_bytes(kv.effective_bytes_per_token)}/token at {chosen.dtype.value}"
+    )
+    return out, prefill

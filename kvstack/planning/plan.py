@@ -1,0 +1,175 @@
+"""make_plan: hardware snapshot + KV geometry + workload -> Plan. Pure: no I/O, no clock, no env."""
+
+from __future__ import annotations
+
+from kvstack.errors import InputError
+from kvstack.hardware.snapshot import HardwareSnapshot
+from kvstack.models import ModelGeometry
+from kvstack.planning.connector import install_warnings, wanted_connector
+from kvstack.planning.cpu_plan import cpu_plan
+from kvstack.planning.gpu_specs import gpu_spec
+from kvstack.planning.kv import chunk_size
+from kvstack.planning.layout import offload_tiers, with_breakeven
+from kvstack.planning.notes import Notes
+from kvstack.planning.parallel import choose_tp, infeasible_error, needed_gpus
+from kvstack.planning.request import PlanRequest, validate_request
+from kvstack.planning.schema import Concurrency, Connector, Plan, Tier, Workload
+from kvstack.redact import redact_url
+from kvstack.units import fmt_bytes, fmt_tokens
+
+__all__ = ["PlanRequest", "make_plan"]
+
+
+def _versions(snapshot: HardwareSnapshot, request: PlanRequest) -> dict[str, str | None]:
+    sw = snapshot.software
+    out: dict[str, str | None] = {"vllm": sw.vllm, "sglang": sw.sglang, "lmcache": sw.lmcache}
+    out.update(request.engine_versions)
+    return out
+
+
+def _workload(request: PlanRequest, workload: Workload, model: ModelGeometry, notes: Notes) -> Workload:
+    """Context and users: the request wins over the workload; the model's maximum bounds both."""
+    if request.context is not None:
+        if request.context > model.max_context:
+            raise InputError(
+                f"--context {request.context} is above {model.name}'s maximum context of {model.max_context}",
+                hint=f"use --context {fmt_tokens(model.max_context)} or less",
+            )
+        context, why = request.context, f"--context {fmt_tokens(request.context)}"
+    elif workload.context_tokens > model.max_context:
+        context = model.max_context
+        notes.warn(
+            f"workload {workload.name} asks for {fmt_tokens(workload.context_tokens)} tokens; "
+            f"{model.name} stops at {fmt_tokens(model.max_context)}"
+        )
+        why = f"{model.name}'s maximum (the workload's {fmt_tokens(workload.context_tokens)} is more)"
+    else:
+        context = workload.context_tokens
+        why = "the model's maximum" if workload.name == "default" else f"workload {workload.name}"
+    users = request.users or workload.users
+    notes.reasons["context"] = (
+        f"{fmt_tokens(context)} tokens from {why}; {users} concurrent user(s), "
+        f"{workload.reuse:g} context-sized prefix(es) per user kept warm"
+    )
+    return workload.model_copy(update={"context_tokens": context, "users": users})
+
+
+def make_plan(
+    snapshot: HardwareSnapshot,
+    model: ModelGeometry,
+    model_path: str,
+    request: PlanRequest,
+    workload: Workload,
+) -> Plan:
+    validate_request(request)
+    notes = Notes()
+    wl = _workload(request, workload, model, notes)
+    if not snapshot.gpus:
+        return cpu_plan(snapshot, model, model_path, request, wl, notes)
+    versions = _versions(snapshot, request)
+    remote = redact_url(request.remote_url) if request.remote_url else None
+    wanted, connector_why = wanted_connector(request.engine, request.offload, remote)
+    chosen, tp_why = choose_tp(snapshot, model, request, wl, versions.get("sglang"))
+    gpus = snapshot.gpus[: chosen.tp]
+    gpu = gpus[0]
+    kv, budget = chosen.kv, chosen.budget
+    notes.reasons.update(
+        platform=f"cuda: {len(snapshot.gpus)} x {gpu.name}",
+        tensor_parallel_size=tp_why,
+        gpu_memory_utilization=chosen.util_note,
+        weights=(
+            f"{fmt_bytes(model.weight_bytes)} ({model.params / 1e9:.1f}B params, {model.weight_dtype}), "
+            f"{fmt_bytes(budget.weights_per_rank)} per GPU"
+        ),
+        kv_cache_dtype=chosen.dtype.reason,
+    )
+    for w in chosen.dtype.warnings:
+        notes.warn(w)
+    if any(g.mig_enabled for g in gpus):
+        notes.warn("MIG is enabled on a GPU: the engine sees a MIG slice, not the whole GPU's memory")
+    if len({g.name for g in gpus}) > 1:
+        notes.warn("the GPUs differ: sizes follow the smallest one")
+    if chosen.problem is not None:
+        notes.errors.append(
+            infeasible_error(chosen, needed_gpus(snapshot, model, request, wl), model, wl, gpu.name)
+        )
+    gpu_tier = Tier(
+        kind="gpu",
+        size_bytes=budget.pool_total,
+        size_bytes_per_rank=max(0, budget.pool_per_rank),
+        tokens=kv.tokens(budget.pool_total),
+        read_bw_bytes_per_s=gpu_spec(gpu.name, gpu.compute_capability).hbm_bytes_per_s * chosen.tp,
+        breakeven_tokens=0,
+        reason=(
+            f"{fmt_bytes(budget.memory_per_rank)} x {chosen.utilization:.2f} - "
+            f"{fmt_bytes(budget.weights_per_rank)} weights - {fmt_bytes(budget.reserve_per_rank)} "
+            "activations/CUDA graphs = "
+            f"{fmt_bytes(max(0, budget.pool_per_rank))} per GPU"
+        ),
+    )
+    notes.reasons["gpu_tier"] = gpu_tier.reason
+    notes.reasons["working_set"] = (
+        f"{wl.users} user(s) x {wl.reuse:g} x {fmt_bytes(kv.session_bytes)} per "
+        f"{fmt_tokens(wl.context_tokens)} session = {fmt_bytes(chosen.working_set)} at {chosen.dtype.value}"
+    )
+    lower: list[Tier] = []
+    latencies: dict[str, float] = {}
+    connector: Connector = "none"
+    if chosen.problem is None:
+        lower, latencies, connector = offload_tiers(
+            snapshot, request, chosen, wanted, connector_why, remote, notes
+        )
+    else:
+        notes.reasons["connector"] = "none: the plan is infeasible"
+    for w in install_warnings(request.engine, connector, versions):
+        notes.warn(w)
+    lower, prefill = with_breakeven(snapshot, model, chosen, lower, latencies, notes)
+    tiers = [gpu_tier, *lower]
+    sessions_gpu = kv.sessions(budget.pool_total)
+    if chosen.problem is None and sessions_gpu < wl.users:
+        notes.warn(
+            f"the GPU pool holds {sessions_gpu} of the {wl.users} concurrent "
+            f"{fmt_tokens(wl.context_tokens)}-token sessions: the rest wait, and their prefixes come back "
+            "from the lower tiers"
+        )
+    # The tiers are inclusive (each keeps a copy of the faster ones): the largest bounds the distinct KV.
+    covered = max(t.size_bytes for t in tiers)
+    if chosen.problem is None and chosen.working_set > covered and connector != "none":
+        notes.warn(
+            f"the working set ({fmt_bytes(chosen.working_set)}) exceeds the largest tier "
+            f"({fmt_bytes(covered)}): the least recently used prefixes will be recomputed"
+        )
+    chunk, chunk_why = chunk_size(wl.context_tokens)
+    notes.reasons["chunk_size"] = chunk_why
+    notes.reasons["max_model_len"] = f"{wl.context_tokens}: the planned context"
+    return Plan(
+        engine=request.engine,
+        platform="cuda",
+        model=model,
+        model_path=model_path,
+        kv_cache_dtype=chosen.dtype.value,
+        kv_bytes_per_token=kv.bytes_per_token,
+        tiers=tiers,
+        connector=connector,
+        chunk_size=chunk,
+        max_model_len=wl.context_tokens,
+        tensor_parallel_size=chosen.tp,
+        gpu_memory_utilization=chosen.utilization,
+        weight_bytes=model.weight_bytes,
+        workload=wl,
+        concurrency=Concurrency(
+            context_tokens=wl.context_tokens,
+            sessions_gpu=sessions_gpu,
+            sessions_all_tiers=kv.sessions(covered),
+            working_set_bytes=chosen.working_set,
+        ),
+        remote_url=remote,
+        gpu_name=gpu.name,
+        compute_capability=gpu.compute_capability,
+        prefill_tokens_per_s=round(prefill.tokens_per_s(wl.context_tokens), 1),
+        prefill_source="calibrated" if prefill.source.startswith("calibrated") else "estimate",
+        warnings=notes.warnings,
+        reasons=notes.reasons,
+        feasible=not notes.errors,
+        errors=notes.errors,
+    )

@@ -1,0 +1,42 @@
+"""PlanRequest: what the user asked `kvstack plan` (or `serve`) for, and its validation."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from kvstack.errors import InputError
+from kvstack.planning.schema import Engine, OffloadChoice
+
+# vLLM's --gpu-memory-utilization default (vllm/config/cache.py: 0.92). SGLang sizes
+# --mem-fraction-static itself by GPU; kvstack passes 0.88, which leaves room for CUDA graphs.
+DEFAULT_UTILIZATION: dict[str, float] = {"vllm": 0.92, "sglang": 0.88}
+
+
+class PlanRequest(BaseModel):
+    """What the user asked for. ``None`` means: decide (from the workload, the model or the hardware)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    engine: Engine = "vllm"
+    context: int | None = None
+    users: int | None = None  # None: the workload's users (1 without a workload)
+    tp: int | None = None
+    kv_dtype: str | None = None
+    remote_url: str | None = None
+    offload: OffloadChoice = "auto"
+    cache_root: str | None = None  # where a disk tier goes; None: the best disk in the snapshot
+    min_disk_bw: float = 1e9
+    gpu_memory_utilization: float | None = None
+    engine_versions: dict[str, str] = Field(default_factory=dict)  # overrides snapshot.software
+
+
+def validate_request(request: PlanRequest) -> None:
+    """Out-of-range numbers are bad input (exit 2), not a pydantic traceback."""
+    for name, value in (("--context", request.context), ("--users", request.users), ("--tp", request.tp)):
+        if value is not None and value < 1:
+            raise InputError(f"{name} must be at least 1, not {value}", hint=f"e.g. {name} 1")
+    util = request.gpu_memory_utilization
+    if util is not None and not 0.05 <= util <= 1.0:
+        raise InputError(f"--gpu-memory-utilization must be in (0.05, 1], not {util}", hint="e.g. 0.9")
+    if request.min_disk_bw < 0:
+        raise InputError(f"--min-disk-bw must not be negative, not {request.min_disk_bw}")

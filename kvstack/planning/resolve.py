@@ -1,0 +1,53 @@
+"""The one planning module that reads files: load the model and the workload, then make_plan."""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit
+
+from kvstack.errors import NetworkTargetError
+from kvstack.hardware.snapshot import HardwareSnapshot
+from kvstack.models import load_model
+from kvstack.planning.plan import PlanRequest, make_plan
+from kvstack.planning.schema import Plan
+from kvstack.planning.workload import default_workload, load_workload
+from kvstack.redact import redact_url
+
+# LMCache's remote_url schemes (REFERENCE.md, LMCache in-process YAML).
+REMOTE_SCHEMES = ("redis", "rediss", "redis-sentinel", "lm")
+
+
+def check_remote_url(url: str) -> str:
+    """Validate a remote store URL; returns its redacted form (the password never enters a Plan)."""
+    try:
+        parts = urlsplit(url.strip())
+        port = parts.port
+    except ValueError as exc:
+        raise NetworkTargetError(
+            f"--remote {redact_url(url)} is not a valid URL ({exc})", hint="e.g. --remote redis://host:6379"
+        ) from exc
+    if parts.scheme not in REMOTE_SCHEMES:
+        schemes = ", ".join(f"{s}://" for s in REMOTE_SCHEMES)
+        raise NetworkTargetError(
+            f"--remote must start with one of {schemes}, not {redact_url(url)!r}",
+            hint="e.g. --remote redis://host:6379 or rediss://user:password@host:6380",
+        )
+    if not parts.hostname:
+        raise NetworkTargetError(
+            f"--remote {redact_url(url)} has no host", hint="e.g. --remote redis://host:6379"
+        )
+    if port == 0:
+        raise NetworkTargetError(
+            f"--remote {redact_url(url)} has port 0", hint="e.g. --remote redis://host:6379"
+        )
+    return redact_url(url.strip())
+
+
+def plan_from_request(
+    request: PlanRequest, model_spec: str, workload_name: str | None, snapshot: HardwareSnapshot
+) -> Plan:
+    """Load the model (local dir or catalog) and the workload profile, then plan (pure from here)."""
+    model, model_path = load_model(model_spec)
+    workload = load_workload(workload_name) if workload_name else default_workload(model.max_context)
+    if request.remote_url is not None:
+        request = request.model_copy(update={"remote_url": check_remote_url(request.remote_url)})
+    return make_plan(snapshot, model, model_path, request, workload)

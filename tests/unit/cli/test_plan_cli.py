@@ -1,0 +1,195 @@
+"""`kvstack plan` end to end: the real CLI in a subprocess, with recorded --hardware snapshots."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kvstack.profiles import profiles_dir
+
+HW = profiles_dir() / "hardware"
+CONFIGS = Path(__file__).resolve().parents[2] / "fixtures" / "configs"
+
+
+def kvstack(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    full_env = {k: v for k, v in os.environ.items() if k != "KVSTACK_DEBUG"}
+    full_env.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-m", "kvstack", "plan", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=full_env,
+        check=False,
+    )
+
+
+def hw(name: str) -> str:
+    return str(HW / f"{name}.json")
+
+
+def one_line_error(proc: subprocess.CompletedProcess[str], needle: str) -> None:
+    """Exit 2, an ``error:`` line naming the problem, a ``hint:`` line, no traceback, nothing on stdout."""
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    lines = proc.stderr.strip().splitlines()
+    assert lines[0].startswith("error: ") and needle in lines[0], lines
+    assert len(lines) <= 2 and (len(lines) == 1 or lines[1].startswith("hint: ")), lines
+    assert "Traceback" not in proc.stderr
+    assert proc.stdout == ""
+
+
+def test_feasible_plan_as_json_exits_0() -> None:
+    proc = kvstack(
+        "--model", "llama-3.1-70b", "--hardware", hw("8x-h100"), "--workload", "rag-long-doc", "--json"
+    )
+    assert proc.returncode == 0, proc.stderr
+    plan = json.loads(proc.stdout)
+    assert (plan["engine"], plan["connector"], plan["kv_cache_dtype"], plan["feasible"]) == (
+        "vllm",
+        "lmcache",
+        "fp8",
+        True,
+    )
+    assert plan["tensor_parallel_size"] == 8 and plan["model"]["attention"] == "gqa"
+    assert [t["kind"] for t in plan["tiers"]] == ["gpu", "cpu"]
+
+
+def test_infeasible_plan_exits_1_and_still_prints_the_json() -> None:
+    proc = kvstack("--model", "llama-3.1-70b", "--hardware", hw("h100-sxm"), "--json")
+    assert proc.returncode == 1
+    plan = json.loads(proc.stdout)
+    assert plan["feasible"] is False and plan["errors"]
+    assert "--tp 4" in plan["errors"][0] and "FP8 checkpoint" in plan["errors"][0]
+    assert plan["model"]["name"] == "llama-3.1-70b" and plan["model"]["kv_bytes_per_token"] == 327680
+    assert "Traceback" not in proc.stderr
+
+
+def test_human_output_has_the_tier_table_reasons_and_warnings() -> None:
+    proc = kvstack(
+        "--model",
+        "llama-3.1-8b",
+        "--hardware",
+        hw("sata-only"),
+        "--workload",
+        "rag-long-doc",
+        "--users",
+        "64",
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    for needle in ("KV tiers", "gpu", "cpu", "fetch beats", "KV dtype", "fp8", "lmcache", "why", "cpu_tier:"):
+        assert needle in out, needle
+    assert "warning:" in out and "530 MB/s" in out
+
+
+def test_infeasible_human_output_exits_1_with_the_error() -> None:
+    proc = kvstack("--model", "deepseek-v3", "--hardware", hw("8x-h100"))
+    assert proc.returncode == 1
+    assert "NOT feasible" in proc.stdout and "error:" in proc.stdout
+
+
+def test_no_gpu_snapshot_plans_for_cpu() -> None:
+    proc = kvstack("--model", str(profiles_dir() / "demo"), "--hardware", hw("no-gpu"), "--json")
+    assert proc.returncode == 0, proc.stderr
+    plan = json.loads(proc.stdout)
+    assert (plan["platform"], plan["connector"], plan["tiers"][0]["kind"]) == ("cpu", "none", "cpu")
+    assert any("no GPU visible" in w for w in plan["warnings"])
+
+
+def test_context_suffixes_and_remote_redaction() -> None:
+    proc = kvstack(
+        "--model",
+        "llama-3.1-8b",
+        "--hardware",
+        hw("h100-sxm"),
+        "--context",
+        "32k",
+        "--remote",
+        "redis://u:pa55-word@cache:6379/0",
+        "--json",
+    )
+    assert proc.returncode == 0, proc.stderr
+    plan = json.loads(proc.stdout)
+    assert plan["max_model_len"] == 32768
+    assert plan["remote_url"] == "redis://u:***@cache:6379/0"
+    assert "pa55-word" not in proc.stdout + proc.stderr
+
+
+def test_cache_dir_picks_the_disk() -> None:
+    common = (
+        "--model",
+        "llama-3.1-70b",
+        "--hardware",
+        hw("8x-h100"),
+        "--workload",
+        "rag-long-doc",
+        "--users",
+        "32",
+    )
+    for cache_dir, path in (("/raid/kv", "/raid"), ("/var/kv", "/")):
+        proc = kvstack(*common, "--cache-dir", cache_dir, "--json")
+        assert proc.returncode == 0, proc.stderr
+        disk = json.loads(proc.stdout)["tiers"][-1]
+        assert (disk["kind"], disk["path"]) == ("disk", path)
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--context", "-5"], "--context"),
+        (["--context", "lots"], "--context must be a token count"),
+        (["--context", "1m"], "above llama-3.1-8b's maximum"),
+        (["--users", "0"], "--users must be at least 1"),
+        (["--engine", "tgi"], "unknown --engine 'tgi'"),
+        (["--kv-dtype", "int3"], "unknown --kv-dtype 'int3'"),
+        (["--kv-dtype", "nvfp4"], "only on CC 10.x"),
+        (["--tp", "2"], "--tp 2 needs 2 GPUs"),
+        (["--remote", "http://cache:6379"], "--remote must start with"),
+        (["--workload", "nope"], "unknown workload 'nope'"),
+        (["--offload", "sometimes"], "unknown --offload"),
+        (["--engine", "sglang", "--offload", "native"], "does not work with sglang"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line(args: list[str], needle: str) -> None:
+    one_line_error(kvstack("--model", "llama-3.1-8b", "--hardware", hw("h100-sxm"), *args), needle)
+
+
+def test_unknown_model_and_bad_model_directories(tmp_path: Path) -> None:
+    one_line_error(kvstack("--model", "acme/unknown-7b", "--hardware", hw("h100-sxm")), "unknown model")
+    one_line_error(
+        kvstack("--model", str(tmp_path / "missing"), "--hardware", hw("h100-sxm")), "does not exist"
+    )
+    one_line_error(kvstack("--model", str(tmp_path), "--hardware", hw("h100-sxm")), "has no config.json")
+    (tmp_path / "config.json").write_text("{ nope")
+    one_line_error(kvstack("--model", str(tmp_path), "--hardware", hw("h100-sxm")), "is not JSON")
+
+
+def test_real_config_directory(tmp_path: Path) -> None:
+    shutil.copy(CONFIGS / "DeepSeek-V3.json", tmp_path / "config.json")
+    proc = kvstack("--model", str(tmp_path), "--hardware", hw("8x-h100"), "--json")
+    plan = json.loads(proc.stdout)
+    assert proc.returncode == 1  # 671B of FP8 weights do not fit 8 x 80 GB
+    assert plan["model"]["attention"] == "mla" and plan["model"]["kv_bytes_per_token"] == 70272
+    assert plan["model_path"] == str(tmp_path.resolve())
+
+
+def test_bad_hardware_files(tmp_path: Path) -> None:
+    bad = tmp_path / "hw.json"
+    bad.write_text("{ not json")
+    one_line_error(kvstack("--model", "llama-3.1-8b", "--hardware", str(bad)), "is not JSON")
+    bad.write_text(json.dumps({"gpus": [{"index": "zero", "name": "x"}]}))
+    one_line_error(kvstack("--model", "llama-3.1-8b", "--hardware", str(bad)), "gpus.0.index")
+    one_line_error(
+        kvstack("--model", "llama-3.1-8b", "--hardware", str(tmp_path / "none.json")), "does not exist"
+    )
+
+
+def test_missing_model_option_is_a_usage_error() -> None:
+    proc = kvstack("--hardware", hw("h100-sxm"))
+    assert proc.returncode == 2 and "--model" in proc.stderr and "Traceback" not in proc.stderr

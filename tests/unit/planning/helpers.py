@@ -1,0 +1,34 @@
+"""Helpers for the planning tests: recorded hardware snapshots (profiles/hardware) and catalog models."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from kvstack.hardware.snapshot import HardwareSnapshot, load_snapshot
+from kvstack.models import ModelGeometry, find_catalog_entry
+from kvstack.planning.plan import PlanRequest, make_plan
+from kvstack.planning.schema import Plan
+from kvstack.planning.workload import default_workload, load_workload
+from kvstack.profiles import profiles_dir
+
+PlanFor = Callable[..., Plan]
+
+
+def snapshot(name: str) -> HardwareSnapshot:
+    return load_snapshot(profiles_dir() / "hardware" / f"{name}.json")
+
+
+def catalog_model(name: str) -> ModelGeometry:
+    entry = find_catalog_entry(name)
+    assert entry is not None, name
+    return entry.geometry()
+
+
+def plan_for(
+    hw: str | HardwareSnapshot, model: str | ModelGeometry, workload: str | None = None, **req: Any
+) -> Plan:
+    snap = snapshot(hw) if isinstance(hw, str) else hw
+    geo = catalog_model(model) if isinstance(model, str) else model
+    wl = load_workload(workload) if workload else default_workload(geo.max_context)
+    return make_plan(snap, geo, geo.name, PlanRequest(**req), wl)

@@ -1,0 +1,131 @@
+"""Property tests: whatever the machine, no tier is larger than what the snapshot says it has."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from kvstack.errors import InputError
+from kvstack.hardware.snapshot import DiskInfo, GpuInfo, HardwareSnapshot, MemoryInfo
+from kvstack.planning import tiers as tr
+from kvstack.planning.schema import Workload
+
+from .helpers import catalog_model, plan_for
+
+GIB = 1 << 30
+MODELS = ["llama-3.1-8b", "qwen2.5-7b", "gpt-oss-20b", "mistral-7b", "llama-3.1-70b", "deepseek-v3"]
+
+
+@st.composite
+def snapshots(draw: st.DrawFn) -> HardwareSnapshot:
+    n = draw(st.sampled_from([0, 1, 2, 4, 8]))
+    name, cc = draw(
+        st.sampled_from(
+            [("NVIDIA H100 80GB HBM3", (9, 0)), ("NVIDIA B200", (10, 0)), ("NVIDIA L40S", (8, 9))]
+        )
+    )
+    total = draw(st.integers(8, 200)) * GIB
+    free = draw(st.integers(total // 4, total))
+    gpus = [
+        GpuInfo(index=i, name=name, compute_capability=cc, memory_total_bytes=total, memory_free_bytes=free)
+        for i in range(n)
+    ]
+    available = draw(st.integers(1, 64) | st.integers(64, 4096)) * GIB
+    memory = MemoryInfo(
+        total_bytes=available + GIB,
+        available_bytes=available,
+        cgroup_limit_bytes=draw(st.none() | st.integers(1, 4096).map(lambda g: g * GIB)),
+        shm_free_bytes=draw(st.none() | st.integers(0, 2048).map(lambda g: g * GIB)),
+    )
+    disks = []
+    if draw(st.booleans()):  # an NVMe that qualifies, so that the disk rules run often
+        disks.append(
+            DiskInfo(
+                path="/nvme",
+                mount="/nvme",
+                fstype="xfs",
+                nvme=True,
+                rotational=False,
+                writable=True,
+                free_bytes=draw(st.integers(0, 20_000)) * GIB,
+                read_bw_bytes_per_s=draw(st.floats(1e9, 3e10)),
+            )
+        )
+    for i in range(draw(st.integers(0, 3))):
+        fstype = draw(st.sampled_from(["ext4", "xfs", "ext4", "tmpfs"]))
+        disks.append(
+            DiskInfo(
+                path=f"/d{i}",
+                mount=f"/d{i}",
+                fstype=fstype,
+                tmpfs=fstype == "tmpfs",
+                nvme=draw(st.booleans()),
+                rotational=draw(st.sampled_from([False, False, True, None])),
+                writable=draw(st.sampled_from([True, True, None, False])),
+                free_bytes=draw(st.none() | st.integers(0, 20_000).map(lambda g: g * GIB)),
+                read_bw_bytes_per_s=draw(st.none() | st.floats(1e7, 3e10)),
+            )
+        )
+    return HardwareSnapshot(gpus=gpus, memory=memory, disks=disks)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    snap=snapshots(),
+    model=st.sampled_from(MODELS),
+    users=st.integers(1, 64),
+    reuse=st.floats(1.0, 8.0),
+    context=st.integers(1024, 128 * 1024),
+    request=st.fixed_dictionaries(
+        {
+            "engine": st.sampled_from(["vllm", "sglang"]),
+            "offload": st.sampled_from(["auto", "none", "native", "lmcache", "hicache"]),
+            "min_disk_bw": st.sampled_from([0.0, 1e9, 5e9]),
+            "cache_root": st.sampled_from([None, None, "/d0/kv", "/nvme/kv"]),
+        }
+    ),
+)
+def test_tiers_never_exceed_the_snapshot(
+    snap: HardwareSnapshot, model: str, users: int, reuse: float, context: int, request: dict[str, Any]
+) -> None:
+    geo = catalog_model(model)
+    wl = Workload(name="prop", context_tokens=min(context, geo.max_context), users=users, reuse=reuse)
+    try:
+        plan = plan_for_workload(snap, model, wl, request)
+    except InputError:
+        return  # an unsupported combination (e.g. SGLang + native) is refused, not planned
+    host = [v for v in (snap.memory.available_bytes, snap.memory.cgroup_limit_bytes) if v is not None]
+    for tier in plan.tiers:
+        assert tier.size_bytes >= 0 and tier.tokens >= 0 and tier.size_bytes_per_rank >= 0
+        if tier.kind == "gpu":
+            used = snap.gpus[: plan.tensor_parallel_size]
+            assert tier.size_bytes_per_rank <= min(g.memory_total_bytes or 0 for g in used)
+            assert tier.size_bytes <= sum(g.memory_total_bytes or 0 for g in used)
+        elif tier.kind == "cpu":
+            assert tier.size_bytes <= min(host)
+            if plan.connector == "native" and snap.memory.shm_free_bytes is not None:
+                assert tier.size_bytes <= snap.memory.shm_free_bytes
+        elif tier.kind == "disk":
+            disk = next(d for d in snap.disks if d.path == tier.path)
+            assert tier.size_bytes <= tr.DISK_FREE_FRACTION * (disk.free_bytes or 0)
+            assert not disk.tmpfs and disk.rotational is not True
+            assert (disk.read_bw_bytes_per_s or 0) >= request["min_disk_bw"]
+    if plan.platform == "cuda" and plan.feasible:
+        assert (plan.connector == "none") == (len(plan.tiers) == 1)
+    if not snap.gpus:
+        assert plan.platform == "cpu" and plan.connector == "none"
+
+
+def plan_for_workload(snap: HardwareSnapshot, model: str, wl: Workload, request: dict[str, Any]) -> Any:
+    from kvstack.planning.plan import PlanRequest, make_plan
+
+    geo = catalog_model(model)
+    return make_plan(snap, geo, geo.name, PlanRequest(**request), wl)
+
+
+def test_helper_plans_match_direct_calls() -> None:
+    assert (
+        plan_for("h100-sxm", "llama-3.1-8b").model_dump() == plan_for("h100-sxm", "llama-3.1-8b").model_dump()
+    )

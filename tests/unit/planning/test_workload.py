@@ -1,0 +1,62 @@
+"""Workload profiles (kvstack/planning/workload.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kvstack.errors import WorkloadError
+from kvstack.planning.workload import load_workload, parse_workload, workload_names
+
+
+@pytest.mark.parametrize(
+    ("name", "context", "users", "reuse"),
+    [
+        ("chatbot-shared-prompt", 16 * 1024, 32, 1.0),
+        ("rag-long-doc", 128 * 1024, 8, 4.0),
+        ("agent-multi-turn", 64 * 1024, 16, 2.0),
+    ],
+)
+def test_bundled_profiles(name: str, context: int, users: int, reuse: float) -> None:
+    wl = load_workload(name)
+    assert (wl.name, wl.context_tokens, wl.users, wl.reuse) == (name, context, users, reuse)
+    assert wl.description
+
+
+def test_unknown_name_lists_the_choices() -> None:
+    with pytest.raises(WorkloadError) as info:
+        load_workload("batch-inference")
+    assert info.value.exit_code == 2
+    for name in workload_names():
+        assert name in info.value.message
+
+
+def test_a_path_to_a_yaml_file_works(tmp_path: Path) -> None:
+    path = tmp_path / "mine.yaml"
+    path.write_text("context: 1m\nusers: 2\nreuse: 1.5\n")
+    wl = load_workload(str(path))
+    assert (wl.name, wl.context_tokens, wl.users, wl.reuse) == ("mine", 1024 * 1024, 2, 1.5)
+
+
+def test_malformed_yaml(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("context: [32k\nusers: 2\n")
+    with pytest.raises(WorkloadError, match="not valid YAML"):
+        load_workload(str(path))
+
+
+@pytest.mark.parametrize(
+    ("data", "needle"),
+    [
+        (["a", "list"], "mapping"),
+        ({"users": 2}, "missing 'context'"),
+        ({"context": "lots"}, "token count"),
+        ({"context": "32k", "users": 0}, "'users'"),
+        ({"context": "32k", "reuse": 0.5}, "'reuse'"),
+        ({"context": "32k", "contexts": 2}, "unknown field"),
+    ],
+)
+def test_bad_fields(data: object, needle: str) -> None:
+    with pytest.raises(WorkloadError, match=needle):
+        parse_workload(data, "test.yaml")
