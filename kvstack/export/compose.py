@@ -1,0 +1,237 @@
+"""A Compose project (compose-spec) for the Plan: the engine, Redis when the remote tier is local,
+the disk tier as a bind mount, /dev/shm sized for the CPU tier, GPUs reserved, ports on loopback.
+
+Secrets never enter compose.yaml: the Redis password is read by Compose's variable interpolation
+from ``.env`` (written 0600 next to it), the API key and HF token from the caller's environment.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import unquote
+
+import yaml
+
+from kvstack.errors import UnsupportedError
+from kvstack.export.common import (
+    PASSWORD_ENV,
+    Bundle,
+    ExportFile,
+    ExportOptions,
+    deployment_name,
+    engine_image,
+    gib_ceil,
+    lmcache_settings,
+    local_model,
+    remote,
+    require_connector,
+    sglang_args,
+    shm_bytes,
+    vllm_kv_args,
+)
+from kvstack.planning.schema import Plan
+from kvstack.remote.url import RemoteURL
+
+DISK_DIR = "/var/lib/kvstack/kv"
+MODELS_DIR = "/models"
+LMCACHE_CONFIG_PATH = "/etc/kvstack/lmcache.yaml"
+HF_CACHE = "/root/.cache/huggingface"
+REDIS_SERVICE = "redis"
+REDIS_PORT = 6379
+PLAIN_PASSWORD_ENV = f"{PASSWORD_ENV}_PLAIN"
+ENGINE_PORT = {"vllm": 8000, "sglang": 30000}
+
+
+def _esc(value: str) -> str:
+    """Compose interpolates ``$``: a literal one is written ``$$``."""
+    return value.replace("$", "$$")
+
+
+def _redis_service(plan: Plan, url: RemoteURL) -> dict[str, object]:
+    # KV keys have no TTL: without maxmemory and an allkeys-* policy Redis fills up and refuses writes.
+    command = ["redis-server", "--port", str(REDIS_PORT), "--save", "", "--appendonly", "no"]
+    command += ["--maxmemory-policy", "allkeys-lru"]
+    tier = plan.tier("remote")
+    if tier is not None:
+        command += ["--maxmemory", str(tier.size_bytes)]
+    service: dict[str, object] = {
+        "image": "redis:7",
+        "command": command,
+        "restart": "unless-stopped",
+        "healthcheck": {
+            "test": ["CMD-SHELL", "redis-cli ping | grep -q PONG"],
+            "interval": "5s",
+            "timeout": "3s",
+            "retries": 10,
+        },
+    }
+    if url.password is not None:
+        var = PLAIN_PASSWORD_ENV if unquote(url.password) != url.password else PASSWORD_ENV
+        command += ["--requirepass", f"${{{var}}}"]
+        service["environment"] = {"REDISCLI_AUTH": f"${{{var}}}"}  # redis-cli reads it
+    return service
+
+
+def _engine_command(
+    plan: Plan, model: str, port: int, disk_dir: str | None
+) -> tuple[list[str], dict[str, str]]:
+    if plan.engine == "sglang":
+        args, env = sglang_args(plan, disk_dir)
+        return [
+            "python3", "-m", "sglang.launch_server", "--model-path", model,
+            "--host", "0.0.0.0", "--port", str(port), *args,
+        ], env  # fmt: skip
+    args = [
+        model, "--host", "0.0.0.0", "--port", str(port),
+        "--max-model-len", str(plan.max_model_len),
+        "--tensor-parallel-size", str(plan.tensor_parallel_size),
+        "--gpu-memory-utilization", str(plan.gpu_memory_utilization),
+        *vllm_kv_args(plan, disk_dir),
+    ]  # fmt: skip
+    return args, {}
+
+
+def render_compose(plan: Plan, options: ExportOptions) -> Bundle:
+    supported = ("none", "lmcache", "native") if plan.engine == "vllm" else ("none", "hicache")
+    require_connector(
+        plan,
+        supported,
+        "compose",
+        "use --offload lmcache or native (vLLM) or hicache (SGLang); for LMCache MP use --format systemd",
+    )
+    url = remote(options, plan)
+    name = deployment_name(plan, options.name)
+    repo, tag, notes = engine_image(plan, options)
+    port = ENGINE_PORT[plan.engine]
+    disk = plan.tier("disk")
+    disk_dir = DISK_DIR if disk is not None and disk.path else None
+
+    volumes: list[object] = []
+    top_volumes: dict[str, object] = {}
+    if local_model(plan):
+        model = f"{MODELS_DIR}/{plan.model_path.rstrip('/').rsplit('/', 1)[-1]}"
+        volumes.append({"type": "bind", "source": _esc(plan.model_path), "target": model, "read_only": True})
+    else:
+        model = plan.model_path
+        volumes.append({"type": "volume", "source": "hf-cache", "target": HF_CACHE})
+        top_volumes["hf-cache"] = {}
+    if disk_dir is not None and disk is not None and disk.path:
+        volumes.append({"type": "bind", "source": _esc(disk.path), "target": disk_dir})
+        notes.append(f"create the disk tier directory before starting: mkdir -p -m 700 {disk.path}")
+
+    command, env = _engine_command(plan, model, port, disk_dir)
+    environment: dict[str, str] = {"HF_TOKEN": "${HF_TOKEN:-}", **env}
+    if plan.engine == "vllm":
+        environment["VLLM_API_KEY"] = "${VLLM_API_KEY:-}"  # vLLM reads it when --api-key is absent
+
+    engine: dict[str, object] = {"image": f"{repo}:{tag}"}
+    if plan.engine == "vllm":
+        # lmcache/vllm-openai keeps vllm in /opt/venv (production-stack deployment-vllm-multi.yaml).
+        engine["entrypoint"] = ["/opt/venv/bin/vllm" if repo == "lmcache/vllm-openai" else "vllm", "serve"]
+    engine["command"] = command
+    host = f"[{options.host}]" if ":" in options.host else options.host
+    engine["ports"] = [f"{host}:{options.port}:{port}"]
+    engine["shm_size"] = f"{gib_ceil(shm_bytes(plan))}gb"
+    engine["ulimits"] = {"memlock": {"soft": -1, "hard": -1}}  # pinned host memory for the CPU tier
+    engine["volumes"] = volumes
+    engine["restart"] = "unless-stopped"
+    engine["healthcheck"] = {
+        "test": [
+            "CMD",
+            "python3",
+            "-c",
+            f"import urllib.request; urllib.request.urlopen('http://127.0.0.1:{port}/health')",
+        ],
+        "interval": "15s",
+        "timeout": "5s",
+        "retries": 5,
+        "start_period": "20m",  # weights load and CUDA graphs are captured before /health answers
+    }
+    if plan.platform == "cuda":
+        engine["deploy"] = {
+            "resources": {
+                "reservations": {
+                    "devices": [
+                        {"driver": "nvidia", "count": plan.tensor_parallel_size, "capabilities": ["gpu"]}
+                    ]
+                }
+            }
+        }
+    else:
+        notes.append(f"the plan has no GPU: {repo} needs one; pass a CPU build with --image")
+
+    files: list[ExportFile] = []
+    services: dict[str, object] = {}
+    dotenv: list[str] = []
+    if url is not None:
+        if url.is_loopback():
+            # A loopback Redis runs in this project; the engine reaches it by service name.
+            services[REDIS_SERVICE] = _redis_service(plan, url)
+            engine["depends_on"] = {REDIS_SERVICE: {"condition": "service_healthy"}}
+            placeholder = f"${{{PASSWORD_ENV}}}" if url.password is not None else None
+            remote_value = url.with_endpoint(REDIS_SERVICE, REDIS_PORT, placeholder)
+        else:
+            remote_value = url.with_password(f"${{{PASSWORD_ENV}}}") if url.password else _esc(url.raw)
+            notes.append(
+                f"the engine uses the Redis at {url.redacted()}: it must be reachable from the container"
+            )
+        if url.password is not None:
+            # The URL holds the password percent-encoded; the bundled server needs it decoded.
+            dotenv.append(f"{PASSWORD_ENV}={_dotenv_quote(url.password)}")
+            if url.is_loopback() and unquote(url.password) != url.password:
+                dotenv.append(f"{PLAIN_PASSWORD_ENV}={_dotenv_quote(unquote(url.password))}")
+        # LMCACHE_* variables override the config file (lmcache v1/config.py): the URL, which may
+        # reference the password, is passed this way and kept out of lmcache.yaml.
+        environment["LMCACHE_REMOTE_URL"] = remote_value
+        environment["LMCACHE_REMOTE_SERDE"] = "naive"
+
+    config_files: dict[str, object] = {}
+    if plan.connector == "lmcache":
+        settings = lmcache_settings(plan, disk_dir, None)
+        header = "# LMCache config written by kvstack export (mounted at " + LMCACHE_CONFIG_PATH + ")\n"
+        if url is not None:
+            header += "# remote_url comes from LMCACHE_REMOTE_URL in compose.yaml\n"
+        files.append(
+            ExportFile(name="lmcache.yaml", content=header + yaml.safe_dump(settings, sort_keys=False))
+        )
+        config_files["lmcache-config"] = {"file": "./lmcache.yaml"}
+        engine["configs"] = [{"source": "lmcache-config", "target": LMCACHE_CONFIG_PATH}]
+        environment["LMCACHE_CONFIG_FILE"] = LMCACHE_CONFIG_PATH
+    engine["environment"] = environment
+    services = {plan.engine: engine, **services}
+
+    project: dict[str, object] = {"name": name, "services": services}
+    if top_volumes:
+        project["volumes"] = top_volumes
+    if config_files:
+        project["configs"] = config_files
+    header = (
+        f"# Compose project written by kvstack export for {plan.model.name}\n"
+        f"# engine {plan.engine}, connector {plan.connector}, KV dtype {plan.kv_cache_dtype}, "
+        f"TP {plan.tensor_parallel_size}\n# start: docker compose up -d\n"
+    )
+    main = ExportFile(name="compose.yaml", content=header + yaml.safe_dump(project, sort_keys=False))
+    out = [main, *files]
+    if dotenv:
+        out.append(
+            ExportFile(
+                name=".env",
+                content="# Secrets for compose.yaml (kept 0600; Compose reads this file itself)\n"
+                + "\n".join(dotenv)
+                + "\n",
+                mode=0o600,
+                secret=True,
+            )
+        )
+    key_how = "set VLLM_API_KEY" if plan.engine == "vllm" else "add --api-key to the command"
+    notes.append(f"the API is published on {options.host}:{options.port}; {key_how} before exposing it")
+    return Bundle(format="compose", files=out, notes=notes)
+
+
+def _dotenv_quote(value: str) -> str:
+    # Single quotes: Compose takes the value literally (no interpolation, no escapes).
+    if "'" in value:
+        raise UnsupportedError(
+            "the Redis password contains a single quote, which a Compose .env file cannot hold literally",
+            hint="use a password without ' (e.g. generated with: openssl rand -hex 24)",
+        )
+    return f"'{value}'"

@@ -1,0 +1,172 @@
+"""Values for the vLLM production-stack Helm chart (vllm-project/production-stack, helm/).
+
+Key names checked against that repository at a6c01db (Aug 2026): helm/values.yaml and
+helm/values.schema.json (servingEngineSpec.modelSpec[]: name, repository, tag, modelURL,
+replicaCount, requestCPU, requestMemory, requestGPU, pvcStorage, shmSize, enableLoRA, env,
+vllmConfig{enablePrefixCaching, maxModelLen, dtype, tensorParallelSize, gpuMemoryUtilization,
+extraArgs}, lmcacheConfig{enabled, cpuOffloadingBufferSize, logLevel}) and
+helm/templates/deployment-vllm-multi.yaml, which also reads lmcacheConfig.diskOffloadingBufferSize
+(-> LMCACHE_MAX_LOCAL_DISK_SIZE). Facts of that template this module relies on:
+- it passes ``--no-enable-prefix-caching`` unless vllmConfig.enablePrefixCaching is true;
+- it enables the CPU tier only if ``int cpuOffloadingBufferSize > 0`` (so sizes are whole GiB);
+- it sets no LMCache disk path and takes a remote URL only from its own cacheserverSpec (lm://),
+  so the disk path and an external Redis go in modelSpec.env (LMCACHE_* variables, lmcache v1/config.py);
+- it mounts the PVC at /data and /dev/shm (sized by shmSize) when tensorParallelSize is set.
+"""
+
+from __future__ import annotations
+
+import yaml
+
+from kvstack.errors import UnsupportedError
+from kvstack.export.common import (
+    LMCACHE_HASH,
+    PASSWORD_ENV,
+    Bundle,
+    ExportFile,
+    ExportOptions,
+    deployment_name,
+    engine_image,
+    gib_ceil,
+    gib_floor,
+    host_memory_bytes,
+    local_model,
+    remote,
+    require_connector,
+    shm_bytes,
+    vllm_kv_args,
+)
+from kvstack.planning.schema import Plan
+
+PVC_MOUNT = "/data"
+DISK_DIR = f"{PVC_MOUNT}/kvstack-kv"
+MODELS_DIR = f"{PVC_MOUNT}/models"
+# The PVC holds the weights (HF_HOME=/data in the chart) and the disk tier: leave this much spare.
+PVC_MARGIN = 1.10
+
+
+def _secret_manifest(name: str, password: str) -> str:
+    doc = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": name},
+        "type": "Opaque",
+        "stringData": {"password": password},
+    }
+    return "# Redis password for the KV remote tier. Apply once: kubectl apply -f redis-secret.yaml\n" + (
+        yaml.safe_dump(doc, sort_keys=False)
+    )
+
+
+def render_helm(plan: Plan, options: ExportOptions) -> Bundle:
+    if plan.engine != "vllm":
+        raise UnsupportedError(
+            "the vLLM production-stack chart runs vLLM only, this plan uses " + plan.engine,
+            hint="use --engine vllm, or --format compose / systemd for SGLang",
+        )
+    require_connector(
+        plan,
+        ("none", "lmcache", "native"),
+        "helm",
+        "use --offload lmcache or native (the chart runs no LMCache MP server), or --format systemd",
+    )
+    url = remote(options, plan)
+    name = deployment_name(plan, options.name)
+    repo, tag, notes = engine_image(plan, options)
+    tp = plan.tensor_parallel_size
+    cpu, disk = plan.tier("cpu"), plan.tier("disk")
+
+    model_url = plan.model_path
+    if local_model(plan):
+        model_url = f"{MODELS_DIR}/{plan.model_path.rstrip('/').rsplit('/', 1)[-1]}"
+        notes.append(
+            f"the model is a local directory: copy it onto the PVC at {model_url} (mounted at /data)"
+        )
+
+    pvc_bytes = (plan.weight_bytes + (disk.size_bytes if disk else 0)) * PVC_MARGIN
+    env: list[dict[str, object]] = [
+        {"name": "LMCACHE_CHUNK_SIZE", "value": str(plan.chunk_size)},
+        {"name": "LMCACHE_PRE_CACHING_HASH_ALGORITHM", "value": LMCACHE_HASH},
+    ]
+    vllm_config: dict[str, object] = {
+        "enablePrefixCaching": True,
+        "maxModelLen": plan.max_model_len,
+        "dtype": plan.model.dtype,
+        "tensorParallelSize": tp,
+        "gpuMemoryUtilization": plan.gpu_memory_utilization,
+        # The chart adds the LMCacheConnectorV1 --kv-transfer-config itself when lmcacheConfig.enabled.
+        "extraArgs": vllm_kv_args(plan, DISK_DIR if disk else None, with_lmcache_connector=False),
+    }
+    spec: dict[str, object] = {
+        "name": name,
+        "repository": repo,
+        "tag": tag,
+        "modelURL": model_url,
+        "replicaCount": 1,
+        # vLLM runs an API server plus one worker process per GPU, each busy on the host side.
+        "requestCPU": 2 + 4 * tp,
+        "requestMemory": f"{gib_ceil(host_memory_bytes(plan))}Gi",
+        "requestGPU": tp,
+        "pvcStorage": f"{gib_ceil(pvc_bytes)}Gi",
+        "shmSize": f"{gib_ceil(shm_bytes(plan))}Gi",
+        "enableLoRA": False,
+        "vllmConfig": vllm_config,
+    }
+    files: list[ExportFile] = []
+    if plan.connector == "lmcache":
+        lm: dict[str, object] = {"enabled": True, "logLevel": "INFO"}
+        if cpu is not None:
+            if gib_floor(cpu.size_bytes_per_rank) < 1:
+                notes.append("the CPU tier is under 1 GiB per rank: the chart turns it off below 1")
+            lm["cpuOffloadingBufferSize"] = gib_floor(cpu.size_bytes_per_rank)
+        if disk is not None:
+            lm["diskOffloadingBufferSize"] = gib_floor(disk.size_bytes_per_rank)
+            env.append({"name": "LMCACHE_LOCAL_DISK", "value": f"file://{DISK_DIR}/"})
+            notes.append("the disk tier lives on the model PVC: give it an NVMe-backed storageClass")
+        spec["lmcacheConfig"] = lm
+        if url is not None:
+            remote_value = url.raw
+            if url.password is not None:
+                secret_name = f"{name}-redis"
+                # Kubernetes expands $(VAR) from variables defined earlier in the same container.
+                env.append(
+                    {
+                        "name": PASSWORD_ENV,
+                        "valueFrom": {"secretKeyRef": {"name": secret_name, "key": "password"}},
+                    }
+                )
+                remote_value = url.with_password(f"$({PASSWORD_ENV})")
+                files.append(
+                    ExportFile(
+                        name="redis-secret.yaml",
+                        content=_secret_manifest(secret_name, url.password),
+                        mode=0o600,
+                        secret=True,
+                    )
+                )
+                notes.append(
+                    f"create the Redis password secret ({secret_name}) first: "
+                    "kubectl apply -f redis-secret.yaml"
+                )
+            env.append({"name": "LMCACHE_REMOTE_URL", "value": remote_value})
+            env.append({"name": "LMCACHE_REMOTE_SERDE", "value": "naive"})
+            if url.is_loopback():
+                notes.append(
+                    f"the remote URL {url.redacted()} is a loopback address, which inside a pod is the pod "
+                    "itself: point --remote at a Redis service the cluster can reach"
+                )
+    else:
+        spec["lmcacheConfig"] = {"enabled": False}
+    spec["env"] = env
+
+    values = {"servingEngineSpec": {"modelSpec": [spec]}}
+    header = (
+        f"# vLLM production-stack values written by kvstack export for {plan.model.name}\n"
+        f"# engine {plan.engine}, connector {plan.connector}, KV dtype {plan.kv_cache_dtype}, TP {tp}\n"
+        "# helm repo add vllm https://vllm-project.github.io/production-stack\n"
+        f"# helm install {name} vllm/vllm-stack -f values.yaml\n"
+    )
+    main = ExportFile(
+        name="values.yaml", content=header + yaml.safe_dump(values, sort_keys=False), mode=0o644
+    )
+    return Bundle(format="helm", files=[main, *files], notes=notes)

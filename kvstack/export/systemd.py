@@ -1,0 +1,117 @@
+"""A systemd unit that runs ``kvstack serve`` for the same Plan and restarts it on failure.
+
+No secret is written into the unit: it reads an EnvironmentFile (0600) that holds the API key
+(KVSTACK_API_KEY) and, when the Redis URL has a password, the whole URL (KVSTACK_REMOTE_URL).
+Quoting follows systemd.service(5) "Command lines": words split on whitespace, double quotes
+group, ``%`` starts a specifier (written ``%%``) and ``$`` a variable (written ``$$``).
+"""
+
+from __future__ import annotations
+
+import re
+
+from kvstack.export.common import Bundle, ExportFile, ExportOptions, deployment_name, remote
+from kvstack.planning.schema import Plan
+
+API_KEY_ENV = "KVSTACK_API_KEY"
+REMOTE_URL_ENV = "KVSTACK_REMOTE_URL"
+_PLAIN = re.compile(r"[A-Za-z0-9_@%+=:,./-]+")
+
+
+def quote_arg(arg: str) -> str:
+    """One argv word for ExecStart, with systemd's specifier and variable expansion disabled."""
+    text = arg.replace("%", "%%").replace("$", "$$")
+    if text and _PLAIN.fullmatch(text):
+        return text
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def env_value(value: str) -> str:
+    """A value for an EnvironmentFile line: single quotes keep it literal (systemd.exec(5))."""
+    if _PLAIN.fullmatch(value) and "%" not in value:
+        return value
+    if "'" not in value:
+        return f"'{value}'"
+    # EnvironmentFile= does no variable expansion: only \\ and \" need escaping in double quotes.
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def serve_argv(plan: Plan, options: ExportOptions) -> list[str]:
+    """``kvstack serve`` arguments that reproduce the Plan (its decisions pinned, not re-derived)."""
+    argv = [
+        options.kvstack_bin, "serve",
+        "--model", options.model_arg or plan.model_path,
+        "--engine", plan.engine,
+        "--offload", plan.connector,
+        "--context", str(plan.workload.context_tokens),
+        "--users", str(plan.workload.users),
+        "--tp", str(plan.tensor_parallel_size),
+        "--kv-dtype", plan.kv_cache_dtype,
+        "--host", options.host,
+        "--port", str(options.port),
+    ]  # fmt: skip
+    if options.hardware_path:
+        argv += ["--hardware", options.hardware_path]
+    if options.workload_name:
+        argv += ["--workload", options.workload_name]
+    return argv
+
+
+def render_systemd(plan: Plan, options: ExportOptions) -> Bundle:
+    url = remote(options, plan)
+    name = deployment_name(plan, options.name)
+    words = [quote_arg(a) for a in serve_argv(plan, options)]
+    env_lines = [
+        "# Environment for kvstack-" + name + ".service (keep it 0600: it holds secrets)",
+        f"# {API_KEY_ENV}=the key clients must send (kvstack serve --api-key)",
+    ]
+    if url is not None:
+        if url.password is not None:
+            # "${VAR}" is one argv word, the value as is (systemd.service(5)).
+            words += ["--remote", f"${{{REMOTE_URL_ENV}}}"]
+            env_lines.append(f"{REMOTE_URL_ENV}={env_value(url.raw)}")
+        else:
+            words += ["--remote", quote_arg(url.raw)]
+    description = f"kvstack serve {plan.model.name} ({plan.engine}, {plan.connector})"
+    lines = [
+        "# systemd unit written by kvstack export",
+        f"# install: cp kvstack-{name}.service /etc/systemd/system/ && systemctl daemon-reload",
+        f"#          && systemctl enable --now kvstack-{name}",
+        "[Unit]",
+        f"Description={description.replace('%', '%%')}",
+        "After=network-online.target",
+        "Wants=network-online.target",
+        "",
+        "[Service]",
+        "Type=simple",
+    ]
+    if options.user:
+        lines.append(f"User={options.user}")
+    lines += [
+        f"EnvironmentFile=-{options.env_file}",
+        "Environment=PYTHONUNBUFFERED=1",
+        "ExecStart=" + " ".join(words),
+        "Restart=on-failure",
+        "RestartSec=10s",
+        # kvstack serve stops its engine's process group itself on SIGTERM (one shared deadline);
+        # mixed sends SIGTERM to kvstack only, then SIGKILL to whatever is left after the timeout.
+        "KillMode=mixed",
+        "TimeoutStopSec=90s",
+        "PrivateTmp=true",
+        "NoNewPrivileges=true",
+        "LimitMEMLOCK=infinity",  # pinned host memory for the CPU tier
+        "LimitNOFILE=65536",
+        "",
+        "[Install]",
+        "WantedBy=multi-user.target",
+        "",
+    ]
+    unit = ExportFile(name=f"kvstack-{name}.service", content="\n".join(lines))
+    env_file = ExportFile(
+        name=options.env_file.rsplit("/", 1)[-1],
+        content="\n".join(env_lines) + "\n",
+        mode=0o600,
+        secret=url is not None and url.password is not None,
+    )
+    notes = [f"the unit reads {options.env_file}: put the env file there (mode 0600) or edit EnvironmentFile"]
+    return Bundle(format="systemd", files=[unit, env_file], notes=notes)

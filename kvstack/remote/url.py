@@ -1,0 +1,202 @@
+"""Remote KV tier URLs: parse, validate, redact, and say which connectors can use them.
+
+The accepted forms are the ones LMCache's remote connectors parse (lmcache 0.5.6,
+``lmcache/v1/storage_backend/connector/__init__.py`` ``CreateConnector`` docstring and
+``parse_remote_url``, which asserts that every URL has a host AND a port).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass, field
+from urllib.parse import unquote
+
+from kvstack.errors import NetworkTargetError, UnsupportedError
+from kvstack.redact import redact_url
+
+SCHEMES: tuple[str, ...] = ("redis", "rediss", "redis-sentinel", "lm")
+ACCEPTED_FORMS = (
+    "redis://[user:pass@]host:port[/db], rediss://[user:pass@]host:port[/db], "
+    "redis-sentinel://[user:pass@]host:port[,host:port...][/service], lm://host:port"
+)
+
+# Connectors that can use a remote tier, and how they wire it.
+REMOTE_CONNECTORS: dict[str, str] = {
+    "lmcache": "LMCache in-process (remote_url)",
+    "lmcache-mp": "LMCache MP (resp L2 adapter)",
+}
+
+
+@dataclass(frozen=True)
+class RemoteURL:
+    scheme: str
+    hosts: tuple[tuple[str, int], ...]  # sentinel: every sentinel; otherwise exactly one
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+    db: int | None = None  # redis/rediss only
+    service: str | None = None  # redis-sentinel only: the master's service name, when given
+    raw: str = field(default="", repr=False)
+
+    @property
+    def host(self) -> str:
+        return self.hosts[0][0]
+
+    @property
+    def port(self) -> int:
+        return self.hosts[0][1]
+
+    @property
+    def is_redis(self) -> bool:
+        return self.scheme != "lm"
+
+    @property
+    def secrets(self) -> list[str]:
+        """Values to mask in any text that might echo them (the password, raw and decoded)."""
+        if not self.password:
+            return []
+        return sorted({self.password, unquote(self.password)}, key=len, reverse=True)
+
+    def redacted(self) -> str:
+        return redact_url(self.raw)
+
+    def is_loopback(self) -> bool:
+        return all(_is_loopback(h) for h, _ in self.hosts)
+
+    def with_password(self, placeholder: str) -> str:
+        """The URL as given, its password replaced (e.g. by ``$(KVSTACK_REDIS_PASSWORD)``)."""
+        if self.password is None:
+            return self.raw
+        scheme, _sep, rest = self.raw.partition("://")
+        netloc_end = min((i for i in (rest.find("/"), rest.find("?")) if i >= 0), default=len(rest))
+        cred, _at, hosts = rest[:netloc_end].rpartition("@")
+        user = cred.partition(":")[0]
+        return f"{scheme}://{user}:{placeholder}@{hosts}{rest[netloc_end:]}"
+
+    def with_endpoint(self, host: str, port: int, password_placeholder: str | None = None) -> str:
+        """The same URL pointed at ``host:port`` (e.g. a compose service name).
+
+        ``password_placeholder`` replaces the password (e.g. ``${KVSTACK_REDIS_PASSWORD}``) so the
+        URL can be written to a file without the secret in it.
+        """
+        if self.scheme == "redis-sentinel":
+            raise UnsupportedError(
+                "a redis-sentinel:// URL cannot be re-pointed at one host",
+                hint="use redis://host:port for a Redis that the deployment runs itself",
+            )
+        cred = ""
+        password = password_placeholder if password_placeholder is not None else self.password
+        if self.username or password:
+            cred = (self.username or "") + (f":{password}" if password else "") + "@"
+        hostpart = f"[{host}]" if ":" in host else host
+        db = f"/{self.db}" if self.db is not None else ""
+        return f"{self.scheme}://{cred}{hostpart}:{port}{db}"
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _bad(url_shown: str, why: str) -> NetworkTargetError:
+    return NetworkTargetError(
+        f"remote URL {url_shown} is malformed: {why}",
+        hint=f"use one of: {ACCEPTED_FORMS}",
+    )
+
+
+def _host_port(text: str, shown: str) -> tuple[str, int]:
+    if text.startswith("["):  # IPv6 literal
+        end = text.find("]")
+        if end < 0:
+            raise _bad(shown, "unclosed '[' in an IPv6 host")
+        host, rest = text[1:end], text[end + 1 :]
+        if not rest.startswith(":"):
+            raise _bad(shown, f"host {text!r} has no port")
+        port_text = rest[1:]
+    else:
+        host, sep, port_text = text.rpartition(":")
+        if not sep:
+            raise _bad(shown, f"host {text!r} has no port (LMCache requires host:port)")
+    if not host:
+        raise _bad(shown, "the host is empty")
+    if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        raise _bad(shown, f"port {port_text!r} is not a number from 1 to 65535")
+    return host, int(port_text)
+
+
+def parse_remote_url(url: str) -> RemoteURL:
+    """Parse and validate; any problem raises NetworkTargetError (exit 2) naming the accepted forms."""
+    text = url.strip()
+    shown = redact_url(text)
+    scheme, sep, rest = text.partition("://")
+    scheme = scheme.lower()
+    if not sep or scheme not in SCHEMES:
+        raise _bad(shown, f"scheme must be one of {', '.join(s + '://' for s in SCHEMES)}")
+    if "#" in rest:
+        raise _bad(shown, "a URL fragment ('#') is not allowed")
+    # Query options (redis-py and LMCache accept ?option=value) are kept in ``raw`` as given.
+    main, _q, _query = rest.partition("?")
+    netloc, _slash, path = main.partition("/")
+    username: str | None = None
+    password: str | None = None
+    if "@" in netloc:
+        cred, _at, netloc = netloc.rpartition("@")
+        user, colon, pw = cred.partition(":")
+        username = user or None
+        password = pw if colon else None
+        if password == "":
+            password = None
+    if not netloc:
+        raise _bad(shown, "no host:port")
+    db: int | None = None
+    service: str | None = None
+    if scheme == "redis-sentinel":
+        hosts = tuple(_host_port(h, shown) for h in netloc.split(","))
+        service = path.strip("/") or None
+    else:
+        if "," in netloc:
+            raise _bad(shown, f"several hosts are only accepted for redis-sentinel://, not {scheme}://")
+        hosts = (_host_port(netloc, shown),)
+        if scheme == "lm":
+            if path.strip("/") or username or password:
+                raise _bad(shown, "lm:// takes only host:port")
+        elif path.strip("/"):
+            if not path.strip("/").isdigit():
+                raise _bad(shown, f"the database must be a number (/0, /1, ...), not /{path}")
+            db = int(path.strip("/"))
+    return RemoteURL(
+        scheme=scheme,
+        hosts=hosts,
+        username=username,
+        password=password,
+        db=db,
+        service=service,
+        raw=text,
+    )
+
+
+def require_remote_support(connector: str, url: RemoteURL) -> None:
+    """Refuse a connector that cannot use this remote tier, naming the ones that can."""
+    if connector not in REMOTE_CONNECTORS:
+        which = "; ".join(f"{name}: {how}" for name, how in REMOTE_CONNECTORS.items())
+        raise UnsupportedError(
+            f"connector '{connector}' has no remote tier, so --remote {url.redacted()} cannot be used",
+            hint=f"use --offload lmcache or --offload lmcache-mp ({which}), or drop --remote",
+        )
+    if connector == "lmcache-mp":
+        # RESPL2AdapterConfig takes host, port, username, password only: no TLS, no sentinel,
+        # no database index (lmcache 0.5.6 v1/distributed/l2_adapters/resp_l2_adapter.py).
+        problem = None
+        if url.scheme != "redis":
+            problem = f"{url.scheme}:// URLs"
+        elif url.db not in (None, 0):
+            problem = "a database index other than 0"
+        if problem:
+            raise UnsupportedError(
+                f"LMCache MP's resp L2 adapter does not support {problem} ({url.redacted()})",
+                hint="use a plain redis://[user:pass@]host:port URL, or --offload lmcache (in-process)",
+            )

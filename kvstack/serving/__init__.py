@@ -1,0 +1,1 @@
+"""`kvstack serve`: probe -> plan -> render -> preflight -> supervise -> validate -> keep serving."""

@@ -1,0 +1,91 @@
+"""Everything ``serve`` decides before anything starts: snapshot, Plan, LaunchSpec.
+
+Nothing here starts a process or writes a file, so ``--dry-run`` is this function plus printing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kvstack.engines.base import LaunchSpec, ServeOptions
+from kvstack.engines.facts import gather_facts
+from kvstack.engines.render import render
+from kvstack.errors import PlanInfeasible
+from kvstack.hardware.snapshot import HardwareSnapshot, load_snapshot
+from kvstack.planning.plan import PlanRequest
+from kvstack.planning.resolve import plan_from_request
+from kvstack.planning.schema import Plan
+from kvstack.runtime.preflight import check_port_range
+from kvstack.serving.request import ServeRequest, engine_python
+from kvstack.units import parse_tokens
+
+
+@dataclass(frozen=True)
+class Prepared:
+    request: ServeRequest
+    snapshot: HardwareSnapshot
+    plan: Plan
+    options: ServeOptions
+    spec: LaunchSpec
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.options.run_dir)
+
+    def dry_run_document(self) -> dict[str, Any]:
+        """What would run, secrets masked: {"plan", "argv", "env", "files", ...}."""
+        return {"plan": self.plan.model_dump(mode="json"), **self.spec.public()}
+
+
+def _existing_ancestor(path: Path) -> Path:
+    for candidate in (path, *path.parents):
+        if candidate.exists():
+            return candidate
+    return Path("/")
+
+
+def hardware_snapshot(request: ServeRequest) -> HardwareSnapshot:
+    if request.hardware is not None:
+        return load_snapshot(request.hardware)
+    from kvstack.hardware.probe import probe  # probes run only when no snapshot is given
+
+    return probe(paths=[_existing_ancestor(request.resolved_cache_root())], fio_seconds=request.fio_seconds)
+
+
+def plan_request(request: ServeRequest, snapshot: HardwareSnapshot) -> PlanRequest:
+    return PlanRequest(
+        engine=request.engine,
+        context=parse_tokens(request.context) if request.context is not None else None,
+        users=request.users,
+        tp=request.tp,
+        kv_dtype=request.kv_dtype,
+        remote_url=request.remote,
+        offload=request.offload,
+        cache_root=str(request.resolved_cache_root()),
+    )
+
+
+def prepare(request: ServeRequest, snapshot: HardwareSnapshot | None = None) -> Prepared:
+    check_port_range(request.port)
+    snap = snapshot if snapshot is not None else hardware_snapshot(request)
+    plan = plan_from_request(plan_request(request, snap), request.model_spec(), request.workload, snap)
+    if not plan.feasible:
+        raise PlanInfeasible(
+            "the plan is infeasible: " + "; ".join(plan.errors),
+            hint="see `kvstack plan` with the same options for the numbers",
+        )
+    options = ServeOptions(
+        host=request.host,
+        port=request.port,
+        api_key=request.api_key,
+        cache_root=str(request.resolved_cache_root()),
+        run_dir=str(request.resolved_run_dir()),
+        python=engine_python(),
+        extra_args=list(request.extra_args),
+        remote_url=request.remote,
+    )
+    facts = gather_facts(plan.model_path, snap.memory)
+    spec = render(plan, options, snap.software, facts)
+    return Prepared(request=request, snapshot=snap, plan=plan, options=options, spec=spec)

@@ -1,0 +1,81 @@
+"""What a user asks ``kvstack serve`` for, with the defaults resolved in one place."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from kvstack.planning.schema import Engine, OffloadChoice
+from kvstack.profiles import profiles_dir
+
+ENGINE_PYTHON_ENV = "KVSTACK_ENGINE_PYTHON"
+
+
+def demo_model_dir() -> Path:
+    return profiles_dir() / "demo"
+
+
+def engine_python() -> str:
+    """The interpreter that has the engine installed: the one running kvstack, unless overridden."""
+    return os.environ.get(ENGINE_PYTHON_ENV) or sys.executable
+
+
+def _xdg(var: str, fallback: str) -> Path:
+    base = os.environ.get(var, "").strip()
+    return Path(base) if base else Path.home() / fallback
+
+
+def default_cache_root() -> Path:
+    return _xdg("XDG_CACHE_HOME", ".cache") / "kvstack"
+
+
+def default_run_dir(port: int) -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return _xdg("XDG_STATE_HOME", ".local/state") / "kvstack" / "runs" / f"{stamp}-{port}"
+
+
+class ServeRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    model: str | None = None  # None: the bundled demo model
+    engine: Engine = "vllm"
+    offload: OffloadChoice = "auto"
+    hardware: Path | None = None
+    context: str | None = None
+    users: int = 1
+    tp: int | None = None
+    kv_dtype: str | None = None
+    remote: str | None = Field(default=None, repr=False)
+    workload: str | None = None
+    host: str = "127.0.0.1"
+    port: int = 8000
+    cache_dir: Path | None = None
+    run_dir: Path | None = None
+    api_key: str | None = Field(default=None, repr=False)
+    ready_timeout_s: float = 900.0
+    validate_after_start: bool = True
+    exit_after_validate: bool = False
+    prompt_tokens: int | None = None
+    min_speedup: float = 1.5
+    extra_args: list[str] = Field(default_factory=list)
+    fio_seconds: float = 3.0
+
+    @property
+    def uses_demo_model(self) -> bool:
+        return self.model is None
+
+    def model_spec(self) -> str:
+        return self.model if self.model is not None else str(demo_model_dir())
+
+    def resolved_cache_root(self) -> Path:
+        return (self.cache_dir or default_cache_root()).expanduser().absolute()
+
+    def resolved_run_dir(self) -> Path:
+        return (self.run_dir or default_run_dir(self.port)).expanduser().absolute()
+
+    def secrets(self) -> list[str]:
+        return [s for s in (self.api_key,) if s]

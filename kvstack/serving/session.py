@@ -1,0 +1,125 @@
+"""Run a prepared launch: preflight, write configs, supervise, validate, keep serving."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kvstack.engines.base import LaunchSpec
+from kvstack.errors import Interrupted, ValidationFailed
+from kvstack.fsutil import atomic_write, ensure_private_dir
+from kvstack.runtime.preflight import preflight_launch
+from kvstack.runtime.supervisor import Supervisor, SupervisorStatus
+from kvstack.serving.prepare import Prepared
+from kvstack.validate import ValidationReport, run_validation, target_from_launch, write_report
+
+DISK_CHECK_EVERY_S = 30.0
+POLL_S = 0.25  # how often a serving engine is checked: death is noticed well within 2 s
+
+
+@dataclass
+class ServeEvents:
+    """How the session talks to whoever renders it (the CLI's rich console, or a test)."""
+
+    status: Callable[[SupervisorStatus], None] = lambda s: None
+    message: Callable[[str], None] = lambda m: None
+    warning: Callable[[str], None] = lambda m: None
+    validation_progress: Callable[[str], None] = lambda m: None
+    validation: Callable[[ValidationReport], None] = lambda r: None
+    ready: Callable[[str], None] = lambda url: None
+    notes: list[str] = field(default_factory=list)
+
+
+def disk_need_bytes(prepared: Prepared) -> int:
+    disk = prepared.plan.tier("disk")
+    return disk.size_bytes if disk is not None else 0
+
+
+def write_launch_files(spec: LaunchSpec) -> None:
+    """Private cache dirs (0700) and config files (0600), each written atomically."""
+    for directory in spec.private_dirs:
+        ensure_private_dir(Path(directory))
+    for f in spec.files:
+        atomic_write(Path(f.path), f.content, mode=f.mode)
+
+
+def record_run(prepared: Prepared) -> None:
+    """plan.json and launch.json (secrets masked) in the run dir: what ran, for later reading."""
+    run_dir = ensure_private_dir(prepared.run_dir)
+    atomic_write(run_dir / "plan.json", prepared.plan.model_dump_json(indent=2) + "\n")
+    atomic_write(run_dir / "launch.json", json.dumps(prepared.spec.public(), indent=2) + "\n")
+
+
+def _validate(prepared: Prepared, sup: Supervisor, events: ServeEvents) -> ValidationReport:
+    req = prepared.request
+    target = target_from_launch(
+        prepared.spec,
+        prepared.plan,
+        api_key=req.api_key,
+        log_file=sup.log_path(),
+        prompt_tokens=req.prompt_tokens,
+        min_speedup=req.min_speedup,
+    )
+
+    def engine_alive() -> None:
+        if sup.poll_died() is not None:
+            raise sup.death_error(during="validation")
+
+    report = run_validation(target, on_progress=events.validation_progress, between=engine_alive)
+    engine_alive()  # a death during the last request must not read as a verdict
+    write_report(report, prepared.run_dir / "validation.json")
+    events.validation(report)
+    return report
+
+
+def _failed_summary(report: ValidationReport) -> str:
+    failed = [s for s in report.steps if s.verdict == "fail"]
+    parts = [f"{s.name}: {s.reason}" for s in failed]
+    parts += [f"diagnosis: {d.name}" for d in report.diagnoses]
+    return "; ".join(parts) or "a step failed"
+
+
+def serve_until_stopped(sup: Supervisor, events: ServeEvents) -> None:
+    next_disk_check = 0.0
+    while True:
+        if sup.poll_died() is not None:
+            raise sup.death_error(during="serving")
+        now = time.monotonic()
+        if now >= next_disk_check:
+            for warning in sup.disk_warnings():
+                events.warning(warning)
+            next_disk_check = now + DISK_CHECK_EVERY_S
+        time.sleep(POLL_S)
+
+
+def run(prepared: Prepared, events: ServeEvents | None = None) -> int:
+    """Launch and supervise; returns the exit code (0 clean stop or PASS). Errors raise."""
+    ev = events or ServeEvents()
+    req, spec = prepared.request, prepared.spec
+    preflight_launch(spec, prepared.options, disk_need_bytes(prepared))
+    record_run(prepared)
+    write_launch_files(spec)
+    with Supervisor(spec, prepared.run_dir, on_status=ev.status, api_key=req.api_key) as sup:
+        sup.start()
+        sup.wait_ready(req.ready_timeout_s)
+        ev.ready(spec.base_url)
+        report = _validate(prepared, sup, ev) if req.validate_after_start else None
+        if report is not None and report.overall != "PASS":
+            if req.exit_after_validate:
+                raise ValidationFailed(
+                    "validation FAILED: " + _failed_summary(report),
+                    hint=f"report: {prepared.run_dir / 'validation.json'}; engine log: {sup.log_path()}",
+                )
+            ev.warning("validation FAILED: " + _failed_summary(report) + " (still serving)")
+        if req.exit_after_validate:
+            return 0
+        ev.message(f"serving at {spec.base_url} (Ctrl-C or SIGTERM stops it; logs in {prepared.run_dir})")
+        try:
+            serve_until_stopped(sup, ev)
+        except Interrupted:
+            ev.message("stopped")
+            return 0
+    return 0

