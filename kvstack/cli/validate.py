@@ -1,0 +1,128 @@
+"""`kvstack validate`: the TTFT validation pass against a running server."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import typer
+
+from kvstack.errors import InputError
+
+if TYPE_CHECKING:
+    from kvstack.validate import ValidationReport
+
+_ENGINES = ("vllm", "sglang")
+_TIERS = ("cpu", "disk", "remote")
+_STYLE = {"pass": "green", "fail": "bold red", "skip": "yellow"}
+
+
+def render(report: ValidationReport) -> None:
+    """The table a person reads: one row per step, evidence with numbers, the verdict."""
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    console = Console()
+    table = Table(title=f"kvstack validate: {report.base_url} ({report.engine}, {report.model})")
+    table.add_column("step", no_wrap=True)
+    table.add_column("TTFT", justify="right", no_wrap=True)
+    table.add_column("speedup", justify="right", no_wrap=True)
+    table.add_column("evidence")
+    table.add_column("verdict", no_wrap=True)
+    for step in report.steps:
+        ttft = f"{step.ttft_s * 1000:.1f} ms" if step.ttft_s is not None else "-"
+        speedup = f"{step.speedup:.2f}x" if step.speedup is not None else "-"
+        style = _STYLE[step.verdict]
+        # Text, not markup: evidence and log lines contain brackets and braces.
+        evidence = Text("\n".join(step.evidence))
+        if step.reason:
+            evidence.append(("\n" if step.evidence else "") + step.reason, style=style)
+        table.add_row(step.name, ttft, speedup, evidence, Text(step.verdict, style=style))
+    console.print(table)
+    for d in report.diagnoses:
+        console.print(Text(f"{d.name}: ", style="bold red") + Text(d.explanation))
+        console.print(Text(f"  line {d.first_line}: {d.example}"))
+    color = "green" if report.overall == "PASS" else "bold red"
+    console.print(
+        Text(report.overall, style=color)
+        + Text(
+            f" ({report.prompt_tokens}-token prompts, min speedup {report.min_speedup:g}x, "
+            f"{report.repeat} rounds, {report.duration_s:.1f} s)"
+        )
+    )
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("validate")
+    def _cmd(
+        url: str = typer.Option(..., "--url", help="The server, e.g. http://127.0.0.1:8000"),
+        engine: str | None = typer.Option(None, "--engine", help="vllm or sglang (default: from /metrics)"),
+        cache_dir: Path | None = typer.Option(
+            None, "--cache-dir", help="The disk tier's directory: adds a disk tier check"
+        ),
+        tiers: list[str] = typer.Option([], "--tier", help="An offload tier to check: cpu, disk or remote"),
+        log: Path | None = typer.Option(
+            None, "--log", help="The engine's log file, scanned for silent failures"
+        ),
+        prompt_tokens: int | None = typer.Option(
+            None, "--prompt-tokens", help="Prompt length (default 2048)"
+        ),
+        min_speedup: float = typer.Option(1.5, "--min-speedup", help="Warm must beat cold by this factor"),
+        repeat: int = typer.Option(3, "--repeat", help="Rounds per step (the median is judged)"),
+        model: str | None = typer.Option(
+            None, "--model", help="Served model name (default: from /v1/models)"
+        ),
+        api_key: str | None = typer.Option(
+            None, "--api-key", envvar="KVSTACK_API_KEY", help="The server's API key", show_default=False
+        ),
+        reset_path: str | None = typer.Option(
+            None, "--reset-path", help="POST path that empties the GPU prefix cache (default per engine)"
+        ),
+        as_json: bool = typer.Option(False, "--json", help="Print the report as JSON"),
+        out: Path | None = typer.Option(None, "--out", help="Also write the JSON report to this file"),
+    ) -> None:
+        """Prove with TTFT and the server's counters that the prefix cache and each tier serve hits."""
+        from kvstack.validate import TierTarget, ValidationTarget, run_validation, write_report
+
+        if engine is not None and engine not in _ENGINES:
+            raise InputError(f"--engine must be vllm or sglang, not {engine!r}", hint="e.g. --engine vllm")
+        kinds: list[str] = []
+        for t in tiers:
+            if t not in _TIERS:
+                raise InputError(f"--tier must be cpu, disk or remote, not {t!r}", hint="e.g. --tier cpu")
+            if t not in kinds:
+                kinds.append(t)
+        if cache_dir is not None and "disk" not in kinds:
+            kinds.append("disk")
+        if "disk" in kinds and cache_dir is None:
+            raise InputError("--tier disk needs the disk tier's directory", hint="add --cache-dir DIR")
+        disk_path = str(cache_dir.resolve()) if cache_dir is not None else None
+        target = ValidationTarget(
+            base_url=url,
+            model=model,
+            api_key=api_key or None,
+            engine=engine,  # type: ignore[arg-type]
+            tiers=[TierTarget(kind=k, path=disk_path if k == "disk" else None) for k in kinds],  # type: ignore[arg-type]
+            reset_path=reset_path,
+            log_file=str(log) if log else None,
+            prompt_tokens=prompt_tokens,
+            min_speedup=min_speedup,
+            repeat=repeat,
+            secrets=[api_key] if api_key else [],
+        )
+        if as_json or not sys.stderr.isatty():
+            report = run_validation(target)
+        else:
+            from rich.console import Console
+
+            with Console(stderr=True).status("validating ...") as status:
+                report = run_validation(target, on_progress=lambda msg: status.update(f"validating: {msg}"))
+        if out is not None:
+            write_report(report, out)
+        if as_json:
+            sys.stdout.write(report.to_json() + "\n")
+        else:
+            render(report)
+        raise typer.Exit(0 if report.overall == "PASS" else 1)

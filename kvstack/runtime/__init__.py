@@ -1,0 +1,1 @@
+"""What runs while kvstack serves: supervision, the streaming client, Prometheus metrics."""

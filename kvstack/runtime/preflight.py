@@ -1,0 +1,145 @@
+"""Checks before a launch, so that a user mistake costs a second instead of a failed startup.
+
+Each check raises an InputError subclass (exit 2) naming the problem and the fix; none of
+them writes anything that outlives the check.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import socket
+import subprocess
+import tempfile
+from pathlib import Path
+
+import psutil
+
+from kvstack.engines.base import LaunchSpec, ServeOptions
+from kvstack.errors import MissingProgramError, NetworkTargetError, PathError
+
+# Python module to look for -> what to pip-install for it.
+ENGINE_MODULES: dict[str, str] = {"vllm": "vllm", "sglang": "sglang[all]", "lmcache": "lmcache"}
+_CONNECTOR_MODULES: dict[str, str] = {"lmcache": "lmcache", "lmcache-mp": "lmcache"}
+
+
+def check_port_range(port: int, flag: str = "--port") -> None:
+    if not 1 <= port <= 65535:
+        raise NetworkTargetError(
+            f"{flag} {port} is out of range (1-65535)", hint=f"choose a free port, e.g. {flag} 8000"
+        )
+
+
+def _listener(port: int) -> str | None:
+    """Who listens on ``port``, as 'NAME (pid N)', when this user may see it."""
+    with contextlib.suppress(psutil.Error, OSError):
+        for conn in psutil.net_connections(kind="inet"):
+            if conn.laddr and conn.laddr.port == port and conn.status == psutil.CONN_LISTEN and conn.pid:
+                with contextlib.suppress(psutil.Error):
+                    return f"{psutil.Process(conn.pid).name()} (pid {conn.pid})"
+                return f"pid {conn.pid}"
+    return None
+
+
+def _bindable(host: str, port: int) -> OSError | None:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        # Servers set SO_REUSEADDR too: a port in TIME_WAIT is free for them.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            return exc
+    return None
+
+
+def check_port_free(host: str, port: int, flag: str = "--port") -> None:
+    check_port_range(port, flag)
+    exc = _bindable(host, port)
+    if exc is None:
+        return
+    if exc.errno == errno.EADDRINUSE:
+        who = _listener(port)
+        alt = next((p for p in range(port + 1, min(port + 50, 65536)) if _bindable(host, p) is None), None)
+        fix = f"or choose another port, e.g. {flag} {alt}" if alt else f"or choose another {flag}"
+        raise NetworkTargetError(
+            f"port {port} on {host} is already in use" + (f" by {who}" if who else ""),
+            hint=f"stop {who or 'the process that holds it'} {fix}",
+        )
+    if exc.errno == errno.EADDRNOTAVAIL:
+        raise NetworkTargetError(
+            f"cannot bind {host}: the address does not belong to this machine",
+            hint="use --host 127.0.0.1 (local only) or an address of this machine",
+        )
+    if exc.errno == errno.EACCES:
+        raise NetworkTargetError(
+            f"port {port} needs root privileges to bind", hint=f"choose a port above 1023, e.g. {flag} 8000"
+        )
+    raise NetworkTargetError(f"cannot bind {host}:{port}: {exc.strerror}", hint=f"choose another {flag}")
+
+
+def check_dir_writable(path: str | Path, need_bytes: int = 0, what: str = "cache directory") -> None:
+    """``path`` (or, when missing, its nearest existing parent) is writable and has the space."""
+    target = Path(path)
+    probe = target
+    while not probe.exists():
+        if probe == probe.parent:
+            break
+        probe = probe.parent
+    if not probe.is_dir():
+        raise PathError(f"{what} {target}: {probe} is not a directory", hint="choose a directory path")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise PathError(f"{what} {target} is not writable ({probe})", hint="choose a directory you can write")
+    if probe == target:
+        try:  # access() trusts mode bits; a read-only mount or full quota shows only on a write
+            with tempfile.NamedTemporaryFile(dir=target, prefix=".kvstack-probe-"):
+                pass
+        except OSError as exc:
+            raise PathError(
+                f"cannot write to {what} {target}: {exc.strerror}", hint="choose a writable directory"
+            ) from exc
+    if need_bytes > 0:
+        st = os.statvfs(probe)
+        free = st.f_bavail * st.f_frsize
+        if free < need_bytes:
+            gib = 1 << 30
+            raise PathError(
+                f"{what} {target} has {free / gib:.1f} GiB free "
+                f"but the plan needs {need_bytes / gib:.1f} GiB",
+                hint="free space, choose another --cache-dir, or plan a smaller disk tier",
+            )
+
+
+def check_module_importable(python: str, module: str, package: str | None = None) -> None:
+    """``module`` is importable by the interpreter ``python`` (found, not imported: fast)."""
+    code = "import importlib.util,sys; sys.exit(importlib.util.find_spec(sys.argv[1]) is None)"
+    pip = f"{python} -m pip install {package or ENGINE_MODULES.get(module, module)}"
+    try:
+        proc = subprocess.run(
+            [python, "-c", code, module],
+            capture_output=True,
+            timeout=60,
+            check=False,
+            stdin=subprocess.DEVNULL,
+        )
+    except FileNotFoundError as exc:
+        raise MissingProgramError(
+            f"the engine's Python interpreter {python} does not exist",
+            hint="point --python at a real interpreter",
+        ) from exc
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise MissingProgramError(f"cannot run {python}: {exc}", hint="check the interpreter") from exc
+    if proc.returncode != 0:
+        raise MissingProgramError(f"{module} is not installed for {python}", hint=f"install it: {pip}")
+
+
+def preflight_launch(spec: LaunchSpec, options: ServeOptions, disk_need_bytes: int = 0) -> None:
+    """Every check a ``kvstack serve`` launch needs, in the order a user would fix them."""
+    check_port_free(options.host, options.port)
+    check_dir_writable(options.run_dir, what="run directory")
+    disk_dir = spec.cache_dirs.get("disk")
+    check_dir_writable(disk_dir or options.cache_root, disk_need_bytes)
+    check_module_importable(options.python, spec.engine)
+    if spec.connector in _CONNECTOR_MODULES:
+        check_module_importable(options.python, _CONNECTOR_MODULES[spec.connector])

@@ -1,0 +1,527 @@
+"""Start the engine and its helpers, watch them, and make sure none outlives kvstack.
+
+Each process runs in its own session (so its process group is ours to signal as a whole),
+with PR_SET_PDEATHSIG=SIGKILL for the direct child and a watchdog process
+(``kvstack.runtime.watchdog``) for everything it spawns, which PDEATHSIG cannot reach. Output
+is teed, secrets masked, into ``RUN_DIR/<name>.log``. Stopping follows vLLM's process managers
+(vllm/v1/utils.py): SIGTERM to every group, one shared deadline, then SIGKILL.
+
+PR_SET_PDEATHSIG fires when the *thread* that forked the child exits: call ``start`` from a
+thread that lives as long as the server (the main thread, in the CLI).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import IO, Any
+
+import httpx
+import psutil
+
+from kvstack.engines.base import LaunchSpec, ProcessSpec
+from kvstack.errors import EngineError, Interrupted, MissingProgramError
+from kvstack.fsutil import ensure_private_dir
+from kvstack.redact import redact_argv, redact_text
+from kvstack.runtime.watchdog import group_alive
+
+TAIL_LINES = 30
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_LIBC: Any = None
+
+
+def _libc() -> Any:
+    # Loaded in the parent: a child between fork and exec must not dlopen.
+    global _LIBC
+    if _LIBC is None and sys.platform.startswith("linux"):
+        _LIBC = ctypes.CDLL(None, use_errno=True)
+    return _LIBC
+
+
+def _child_setup(parent_pid: int, libc: Any) -> Callable[[], None]:
+    def setup() -> None:
+        if libc is not None:
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent_pid:  # the parent died before prctl took effect
+            os._exit(1)
+
+    return setup
+
+
+def describe_exit(code: int) -> str:
+    if code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with code {code}"
+
+
+class ProcessFailed(EngineError):
+    """A supervised process died or never became ready; carries its log tail."""
+
+    def __init__(
+        self,
+        name: str,
+        what: str,
+        process_exit_code: int | None,
+        log_path: Path,
+        tail: list[str],
+        hint: str,
+    ) -> None:
+        shown = "\n".join(f"  {line}" for line in tail) or "  (the log is empty)"
+        message = f"{name} {what}\nlast {len(tail)} lines of {log_path}:\n{shown}"
+        super().__init__(message, hint=hint)
+        self.name = name
+        self.process_exit_code = process_exit_code
+        self.log_path = log_path
+        self.tail = tail
+
+
+@dataclass(frozen=True)
+class SupervisorStatus:
+    phase: str  # "starting", "waiting for /health", "ready", "stopping", "stopped", "failed"
+    name: str  # the process the phase is about
+    elapsed_s: float
+    last_line: str
+
+
+StatusCallback = Callable[[SupervisorStatus], None]
+
+
+def format_status(status: SupervisorStatus, width: int = 100) -> str:
+    """One line for a live display: ``engine: waiting for readiness (12 s) | last log line``."""
+    head = f"{status.name}: {status.phase} ({status.elapsed_s:.0f} s)"
+    if not status.last_line:
+        return head
+    room = max(width - len(head) - 3, 10)
+    line = status.last_line if len(status.last_line) <= room else status.last_line[: room - 3] + "..."
+    return f"{head} | {line}"
+
+
+class _Tee(threading.Thread):
+    """Copies a child's output into its log file, masking secrets, keeping the last lines."""
+
+    def __init__(self, src: IO[bytes], log: IO[bytes], secrets: list[str]) -> None:
+        super().__init__(daemon=True, name="kvstack-tee")
+        self.src, self.log, self.secrets = src, log, secrets
+        self.tail: deque[str] = deque(maxlen=200)
+        self.lock = threading.Lock()
+
+    def run(self) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            for raw in iter(self.src.readline, b""):
+                line = redact_text(raw.decode("utf-8", "replace"), self.secrets)
+                self.log.write(line.encode("utf-8"))
+                self.log.flush()
+                shown = _ANSI.sub("", line).rstrip("\r\n")
+                if shown.strip():
+                    with self.lock:
+                        self.tail.append(shown)
+
+    def last(self, n: int) -> list[str]:
+        with self.lock:
+            return list(self.tail)[-n:]
+
+
+@dataclass
+class _Proc:
+    spec: ProcessSpec
+    popen: subprocess.Popen[bytes]
+    log_path: Path
+    log: IO[bytes]
+    tee: _Tee
+    started: float
+
+    @property
+    def pgid(self) -> int:
+        return self.popen.pid  # start_new_session: the child leads its own group
+
+
+def child_env(spec: ProcessSpec, base: Mapping[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ if base is None else base)
+    for key in list(env):
+        if key in spec.unset_env or any(key.startswith(p) for p in spec.unset_env_prefixes):
+            del env[key]
+    env.setdefault("PYTHONUNBUFFERED", "1")  # log lines as they happen, not at exit
+    env.update(spec.env)
+    return env
+
+
+def _watchdog_env() -> dict[str, str]:
+    # The watchdog must import kvstack even when kvstack runs from a source tree.
+    env = dict(os.environ)
+    root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+    return env
+
+
+def _members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes of a group; zombies wait for a reaper, they run nothing."""
+    if not group_alive(pgid):
+        return []
+    out = []
+    for proc in psutil.process_iter(["pid", "status"]):
+        try:
+            if os.getpgid(proc.pid) == pgid and proc.info["status"] != psutil.STATUS_ZOMBIE:
+                out.append(proc.pid)
+        except (ProcessLookupError, psutil.Error):
+            continue
+    return out
+
+
+class Supervisor:
+    """Runs a LaunchSpec: helpers first (each waited for), then the server.
+
+    Use as a context manager; ``stop`` runs on exit, on SIGINT/SIGTERM (which then raise
+    ``Interrupted``) and is idempotent.
+    """
+
+    def __init__(
+        self,
+        spec: LaunchSpec,
+        run_dir: Path | str,
+        *,
+        on_status: StatusCallback | None = None,
+        stop_timeout_s: float = 10.0,
+        helper_ready_timeout_s: float = 120.0,
+        api_key: str | None = None,
+        base_env: Mapping[str, str] | None = None,
+        handle_signals: bool = True,
+    ) -> None:
+        self.spec = spec
+        self.run_dir = Path(run_dir)
+        self.on_status = on_status
+        self.stop_timeout_s = stop_timeout_s
+        self.helper_ready_timeout_s = helper_ready_timeout_s
+        self.api_key = api_key
+        self.base_env = base_env
+        self.handle_signals = handle_signals
+        self.procs: list[_Proc] = []
+        self.died: tuple[str, int] | None = None
+        self._watchdog: subprocess.Popen[bytes] | None = None
+        self._old_handlers: dict[int, Any] = {}
+        self._stopping = False
+        self._stopped = False
+        self._kill_now = False
+        self._t0 = time.monotonic()
+        self._phase = "created"
+
+    # --- life cycle -------------------------------------------------------------------------
+
+    def __enter__(self) -> Supervisor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        """Start helpers (waiting until each is ready), then the server; returns at once after."""
+        ensure_private_dir(self.run_dir)
+        self._install_signal_handlers()
+        self._t0 = time.monotonic()
+        try:
+            self._start_watchdog()
+            for helper in self.spec.helpers:
+                self._launch(helper)
+                self.wait_ready(self.helper_ready_timeout_s, name=helper.name)
+            self._launch(self.spec.server)
+        except BaseException:
+            self.stop()  # a failed start leaves nothing running, with or without ``with``
+            raise
+        self._report("starting", self.spec.server.name)
+
+    def _start_watchdog(self) -> None:
+        if self._watchdog is not None:
+            return
+        self._watchdog = subprocess.Popen(
+            [sys.executable, "-m", "kvstack.runtime.watchdog", str(os.getpid())],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            cwd="/",
+            env=_watchdog_env(),
+        )
+
+    def _tell_watchdog(self, line: str) -> None:
+        if self._watchdog is not None and self._watchdog.stdin is not None:
+            with contextlib.suppress(OSError, ValueError):
+                self._watchdog.stdin.write(f"{line}\n".encode())
+                self._watchdog.stdin.flush()
+
+    def _launch(self, pspec: ProcessSpec) -> _Proc:
+        log_path = self.run_dir / f"{pspec.name}.log"
+        fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        log = os.fdopen(fd, "ab")
+        shown = " ".join(redact_argv(pspec.argv, self.spec.secrets))
+        log.write(f"# kvstack: starting {pspec.name}: {shown}\n".encode())
+        log.flush()
+        try:
+            popen = subprocess.Popen(
+                pspec.argv,
+                env=child_env(pspec, self.base_env),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=_child_setup(os.getpid(), _libc()),
+            )
+        except FileNotFoundError as exc:
+            log.close()
+            raise MissingProgramError(
+                f"cannot start {pspec.name}: {pspec.argv[0]} not found",
+                hint="install the engine in the Python environment kvstack uses (see kvstack doctor)",
+            ) from exc
+        except OSError as exc:
+            log.close()
+            raise EngineError(f"cannot start {pspec.name}: {exc}", hint=f"check {pspec.argv[0]}") from exc
+        self._tell_watchdog(f"+{popen.pid}")
+        assert popen.stdout is not None
+        tee = _Tee(popen.stdout, log, self.spec.secrets)
+        tee.start()
+        proc = _Proc(pspec, popen, log_path, log, tee, time.monotonic())
+        self.procs.append(proc)
+        return proc
+
+    # --- readiness and death ----------------------------------------------------------------
+
+    def _proc(self, name: str) -> _Proc:
+        for p in self.procs:
+            if p.spec.name == name:
+                return p
+        raise KeyError(name)
+
+    def log_path(self, name: str | None = None) -> Path:
+        return self.run_dir / f"{name or self.spec.server.name}.log"
+
+    def tail(self, name: str | None = None, n: int = TAIL_LINES) -> list[str]:
+        proc = self._proc(name or self.spec.server.name)
+        if proc.popen.poll() is not None:
+            proc.tee.join(timeout=1.0)  # let the last lines of a dead process reach the tail
+        return proc.tee.last(n)
+
+    def poll_died(self) -> int | None:
+        """Exit code of the first supervised process found dead, else None."""
+        if self.died is not None:
+            return self.died[1]
+        for p in self.procs:
+            rc = p.popen.poll()
+            if rc is not None:
+                self.died = (p.spec.name, rc)
+                return rc
+        return None
+
+    def death_error(self, during: str = "serving") -> ProcessFailed:
+        """The error to raise once ``poll_died`` returned a code."""
+        assert self.died is not None
+        name, rc = self.died
+        return ProcessFailed(
+            name,
+            f"{describe_exit(rc)} during {during} (pid {self._proc(name).popen.pid})",
+            rc,
+            self.log_path(name),
+            self.tail(name),
+            hint=f"read the full log: {self.log_path(name)}",
+        )
+
+    def _probe(self, client: httpx.Client, pspec: ProcessSpec) -> bool:
+        if pspec.ready_url is None:
+            return True
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        try:
+            if client.get(pspec.ready_url, headers=headers, timeout=1.0).status_code // 100 != 2:
+                return False
+            if pspec is not self.spec.server:
+                return True
+            # /health answers before the API routes serve; 401/403 still prove they are up.
+            resp = client.get(self.spec.base_url.rstrip("/") + "/v1/models", headers=headers, timeout=1.0)
+            return resp.status_code // 100 == 2 or resp.status_code in (401, 403)
+        except httpx.HTTPError:
+            return False
+
+    def wait_ready(self, timeout_s: float, name: str | None = None) -> None:
+        """Poll the readiness URL with backoff; raise ProcessFailed on death or timeout."""
+        proc = self._proc(name or self.spec.server.name)
+        deadline = time.monotonic() + timeout_s
+        pause = 0.1
+        self._report("waiting for readiness", proc.spec.name)
+        with httpx.Client(trust_env=False) as client:
+            while True:
+                if self.poll_died() is not None:
+                    self._phase = "failed"
+                    raise self.death_error(during="startup")
+                if self._probe(client, proc.spec):
+                    self._report("ready", proc.spec.name)
+                    return
+                if time.monotonic() >= deadline:
+                    self._phase = "failed"
+                    raise ProcessFailed(
+                        proc.spec.name,
+                        f"was not ready after {timeout_s:.0f} s (pid {proc.popen.pid}, still running)",
+                        None,
+                        proc.log_path,
+                        self.tail(proc.spec.name),
+                        hint=f"raise --ready-timeout or read the full log: {proc.log_path}",
+                    )
+                # Sleep in short slices so a death is seen well within 2 s of happening.
+                wake = min(deadline, time.monotonic() + pause)
+                while time.monotonic() < wake and self.poll_died() is None:
+                    time.sleep(0.1)
+                    self._report("waiting for readiness", proc.spec.name)
+                pause = min(pause * 1.5, 1.0)
+
+    # --- status -----------------------------------------------------------------------------
+
+    def status(self, name: str | None = None) -> SupervisorStatus:
+        target = name or (self.procs[-1].spec.name if self.procs else self.spec.server.name)
+        try:
+            last = self._proc(target).tee.last(1)
+        except KeyError:
+            last = []
+        return SupervisorStatus(self._phase, target, time.monotonic() - self._t0, last[0] if last else "")
+
+    def _report(self, phase: str, name: str) -> None:
+        self._phase = phase
+        if self.on_status is not None:
+            self.on_status(self.status(name))
+
+    def disk_warnings(self, min_free_bytes: int | None = None) -> list[str]:
+        """Warnings for disk-tier directories whose filesystem runs low (see low_disk_warning)."""
+        out = []
+        for kind, path in self.spec.cache_dirs.items():
+            if kind == "disk" and (w := low_disk_warning(path, min_free_bytes)):
+                out.append(w)
+        return out
+
+    # --- stopping ---------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """SIGTERM every group, one shared deadline, then SIGKILL what is left. Idempotent."""
+        if self._stopped or self._stopping:
+            return
+        self._stopping = True
+        try:
+            if self.procs:
+                self._report("stopping", self.spec.server.name)
+            self._stop_groups()
+        finally:
+            self._finish()
+            self._stopping = False
+            self._stopped = True
+            if self._phase != "failed":
+                self._phase = "stopped"
+            self._restore_signal_handlers()
+
+    def _stop_groups(self) -> None:
+        deadline = time.monotonic() + self.stop_timeout_s
+        # The server first (it may flush to its helpers), helpers once it is gone or half the time is up.
+        order = list(reversed(self.procs))
+        server_part = [p for p in order if p.spec is self.spec.server]
+        helper_part = [p for p in order if p.spec is not self.spec.server]
+        self._signal(server_part, signal.SIGTERM)
+        half = time.monotonic() + self.stop_timeout_s / 2
+        self._wait_gone(server_part, half)
+        self._signal(helper_part, signal.SIGTERM)
+        self._wait_gone(order, deadline)
+        alive = [p for p in order if self._alive(p)]
+        if alive:
+            self._signal(alive, signal.SIGKILL)
+            self._wait_gone(alive, time.monotonic() + 3.0)
+
+    def _signal(self, procs: list[_Proc], sig: int) -> None:
+        for p in procs:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(p.pgid, sig)
+
+    def _alive(self, p: _Proc) -> bool:
+        p.popen.poll()  # reap the leader so it does not count as a zombie member
+        return bool(_members(p.pgid))
+
+    def _wait_gone(self, procs: list[_Proc], deadline: float) -> None:
+        while time.monotonic() < deadline and not self._kill_now:
+            if not any(self._alive(p) for p in procs):
+                return
+            time.sleep(0.05)
+
+    def _finish(self) -> None:
+        for p in self.procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                p.popen.wait(timeout=1.0)
+            p.tee.join(timeout=2.0)
+            with contextlib.suppress(OSError):
+                p.log.close()
+            self._tell_watchdog(f"-{p.pgid}")
+        if self._watchdog is not None:
+            with contextlib.suppress(OSError, ValueError):
+                assert self._watchdog.stdin is not None
+                self._watchdog.stdin.close()  # EOF with no groups left: it exits quietly
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._watchdog.wait(timeout=5.0)
+            self._watchdog = None
+
+    # --- signals ----------------------------------------------------------------------------
+
+    def _install_signal_handlers(self) -> None:
+        if not self.handle_signals or threading.current_thread() is not threading.main_thread():
+            return
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self._old_handlers[sig] = signal.signal(sig, self._on_signal)
+
+    def _restore_signal_handlers(self) -> None:
+        for sig, old in self._old_handlers.items():
+            with contextlib.suppress(ValueError, TypeError):
+                signal.signal(sig, old)
+        self._old_handlers.clear()
+
+    def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
+        if self._stopping:  # a second Ctrl-C: stop waiting politely
+            self._kill_now = True
+            return
+        name = signal.Signals(signum).name
+        self.stop()
+        raise Interrupted(f"interrupted by {name}; stopped everything kvstack started")
+
+
+def low_disk_warning(
+    path: str | Path, min_free_bytes: int | None = None, min_free_fraction: float = 0.05
+) -> str | None:
+    """A warning when the filesystem under ``path`` has less than the margin free, else None.
+
+    The default margin is 5% of the filesystem, at least 1 GiB and at most 50 GiB: a KV disk
+    tier writes until its cap, and a full disk makes stores fail silently in the connector.
+    """
+    probe = Path(path)
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    try:
+        st = os.statvfs(probe)
+    except OSError:
+        return None
+    total = st.f_blocks * st.f_frsize
+    free = st.f_bavail * st.f_frsize
+    margin = (
+        min_free_bytes
+        if min_free_bytes is not None
+        else min(max(1 << 30, int(total * min_free_fraction)), 50 << 30)
+    )
+    if free >= margin:
+        return None
+    gib = 1 << 30
+    return (
+        f"the disk tier at {path} has {free / gib:.1f} GiB free (below the {margin / gib:.1f} GiB margin): "
+        "stores will start failing; free space or lower the disk tier size"
+    )

@@ -1,0 +1,435 @@
+"""The TTFT validation pass: prove with numbers that the prefix cache and every offload tier serve hits.
+
+Protocol (issue 5; measurement as in shared/REFERENCE.md "Measuring TTFT the way the peers do"):
+  cold       unique prompts (nonce first), max_tokens=1, streamed: the recompute TTFT
+  warm       the same prompts again: faster by ``min_speedup`` and the prefix-cache counters rose
+  tier:KIND  per offload tier: send a fresh prompt, drop the GPU copy (reset endpoint, or
+             overflow the pool), send it again: connector hit counters rose, TTFT below
+             recompute, and for a disk tier bytes landed under its directory
+  diagnosis  known silent failures in the engine log
+Each measurement is the median over ``repeat`` fresh prompts: one noisy request on a busy
+machine must not decide the verdict. Overall PASS only when every applicable step passes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+
+from kvstack.engines.base import LaunchSpec
+from kvstack.errors import InputError
+from kvstack.planning.schema import Plan
+from kvstack.runtime.client import RequestResult, make_client
+from kvstack.runtime.metrics import MetricsSnapshot
+from kvstack.validation.diagnosis import Diagnosis, scan_log
+from kvstack.validation.evidence import (
+    Hits,
+    connector_hits,
+    dir_state,
+    gpu_capacity_tokens,
+    lmcache_disk_bytes,
+    prefix_hits,
+)
+from kvstack.validation.prompts import PromptBuilder
+from kvstack.validation.report import (
+    StepResult,
+    TierTarget,
+    ValidationReport,
+    ValidationTarget,
+    check_target,
+    write_report,
+)
+from kvstack.validation.session import ServerSession
+
+__all__ = [
+    "StepResult",
+    "TierTarget",
+    "ValidationReport",
+    "ValidationTarget",
+    "check_target",
+    "run_validation",
+    "run_validation_async",
+    "target_from_launch",
+    "write_report",
+]
+
+# Endpoints that empty the GPU prefix cache and keep the offload tiers. vLLM's keeps connector
+# caches unless ?reset_external=true (vllm/entrypoints/serve/dev/cache/api_router.py). SGLang's
+# /flush_cache also clears HiCache's host pool (HiRadixCache.reset), so SGLang tiers are proven
+# by overflowing the GPU pool instead.
+RESET_PATHS = {"vllm": "/reset_prefix_cache"}
+DEFAULT_PROMPT_TOKENS = 2048
+Progress = Callable[[str], None]
+
+
+def target_from_launch(
+    spec: LaunchSpec,
+    plan: Plan,
+    *,
+    api_key: str | None = None,
+    log_file: str | Path | None = None,
+    prompt_tokens: int | None = None,
+    min_speedup: float = 1.5,
+) -> ValidationTarget:
+    """The target for a server ``kvstack serve`` started from ``plan`` and ``spec``."""
+    tiers = [
+        TierTarget(kind=t.kind, path=spec.cache_dirs.get(t.kind) or t.path)
+        for t in plan.offload_tiers
+        if t.kind in ("cpu", "disk", "remote")
+    ]
+    return ValidationTarget(
+        base_url=spec.base_url,
+        model=spec.served_model_name,
+        api_key=api_key,
+        engine=spec.engine if spec.engine in ("vllm", "sglang") else None,  # type: ignore[arg-type]
+        platform=plan.platform,
+        tiers=tiers,
+        reset_path=spec.reset_cache_path,
+        metrics_urls=list(spec.metrics_urls),
+        log_file=str(log_file) if log_file else None,
+        prompt_tokens=prompt_tokens,
+        min_speedup=min_speedup,
+        secrets=list(spec.secrets),
+    )
+
+
+def _median(xs: list[float]) -> float | None:
+    return statistics.median(xs) if xs else None
+
+
+def _s(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.3f} s"
+
+
+class _Validation:
+    def __init__(self, s: ServerSession, engine: str, n_tokens: int, progress: Progress | None) -> None:
+        self.s = s
+        self.t = s.t
+        self.engine = engine
+        self.n = n_tokens
+        self.progress = progress or (lambda _msg: None)
+        self.builder = PromptBuilder(s.tokenize)
+        self.cold_ttfts: list[float] = []
+
+    def _moved(
+        self, judge: Callable[[str, MetricsSnapshot, MetricsSnapshot], Hits], before: MetricsSnapshot
+    ) -> Callable[[MetricsSnapshot], bool]:
+        def moved(snap: MetricsSnapshot) -> bool:
+            return judge(self.engine, before, snap).rose
+
+        return moved
+
+    def _failed(self, results: list[RequestResult]) -> str | None:
+        bad = [r for r in results if not r.ok]
+        return f"{len(bad)} of {len(results)} requests failed: {bad[0].error}" if bad else None
+
+    async def warmup(self) -> str | None:
+        """One throw-away request: first-request costs (graph capture, caches) and calibration."""
+        p = await self.builder.build(min(256, self.n))
+        r = await self.s.send(p)
+        if not r.ok:
+            return f"the first request failed: {r.error}"
+        if not p.exact and r.prompt_tokens:
+            self.builder.calibrate(p.words, r.prompt_tokens)
+        return None
+
+    async def cold_warm(self) -> tuple[StepResult, StepResult]:
+        cold: list[RequestResult] = []
+        warm: list[RequestResult] = []
+        cold_hits = 0.0
+        first_b1: MetricsSnapshot | None = None
+        last_b2: MetricsSnapshot | None = None
+        for i in range(self.t.repeat):
+            self.progress(f"cold/warm pair {i + 1}/{self.t.repeat}")
+            p = await self.builder.build(self.n)
+            b0 = await self.s.scrape()
+            c = await self.s.send(p)
+            b1 = await self.s.scrape()
+            w = await self.s.send(p)
+            b2 = await self.s.settled(b1, self._moved(prefix_hits, b1))
+            cold.append(c)
+            warm.append(w)
+            cold_hits += prefix_hits(self.engine, b0, b1).tokens or 0.0
+            first_b1 = first_b1 or b1
+            last_b2 = b2
+        assert first_b1 is not None and last_b2 is not None
+        return self._judge_cold(cold, cold_hits), self._judge_warm(cold, warm, first_b1, last_b2)
+
+    def _judge_cold(self, cold: list[RequestResult], cold_hits: float) -> StepResult:
+        ttfts = [r.ttft_s for r in cold if r.ok and r.ttft_s is not None]
+        self.cold_ttfts = ttfts
+        step = StepResult(name="cold", verdict="pass", ttft_s=_median(ttfts), ttfts_s=ttfts)
+        counted = sorted({r.prompt_tokens for r in cold if r.prompt_tokens})
+        step.evidence.append(
+            f"median TTFT {_s(step.ttft_s)} over {len(ttfts)} unique prompts of "
+            f"{self.n} tokens ({'exact' if self.builder.tokenizer else 'estimated'}"
+            + (f"; server counted {', '.join(map(str, counted))}" if counted else "")
+            + ")"
+        )
+        if err := self._failed(cold):
+            step.verdict, step.reason = "fail", err
+        elif cold_hits > 0:
+            step.verdict = "fail"
+            step.reason = f"cold prompts hit the prefix cache ({cold_hits:.0f} tokens): not a cold start"
+        else:
+            step.evidence.append("prefix-cache hits during cold requests: 0 tokens")
+        return step
+
+    def _judge_warm(
+        self, cold: list[RequestResult], warm: list[RequestResult], b1: MetricsSnapshot, b2: MetricsSnapshot
+    ) -> StepResult:
+        ttfts = [r.ttft_s for r in warm if r.ok and r.ttft_s is not None]
+        step = StepResult(name="warm", verdict="pass", ttft_s=_median(ttfts), ttfts_s=ttfts)
+        if err := self._failed(warm):
+            step.verdict, step.reason = "fail", err
+            return step
+        cold_med = _median(self.cold_ttfts)
+        if cold_med is None or step.ttft_s is None:
+            return step.model_copy(update={"verdict": "skip", "reason": "no cold measurement to compare"})
+        step.speedup = cold_med / step.ttft_s if step.ttft_s > 0 else math.inf
+        step.evidence.append(f"median TTFT {_s(step.ttft_s)} vs cold {_s(cold_med)}: {step.speedup:.2f}x")
+        hits = prefix_hits(self.engine, b1, b2)
+        step.evidence.extend(hits.evidence)
+        cached = [r.cached_tokens for r in warm if r.cached_tokens is not None]
+        if cached:
+            step.evidence.append(f"usage.prompt_tokens_details.cached_tokens {sum(cached)}")
+        problems = []
+        if step.speedup < self.t.min_speedup:
+            need = f"need {self.t.min_speedup:g}x"
+            problems.append(f"warm is only {step.speedup:.2f}x faster than cold ({need})")
+        if hits.tokens is None and not hits.indicated and not cached:
+            problems.append(
+                "the server shows no prefix-cache counters at /metrics (SGLang: --enable-metrics) "
+                "and no cached_tokens in its usage: the hit cannot be proven"
+            )
+        elif not hits.rose and not any(cached):
+            problems.append("the prefix-cache hit counters did not rise")
+        if problems:
+            step.verdict, step.reason = "fail", "; ".join(problems)
+        return step
+
+    async def evict(self, snap: MetricsSnapshot) -> tuple[bool, str]:
+        path = self.t.reset_path or RESET_PATHS.get(self.engine)
+        if path is not None:
+            ok, detail = await self.s.reset(path)
+            if ok:
+                return True, detail
+        else:
+            detail = f"{self.engine} has no reset endpoint that keeps the offload tiers"
+        capacity = gpu_capacity_tokens(snap)
+        if capacity is None:
+            return False, f"cannot drop the GPU copy: {detail}, and the GPU pool size is unknown"
+        # Big fillers (up to the context length) keep the request count down on a big pool.
+        size = max(self.n, math.ceil(capacity * 1.2 / self.t.max_overflow_requests))
+        if self.s.max_model_len:
+            size = min(size, self.s.max_model_len - 8)
+        need = math.ceil(capacity * 1.2 / size)
+        if need > self.t.max_overflow_requests:
+            return False, (
+                f"cannot drop the GPU copy: {detail}, and overflowing the {capacity}-token GPU pool "
+                f"would take {need} requests (limit {self.t.max_overflow_requests})"
+            )
+        for _ in range(need):
+            filler = await self.builder.build(size)
+            r = await self.s.send(filler)
+            if not r.ok:
+                return False, f"overflowing the GPU pool failed: {r.error}"
+        return True, f"{detail}; overflowed the {capacity}-token GPU pool with {need} filler prompts instead"
+
+    async def tier(self, tier: TierTarget) -> StepResult:
+        name = f"tier:{tier.kind}"
+        step = StepResult(name=name, verdict="pass")
+        recompute: list[float] = []
+        served: list[float] = []
+        disk_before = dir_state(tier.path) if tier.kind == "disk" else None
+        first: MetricsSnapshot | None = None
+        last: MetricsSnapshot | None = None
+        for i in range(self.t.repeat):
+            self.progress(f"{name}: round {i + 1}/{self.t.repeat}")
+            p = await self.builder.build(self.n)
+            c = await self.s.send(p)
+            if not c.ok or c.ttft_s is None:
+                return step.model_copy(update={"verdict": "fail", "reason": f"request failed: {c.error}"})
+            recompute.append(c.ttft_s)
+            await asyncio.sleep(0.3)  # let asynchronous stores to the tier land
+            ok, detail = await self.evict(await self.s.scrape())
+            if not ok:
+                return step.model_copy(update={"verdict": "fail", "reason": detail})
+            if i == 0:
+                step.evidence.append(detail)
+            s0 = await self.s.scrape()
+            r = await self.s.send(p)
+            s1 = await self.s.settled(s0, self._moved(connector_hits, s0))
+            if not r.ok or r.ttft_s is None:
+                return step.model_copy(update={"verdict": "fail", "reason": f"request failed: {r.error}"})
+            served.append(r.ttft_s)
+            first = first or s0
+            last = s1
+        assert first is not None and last is not None
+        hits = connector_hits(self.engine, first, last)
+        return self._judge_tier(step, tier, recompute, served, hits, disk_before, last)
+
+    def _judge_tier(
+        self,
+        step: StepResult,
+        tier: TierTarget,
+        recompute: list[float],
+        served: list[float],
+        hits: Hits,
+        disk_before: tuple[int, int, float] | None,
+        snap: MetricsSnapshot,
+    ) -> StepResult:
+        rec, got = _median(recompute), _median(served)
+        assert rec is not None and got is not None
+        step.ttft_s, step.ttfts_s = got, served
+        step.speedup = rec / got if got > 0 else math.inf
+        step.evidence.append(f"median TTFT after the GPU copy was dropped {_s(got)} vs recompute {_s(rec)}")
+        step.evidence.extend(hits.evidence)
+        if hits.by_tier:
+            by_tier = ", ".join(f"{k} {v:.0f} tokens" for k, v in hits.by_tier.items())
+            step.evidence.append(f"served by tier: {by_tier}")
+        problems = []
+        if hits.tokens is None:
+            problems.append("the server shows no connector hit counters at /metrics")
+        elif not hits.rose:
+            problems.append("connector hit counters did not rise: the tier served nothing")
+        if got >= rec:
+            problems.append("TTFT is not below recompute")
+        if tier.kind == "disk":
+            problems.extend(self._disk_evidence(step, tier, disk_before, snap))
+        if problems:
+            step.verdict, step.reason = "fail", "; ".join(problems)
+        return step
+
+    def _disk_evidence(
+        self, step: StepResult, tier: TierTarget, before: tuple[int, int, float] | None, snap: MetricsSnapshot
+    ) -> list[str]:
+        after = dir_state(tier.path)
+        usage = lmcache_disk_bytes(snap)
+        if usage is not None:
+            step.evidence.append(f"lmcache:local_storage_usage {usage:.0f} bytes")
+        if after is None:
+            if usage:
+                return []
+            return [f"disk directory {tier.path or '(not given: --cache-dir)'} does not exist"]
+        grown = after[0] - (before[0] if before else 0)
+        changed = before is None or after[2] > before[2] or after[1] != before[1]
+        step.evidence.append(
+            f"disk directory {tier.path}: {after[0]} bytes in {after[1]} files ({grown:+d} bytes)"
+        )
+        if after[0] == 0:
+            return ["nothing was written under the disk directory"]
+        if not changed:
+            return ["nothing new was written under the disk directory during this step"]
+        return []
+
+
+def _diagnosis_step(target: ValidationTarget, diagnoses: list[Diagnosis]) -> StepResult:
+    if target.log_file is None:
+        return StepResult(name="diagnosis", verdict="skip", reason="no engine log given (--log)")
+    errors = [d for d in diagnoses if d.severity == "error"]
+    evidence = [f"{d.name}: {d.explanation} ({d.count}x, first at line {d.first_line})" for d in diagnoses]
+    if errors:
+        return StepResult(
+            name="diagnosis",
+            verdict="fail",
+            reason="the engine log shows: " + ", ".join(d.name for d in errors),
+            evidence=evidence,
+        )
+    clean = [f"no known silent failure in {target.log_file}"]
+    return StepResult(name="diagnosis", verdict="pass", evidence=evidence or clean)
+
+
+def _no_tier_reason(target: ValidationTarget) -> str:
+    if target.platform == "cpu":
+        return "no offload tier on a CPU platform"
+    return "no offload tier to check (none in the plan, or none given with --tier/--cache-dir)"
+
+
+async def run_validation_async(
+    target: ValidationTarget,
+    on_progress: Progress | None = None,
+    between: Callable[[], None] | None = None,
+    client: httpx.AsyncClient | None = None,
+) -> ValidationReport:
+    """Run the pass. Raises InputError subclasses for bad targets; server failures become verdicts.
+
+    ``between`` runs before every request; ``kvstack serve`` passes a check that raises when the
+    engine died, so a crash is reported as such rather than as a slow tier.
+    """
+    check_target(target)
+    t0 = time.monotonic()
+    own = client is None
+    http = client or make_client(target.base_url, max_connections=8)
+    try:
+        s = ServerSession(target, http, between)
+        await s.discover()
+        first = await s.scrape()
+        engine = target.engine or first.engine or "vllm"
+        limit = (s.max_model_len - 8) if s.max_model_len else None
+        n = target.prompt_tokens or min(DEFAULT_PROMPT_TOKENS, limit or DEFAULT_PROMPT_TOKENS)
+        if limit is not None and n > limit:
+            raise InputError(
+                f"--prompt-tokens {n} does not fit the model's context ({s.max_model_len} tokens)",
+                hint=f"use --prompt-tokens {limit} or less",
+            )
+        v = _Validation(s, engine, n, on_progress)
+        report = ValidationReport(
+            base_url=target.base_url,
+            model=s.model,
+            engine=engine,
+            prompt_tokens=n,
+            prompt_tokens_exact=False,
+            min_speedup=target.min_speedup,
+            repeat=target.repeat,
+        )
+        if first.errors and not first.samples:
+            v.progress(f"metrics unavailable: {first.errors[0]}")
+        v.progress("warm-up request")
+        if err := await v.warmup():
+            report.steps.append(StepResult(name="cold", verdict="fail", reason=err))
+        else:
+            cold, warm = await v.cold_warm()
+            report.steps += [cold, warm]
+            if cold.verdict != "pass":
+                report.steps += [
+                    StepResult(name=f"tier:{t.kind}", verdict="skip", reason="the cold step failed")
+                    for t in target.tiers
+                ]
+            elif not target.tiers:
+                report.steps.append(StepResult(name="tier", verdict="skip", reason=_no_tier_reason(target)))
+            else:
+                for tier in target.tiers:
+                    report.steps.append(await v.tier(tier))
+        report.prompt_tokens_exact = v.builder.tokenizer is not None
+        if target.log_file is not None:
+            report.diagnoses = scan_log(Path(target.log_file), target.secrets)
+        diag = _diagnosis_step(target, report.diagnoses)
+        report.steps.append(diag)
+        if diag.verdict == "fail":
+            for step in report.steps:
+                if step.name.startswith("tier") and step.verdict == "fail":
+                    step.reason += f" (likely cause: {diag.reason.removeprefix('the engine log shows: ')})"
+        report.overall = (
+            "PASS"
+            if all(st.verdict != "fail" for st in report.steps)
+            and any(st.name == "warm" and st.verdict == "pass" for st in report.steps)
+            else "FAIL"
+        )
+        report.duration_s = round(time.monotonic() - t0, 3)
+        return report
+    finally:
+        if own:
+            await http.aclose()
+
+
+def run_validation(
+    target: ValidationTarget, on_progress: Progress | None = None, between: Callable[[], None] | None = None
+) -> ValidationReport:
+    return asyncio.run(run_validation_async(target, on_progress, between))

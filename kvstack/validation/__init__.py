@@ -1,0 +1,1 @@
+"""Parts of the TTFT validation pass: unique prompts, log diagnosis, evidence from metrics."""

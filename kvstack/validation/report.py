@@ -1,0 +1,109 @@
+"""What the validation pass is pointed at and what it reports (JSON first; tables render from it)."""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Literal
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, Field
+
+from kvstack import __version__
+from kvstack.errors import InputError, NetworkTargetError, PathError
+from kvstack.fsutil import atomic_write
+from kvstack.validation.diagnosis import Diagnosis
+
+Verdict = Literal["pass", "fail", "skip"]
+TierKindName = Literal["cpu", "disk", "remote"]
+
+
+class TierTarget(BaseModel):
+    kind: TierKindName
+    path: str | None = None  # the disk tier's directory
+
+
+class ValidationTarget(BaseModel):
+    base_url: str
+    model: str | None = None  # None: the first model /v1/models lists
+    api_key: str | None = Field(default=None, repr=False, exclude=True)
+    engine: Literal["vllm", "sglang"] | None = None  # None: judged from /metrics
+    platform: Literal["cuda", "cpu"] | None = None
+    tiers: list[TierTarget] = Field(default_factory=list)
+    reset_path: str | None = None  # None: the engine's default
+    metrics_urls: list[str] = Field(default_factory=list)  # empty: BASE/metrics
+    log_file: str | None = None
+    prompt_tokens: int | None = None  # None: 2048, capped by the model's max length
+    min_speedup: float = 1.5
+    repeat: int = 3
+    timeout_s: float = 300.0
+    max_overflow_requests: int = 64
+    secrets: list[str] = Field(default_factory=list, repr=False, exclude=True)
+
+
+class StepResult(BaseModel):
+    name: str
+    verdict: Verdict
+    reason: str = ""
+    ttft_s: float | None = None  # median
+    speedup: float | None = None
+    evidence: list[str] = Field(default_factory=list)
+    ttfts_s: list[float] = Field(default_factory=list)  # each measurement
+
+
+class ValidationReport(BaseModel):
+    kvstack_version: str = __version__
+    created: str = Field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
+    base_url: str
+    model: str
+    engine: str
+    prompt_tokens: int
+    prompt_tokens_exact: bool
+    min_speedup: float
+    repeat: int
+    steps: list[StepResult] = Field(default_factory=list)
+    diagnoses: list[Diagnosis] = Field(default_factory=list)
+    overall: Literal["PASS", "FAIL"] = "FAIL"
+    duration_s: float = 0.0
+
+    def step(self, name: str) -> StepResult | None:
+        return next((s for s in self.steps if s.name == name), None)
+
+    def to_json(self) -> str:
+        return self.model_dump_json(indent=2)
+
+
+def write_report(report: ValidationReport, path: Path) -> None:
+    atomic_write(path, report.to_json() + "\n", mode=0o600)
+
+
+def check_target(target: ValidationTarget) -> None:
+    """Input errors (exit 2) before any request is sent."""
+    parts = urlsplit(target.base_url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise NetworkTargetError(
+            f"--url must look like http://HOST:PORT, not {target.base_url!r}",
+            hint="e.g. --url http://127.0.0.1:8000",
+        )
+    try:
+        _ = parts.port
+    except ValueError as exc:
+        raise NetworkTargetError(
+            f"--url {target.base_url!r} has an invalid port", hint="ports are 1-65535"
+        ) from exc
+    if target.prompt_tokens is not None and target.prompt_tokens < 64:
+        raise InputError(
+            f"--prompt-tokens must be at least 64, not {target.prompt_tokens}",
+            hint="use several KV blocks/chunks, e.g. --prompt-tokens 2048",
+        )
+    if not math.isfinite(target.min_speedup) or target.min_speedup < 1.0:
+        raise InputError(
+            f"--min-speedup must be a number >= 1.0, not {target.min_speedup}", hint="e.g. --min-speedup 1.5"
+        )
+    if not 1 <= target.repeat <= 50:
+        raise InputError(f"--repeat must be between 1 and 50, not {target.repeat}", hint="e.g. --repeat 3")
+    if target.log_file is not None and not Path(target.log_file).is_file():
+        raise PathError(
+            f"engine log {target.log_file} does not exist", hint="pass the server's log file with --log"
+        )

@@ -1,0 +1,132 @@
+"""One validation run's conversation with the server: models, tokenize, requests, scrapes, resets."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+
+from kvstack.errors import InputError, NetworkTargetError
+from kvstack.runtime.client import RequestResult, auth_headers, stream_completion
+from kvstack.runtime.metrics import MetricsSnapshot, scrape
+from kvstack.validation.prompts import Prompt
+from kvstack.validation.report import ValidationTarget
+
+
+class ServerSession:
+    """One validation run against one server: requests, scrapes, resets."""
+
+    def __init__(
+        self, target: ValidationTarget, client: httpx.AsyncClient, between: Callable[[], None] | None
+    ) -> None:
+        self.t = target
+        self.client = client
+        self.base = target.base_url.rstrip("/")
+        self.metrics_urls = target.metrics_urls or [self.base + "/metrics"]
+        self.headers = auth_headers(target.api_key)
+        self.between = between
+        self.model = target.model or ""
+        self.max_model_len: int | None = None
+
+    async def discover(self) -> None:
+        url = self.base + "/v1/models"
+        try:
+            resp = await self.client.get(url, headers=self.headers, timeout=15.0)
+        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+            raise NetworkTargetError(
+                f"nothing is listening at {self.t.base_url}",
+                hint="start a server (kvstack serve) or fix --url",
+            ) from exc
+        except httpx.HTTPError as exc:
+            raise NetworkTargetError(
+                f"{url} did not answer: {type(exc).__name__}", hint="check that --url points at the server"
+            ) from exc
+        if resp.status_code in (401, 403):
+            raise NetworkTargetError(
+                f"the server at {self.t.base_url} refused the API key (HTTP {resp.status_code})",
+                hint="pass the server's key with --api-key or KVSTACK_API_KEY",
+            )
+        data: Any = None
+        if resp.status_code == 200:
+            try:
+                data = resp.json().get("data")
+            except (ValueError, AttributeError):
+                data = None
+        if not isinstance(data, list) or not data:
+            raise NetworkTargetError(
+                f"{self.t.base_url} does not serve the OpenAI API "
+                f"(GET /v1/models answered HTTP {resp.status_code})",
+                hint="point --url at a vLLM or SGLang server",
+            )
+        ids = [str(d.get("id")) for d in data if isinstance(d, dict)]
+        if not self.model:
+            self.model = ids[0]
+        elif self.model not in ids:
+            raise InputError(
+                f"the server does not serve model {self.model!r}", hint=f"it serves: {', '.join(ids)}"
+            )
+        card = next((d for d in data if isinstance(d, dict) and d.get("id") == self.model), {})
+        if isinstance(card.get("max_model_len"), int):
+            self.max_model_len = card["max_model_len"]
+
+    async def tokenize(self, text: str) -> list[int] | None:
+        try:
+            body = {"model": self.model, "prompt": text}
+            url = self.base + "/tokenize"
+            resp = await self.client.post(url, json=body, headers=self.headers, timeout=30)
+            tokens = resp.json().get("tokens") if resp.status_code == 200 else None
+        except (httpx.HTTPError, ValueError, AttributeError):
+            return None
+        if isinstance(tokens, list) and all(isinstance(x, int) for x in tokens):
+            return tokens
+        return None
+
+    async def send(self, prompt: Prompt) -> RequestResult:
+        if self.between is not None:
+            self.between()
+        return await stream_completion(
+            self.client, self.base, self.model, prompt.payload, 1, self.t.api_key, self.t.timeout_s
+        )
+
+    async def scrape(self) -> MetricsSnapshot:
+        return await scrape(self.client, self.metrics_urls, self.t.api_key)
+
+    async def settled(
+        self, before: MetricsSnapshot, moved: Callable[[MetricsSnapshot], bool], wait_s: float = 1.5
+    ) -> MetricsSnapshot:
+        # Engines update counters just after the response; poll briefly before calling it "no hit".
+        deadline = time.monotonic() + wait_s
+        snap = await self.scrape()
+        while snap.samples and not moved(snap) and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+            snap = await self.scrape()
+        return snap
+
+    async def reset(self, path: str) -> tuple[bool, str]:
+        url = self.base + path
+        deadline = time.monotonic() + 10.0
+        while True:
+            try:
+                resp = await self.client.post(url, headers=self.headers, timeout=30)
+            except httpx.HTTPError as exc:
+                return False, f"POST {path} failed: {type(exc).__name__}"
+            if resp.status_code in (404, 405):
+                return False, (
+                    f"POST {path} is not served (HTTP {resp.status_code}; vLLM needs VLLM_SERVER_DEV_MODE=1)"
+                )
+            ok = resp.status_code == 200
+            if ok:
+                try:
+                    body = resp.json()
+                    ok = not (isinstance(body, dict) and body.get("success") is False)
+                except ValueError:
+                    ok = True  # SGLang answers /flush_cache with plain text
+            if ok:
+                return True, f"POST {path}: GPU prefix cache emptied"
+            # vLLM refuses while blocks are held by in-flight offload transfers: retry shortly.
+            if time.monotonic() > deadline:
+                return False, f"POST {path} kept failing (HTTP {resp.status_code}: {resp.text[:120]})"
+            await asyncio.sleep(0.25)

@@ -1,0 +1,409 @@
+"""A real OpenAI-compatible HTTP server in a thread, with knobs, for client/validate/bench tests.
+
+It speaks what vLLM's (or SGLang's) API server speaks on the wire: ``/v1/completions`` as
+chunked SSE (``data: {...}`` events, a usage event with empty ``choices``, ``data: [DONE]``),
+``/health``, ``/v1/models``, ``POST /tokenize``, ``POST /reset_prefix_cache`` (vLLM) or
+``POST /flush_cache`` (SGLang) and ``/metrics`` in the engines' metric names, rendered by
+prometheus_client. Behind it sits a toy prefix cache (block-granular, like vLLM's) and an
+optional offload tier, so timings and counters move the way a real engine's do: a repeated
+prompt is faster and counts hits; after a reset, a connector tier serves it.
+
+Knobs (``ServerKnobs``) inject what real servers do wrong: HTTP errors, stalls, mid-stream
+disconnects, malformed events, an error event, a connector in "degraded mode" that never hits.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+import threading
+import time
+import zlib
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+
+BOS = 1
+
+
+def tokenize(text: str) -> list[int]:
+    """The server's tokenizer: BOS, then one id per whitespace-separated word (stable)."""
+    return [BOS] + [zlib.crc32(w.encode()) % 50000 + 2 for w in text.split()]
+
+
+@dataclass
+class ServerKnobs:
+    engine: str = "vllm"  # "vllm" | "sglang": metric names and the reset endpoint
+    model: str = "demo-model"
+    max_model_len: int = 8192  # in the /v1/models card, as vLLM reports it
+    api_key: str | None = None
+    connector: str | None = None  # None | "native" | "lmcache" | "hicache": an offload tier
+    degraded: bool = False  # the connector exists but never stores or hits (LMCache degraded mode)
+    disk_dir: str | None = None  # the tier writes a file per stored prompt here
+    block_size: int = 16
+    num_gpu_blocks: int = 4096
+    base_ttft_s: float = 0.002
+    prefill_s_per_token: float = 4e-5  # recompute cost
+    tier_s_per_token: float = 4e-6  # cost of loading a token's KV from the tier
+    itl_s: float = 0.001
+    status: int = 200  # non-200: /v1/completions answers with this status and a JSON error
+    stall_s: float = 0.0  # sleep before answering at all
+    disconnect_after: int | None = None  # close the connection after this many token events
+    malformed_after: int | None = None  # send a non-JSON data event after this many token events
+    error_event: str | None = None  # send this error as an SSE event instead of tokens
+    lead_empty_events: int = 0  # events with empty ``choices`` sent at once, before the prefill
+    usage_cached_tokens: bool = False  # report usage.prompt_tokens_details.cached_tokens
+    tokenize: bool = True  # serve POST /tokenize
+    reset: bool = True  # serve the reset endpoint
+    reset_fails: int = 0  # the first N resets answer success=false (blocks still held)
+    metrics: bool = True
+    health_status: int = 200
+
+
+@dataclass
+class _State:
+    gpu: list[tuple[int, ...]] = field(default_factory=list)
+    tier: list[tuple[int, ...]] = field(default_factory=list)
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    resets: int = 0
+
+
+def _common_prefix(a: tuple[int, ...], b: tuple[int, ...]) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+class _Metrics:
+    def __init__(self, knobs: ServerKnobs) -> None:
+        self.registry = CollectorRegistry()
+        reg = self.registry
+        self.k = knobs
+        if knobs.engine == "vllm":
+            # Names and labels as vllm/v1/metrics/loggers.py declares them.
+            lab = ["model_name", "engine"]
+            self.lv = [knobs.model, "0"]
+            self.queries = Counter("vllm:prefix_cache_queries", "Prefix cache queries", lab, registry=reg)
+            self.hits = Counter("vllm:prefix_cache_hits", "Prefix cache hits", lab, registry=reg)
+            self.ext_queries = Counter(
+                "vllm:external_prefix_cache_queries", "External prefix cache queries", lab, registry=reg
+            )
+            self.ext_hits = Counter(
+                "vllm:external_prefix_cache_hits", "External prefix cache hits", lab, registry=reg
+            )
+            self.by_source = Counter(
+                "vllm:prompt_tokens_by_source", "Prompt tokens by source", [*lab, "source"], registry=reg
+            )
+            self.cached_by_source = Counter(
+                "vllm:prompt_tokens_cached_by_source", "Cached tokens by tier", [*lab, "source"], registry=reg
+            )
+            self.prompt_tokens = Counter("vllm:prompt_tokens", "Prefill tokens", lab, registry=reg)
+            info = Gauge(
+                "vllm:cache_config_info",
+                "Information of the LLMEngine CacheConfig",
+                ["block_size", "num_gpu_blocks", "enable_prefix_caching", "engine"],
+                registry=reg,
+            )
+            info.labels(str(knobs.block_size), str(knobs.num_gpu_blocks), "True", "0").set(1)
+            for q in (self.queries, self.hits, self.ext_queries, self.ext_hits, self.prompt_tokens):
+                q.labels(*self.lv)
+            for src in ("local_compute", "local_cache_hit", "external_kv_transfer"):
+                self.by_source.labels(*self.lv, src)
+            if knobs.connector == "lmcache":
+                llab = ["model_name", "worker_id", "role", "served_model_name"]
+                self.llv = [knobs.model, "0", "worker", knobs.model]
+                self.lm_hits = Counter("lmcache:num_hit_tokens", "Hit tokens", llab, registry=reg)
+                self.lm_stored = Counter("lmcache:num_stored_tokens", "Stored tokens", llab, registry=reg)
+                self.lm_hits.labels(*self.llv)
+                self.lm_stored.labels(*self.llv)
+        else:
+            lab = ["model_name", "tp_rank"]
+            self.lv = [knobs.model, "0"]
+            self.effective = Counter(
+                "sglang:prefill_effective_tokens", "Effective prefill tokens", [*lab, "mode"], registry=reg
+            )
+            for mode in ("input", "device_hit", "host_hit", "storage_hit"):
+                self.effective.labels(*self.lv, mode)
+            self.hit_rate = Gauge("sglang:cache_hit_rate", "The cache hit rate", lab, registry=reg)
+            self.hit_rate.labels(*self.lv).set(0)
+            Gauge("sglang:max_total_num_tokens", "Max tokens", lab, registry=reg).labels(*self.lv).set(
+                knobs.num_gpu_blocks * knobs.block_size
+            )
+
+    def record(self, total: int, gpu_hit: int, tier_hit: int) -> None:
+        computed = total - gpu_hit - tier_hit
+        if self.k.engine == "vllm":
+            self.queries.labels(*self.lv).inc(total)
+            self.hits.labels(*self.lv).inc(gpu_hit)
+            self.prompt_tokens.labels(*self.lv).inc(total)
+            self.by_source.labels(*self.lv, "local_compute").inc(computed)
+            self.by_source.labels(*self.lv, "local_cache_hit").inc(gpu_hit)
+            if gpu_hit:
+                self.cached_by_source.labels(*self.lv, "device").inc(gpu_hit)
+            if self.k.connector:
+                self.ext_queries.labels(*self.lv).inc(total - gpu_hit)
+                self.ext_hits.labels(*self.lv).inc(tier_hit)
+                self.by_source.labels(*self.lv, "external_kv_transfer").inc(tier_hit)
+                if tier_hit:
+                    self.cached_by_source.labels(*self.lv, "host").inc(tier_hit)
+            if self.k.connector == "lmcache":
+                self.lm_hits.labels(*self.llv).inc(tier_hit)
+                if not self.k.degraded:
+                    self.lm_stored.labels(*self.llv).inc(total)
+        else:
+            self.effective.labels(*self.lv, "input").inc(computed)
+            self.effective.labels(*self.lv, "device_hit").inc(gpu_hit)
+            self.effective.labels(*self.lv, "host_hit").inc(tier_hit)
+            self.hit_rate.labels(*self.lv).set((gpu_hit + tier_hit) / total if total else 0)
+
+    def text(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class _QuietServer(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 1024  # bench tests open hundreds of connections at once
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # Clients that drop a keep-alive connection are normal; anything else is a bug to show.
+        exc = sys.exc_info()[1]
+        if not isinstance(exc, (ConnectionError, TimeoutError)):
+            super().handle_error(request, client_address)
+
+
+class StreamServer:
+    """``with StreamServer(ServerKnobs(...)) as srv: ... srv.url ...`` (127.0.0.1, a free port)."""
+
+    def __init__(self, knobs: ServerKnobs | None = None) -> None:
+        self.knobs = knobs or ServerKnobs()
+        self.state = _State()
+        self.lock = threading.Lock()
+        self.metrics = _Metrics(self.knobs)
+        owner = self
+
+        class Handler(_Handler):
+            server_owner = owner
+
+        self.httpd = _QuietServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True, name="stream-server")
+
+    @property
+    def port(self) -> int:
+        return int(self.httpd.server_address[1])
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def reset_path(self) -> str:
+        return "/reset_prefix_cache" if self.knobs.engine == "vllm" else "/flush_cache"
+
+    @property
+    def requests(self) -> list[dict[str, Any]]:
+        with self.lock:
+            return list(self.state.requests)
+
+    def start(self) -> StreamServer:
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self.thread.join(timeout=5)
+
+    def __enter__(self) -> StreamServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # --- the toy engine -----------------------------------------------------------------
+
+    def prefill(self, tokens: tuple[int, ...]) -> tuple[int, int]:
+        """Cache lookup + insert; returns (gpu_hit_tokens, tier_hit_tokens) and records metrics."""
+        k = self.knobs
+        bs = k.block_size
+        # Like vLLM: whole blocks only, and the last token is always recomputed.
+        cap = ((len(tokens) - 1) // bs) * bs
+        with self.lock:
+            gpu = max((_common_prefix(tokens, c) for c in self.state.gpu), default=0)
+            gpu_hit = min((gpu // bs) * bs, cap)
+            tier_hit = 0
+            if k.connector and not k.degraded:
+                tier = max((_common_prefix(tokens, c) for c in self.state.tier), default=0)
+                tier_hit = max(0, min((tier // bs) * bs, cap) - gpu_hit)
+            self.state.gpu.append(tokens)
+            # A bounded pool: the least recently stored prompts are evicted first.
+            capacity = k.num_gpu_blocks * bs
+            while len(self.state.gpu) > 1 and sum(map(len, self.state.gpu)) > capacity:
+                self.state.gpu.pop(0)
+            if k.connector and not k.degraded:
+                self.state.tier.append(tokens)
+                if k.disk_dir:
+                    name = f"{zlib.crc32(repr(tokens).encode()):08x}.kv"
+                    (Path(k.disk_dir) / name).write_bytes(b"\0" * (len(tokens) * 64))
+            self.state.requests.append({"tokens": len(tokens), "gpu_hit": gpu_hit, "tier_hit": tier_hit})
+            self.metrics.record(len(tokens), gpu_hit, tier_hit)
+        return gpu_hit, tier_hit
+
+    def reset_gpu(self) -> bool:
+        with self.lock:
+            self.state.resets += 1
+            if self.state.resets <= self.knobs.reset_fails:
+                return False
+            self.state.gpu.clear()
+            if self.knobs.engine == "sglang":
+                self.state.tier.clear()  # SGLang's flush also empties HiCache's host pool
+        return True
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_owner: StreamServer
+
+    def setup(self) -> None:
+        super().setup()
+        # Real servers (uvicorn) disable Nagle; without it small SSE chunks wait ~40 ms for an ACK.
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def log_message(self, format: str, *args: Any) -> None:  # keep test output quiet
+        return
+
+    # --- plumbing -----------------------------------------------------------------------
+
+    def _json(self, status: int, obj: Any) -> None:
+        body = json.dumps(obj).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _body(self) -> dict[str, Any]:
+        n = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(n) if n else b"{}"
+        data = json.loads(raw or b"{}")
+        return data if isinstance(data, dict) else {}
+
+    def _authorized(self) -> bool:
+        key = self.server_owner.knobs.api_key
+        if key and self.headers.get("Authorization") != f"Bearer {key}":
+            self._json(401, {"error": "Unauthorized"})
+            return False
+        return True
+
+    def _chunk(self, data: bytes) -> None:
+        self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+        self.wfile.flush()
+
+    def _event(self, obj: Any) -> None:
+        self._chunk(b"data: " + json.dumps(obj).encode() + b"\n\n")
+
+    # --- routes -------------------------------------------------------------------------
+
+    def do_GET(self) -> None:
+        srv = self.server_owner
+        k = srv.knobs
+        if self.path == "/health":
+            self._json(k.health_status, {} if k.health_status == 200 else {"error": "starting"})
+        elif self.path == "/v1/models":
+            if self._authorized():
+                card = {"id": k.model, "object": "model", "max_model_len": k.max_model_len}
+                self._json(200, {"object": "list", "data": [card]})
+        elif self.path == "/metrics" and k.metrics:
+            with srv.lock:
+                body = srv.metrics.text()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+        else:
+            self._json(404, {"detail": "Not Found"})
+
+    def do_POST(self) -> None:
+        srv = self.server_owner
+        k = srv.knobs
+        body = self._body()
+        if self.path == "/tokenize" and k.tokenize:
+            if self._authorized():
+                toks = tokenize(str(body.get("prompt", "")))
+                self._json(200, {"count": len(toks), "max_model_len": k.max_model_len, "tokens": toks})
+        elif self.path.split("?")[0] == srv.reset_path and k.reset:
+            ok = srv.reset_gpu()
+            self._json(200, {"success": ok})
+        elif self.path == "/v1/completions":
+            if self._authorized():
+                self._complete(body)
+        else:
+            self._json(404, {"detail": "Not Found"})
+
+    def _complete(self, body: dict[str, Any]) -> None:
+        srv = self.server_owner
+        k = srv.knobs
+        if k.stall_s:
+            time.sleep(k.stall_s)
+        if k.status != 200:
+            self._json(k.status, {"error": {"message": f"injected failure {k.status}", "code": k.status}})
+            return
+        prompt = body.get("prompt", "")
+        tokens = tuple(prompt) if isinstance(prompt, list) else tuple(tokenize(str(prompt)))
+        max_tokens = int(body.get("max_tokens", 16))
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        if k.error_event:
+            self._event({"error": {"message": k.error_event, "type": "InternalServerError", "code": 500}})
+            self._chunk(b"data: [DONE]\n\n")
+            self._chunk(b"")
+            return
+        for _ in range(k.lead_empty_events):
+            self._event({"id": "cmpl-test", "object": "text_completion", "model": k.model, "choices": []})
+        gpu_hit, tier_hit = srv.prefill(tokens)
+        computed = len(tokens) - gpu_hit - tier_hit
+        time.sleep(k.base_ttft_s + computed * k.prefill_s_per_token + tier_hit * k.tier_s_per_token)
+        for i in range(max_tokens):
+            if k.disconnect_after is not None and i >= k.disconnect_after:
+                self.wfile.flush()
+                self.close_connection = True
+                self.connection.shutdown(2)
+                return
+            if k.malformed_after is not None and i >= k.malformed_after:
+                self._chunk(b"data: {not json\n\n")
+                self._chunk(b"")
+                return
+            if i:
+                time.sleep(k.itl_s)
+            finish = "length" if i == max_tokens - 1 else None
+            self._event(
+                {
+                    "id": "cmpl-test",
+                    "object": "text_completion",
+                    "created": int(time.time()),
+                    "model": k.model,
+                    "choices": [{"index": 0, "text": f" t{i}", "logprobs": None, "finish_reason": finish}],
+                    "usage": None,
+                }
+            )
+        usage: dict[str, Any] = {
+            "prompt_tokens": len(tokens),
+            "completion_tokens": max_tokens,
+            "total_tokens": len(tokens) + max_tokens,
+        }
+        if k.usage_cached_tokens:
+            usage["prompt_tokens_details"] = {"cached_tokens": gpu_hit + tier_hit}
+        final = {"id": "cmpl-test", "object": "text_completion", "model": k.model}
+        final.update(choices=[], usage=usage)
+        self._event(final)
+        self._chunk(b"data: [DONE]\n\n")
+        self._chunk(b"")

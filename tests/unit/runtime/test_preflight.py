@@ -1,0 +1,142 @@
+"""Checks before a launch, against real sockets, directories and interpreters."""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+from pathlib import Path
+
+import pytest
+
+from kvstack.engines.base import LaunchSpec, ProcessSpec, ServeOptions
+from kvstack.errors import InputError, MissingProgramError, NetworkTargetError, PathError
+from kvstack.runtime.preflight import (
+    check_dir_writable,
+    check_module_importable,
+    check_port_free,
+    check_port_range,
+    preflight_launch,
+)
+
+
+@pytest.fixture
+def listener() -> socket.socket:
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen()
+    yield sock  # type: ignore[misc]
+    sock.close()
+
+
+def test_port_in_use_names_port_owner_and_fix(listener: socket.socket) -> None:
+    port = listener.getsockname()[1]
+    with pytest.raises(NetworkTargetError) as info:
+        check_port_free("127.0.0.1", port)
+    err = info.value
+    assert isinstance(err, InputError) and err.exit_code == 2
+    assert f"port {port} on 127.0.0.1 is already in use" in err.message
+    assert f"(pid {os.getpid()})" in err.message  # this test process holds it
+    assert err.hint is not None and "--port" in err.hint
+
+
+def test_free_port_passes() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    check_port_free("127.0.0.1", port)
+
+
+@pytest.mark.parametrize("port", [0, -1, 65536, 100000])
+def test_port_out_of_range(port: int) -> None:
+    with pytest.raises(NetworkTargetError, match="out of range"):
+        check_port_range(port)
+
+
+def test_address_not_on_this_machine() -> None:
+    with pytest.raises(NetworkTargetError, match="does not belong to this machine"):
+        check_port_free("192.0.2.55", 8000)  # TEST-NET-1: never local
+
+
+def test_cache_dir_checks(tmp_path: Path) -> None:
+    check_dir_writable(tmp_path)
+    check_dir_writable(tmp_path / "new" / "deeper")  # a missing dir: its parent decides
+    assert not (tmp_path / "new").exists()  # and nothing is left behind
+    assert os.listdir(tmp_path) == []
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(PathError, match="not a directory"):
+        check_dir_writable(blocker / "cache")
+    with pytest.raises(PathError, match="GiB free but the plan needs"):
+        check_dir_writable(tmp_path, need_bytes=1 << 60)
+
+
+def test_read_only_dir(tmp_path: Path) -> None:
+    if os.geteuid() == 0:
+        pytest.skip("running as root: permission bits do not restrict root, so no read-only dir exists")
+    ro = tmp_path / "ro"
+    ro.mkdir(mode=0o500)
+    with pytest.raises(PathError, match="not writable"):
+        check_dir_writable(ro)
+
+
+@pytest.fixture
+def bare_python(tmp_path: Path) -> str:
+    """An interpreter without site-packages: the standard library only, no engine."""
+    path = tmp_path / "python-bare"
+    path.write_text(f'#!/bin/sh\nexec {sys.executable} -S "$@"\n')
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_module_importable(bare_python: str) -> None:
+    check_module_importable(bare_python, "json")
+    with pytest.raises(MissingProgramError) as info:
+        check_module_importable(bare_python, "vllm")
+    assert info.value.message == f"vllm is not installed for {bare_python}"
+    assert info.value.hint == f"install it: {bare_python} -m pip install vllm"
+    with pytest.raises(MissingProgramError) as info:
+        check_module_importable(bare_python, "lmcache")
+    assert info.value.hint is not None and info.value.hint.endswith("-m pip install lmcache")
+
+
+def test_missing_interpreter() -> None:
+    with pytest.raises(MissingProgramError, match="does not exist"):
+        check_module_importable("/nonexistent/bin/python", "vllm")
+
+
+def test_preflight_launch_stops_at_the_first_problem(tmp_path: Path, listener: socket.socket) -> None:
+    port = listener.getsockname()[1]
+    spec = LaunchSpec(
+        engine="vllm",
+        connector="none",
+        server=ProcessSpec(name="engine", argv=["x"]),
+        base_url=f"http://127.0.0.1:{port}",
+        served_model_name="demo",
+    )
+    options = ServeOptions(
+        port=port, cache_root=str(tmp_path / "cache"), run_dir=str(tmp_path), python=sys.executable
+    )
+    with pytest.raises(NetworkTargetError, match=f"port {port}"):
+        preflight_launch(spec, options)
+
+
+def test_preflight_launch_finds_the_missing_engine(tmp_path: Path, bare_python: str) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    spec = LaunchSpec(
+        engine="vllm",
+        connector="lmcache",
+        server=ProcessSpec(name="engine", argv=["x"]),
+        base_url=f"http://127.0.0.1:{port}",
+        served_model_name="demo",
+        cache_dirs={"disk": str(tmp_path / "kv")},
+    )
+    options = ServeOptions(
+        port=port, cache_root=str(tmp_path), run_dir=str(tmp_path / "run"), python=bare_python
+    )
+    with pytest.raises(MissingProgramError, match="vllm is not installed"):
+        preflight_launch(spec, options)
+    with pytest.raises(PathError, match="plan needs"):
+        preflight_launch(spec, options, disk_need_bytes=1 << 60)

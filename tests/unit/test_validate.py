@@ -1,0 +1,314 @@
+"""The validation pass end to end against a real HTTP server whose toy engine behaves like vLLM/SGLang.
+
+The server (tests/support/stream_server.py) has a block-granular prefix cache, an optional
+offload tier, a bounded GPU pool, and emits the engines' own metric names; the verdicts below
+follow from what it does, not from canned answers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import stat
+from pathlib import Path
+
+import pytest
+
+from kvstack.engines.base import LaunchSpec, ProcessSpec
+from kvstack.errors import EngineError, InputError, NetworkTargetError, PathError
+from kvstack.planning.schema import Plan
+from kvstack.validate import (
+    TierTarget,
+    ValidationReport,
+    ValidationTarget,
+    run_validation,
+    target_from_launch,
+    write_report,
+)
+from tests.support.stream_server import ServerKnobs, StreamServer
+
+LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
+
+
+def target(url: str, **kw: object) -> ValidationTarget:
+    kw.setdefault("repeat", 2)
+    kw.setdefault("prompt_tokens", 1024)
+    return ValidationTarget(base_url=url, **kw)  # type: ignore[arg-type]
+
+
+def verdicts(report: ValidationReport) -> dict[str, str]:
+    return {s.name: s.verdict for s in report.steps}
+
+
+def test_cpu_demo_without_offload_passes_and_skips_the_tier() -> None:
+    with StreamServer() as srv:
+        report = run_validation(target(srv.url, platform="cpu", log_file=str(LOGS / "vllm_plain.log")))
+    assert report.overall == "PASS"
+    assert verdicts(report) == {"cold": "pass", "warm": "pass", "tier": "skip", "diagnosis": "pass"}
+    tier = report.step("tier")
+    assert tier is not None and tier.reason == "no offload tier on a CPU platform"
+    warm = report.step("warm")
+    assert warm is not None and warm.speedup is not None and warm.speedup >= 1.5
+    assert (
+        "vllm:prefix_cache_hits +2016" in warm.evidence
+    )  # 2 rounds x 1008 (whole blocks, not the last token)
+    cold = report.step("cold")
+    assert cold is not None and len(cold.ttfts_s) == 2
+    assert "prefix-cache hits during cold requests: 0 tokens" in cold.evidence
+    assert report.prompt_tokens == 1024 and report.prompt_tokens_exact and report.model == "demo-model"
+    assert report.engine == "vllm"
+
+
+def test_working_cpu_and_disk_tiers_pass(tmp_path: Path) -> None:
+    disk = tmp_path / "kv"
+    disk.mkdir()
+    knobs = ServerKnobs(connector="lmcache", disk_dir=str(disk))
+    tiers = [TierTarget(kind="cpu"), TierTarget(kind="disk", path=str(disk))]
+    with StreamServer(knobs) as srv:
+        report = run_validation(target(srv.url, tiers=tiers))
+        resets = srv.state.resets
+    assert report.overall == "PASS", report.to_json()
+    assert verdicts(report) == {
+        "cold": "pass",
+        "warm": "pass",
+        "tier:cpu": "pass",
+        "tier:disk": "pass",
+        "diagnosis": "skip",
+    }
+    cpu = report.step("tier:cpu")
+    assert cpu is not None and cpu.speedup is not None and cpu.speedup > 1
+    assert "lmcache:num_hit_tokens +2016" in cpu.evidence
+    assert "POST /reset_prefix_cache: GPU prefix cache emptied" in cpu.evidence
+    d = report.step("tier:disk")
+    assert d is not None and any(e.startswith(f"disk directory {disk}:") for e in d.evidence)
+    assert resets == 4  # one per round per tier
+
+
+def test_lmcache_degraded_mode_fails_with_the_diagnosis(tmp_path: Path) -> None:
+    knobs = ServerKnobs(connector="lmcache", degraded=True)
+    log = str(LOGS / "vllm_lmcache_degraded.log")
+    with StreamServer(knobs) as srv:
+        report = run_validation(target(srv.url, platform="cpu", tiers=[TierTarget(kind="cpu")], log_file=log))
+    assert report.overall == "FAIL"
+    assert verdicts(report) == {"cold": "pass", "warm": "pass", "tier:cpu": "fail", "diagnosis": "fail"}
+    tier = report.step("tier:cpu")
+    assert tier is not None
+    assert "connector hit counters did not rise" in tier.reason
+    assert tier.speedup is not None and tier.speedup < 1.5  # recomputed: no faster than cold
+    assert "likely cause: lmcache-degraded-mode" in tier.reason
+    diag = report.step("diagnosis")
+    assert diag is not None and "lmcache-degraded-mode" in diag.reason
+    assert [d.name for d in report.diagnoses][:2] == ["lmcache-degraded-mode", "lmcache-no-device-connector"]
+
+
+def test_disk_tier_without_bytes_fails(tmp_path: Path) -> None:
+    disk = tmp_path / "kv"
+    disk.mkdir()
+    with StreamServer(ServerKnobs(connector="native")) as srv:  # hits from CPU, nothing on disk
+        report = run_validation(target(srv.url, tiers=[TierTarget(kind="disk", path=str(disk))], repeat=1))
+    step = report.step("tier:disk")
+    assert step is not None and step.verdict == "fail"
+    assert step.reason == "nothing was written under the disk directory"
+    assert report.overall == "FAIL"
+
+
+def test_no_speedup_fails_the_warm_step() -> None:
+    # Prefill costs nothing, so the prefix cache cannot make the warm request faster.
+    knobs = ServerKnobs(base_ttft_s=0.02, prefill_s_per_token=0.0)
+    with StreamServer(knobs) as srv:
+        report = run_validation(target(srv.url, min_speedup=1.5))
+    warm = report.step("warm")
+    assert warm is not None and warm.verdict == "fail"
+    assert "faster than cold (need 1.5x)" in warm.reason
+    assert report.overall == "FAIL"
+
+
+def test_overflow_evicts_when_there_is_no_reset_endpoint() -> None:
+    # A 2048-token GPU pool: three filler prompts of 1024 tokens push the prompt out.
+    knobs = ServerKnobs(connector="native", reset=False, num_gpu_blocks=128, block_size=16)
+    with StreamServer(knobs) as srv:
+        report = run_validation(target(srv.url, tiers=[TierTarget(kind="cpu")], repeat=1))
+    tier = report.step("tier:cpu")
+    assert tier is not None and tier.verdict == "pass", tier.reason
+    assert any("overflowed the 2048-token GPU pool with 3 filler prompts" in e for e in tier.evidence)
+
+
+def test_no_reset_and_a_huge_pool_fails_with_the_reason() -> None:
+    knobs = ServerKnobs(connector="native", reset=False, num_gpu_blocks=1 << 20)
+    with StreamServer(knobs) as srv:
+        report = run_validation(target(srv.url, tiers=[TierTarget(kind="cpu")], repeat=1))
+    tier = report.step("tier:cpu")
+    assert tier is not None and tier.verdict == "fail"
+    assert "VLLM_SERVER_DEV_MODE=1" in tier.reason and "would take" in tier.reason
+
+
+def test_reset_is_retried_while_blocks_are_held() -> None:
+    knobs = ServerKnobs(connector="native", reset_fails=2)
+    with StreamServer(knobs) as srv:
+        report = run_validation(target(srv.url, tiers=[TierTarget(kind="cpu")], repeat=1))
+        assert srv.state.resets == 3
+    assert report.overall == "PASS"
+
+
+def test_sglang_hicache_flavour() -> None:
+    # SGLang's /flush_cache would empty the host tier too: the GPU copy goes by overflow.
+    knobs = ServerKnobs(engine="sglang", connector="hicache", num_gpu_blocks=128, block_size=16)
+    with StreamServer(knobs) as srv:
+        report = run_validation(target(srv.url, tiers=[TierTarget(kind="cpu")]))
+        assert srv.state.resets == 0
+    assert report.engine == "sglang"  # judged from /metrics
+    assert report.overall == "PASS", report.to_json()
+    tier = report.step("tier:cpu")
+    assert tier is not None
+    assert tier.evidence[0] == (
+        "sglang has no reset endpoint that keeps the offload tiers; "
+        "overflowed the 2048-token GPU pool with 3 filler prompts instead"
+    )
+    assert 'sglang:prefill_effective_tokens{mode="host_hit"} +2016' in tier.evidence
+
+
+def test_sglang_flush_cache_when_asked_shows_the_empty_tier() -> None:
+    knobs = ServerKnobs(engine="sglang", connector="hicache")
+    with StreamServer(knobs) as srv:
+        report = run_validation(
+            target(srv.url, tiers=[TierTarget(kind="cpu")], reset_path="/flush_cache", repeat=1)
+        )
+    tier = report.step("tier:cpu")
+    assert tier is not None and tier.verdict == "fail"
+    assert "connector hit counters did not rise" in tier.reason
+
+
+def test_hit_without_metrics_needs_usage_cached_tokens() -> None:
+    with StreamServer(ServerKnobs(metrics=False)) as srv:
+        blind = run_validation(target(srv.url, repeat=1))
+    warm = blind.step("warm")
+    assert warm is not None and warm.verdict == "fail" and "cannot be proven" in warm.reason
+    with StreamServer(ServerKnobs(metrics=False, usage_cached_tokens=True)) as srv:
+        seen = run_validation(target(srv.url, repeat=1))
+    warm = seen.step("warm")
+    assert warm is not None and warm.verdict == "pass"
+    assert "usage.prompt_tokens_details.cached_tokens 1008" in warm.evidence
+
+
+def test_server_errors_become_a_failed_step() -> None:
+    with StreamServer(ServerKnobs(status=500)) as srv:
+        report = run_validation(target(srv.url, tiers=[TierTarget(kind="cpu")]))
+    assert report.overall == "FAIL"
+    cold = report.step("cold")
+    assert cold is not None and cold.verdict == "fail" and "HTTP 500" in cold.reason
+
+
+def test_api_key() -> None:
+    with StreamServer(ServerKnobs(api_key="sk-validate-key")) as srv:
+        report = run_validation(target(srv.url, api_key="sk-validate-key", repeat=1))
+        with pytest.raises(NetworkTargetError, match="refused the API key"):
+            run_validation(target(srv.url, repeat=1))
+    assert report.overall == "PASS"
+    assert "sk-validate-key" not in report.to_json()
+
+
+def test_default_prompt_length_and_the_model_name() -> None:
+    with StreamServer() as srv:
+        report = run_validation(ValidationTarget(base_url=srv.url, repeat=1))
+        with pytest.raises(InputError, match="does not serve model 'other'"):
+            run_validation(ValidationTarget(base_url=srv.url, model="other"))
+    assert report.prompt_tokens == 2048 and report.repeat == 1
+
+
+def test_engine_death_check_runs_between_requests() -> None:
+    calls = []
+
+    def between() -> None:
+        calls.append(1)
+        if len(calls) == 3:
+            raise EngineError("engine exited with code 1 during validation")
+
+    with StreamServer() as srv, pytest.raises(EngineError, match="during validation"):
+        from kvstack.validate import run_validation as run
+
+        run(target(srv.url), between=between)
+    assert len(calls) == 3
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.parametrize(
+    ("kw", "error", "text"),
+    [
+        ({"base_url": "localhost:8000"}, NetworkTargetError, "must look like http://HOST:PORT"),
+        ({"base_url": "http://127.0.0.1:99999"}, NetworkTargetError, "invalid port"),
+        ({"prompt_tokens": 10}, InputError, "at least 64"),
+        ({"min_speedup": 0.5}, InputError, ">= 1.0"),
+        ({"repeat": 0}, InputError, "between 1 and 50"),
+        ({"log_file": "/nonexistent/engine.log"}, PathError, "does not exist"),
+    ],
+)
+def test_bad_targets_are_input_errors(kw: dict[str, object], error: type[Exception], text: str) -> None:
+    args: dict[str, object] = {"base_url": f"http://127.0.0.1:{_closed_port()}"}
+    args.update(kw)
+    with pytest.raises(error, match=text):
+        run_validation(ValidationTarget(**args))  # type: ignore[arg-type]
+
+
+def test_nothing_listening() -> None:
+    url = f"http://127.0.0.1:{_closed_port()}"
+    with pytest.raises(NetworkTargetError) as info:
+        run_validation(ValidationTarget(base_url=url))
+    assert info.value.message == f"nothing is listening at {url}"
+    assert info.value.hint == "start a server (kvstack serve) or fix --url"
+
+
+def test_prompt_longer_than_the_model() -> None:
+    with StreamServer() as srv, pytest.raises(InputError, match="does not fit"):
+        run_validation(target(srv.url, prompt_tokens=9000))
+
+
+def test_report_round_trips_and_is_written_privately(tmp_path: Path) -> None:
+    with StreamServer() as srv:
+        report = run_validation(target(srv.url, repeat=1))
+    out = tmp_path / "reports" / "validation.json"
+    write_report(report, out)
+    assert stat.S_IMODE(out.stat().st_mode) == 0o600
+    again = ValidationReport.model_validate_json(out.read_text())
+    assert again == report
+    data = json.loads(out.read_text())
+    assert data["overall"] == "PASS" and data["steps"][0]["name"] == "cold"
+    assert os.listdir(out.parent) == ["validation.json"]  # no temporary file left
+
+
+def test_target_from_launch() -> None:
+    spec = LaunchSpec(
+        engine="vllm",
+        connector="lmcache",
+        server=ProcessSpec(name="engine", argv=["x"]),
+        base_url="http://127.0.0.1:8000",
+        served_model_name="demo",
+        reset_cache_path="/reset_prefix_cache",
+        metrics_urls=["http://127.0.0.1:8000/metrics"],
+        cache_dirs={"disk": "/nvme/kvstack/abc"},
+        secrets=["sk-1234567"],
+    )
+    plan = Plan.model_construct(  # only the fields the function reads
+        platform="cpu",
+        tiers=[
+            _tier("gpu"),
+            _tier("cpu"),
+            _tier("disk", path="/elsewhere"),
+        ],
+    )
+    t = target_from_launch(spec, plan, api_key="sk-1234567", log_file="/run/engine.log")
+    assert t.engine == "vllm" and t.platform == "cpu" and t.model == "demo"
+    assert [(x.kind, x.path) for x in t.tiers] == [("cpu", None), ("disk", "/nvme/kvstack/abc")]
+    assert t.reset_path == "/reset_prefix_cache" and t.log_file == "/run/engine.log"
+    assert t.secrets == ["sk-1234567"] and "sk-1234567" not in t.model_dump_json()
+
+
+def _tier(kind: str, path: str | None = None) -> object:
+    from kvstack.planning.schema import Tier
+
+    return Tier(kind=kind, size_bytes=1, size_bytes_per_rank=1, tokens=1, path=path)  # type: ignore[arg-type]

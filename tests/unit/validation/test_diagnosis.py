@@ -1,0 +1,64 @@
+"""Known silent failures named from engine logs (one real recorded log, composed ones in LMCache's format)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kvstack.validation.diagnosis import read_log, scan_log, scan_text
+
+LOGS = Path(__file__).resolve().parents[2] / "fixtures" / "logs"
+
+
+def names(path: Path) -> list[str]:
+    return [d.name for d in scan_log(path)]
+
+
+def test_lmcache_degraded_mode_on_cpu_recorded_log() -> None:
+    found = {d.name: d for d in scan_log(LOGS / "vllm_lmcache_degraded.log")}
+    assert list(found) == [
+        "lmcache-degraded-mode",
+        "lmcache-no-device-connector",
+        "connector-init-failed",
+        "lmcache-lookup-timeout",
+    ]
+    degraded = found["lmcache-degraded-mode"]
+    assert degraded.severity == "error" and degraded.first_line == 87
+    assert "degraded mode (recompute)" in degraded.example
+    assert "\x1b[" not in degraded.example  # colour codes stripped
+    assert "'cpu' device" in found["lmcache-no-device-connector"].explanation
+    assert found["lmcache-lookup-timeout"].count == 6
+
+
+def test_clean_vllm_log_has_no_diagnosis() -> None:
+    assert names(LOGS / "vllm_plain.log") == []
+
+
+def test_remote_store_and_disk_failures() -> None:
+    redis = scan_log(LOGS / "lmcache_redis_down.log")
+    assert [d.name for d in redis] == ["remote-store-unreachable"] and redis[0].count == 2
+    assert names(LOGS / "lmcache_disk_full.log") == ["cache-disk-full"]
+
+
+def test_secrets_masked_and_long_lines_cut() -> None:
+    text = "x" * 10 + " Failed to store key: redis://u:pw1234@host:6379 token sk-abcdef123456 " + "y" * 400
+    (d,) = scan_text(text, secrets=["sk-abcdef123456"])
+    assert d.name == "kv-store-failed"
+    assert "pw1234" not in d.example and "sk-abcdef123456" not in d.example
+    assert d.example.endswith("...") and len(d.example) == 243
+
+
+def test_huge_log_is_read_at_both_ends(tmp_path: Path) -> None:
+    log = tmp_path / "big.log"
+    filler = b"INFO nothing to see here\n" * 4000
+    log.write_bytes(
+        b"System will operate in degraded mode (recompute).\n"
+        + filler
+        + b"Failed to store key k\n"
+        + filler
+        + b"OSError: [Errno 28] No space left on device\n"
+    )
+    text = read_log(log, head_bytes=1 << 16, tail_bytes=1 << 16)
+    assert len(text) < 3 << 16
+    # The store failure in the middle is beyond both ends: not read.
+    assert [d.name for d in scan_text(text)] == ["lmcache-degraded-mode", "cache-disk-full"]
+    assert len(scan_text(read_log(log))) == 3  # below the default limits: all of it
