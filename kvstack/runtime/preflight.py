@@ -136,7 +136,8 @@ def check_module_importable(python: str, module: str, package: str | None = None
 
 def preflight_launch(spec: LaunchSpec, options: ServeOptions, disk_need_bytes: int = 0) -> None:
     """Every check a ``kvstack serve`` launch needs, in the order a user would fix them."""
-    check_port_free(options.host, options.port)
+    for port in spec.ports or [options.port]:  # the server's, then its helpers' (LMCache MP, ...)
+        check_port_free(options.host, port)
     check_dir_writable(options.run_dir, what="run directory")
     disk_dir = spec.cache_dirs.get("disk")
     check_dir_writable(disk_dir or options.cache_root, disk_need_bytes)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -10,7 +11,7 @@ from pathlib import Path
 
 from kvstack.engines.base import LaunchSpec
 from kvstack.errors import Interrupted, ValidationFailed
-from kvstack.fsutil import atomic_write, ensure_private_dir
+from kvstack.fsutil import atomic_write, check_private_dir, ensure_private_dir
 from kvstack.runtime.preflight import preflight_launch
 from kvstack.runtime.supervisor import Supervisor, SupervisorStatus
 from kvstack.serving.prepare import Prepared
@@ -39,11 +40,41 @@ def disk_need_bytes(prepared: Prepared) -> int:
 
 
 def write_launch_files(spec: LaunchSpec) -> None:
-    """Private cache dirs (0700) and config files (0600), each written atomically."""
+    """Private cache dirs (0700), emptied state dirs, config files (0600) written atomically."""
     for directory in spec.private_dirs:
+        ensure_private_dir(Path(directory))
+    for directory in spec.fresh_dirs:
+        # Stale files here (e.g. PROMETHEUS_MULTIPROC_DIR) would be summed into this run's counters.
+        shutil.rmtree(directory, ignore_errors=True)
         ensure_private_dir(Path(directory))
     for f in spec.files:
         atomic_write(Path(f.path), f.content, mode=f.mode)
+
+
+def private_dirs(prepared: Prepared) -> list[Path]:
+    """Directories that hold users' KV or configs: the cache root, every cache dir below it, the run dir."""
+    root = Path(prepared.options.cache_root)
+    out = [root, prepared.run_dir]
+    for directory in map(Path, prepared.spec.private_dirs):
+        # The namespace directories between the root and the tier directory count too.
+        out += [p for p in (directory, *directory.parents) if p == directory or root in p.parents]
+    return list(dict.fromkeys(out))
+
+
+def preflight(prepared: Prepared) -> None:
+    """Every check before a launch, in the order a user would fix them; nothing is written or started.
+
+    Local paths first, then port/dirs/engine (runtime.preflight), then the remote store, whose
+    check is a network round trip.
+    """
+    for directory in private_dirs(prepared):
+        check_private_dir(directory, "--run-dir" if directory == prepared.run_dir else "--cache-dir")
+    preflight_launch(prepared.spec, prepared.options, disk_need_bytes(prepared))
+    if prepared.options.remote_url and prepared.plan.tier("remote") is not None:
+        # Lazy: redis-py is needed only when a remote tier is asked for.
+        from kvstack.remote.preflight import require_reachable
+
+        require_reachable(prepared.options.remote_url)
 
 
 def record_run(prepared: Prepared) -> None:
@@ -99,7 +130,7 @@ def run(prepared: Prepared, events: ServeEvents | None = None) -> int:
     """Launch and supervise; returns the exit code (0 clean stop or PASS). Errors raise."""
     ev = events or ServeEvents()
     req, spec = prepared.request, prepared.spec
-    preflight_launch(spec, prepared.options, disk_need_bytes(prepared))
+    preflight(prepared)
     record_run(prepared)
     write_launch_files(spec)
     with Supervisor(spec, prepared.run_dir, on_status=ev.status, api_key=req.api_key) as sup:
