@@ -107,10 +107,11 @@ def _validate(prepared: Prepared, sup: Supervisor, events: ServeEvents) -> Valid
 
 
 def _failed_summary(report: ValidationReport) -> str:
-    failed = [s for s in report.steps if s.verdict == "fail"]
-    parts = [f"{s.name}: {s.reason}" for s in failed]
-    parts += [f"diagnosis: {d.name}" for d in report.diagnoses]
-    return "; ".join(parts) or "a step failed"
+    failed = ", ".join(s.name for s in report.steps if s.verdict == "fail") or "none"
+    summary = f"failed steps: {failed}"
+    if report.diagnoses:
+        summary += "; the engine log shows " + ", ".join(d.name for d in report.diagnoses)
+    return summary
 
 
 def serve_until_stopped(sup: Supervisor, events: ServeEvents) -> None:
