@@ -21,6 +21,21 @@ def _fio_budget(fio_seconds: float, no_fio: bool) -> float | None:
     return None if no_fio else fio_seconds
 
 
+def _calibration_device(calibrate: bool, seconds: float) -> str | None:
+    """The device to calibrate on, checked before probing so that a missing GPU fails fast."""
+    if not calibrate:
+        return None
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise InputError(
+            f"--calibrate-seconds must be a positive number of seconds, not {seconds:g}",
+            hint="e.g. --calibrate-seconds 120",
+        )
+    # torch is imported on this path only: plain `kvstack doctor` never pays for it.
+    from kvstack.hardware.calibrate.run import resolve_device
+
+    return resolve_device()
+
+
 def register(app: typer.Typer) -> None:
     @app.command("doctor")
     def _cmd(
@@ -38,16 +53,37 @@ def register(app: typer.Typer) -> None:
         ] = 10.0,
         no_fio: Annotated[bool, typer.Option("--no-fio", help="Skip the disk bandwidth test.")] = False,
         strict: Annotated[bool, typer.Option("--strict", help="Exit 1 when any check fails.")] = False,
+        calibrate: Annotated[
+            bool,
+            typer.Option(
+                "--calibrate",
+                help="Also measure copy, disk->GPU, prefill and GPU rates with torch (needs a CUDA GPU).",
+            ),
+        ] = False,
+        calibrate_seconds: Annotated[
+            float, typer.Option("--calibrate-seconds", help="Time bound of the calibration, in all.")
+        ] = 120.0,
     ) -> None:
         """Probe GPUs, memory, disks and software, and say what this machine can serve."""
         budget = _fio_budget(fio_seconds, no_fio)
+        if path:
+            from kvstack.hardware.disk import require_existing_dirs
+
+            require_existing_dirs(path)
+        device = _calibration_device(calibrate, calibrate_seconds)
         # Imported here so that `kvstack --help` never pays for pydantic and the probes.
-        from kvstack.cli.render_doctor import probing_status, render
+        from kvstack.cli.render_doctor import calibrating_status, probing_status, render
         from kvstack.hardware.checks import any_failed
         from kvstack.hardware.probe import probe
 
         with probing_status(enabled=not json_out and budget is not None, fio_seconds=budget):
             snap = probe(path or None, budget)
+        if device is not None:
+            from kvstack.hardware.calibrate import store_calibration
+            from kvstack.hardware.calibrate.run import calibrate as run_calibration
+
+            with calibrating_status(enabled=not json_out, seconds=calibrate_seconds):
+                store_calibration(snap, run_calibration(snap, device, calibrate_seconds))
         if json_out:
             sys.stdout.write(snap.to_json() + "\n")
         else:

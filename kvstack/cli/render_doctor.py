@@ -10,9 +10,10 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from kvstack.hardware.calibrate import Calibration, calibration_of
 from kvstack.hardware.gpu import architecture
 from kvstack.hardware.snapshot import HardwareSnapshot, MemoryInfo
-from kvstack.units import fmt_bw, fmt_bytes
+from kvstack.units import fmt_bw, fmt_bytes, fmt_tokens
 
 VERDICT_STYLE = {"ok": "green", "warn": "yellow", "fail": "bold red"}
 
@@ -32,6 +33,15 @@ def probing_status(enabled: bool, fio_seconds: float | None) -> Iterator[None]:
         yield
         return
     with Console(stderr=True).status(f"probing (fio up to {fio_seconds:g} s per disk)..."):
+        yield
+
+
+@contextlib.contextmanager
+def calibrating_status(enabled: bool, seconds: float) -> Iterator[None]:
+    if not enabled or not sys.stderr.isatty():
+        yield
+        return
+    with Console(stderr=True).status(f"calibrating with torch (up to {seconds:g} s)..."):
         yield
 
 
@@ -141,6 +151,70 @@ def checks_table(snap: HardwareSnapshot) -> Table:
     return t
 
 
+def _bw_or_why(value: float | None, unknown: dict[str, str], key: str) -> str:
+    return fmt_bw(value) if value is not None else f"- ({unknown.get(key, 'not measured')})"
+
+
+def calibration_table(cal: Calibration) -> Table:
+    """Measured figures, one per row: what the planner uses instead of its table estimates."""
+    cuda = f", CUDA {cal.cuda_version}" if cal.cuda_version else ""
+    title = f"Calibration ({cal.source} on {cal.device}: {cal.device_name}, torch {cal.torch_version}{cuda})"
+    t = Table(title=title, title_justify="left")
+    t.add_column("figure")
+    t.add_column("value", overflow="fold")
+    rows: list[tuple[str, str]] = []
+    if cal.host_copy is not None:
+        c = cal.host_copy
+        for key, label in (
+            ("h2d_pinned_bytes_per_s", "host->device, pinned"),
+            ("h2d_pageable_bytes_per_s", "host->device, pageable"),
+            ("d2h_pinned_bytes_per_s", "device->host, pinned"),
+            ("d2h_pageable_bytes_per_s", "device->host, pageable"),
+        ):
+            value = _bw_or_why(getattr(c, key), c.unknown, key)
+            rows.append((f"{label} ({fmt_bytes(c.transfer_bytes)})", value))
+    for d in cal.disks:
+        for key, label in (
+            ("bounce_bytes_per_s", "pinned bounce"),
+            ("direct_bytes_per_s", "O_DIRECT"),
+            ("plain_bytes_per_s", "plain"),
+            ("gds_bytes_per_s", "cuFile/GDS"),
+        ):
+            rows.append((f"disk {d.path} -> device, {label}", _bw_or_why(getattr(d, key), d.unknown, key)))
+    if cal.prefill is not None:
+        p = cal.prefill
+        scaled = ", scaled down" if p.scaled_down else ""
+        for point in p.points:
+            peak = f", {point.peak_fraction:.0%} of peak" if point.peak_fraction is not None else ""
+            rows.append(
+                (
+                    f"prefill {p.model} ({p.dtype}{scaled}) at {fmt_tokens(point.prompt_tokens)} tokens",
+                    f"{point.tokens_per_s:,.0f} tokens/s ({point.achieved_tflops:.3g} TFLOP/s{peak})",
+                )
+            )
+    if cal.effective_tflops is not None:
+        rows.append(("effective prefill rate (planner)", f"{cal.effective_tflops:.3g} TFLOP/s"))
+    if cal.sanity is not None:
+        sn = cal.sanity
+        membw = _bw_or_why(sn.memory_bw_bytes_per_s, sn.unknown, "memory_bw_bytes_per_s")
+        rows.append(("device memory bandwidth (copy)", membw))
+        matmul = f"{sn.matmul_tflops:.3g} TFLOP/s" if sn.matmul_tflops is not None else "-"
+        rows.append((f"matmul {sn.matmul_size}^3 {sn.matmul_dtype}", matmul))
+    for label, value in rows:
+        t.add_row(escape(label), escape(value))
+    return t
+
+
+def calibration_notes(cal: Calibration) -> list[str]:
+    notes = [f"{section}: {why}" for section, why in cal.unknown.items()]
+    notes += cal.notes
+    if cal.prefill is not None:
+        notes += [f"prefill: {why}" for why in cal.prefill.unknown.values()]
+    for d in cal.disks:
+        notes += [f"{d.path}: {n}" for n in d.notes]
+    return notes
+
+
 def render(snap: HardwareSnapshot, console: Console | None = None) -> None:
     out = console or Console()
     if snap.gpus:
@@ -153,5 +227,10 @@ def render(snap: HardwareSnapshot, console: Console | None = None) -> None:
         out.print(f"  [dim]{escape(note)}[/dim]")
     out.print(software_table(snap))
     out.print(checks_table(snap))
+    cal = calibration_of(snap)
+    if cal is not None:
+        out.print(calibration_table(cal))
+        for note in calibration_notes(cal):
+            out.print(f"  [dim]{escape(note)}[/dim]")
     if snap.summary:
         out.print(f"[bold]Summary:[/bold] {escape(snap.summary)}")
