@@ -322,7 +322,10 @@ def _load_dir(path: Path) -> ModelGeometry:
             f"{path} has no config.json", hint="point --model at a model directory or use a catalog name"
         ) from exc
     except (OSError, UnicodeDecodeError) as exc:
-        raise ModelConfigError(f"cannot read {cfg_file}: {exc}") from exc
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ModelConfigError(
+            f"cannot read {cfg_file}: {why}", hint="config.json must be a readable UTF-8 JSON file"
+        ) from exc
     try:
         config = json.loads(text)
     except json.JSONDecodeError as exc:

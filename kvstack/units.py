@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from decimal import Decimal
 
 from kvstack.errors import InputError
 
@@ -36,7 +37,7 @@ def parse_tokens(text: str | int, what: str = "--context") -> int:
                 f"{what} must be a token count like 32768, 32k or 1m, not {text!r}",
                 hint=f"e.g. {what} 128k",
             )
-        value = int(float(m.group(1)) * _TOKEN_SUFFIX[m.group(2).lower()])
+        value = int(Decimal(m.group(1)) * _TOKEN_SUFFIX[m.group(2).lower()])  # exact for big counts
     if value <= 0:
         raise InputError(f"{what} must be positive, not {value}", hint=f"e.g. {what} 32k")
     return value
@@ -45,8 +46,10 @@ def parse_tokens(text: str | int, what: str = "--context") -> int:
 def parse_bytes(text: str, what: str = "size") -> int:
     m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", text)
     if not m or m.group(2).lower() not in _BYTE_SUFFIX:
-        raise InputError(f"{what} must be a size like 64GiB or 500GB, not {text!r}")
-    return int(float(m.group(1)) * _BYTE_SUFFIX[m.group(2).lower()])
+        raise InputError(
+            f"{what} must be a size like 64GiB or 500GB, not {text!r}", hint=f"e.g. {what} 64GiB"
+        )
+    return int(Decimal(m.group(1)) * _BYTE_SUFFIX[m.group(2).lower()])
 
 
 def fmt_bytes(n: float | None) -> str:

@@ -115,8 +115,15 @@ def memory_checks(mem: MemoryInfo, has_gpu: bool) -> list[Check]:
 def disk_checks(disks: list[DiskInfo], fio_version: str | None) -> list[Check]:
     out: list[Check] = []
     if fio_version is None:
+        # A failure when a measurement was asked for (without --no-fio, a disk tier cannot be
+        # planned on unmeasured disks); only a warning when the user skipped it anyway.
+        wanted = any(
+            d.read_bw_bytes_per_s is None and d.unknown.get("read_bw_bytes_per_s") != FIO_SKIPPED
+            for d in disks
+            if not d.tmpfs and d.writable
+        )
         msg = f"fio is missing, disk bandwidth cannot be measured: {FIO_INSTALL_HINT}"
-        out.append(_check("fio", "warn", msg))
+        out.append(_check("fio", "fail" if wanted else "warn", msg))
     if not any(not d.tmpfs and d.writable for d in disks):
         out.append(_check("disk.candidates", "warn", "no writable disk for a disk tier (GPU+CPU tiers only)"))
     for d in disks:

@@ -193,6 +193,18 @@ def resolve_path(path: Path, mounts: list[Mount]) -> tuple[Path, Mount]:
     return p, mount
 
 
+def require_existing_dirs(paths: Sequence[Path]) -> None:
+    """``doctor --path`` names existing directories: a typo would otherwise measure the disk of an
+    ancestor (often /) and report its figures under the name the user meant."""
+    for given in paths:
+        p = Path(os.path.expanduser(given))
+        if not p.exists():
+            raise PathError(
+                f"--path {given} does not exist",
+                hint=f"create it first (mkdir -p {given}) or pass a directory on the disk to check",
+            )
+
+
 def probe_disks(paths: Sequence[Path] | None = None, root: Path = ROOT) -> tuple[list[DiskInfo], list[Path]]:
     """Disk facts per candidate, and the directory to run fio in for each (same order).
 

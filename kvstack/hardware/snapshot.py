@@ -154,5 +154,9 @@ def load_snapshot(path: Path) -> HardwareSnapshot:
             hint="write one with: kvstack doctor --json > hw.json",
         ) from exc
     except (OSError, UnicodeDecodeError) as exc:
-        raise SnapshotError(f"cannot read hardware snapshot {path}: {exc}") from exc
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise SnapshotError(
+            f"cannot read hardware snapshot {path}: {why}",
+            hint="pass the JSON file written by: kvstack doctor --json > hw.json",
+        ) from exc
     return parse_snapshot(text, str(path))

@@ -243,7 +243,9 @@ def disk_tier(
         size_bytes_per_rank=per_rank,
         tokens=kv.tokens(size),
         read_bw_bytes_per_s=disk.read_bw_bytes_per_s,
-        path=disk.path,
+        # The user's --cache-dir, not the directory the snapshot measured on the same disk: the
+        # cache must land (and be permission-checked) where the user asked.
+        path=cache_root or disk.path,
         reason=reason,
     )
     return tier, reason

@@ -30,6 +30,11 @@ def _path_for(name: str) -> Path:
     candidate = Path(name).expanduser()
     if candidate.suffix in (".yaml", ".yml") and candidate.is_file():
         return candidate
+    if candidate.suffix in (".yaml", ".yml") or "/" in name:  # meant as a file: say which is missing
+        raise WorkloadError(
+            f"workload file {candidate} does not exist",
+            hint=f"fix the path, or use a profile name: {', '.join(workload_names()) or '(none found)'}",
+        )
     path = workloads_dir() / f"{name}.yaml"
     if not name or "/" in name or not path.is_file():
         choices = ", ".join(workload_names()) or "(none found)"
@@ -57,9 +62,13 @@ def parse_workload(data: Any, source: str) -> Workload:
         raise WorkloadError(f"workload {source}: {exc.message}", hint="e.g. context: 32k") from exc
     users, reuse = data.get("users", 1), data.get("reuse", 1.0)
     if isinstance(users, bool) or not isinstance(users, int) or users < 1:
-        raise WorkloadError(f"workload {source}: 'users' must be an integer >= 1, not {users!r}")
+        raise WorkloadError(
+            f"workload {source}: 'users' must be an integer >= 1, not {users!r}", hint="e.g. users: 8"
+        )
     if isinstance(reuse, bool) or not isinstance(reuse, int | float) or reuse < 1:
-        raise WorkloadError(f"workload {source}: 'reuse' must be a number >= 1, not {reuse!r}")
+        raise WorkloadError(
+            f"workload {source}: 'reuse' must be a number >= 1, not {reuse!r}", hint="e.g. reuse: 2.0"
+        )
     name = data.get("name") or Path(source).stem
     description = data.get("description") or ""
     return Workload(
@@ -77,11 +86,17 @@ def load_workload(name: str) -> Workload:
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as exc:
-        raise WorkloadError(f"cannot read workload {path}: {exc.strerror}") from exc
+        raise WorkloadError(
+            f"cannot read workload {path}: {exc.strerror}", hint="check the file's permissions"
+        ) from exc
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise WorkloadError(f"workload {path} is not valid YAML{where}", hint="fix the file") from exc
+        problem = getattr(exc, "problem", None)
+        raise WorkloadError(
+            f"workload {path} is not valid YAML{where}" + (f": {problem}" if problem else ""),
+            hint="fix the file; see profiles/workloads/*.yaml for the format",
+        ) from exc
     return parse_workload(data, str(path))
 
 

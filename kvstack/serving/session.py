@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -127,8 +128,9 @@ def serve_until_stopped(sup: Supervisor, events: ServeEvents) -> None:
         time.sleep(POLL_S)
 
 
-def run(prepared: Prepared, events: ServeEvents | None = None) -> int:
-    """Launch and supervise; returns the exit code (0 clean stop or PASS). Errors raise."""
+@contextmanager
+def launched(prepared: Prepared, events: ServeEvents | None = None) -> Iterator[Supervisor]:
+    """Preflight, write the configs, start and wait for readiness; stop everything on exit."""
     ev = events or ServeEvents()
     req, spec = prepared.request, prepared.spec
     preflight(prepared)
@@ -138,6 +140,14 @@ def run(prepared: Prepared, events: ServeEvents | None = None) -> int:
         sup.start()
         sup.wait_ready(req.ready_timeout_s)
         ev.ready(spec.base_url)
+        yield sup
+
+
+def run(prepared: Prepared, events: ServeEvents | None = None) -> int:
+    """Launch and supervise; returns the exit code (0 clean stop or PASS). Errors raise."""
+    ev = events or ServeEvents()
+    req, spec = prepared.request, prepared.spec
+    with launched(prepared, ev) as sup:
         report = _validate(prepared, sup, ev) if req.validate_after_start else None
         if report is not None and report.overall != "PASS":
             if req.exit_after_validate:
@@ -153,5 +163,4 @@ def run(prepared: Prepared, events: ServeEvents | None = None) -> int:
             serve_until_stopped(sup, ev)
         except Interrupted:
             ev.message("stopped")
-            return 0
     return 0

@@ -31,6 +31,15 @@ def test_path_that_is_a_file_exits_2(tmp_path: object, capsys: pytest.CaptureFix
     assert "is a file, not a directory" in err.err
 
 
+def test_path_that_does_not_exist_exits_2(tmp_path: object, capsys: pytest.CaptureFixture[str]) -> None:
+    # Measuring the nearest existing ancestor instead would report another disk under this name.
+    missing = f"{tmp_path}/nope"
+    assert cli_app.run(["doctor", "--no-fio", "--json", "--path", missing]) == 2
+    err = capsys.readouterr()
+    assert err.out == ""
+    assert f"--path {missing} does not exist" in err.err and "mkdir -p" in err.err
+
+
 def test_help_lists_every_option(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli_app.run(["doctor", "--help"]) == 0
     out = capsys.readouterr().out

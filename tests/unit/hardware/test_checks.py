@@ -120,6 +120,16 @@ def test_no_disk_and_no_fio() -> None:
     assert found["fio"].status == "warn" and "apt-get install fio" in found["fio"].message
 
 
+def test_missing_fio_fails_when_a_measurement_was_asked_for() -> None:
+    # Without --no-fio the disk stays unmeasured, so no disk tier can be planned: --strict exits 1.
+    unmeasured = _disk(unknown={"read_bw_bytes_per_s": "fio is not installed"})
+    asked = _by_name(checks.disk_checks([unmeasured], None))
+    assert asked["fio"].status == "fail" and "apt-get install fio" in asked["fio"].message
+    not_asked = _disk(unknown={"read_bw_bytes_per_s": checks.FIO_SKIPPED})
+    skipped = _by_name(checks.disk_checks([not_asked], None))
+    assert skipped["fio"].status == "warn"
+
+
 def _software_checks(sw: SoftwareInfo, gpus: bool) -> dict[str, Check]:
     snap = gpu_host("l40s") if gpus else HardwareSnapshot(gpu_reason=nvml.NO_DRIVER)
     snap.software = sw

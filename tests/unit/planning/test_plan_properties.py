@@ -108,14 +108,25 @@ def test_tiers_never_exceed_the_snapshot(
             if plan.connector == "native" and snap.memory.shm_free_bytes is not None:
                 assert tier.size_bytes <= snap.memory.shm_free_bytes
         elif tier.kind == "disk":
-            disk = next(d for d in snap.disks if d.path == tier.path)
+            # The tier sits at the cache root when one is given, on the disk that holds it.
+            assert tier.path == (request["cache_root"] or tier.path)
+            disk = max(snap.disks, key=lambda d: holds(d.path, tier.path or ""))
+            assert holds(disk.path, tier.path or "") >= 0
             assert tier.size_bytes <= tr.DISK_FREE_FRACTION * (disk.free_bytes or 0)
             assert not disk.tmpfs and disk.rotational is not True
             assert (disk.read_bw_bytes_per_s or 0) >= request["min_disk_bw"]
     if plan.platform == "cuda" and plan.feasible:
         assert (plan.connector == "none") == (len(plan.tiers) == 1)
     if not snap.gpus:
-        assert plan.platform == "cpu" and plan.connector == "none"
+        # On CPU only an explicit --offload lmcache may get a connector (it runs degraded there).
+        allowed = {"none", request["offload"]} if request["offload"].startswith("lmcache") else {"none"}
+        assert plan.platform == "cpu" and plan.connector in allowed
+
+
+def holds(root: str, path: str) -> int:
+    """Length of ``root`` when it is ``path`` or an ancestor of it, else -1."""
+    root = root.rstrip("/")
+    return len(root) if path == root or path.startswith(root + "/") or not root else -1
 
 
 def plan_for_workload(snap: HardwareSnapshot, model: str, wl: Workload, request: dict[str, Any]) -> Any:

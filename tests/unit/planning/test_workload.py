@@ -39,6 +39,15 @@ def test_a_path_to_a_yaml_file_works(tmp_path: Path) -> None:
     assert (wl.name, wl.context_tokens, wl.users, wl.reuse) == ("mine", 1024 * 1024, 2, 1.5)
 
 
+@pytest.mark.parametrize("given", ["mine.yaml", "profiles/rag-long-doc"])
+def test_a_missing_file_is_named_as_a_file(tmp_path: Path, given: str) -> None:
+    path = tmp_path / given
+    with pytest.raises(WorkloadError) as info:
+        load_workload(str(path))
+    assert info.value.message == f"workload file {path} does not exist"
+    assert info.value.hint is not None and "rag-long-doc" in info.value.hint
+
+
 def test_malformed_yaml(tmp_path: Path) -> None:
     path = tmp_path / "bad.yaml"
     path.write_text("context: [32k\nusers: 2\n")

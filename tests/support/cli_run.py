@@ -1,0 +1,87 @@
+"""Run the real ``kvstack`` CLI in a subprocess and see what it left behind.
+
+Every run gets a marker in its environment; any process still carrying the marker after the
+CLI exited was started by it and survived (children reparented to init included).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+MARK_VAR = "KVSTACK_TEST_RUN_MARK"
+
+
+@dataclass(frozen=True)
+class CliResult:
+    code: int
+    stdout: str
+    stderr: str
+    survivors: list[str]  # "name (pid N)" of processes the run started that still live
+
+    @property
+    def err_lines(self) -> list[str]:
+        return self.stderr.strip().splitlines()
+
+
+def isolated_env(home: Path, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The caller's environment with HOME and XDG dirs inside ``home`` (defaults land there)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KVSTACK_", "XDG_"))}
+    env.update(
+        HOME=str(home),
+        XDG_CACHE_HOME=str(home / ".cache"),
+        XDG_STATE_HOME=str(home / ".local" / "state"),
+        COLUMNS="200",  # rich wraps at the terminal width: one message, one line
+    )
+    env.update(extra or {})
+    return env
+
+
+def _marked(mark: str) -> list[str]:
+    found = []
+    for proc in psutil.process_iter(["pid", "name"]):
+        with contextlib.suppress(psutil.Error):
+            if proc.environ().get(MARK_VAR) == mark:
+                found.append(f"{proc.info['name']} (pid {proc.info['pid']})")
+    return found
+
+
+def run_cli(argv: list[str], cwd: Path, env: Mapping[str, str], timeout: float = 60) -> CliResult:
+    """Safe to call from several threads at once: each run is told apart by its own marker."""
+    mark = uuid.uuid4().hex
+    proc = subprocess.run(
+        [sys.executable, "-m", "kvstack", *argv],
+        cwd=cwd,
+        env={**env, MARK_VAR: mark},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
+    return CliResult(proc.returncode, proc.stdout, proc.stderr, _marked(mark))
+
+
+def tree_state(root: Path) -> dict[str, str]:
+    """Relative path -> sha256 of the content (files), 'dir' or 'link', for everything under ``root``."""
+    state: dict[str, str] = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        base = Path(dirpath)
+        for name in dirnames:
+            p = base / name
+            state[str(p.relative_to(root))] = "link" if p.is_symlink() else "dir"
+        for name in filenames:
+            p = base / name
+            if p.is_symlink() or not p.is_file():
+                state[str(p.relative_to(root))] = "other"
+                continue
+            state[str(p.relative_to(root))] = hashlib.sha256(p.read_bytes()).hexdigest()
+    return state
