@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from kvstack.errors import InputError
+from kvstack.errors import InputError, ProbeError
 
 
 def _fio_budget(fio_seconds: float, no_fio: bool) -> float | None:
@@ -89,4 +89,5 @@ def register(app: typer.Typer) -> None:
         else:
             render(snap)
         if strict and any_failed(snap.checks):
-            raise typer.Exit(1)
+            failed = ", ".join(c.name for c in snap.checks if c.status == "fail")
+            raise ProbeError(f"--strict: failed checks: {failed}", hint="fix them (see the report above)")
