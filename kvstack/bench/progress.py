@@ -1,0 +1,59 @@
+"""The live progress bar of ``kvstack bench`` (rich, on stderr), fed by the runner's callback."""
+
+from __future__ import annotations
+
+from types import TracebackType
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+
+from kvstack.bench.runner import Progress as RunProgress
+
+
+class ProgressView:
+    """A rich progress bar per layout with live ok/error/in-flight counts; a no-op when disabled."""
+
+    def __init__(self, enabled: bool, total: int, console: Console | None = None) -> None:
+        self.enabled = enabled
+        self.total = total
+        self._bar: Progress | None = None
+        self._tasks: dict[str, TaskID] = {}
+        if enabled:
+            self._bar = Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn(
+                    "ok {task.fields[ok]}  errors {task.fields[errors]}  in flight {task.fields[busy]}"
+                ),
+                TimeElapsedColumn(),
+                console=console or Console(stderr=True),
+                transient=False,
+            )
+
+    def __enter__(self) -> ProgressView:
+        if self._bar is not None:
+            self._bar.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+
+    def update(self, p: RunProgress) -> None:
+        if self._bar is None:
+            return
+        task = self._tasks.get(p.layout)
+        if task is None:
+            task = self._bar.add_task(p.layout, total=p.total, ok=0, errors=0, busy=0)
+            self._tasks[p.layout] = task
+        self._bar.update(
+            task,
+            completed=p.done,
+            description=f"{p.layout} {p.round_label}",
+            ok=p.ok,
+            errors=p.errors,
+            busy=p.in_flight,
+        )

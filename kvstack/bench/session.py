@@ -1,0 +1,295 @@
+"""One ``kvstack bench`` invocation: check the target, build the workload, run, report.
+
+Order matters for a clean failure: every user mistake (bad numbers, nothing listening, wrong key,
+unknown workload) is raised before a request is sent and before anything is written. Once the
+run has started, an interrupt or a dead engine still leaves the rows measured so far in --out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+from pydantic import ValidationError
+
+from kvstack.bench.progress import ProgressView
+from kvstack.bench.report import environment, workload_info, write_report
+from kvstack.bench.runner import Layout, Recorder, RunOptions, StartLayout, run_layout, run_layouts
+from kvstack.bench.schema import BenchResult
+from kvstack.bench.text import TextBuilder
+from kvstack.bench.tokenize import Tokenizer, resolve_tokenizer
+from kvstack.bench.workloads import (
+    TierSizes,
+    Workload,
+    WorkloadSpec,
+    build_workload,
+    tier_sizes_from_metrics,
+    tier_sizes_from_plan,
+)
+from kvstack.errors import EngineError, InputError, Interrupted, KvstackError, NetworkTargetError
+from kvstack.planning.schema import Plan
+from kvstack.redact import redact_url
+from kvstack.runtime.client import auth_headers, trusts_env
+from kvstack.runtime.metrics import scrape_sync
+
+DEFAULT_CONCURRENCY = 8
+
+
+@dataclass
+class BenchArgs:
+    url: str | None
+    model: str | None = None
+    api_key: str | None = None
+    workload: str = "long-doc-qa"
+    requests: int = 64
+    concurrency: int | None = None
+    rate: float | None = None
+    prompt_tokens: int = 2048
+    output_tokens: int = 16
+    seed: int = 0
+    compare: list[str] = field(default_factory=list)
+    plan_file: Path | None = None
+    metrics_urls: list[str] = field(default_factory=list)
+    timeout_s: float = 300.0
+    out: Path | None = None
+    as_json: bool = False
+    interactive: bool = False
+
+
+def normalize_url(url: str, flag: str = "--url") -> str:
+    """``http://h:8000/v1/`` -> ``http://h:8000``; anything that is not an http(s) URL is refused."""
+    raw = url.strip()
+    parts = urlsplit(raw)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise NetworkTargetError(
+            f"{flag} {redact_url(raw)!r} is not an http(s) URL", hint=f"e.g. {flag} http://127.0.0.1:8000"
+        )
+    try:
+        _ = parts.port
+    except ValueError as exc:
+        raise NetworkTargetError(
+            f"{flag} {redact_url(raw)!r} has a bad port", hint="ports are 1-65535"
+        ) from exc
+    base = raw.rstrip("/")
+    return base.removesuffix("/v1").rstrip("/")
+
+
+def _metrics_url(url: str) -> str:
+    """A full /metrics URL; a bare ``http://host:port`` gets ``/metrics`` appended."""
+    base = normalize_url(url, "--metrics-url")
+    return base if urlsplit(base).path not in ("", "/") else base + "/metrics"
+
+
+def served_model(base_url: str, api_key: str | None, timeout_s: float = 10.0) -> str:
+    """The first model the server lists; raises an InputError naming the URL when it does not answer."""
+    shown = redact_url(base_url)
+    try:
+        with httpx.Client(trust_env=trusts_env(base_url), timeout=timeout_s) as client:
+            resp = client.get(base_url + "/v1/models", headers=auth_headers(api_key))
+    except httpx.ConnectError as exc:
+        raise NetworkTargetError(
+            f"nothing is listening at {shown}",
+            hint="start the server (kvstack serve ...) or correct --url",
+        ) from exc
+    except httpx.HTTPError as exc:
+        raise NetworkTargetError(
+            f"the server at {shown} did not answer /v1/models ({type(exc).__name__})",
+            hint="check that --url points at an OpenAI-compatible server that is up",
+        ) from exc
+    if resp.status_code in (401, 403):
+        raise InputError(
+            f"the server at {shown} refused the request (HTTP {resp.status_code})",
+            hint="pass its key with --api-key (or KVSTACK_API_KEY)",
+        )
+    if resp.status_code != 200:
+        raise NetworkTargetError(
+            f"the server at {shown} answered /v1/models with HTTP {resp.status_code}",
+            hint="is it an OpenAI-compatible server (vLLM, SGLang) and ready?",
+        )
+    try:
+        models = [m["id"] for m in resp.json().get("data", []) if isinstance(m, dict) and "id" in m]
+    except (ValueError, AttributeError) as exc:
+        raise NetworkTargetError(f"{shown}/v1/models is not JSON", hint="check --url") from exc
+    if not models:
+        raise NetworkTargetError(f"the server at {shown} serves no model", hint="pass --model NAME")
+    return str(models[0])
+
+
+def load_plan(path: Path) -> Plan:
+    try:
+        return Plan.model_validate_json(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise InputError(
+            f"cannot read --plan {path}: {exc.strerror}", hint="kvstack plan --json > plan.json"
+        ) from exc
+    except ValidationError as exc:
+        raise InputError(
+            f"--plan {path} is not a kvstack plan ({exc.error_count()} problems)",
+            hint="write one with kvstack plan ... --json > plan.json",
+        ) from exc
+
+
+def _tier_sizes(args: BenchArgs, base_url: str | None, metrics_urls: list[str]) -> TierSizes | None:
+    if args.workload != "tier-overflow":
+        return None
+    if args.plan_file is not None:
+        return tier_sizes_from_plan(load_plan(args.plan_file))
+    if base_url is None:
+        return None
+    return tier_sizes_from_metrics(scrape_sync(metrics_urls, args.api_key))
+
+
+def _spec(args: BenchArgs) -> WorkloadSpec:
+    spec = WorkloadSpec(
+        name=args.workload,
+        requests=args.requests,
+        prompt_tokens=args.prompt_tokens,
+        output_tokens=args.output_tokens,
+        seed=args.seed,
+    )
+    spec.validate()
+    return spec
+
+
+def _config(args: BenchArgs, base_url: str | None, model: str, metrics_urls: list[str]) -> dict[str, Any]:
+    """What was asked, secrets redacted: the key is never written, URLs lose their credentials."""
+    return {
+        "url": redact_url(base_url) if base_url else None,
+        "model": model,
+        "api_key": "***" if args.api_key else None,
+        "workload": args.workload,
+        "requests": args.requests,
+        "concurrency": args.concurrency,
+        "rate": args.rate,
+        "prompt_tokens": args.prompt_tokens,
+        "output_tokens": args.output_tokens,
+        "seed": args.seed,
+        "compare": args.compare,
+        "plan": str(args.plan_file) if args.plan_file else None,
+        "metrics_urls": [redact_url(u) for u in metrics_urls],
+        "timeout_s": args.timeout_s,
+    }
+
+
+def _check_out(out: Path | None) -> None:
+    if out is not None and out.exists() and not out.is_dir():
+        raise InputError(
+            f"--out {out} exists and is not a directory", hint="choose a directory for the report"
+        )
+
+
+def _say(text: str) -> None:
+    sys.stderr.write(text + "\n")  # stderr even with --json: stdout carries only the JSON
+
+
+def run_bench(args: BenchArgs, start_layout: StartLayout | None = None) -> BenchResult:
+    """Run one bench invocation end to end and print/write its report."""
+    _check_out(args.out)
+    spec = _spec(args)
+    opts_model = args.model
+    base_url = normalize_url(args.url) if args.url else None
+    metrics_urls = [_metrics_url(u) for u in args.metrics_urls]
+    tokenizer: Tokenizer
+    if base_url is not None:
+        model = opts_model or served_model(base_url, args.api_key)
+        all_metrics = [base_url + "/metrics", *metrics_urls]
+        tokenizer = resolve_tokenizer(base_url, model, args.api_key)
+    else:
+        model = opts_model or ""
+        if not model:
+            raise InputError(
+                "--compare needs --model (the model every layout serves)", hint="add --model DIR"
+            )
+        all_metrics = metrics_urls
+        tokenizer = resolve_tokenizer(None, model)
+    tiers = _tier_sizes(args, base_url, all_metrics)
+    workload = build_workload(spec, TextBuilder(tokenizer), tiers)
+    opts = RunOptions(
+        model=model,
+        api_key=args.api_key,
+        concurrency=args.concurrency if args.rate is None else None,
+        rate=args.rate,
+        seed=args.seed,
+        timeout_s=args.timeout_s,
+    )
+    if opts.concurrency is None and opts.rate is None:
+        opts = replace(opts, concurrency=DEFAULT_CONCURRENCY)
+    opts.validate()
+    _say(_headline(workload, opts))
+    recorder = Recorder(workload)
+    config = _config(args, base_url, model, all_metrics)
+    config["concurrency"] = opts.concurrency
+    failure: KvstackError | None = None
+    view = ProgressView(enabled=args.interactive, total=len(workload.requests))
+    try:
+        with view:
+            if base_url is not None:
+                layout = Layout("server", base_url, tuple(all_metrics))
+                asyncio.run(run_layout(layout, workload, opts, recorder, view.update))
+            else:
+                assert start_layout is not None
+                run_layouts(args.compare, start_layout, workload, opts, recorder, view.update)
+    except KeyboardInterrupt:
+        failure = Interrupted("interrupted: the rows measured so far are kept in the report")
+    except KvstackError as exc:
+        failure = exc
+    result = BenchResult(
+        config=config,
+        environment=environment(),
+        workload=workload_info(workload),
+        layouts=recorder.layouts,
+        requests=recorder.rows,
+    )
+    _emit(args, result)
+    if failure is not None:
+        raise failure
+    if result.requests and not any(r.ok for r in result.requests):
+        kinds = result.layouts[0].summary.error_kinds if result.layouts else {}
+        top = next(iter(kinds), "unknown error")
+        raise EngineError(
+            f"no request succeeded ({len(result.requests)} failed; most often: {top})",
+            hint="see requests.csv for every error"
+            if args.out
+            else "rerun with --out DIR to keep every error",
+        )
+    return result
+
+
+def _headline(workload: Workload, opts: RunOptions) -> str:
+    load = f"concurrency {opts.concurrency}" if opts.concurrency else f"rate {opts.rate:g}/s"
+    shape = ", ".join(f"{k} {v}" for k, v in workload.shape.items())
+    exact = "exact" if workload.exact else "estimated"
+    lines = [
+        f"bench {workload.spec.name}: {len(workload.requests)} requests in {len(workload.round_labels)} "
+        f"round(s), {load}; {shape}",
+        f"prompt tokens {exact} ({workload.tokenizer})",
+    ]
+    lines += [f"note: {n}" for n in workload.notes]
+    return "\n".join(lines)
+
+
+def _emit(args: BenchArgs, result: BenchResult) -> None:
+    from rich.console import Console
+
+    from kvstack.bench.report import error_lines, rounds_table, summary_table
+
+    written: list[Path] = []
+    if args.out is not None and (result.requests or result.layouts):
+        written = write_report(result, args.out)
+    if args.as_json:
+        sys.stdout.write(result.model_dump_json(by_alias=True, indent=1) + "\n")
+        return
+    console = Console()
+    console.print(summary_table(result))
+    if any(len(lay.rounds) > 1 for lay in result.layouts):
+        console.print(rounds_table(result))
+    err = Console(stderr=True)
+    for line in error_lines(result):
+        err.print(line, markup=False, highlight=False)
+    for path in written:
+        err.print(f"wrote {path}", markup=False, highlight=False)

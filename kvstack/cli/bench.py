@@ -1,0 +1,124 @@
+"""`kvstack bench`: measure TTFT, throughput and cache hits on cache-heavy workloads."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import typer
+
+from kvstack.errors import InputError
+
+if TYPE_CHECKING:
+    from kvstack.bench.runner import StartLayout
+
+
+def layout_starter() -> StartLayout | None:
+    """The launcher ``--compare`` uses to start each layout; None until ``kvstack serve`` provides one.
+
+    It must return ``start_layout(name)``: a context manager that starts the server for layout
+    ``name``, yields ``runner.Layout(name, base_url, metrics_urls, check_alive)`` and stops it.
+    """
+    return None
+
+
+def _compare_names(values: list[str]) -> list[str]:
+    names: list[str] = []
+    for value in values:
+        for name in value.split(","):
+            name = name.strip()
+            if name and name not in names:
+                names.append(name)
+    return names
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("bench")
+    def _cmd(
+        url: str | None = typer.Option(None, "--url", help="A running server, e.g. http://127.0.0.1:8000"),
+        model: str | None = typer.Option(
+            None, "--model", help="Served model name (default: from /v1/models)"
+        ),
+        api_key: str | None = typer.Option(
+            None, "--api-key", envvar="KVSTACK_API_KEY", help="The server's API key", show_default=False
+        ),
+        workload: str = typer.Option(
+            "long-doc-qa",
+            "--workload",
+            help="long-doc-qa, multi-turn, shared-prefix, tier-overflow or random",
+        ),
+        requests: int = typer.Option(64, "--requests", help="Requests in all (per layout)"),
+        concurrency: int | None = typer.Option(
+            None, "--concurrency", help="Requests in flight at once (default 8; excludes --rate)"
+        ),
+        rate: float | None = typer.Option(
+            None, "--rate", help="Poisson arrivals, requests/s (seeded; excludes --concurrency)"
+        ),
+        prompt_tokens: str = typer.Option("2048", "--prompt-tokens", help="Prompt length, e.g. 2048 or 8k"),
+        output_tokens: int = typer.Option(16, "--output-tokens", help="Tokens generated per request"),
+        seed: int = typer.Option(
+            0,
+            "--seed",
+            help="Same seed, same prompts and arrivals; a new seed misses every earlier run's cache",
+        ),
+        compare: list[str] = typer.Option(
+            [], "--compare", help="Layouts to start and compare in turn (repeat or comma-separate)"
+        ),
+        plan_file: Path | None = typer.Option(
+            None, "--plan", help="A plan JSON (kvstack plan --json) that sizes tier-overflow"
+        ),
+        metrics_urls: list[str] = typer.Option(
+            [], "--metrics-url", help="Extra /metrics to read hit counters from (e.g. an LMCache server)"
+        ),
+        timeout_s: float = typer.Option(300.0, "--timeout", help="Per-request timeout, seconds"),
+        out: Path | None = typer.Option(
+            None, "--out", help="Write results.json, requests.csv and plots here"
+        ),
+        as_json: bool = typer.Option(False, "--json", help="Print results.json to stdout"),
+    ) -> None:
+        """Measure TTFT/throughput on cache-heavy workloads and the server's cache hit rate."""
+        from kvstack.bench.session import BenchArgs, run_bench
+        from kvstack.units import parse_tokens
+
+        if concurrency is not None and rate is not None:
+            raise InputError(
+                "--concurrency and --rate exclude each other",
+                hint="use --concurrency C (closed loop) or --rate R (Poisson arrivals), not both",
+            )
+        names = _compare_names(compare)
+        if names and url:
+            raise InputError(
+                "--compare starts its own servers and cannot be combined with --url",
+                hint="drop --url, or bench the running server alone",
+            )
+        if names and layout_starter() is None:
+            raise InputError(
+                "--compare needs kvstack to start each layout's server, which this build cannot do yet",
+                hint="start each layout with kvstack serve and run kvstack bench --url against it",
+            )
+        if not names and not url:
+            raise InputError(
+                "kvstack bench needs a server to measure",
+                hint="pass --url http://HOST:PORT of a running server",
+            )
+        args = BenchArgs(
+            url=url,
+            model=model,
+            api_key=api_key or None,
+            workload=workload,
+            requests=requests,
+            concurrency=concurrency if rate is None else None,
+            rate=rate,
+            prompt_tokens=parse_tokens(prompt_tokens, "--prompt-tokens"),
+            output_tokens=output_tokens,
+            seed=seed,
+            compare=names,
+            plan_file=plan_file,
+            metrics_urls=metrics_urls,
+            timeout_s=timeout_s,
+            out=out,
+            as_json=as_json,
+            interactive=not as_json and sys.stderr.isatty(),
+        )
+        run_bench(args, start_layout=layout_starter())

@@ -1,0 +1,141 @@
+"""`kvstack bench` through the real CLI entry point against a real local streaming server."""
+
+from __future__ import annotations
+
+import io
+import json
+import socket
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from kvstack.bench.progress import ProgressView
+from kvstack.bench.report import load_result
+from kvstack.bench.runner import Progress
+from kvstack.cli.app import run
+from tests.support.stream_server import ServerKnobs, StreamServer
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_bench_writes_a_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "out"
+    with StreamServer(ServerKnobs(base_ttft_s=0.01)) as srv:
+        opts = "--workload shared-prefix --requests 12 --prompt-tokens 300 --output-tokens 4 --concurrency 4"
+        rc = run(["bench", "--url", srv.url + "/v1/", *opts.split(), "--out", str(out)])
+    captured = capsys.readouterr()
+    assert rc == 0, captured.err
+    assert "kvstack bench: shared-prefix" in captured.out and "12/12" in captured.out
+    assert "prompt tokens exact (server" in captured.err
+    result = load_result(out)
+    assert len(result.requests) == 12 and result.layouts[0].summary.ok == 12
+    assert result.config["model"] == "demo-model" and result.config["concurrency"] == 4
+    assert result.layouts[0].cache.token_hit_rate and result.layouts[0].cache.token_hit_rate > 0.5
+    assert {p.name for p in out.iterdir()} >= {"results.json", "requests.csv", "ttft_cdf.png"}
+
+
+def test_json_output_and_no_secret_in_it(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    key = "sk-very-secret-123"
+    with StreamServer(ServerKnobs(api_key=key)) as srv:
+        opts = "--workload random --requests 3 --prompt-tokens 50 --json"
+        rc = run(["bench", "--url", srv.url, "--api-key", key, *opts.split(), "--out", str(tmp_path)])
+    captured = capsys.readouterr()
+    assert rc == 0, captured.err
+    data = json.loads(captured.out)
+    assert data["config"]["api_key"] == "***" and len(data["requests"]) == 3
+    assert key not in captured.out and key not in captured.err
+    assert key not in (tmp_path / "results.json").read_text()
+
+
+def test_wrong_api_key_is_bad_input(capsys: pytest.CaptureFixture[str]) -> None:
+    with StreamServer(ServerKnobs(api_key="right")) as srv:
+        rc = run(["bench", "--url", srv.url, "--api-key", "wrong", "--requests", "2"])
+    assert rc == 2 and "--api-key" in capsys.readouterr().err
+
+
+def test_nothing_listening_names_the_url(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    url = f"http://127.0.0.1:{_free_port()}"
+    rc = run(["bench", "--url", url, "--out", str(tmp_path / "never")])
+    err = capsys.readouterr().err
+    assert rc == 2 and f"nothing is listening at {url}" in err and "Traceback" not in err
+    assert not (tmp_path / "never").exists()
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--concurrency", "4", "--rate", "2"], "exclude each other"),
+        (["--workload", "nope"], "unknown workload"),
+        (["--requests", "0"], "--requests must be at least 1"),
+        (["--prompt-tokens", "lots"], "--prompt-tokens must be a token count"),
+        (["--rate", "0"], "--rate must be positive"),
+        (["--compare", "none,lmcache"], "--compare"),
+    ],
+)
+def test_bad_input_exits_2(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with StreamServer(ServerKnobs()) as srv:
+        url = ["--url", srv.url] if "--compare" not in argv else []
+        rc = run(["bench", *url, *argv])
+        assert srv.requests == []  # refused before any request
+    err = capsys.readouterr().err
+    assert rc == 2 and message in err and "hint:" in err
+
+
+def test_bad_url_and_missing_url(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(["bench", "--url", "ftp://example"]) == 2
+    assert "not an http(s) URL" in capsys.readouterr().err
+    assert run(["bench"]) == 2
+    assert "--url" in capsys.readouterr().err
+
+
+def test_all_requests_failing_exits_1_and_keeps_the_report(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with StreamServer(ServerKnobs(status=500)) as srv:
+        rc = run(
+            ["bench", "--url", srv.url, "--workload", "random", "--requests", "4", "--out", str(tmp_path)]
+        )
+    err = capsys.readouterr().err
+    assert rc == 1 and "no request succeeded" in err and "HTTP 500" in err
+    result = load_result(tmp_path)
+    assert len(result.requests) == 4 and not any(r.ok for r in result.requests)
+
+
+def test_rate_mode_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    with StreamServer(ServerKnobs()) as srv:
+        opts = "--workload random --requests 5 --rate 50 --prompt-tokens 40 --json"
+        rc = run(["bench", "--url", srv.url, *opts.split()])
+    data = json.loads(capsys.readouterr().out)
+    assert rc == 0 and data["config"]["rate"] == 50 and data["config"]["concurrency"] is None
+
+
+def test_tier_overflow_rereads_come_from_the_lower_tier(capsys: pytest.CaptureFixture[str]) -> None:
+    # The test server reports num_gpu_blocks x block_size = 64 x 16 = 1024 tokens and evicts the
+    # oldest prompts beyond that; its "native" tier keeps everything.
+    with StreamServer(ServerKnobs(num_gpu_blocks=64, block_size=16, connector="native")) as srv:
+        opts = "--workload tier-overflow --prompt-tokens 256 --output-tokens 1 --json"
+        rc = run(["bench", "--url", srv.url, *opts.split()])
+    data = json.loads(capsys.readouterr().out)
+    assert rc == 0
+    shape = data["workload"]["shape"]
+    assert shape["gpu_tokens"] == 1024 and shape["working_set_tokens"] > 1024
+    fill, reread = data["layouts"][0]["rounds"]
+    assert (fill["label"], reread["label"]) == ("fill", "re-read 1")
+    assert fill["cache"]["token_hit_rate"] == 0
+    by_source = reread["cache"]["cached_tokens_by_source"]
+    assert by_source["host"] > 0 and by_source.get("device", 0) == 0  # the GPU pool was overflowed
+    assert reread["cache"]["token_hit_rate"] > 0.5
+
+
+def test_progress_bar_shows_live_counts() -> None:
+    buf = io.StringIO()
+    console = Console(file=buf, force_terminal=True, width=120)
+    with ProgressView(enabled=True, total=4, console=console) as view:
+        view.update(Progress("none", 0, "warm-up", 3, 4, 2, 1, 1))
+    text = buf.getvalue()
+    assert "none warm-up" in text and "3/4" in text and "errors 1" in text

@@ -1,0 +1,86 @@
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from kvstack.bench.report import load_result
+from kvstack.bench.runner import Layout
+from kvstack.bench.session import BenchArgs, normalize_url, run_bench
+from kvstack.errors import EngineError, InputError, NetworkTargetError
+from tests.support.stream_server import ServerKnobs, StreamServer
+
+
+@pytest.mark.parametrize(
+    ("url", "base"),
+    [
+        ("http://127.0.0.1:8000", "http://127.0.0.1:8000"),
+        ("http://127.0.0.1:8000/", "http://127.0.0.1:8000"),
+        ("http://127.0.0.1:8000/v1/", "http://127.0.0.1:8000"),
+        (" https://example.com/v1 ", "https://example.com"),
+    ],
+)
+def test_normalize_url(url: str, base: str) -> None:
+    assert normalize_url(url) == base
+
+
+@pytest.mark.parametrize("url", ["127.0.0.1:8000", "ftp://h", "http://", "http://h:99999"])
+def test_normalize_url_refuses(url: str) -> None:
+    with pytest.raises(NetworkTargetError):
+        normalize_url(url)
+
+
+def test_compare_runs_each_layout_and_writes_them_side_by_side(tmp_path: Path) -> None:
+    @contextlib.contextmanager
+    def start(name: str) -> Iterator[Layout]:
+        with StreamServer(ServerKnobs(connector=None if name == "none" else "native")) as srv:
+            yield Layout(name, srv.url, (srv.url + "/metrics",))
+
+    args = BenchArgs(url=None, model="demo-model", workload="long-doc-qa", requests=8, prompt_tokens=256,
+                     compare=["none", "native"], out=tmp_path, as_json=True)  # fmt: skip
+    result = run_bench(args, start_layout=start)
+    assert [lay.name for lay in result.layouts] == ["none", "native"]
+    back = load_result(tmp_path)
+    assert [lay.name for lay in back.layouts] == ["none", "native"] and len(back.requests) == 16
+
+
+def test_a_dead_engine_keeps_the_rows_in_the_report(tmp_path: Path) -> None:
+    deadline: list[float] = []
+
+    def check() -> None:
+        if time.monotonic() > deadline[0]:
+            raise EngineError("vllm exited with code 1 during the bench", hint="see the log")
+
+    @contextlib.contextmanager
+    def start(name: str) -> Iterator[Layout]:
+        with StreamServer(ServerKnobs(base_ttft_s=0.05)) as srv:
+            deadline.append(time.monotonic() + 0.5)
+            yield Layout(name, srv.url, (), check_alive=check)
+
+    args = BenchArgs(url=None, model="demo-model", workload="random", requests=500, prompt_tokens=64,
+                     concurrency=2, compare=["none"], out=tmp_path, as_json=True)  # fmt: skip
+    with pytest.raises(EngineError, match="exited with code 1"):
+        run_bench(args, start_layout=start)
+    result = load_result(tmp_path)
+    (layout,) = result.layouts
+    assert not layout.complete and layout.aborted and "code 1" in layout.aborted
+    assert 0 < len(result.requests) < 500
+
+
+def test_out_must_be_a_directory(tmp_path: Path) -> None:
+    file = tmp_path / "f"
+    file.write_text("x")
+    with pytest.raises(InputError, match="not a directory"):
+        run_bench(BenchArgs(url="http://127.0.0.1:1", out=file))
+
+
+def test_plan_file_errors_are_input_errors(tmp_path: Path) -> None:
+    bad = tmp_path / "plan.json"
+    bad.write_text("{}")
+    with StreamServer(ServerKnobs()) as srv:
+        for plan in (bad, tmp_path / "missing.json"):
+            with pytest.raises(InputError, match="--plan"):
+                run_bench(BenchArgs(url=srv.url, workload="tier-overflow", plan_file=plan, as_json=True))
