@@ -83,8 +83,10 @@ async def _consume(resp: httpx.Response, result: RequestResult, t0: float) -> No
             continue  # "event:", "id:" and "retry:" fields carry nothing we use
         payload = line[len("data:") :].strip()
         if payload == "[DONE]":
+            # Read on to the end of the body rather than break: a response left unread makes
+            # httpx close the connection, and every request would then open a new one.
             done = True
-            break
+            continue
         try:
             data = json.loads(payload)
         except ValueError:
