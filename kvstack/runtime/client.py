@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -71,17 +72,29 @@ def _error_text(body: bytes) -> str:
     return text[:300]
 
 
+async def _lines(resp: httpx.Response) -> AsyncIterator[str]:
+    """SSE lines from the raw body: cheaper per event than httpx's text line decoder."""
+    pending = b""
+    async for chunk in resp.aiter_bytes():
+        pending += chunk
+        if b"\n" not in chunk:
+            continue
+        *complete, pending = pending.split(b"\n")
+        for raw in complete:
+            yield raw.decode("utf-8", "replace")
+    if pending:
+        yield pending.decode("utf-8", "replace")
+
+
 async def _consume(resp: httpx.Response, result: RequestResult, t0: float) -> None:
     content_events = 0
     last = t0
     done = False
-    async for line in resp.aiter_lines():
+    async for line in _lines(resp):
         line = line.strip()
-        if not line or line.startswith(":"):  # blank separators and SSE comments
-            continue
         if not line.startswith("data:"):
-            continue  # "event:", "id:" and "retry:" fields carry nothing we use
-        payload = line[len("data:") :].strip()
+            continue  # blank separators, SSE comments, "event:", "id:", "retry:" carry nothing we use
+        payload = line[5:].strip()
         if payload == "[DONE]":
             # Read on to the end of the body rather than break: a response left unread makes
             # httpx close the connection, and every request would then open a new one.
