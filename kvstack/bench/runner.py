@@ -16,7 +16,7 @@ import random
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import httpx
 
@@ -39,6 +39,7 @@ class Layout:
     metrics_urls: tuple[str, ...] = ()
     # Raises (EngineError) when the server behind the layout has died; None for --url servers.
     check_alive: Callable[[], None] | None = None
+    served_model: str | None = None  # the name requests must use, when the launcher knows it
 
 
 StartLayout = Callable[[str], AbstractContextManager[Layout]]
@@ -338,6 +339,8 @@ async def run_layout(
     on_progress: ProgressFn | None = None,
 ) -> LayoutResult:
     """Run every round of ``workload`` against ``layout``; the result is also kept in ``recorder``."""
+    if layout.served_model is not None:
+        opts = replace(opts, model=layout.served_model)
     opts.validate()
     cur = recorder.begin(layout)
     aborted: str | None = "interrupted"

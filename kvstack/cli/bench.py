@@ -12,15 +12,15 @@ from kvstack.errors import InputError
 
 if TYPE_CHECKING:
     from kvstack.bench.runner import StartLayout
+    from kvstack.serving.request import ServeRequest
 
 
-def layout_starter() -> StartLayout | None:
-    """The launcher ``--compare`` uses to start each layout; None until ``kvstack serve`` provides one.
+def layout_starter(request: ServeRequest) -> StartLayout:
+    """``start_layout(name)``: serve ``request`` with ``--offload name``, yield it, stop it."""
+    from kvstack.cli.serve import serve_events
+    from kvstack.serving.layouts import layout_starter as starter
 
-    It must return ``start_layout(name)``: a context manager that starts the server for layout
-    ``name``, yields ``runner.Layout(name, base_url, metrics_urls, check_alive)`` and stops it.
-    """
-    return None
+    return starter(request, serve_events(json_mode=True))
 
 
 def _compare_names(values: list[str]) -> list[str]:
@@ -76,6 +76,16 @@ def register(app: typer.Typer) -> None:
             None, "--out", help="Write results.json, requests.csv and plots here"
         ),
         as_json: bool = typer.Option(False, "--json", help="Print results.json to stdout"),
+        offload: str = typer.Option(
+            "auto", "--offload", help="Without --url: the layout kvstack serves and benches"
+        ),
+        engine: str = typer.Option("vllm", "--engine", help="Without --url: vllm or sglang"),
+        hardware: Path | None = typer.Option(None, "--hardware", help="Without --url: a doctor snapshot"),
+        context: str | None = typer.Option(None, "--context", help="Without --url: tokens per session"),
+        port: int = typer.Option(8000, "--port", help="Without --url: the port of the server it starts"),
+        cache_dir: Path | None = typer.Option(None, "--cache-dir", help="Without --url: disk-tier root"),
+        run_dir: Path | None = typer.Option(None, "--run-dir", help="Without --url: logs of each layout"),
+        ready_timeout: float = typer.Option(900.0, "--ready-timeout", help="Without --url: readiness wait"),
     ) -> None:
         """Measure TTFT/throughput on cache-heavy workloads and the server's cache hit rate."""
         from kvstack.bench.session import BenchArgs, run_bench
@@ -92,16 +102,29 @@ def register(app: typer.Typer) -> None:
                 "--compare starts its own servers and cannot be combined with --url",
                 hint="drop --url, or bench the running server alone",
             )
-        if names and layout_starter() is None:
-            raise InputError(
-                "--compare needs kvstack to start each layout's server, which this build cannot do yet",
-                hint="start each layout with kvstack serve and run kvstack bench --url against it",
+        start_layout: StartLayout | None = None
+        if not url:
+            # No server given: kvstack serves each layout itself (the demo model by default).
+            from kvstack.cli.serve import ENGINES, OFFLOADS, choice
+            from kvstack.serving.layouts import check_layout_names
+            from kvstack.serving.request import ServeRequest
+
+            names = names or [choice(offload, OFFLOADS, "--offload")]
+            check_layout_names(names)
+            serve_request = ServeRequest(
+                model=model,
+                engine=choice(engine, ENGINES, "--engine"),  # type: ignore[arg-type]
+                hardware=hardware,
+                context=context,
+                port=port,
+                cache_dir=cache_dir,
+                run_dir=run_dir,
+                api_key=api_key or None,
+                ready_timeout_s=ready_timeout,
+                validate_after_start=False,
             )
-        if not names and not url:
-            raise InputError(
-                "kvstack bench needs a server to measure",
-                hint="pass --url http://HOST:PORT of a running server",
-            )
+            model = serve_request.model_spec()
+            start_layout = layout_starter(serve_request)
         args = BenchArgs(
             url=url,
             model=model,
@@ -121,4 +144,4 @@ def register(app: typer.Typer) -> None:
             as_json=as_json,
             interactive=not as_json and sys.stderr.isatty(),
         )
-        run_bench(args, start_layout=layout_starter())
+        run_bench(args, start_layout=start_layout)

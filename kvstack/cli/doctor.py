@@ -63,6 +63,15 @@ def register(app: typer.Typer) -> None:
         calibrate_seconds: Annotated[
             float, typer.Option("--calibrate-seconds", help="Time bound of the calibration, in all.")
         ] = 120.0,
+        remote: Annotated[
+            str | None,
+            typer.Option(
+                "--remote",
+                help="Also probe this remote KV store, redis://user:pass@host:port/db (user, pass, db "
+                "optional; or rediss://, redis-sentinel://, lm://): latency, bandwidth, maxmemory, eviction.",
+                show_default=False,
+            ),
+        ] = None,
     ) -> None:
         """Probe GPUs, memory, disks and software, and say what this machine can serve."""
         budget = _fio_budget(fio_seconds, no_fio)
@@ -70,6 +79,10 @@ def register(app: typer.Typer) -> None:
             from kvstack.hardware.disk import require_existing_dirs
 
             require_existing_dirs(path)
+        if remote is not None:
+            from kvstack.remote.url import parse_remote_url
+
+            parse_remote_url(remote)  # a malformed URL exits 2 before anything is probed
         device = _calibration_device(calibrate, calibrate_seconds)
         # Imported here so that `kvstack --help` never pays for pydantic and the probes.
         from kvstack.cli.render_doctor import calibrating_status, probing_status, render
@@ -84,6 +97,14 @@ def register(app: typer.Typer) -> None:
 
             with calibrating_status(enabled=not json_out, seconds=calibrate_seconds):
                 store_calibration(snap, run_calibration(snap, device, calibrate_seconds))
+        if remote is not None:
+            from kvstack.cli.render_doctor import remote_status
+            from kvstack.remote.checks import remote_checks
+            from kvstack.remote.preflight import preflight as probe_remote
+
+            with remote_status(enabled=not json_out):
+                snap.remote = probe_remote(remote)
+            snap.checks = [*snap.checks, *remote_checks(snap.remote)]
         if json_out:
             sys.stdout.write(snap.to_json() + "\n")
         else:

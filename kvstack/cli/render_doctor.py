@@ -12,7 +12,7 @@ from rich.table import Table
 
 from kvstack.hardware.calibrate import Calibration, calibration_of
 from kvstack.hardware.gpu import architecture
-from kvstack.hardware.snapshot import HardwareSnapshot, MemoryInfo
+from kvstack.hardware.snapshot import HardwareSnapshot, MemoryInfo, RemoteInfo
 from kvstack.units import fmt_bw, fmt_bytes, fmt_tokens
 
 VERDICT_STYLE = {"ok": "green", "warn": "yellow", "fail": "bold red"}
@@ -42,6 +42,15 @@ def calibrating_status(enabled: bool, seconds: float) -> Iterator[None]:
         yield
         return
     with Console(stderr=True).status(f"calibrating with torch (up to {seconds:g} s)..."):
+        yield
+
+
+@contextlib.contextmanager
+def remote_status(enabled: bool) -> Iterator[None]:
+    if not enabled or not sys.stderr.isatty():
+        yield
+        return
+    with Console(stderr=True).status("probing the remote store..."):
         yield
 
 
@@ -140,6 +149,35 @@ def software_table(snap: HardwareSnapshot) -> Table:
     return t
 
 
+def remote_table(info: RemoteInfo) -> Table:
+    """The remote store as probed; ``info.url`` is already redacted (RemoteInfo never holds a password)."""
+    t = Table(title="Remote KV store", title_justify="left", show_header=False)
+    t.add_column("what")
+    t.add_column("value", overflow="fold")
+    if info.maxmemory_bytes is None:
+        maxmemory = "unknown"
+    else:
+        maxmemory = "0 (no limit)" if info.maxmemory_bytes == 0 else fmt_bytes(info.maxmemory_bytes)
+    rows = [
+        ("url", info.url),
+        ("reachable", _yes_no(info.reachable)),
+        ("server", f"Redis {info.server_version}" if info.server_version else "unknown"),
+        ("latency (median)", f"{info.latency_s * 1e3:.2f} ms" if info.latency_s is not None else "unknown"),
+        ("read / write", f"{_bw(info.read_bw_bytes_per_s)} / {_bw(info.write_bw_bytes_per_s)}"),
+        ("maxmemory", maxmemory),
+        ("eviction policy", _opt(info.maxmemory_policy)),
+    ]
+    if info.error:
+        rows.append(("error", info.error))
+    for k, v in rows:
+        t.add_row(k, escape(v))
+    return t
+
+
+def _bw(value: float | None) -> str:
+    return fmt_bw(value) if value is not None else "unknown"
+
+
 def checks_table(snap: HardwareSnapshot) -> Table:
     t = Table(title="Checks", title_justify="left")
     t.add_column("verdict")
@@ -226,6 +264,8 @@ def render(snap: HardwareSnapshot, console: Console | None = None) -> None:
     for note in disk_notes(snap):
         out.print(f"  [dim]{escape(note)}[/dim]")
     out.print(software_table(snap))
+    if snap.remote is not None:
+        out.print(remote_table(snap.remote))
     out.print(checks_table(snap))
     cal = calibration_of(snap)
     if cal is not None:

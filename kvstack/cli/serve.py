@@ -6,15 +6,18 @@ import ipaddress
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from kvstack.errors import InputError
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from kvstack.runtime.supervisor import SupervisorStatus
     from kvstack.serving.prepare import Prepared
+    from kvstack.serving.replicas import ReplicaSet
     from kvstack.serving.request import ServeRequest
     from kvstack.serving.session import ServeEvents
     from kvstack.validate import ValidationReport
@@ -23,7 +26,7 @@ ENGINES = ("vllm", "sglang")
 OFFLOADS = ("auto", "lmcache", "lmcache-mp", "native", "hicache", "none")
 
 
-def _choice(value: str, choices: tuple[str, ...], flag: str) -> str:
+def choice(value: str, choices: tuple[str, ...], flag: str) -> str:
     if value not in choices:
         raise InputError(
             f"{flag} must be one of {', '.join(choices)}, not {value!r}", hint=f"e.g. {flag} {choices[0]}"
@@ -40,18 +43,18 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def _events(json_mode: bool) -> ServeEvents:
+def serve_events(json_mode: bool) -> ServeEvents:
     from rich.console import Console
     from rich.markup import escape
 
     from kvstack.serving.session import ServeEvents
 
     err = Console(stderr=True, highlight=False, soft_wrap=True)
-    last_phase: list[str] = [""]
+    last_phase: dict[str, str] = {}  # per process: replicas report side by side
 
     def status(s: SupervisorStatus) -> None:
-        if s.phase != last_phase[0]:
-            last_phase[0] = s.phase
+        if s.phase != last_phase.get(s.name):
+            last_phase[s.name] = s.phase
             err.print(f"[dim]{s.elapsed_s:6.1f}s[/dim] {escape(s.name)}: {escape(s.phase)}")
 
     def validation(report: ValidationReport) -> None:
@@ -72,26 +75,43 @@ def _events(json_mode: bool) -> ServeEvents:
     )
 
 
-def _print_dry_run(prepared: Prepared, json_mode: bool) -> None:
+def _print_launch(console: Console, doc: dict[str, Any], title: str = "") -> None:
+    """One LaunchSpec's public form: helpers, the server's command line, its files."""
+    from rich.markup import escape
+
+    for helper in doc["helpers"]:
+        console.print(f"\n[bold]{title}helper {escape(helper['name'])}[/bold]")
+        console.print(" ".join(helper["argv"]), markup=False)
+    console.print(f"\n[bold]{title}{'engine ' if doc['engine'] in ENGINES else ''}command[/bold]")
+    env = " ".join(f"{k}={v}" for k, v in doc["env"].items())
+    console.print((env + " " if env else "") + " ".join(doc["argv"]), markup=False)
+    for f in doc["files"]:
+        console.print(f"\n[bold]{title}file {escape(f['path'])}[/bold] ({f['mode']})")
+        console.print(f["content"], markup=False)
+
+
+def _print_dry_run(prepared: Prepared | ReplicaSet, json_mode: bool) -> None:
     doc = prepared.dry_run_document()
     if json_mode:
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
         return
     from rich.console import Console
+    from rich.markup import escape
 
     from kvstack.cli.plan import render as render_plan
 
     render_plan(prepared.plan)
     console = Console(highlight=False, soft_wrap=True)
-    for helper in doc["helpers"]:
-        console.print(f"\n[bold]helper {helper['name']}[/bold]", markup=True)
-        console.print(" ".join(helper["argv"]), markup=False)
-    console.print("\n[bold]engine command[/bold]")
-    env = " ".join(f"{k}={v}" for k, v in doc["env"].items())
-    console.print((env + " " if env else "") + " ".join(doc["argv"]), markup=False)
-    for f in doc["files"]:
-        console.print(f"\n[bold]file {f['path']}[/bold] ({f['mode']})")
-        console.print(f["content"], markup=False)
+    if "replicas" not in doc:
+        _print_launch(console, doc)
+    else:
+        layout = doc["port_layout"]
+        ports = f"clients use {doc['front_url']}; engines on ports {layout['engines']}"
+        console.print(f"\n[bold]ports[/bold]: {escape(ports)}")
+        for replica in doc["replicas"]:
+            _print_launch(console, replica, f"replica {replica['index']} ")
+        if doc["router"] is not None:
+            _print_launch(console, doc["router"], "router ")
     console.print("\n(dry run: nothing was started or written)")
 
 
@@ -99,7 +119,7 @@ def run_serve(request: ServeRequest, dry_run: bool, json_mode: bool) -> int:
     from kvstack.serving.prepare import prepare
     from kvstack.serving.session import run
 
-    events = _events(json_mode)
+    events = serve_events(json_mode)
     if request.uses_demo_model:
         events.message(
             f"no --model given: serving the bundled demo model ({request.model_spec()}, dummy weights)"
@@ -108,6 +128,17 @@ def run_serve(request: ServeRequest, dry_run: bool, json_mode: bool) -> int:
         events.warning(
             f"binding {request.host} without --api-key: anyone who can reach it can use the server"
         )
+    if request.multi:
+        from kvstack.serving.replica_session import run_replicas
+        from kvstack.serving.replicas import prepare_replicas
+
+        replicas = prepare_replicas(request)
+        for warning in replicas.plan.warnings:
+            events.warning(warning)
+        if dry_run:
+            _print_dry_run(replicas, json_mode)
+            return 0
+        return run_replicas(replicas, events)
     prepared = prepare(request)
     for warning in prepared.plan.warnings:
         events.warning(warning)
@@ -135,10 +166,20 @@ def register(app: typer.Typer) -> None:
         users: int = typer.Option(1, "--users", help="Concurrent sessions at that context"),
         tp: int | None = typer.Option(None, "--tp", help="Tensor-parallel size"),
         kv_dtype: str | None = typer.Option(None, "--kv-dtype", help="Override the KV cache dtype"),
-        remote: str | None = typer.Option(None, "--remote", help="redis://[user:pass@]host:port[/db]"),
+        remote: str | None = typer.Option(
+            None, "--remote", help="Shared KV tier: redis://user:pass@host:port/db (user, pass, db optional)"
+        ),
         workload: str | None = typer.Option(None, "--workload", help="Profile in profiles/workloads/"),
         host: str = typer.Option("127.0.0.1", "--host", help="Bind address (loopback by default)"),
-        port: int = typer.Option(8000, "--port", help="Server port"),
+        port: int = typer.Option(
+            8000, "--port", help="Server port (with --router the router's; engines from port+1)"
+        ),
+        replicas: int = typer.Option(
+            1, "--replicas", help="Engines on consecutive ports, sharing the remote tier, run as one"
+        ),
+        router: bool = typer.Option(
+            False, "--router", help="Put vllm-router (cache-aware) in front of the replicas, on --port"
+        ),
         cache_dir: Path | None = typer.Option(None, "--cache-dir", help="Root of the disk tier (private)"),
         run_dir: Path | None = typer.Option(None, "--run-dir", help="Where configs, logs and reports go"),
         api_key: str | None = typer.Option(
@@ -165,6 +206,8 @@ def register(app: typer.Typer) -> None:
 
         if users < 1:
             raise InputError(f"--users must be at least 1, not {users}", hint="e.g. --users 4")
+        if replicas < 1:
+            raise InputError(f"--replicas must be at least 1, not {replicas}", hint="e.g. --replicas 2")
         if ready_timeout <= 0:
             raise InputError(
                 f"--ready-timeout must be positive, not {ready_timeout:g}", hint="e.g. --ready-timeout 600"
@@ -173,8 +216,8 @@ def register(app: typer.Typer) -> None:
             raise InputError("--no-validate and --exit-after-validate contradict each other", hint="drop one")
         request = ServeRequest(
             model=model,
-            engine=_choice(engine, ENGINES, "--engine"),  # type: ignore[arg-type]
-            offload=_choice(offload, OFFLOADS, "--offload"),  # type: ignore[arg-type]
+            engine=choice(engine, ENGINES, "--engine"),  # type: ignore[arg-type]
+            offload=choice(offload, OFFLOADS, "--offload"),  # type: ignore[arg-type]
             hardware=hardware,
             context=context,
             users=users,
@@ -193,6 +236,8 @@ def register(app: typer.Typer) -> None:
             prompt_tokens=prompt_tokens,
             min_speedup=min_speedup,
             extra_args=list(extra_args or []),
+            replicas=replicas,
+            router=router,
         )
         code = run_serve(request, dry_run, json_mode)
         if code:

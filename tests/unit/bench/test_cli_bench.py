@@ -74,12 +74,14 @@ def test_nothing_listening_names_the_url(capsys: pytest.CaptureFixture[str], tmp
         (["--requests", "0"], "--requests must be at least 1"),
         (["--prompt-tokens", "lots"], "--prompt-tokens must be a token count"),
         (["--rate", "0"], "--rate must be positive"),
-        (["--compare", "none,lmcache"], "--compare"),
+        (["--compare", "none,bogus"], "unknown layout 'bogus'"),
+        (["--offload", "bogus"], "--offload must be one of"),
     ],
 )
 def test_bad_input_exits_2(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
     with StreamServer(ServerKnobs()) as srv:
-        url = ["--url", srv.url] if "--compare" not in argv else []
+        # Without --url kvstack would serve the layouts itself: these must be refused before that.
+        url = ["--url", srv.url] if "--compare" not in argv and "--offload" not in argv else []
         rc = run(["bench", *url, *argv])
         assert srv.requests == []  # refused before any request
     err = capsys.readouterr().err
@@ -89,8 +91,9 @@ def test_bad_input_exits_2(argv: list[str], message: str, capsys: pytest.Capture
 def test_bad_url_and_missing_url(capsys: pytest.CaptureFixture[str]) -> None:
     assert run(["bench", "--url", "ftp://example"]) == 2
     assert "not an http(s) URL" in capsys.readouterr().err
-    assert run(["bench"]) == 2
-    assert "--url" in capsys.readouterr().err
+    with StreamServer(ServerKnobs()) as srv:
+        assert run(["bench", "--url", srv.url, "--compare", "none"]) == 2
+    assert "cannot be combined with --url" in capsys.readouterr().err
 
 
 def test_all_requests_failing_exits_1_and_keeps_the_report(

@@ -1,0 +1,172 @@
+"""Several supervisors run as one unit: N engine replicas, then a router in front of them.
+
+Members start in stages (``launch``): each stage from this thread, in order, and a stage
+may wait until every member so far is ready. A death of any member is the death of the
+group: ``poll_died`` names the member and ``death_error`` carries its exit code and log tail.
+``stop`` (on exit, on SIGINT/SIGTERM, after a failed start) stops the stages in reverse,
+the members of one stage in parallel, so N engines stop in the time of one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+import time
+from types import FrameType
+from typing import Any
+
+import httpx
+
+from kvstack.errors import Interrupted
+from kvstack.runtime.supervisor import ProcessFailed, Supervisor
+
+SLICE_S = 0.1  # deaths are looked for this often while waiting, so one is seen well within 2 s
+
+
+class SupervisorGroup:
+    """Use as a context manager; members must be built with ``handle_signals=False``."""
+
+    def __init__(self, *, handle_signals: bool = True) -> None:
+        self.stages: list[list[Supervisor]] = []
+        self.handle_signals = handle_signals
+        self.died: Supervisor | None = None
+        self._ready: set[int] = set()
+        self._old_handlers: dict[int, Any] = {}
+        self._stopping = False
+        self._stopped = False
+
+    @property
+    def members(self) -> list[Supervisor]:
+        return [s for stage in self.stages for s in stage]
+
+    def __enter__(self) -> SupervisorGroup:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # --- starting ---------------------------------------------------------------------------
+
+    def launch(self, stage: list[Supervisor]) -> None:
+        """Start every member of ``stage`` (helpers first, each waited for, then its server).
+
+        Called from the thread that lives as long as the servers (PR_SET_PDEATHSIG fires when
+        the forking thread exits). A failed start stops everything, earlier stages included.
+        """
+        self._install_signal_handlers()
+        self.stages.append(list(stage))
+        try:
+            for sup in stage:
+                sup.start()
+                if self.poll_died() is not None:
+                    raise self.death_error(during="startup")
+        except BaseException:
+            self.stop()
+            raise
+
+    def wait_ready(self, timeout_s: float) -> None:
+        """Until every member's server is ready; any member's death or the timeout stops all."""
+        try:
+            self._wait_ready(timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _wait_ready(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        pending = [s for s in self.members if id(s) not in self._ready]
+        for sup in pending:
+            sup.report("waiting for readiness")
+        pause = SLICE_S
+        with httpx.Client(trust_env=False) as client:
+            while pending:
+                if self.poll_died() is not None:
+                    raise self.death_error(during="startup")
+                for sup in list(pending):
+                    if sup.probe_ready(client):
+                        self._ready.add(id(sup))
+                        pending.remove(sup)
+                if not pending:
+                    return
+                if time.monotonic() >= deadline:
+                    raise pending[0].not_ready_error(timeout_s)
+                wake = min(deadline, time.monotonic() + pause)
+                while time.monotonic() < wake and self.poll_died() is None:
+                    time.sleep(SLICE_S)
+                pause = min(pause * 1.5, 1.0)
+
+    # --- death ------------------------------------------------------------------------------
+
+    def poll_died(self) -> int | None:
+        """Exit code of the first process found dead in any member, else None."""
+        if self.died is not None:
+            return self.died.poll_died()
+        for sup in self.members:
+            rc = sup.poll_died()
+            if rc is not None:
+                self.died = sup
+                return rc
+        return None
+
+    def death_error(self, during: str = "serving") -> ProcessFailed:
+        """The dead member's error (its label names the replica), once ``poll_died`` saw it."""
+        assert self.died is not None
+        return self.died.death_error(during=during)
+
+    def disk_warnings(self, min_free_bytes: int | None = None) -> list[str]:
+        # Replicas share the disk tier's directory: one warning per directory, not per replica.
+        return list(dict.fromkeys(w for s in self.members for w in s.disk_warnings(min_free_bytes)))
+
+    # --- stopping ---------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Last stage first (the router before the engines behind it); a stage's members at once."""
+        if self._stopped or self._stopping:
+            return
+        self._stopping = True
+        try:
+            for stage in reversed(self.stages):
+                self._stop_stage(stage)
+        finally:
+            self._stopping = False
+            self._stopped = True
+            self._restore_signal_handlers()
+
+    @staticmethod
+    def _stop_stage(stage: list[Supervisor]) -> None:
+        if len(stage) == 1:
+            stage[0].stop()
+            return
+        threads = [threading.Thread(target=s.stop, name="kvstack-stop", daemon=True) for s in stage]
+        for t in threads:
+            t.start()
+        for t in threads:
+            # Joined in slices: a second Ctrl-C must reach this (main) thread's handler meanwhile.
+            while t.is_alive():
+                t.join(timeout=0.2)
+
+    # --- signals ----------------------------------------------------------------------------
+
+    def _install_signal_handlers(self) -> None:
+        if self._old_handlers or not self.handle_signals:
+            return
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self._old_handlers[sig] = signal.signal(sig, self._on_signal)
+
+    def _restore_signal_handlers(self) -> None:
+        for sig, old in self._old_handlers.items():
+            with contextlib.suppress(ValueError, TypeError):
+                signal.signal(sig, old)
+        self._old_handlers.clear()
+
+    def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
+        if self._stopping:  # a second Ctrl-C: stop waiting politely
+            for sup in self.members:
+                sup.hurry()
+            return
+        name = signal.Signals(signum).name
+        self.stop()
+        raise Interrupted(f"interrupted by {name}; stopped everything kvstack started")

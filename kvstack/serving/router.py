@@ -1,0 +1,85 @@
+"""vLLM's own load balancer (the ``vllm-router`` package) in front of the replicas.
+
+Flags checked against vllm-router 0.1.17 (``vllm_router/router_args.py``, ``vllm-router --help``):
+``--worker-urls`` (nargs *), ``--policy cache_aware`` (a prefix tree of request text per
+worker: a repeated prefix goes back to the replica that holds its KV, until the load is out
+of balance), ``--prometheus-port`` (its CLI default is 29000 and it always binds it, so
+kvstack gives it a port of the layout), ``--worker-startup-check-interval`` (default 30 s: a
+first health check that misses would cost half a minute). The router forwards the client's
+``Authorization`` header to the workers, which check it; its own ``--api-key`` is what it
+sends to workers for data-parallel routing, so kvstack does not pass the key (argv is public).
+It answers ``GET /health`` once its workers are healthy and proxies ``/v1/*``.
+"""
+
+from __future__ import annotations
+
+from importlib import metadata
+
+from kvstack.engines.base import LaunchSpec, ProcessSpec
+from kvstack.engines.common import client_host
+from kvstack.errors import MissingProgramError
+from kvstack.runtime.preflight import check_module_importable
+from kvstack.serving.ports import PortLayout
+
+ROUTER_PACKAGE = "vllm-router"
+ROUTER_MODULE = "vllm_router.launch_router"  # has a __main__ guard: runs under any interpreter
+ROUTER_POLICY = "cache_aware"
+ROUTER_METRICS_HOST = "127.0.0.1"
+
+
+def router_version() -> str | None:
+    try:
+        return metadata.version(ROUTER_PACKAGE)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def render_router(
+    layout: PortLayout,
+    *,
+    host: str,
+    python: str,
+    worker_urls: list[str],
+    served_model_name: str,
+    api_key: str | None = None,
+) -> LaunchSpec:
+    """The router as a LaunchSpec of its own (a server, no helpers), supervised like an engine."""
+    assert layout.router_port is not None and layout.router_metrics_port is not None
+    base_url = f"http://{client_host(host)}:{layout.router_port}"
+    argv = [
+        python, "-m", ROUTER_MODULE,
+        "--host", host,
+        "--port", str(layout.router_port),
+        "--worker-urls", *worker_urls,
+        "--policy", ROUTER_POLICY,
+        "--prometheus-host", ROUTER_METRICS_HOST,
+        "--prometheus-port", str(layout.router_metrics_port),
+        "--worker-startup-check-interval", "1",
+    ]  # fmt: skip
+    server = ProcessSpec(name="router", argv=argv, ready_url=f"{base_url}/health")
+    return LaunchSpec(
+        engine="vllm-router",
+        connector="none",
+        engine_version=router_version(),
+        server=server,
+        ports=[layout.router_port, layout.router_metrics_port],
+        base_url=base_url,
+        served_model_name=served_model_name,
+        api_key_set=api_key is not None,
+        metrics_urls=[f"http://{ROUTER_METRICS_HOST}:{layout.router_metrics_port}/metrics"],
+        notes=[f"{ROUTER_POLICY} routing over {len(worker_urls)} replicas: {', '.join(worker_urls)}"],
+        secrets=[api_key] if api_key else [],
+    )
+
+
+def require_router(python: str) -> None:
+    """Exit 2 with the install command when ``python`` cannot import vllm-router."""
+    try:
+        check_module_importable(python, "vllm_router", ROUTER_PACKAGE)
+    except MissingProgramError as exc:
+        if "is not installed" not in exc.message:
+            raise  # the interpreter itself is missing or broken: that error says so
+        raise MissingProgramError(
+            f"--router needs the {ROUTER_PACKAGE} package, which is not installed for {python}",
+            hint=f"install it: {python} -m pip install {ROUTER_PACKAGE}, or drop --router",
+        ) from exc
