@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from kvstack.cli import options as opt
 from kvstack.errors import InputError
 
 if TYPE_CHECKING:
@@ -76,14 +77,12 @@ def register(app: typer.Typer) -> None:
             None, "--out", help="Write results.json, requests.csv and plots here"
         ),
         as_json: bool = typer.Option(False, "--json", help="Print results.json to stdout"),
-        offload: str = typer.Option(
-            "auto", "--offload", help="Without --url: the layout kvstack serves and benches"
-        ),
-        engine: str = typer.Option("vllm", "--engine", help="Without --url: vllm or sglang"),
-        hardware: Path | None = typer.Option(None, "--hardware", help="Without --url: a doctor snapshot"),
-        context: str | None = typer.Option(None, "--context", help="Without --url: tokens per session"),
+        offload: opt.Offload = "auto",
+        engine: opt.Engine = "vllm",
+        hardware: opt.Hardware = None,
+        context: opt.Context = None,
         port: int = typer.Option(8000, "--port", help="Without --url: the port of the server it starts"),
-        cache_dir: Path | None = typer.Option(None, "--cache-dir", help="Without --url: disk-tier root"),
+        cache_dir: opt.CacheDir = None,
         run_dir: Path | None = typer.Option(None, "--run-dir", help="Without --url: logs of each layout"),
         ready_timeout: float = typer.Option(900.0, "--ready-timeout", help="Without --url: readiness wait"),
     ) -> None:

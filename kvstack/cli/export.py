@@ -7,8 +7,11 @@ import os
 import shutil
 import sys
 from pathlib import Path
+from typing import Annotated
 
 import typer
+
+from kvstack.cli import options as opt
 
 
 def _kvstack_bin() -> str:
@@ -22,37 +25,18 @@ def _kvstack_bin() -> str:
 def register(app: typer.Typer) -> None:
     @app.command("export")
     def _cmd(
-        fmt: str = typer.Option(..., "--format", "-f", help="helm, compose or systemd."),
-        model: str = typer.Option(
-            ...,
-            "--model",
-            "-m",
-            help="Local model directory (with config.json) or a catalog name / HF repo id.",
-        ),
-        hardware: Path | None = typer.Option(
-            None,
-            "--hardware",
-            help="Hardware snapshot from `kvstack doctor --json` (default: probe this machine).",
-        ),
-        context: str | None = typer.Option(None, "--context", help="Context length: 32768, 32k, 128K, 1m."),
-        users: int | None = typer.Option(None, "--users", help="Concurrent sessions at that context."),
-        engine: str = typer.Option("vllm", "--engine", help="vllm or sglang."),
-        tp: int | None = typer.Option(
-            None, "--tp", help="Tensor-parallel size (default: chosen from the GPUs)."
-        ),
-        kv_dtype: str | None = typer.Option(
-            None, "--kv-dtype", help="KV cache dtype (default: chosen by GPU)."
-        ),
-        remote: str | None = typer.Option(
-            None,
-            "--remote",
-            help="Shared remote KV store: redis://, rediss://, redis-sentinel:// or lm:// URL.",
-        ),
-        workload: str | None = typer.Option(None, "--workload", help="Workload profile name."),
-        offload: str = typer.Option(
-            "auto", "--offload", help="auto, lmcache, lmcache-mp, native, hicache, none."
-        ),
-        cache_dir: Path | None = typer.Option(None, "--cache-dir", help="Directory for the disk tier."),
+        fmt: Annotated[str, typer.Option("--format", "-f", help="helm, compose or systemd.")],
+        model: opt.Model,
+        hardware: opt.Hardware = None,
+        context: opt.Context = None,
+        users: opt.Users = None,
+        engine: opt.Engine = "vllm",
+        tp: opt.TensorParallel = None,
+        kv_dtype: opt.KvDtype = None,
+        remote: opt.Remote = None,
+        workload: opt.Workload = None,
+        offload: opt.Offload = "auto",
+        cache_dir: opt.CacheDir = None,
         host: str = typer.Option(
             "127.0.0.1", "--host", help="Address the API binds (compose: the published port)."
         ),

@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, cast
 
 import typer
 
+from kvstack.cli import options as opt
+
 if TYPE_CHECKING:
     from kvstack.hardware.snapshot import HardwareSnapshot
     from kvstack.planning.plan import PlanRequest
@@ -17,42 +19,17 @@ if TYPE_CHECKING:
 def register(app: typer.Typer) -> None:
     @app.command("plan")
     def _cmd(
-        model: str = typer.Option(
-            ...,
-            "--model",
-            "-m",
-            help="Local model directory (with config.json) or a catalog name / HF repo id.",
-        ),
-        hardware: Path | None = typer.Option(
-            None,
-            "--hardware",
-            help="Hardware snapshot from `kvstack doctor --json` (default: probe this machine).",
-        ),
-        context: str | None = typer.Option(
-            None, "--context", help="Context length: 32768, 32k, 128K, 1m (default: the model's maximum)."
-        ),
-        users: int | None = typer.Option(
-            None, "--users", help="Concurrent sessions at that context (default 1)."
-        ),
-        engine: str = typer.Option("vllm", "--engine", help="vllm or sglang."),
-        tp: int | None = typer.Option(
-            None, "--tp", help="Tensor-parallel size (default: chosen from the GPUs)."
-        ),
-        kv_dtype: str | None = typer.Option(
-            None, "--kv-dtype", help="KV cache dtype (default: chosen by GPU)."
-        ),
-        remote: str | None = typer.Option(
-            None, "--remote", help="Remote KV store: redis://, rediss://, redis-sentinel:// or lm:// URL."
-        ),
-        workload: str | None = typer.Option(
-            None,
-            "--workload",
-            help="Workload profile (chatbot-shared-prompt, rag-long-doc, agent-multi-turn).",
-        ),
-        offload: str = typer.Option(
-            "auto", "--offload", help="auto, lmcache, lmcache-mp, native, hicache, none."
-        ),
-        cache_dir: Path | None = typer.Option(None, "--cache-dir", help="Directory for the disk tier."),
+        model: opt.Model,
+        hardware: opt.Hardware = None,
+        context: opt.Context = None,
+        users: opt.Users = None,
+        engine: opt.Engine = "vllm",
+        tp: opt.TensorParallel = None,
+        kv_dtype: opt.KvDtype = None,
+        remote: opt.Remote = None,
+        workload: opt.Workload = None,
+        offload: opt.Offload = "auto",
+        cache_dir: opt.CacheDir = None,
         gpu_memory_utilization: float | None = typer.Option(
             None, "--gpu-memory-utilization", help="Fraction of GPU memory for weights + KV (default 0.92)."
         ),

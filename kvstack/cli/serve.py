@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
+from kvstack.cli import options as opt
 from kvstack.errors import InputError
 
 if TYPE_CHECKING:
@@ -157,19 +158,15 @@ def register(app: typer.Typer) -> None:
         model: str | None = typer.Option(
             None, "--model", help="Local model dir or catalog name (default: demo)"
         ),
-        engine: str = typer.Option("vllm", "--engine", help="vllm or sglang"),
-        offload: str = typer.Option("auto", "--offload", help="auto|lmcache|lmcache-mp|native|hicache|none"),
-        hardware: Path | None = typer.Option(
-            None, "--hardware", help="Snapshot from `kvstack doctor --json`"
-        ),
-        context: str | None = typer.Option(None, "--context", help="Tokens per session: 32768, 32k, 1m"),
-        users: int = typer.Option(1, "--users", help="Concurrent sessions at that context"),
-        tp: int | None = typer.Option(None, "--tp", help="Tensor-parallel size"),
-        kv_dtype: str | None = typer.Option(None, "--kv-dtype", help="Override the KV cache dtype"),
-        remote: str | None = typer.Option(
-            None, "--remote", help="Shared KV tier: redis://user:pass@host:port/db (user, pass, db optional)"
-        ),
-        workload: str | None = typer.Option(None, "--workload", help="Profile in profiles/workloads/"),
+        engine: opt.Engine = "vllm",
+        offload: opt.Offload = "auto",
+        hardware: opt.Hardware = None,
+        context: opt.Context = None,
+        users: opt.Users = None,
+        tp: opt.TensorParallel = None,
+        kv_dtype: opt.KvDtype = None,
+        remote: opt.Remote = None,
+        workload: opt.Workload = None,
         host: str = typer.Option("127.0.0.1", "--host", help="Bind address (loopback by default)"),
         port: int = typer.Option(
             8000, "--port", help="Server port (with --router the router's; engines from port+1)"
@@ -180,7 +177,7 @@ def register(app: typer.Typer) -> None:
         router: bool = typer.Option(
             False, "--router", help="Put vllm-router (cache-aware) in front of the replicas, on --port"
         ),
-        cache_dir: Path | None = typer.Option(None, "--cache-dir", help="Root of the disk tier (private)"),
+        cache_dir: opt.CacheDir = None,
         run_dir: Path | None = typer.Option(None, "--run-dir", help="Where configs, logs and reports go"),
         api_key: str | None = typer.Option(
             None,
@@ -204,7 +201,7 @@ def register(app: typer.Typer) -> None:
         """Plan the KV tiers, write the connector config, launch the engine, validate it, keep serving."""
         from kvstack.serving.request import ServeRequest
 
-        if users < 1:
+        if users is not None and users < 1:
             raise InputError(f"--users must be at least 1, not {users}", hint="e.g. --users 4")
         if replicas < 1:
             raise InputError(f"--replicas must be at least 1, not {replicas}", hint="e.g. --replicas 2")

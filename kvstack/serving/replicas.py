@@ -94,6 +94,17 @@ def replica_snapshot(snapshot: HardwareSnapshot, replicas: int, gpus_each: int) 
     )
 
 
+def total_users(request: ServeRequest) -> int:
+    """--users, else the workload profile's users, else 1 (what the single-engine plan would use)."""
+    if request.users is not None:
+        return request.users
+    if request.workload is not None:
+        from kvstack.planning.workload import load_workload
+
+        return load_workload(request.workload).users
+    return 1
+
+
 def replica_request(request: ServeRequest, snapshot: HardwareSnapshot, visible: list[str]) -> ServeRequest:
     """The request one replica is planned for: its share of --users (rounded up) and of the GPUs."""
     n = request.replicas
@@ -104,16 +115,17 @@ def replica_request(request: ServeRequest, snapshot: HardwareSnapshot, visible: 
             f"--replicas {n}{tp} needs {n * (request.tp or 1)} GPUs; {len(visible)} visible",
             hint=f"use --replicas {fit} or less" if fit else "lower --tp",
         )
-    return request.model_copy(update={"users": math.ceil(request.users / n)})
+    return request.model_copy(update={"users": math.ceil(total_users(request) / n)})
 
 
 def replica_warning(request: ServeRequest, snapshot: HardwareSnapshot, gpus_each: int) -> str:
     n = request.replicas
     gpus = f"{gpus_each} of {len(snapshot.gpus)} GPUs, " if snapshot.gpus else ""
-    users = math.ceil(request.users / n)
+    total = total_users(request)
+    users = math.ceil(total / n)
     return (
         f"planned per replica: {n} replicas share this machine, each with {gpus}1/{n} of its usable memory "
-        f"and free disk space, and {users} of the {request.users} --users"
+        f"and free disk space, and {users} of the {total} --users"
     )
 
 

@@ -46,7 +46,7 @@ class ServeRequest(BaseModel):
     offload: OffloadChoice = "auto"
     hardware: Path | None = None
     context: str | None = None
-    users: int = 1
+    users: int | None = None  # None: the workload's, else 1
     tp: int | None = None
     kv_dtype: str | None = None
     remote: str | None = Field(default=None, repr=False)
