@@ -9,16 +9,12 @@ the members of one stage in parallel, so N engines stop in the time of one.
 
 from __future__ import annotations
 
-import contextlib
-import signal
 import threading
 import time
-from types import FrameType
-from typing import Any
 
 import httpx
 
-from kvstack.errors import Interrupted
+from kvstack.runtime.signals import StopOnSignal
 from kvstack.runtime.supervisor import ProcessFailed, Supervisor
 
 SLICE_S = 0.1  # deaths are looked for this often while waiting, so one is seen well within 2 s
@@ -32,7 +28,7 @@ class SupervisorGroup:
         self.handle_signals = handle_signals
         self.died: Supervisor | None = None
         self._ready: set[int] = set()
-        self._old_handlers: dict[int, Any] = {}
+        self._signals = StopOnSignal(self.stop, self._hurry_members, lambda: self._stopping)
         self._stopping = False
         self._stopped = False
 
@@ -54,7 +50,8 @@ class SupervisorGroup:
         Called from the thread that lives as long as the servers (PR_SET_PDEATHSIG fires when
         the forking thread exits). A failed start stops everything, earlier stages included.
         """
-        self._install_signal_handlers()
+        if self.handle_signals:
+            self._signals.install()
         self.stages.append(list(stage))
         try:
             for sup in stage:
@@ -131,7 +128,7 @@ class SupervisorGroup:
         finally:
             self._stopping = False
             self._stopped = True
-            self._restore_signal_handlers()
+            self._signals.restore()
 
     @staticmethod
     def _stop_stage(stage: list[Supervisor]) -> None:
@@ -148,25 +145,6 @@ class SupervisorGroup:
 
     # --- signals ----------------------------------------------------------------------------
 
-    def _install_signal_handlers(self) -> None:
-        if self._old_handlers or not self.handle_signals:
-            return
-        if threading.current_thread() is not threading.main_thread():
-            return
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            self._old_handlers[sig] = signal.signal(sig, self._on_signal)
-
-    def _restore_signal_handlers(self) -> None:
-        for sig, old in self._old_handlers.items():
-            with contextlib.suppress(ValueError, TypeError):
-                signal.signal(sig, old)
-        self._old_handlers.clear()
-
-    def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
-        if self._stopping:  # a second Ctrl-C: stop waiting politely
-            for sup in self.members:
-                sup.hurry()
-            return
-        name = signal.Signals(signum).name
-        self.stop()
-        raise Interrupted(f"interrupted by {name}; stopped everything kvstack started")
+    def _hurry_members(self) -> None:
+        for sup in self.members:
+            sup.hurry()

@@ -25,16 +25,16 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType
 from typing import IO, Any
 
 import httpx
 import psutil
 
 from kvstack.engines.base import LaunchSpec, ProcessSpec
-from kvstack.errors import EngineError, Interrupted, MissingProgramError
+from kvstack.errors import EngineError, MissingProgramError
 from kvstack.fsutil import ensure_private_dir
 from kvstack.redact import redact_argv, redact_text
+from kvstack.runtime.signals import StopOnSignal
 from kvstack.runtime.watchdog import group_alive
 
 TAIL_LINES = 30
@@ -217,7 +217,7 @@ class Supervisor:
         self.procs: list[_Proc] = []
         self.died: tuple[str, int] | None = None
         self._watchdog: subprocess.Popen[bytes] | None = None
-        self._old_handlers: dict[int, Any] = {}
+        self._signals = StopOnSignal(self.stop, self.hurry, lambda: self._stopping)
         self._stopping = False
         self._stopped = False
         self._kill_now = False
@@ -235,7 +235,8 @@ class Supervisor:
     def start(self) -> None:
         """Start helpers (waiting until each is ready), then the server; returns at once after."""
         ensure_private_dir(self.run_dir)
-        self._install_signal_handlers()
+        if self.handle_signals:
+            self._signals.install()
         self._t0 = time.monotonic()
         try:
             self._start_watchdog()
@@ -454,7 +455,7 @@ class Supervisor:
             self._stopped = True
             if self._phase != "failed":
                 self._phase = "stopped"
-            self._restore_signal_handlers()
+            self._signals.restore()
 
     def _stop_groups(self) -> None:
         deadline = time.monotonic() + self.stop_timeout_s
@@ -502,28 +503,6 @@ class Supervisor:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self._watchdog.wait(timeout=5.0)
             self._watchdog = None
-
-    # --- signals ----------------------------------------------------------------------------
-
-    def _install_signal_handlers(self) -> None:
-        if not self.handle_signals or threading.current_thread() is not threading.main_thread():
-            return
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            self._old_handlers[sig] = signal.signal(sig, self._on_signal)
-
-    def _restore_signal_handlers(self) -> None:
-        for sig, old in self._old_handlers.items():
-            with contextlib.suppress(ValueError, TypeError):
-                signal.signal(sig, old)
-        self._old_handlers.clear()
-
-    def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
-        if self._stopping:  # a second Ctrl-C: stop waiting politely
-            self._kill_now = True
-            return
-        name = signal.Signals(signum).name
-        self.stop()
-        raise Interrupted(f"interrupted by {name}; stopped everything kvstack started")
 
 
 def low_disk_warning(
