@@ -10,7 +10,6 @@ from __future__ import annotations
 import itertools
 import os
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -22,6 +21,7 @@ import psutil
 import pytest
 
 from tests.support.deps import ROOT, engine_python, require_engine_module
+from tests.support.ports import free_block
 
 DEMO_MODEL = ROOT / "profiles" / "demo"
 READY_TIMEOUT_S = 420
@@ -34,9 +34,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    # The LMCache MP ports (port+1, port+2) come along: keep the whole block free.
+    return free_block(3)
 
 
 def kvstack_cmd(*args: str) -> list[str]:

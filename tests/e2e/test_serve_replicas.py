@@ -15,8 +15,8 @@ import httpx
 import psutil
 
 from tests.e2e.conftest import start_serve, stop, wait_http_ready, wait_no_engine
-from tests.integration.test_replicas_run import free_block
 from tests.support.deps import missing
+from tests.support.ports import free_block
 
 
 def test_two_replicas_behind_the_router_serve_and_stop_together(engine_ready: str, tmp_path: Path) -> None:

@@ -33,6 +33,7 @@ from kvstack.serving.request import ServeRequest
 from kvstack.serving.session import ServeEvents
 from tests.support.cli_run import isolated_env, run_cli
 from tests.support.deps import ROOT, missing, require_engine_module
+from tests.support.ports import free_block
 from tests.support.stream_server import tokenize
 
 pytestmark = pytest.mark.integration
@@ -55,27 +56,6 @@ if die_after > 0:
     threading.Timer(die_after, lambda: os._exit(3)).start()
 srv.httpd.serve_forever()
 """
-
-
-def free_block(size: int) -> int:
-    """A base port with ``size`` consecutive free ports after it."""
-    for _ in range(200):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            base = int(s.getsockname()[1])
-        if base + size > 65535:
-            continue
-        ok = True
-        for port in range(base, base + size):
-            with socket.socket() as s:
-                try:
-                    s.bind(("127.0.0.1", port))
-                except OSError:
-                    ok = False
-                    break
-        if ok:
-            return base
-    raise AssertionError("no block of free ports")
 
 
 def fake_set(
