@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from kvstack.errors import Interrupted, NetworkTargetError, ValidationFailed
+from kvstack.errors import Interrupted, NetworkTargetError
 from kvstack.fsutil import atomic_write, check_private_dir, ensure_private_dir
 from kvstack.runtime.group import SupervisorGroup
 from kvstack.runtime.preflight import check_port_free, preflight_launch
@@ -22,7 +22,7 @@ from kvstack.serving.router import require_router
 from kvstack.serving.session import (
     ServeEvents,
     disk_need_bytes,
-    failed_summary,
+    judge,
     private_dirs,
     record_run,
     serve_until_stopped,
@@ -158,13 +158,7 @@ def run_replicas(rs: ReplicaSet, events: ServeEvents | None = None) -> int:
     req = rs.request
     with launched_replicas(rs, ev) as group:
         report = validate_replicas(rs, group, ev) if req.validate_after_start else None
-        if report is not None and report.overall != "PASS":
-            if req.exit_after_validate:
-                raise ValidationFailed(
-                    "validation FAILED: " + failed_summary(report),
-                    hint=f"report: {rs.run_dir / 'validation.json'}; logs under {rs.run_dir}",
-                )
-            ev.warning("validation FAILED: " + failed_summary(report) + " (still serving)")
+        judge(report, req, ev, f"report: {rs.run_dir / 'validation.json'}; logs under {rs.run_dir}")
         if req.exit_after_validate:
             return 0
         urls = ", ".join(p.spec.base_url for p in rs.replicas)

@@ -17,6 +17,7 @@ from kvstack.fsutil import atomic_write, check_private_dir, ensure_private_dir
 from kvstack.runtime.preflight import preflight_launch
 from kvstack.runtime.supervisor import ProcessFailed, Supervisor, SupervisorStatus
 from kvstack.serving.prepare import Prepared
+from kvstack.serving.request import ServeRequest
 from kvstack.validate import ValidationReport, run_validation, target_from_launch, write_report
 
 DISK_CHECK_EVERY_S = 30.0
@@ -139,6 +140,15 @@ def serve_until_stopped(sup: Supervised, events: ServeEvents) -> None:
         time.sleep(POLL_S)
 
 
+def judge(report: ValidationReport | None, request: ServeRequest, events: ServeEvents, where: str) -> None:
+    """A failed validation ends ``--exit-after-validate`` runs (exit 1); otherwise it is a warning."""
+    if report is None or report.overall == "PASS":
+        return
+    if request.exit_after_validate:
+        raise ValidationFailed("validation FAILED: " + failed_summary(report), hint=where)
+    events.warning("validation FAILED: " + failed_summary(report) + " (still serving)")
+
+
 @contextmanager
 def launched(prepared: Prepared, events: ServeEvents | None = None) -> Iterator[Supervisor]:
     """Preflight, write the configs, start and wait for readiness; stop everything on exit."""
@@ -160,13 +170,9 @@ def run(prepared: Prepared, events: ServeEvents | None = None) -> int:
     req, spec = prepared.request, prepared.spec
     with launched(prepared, ev) as sup:
         report = _validate(prepared, sup, ev) if req.validate_after_start else None
-        if report is not None and report.overall != "PASS":
-            if req.exit_after_validate:
-                raise ValidationFailed(
-                    "validation FAILED: " + failed_summary(report),
-                    hint=f"report: {prepared.run_dir / 'validation.json'}; engine log: {sup.log_path()}",
-                )
-            ev.warning("validation FAILED: " + failed_summary(report) + " (still serving)")
+        judge(
+            report, req, ev, f"report: {prepared.run_dir / 'validation.json'}; engine log: {sup.log_path()}"
+        )
         if req.exit_after_validate:
             return 0
         ev.message(f"serving at {spec.base_url} (Ctrl-C or SIGTERM stops it; logs in {prepared.run_dir})")
