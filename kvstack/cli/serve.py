@@ -48,12 +48,22 @@ def serve_events(json_mode: bool) -> ServeEvents:
     from rich.console import Console
     from rich.markup import escape
 
+    from kvstack.runtime.supervisor import format_status
     from kvstack.serving.session import ServeEvents
 
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     last_phase: dict[str, str] = {}  # per process: replicas report side by side
+    # On a terminal, one live line (phase, elapsed, last log line) while an engine starts; every
+    # phase change is also printed, so logs and pipes get the same story without the spinner.
+    live = err.status("") if err.is_terminal else None
 
     def status(s: SupervisorStatus) -> None:
+        if live is not None:
+            if s.phase in ("ready", "stopped", "failed"):
+                live.stop()
+            else:
+                live.update(escape(format_status(s, width=max(40, err.width - 4))))
+                live.start()
         if s.phase != last_phase.get(s.name):
             last_phase[s.name] = s.phase
             err.print(f"[dim]{s.elapsed_s:6.1f}s[/dim] {escape(s.name)}: {escape(s.phase)}")
