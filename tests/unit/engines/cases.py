@@ -14,62 +14,9 @@ from typing import Any
 
 from kvstack.engines.base import HostFacts, ServeOptions
 from kvstack.hardware.snapshot import SoftwareInfo
-from kvstack.models import ModelGeometry
 from kvstack.planning.schema import Plan, Tier, TierKind, Workload
+from tests.support.models import DEEPSEEK_V3, DEMO, GIB, LLAMA_8B
 
-GIB = 1 << 30
-
-DEMO = ModelGeometry(
-    name="kvstack-demo",
-    source="/opt/kvstack/profiles/demo",
-    architecture="LlamaForCausalLM",
-    layers=2,
-    heads=4,
-    kv_heads=2,
-    head_dim=64,
-    hidden_size=256,
-    attention="gqa",
-    kv_bytes_per_token=2 * 2 * 2 * 64 * 2,
-    full_attention_layers=2,
-    max_context=16384,
-    params=2_000_000,
-    active_params=2_000_000,
-    vocab_size=1024,
-)
-LLAMA_8B = ModelGeometry(
-    name="Llama-3.1-8B-Instruct",
-    source="catalog",
-    architecture="LlamaForCausalLM",
-    layers=32,
-    heads=32,
-    kv_heads=8,
-    head_dim=128,
-    hidden_size=4096,
-    attention="gqa",
-    kv_bytes_per_token=2 * 32 * 8 * 128 * 2,
-    full_attention_layers=32,
-    max_context=131072,
-    params=8_030_000_000,
-    active_params=8_030_000_000,
-)
-DEEPSEEK_V3 = ModelGeometry(
-    name="DeepSeek-V3",
-    source="catalog",
-    architecture="DeepseekV3ForCausalLM",
-    layers=61,
-    heads=128,
-    kv_heads=128,
-    head_dim=128,
-    hidden_size=7168,
-    attention="mla",
-    kv_lora_rank=512,
-    qk_rope_head_dim=64,
-    kv_bytes_per_token=61 * (512 + 64) * 2,
-    full_attention_layers=61,
-    max_context=131072,
-    params=671_000_000_000,
-    active_params=37_000_000_000,
-)
 MODELS = {"demo": DEMO, "llama8b": LLAMA_8B, "deepseek": DEEPSEEK_V3}
 MODEL_PATHS = {
     "demo": "/opt/kvstack/profiles/demo",

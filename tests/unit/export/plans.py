@@ -6,27 +6,8 @@ shared/REFERENCE.md); tier sizes are arbitrary but distinct so a test can tell t
 
 from __future__ import annotations
 
-from kvstack.models import ModelGeometry
 from kvstack.planning.schema import Plan, Tier, Workload
-
-GIB = 1 << 30
-
-LLAMA_8B = ModelGeometry(
-    name="Llama-3.1-8B-Instruct",
-    source="catalog",
-    architecture="LlamaForCausalLM",
-    layers=32,
-    heads=32,
-    kv_heads=8,
-    head_dim=128,
-    hidden_size=4096,
-    attention="gqa",
-    kv_bytes_per_token=2 * 32 * 8 * 128 * 2,
-    full_attention_layers=32,
-    max_context=131072,
-    params=8_030_000_000,
-    active_params=8_030_000_000,
-)
+from tests.support.models import GIB, LLAMA_8B
 
 
 def make_plan(
