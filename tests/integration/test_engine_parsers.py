@@ -7,8 +7,6 @@ never imports them. A missing package skips naming it, and fails under CI.
 
 from __future__ import annotations
 
-import json
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +17,7 @@ from kvstack.engines.base import LaunchSpec
 from kvstack.engines.render import render
 from kvstack.engines.versions import VLLM_API_SERVER_MODULE, VLLM_CLI_MODULE
 from tests.support.deps import require_engine_module
+from tests.support.engine_probe import run_probe
 from tests.unit.engines.cases import (
     API_KEY,
     CASES,
@@ -32,7 +31,6 @@ from tests.unit.engines.cases import (
 
 pytestmark = pytest.mark.integration
 
-PROBE = Path(__file__).with_name("engine_probe.py")
 CONTROL = "control-misspelled-key"
 
 # Beyond the golden cases: the connectors on the CPU demo machine itself, and more plan shapes.
@@ -105,17 +103,7 @@ def probed(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, LaunchSp
     control = tmp / "control.yaml"
     control.write_text("chunk_sise: 256\n", encoding="utf-8")
     job["lmcache_yaml"][CONTROL] = str(control)
-    job_path, result_path = tmp / "job.json", tmp / "result.json"
-    job_path.write_text(json.dumps(job), encoding="utf-8")
-    proc = subprocess.run(
-        [py, str(PROBE), str(job_path), str(result_path)],
-        capture_output=True,
-        text=True,
-        timeout=540,
-        stdin=subprocess.DEVNULL,
-    )
-    assert proc.returncode == 0, f"engine probe failed:\n{proc.stderr[-4000:]}"
-    return specs, json.loads(result_path.read_text(encoding="utf-8"))
+    return specs, run_probe(py, job, tmp, 540)
 
 
 def ok(result: dict[str, Any], name: str) -> dict[str, Any]:

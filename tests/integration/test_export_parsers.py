@@ -3,9 +3,6 @@ LMCache's own loader (tests/integration/engine_probe.py, run by the interpreter 
 
 from __future__ import annotations
 
-import json
-import subprocess
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,11 +11,11 @@ import yaml
 from kvstack.export import ExportOptions, export_plan
 from kvstack.planning.schema import Plan
 from tests.support.deps import require_engine_module
+from tests.support.engine_probe import run_probe
 from tests.unit.export.plans import make_plan
 
 pytestmark = pytest.mark.integration
 
-PROBE = Path(__file__).with_name("engine_probe.py")
 
 PLANS = {
     "lmcache-cpu-disk": make_plan(tp=1),
@@ -57,17 +54,7 @@ def probed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
                 path = tmp / f"{name}.yaml"
                 path.write_text(f.content, encoding="utf-8")
                 job["lmcache_yaml"][name] = str(path)
-    job_path, result_path = tmp / "job.json", tmp / "result.json"
-    job_path.write_text(json.dumps(job), encoding="utf-8")
-    proc = subprocess.run(
-        [py, str(PROBE), str(job_path), str(result_path)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        stdin=subprocess.DEVNULL,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    result: dict[str, Any] = json.loads(result_path.read_text(encoding="utf-8"))
+    result = run_probe(py, job, tmp, 600)
     return result
 
 

@@ -9,11 +9,11 @@ from kvstack.hardware.calibrate import Calibration, store_calibration
 from kvstack.hardware.calibrate.model import (
     CopyFigures,
     DiskFigures,
-    PrefillFigures,
     PrefillPoint,
     SanityFigures,
 )
 from kvstack.hardware.snapshot import HardwareSnapshot
+from tests.support.calibration import llama8b_prefill
 
 
 def _text(snap: HardwareSnapshot) -> str:
@@ -50,19 +50,8 @@ def test_calibration_table_and_notes() -> None:
                 notes=["bounce buffer: pinned"],
             )
         ],
-        prefill=PrefillFigures(
-            model="llama-3.1-8b",
-            dtype="bfloat16",
-            scaled_down=False,
-            layers=32,
-            hidden_size=4096,
-            heads=32,
-            kv_heads=8,
-            head_dim=128,
-            intermediate_size=14336,
-            vocab_size=128256,
-            active_params=8_030_261_248,
-            points=[
+        prefill=llama8b_prefill(
+            [
                 PrefillPoint(
                     prompt_tokens=8192,
                     seconds=0.5,
@@ -70,7 +59,7 @@ def test_calibration_table_and_notes() -> None:
                     achieved_tflops=500,
                     peak_fraction=0.5,
                 )
-            ],
+            ]
         ),
         sanity=SanityFigures(
             copy_bytes=2 << 30, matmul_tflops=790, matmul_dtype="bfloat16", matmul_size=8192

@@ -13,27 +13,19 @@ from kvstack.planning.calibrated import (
     tier_read_bw,
     tier_read_bw_explained,
 )
+from tests.support.calibration import llama8b_prefill
 
 from .helpers import PlanFor, snapshot
 
 
 def _prefill(points: dict[int, float], scaled: bool = False) -> PrefillFigures:
-    return PrefillFigures(
-        model="llama-3.1-8b",
-        dtype="bfloat16",
-        scaled_down=scaled,
-        layers=32,
-        hidden_size=4096,
-        heads=32,
-        kv_heads=8,
-        head_dim=128,
-        intermediate_size=14336,
-        vocab_size=128256,
-        active_params=8_000_000_000,
-        points=[
+    return llama8b_prefill(
+        [
             PrefillPoint(prompt_tokens=n, seconds=n / r, tokens_per_s=r, achieved_tflops=1.0)
             for n, r in points.items()
         ],
+        scaled_down=scaled,
+        active_params=8_000_000_000,
     )
 
 

@@ -8,8 +8,9 @@ import pytest
 
 from kvstack.errors import SnapshotError
 from kvstack.hardware.calibrate import Calibration, calibration_of, store_calibration
-from kvstack.hardware.calibrate.model import CopyFigures, DiskFigures, PrefillFigures, PrefillPoint
+from kvstack.hardware.calibrate.model import CopyFigures, DiskFigures, PrefillPoint
 from kvstack.hardware.snapshot import HardwareSnapshot, load_snapshot
+from tests.support.calibration import llama8b_prefill
 
 
 def sample() -> Calibration:
@@ -25,19 +26,8 @@ def sample() -> Calibration:
         effective_tflops=520.0,
         host_copy=CopyFigures(transfer_bytes=32 << 20, runs=10, method="m", h2d_pinned_bytes_per_s=5.1e10),
         disks=[DiskFigures(path="/nvme", files=32, file_bytes=32 << 20, bounce_bytes_per_s=6e9)],
-        prefill=PrefillFigures(
-            model="llama-3.1-8b",
-            dtype="bfloat16",
-            scaled_down=False,
-            layers=32,
-            hidden_size=4096,
-            heads=32,
-            kv_heads=8,
-            head_dim=128,
-            intermediate_size=14336,
-            vocab_size=128256,
-            active_params=8_030_261_248,
-            points=[PrefillPoint(prompt_tokens=1024, seconds=0.1, tokens_per_s=10240, achieved_tflops=170)],
+        prefill=llama8b_prefill(
+            [PrefillPoint(prompt_tokens=1024, seconds=0.1, tokens_per_s=10240, achieved_tflops=170)]
         ),
     )
 
