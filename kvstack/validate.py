@@ -20,13 +20,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import httpx
-
 from kvstack.engines.base import LaunchSpec
 from kvstack.errors import InputError
 from kvstack.planning.schema import Plan
-from kvstack.runtime.client import RequestResult, make_client
 from kvstack.runtime.metrics import MetricsSnapshot
+from kvstack.runtime.streaming import RequestResult
 from kvstack.validation.diagnosis import Diagnosis, scan_log
 from kvstack.validation.evidence import (
     Hits,
@@ -356,7 +354,6 @@ async def run_validation_async(
     target: ValidationTarget,
     on_progress: Progress | None = None,
     between: Callable[[], None] | None = None,
-    client: httpx.AsyncClient | None = None,
 ) -> ValidationReport:
     """Run the pass. Raises InputError subclasses for bad targets; server failures become verdicts.
 
@@ -365,10 +362,8 @@ async def run_validation_async(
     """
     check_target(target)
     t0 = time.monotonic()
-    own = client is None
-    http = client or make_client(target.base_url, max_connections=8)
+    s = ServerSession(target, between)
     try:
-        s = ServerSession(target, http, between)
         await s.discover()
         first = await s.scrape()
         engine = target.engine or first.engine or "vllm"
@@ -425,8 +420,7 @@ async def run_validation_async(
         report.duration_s = round(time.monotonic() - t0, 3)
         return report
     finally:
-        if own:
-            await http.aclose()
+        await s.aclose()
 
 
 def run_validation(

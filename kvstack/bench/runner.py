@@ -25,8 +25,9 @@ from kvstack.bench.stats import cache_stats, summarize, tpot
 from kvstack.bench.workloads import BenchRequest, Workload
 from kvstack.errors import InputError, KvstackError
 from kvstack.redact import redact_url
-from kvstack.runtime.client import RequestResult, make_client, stream_completion
+from kvstack.runtime.client import make_client
 from kvstack.runtime.metrics import MetricsSnapshot, scrape
+from kvstack.runtime.streaming import RequestResult, StreamClient
 
 DEFAULT_MAX_IN_FLIGHT = 1024  # the cap of --rate runs, so a slow server cannot grow memory unboundedly
 WATCH_INTERVAL_S = 0.5  # how often a layout's liveness check runs (issue 7: notice within 2 s)
@@ -190,48 +191,18 @@ def arrival_rng(seed: int, rnd: int) -> random.Random:
     return random.Random(f"kvstack-arrivals:{seed}:{rnd}")
 
 
-class _Clients:
-    """HTTP clients in shards of ``SHARD`` connections, one shard per group of request slots.
-
-    httpx's connection pool does work proportional to the requests it holds on every request
-    start and finish; one pool for 256 requests in flight costs ~10 ms of CPU per request here,
-    shards of 8 cost ~2.5 ms. Slot ``i`` always uses shard ``i // SHARD``, so a shard never holds
-    more requests than connections and nothing queues inside httpx.
-    """
-
-    SHARD = 8
-
-    def __init__(self, base_url: str, slots: int) -> None:
-        self.base_url = base_url
-        # Created on first use: each client builds an SSL context (~20 ms), and a --rate run has
-        # up to max_in_flight slots of which only a few may ever be used.
-        self.clients: list[httpx.AsyncClient | None] = [None] * max(1, -(-slots // self.SHARD))
-
-    def for_slot(self, slot: int) -> httpx.AsyncClient:
-        shard = slot // self.SHARD
-        client = self.clients[shard]
-        if client is None:
-            client = self.clients[shard] = make_client(self.base_url, max_connections=self.SHARD)
-        return client
-
-    async def aclose(self) -> None:
-        for client in self.clients:
-            if client is not None:
-                await client.aclose()
-
-
 class _RoundRun:
     """Sends one round's requests and turns results into rows as they finish."""
 
     def __init__(
         self,
-        clients: _Clients,
+        client: StreamClient,
         cur: _Current,
         opts: RunOptions,
         total: int,
         on_progress: ProgressFn | None,
     ) -> None:
-        self.clients = clients
+        self.client = client
         self.cur = cur
         self.opts = opts
         self.total = total
@@ -241,11 +212,9 @@ class _RoundRun:
         self.round = 0
         self.label = ""
 
-    async def _send(self, req: BenchRequest, slot: int) -> RequestResult:
+    async def _send(self, req: BenchRequest) -> RequestResult:
         try:
-            return await stream_completion(
-                self.clients.for_slot(slot),
-                self.cur.layout.base_url,
+            return await self.client.completion(
                 self.opts.model,
                 req.prompt,
                 req.output_tokens,
@@ -255,10 +224,10 @@ class _RoundRun:
         except Exception as exc:  # the client records failures itself; anything else is still a row
             return RequestResult(start_time=time.time(), error=f"client error: {type(exc).__name__}: {exc}")
 
-    async def one(self, req: BenchRequest, slot: int) -> None:
+    async def one(self, req: BenchRequest) -> None:
         self.in_flight += 1
         try:
-            res = await self._send(req, slot)
+            res = await self._send(req)
         finally:
             self.in_flight -= 1
         row = to_row(self.cur.layout.name, req, res, self.cur.started_at)
@@ -276,33 +245,31 @@ class _RoundRun:
     async def closed_loop(self, requests: Sequence[BenchRequest], concurrency: int) -> None:
         pending: Iterator[BenchRequest] = iter(requests)
 
-        async def worker(slot: int) -> None:
+        async def worker() -> None:
             for req in pending:  # the workers share one iterator: each request is sent once
-                await self.one(req, slot)
+                await self.one(req)
 
         async with asyncio.TaskGroup() as tg:
-            for slot in range(min(concurrency, len(requests))):
-                tg.create_task(worker(slot))
+            for _ in range(min(concurrency, len(requests))):
+                tg.create_task(worker())
 
     async def poisson(self, requests: Sequence[BenchRequest], rate: float, rng: random.Random) -> None:
-        free: asyncio.Queue[int] = asyncio.Queue()
-        for slot in range(self.opts.max_in_flight):
-            free.put_nowait(slot)
+        free = asyncio.Semaphore(self.opts.max_in_flight)
         start = time.perf_counter()
 
-        async def send(req: BenchRequest, slot: int) -> None:
+        async def send(req: BenchRequest) -> None:
             try:
-                await self.one(req, slot)
+                await self.one(req)
             finally:
-                free.put_nowait(slot)
+                free.release()
 
         async with asyncio.TaskGroup() as tg:
             for req, due in zip(requests, arrival_offsets(len(requests), rate, rng), strict=True):
                 delay = start + due - time.perf_counter()
                 if delay > 0:
                     await asyncio.sleep(delay)
-                slot = await free.get()  # waits only when max_in_flight requests are out
-                tg.create_task(send(req, slot))
+                await free.acquire()  # waits only when max_in_flight requests are out
+                tg.create_task(send(req))
 
 
 async def _watch(check: Callable[[], None]) -> None:
@@ -345,11 +312,11 @@ async def run_layout(
     cur = recorder.begin(layout)
     aborted: str | None = "interrupted"
     try:
-        clients = _Clients(layout.base_url, opts.connections)
-        try:
-            await _rounds(layout, workload, opts, cur, clients, on_progress)
-        finally:
-            await clients.aclose()
+        async with (
+            StreamClient(layout.base_url, opts.connections) as client,
+            make_client(layout.base_url, max_connections=2) as scraper,
+        ):
+            await _rounds(layout, workload, opts, cur, client, scraper, on_progress)
         aborted = None
     except KvstackError as exc:
         aborted = exc.message
@@ -365,12 +332,12 @@ async def _rounds(
     workload: Workload,
     opts: RunOptions,
     cur: _Current,
-    clients: _Clients,
+    client: StreamClient,
+    scraper: httpx.AsyncClient,
     on_progress: ProgressFn | None,
 ) -> None:
-    scraper = clients.for_slot(0)
     cur.snapshots.append(await scrape(scraper, layout.metrics_urls, opts.api_key))
-    run = _RoundRun(clients, cur, opts, len(workload.requests), on_progress)
+    run = _RoundRun(client, cur, opts, len(workload.requests), on_progress)
     for rnd, requests in enumerate(workload.rounds()):
         run.round, run.label = rnd, workload.round_labels[rnd]
         if opts.concurrency is not None:

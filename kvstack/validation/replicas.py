@@ -14,8 +14,8 @@ import statistics
 from collections.abc import Callable
 
 from kvstack.planning.schema import Plan
-from kvstack.runtime.client import RequestResult, make_client
 from kvstack.runtime.metrics import MetricsSnapshot
+from kvstack.runtime.streaming import RequestResult
 from kvstack.validation.evidence import connector_hits
 from kvstack.validation.prompts import PromptBuilder
 from kvstack.validation.report import StepResult, ValidationTarget
@@ -65,8 +65,7 @@ async def shared_tier_step_async(
     """Send each prompt to ``first``, then ``second``; pass when ``second`` shows connector hits."""
     progress = on_progress or (lambda _m: None)
     step = StepResult(name=STEP_NAME, verdict="pass")
-    async with make_client(first.base_url, 8) as c0, make_client(second.base_url, 8) as c1:
-        s0, s1 = ServerSession(first, c0, between), ServerSession(second, c1, between)
+    async with ServerSession(first, between) as s0, ServerSession(second, between) as s1:
         await s0.discover()
         await s1.discover()
         builder = PromptBuilder(s0.tokenize)

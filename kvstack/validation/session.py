@@ -10,26 +10,36 @@ from typing import Any
 import httpx
 
 from kvstack.errors import InputError, NetworkTargetError
-from kvstack.runtime.client import RequestResult, auth_headers, stream_completion
+from kvstack.runtime.client import auth_headers, make_client
 from kvstack.runtime.metrics import MetricsSnapshot, scrape
+from kvstack.runtime.streaming import RequestResult, StreamClient
 from kvstack.validation.prompts import Prompt
 from kvstack.validation.report import ValidationTarget
 
 
 class ServerSession:
-    """One validation run against one server: requests, scrapes, resets."""
+    """One validation run against one server: requests, scrapes, resets. Close it with aclose()."""
 
-    def __init__(
-        self, target: ValidationTarget, client: httpx.AsyncClient, between: Callable[[], None] | None
-    ) -> None:
+    def __init__(self, target: ValidationTarget, between: Callable[[], None] | None) -> None:
         self.t = target
-        self.client = client
+        self.client = make_client(target.base_url, max_connections=8)  # the JSON endpoints
+        self.streams = StreamClient(target.base_url, max_connections=8)  # streamed completions
         self.base = target.base_url.rstrip("/")
         self.metrics_urls = target.metrics_urls or [self.base + "/metrics"]
         self.headers = auth_headers(target.api_key)
         self.between = between
         self.model = target.model or ""
         self.max_model_len: int | None = None
+
+    async def aclose(self) -> None:
+        await self.streams.aclose()
+        await self.client.aclose()
+
+    async def __aenter__(self) -> ServerSession:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
 
     async def discover(self) -> None:
         url = self.base + "/v1/models"
@@ -87,9 +97,7 @@ class ServerSession:
     async def send(self, prompt: Prompt) -> RequestResult:
         if self.between is not None:
             self.between()
-        return await stream_completion(
-            self.client, self.base, self.model, prompt.payload, 1, self.t.api_key, self.t.timeout_s
-        )
+        return await self.streams.completion(self.model, prompt.payload, 1, self.t.api_key, self.t.timeout_s)
 
     async def scrape(self) -> MetricsSnapshot:
         return await scrape(self.client, self.metrics_urls, self.t.api_key)

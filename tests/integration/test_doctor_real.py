@@ -21,7 +21,9 @@ from kvstack.hardware.snapshot import HardwareSnapshot, parse_snapshot
 
 pytestmark = pytest.mark.integration
 
-HEAVY = ("torch", "vllm", "sglang", "lmcache")
+H100_SNAPSHOT = str(Path(__file__).resolve().parents[2] / "profiles" / "hardware" / "h100-sxm.json")
+# The engines, and the streaming transport only bench and validate need.
+HEAVY = ("torch", "vllm", "sglang", "lmcache", "aiohttp")
 needs_fio = pytest.mark.skipif(shutil.which("fio") is None, reason="needs fio (apt-get install fio)")
 
 
@@ -105,7 +107,14 @@ def test_doctor_rich_report() -> None:
         assert words in res.stdout
 
 
-@pytest.mark.parametrize("argv", [["--help"], ["doctor", "--no-fio", "--json"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--help"],
+        ["doctor", "--no-fio", "--json"],
+        ["plan", "--model", "llama-3.1-8b", "--hardware", H100_SNAPSHOT, "--json"],
+    ],
+)
 def test_cli_never_imports_engines(argv: list[str]) -> None:
     code = (
         "import sys\n"

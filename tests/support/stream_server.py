@@ -62,6 +62,7 @@ class ServerKnobs:
     reset_fails: int = 0  # the first N resets answer success=false (blocks still held)
     metrics: bool = True
     health_status: int = 200
+    split_events: bool = False  # send every SSE event in two TCP writes, cut mid-line
 
 
 @dataclass
@@ -70,6 +71,7 @@ class _State:
     tier: list[tuple[int, ...]] = field(default_factory=list)
     requests: list[dict[str, Any]] = field(default_factory=list)
     resets: int = 0
+    connections: int = 0  # TCP connections accepted
 
 
 def _common_prefix(a: tuple[int, ...], b: tuple[int, ...]) -> int:
@@ -207,6 +209,11 @@ class StreamServer:
         return "/reset_prefix_cache" if self.knobs.engine == "vllm" else "/flush_cache"
 
     @property
+    def connections(self) -> int:
+        with self.lock:
+            return self.state.connections
+
+    @property
     def requests(self) -> list[dict[str, Any]]:
         with self.lock:
             return list(self.state.requests)
@@ -274,6 +281,8 @@ class _Handler(BaseHTTPRequestHandler):
         super().setup()
         # Real servers (uvicorn) disable Nagle; without it small SSE chunks wait ~40 ms for an ACK.
         self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        with self.server_owner.lock:
+            self.server_owner.state.connections += 1
 
     def log_message(self, format: str, *args: Any) -> None:  # keep test output quiet
         return
@@ -306,7 +315,13 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.flush()
 
     def _event(self, obj: Any) -> None:
-        self._chunk(b"data: " + json.dumps(obj).encode() + b"\n\n")
+        event = b"data: " + json.dumps(obj).encode() + b"\n\n"
+        if self.server_owner.knobs.split_events:
+            cut = len(event) // 2
+            self._chunk(event[:cut])
+            time.sleep(0.002)  # long enough for the client to read the first half on its own
+            event = event[cut:]
+        self._chunk(event)
 
     # --- routes -------------------------------------------------------------------------
 

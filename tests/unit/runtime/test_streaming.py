@@ -7,7 +7,8 @@ import socket
 
 import httpx
 
-from kvstack.runtime.client import RequestResult, make_client, stream_completion, trusts_env
+from kvstack.runtime.client import make_client, trusts_env
+from kvstack.runtime.streaming import RequestResult, StreamClient
 from tests.support.stream_server import ServerKnobs, StreamServer
 
 
@@ -15,8 +16,8 @@ def _one(
     url: str, prompt: str | list[int] = "a b c d e f", max_tokens: int = 4, **kw: object
 ) -> RequestResult:
     async def go() -> RequestResult:
-        async with make_client(url) as client:
-            return await stream_completion(client, url, "demo-model", prompt, max_tokens, **kw)  # type: ignore[arg-type]
+        async with StreamClient(url) as client:
+            return await client.completion("demo-model", prompt, max_tokens, **kw)  # type: ignore[arg-type]
 
     return asyncio.run(go())
 
@@ -106,8 +107,8 @@ def test_nothing_listening_is_recorded() -> None:
 
 def test_concurrent_streams_on_one_client() -> None:
     async def go(url: str) -> list[RequestResult]:
-        async with make_client(url) as client:
-            jobs = [stream_completion(client, url, "demo-model", f"p{i} x y z", 3) for i in range(24)]
+        async with StreamClient(url) as client:
+            jobs = [client.completion("demo-model", f"p{i} x y z", 3) for i in range(24)]
             return await asyncio.gather(*jobs)
 
     with StreamServer(ServerKnobs(base_ttft_s=0.05, prefill_s_per_token=0.0)) as srv:
@@ -115,6 +116,37 @@ def test_concurrent_streams_on_one_client() -> None:
     assert all(r.ok for r in results)
     # Served in parallel: 24 requests of >= 50 ms each finish far sooner than back to back.
     assert max(r.e2e_s or 0 for r in results) < 24 * 0.05
+
+
+def test_events_cut_across_reads_are_reassembled() -> None:
+    with StreamServer(ServerKnobs(split_events=True, prefill_s_per_token=0.0)) as srv:
+        r = _one(srv.url, max_tokens=5)
+    assert r.ok and r.output_tokens == 5 and len(r.itl_s) == 4 and r.prompt_tokens == 7
+
+
+def test_sequential_requests_reuse_one_connection() -> None:
+    # Reading every stream to its end keeps the connection alive: a client that opened a new
+    # connection per request would measure TCP setup as TTFT and run out of ports under load.
+    async def go(url: str) -> list[RequestResult]:
+        async with StreamClient(url, max_connections=4) as client:
+            return [await client.completion("demo-model", f"q{i} a b", 2) for i in range(6)]
+
+    with StreamServer(ServerKnobs(prefill_s_per_token=0.0)) as srv:
+        results = asyncio.run(go(srv.url))
+        assert srv.connections == 1
+    assert all(r.ok for r in results)
+
+
+def test_a_failed_stream_does_not_poison_the_next_request() -> None:
+    async def go(url: str) -> tuple[RequestResult, RequestResult]:
+        async with StreamClient(url) as client:
+            first = await client.completion("demo-model", "a b c", 6)
+            srv.knobs.disconnect_after = None
+            return first, await client.completion("demo-model", "a b c", 6)
+
+    with StreamServer(ServerKnobs(disconnect_after=2)) as srv:
+        broken, fine = asyncio.run(go(srv.url))
+    assert not broken.ok and fine.ok and fine.output_tokens == 6
 
 
 def test_proxies_apply_only_to_remote_hosts() -> None:
