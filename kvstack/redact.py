@@ -24,6 +24,8 @@ def redact_url(url: str) -> str:
     except ValueError:  # e.g. redis-sentinel://u:pw@h1:1,h2:2 has no single port
         return redact_text(url)
     if parts.password is None and parts.username is None:
+        if not parts.netloc and "@" in url:  # no "scheme://": what precedes "@" may be a password
+            return f"{MASK}@{url.rpartition('@')[2]}"
         return url
     user = parts.username or ""
     host = parts.hostname or ""

@@ -35,6 +35,7 @@ from kvstack.validation.evidence import (
     prefix_hits,
 )
 from kvstack.validation.prompts import PromptBuilder
+from kvstack.validation.remote import remote_store_state
 from kvstack.validation.report import (
     StepResult,
     TierTarget,
@@ -71,13 +72,21 @@ def target_from_launch(
     plan: Plan,
     *,
     api_key: str | None = None,
+    remote_url: str | None = None,
     log_file: str | Path | None = None,
     prompt_tokens: int | None = None,
     min_speedup: float = 1.5,
 ) -> ValidationTarget:
-    """The target for a server ``kvstack serve`` started from ``plan`` and ``spec``."""
+    """The target for a server ``kvstack serve`` started from ``plan`` and ``spec``.
+
+    ``remote_url`` (with credentials) lets the remote tier's step ping the store it depends on.
+    """
     tiers = [
-        TierTarget(kind=t.kind, path=spec.cache_dirs.get(t.kind) or t.path)
+        TierTarget(
+            kind=t.kind,
+            path=spec.cache_dirs.get(t.kind) or t.path,
+            url=remote_url if t.kind == "remote" else None,
+        )
         for t in plan.offload_tiers
         if t.kind in ("cpu", "disk", "remote")
     ]
@@ -241,6 +250,18 @@ class _Validation:
         return True, f"{detail}; overflowed the {capacity}-token GPU pool with {need} filler prompts instead"
 
     async def tier(self, tier: TierTarget) -> StepResult:
+        step = await self._tier_rounds(tier)
+        if tier.url is None:
+            return step
+        # A store that went away leaves the engine serving by recompute: say so, not just "no hits".
+        store = await remote_store_state(tier.url)
+        step.evidence.append(store.evidence)
+        if store.problem:
+            step.verdict = "fail"
+            step.reason = store.problem + (f"; {step.reason}" if step.reason else "")
+        return step
+
+    async def _tier_rounds(self, tier: TierTarget) -> StepResult:
         name = f"tier:{tier.kind}"
         step = StepResult(name=name, verdict="pass")
         recompute: list[float] = []

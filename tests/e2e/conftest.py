@@ -22,6 +22,7 @@ import pytest
 
 from tests.support.deps import ROOT, engine_python, require_engine_module
 from tests.support.ports import free_block
+from tests.support.redis import redis_factory  # noqa: F401 (a fixture: real redis-server for the remote tier)
 
 DEMO_MODEL = ROOT / "profiles" / "demo"
 READY_TIMEOUT_S = 420

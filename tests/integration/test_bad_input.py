@@ -461,6 +461,13 @@ CASES = [
         ("kvstack serve",),
     ),
     Case(
+        "validate-remote-malformed",
+        ("validate", "--url", "http://127.0.0.1:{port}", "--remote", "redis//:pw-7f3a@cache:6379"),
+        2,
+        ("malformed", "***@cache:6379"),
+        ("redis://",),
+    ),
+    Case(
         "validate-url-not-a-url",
         ("validate", "--url", "notaurl"),
         2,
@@ -611,6 +618,7 @@ def assert_clean_failure(res: CliResult, case: Case, scene: Scene) -> None:
     shown = f"exit {res.code}\nstdout: {res.stdout[-500:]!r}\nstderr: {res.stderr!r}"
     assert res.code == case.code, shown
     assert "Traceback" not in res.stderr + res.stdout, shown
+    assert "pw-7f3a" not in res.stderr + res.stdout, shown  # the password the Redis cases use
     lines = res.err_lines
     assert lines and lines[0].startswith("error: "), shown
     assert len(lines) <= 4, shown

@@ -7,6 +7,12 @@ def test_url_password_masked_user_kept() -> None:
     assert redact_url("redis://cache:6379") == "redis://cache:6379"
 
 
+def test_credentials_of_a_url_without_scheme_separator_are_masked() -> None:
+    # A typo in the scheme ("redis//") must not put the password into the error that names it.
+    assert redact_url("redis//:pw-9@cache:6379") == "***@cache:6379"
+    assert redact_url("cache.local:6379") == "cache.local:6379"
+
+
 def test_argv_secret_flags_masked_in_both_forms() -> None:
     argv = ["vllm", "serve", "--api-key", "sk-live-123", "--api-key=sk-live-123", "--port", "8000"]
     out = redact_argv(argv)

@@ -343,6 +343,19 @@ def test_no_gpu_explicit_lmcache_is_wired_degraded_and_said(plan_for: PlanFor) -
             plan_for("no-gpu", "mistral-7b", offload=choice)
 
 
+def test_no_gpu_remote_follows_explicit_lmcache(plan_for: PlanFor) -> None:
+    """The remote tier is wired with LMCache (so an outage can be validated) and dropped without it."""
+    url = "redis://:pw@127.0.0.1:6379/0"
+    wired = plan_for("no-gpu", "mistral-7b", offload="lmcache", remote_url=url)
+    remote = wired.tier("remote")
+    assert remote is not None and [t.kind for t in wired.offload_tiers] == ["cpu", "remote"]
+    assert wired.remote_url == remote.url == "redis://:***@127.0.0.1:6379/0"
+    assert "degraded" in wired.reasons["remote_tier"]
+    ignored = plan_for("no-gpu", "mistral-7b", remote_url=url)
+    assert ignored.remote_url is None and ignored.tier("remote") is None
+    assert any("--remote is ignored" in w for w in ignored.warnings)
+
+
 @pytest.mark.parametrize(
     ("hw", "model", "request_", "error", "needle"),
     [
