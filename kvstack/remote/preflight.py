@@ -20,8 +20,6 @@ from typing import Any
 
 import redis
 from redis.exceptions import AuthenticationError, RedisError, ResponseError
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from kvstack.errors import NetworkTargetError
 from kvstack.hardware.snapshot import RemoteInfo
@@ -121,19 +119,15 @@ def _preflight_lm(url: RemoteURL, timeout_s: float) -> RemoteInfo:
     return RemoteInfo(url=url.redacted(), reachable=True, latency_s=latency)
 
 
-def _reach(client: Any, clean: Callable[[BaseException], str]) -> str | None:
-    """PING once; None when the store answered, else why not (authentication or connection)."""
-    try:
-        client.ping()
-    except AuthenticationError as exc:
+def _failure(exc: BaseException, clean: Callable[[BaseException], str]) -> str:
+    """Why a command to the store failed: a refused login, a refused command, or no connection."""
+    if isinstance(exc, AuthenticationError):
         return f"{AUTH_FAILED}: {clean(exc)}"
-    except ResponseError as exc:
+    if isinstance(exc, ResponseError):
         text = clean(exc)
         kind = AUTH_FAILED if text.upper().startswith(("NOAUTH", "WRONGPASS")) else "refused"
         return f"{kind}: {text}"
-    except (RedisConnectionError, RedisTimeoutError, OSError, RedisError) as exc:
-        return f"{CANNOT_CONNECT}: {clean(exc)}"
-    return None
+    return f"{CANNOT_CONNECT}: {clean(exc)}"
 
 
 def _cleaner(parsed: RemoteURL) -> Callable[[BaseException], str]:
@@ -150,11 +144,13 @@ def ping(url: str, timeout_s: float = 2.0) -> RemoteInfo:
         return _preflight_lm(parsed, timeout_s)
     client = _client(parsed, timeout_s)
     try:
-        error = _reach(client, _cleaner(parsed))
+        client.ping()
+    except (RedisError, OSError) as exc:
+        return RemoteInfo(url=parsed.redacted(), reachable=False, error=_failure(exc, _cleaner(parsed)))
     finally:
         with contextlib.suppress(RedisError):
             client.close()
-    return RemoteInfo(url=parsed.redacted(), reachable=error is None, error=error)
+    return RemoteInfo(url=parsed.redacted(), reachable=True)
 
 
 def preflight(url: str, timeout_s: float = 3.0, sample_bytes: int = 1 << 20, samples: int = 8) -> RemoteInfo:
@@ -171,17 +167,16 @@ def preflight(url: str, timeout_s: float = 3.0, sample_bytes: int = 1 << 20, sam
     log.debug("preflight of %s", shown)
     client = _client(parsed, timeout_s)
     try:
-        if error := _reach(client, clean):
-            return RemoteInfo(url=shown, reachable=False, error=error)
         try:
+            client.ping()
             pings = []
             for _ in range(PING_COUNT):
                 t0 = time.perf_counter()
                 client.ping()
                 pings.append(time.perf_counter() - t0)
             version = _as_str(client.info("server").get("redis_version"))
-        except RedisError as exc:
-            return RemoteInfo(url=shown, reachable=False, error=f"{CANNOT_CONNECT}: {clean(exc)}")
+        except (RedisError, OSError) as exc:
+            return RemoteInfo(url=shown, reachable=False, error=_failure(exc, clean))
         info = RemoteInfo(url=shown, reachable=True, server_version=version)
         info.latency_s = statistics.median(pings)
         try:

@@ -177,8 +177,7 @@ async def _consume(chunks: AsyncIterator[bytes], result: RequestResult, t0: floa
         try:
             data = json.loads(payload)
         except ValueError:
-            result.error = f"malformed SSE event: {payload[:120].decode('utf-8', 'replace')!r}"
-            return
+            data = None
         if not isinstance(data, dict):
             result.error = f"malformed SSE event: {payload[:120].decode('utf-8', 'replace')!r}"
             return

@@ -132,8 +132,7 @@ def failed_summary(report: ValidationReport) -> str:
 
 def serve_until_stopped(sup: Supervised, events: ServeEvents, remote_url: str | None = None) -> None:
     """Watch the engine (death), the disk tier (free space) and the remote store (reachable)."""
-    with contextlib.ExitStack() as stack:
-        remote = stack.enter_context(RemoteWatch(remote_url)) if remote_url else None
+    with RemoteWatch(remote_url) if remote_url else contextlib.nullcontext() as remote:
         next_disk_check = 0.0
         while True:
             if sup.poll_died() is not None:

@@ -18,10 +18,11 @@ from kvstack.hardware import checks, fio
 from kvstack.hardware.disk import probe_disks
 from kvstack.hardware.memory import probe_memory
 from kvstack.hardware.snapshot import HardwareSnapshot, parse_snapshot
+from tests.support.deps import ROOT
 
 pytestmark = pytest.mark.integration
 
-H100_SNAPSHOT = str(Path(__file__).resolve().parents[2] / "profiles" / "hardware" / "h100-sxm.json")
+H100_SNAPSHOT = str(ROOT / "profiles" / "hardware" / "h100-sxm.json")
 # The engines, and the streaming transport only bench and validate need.
 HEAVY = ("torch", "vllm", "sglang", "lmcache", "aiohttp")
 needs_fio = pytest.mark.skipif(shutil.which("fio") is None, reason="needs fio (apt-get install fio)")
