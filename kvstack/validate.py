@@ -25,13 +25,18 @@ from kvstack.errors import InputError
 from kvstack.planning.schema import Plan
 from kvstack.runtime.metrics import MetricsSnapshot
 from kvstack.runtime.streaming import RequestResult
+from kvstack.validation.cache_server import CacheServer, moved_aside
 from kvstack.validation.diagnosis import Diagnosis, scan_log
 from kvstack.validation.evidence import (
     Hits,
+    cache_server_tier_hits,
     connector_hits,
     dir_state,
+    file_set,
     gpu_capacity_tokens,
+    l2_stores,
     lmcache_disk_bytes,
+    new_files,
     prefix_hits,
 )
 from kvstack.validation.prompts import PromptBuilder
@@ -86,6 +91,7 @@ def target_from_launch(
             kind=t.kind,
             path=spec.cache_dirs.get(t.kind) or t.path,
             url=remote_url if t.kind == "remote" else None,
+            adapter=spec.tier_adapters.get(t.kind),
         )
         for t in plan.offload_tiers
         if t.kind in ("cpu", "disk", "remote")
@@ -99,6 +105,7 @@ def target_from_launch(
         tiers=tiers,
         reset_path=spec.reset_cache_path,
         metrics_urls=list(spec.metrics_urls),
+        cache_server_url=spec.cache_server_url,
         log_file=str(log_file) if log_file else None,
         prompt_tokens=prompt_tokens,
         min_speedup=min_speedup,
@@ -123,6 +130,8 @@ class _Validation:
         self.progress = progress or (lambda _msg: None)
         self.builder = PromptBuilder(s.tokenize)
         self.cold_ttfts: list[float] = []
+        url = s.t.cache_server_url
+        self.cache_server = CacheServer(s.client, url) if url else None
 
     def _moved(
         self, judge: Callable[[str, MetricsSnapshot, MetricsSnapshot], Hits], before: MetricsSnapshot
@@ -250,6 +259,7 @@ class _Validation:
         return True, f"{detail}; overflowed the {capacity}-token GPU pool with {need} filler prompts instead"
 
     async def tier(self, tier: TierTarget) -> StepResult:
+        before = await remote_store_state(tier.url) if tier.url is not None else None
         step = await self._tier_rounds(tier)
         if tier.url is None:
             return step
@@ -259,7 +269,49 @@ class _Validation:
         if store.problem:
             step.verdict = "fail"
             step.reason = store.problem + (f"; {step.reason}" if step.reason else "")
+        elif before is not None and before.keys is not None and store.keys is not None:
+            step.evidence.append(
+                f"remote store keys {before.keys} -> {store.keys} ({store.keys - before.keys:+d})"
+            )
+            if store.keys <= before.keys and step.verdict == "pass":
+                step.verdict, step.reason = "fail", "nothing new was stored in the remote store"
         return step
+
+    def _hidden_behind(self, tier: TierTarget) -> str | None:
+        """The disk tier's directory when it holds what ``tier`` must serve: the cache server loads
+        from the lowest-indexed L2 adapter holding a chunk, and the disk's comes first."""
+        if self.cache_server is None or tier.kind != "remote":
+            return None
+        disk = next((t for t in self.t.tiers if t.kind == "disk" and t.adapter and t.path), None)
+        return disk.path if disk is not None else None
+
+    async def _drop_above(self, tier: TierTarget, sent: MetricsSnapshot) -> tuple[bool, str]:
+        """Make the next request reach ``tier``: the GPU copy goes, and for an L2 tier of the
+        cache server, its DRAM copy (L1) too, once the store to the tier has landed."""
+        details = []
+        if self.cache_server is not None and tier.kind != "cpu":
+            if tier.adapter is not None:
+                adapter = tier.adapter
+                await self.s.settled(sent, lambda snap: l2_stores(adapter, sent, snap) > 0, wait_s=5.0)
+            ok, detail = await self.cache_server.clear_l1()
+            if not ok:
+                return False, detail
+            details.append(detail)
+        else:
+            await asyncio.sleep(0.3)  # let asynchronous stores to the tier land
+        ok, detail = await self.evict(await self.s.scrape())
+        return ok, "; ".join([detail, *details])
+
+    def _tier_moved(self, tier: TierTarget, before: MetricsSnapshot) -> Callable[[MetricsSnapshot], bool]:
+        def moved(snap: MetricsSnapshot) -> bool:
+            return self._tier_hits(tier, before, snap).rose
+
+        return moved
+
+    def _tier_hits(self, tier: TierTarget, before: MetricsSnapshot, after: MetricsSnapshot) -> Hits:
+        if self.cache_server is not None:
+            return cache_server_tier_hits(tier.kind, tier.adapter, before, after)
+        return connector_hits(self.engine, before, after)
 
     async def _tier_rounds(self, tier: TierTarget) -> StepResult:
         name = f"tier:{tier.kind}"
@@ -269,29 +321,37 @@ class _Validation:
         disk_before = dir_state(tier.path) if tier.kind == "disk" else None
         first: MetricsSnapshot | None = None
         last: MetricsSnapshot | None = None
+        hide_from = self._hidden_behind(tier)
         for i in range(self.t.repeat):
             self.progress(f"{name}: round {i + 1}/{self.t.repeat}")
             p = await self.builder.build(self.n)
+            files_before = file_set(hide_from)
+            sent = await self.s.scrape()
             c = await self.s.send(p)
             if not c.ok or c.ttft_s is None:
                 return step.model_copy(update={"verdict": "fail", "reason": f"request failed: {c.error}"})
             recompute.append(c.ttft_s)
-            await asyncio.sleep(0.3)  # let asynchronous stores to the tier land
-            ok, detail = await self.evict(await self.s.scrape())
+            ok, detail = await self._drop_above(tier, sent)
             if not ok:
                 return step.model_copy(update={"verdict": "fail", "reason": detail})
-            if i == 0:
-                step.evidence.append(detail)
-            s0 = await self.s.scrape()
-            r = await self.s.send(p)
-            s1 = await self.s.settled(s0, self._moved(connector_hits, s0))
+            hidden = new_files(hide_from, files_before) if hide_from else []
+            with moved_aside(hide_from or "", hidden) as n_hidden:
+                if i == 0:
+                    step.evidence.append(detail)
+                    if hide_from:
+                        step.evidence.append(
+                            f"{n_hidden} objects of the prompt in the disk tier moved aside for the request"
+                        )
+                s0 = await self.s.scrape()
+                r = await self.s.send(p)
+                s1 = await self.s.settled(s0, self._tier_moved(tier, s0))
             if not r.ok or r.ttft_s is None:
                 return step.model_copy(update={"verdict": "fail", "reason": f"request failed: {r.error}"})
             served.append(r.ttft_s)
             first = first or s0
             last = s1
         assert first is not None and last is not None
-        hits = connector_hits(self.engine, first, last)
+        hits = self._tier_hits(tier, first, last)
         return self._judge_tier(step, tier, recompute, served, hits, disk_before, last)
 
     def _judge_tier(
@@ -407,8 +467,12 @@ async def run_validation_async(
         )
         if first.errors and not first.samples:
             v.progress(f"metrics unavailable: {first.errors[0]}")
+        # An engine whose cache server died still answers /health and hangs every request.
+        down = await v.cache_server.problem() if v.cache_server is not None else None
         v.progress("warm-up request")
-        if err := await v.warmup():
+        if down is not None:
+            report.steps.append(StepResult(name="cold", verdict="fail", reason=down))
+        elif err := await v.warmup():
             report.steps.append(StepResult(name="cold", verdict="fail", reason=err))
         else:
             cold, warm = await v.cold_warm()

@@ -72,6 +72,14 @@ def register(app: typer.Typer) -> None:
         log: Path | None = typer.Option(
             None, "--log", help="The engine's log file, scanned for silent failures"
         ),
+        lmcache: str | None = typer.Option(
+            None,
+            "--lmcache",
+            help="LMCache's cache server HTTP address (lmcache server --http-port), e.g. "
+            "http://127.0.0.1:8002: tiers are proven with its per-tier counters, disk and remote "
+            "after emptying its DRAM tier",
+            show_default=False,
+        ),
         prompt_tokens: int | None = typer.Option(
             None, "--prompt-tokens", help="Prompt length (default 2048)"
         ),
@@ -90,6 +98,7 @@ def register(app: typer.Typer) -> None:
         out: Path | None = typer.Option(None, "--out", help="Also write the JSON report to this file"),
     ) -> None:
         """Prove with TTFT and the server's counters that the prefix cache and each tier serve hits."""
+        from kvstack.engines.lmcache import L2_ADAPTERS
         from kvstack.validate import TierTarget, ValidationTarget, run_validation, write_report
 
         if engine is not None and engine not in _ENGINES:
@@ -122,9 +131,12 @@ def register(app: typer.Typer) -> None:
                     kind=k,  # type: ignore[arg-type]
                     path=disk_path if k == "disk" else None,
                     url=remote if k == "remote" else None,
+                    adapter=L2_ADAPTERS.get(k) if lmcache else None,
                 )
                 for k in kinds
             ],
+            cache_server_url=lmcache,
+            metrics_urls=[url.rstrip("/") + "/metrics", lmcache.rstrip("/") + "/metrics"] if lmcache else [],
             reset_path=reset_path,
             log_file=str(log) if log else None,
             prompt_tokens=prompt_tokens,

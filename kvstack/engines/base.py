@@ -39,6 +39,12 @@ class ProcessSpec(BaseModel):
     unset_env: list[str] = Field(default_factory=list)  # e.g. an inherited VLLM_API_KEY
     unset_env_prefixes: list[str] = Field(default_factory=list)  # e.g. inherited LMCACHE_*
     ready_url: str | None = None  # GET returns 2xx when ready; None: ready once started
+    # Regexes for log lines that mean the process will never become ready (or has stopped
+    # serving for good): the supervisor ends a start within seconds of one, quoting it.
+    fatal_patterns: list[str] = Field(default_factory=list)
+    # A helper the engine cannot outlive (LMCache's server: an engine whose server died hangs
+    # every request and never re-registers its KV caches). Its death restarts the whole unit.
+    critical: bool = False
 
 
 class LaunchSpec(BaseModel):
@@ -61,6 +67,10 @@ class LaunchSpec(BaseModel):
     api_key_set: bool = False
     reset_cache_path: str | None = None  # POST here empties the GPU prefix cache
     metrics_urls: list[str] = Field(default_factory=list)  # engine first, then helpers
+    # LMCache's cache server HTTP API (clear L1, list/delete L2 objects, health), when one runs.
+    cache_server_url: str | None = None
+    # Offload tier kind -> the cache server's L2 adapter that holds it ("disk" -> "fs").
+    tier_adapters: dict[str, str] = Field(default_factory=dict)
     cache_dirs: dict[str, str] = Field(default_factory=dict)  # tier kind -> directory
     fingerprint: str = ""
     notes: list[str] = Field(default_factory=list)
@@ -77,6 +87,8 @@ class LaunchSpec(BaseModel):
                 "unset_env": p.unset_env,
                 "unset_env_prefixes": p.unset_env_prefixes,
                 "ready_url": p.ready_url,
+                "fatal_patterns": p.fatal_patterns,
+                "critical": p.critical,
             }
 
         return {
@@ -96,6 +108,8 @@ class LaunchSpec(BaseModel):
             "cache_dirs": self.cache_dirs,
             "reset_cache_path": self.reset_cache_path,
             "metrics_urls": self.metrics_urls,
+            "cache_server_url": self.cache_server_url,
+            "tier_adapters": self.tier_adapters,
             "served_model_name": self.served_model_name,
             "base_url": self.base_url,
             "engine": self.engine,

@@ -155,6 +155,8 @@ def assemble(
     fresh_dirs: list[str] | None = None,
     helper_ports: list[int] | None = None,
     helper_metrics: list[str] | None = None,
+    cache_server_url: str | None = None,
+    tier_adapters: dict[str, str] | None = None,
 ) -> LaunchSpec:
     """The LaunchSpec every renderer returns, with the fields they all fill the same way."""
     return LaunchSpec(
@@ -173,6 +175,8 @@ def assemble(
         api_key_set=bool(req.options.api_key),
         reset_cache_path=reset_cache_path,
         metrics_urls=[f"{prep.base_url}/metrics", *(helper_metrics or [])],
+        cache_server_url=cache_server_url,
+        tier_adapters=tier_adapters or {},
         cache_dirs=prep.cache_dirs,
         fingerprint=prep.fingerprint,
         notes=prep.notes,

@@ -13,6 +13,12 @@ Keys, flags and units were read in lmcache 0.5.6:
 - `lmcache server`: lmcache/cli/commands/server.py; --l1-size-gb is GiB for the whole server
   (v1/distributed/config.py), --l2-adapter JSON types "fs" (base_path) and "resp" (host, port;
   credentials from LMCACHE_RESP_USERNAME/PASSWORD), /healthcheck and /metrics on --http-port.
+- vLLM's LMCacheMPConnector on the CPU platform registers its KV caches with the engine-driven
+  transfer mode (register_kv_cache_engine_driven_context); the server's default
+  --supported-transfer-mode lmcache_driven has no handler for it ("No handler registered for
+  operation ...") and the engine waits 300 s before failing. `auto` serves both modes.
+- the server's L2 adapters are named by their type in its metrics (l2_name="fs"/"resp") and in
+  its HTTP API (GET/DELETE /cache/objects?adapter=fs); POST /cache/clear empties L1 only.
 """
 
 from __future__ import annotations
@@ -45,12 +51,26 @@ LMCACHE_ENV_PREFIX = "LMCACHE_"
 STAGING_BUFFER_GIB = 1.0
 MP_HOST = "127.0.0.1"
 MP_CONNECTOR_MODULE = "lmcache.integration.vllm.lmcache_mp_connector"
-DEGRADED_NOTE = "LMCache without CUDA runs in degraded mode (recompute): no KV is offloaded on this platform"
+DEGRADED_NOTE = (
+    "LMCache in-process without CUDA runs in degraded mode (recompute): no KV is offloaded on this "
+    "platform (--offload lmcache-mp works there)"
+)
+# Lines after which the process can never serve (see ProcessSpec.fatal_patterns).
+BIND_ERROR = r"Address already in use"
+SERVER_FATAL = [r"No handler registered for operation \S+", BIND_ERROR]
+ENGINE_MP_FATAL = [
+    r"LMCache server did not respond to \S+ within",
+    r"LMCache server is unhealthy",
+    BIND_ERROR,
+]
+# L2 adapter names (their "type") for the tiers they hold.
+FS_ADAPTER, RESP_ADAPTER = "fs", "resp"
+L2_ADAPTERS = {"disk": FS_ADAPTER, "remote": RESP_ADAPTER}
 
 
-def check_lmcache(req: RenderRequest, minimum: str, feature: str) -> list[str]:
+def check_lmcache(req: RenderRequest, minimum: str, feature: str, *, cpu_works: bool = False) -> list[str]:
     notes = versions.require(req.software, "lmcache", req.software.lmcache, minimum, feature)
-    if req.plan.platform != "cuda":
+    if req.plan.platform != "cuda" and not cpu_works:
         notes.append(DEGRADED_NOTE)
     return notes
 
@@ -149,10 +169,15 @@ class MpServer:
     process: ProcessSpec
     port: int
     http_port: int
+    tier_adapters: dict[str, str]
+
+    @property
+    def http_url(self) -> str:
+        return f"http://{MP_HOST}:{self.http_port}"
 
     @property
     def metrics_url(self) -> str:
-        return f"http://{MP_HOST}:{self.http_port}/metrics"
+        return f"{self.http_url}/metrics"
 
 
 def resp_adapter(url: str, req: RenderRequest, env: dict[str, str]) -> dict[str, Any]:
@@ -205,13 +230,18 @@ def mp_server(req: RenderRequest, prep: Prepared) -> MpServer:
         "--l1-size-gb", f"{l1:g}",
         "--eviction-policy", "LRU",
     ]  # fmt: skip
+    if req.plan.platform == "cpu":
+        argv += ["--supported-transfer-mode", "auto"]  # the CPU adapter is engine-driven
+    adapters: dict[str, str] = {}
     if disk is not None:
-        adapter = {"type": "fs", "base_path": tier_dir(req, prep, disk, "lmcache-mp-disk")}
+        adapters["disk"] = FS_ADAPTER
+        adapter = {"type": FS_ADAPTER, "base_path": tier_dir(req, prep, disk, "lmcache-mp-disk")}
         argv += ["--l2-adapter", json.dumps(adapter, separators=(",", ":"))]
         prep.notes.append(
             "LMCache's fs L2 adapter has no size cap (lmcache 0.5.6): watch the disk tier's directory"
         )
     if url is not None:
+        adapters["remote"] = RESP_ADAPTER
         argv += ["--l2-adapter", json.dumps(resp_adapter(url, req, env), separators=(",", ":"))]
     argv += ["--http-host", MP_HOST, "--http-port", str(http_port)]
     process = ProcessSpec(
@@ -220,8 +250,10 @@ def mp_server(req: RenderRequest, prep: Prepared) -> MpServer:
         env=env,
         unset_env_prefixes=[LMCACHE_ENV_PREFIX],
         ready_url=f"http://{MP_HOST}:{http_port}/healthcheck",
+        fatal_patterns=SERVER_FATAL,
+        critical=True,
     )
-    return MpServer(process=process, port=port, http_port=http_port)
+    return MpServer(process=process, port=port, http_port=http_port, tier_adapters=adapters)
 
 
 def mp_connector_config(port: int) -> dict[str, Any]:
@@ -237,7 +269,7 @@ def mp_connector_config(port: int) -> dict[str, Any]:
 
 @register("vllm", "lmcache-mp")
 def render_vllm_lmcache_mp(req: RenderRequest) -> LaunchSpec:
-    lmc_notes = check_lmcache(req, versions.MIN_LMCACHE_MP, "LMCache multi-process mode")
+    lmc_notes = check_lmcache(req, versions.MIN_LMCACHE_MP, "LMCache multi-process mode", cpu_works=True)
     prep = prepare_vllm(req, connector_version=req.software.lmcache, block_tokens=req.plan.chunk_size)
     prep.notes += lmc_notes
     helper = mp_server(req, prep)
@@ -246,7 +278,7 @@ def render_vllm_lmcache_mp(req: RenderRequest) -> LaunchSpec:
         prep,
         kv_transfer_config=mp_connector_config(helper.port),
         unset_env_prefixes=[LMCACHE_ENV_PREFIX],
-    )
+    ).model_copy(update={"fatal_patterns": ENGINE_MP_FATAL})
     return assemble(
         req,
         prep,
@@ -257,4 +289,6 @@ def render_vllm_lmcache_mp(req: RenderRequest) -> LaunchSpec:
         helpers=[helper.process],
         helper_ports=[helper.port, helper.http_port],
         helper_metrics=[helper.metrics_url],
+        cache_server_url=helper.http_url,
+        tier_adapters=helper.tier_adapters,
     )

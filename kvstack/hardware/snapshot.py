@@ -92,6 +92,7 @@ class RemoteInfo(_Model):
     latency_s: float | None = None
     read_bw_bytes_per_s: float | None = None
     write_bw_bytes_per_s: float | None = None
+    keys: int | None = None  # DBSIZE when pinged (the remote tier's validation compares it)
     error: str | None = None
 
 

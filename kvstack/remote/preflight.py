@@ -145,12 +145,13 @@ def ping(url: str, timeout_s: float = 2.0) -> RemoteInfo:
     client = _client(parsed, timeout_s)
     try:
         client.ping()
+        keys = int(client.dbsize())
     except (RedisError, OSError) as exc:
         return RemoteInfo(url=parsed.redacted(), reachable=False, error=_failure(exc, _cleaner(parsed)))
     finally:
         with contextlib.suppress(RedisError):
             client.close()
-    return RemoteInfo(url=parsed.redacted(), reachable=True)
+    return RemoteInfo(url=parsed.redacted(), reachable=True, keys=keys)
 
 
 def preflight(url: str, timeout_s: float = 3.0, sample_bytes: int = 1 << 20, samples: int = 8) -> RemoteInfo:

@@ -111,6 +111,15 @@ class SupervisorGroup:
         assert self.died is not None
         return self.died.death_error(during=during)
 
+    def restartable(self) -> bool:
+        return self.died is not None and self.died.restartable()
+
+    def restart(self, ready_timeout_s: float) -> None:
+        """Restart the member whose critical helper died; the other members keep serving."""
+        assert self.died is not None
+        member, self.died = self.died, None
+        member.restart(ready_timeout_s)
+
     def disk_warnings(self, min_free_bytes: int | None = None) -> list[str]:
         # Replicas share the disk tier's directory: one warning per directory, not per replica.
         return list(dict.fromkeys(w for s in self.members for w in s.disk_warnings(min_free_bytes)))

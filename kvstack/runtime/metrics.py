@@ -31,6 +31,10 @@ LMCACHE_REMOTE_READS = "lmcache:num_remote_read_requests"
 # LMCache MP server (its --http-port /metrics).
 LMCACHE_MP_L1_HIT_TOKENS = "lmcache_mp_lookup_hit_l1_tokens"
 LMCACHE_MP_L2_HIT_TOKENS = "lmcache_mp_lookup_hit_l2_tokens"
+# Per L2 adapter (label l2_name: the adapter's type, "fs", "resp", ...).
+LMCACHE_MP_L2_LOADS = "lmcache_mp_l2_load_completed_requests"
+LMCACHE_MP_L2_STORES = "lmcache_mp_l2_store_completed_requests"
+LMCACHE_MP_L2_USAGE = "lmcache_mp_l2_usage_bytes"
 # SGLang (python/sglang/srt/metrics/collector.py): mode=input|device_hit|host_hit|storage_hit.
 SGLANG_EFFECTIVE_TOKENS = "sglang:prefill_effective_tokens"
 SGLANG_CACHE_HIT_RATE = "sglang:cache_hit_rate"

@@ -38,6 +38,9 @@ from kvstack.runtime.signals import StopOnSignal
 from kvstack.runtime.watchdog import group_alive
 
 TAIL_LINES = 30
+# poll_died's code for a process that is alive but logged a line after which it cannot serve
+# (ProcessSpec.fatal_patterns): to everything watching, it is as good as dead.
+FATAL_LINE = -(1 << 16)
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _LIBC: Any = None
@@ -62,6 +65,8 @@ def _child_setup(parent_pid: int, libc: Any) -> Callable[[], None]:
 
 
 def describe_exit(code: int) -> str:
+    if code == FATAL_LINE:
+        return "logged a line after which it cannot serve"
     if code < 0:
         try:
             return f"was killed by {signal.Signals(-code).name}"
@@ -115,11 +120,15 @@ def format_status(status: SupervisorStatus, width: int = 100) -> str:
 class _Tee(threading.Thread):
     """Copies a child's output into its log file, masking secrets, keeping the last lines."""
 
-    def __init__(self, src: IO[bytes], log: IO[bytes], secrets: list[str]) -> None:
+    def __init__(
+        self, src: IO[bytes], log: IO[bytes], secrets: list[str], fatal_patterns: list[str] | None = None
+    ) -> None:
         super().__init__(daemon=True, name="kvstack-tee")
         self.src, self.log, self.secrets = src, log, secrets
         self.tail: deque[str] = deque(maxlen=200)
         self.lock = threading.Lock()
+        self.fatal_re = re.compile("|".join(f"(?:{p})" for p in fatal_patterns)) if fatal_patterns else None
+        self.fatal: str | None = None  # the first line matching a fatal pattern
 
     def run(self) -> None:
         with contextlib.suppress(OSError, ValueError):
@@ -131,6 +140,8 @@ class _Tee(threading.Thread):
                 if shown.strip():
                     with self.lock:
                         self.tail.append(shown)
+                        if self.fatal is None and self.fatal_re is not None and self.fatal_re.search(shown):
+                            self.fatal = shown.strip()
 
     def last(self, n: int) -> list[str]:
         with self.lock:
@@ -216,6 +227,7 @@ class Supervisor:
         self.label = label
         self.procs: list[_Proc] = []
         self.died: tuple[str, int] | None = None
+        self.restarts = 0  # of the whole unit, after a critical helper died
         self._watchdog: subprocess.Popen[bytes] | None = None
         self._signals = StopOnSignal(self.stop, self.hurry, lambda: self._stopping)
         self._stopping = False
@@ -240,14 +252,43 @@ class Supervisor:
         self._t0 = time.monotonic()
         try:
             self._start_watchdog()
-            for helper in self.spec.helpers:
-                self._launch(helper)
-                self.wait_ready(self.helper_ready_timeout_s, name=helper.name)
-            self._launch(self.spec.server)
+            self._launch_all()
         except BaseException:
             self.stop()  # a failed start leaves nothing running, with or without ``with``
             raise
         self._report("starting", self.spec.server.name)
+
+    def _launch_all(self) -> None:
+        for helper in self.spec.helpers:
+            self._launch(helper)
+            self.wait_ready(self.helper_ready_timeout_s, name=helper.name)
+        self._launch(self.spec.server)
+
+    def restartable(self) -> bool:
+        """Whether the process found dead is a critical helper, whose death restarts the unit."""
+        if self.died is None:
+            return False
+        return any(h.critical and h.name == self.died[0] for h in self.spec.helpers)
+
+    def restart(self, ready_timeout_s: float) -> None:
+        """Stop what is left of the unit, start helpers then the server again, wait until ready.
+
+        For a critical helper's death (LMCache's server): the engine cannot recover by itself,
+        so both restart; the disk tier's files are kept, so its KV serves again after.
+        """
+        self.restarts += 1
+        self._report("restarting", self.spec.server.name)
+        self._stop_groups()
+        self._close_procs()
+        self.procs = []
+        self.died = None
+        self._t0 = time.monotonic()
+        try:
+            self._launch_all()
+            self.wait_ready(ready_timeout_s)
+        except BaseException:
+            self.stop()
+            raise
 
     def _start_watchdog(self) -> None:
         if self._watchdog is not None:
@@ -296,7 +337,7 @@ class Supervisor:
             raise EngineError(f"cannot start {pspec.name}: {exc}", hint=f"check {pspec.argv[0]}") from exc
         self._tell_watchdog(f"+{popen.pid}")
         assert popen.stdout is not None
-        tee = _Tee(popen.stdout, log, self.spec.secrets)
+        tee = _Tee(popen.stdout, log, self.spec.secrets, pspec.fatal_patterns)
         tee.start()
         proc = _Proc(pspec, popen, log_path, log, tee, time.monotonic())
         self.procs.append(proc)
@@ -325,10 +366,15 @@ class Supervisor:
             return self.died[1]
         for p in self.procs:
             rc = p.popen.poll()
+            if rc is None and p.tee.fatal is not None:
+                rc = FATAL_LINE
             if rc is not None:
                 self.died = (p.spec.name, rc)
                 return rc
         return None
+
+    def fatal_line(self, name: str) -> str | None:
+        return self._proc(name).tee.fatal
 
     def shown(self, name: str) -> str:
         """``name`` as errors and status show it: prefixed with the label, when there is one."""
@@ -338,10 +384,13 @@ class Supervisor:
         """The error to raise once ``poll_died`` returned a code."""
         assert self.died is not None
         name, rc = self.died
+        what = describe_exit(rc)
+        if rc == FATAL_LINE:
+            what = f"logged {self.fatal_line(name)!r}, after which it cannot serve"
         return ProcessFailed(
             self.shown(name),
-            f"{describe_exit(rc)} during {during} (pid {self._proc(name).popen.pid})",
-            rc,
+            f"{what} during {during} (pid {self._proc(name).popen.pid})",
+            None if rc == FATAL_LINE else rc,
             self.log_path(name),
             self.tail(name),
             hint=f"read the full log: {self.log_path(name)}",
@@ -488,7 +537,7 @@ class Supervisor:
                 return
             time.sleep(0.05)
 
-    def _finish(self) -> None:
+    def _close_procs(self) -> None:
         for p in self.procs:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 p.popen.wait(timeout=1.0)
@@ -496,6 +545,9 @@ class Supervisor:
             with contextlib.suppress(OSError):
                 p.log.close()
             self._tell_watchdog(f"-{p.pgid}")
+
+    def _finish(self) -> None:
+        self._close_procs()
         if self._watchdog is not None:
             with contextlib.suppress(OSError, ValueError):
                 assert self._watchdog.stdin is not None

@@ -170,7 +170,7 @@ def run_replicas(rs: ReplicaSet, events: ServeEvents | None = None) -> int:
             front = f"serving {len(rs.replicas)} replicas at {urls}"
         ev.message(f"{front}; Ctrl-C or SIGTERM stops all; logs in {rs.run_dir}")
         try:
-            serve_until_stopped(group, ev, watched_remote(rs.replicas[0]))
+            serve_until_stopped(group, ev, watched_remote(rs.replicas[0]), rs.request.ready_timeout_s)
         except Interrupted:
             ev.message("stopped")
     return 0

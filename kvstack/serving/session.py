@@ -24,6 +24,7 @@ from kvstack.validate import ValidationReport, run_validation, target_from_launc
 
 DISK_CHECK_EVERY_S = 30.0
 POLL_S = 0.25  # how often a serving engine is checked: death is noticed well within 2 s
+MAX_UNIT_RESTARTS = 3
 
 
 @dataclass
@@ -47,6 +48,10 @@ class Supervised(Protocol):
     def death_error(self, during: str = "serving") -> ProcessFailed: ...
 
     def disk_warnings(self, min_free_bytes: int | None = None) -> list[str]: ...
+
+    def restartable(self) -> bool: ...
+
+    def restart(self, ready_timeout_s: float) -> None: ...
 
 
 def disk_need_bytes(prepared: Prepared) -> int:
@@ -130,13 +135,38 @@ def failed_summary(report: ValidationReport) -> str:
     return summary
 
 
-def serve_until_stopped(sup: Supervised, events: ServeEvents, remote_url: str | None = None) -> None:
-    """Watch the engine (death), the disk tier (free space) and the remote store (reachable)."""
+def serve_until_stopped(
+    sup: Supervised,
+    events: ServeEvents,
+    remote_url: str | None = None,
+    ready_timeout_s: float = 600.0,
+    max_restarts: int = MAX_UNIT_RESTARTS,
+) -> None:
+    """Watch the engine (death), the disk tier (free space) and the remote store (reachable).
+
+    A dead critical helper (LMCache's cache server) restarts its unit, at most ``max_restarts``
+    times: an engine whose cache server died hangs every request and never re-registers its
+    KV caches with a new one.
+    """
+    restarts = 0
     with RemoteWatch(remote_url) if remote_url else contextlib.nullcontext() as remote:
         next_disk_check = 0.0
         while True:
             if sup.poll_died() is not None:
-                raise sup.death_error(during="serving")
+                error = sup.death_error(during="serving")
+                if not sup.restartable():
+                    raise error
+                if restarts >= max_restarts:
+                    error.message = f"{error.message}\n(gave up after {restarts} restarts of the unit)"
+                    raise error
+                restarts += 1
+                events.warning(
+                    f"{error.message.splitlines()[0]}: restarting the cache server, then the engine "
+                    f"(restart {restarts}/{max_restarts}; the disk tier keeps its KV; log: {error.log_path})"
+                )
+                sup.restart(ready_timeout_s)
+                events.message(f"restarted: serving again (restart {restarts}/{max_restarts})")
+                continue
             now = time.monotonic()
             if now >= next_disk_check:
                 for warning in sup.disk_warnings():
@@ -189,7 +219,7 @@ def run(prepared: Prepared, events: ServeEvents | None = None) -> int:
             return 0
         ev.message(f"serving at {spec.base_url} (Ctrl-C or SIGTERM stops it; logs in {prepared.run_dir})")
         try:
-            serve_until_stopped(sup, ev, watched_remote(prepared))
+            serve_until_stopped(sup, ev, watched_remote(prepared), req.ready_timeout_s)
         except Interrupted:
             ev.message("stopped")
     return 0

@@ -110,6 +110,32 @@ def connector_hits(engine: str, before: MetricsSnapshot, after: MetricsSnapshot)
     return hits
 
 
+def cache_server_tier_hits(
+    kind: str, adapter: str | None, before: MetricsSnapshot, after: MetricsSnapshot
+) -> Hits:
+    """Tokens one tier of LMCache's cache server served: L1 hits for the DRAM tier; for an L2 tier
+    (disk, remote), L2 hits AND loads completed by that tier's adapter (another adapter holding
+    the same chunks would serve them otherwise)."""
+    engine = _collect(before, after, [(m.VLLM_EXTERNAL_HITS, {})])
+    if kind == "cpu":
+        hits = _collect(before, after, [(m.LMCACHE_MP_L1_HIT_TOKENS, {})])
+    else:
+        hits = _collect(before, after, [(m.LMCACHE_MP_L2_HIT_TOKENS, {})])
+        if adapter is not None and hits.tokens:
+            loads = m.delta(before, after, m.LMCACHE_MP_L2_LOADS, l2_name=adapter)
+            hits.evidence.append(_fmt(m.LMCACHE_MP_L2_LOADS, {"l2_name": adapter}, loads))
+            if loads <= 0:
+                hits.tokens = 0.0  # the L2 hits came from another adapter, not this tier's
+    hits.evidence += engine.evidence
+    if hits.tokens:
+        hits.by_tier[kind] = hits.tokens
+    return hits
+
+
+def l2_stores(adapter: str, before: MetricsSnapshot, after: MetricsSnapshot) -> float:
+    return m.delta(before, after, m.LMCACHE_MP_L2_STORES, l2_name=adapter)
+
+
 def gpu_capacity_tokens(snap: MetricsSnapshot) -> int | None:
     """Tokens the GPU KV pool holds, from vllm:cache_config_info or sglang:max_total_num_tokens."""
     for labels in snap.label_sets(m.VLLM_CACHE_CONFIG_INFO):
@@ -143,3 +169,18 @@ def dir_state(path: str | None) -> tuple[int, int, float] | None:
             if files >= 200_000:
                 return total, files, newest
     return total, files, newest
+
+
+def new_files(path: str, before: set[str]) -> list[str]:
+    """Files under ``path`` that are not in ``before`` (relative paths)."""
+    return sorted(file_set(path) - before)
+
+
+def file_set(path: str | None) -> set[str]:
+    if not path or not os.path.isdir(path):
+        return set()
+    return {
+        os.path.relpath(os.path.join(root, name), path)
+        for root, _dirs, names in os.walk(path)
+        for name in names
+    }

@@ -18,6 +18,7 @@ PING_TIMEOUT_S = 2.0
 class StoreState:
     evidence: str
     problem: str | None = None  # None: the store answered
+    keys: int | None = None  # DBSIZE
 
 
 async def remote_store_state(url: str, timeout_s: float = PING_TIMEOUT_S) -> StoreState:
@@ -29,7 +30,7 @@ async def remote_store_state(url: str, timeout_s: float = PING_TIMEOUT_S) -> Sto
     except KvstackError as exc:  # a malformed URL
         return StoreState(f"remote store: {exc.message}", f"the remote store URL is unusable: {exc.message}")
     if info.reachable:
-        return StoreState(f"remote store {info.url} answers")
+        return StoreState(f"remote store {info.url} answers ({info.keys} keys)", keys=info.keys)
     why = info.error or "no answer"
     return StoreState(
         f"remote store {info.url}: {why}",

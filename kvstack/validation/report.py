@@ -22,6 +22,8 @@ TierKindName = Literal["cpu", "disk", "remote"]
 class TierTarget(BaseModel):
     kind: TierKindName
     path: str | None = None  # the disk tier's directory
+    # The LMCache cache server's L2 adapter that holds this tier ("fs" for disk, "resp" for Redis).
+    adapter: str | None = None
     # The remote tier's store, credentials included: pinged so that a failing tier names the store.
     url: str | None = Field(default=None, repr=False, exclude=True)
 
@@ -35,6 +37,8 @@ class ValidationTarget(BaseModel):
     tiers: list[TierTarget] = Field(default_factory=list)
     reset_path: str | None = None  # None: the engine's default
     metrics_urls: list[str] = Field(default_factory=list)  # empty: BASE/metrics
+    # LMCache's cache server HTTP API: its L1 is emptied to prove the L2 tiers, its health checked.
+    cache_server_url: str | None = None
     log_file: str | None = None
     prompt_tokens: int | None = None  # None: 2048, capped by the model's max length
     min_speedup: float = 1.5
@@ -80,20 +84,23 @@ def write_report(report: ValidationReport, path: Path) -> None:
     atomic_write(path, report.to_json() + "\n", mode=0o600)
 
 
-def check_target(target: ValidationTarget) -> None:
-    """Input errors (exit 2) before any request is sent."""
-    parts = urlsplit(target.base_url)
+def _check_url(url: str, option: str, example: str) -> None:
+    parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise NetworkTargetError(
-            f"--url must look like http://HOST:PORT, not {target.base_url!r}",
-            hint="e.g. --url http://127.0.0.1:8000",
+            f"{option} must look like http://HOST:PORT, not {url!r}", hint=f"e.g. {option} {example}"
         )
     try:
         _ = parts.port
     except ValueError as exc:
-        raise NetworkTargetError(
-            f"--url {target.base_url!r} has an invalid port", hint="ports are 1-65535"
-        ) from exc
+        raise NetworkTargetError(f"{option} {url!r} has an invalid port", hint="ports are 1-65535") from exc
+
+
+def check_target(target: ValidationTarget) -> None:
+    """Input errors (exit 2) before any request is sent."""
+    _check_url(target.base_url, "--url", "http://127.0.0.1:8000")
+    if target.cache_server_url is not None:
+        _check_url(target.cache_server_url, "--lmcache", "http://127.0.0.1:8002")
     if target.prompt_tokens is not None and target.prompt_tokens < 64:
         raise InputError(
             f"--prompt-tokens must be at least 64, not {target.prompt_tokens}",

@@ -98,7 +98,9 @@ def test_no_gpu_snapshot_plans_for_cpu() -> None:
     proc = kvstack("--model", str(profiles_dir() / "demo"), "--hardware", hw("no-gpu"), "--json")
     assert proc.returncode == 0, proc.stderr
     plan = json.loads(proc.stdout)
-    assert (plan["platform"], plan["connector"], plan["tiers"][0]["kind"]) == ("cpu", "none", "cpu")
+    # LMCache is installed in that snapshot: its cache server serves the tiers on the CPU backend.
+    assert (plan["platform"], plan["connector"], plan["tiers"][0]["kind"]) == ("cpu", "lmcache-mp", "cpu")
+    assert [t["kind"] for t in plan["tiers"]] == ["cpu", "cpu", "disk"]
     assert any("no GPU visible" in w for w in plan["warnings"])
 
 

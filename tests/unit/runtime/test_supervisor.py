@@ -375,3 +375,78 @@ def test_low_disk_warning(tmp_path: Path) -> None:
     sup = Supervisor(spec(server, cache_dirs={"disk": str(tmp_path), "cpu": "/dev/shm"}), tmp_path / "run")
     assert sup.disk_warnings(min_free_bytes=1 << 60) and len(sup.disk_warnings(min_free_bytes=1 << 60)) == 1
     assert sup.disk_warnings(min_free_bytes=0) == []
+
+
+# A helper that logs the line LMCache's server logs when it lacks the engine's transfer mode.
+NO_HANDLER = """
+import sys, time
+print("server up", flush=True)
+time.sleep(float(sys.argv[1]))
+print("ERROR No handler registered for operation register_kv_cache_engine_driven_context", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_fatal_log_line_ends_the_start_within_seconds_quoting_it(tmp_path: Path) -> None:
+    """A helper's line that means the engine can never become ready ends the wait at once."""
+    helper = ProcessSpec(
+        name="lmcache-server",
+        argv=[PY, script(tmp_path, "helper.py", NO_HANDLER), "1.0"],
+        fatal_patterns=[r"No handler registered for operation \S+"],
+    )
+    never = f"http://127.0.0.1:{free_port()}/health"  # nothing listens: the engine never gets ready
+    server = ProcessSpec(name="engine", argv=[PY, "-c", "import time; time.sleep(600)"], ready_url=never)
+    t0 = time.monotonic()
+    with Supervisor(spec(server, [helper]), tmp_path / "run") as sup:
+        sup.start()
+        with pytest.raises(ProcessFailed) as err:
+            sup.wait_ready(300)
+        pids = [p.popen.pid for p in sup.procs]
+    assert time.monotonic() - t0 < 10
+    message = err.value.message
+    assert message.startswith("lmcache-server logged 'ERROR No handler registered for operation")
+    assert "after which it cannot serve during startup" in message
+    assert str(tmp_path / "run" / "lmcache-server.log") in message
+    assert wait_gone(pids, 5.0) == []
+
+
+def test_a_critical_helper_death_restarts_the_unit(tmp_path: Path) -> None:
+    """The helper dies; restart() brings back the helper, then the server, on the same ports."""
+    hport, port = free_port(), free_port()
+    serve = script(tmp_path, "serve.py", SERVE)
+    helper = ProcessSpec(
+        name="lmcache-server",
+        argv=[PY, serve, str(hport), "0"],
+        ready_url=f"http://127.0.0.1:{hport}/health",
+        critical=True,
+    )
+    server = ProcessSpec(
+        name="engine", argv=[PY, serve, str(port), "0"], ready_url=f"http://127.0.0.1:{port}/health"
+    )
+    with Supervisor(spec(server, [helper], port=port), tmp_path / "run") as sup:
+        sup.start()
+        sup.wait_ready(20)
+        first = [p.popen.pid for p in sup.procs]
+        os.kill(first[0], signal.SIGKILL)
+        deadline = time.monotonic() + 2.0
+        while sup.poll_died() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert sup.died == ("lmcache-server", -signal.SIGKILL) and sup.restartable()
+        sup.restart(20)
+        assert sup.poll_died() is None and sup.restarts == 1
+        second = [p.popen.pid for p in sup.procs]
+        assert [p.spec.name for p in sup.procs] == ["lmcache-server", "engine"]
+        assert not set(first) & set(second) and wait_gone(first, 5.0) == []
+        log = (tmp_path / "run" / "lmcache-server.log").read_text()
+        assert log.count("# kvstack: starting lmcache-server") == 2
+    assert wait_gone(second, 5.0) == []
+
+
+def test_a_server_death_is_not_restartable(tmp_path: Path) -> None:
+    server = ProcessSpec(name="engine", argv=[PY, script(tmp_path, "crash.py", CRASH), "1", "3", "0"])
+    with Supervisor(spec(server), tmp_path / "run") as sup:
+        sup.start()
+        deadline = time.monotonic() + 5.0
+        while sup.poll_died() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert sup.died == ("engine", 3) and not sup.restartable()
