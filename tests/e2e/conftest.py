@@ -34,6 +34,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.e2e)
 
 
+def counter_delta(step: dict[str, object], counter: str) -> float:
+    """The delta a validation step's evidence reports for ``counter`` ("NAME{labels} +N")."""
+    for line in step["evidence"]:  # type: ignore[attr-defined]
+        name, _, value = str(line).rpartition(" ")
+        if name == counter:
+            return float(value)
+    raise AssertionError(f"{counter} not in the evidence of {step['name']}: {step['evidence']}")
+
+
 def free_port() -> int:
     # The LMCache MP ports (port+1, port+2) come along: keep the whole block free.
     return free_block(3)

