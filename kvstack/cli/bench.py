@@ -35,7 +35,7 @@ def _compare_names(values: list[str]) -> list[str]:
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("bench")
+    @app.command("bench", context_settings={"allow_interspersed_args": False})
     def _cmd(
         url: str | None = typer.Option(None, "--url", help="A running server, e.g. http://127.0.0.1:8000"),
         model: str | None = typer.Option(
@@ -85,6 +85,9 @@ def register(app: typer.Typer) -> None:
         cache_dir: opt.CacheDir = None,
         run_dir: Path | None = typer.Option(None, "--run-dir", help="Without --url: logs of each layout"),
         ready_timeout: float = typer.Option(900.0, "--ready-timeout", help="Without --url: readiness wait"),
+        extra_args: list[str] = typer.Argument(
+            None, help="Without --url: extra engine arguments for every layout, after --", show_default=False
+        ),
     ) -> None:
         """Measure TTFT/throughput on cache-heavy workloads and the server's cache hit rate."""
         from kvstack.bench.session import BenchArgs, run_bench
@@ -100,6 +103,11 @@ def register(app: typer.Typer) -> None:
             raise InputError(
                 "--compare starts its own servers and cannot be combined with --url",
                 hint="drop --url, or bench the running server alone",
+            )
+        if url and extra_args:
+            raise InputError(
+                f"engine arguments ({' '.join(extra_args)}) need a server that kvstack starts, not --url",
+                hint="drop --url, or pass them to the server you started",
             )
         start_layout: StartLayout | None = None
         if not url:
@@ -121,6 +129,7 @@ def register(app: typer.Typer) -> None:
                 api_key=api_key or None,
                 ready_timeout_s=ready_timeout,
                 validate_after_start=False,
+                extra_args=list(extra_args or []),
             )
             model = serve_request.model_spec()
             start_layout = layout_starter(serve_request)
