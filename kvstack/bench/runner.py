@@ -100,8 +100,8 @@ class _Current:
 class Recorder:
     """Everything measured so far, so that an interrupted run still reports its rows."""
 
-    def __init__(self, workload: Workload) -> None:
-        self.workload = workload
+    def __init__(self, workload: Workload | None) -> None:
+        self.workload = workload  # None until the first layout sized it (run_layouts)
         self.layouts: list[LayoutResult] = []
         self.current: _Current | None = None
         self._finished_rows: dict[str, list[RequestRow]] = {}
@@ -123,6 +123,7 @@ class Recorder:
         if cur is None:
             return None
         self.current = None
+        assert self.workload is not None, "a layout ran before its workload was built"
         result = _layout_result(cur, self.workload, aborted)
         self._finished_rows[cur.layout.name] = sorted(cur.rows, key=lambda r: r.index)
         self.layouts.append(result)
@@ -353,15 +354,22 @@ async def _rounds(
 def run_layouts(
     names: Sequence[str],
     start_layout: StartLayout,
-    workload: Workload,
+    workload: Workload | Callable[[Layout], Workload],
     opts: RunOptions,
     recorder: Recorder,
     on_progress: ProgressFn | None = None,
 ) -> list[LayoutResult]:
-    """The compare loop: start each layout in turn (same workload, same seed), bench it, stop it."""
+    """The compare loop: start each layout in turn (same workload, same seed), bench it, stop it.
+
+    ``workload`` may be a function of the first layout's server (tier-overflow sized from the
+    cache sizes it exposes); every layout then runs what it built.
+    """
     opts.validate()
     results: list[LayoutResult] = []
     for name in names:
         with start_layout(name) as layout:
+            if not isinstance(workload, Workload):
+                workload = workload(layout)
+                recorder.workload = workload
             results.append(asyncio.run(run_layout(layout, workload, opts, recorder, on_progress)))
     return results

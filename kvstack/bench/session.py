@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -207,8 +208,7 @@ def run_bench(args: BenchArgs, start_layout: StartLayout | None = None) -> Bench
             )
         all_metrics = metrics_urls
         tokenizer = resolve_tokenizer(None, model)
-    tiers = _tier_sizes(args, base_url, all_metrics)
-    workload = build_workload(spec, TextBuilder(tokenizer), tiers)
+    text = TextBuilder(tokenizer)
     opts = RunOptions(
         model=model,
         api_key=args.api_key,
@@ -220,20 +220,35 @@ def run_bench(args: BenchArgs, start_layout: StartLayout | None = None) -> Bench
     if opts.concurrency is None and opts.rate is None:
         opts = replace(opts, concurrency=DEFAULT_CONCURRENCY)
     opts.validate()
-    _say(_headline(workload, opts))
+    workload: Workload | None = None
+    if base_url is None and args.workload == "tier-overflow" and args.plan_file is None:
+
+        def sized_by(layout: Layout) -> Workload:
+            """tier-overflow sized from the cache sizes the first layout's server exposes."""
+            built = build_workload(
+                spec, text, tier_sizes_from_metrics(scrape_sync(layout.metrics_urls, args.api_key))
+            )
+            _say(_headline(built, opts))
+            return built
+
+        source: Workload | Callable[[Layout], Workload] = sized_by
+    else:
+        workload = source = build_workload(spec, text, _tier_sizes(args, base_url, all_metrics))
+        _say(_headline(workload, opts))
     recorder = Recorder(workload)
     config = _config(args, base_url, model, all_metrics)
     config["concurrency"] = opts.concurrency
     failure: KvstackError | None = None
-    view = ProgressView(enabled=args.interactive, total=len(workload.requests))
+    view = ProgressView(enabled=args.interactive, total=len(workload.requests) if workload else 0)
     try:
         with view:
             if base_url is not None:
+                assert workload is not None
                 layout = Layout("server", base_url, tuple(all_metrics))
                 asyncio.run(run_layout(layout, workload, opts, recorder, view.update))
             else:
                 assert start_layout is not None
-                run_layouts(args.compare, start_layout, workload, opts, recorder, view.update)
+                run_layouts(args.compare, start_layout, source, opts, recorder, view.update)
     except KeyboardInterrupt:
         failure = Interrupted("interrupted: the rows measured so far are kept in the report")
     except KvstackError as exc:
@@ -241,7 +256,7 @@ def run_bench(args: BenchArgs, start_layout: StartLayout | None = None) -> Bench
     result = BenchResult(
         config=config,
         environment=environment(),
-        workload=workload_info(workload),
+        workload=workload_info(recorder.workload) if recorder.workload is not None else {},
         layouts=recorder.layouts,
         requests=recorder.rows,
     )

@@ -84,3 +84,33 @@ def test_plan_file_errors_are_input_errors(tmp_path: Path) -> None:
         for plan in (bad, tmp_path / "missing.json"):
             with pytest.raises(InputError, match="--plan"):
                 run_bench(BenchArgs(url=srv.url, workload="tier-overflow", plan_file=plan, as_json=True))
+
+
+def test_served_tier_overflow_is_sized_by_the_first_layouts_server(tmp_path: Path) -> None:
+    """Without --url or --plan, the first layout's /metrics (its cache size) sizes tier-overflow."""
+
+    @contextlib.contextmanager
+    def start(name: str) -> Iterator[Layout]:
+        knobs = ServerKnobs(num_gpu_blocks=64, block_size=16, connector=None if name == "none" else "native")
+        with StreamServer(knobs) as srv:
+            yield Layout(name, srv.url, (srv.url + "/metrics",))
+
+    args = BenchArgs(url=None, model="demo-model", workload="tier-overflow", prompt_tokens=256,
+                     output_tokens=1, compare=["none", "native"], out=tmp_path, as_json=True)  # fmt: skip
+    result = run_bench(args, start_layout=start)
+    assert result.workload["shape"]["gpu_tokens"] == 1024
+    assert result.workload["shape"]["working_set_tokens"] > 1024
+    none, native = (lay.rounds[-1].cache.token_hit_rate for lay in result.layouts)
+    assert native is not None and native > 0.5 and (none or 0.0) < native
+
+
+def test_served_tier_overflow_without_cache_sizes_says_what_to_pass(tmp_path: Path) -> None:
+    @contextlib.contextmanager
+    def start(name: str) -> Iterator[Layout]:
+        with StreamServer(ServerKnobs()) as srv:
+            yield Layout(name, srv.url, ())  # no /metrics: no cache size to read
+
+    args = BenchArgs(url=None, model="demo-model", workload="tier-overflow", prompt_tokens=256,
+                     compare=["none"], out=tmp_path, as_json=True)  # fmt: skip
+    with pytest.raises(InputError, match="tier-overflow needs the size of the GPU pool"):
+        run_bench(args, start_layout=start)
