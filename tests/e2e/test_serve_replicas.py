@@ -63,7 +63,9 @@ def test_two_replicas_share_redis_behind_the_router_and_stop_together(
         assert any(e.startswith(loads) and float(e.removeprefix(loads)) > 0 for e in shared["evidence"]), (
             shared
         )
-        assert any("objects of the prompt in the shared disk tier moved aside" in e for e in shared["evidence"])
+        assert any(
+            "objects of the prompt in the shared disk tier moved aside" in e for e in shared["evidence"]
+        )
         assert store.client().dbsize() > 0
         for port in engines:
             models = httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=10)
