@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -25,7 +26,9 @@ from kvstack.errors import InputError
 from kvstack.planning.schema import Plan
 from kvstack.runtime.metrics import MetricsSnapshot
 from kvstack.runtime.streaming import RequestResult
+from kvstack.validation import correctness
 from kvstack.validation.cache_server import CacheServer, moved_aside
+from kvstack.validation.correctness import CorrectnessCheck
 from kvstack.validation.diagnosis import Diagnosis, scan_log
 from kvstack.validation.evidence import (
     Hits,
@@ -68,6 +71,7 @@ __all__ = [
 # /flush_cache also clears HiCache's host pool (HiRadixCache.reset), so SGLang tiers are proven
 # by overflowing the GPU pool instead.
 RESET_PATHS = {"vllm": "/reset_prefix_cache"}
+TIER_NAMES = {"cpu": "the DRAM tier", "disk": "the disk tier", "remote": "the remote tier"}
 DEFAULT_PROMPT_TOKENS = 2048
 Progress = Callable[[str], None]
 
@@ -106,6 +110,10 @@ def target_from_launch(
         reset_path=spec.reset_cache_path,
         metrics_urls=list(spec.metrics_urls),
         cache_server_url=spec.cache_server_url,
+        batch_invariant=spec.server.env.get(
+            "VLLM_BATCH_INVARIANT", os.environ.get("VLLM_BATCH_INVARIANT", "0")
+        )
+        not in ("", "0"),
         log_file=str(log_file) if log_file else None,
         prompt_tokens=prompt_tokens,
         min_speedup=min_speedup,
@@ -130,6 +138,7 @@ class _Validation:
         self.progress = progress or (lambda _msg: None)
         self.builder = PromptBuilder(s.tokenize)
         self.cold_ttfts: list[float] = []
+        self.checks: dict[str, list[CorrectnessCheck]] = {"warm": []}
         url = s.t.cache_server_url
         self.cache_server = CacheServer(s.client, url) if url else None
 
@@ -140,6 +149,20 @@ class _Validation:
             return judge(self.engine, before, snap).rose
 
         return moved
+
+    def compare(self, recompute: RequestResult, served: RequestResult) -> CorrectnessCheck:
+        return correctness.compare(recompute, served, self.t.correctness_early, self.t.noise_margin)
+
+    def _correctness(self, step: StepResult, source: str) -> list[str]:
+        """Record the step's checks; the problem when the served KV differs from recompute."""
+        checks = self.checks.get(step.name, [])
+        if not checks or self.t.correctness_tokens == 0:
+            return []
+        step.correctness = checks
+        line, problem, warnings = correctness.summary(checks, source)
+        step.evidence.append(line)
+        step.evidence.extend(warnings)
+        return [problem] if problem else []
 
     def _failed(self, results: list[RequestResult]) -> str | None:
         bad = [r for r in results if not r.ok]
@@ -165,12 +188,13 @@ class _Validation:
             self.progress(f"cold/warm pair {i + 1}/{self.t.repeat}")
             p = await self.builder.build(self.n)
             b0 = await self.s.scrape()
-            c = await self.s.send(p)
+            c = await self.s.send(p, generate=True)
             b1 = await self.s.scrape()
-            w = await self.s.send(p)
+            w = await self.s.send(p, generate=True)
             b2 = await self.s.settled(b1, self._moved(prefix_hits, b1))
             cold.append(c)
             warm.append(w)
+            self.checks["warm"].append(self.compare(c, w))
             cold_hits += prefix_hits(self.engine, b0, b1).tokens or 0.0
             first_b1 = first_b1 or b1
             last_b2 = b2
@@ -215,7 +239,9 @@ class _Validation:
         cached = [r.cached_tokens for r in warm if r.cached_tokens is not None]
         if cached:
             step.evidence.append(f"usage.prompt_tokens_details.cached_tokens {sum(cached)}")
-        problems = []
+        problems = self._correctness(step, "the engine's prefix cache")
+        if step.correctness:
+            step.evidence.append(correctness.determinism(self.t.batch_invariant))
         if step.speedup < self.t.min_speedup:
             need = f"need {self.t.min_speedup:g}x"
             problems.append(f"warm is only {step.speedup:.2f}x faster than cold ({need})")
@@ -327,7 +353,7 @@ class _Validation:
             p = await self.builder.build(self.n)
             files_before = file_set(hide_from)
             sent = await self.s.scrape()
-            c = await self.s.send(p)
+            c = await self.s.send(p, generate=True)
             if not c.ok or c.ttft_s is None:
                 return step.model_copy(update={"verdict": "fail", "reason": f"request failed: {c.error}"})
             recompute.append(c.ttft_s)
@@ -343,11 +369,12 @@ class _Validation:
                             f"{n_hidden} objects of the prompt in the disk tier moved aside for the request"
                         )
                 s0 = await self.s.scrape()
-                r = await self.s.send(p)
+                r = await self.s.send(p, generate=True)
                 s1 = await self.s.settled(s0, self._tier_moved(tier, s0))
             if not r.ok or r.ttft_s is None:
                 return step.model_copy(update={"verdict": "fail", "reason": f"request failed: {r.error}"})
             served.append(r.ttft_s)
+            self.checks.setdefault(name, []).append(self.compare(c, r))
             first = first or s0
             last = s1
         assert first is not None and last is not None
@@ -373,7 +400,7 @@ class _Validation:
         if hits.by_tier:
             by_tier = ", ".join(f"{k} {v:.0f} tokens" for k, v in hits.by_tier.items())
             step.evidence.append(f"served by tier: {by_tier}")
-        problems = []
+        problems = self._correctness(step, TIER_NAMES.get(tier.kind, tier.kind))
         if hits.tokens is None:
             problems.append("the server shows no connector hit counters at /metrics")
         elif not hits.rose:

@@ -46,3 +46,10 @@ ensure_venv() {
   "$PY" -m pip uninstall -y -q torchvision torchaudio torchcodec 2>&1 | grep -v "^WARNING" || true
   echo "$want" > "$VENV/.kvstack-stamp"
 }
+
+ensure_demo_weights() {
+  # The demo model's weights are generated, not committed (scripts/make-demo-model checks their sha256).
+  [ -f "$ROOT/profiles/demo/model.safetensors" ] && return 0
+  log "generating the demo model's weights (profiles/demo/model.safetensors)"
+  "$PY" "$ROOT/scripts/make-demo-model" "$ROOT/profiles/demo" --weights >&2
+}

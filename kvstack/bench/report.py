@@ -172,6 +172,20 @@ def rounds_table(result: BenchResult) -> Table:
     return table
 
 
+def correctness_lines(result: BenchResult) -> list[str]:
+    """One line per layout checked with --check-correctness, and the first failure's figures."""
+    lines: list[str] = []
+    for lay in result.layouts:
+        c = lay.correctness
+        if c is None:
+            continue
+        line = f"{lay.name}: correctness {c.matched}/{c.checked} cached answers equal recompute's"
+        counts = ((c.warned, "warned"), (c.failed, "FAILED"), (c.unknown, "not checked"))
+        lines.append(line + "".join(f", {n} {what}" for n, what in counts if n))
+        lines += [f"{lay.name}:   {x.detail}" for x in c.checks if x.verdict in ("fail", "warn")][:3]
+    return lines
+
+
 def error_lines(result: BenchResult, limit: int = 5) -> list[str]:
     """The most frequent error kinds per layout, for the terminal."""
     lines: list[str] = []

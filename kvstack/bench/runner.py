@@ -20,7 +20,8 @@ from dataclasses import dataclass, field, replace
 
 import httpx
 
-from kvstack.bench.schema import CacheStats, LayoutResult, RequestRow, RoundResult
+from kvstack.bench.correctness import check_correctness
+from kvstack.bench.schema import CacheStats, CorrectnessResult, LayoutResult, RequestRow, RoundResult
 from kvstack.bench.stats import cache_stats, summarize, tpot
 from kvstack.bench.workloads import BenchRequest, Workload
 from kvstack.errors import InputError, KvstackError
@@ -55,6 +56,7 @@ class RunOptions:
     max_in_flight: int = DEFAULT_MAX_IN_FLIGHT
     seed: int = 0
     timeout_s: float = 300.0
+    check_correctness: int = 0  # requests of the last round compared with recompute (bench/correctness.py)
 
     def validate(self) -> None:
         if (self.concurrency is None) == (self.rate is None):
@@ -95,6 +97,7 @@ class _Current:
     started_at: float
     snapshots: list[MetricsSnapshot] = field(default_factory=list)  # before round 0, after each round
     rows: list[RequestRow] = field(default_factory=list)
+    correctness: CorrectnessResult | None = None
 
 
 class Recorder:
@@ -150,6 +153,7 @@ def _layout_result(cur: _Current, workload: Workload, aborted: str | None) -> La
         summary=summarize(cur.rows),  # wall time from the first send to the last answer
         cache=total_cache,
         rounds=rounds,
+        correctness=cur.correctness,
     )
 
 
@@ -318,6 +322,10 @@ async def run_layout(
             make_client(layout.base_url, max_connections=2) as scraper,
         ):
             await _rounds(layout, workload, opts, cur, client, scraper, on_progress)
+            if opts.check_correctness:
+                cur.correctness = await check_correctness(
+                    client, workload, opts.model, opts.api_key, opts.timeout_s, opts.check_correctness
+                )
         aborted = None
     except KvstackError as exc:
         aborted = exc.message

@@ -10,6 +10,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from kvstack.validation.correctness import CorrectnessCheck
+
 SCHEMA = "kvstack.bench/1"
 
 
@@ -112,6 +114,33 @@ class RoundResult(BaseModel):
     cache: CacheStats
 
 
+class CorrectnessResult(BaseModel):
+    """`--check-correctness`: greedy tokens of cached requests against recompute's."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    checked: int
+    matched: int
+    warned: int
+    failed: int
+    unknown: int
+    checks: list[CorrectnessCheck] = Field(default_factory=list)
+
+    @classmethod
+    def of(cls, checks: list[CorrectnessCheck]) -> CorrectnessResult:
+        def count(v: str) -> int:
+            return sum(c.verdict == v for c in checks)
+
+        return cls(
+            checked=len(checks),
+            matched=count("match"),
+            warned=count("warn"),
+            failed=count("fail"),
+            unknown=count("unknown"),
+            checks=checks,
+        )
+
+
 class LayoutResult(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -124,6 +153,7 @@ class LayoutResult(BaseModel):
     summary: Summary
     cache: CacheStats
     rounds: list[RoundResult] = Field(default_factory=list)
+    correctness: CorrectnessResult | None = None
 
 
 class BenchResult(BaseModel):

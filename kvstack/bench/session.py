@@ -19,7 +19,7 @@ import httpx
 from pydantic import ValidationError
 
 from kvstack.bench.progress import ProgressView
-from kvstack.bench.report import environment, workload_info, write_report
+from kvstack.bench.report import correctness_lines, environment, workload_info, write_report
 from kvstack.bench.runner import Layout, Recorder, RunOptions, StartLayout, run_layout, run_layouts
 from kvstack.bench.schema import BenchResult
 from kvstack.bench.text import TextBuilder
@@ -57,6 +57,7 @@ class BenchArgs:
     plan_file: Path | None = None
     metrics_urls: list[str] = field(default_factory=list)
     timeout_s: float = 300.0
+    check_correctness: int = 0  # requests per layout compared with recompute
     out: Path | None = None
     as_json: bool = False
     interactive: bool = False
@@ -216,6 +217,7 @@ def run_bench(args: BenchArgs, start_layout: StartLayout | None = None) -> Bench
         rate=args.rate,
         seed=args.seed,
         timeout_s=args.timeout_s,
+        check_correctness=args.check_correctness,
     )
     if opts.concurrency is None and opts.rate is None:
         opts = replace(opts, concurrency=DEFAULT_CONCURRENCY)
@@ -303,6 +305,8 @@ def _emit(args: BenchArgs, result: BenchResult) -> None:
     console.print(summary_table(result))
     if any(len(lay.rounds) > 1 for lay in result.layouts):
         console.print(rounds_table(result))
+    for line in correctness_lines(result):
+        console.print(line, markup=False, highlight=False)
     err = Console(stderr=True)
     for line in error_lines(result):
         err.print(line, markup=False, highlight=False)

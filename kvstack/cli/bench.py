@@ -73,6 +73,13 @@ def register(app: typer.Typer) -> None:
             [], "--metrics-url", help="Extra /metrics to read hit counters from (e.g. an LMCache server)"
         ),
         timeout_s: float = typer.Option(300.0, "--timeout", help="Per-request timeout, seconds"),
+        check_correctness: int = typer.Option(
+            0,
+            "--check-correctness",
+            help="After each layout: generate K of the last round's prompts greedily as served from "
+            "cache and recomputed (a fresh cache_salt), and compare the tokens",
+            metavar="K",
+        ),
         out: Path | None = typer.Option(
             None, "--out", help="Write results.json, requests.csv and plots here"
         ),
@@ -97,6 +104,11 @@ def register(app: typer.Typer) -> None:
             raise InputError(
                 "--concurrency and --rate exclude each other",
                 hint="use --concurrency C (closed loop) or --rate R (Poisson arrivals), not both",
+            )
+        if not 0 <= check_correctness <= 1000:
+            raise InputError(
+                f"--check-correctness must be between 0 and 1000 requests, not {check_correctness}",
+                hint="e.g. --check-correctness 4",
             )
         names = _compare_names(compare)
         if names and url:
@@ -148,6 +160,7 @@ def register(app: typer.Typer) -> None:
             plan_file=plan_file,
             metrics_urls=metrics_urls,
             timeout_s=timeout_s,
+            check_correctness=check_correctness,
             out=out,
             as_json=as_json,
             interactive=not as_json and sys.stderr.isatty(),

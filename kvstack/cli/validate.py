@@ -85,6 +85,20 @@ def register(app: typer.Typer) -> None:
         ),
         min_speedup: float = typer.Option(1.5, "--min-speedup", help="Warm must beat cold by this factor"),
         repeat: int = typer.Option(3, "--repeat", help="Rounds per step (the median is judged)"),
+        correctness_tokens: int = typer.Option(
+            16,
+            "--correctness-tokens",
+            help="Greedy tokens each cached answer must share with recompute's (0: no correctness gate)",
+        ),
+        early_tokens: int = typer.Option(
+            2, "--early-tokens", help="A divergence within the first N tokens fails, whatever the margin"
+        ),
+        noise_margin: float = typer.Option(
+            0.15,
+            "--noise-margin",
+            help="Nats: a later divergence where recompute's top-1 margin was at most this is numerics "
+            "(a warning, not a failure)",
+        ),
         model: str | None = typer.Option(
             None, "--model", help="Served model name (default: from /v1/models)"
         ),
@@ -142,6 +156,9 @@ def register(app: typer.Typer) -> None:
             prompt_tokens=prompt_tokens,
             min_speedup=min_speedup,
             repeat=repeat,
+            correctness_tokens=correctness_tokens,
+            correctness_early=early_tokens,
+            noise_margin=noise_margin,
             secrets=secrets,
         )
         if as_json or not sys.stderr.isatty():

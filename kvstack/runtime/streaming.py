@@ -36,6 +36,9 @@ class RequestResult(BaseModel):
     prompt_tokens: int | None = None  # from the usage event
     output_tokens: int = 0
     cached_tokens: int | None = None  # usage.prompt_tokens_details.cached_tokens when reported
+    # With ``logprobs`` asked for: each generated token and the top candidates' log-probabilities.
+    tokens: list[str] = Field(default_factory=list)
+    top_logprobs: list[dict[str, float]] = Field(default_factory=list)
 
 
 class StreamClient:
@@ -83,6 +86,7 @@ class StreamClient:
         api_key: str | None = None,
         timeout_s: float = 300,
         extra_body: dict[str, Any] | None = None,
+        logprobs: int | None = None,
     ) -> RequestResult:
         """Send one streamed completion and return its timings; never raises on server failures."""
         body: dict[str, Any] = {
@@ -95,6 +99,8 @@ class StreamClient:
             # Keep generation going to max_tokens so output lengths are comparable across runs.
             "ignore_eos": True,
         }
+        if logprobs is not None:
+            body["logprobs"] = logprobs
         if extra_body:
             body.update(extra_body)
         url = self.base_url + "/v1/completions"
@@ -130,6 +136,17 @@ def _usage(result: RequestResult, usage: dict[str, Any]) -> None:
     details = usage.get("prompt_tokens_details")
     if isinstance(details, dict) and isinstance(details.get("cached_tokens"), int):
         result.cached_tokens = details["cached_tokens"]
+
+
+def _logprobs(result: RequestResult, lp: Any) -> None:
+    """The OpenAI completions form: parallel lists ``tokens`` and ``top_logprobs`` per event."""
+    if not isinstance(lp, dict):
+        return
+    tokens, tops = lp.get("tokens") or [], lp.get("top_logprobs") or []
+    for i, token in enumerate(tokens):
+        result.tokens.append(str(token))
+        top = tops[i] if i < len(tops) and isinstance(tops[i], dict) else {}
+        result.top_logprobs.append({str(k): float(v) for k, v in top.items() if isinstance(v, int | float)})
 
 
 def _error_text(body: bytes) -> str:
@@ -187,6 +204,8 @@ async def _consume(chunks: AsyncIterator[bytes], result: RequestResult, t0: floa
             return
         now = time.perf_counter()
         if data.get("choices"):
+            if (lp := data["choices"][0].get("logprobs")) is not None:
+                _logprobs(result, lp)
             content_events += 1
             if result.ttft_s is None:
                 result.ttft_s = now - t0

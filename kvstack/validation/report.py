@@ -13,6 +13,12 @@ from pydantic import BaseModel, Field
 from kvstack import __version__
 from kvstack.errors import InputError, NetworkTargetError, PathError
 from kvstack.fsutil import atomic_write
+from kvstack.validation.correctness import (
+    DEFAULT_EARLY,
+    DEFAULT_NOISE_NATS,
+    DEFAULT_TOKENS,
+    CorrectnessCheck,
+)
 from kvstack.validation.diagnosis import Diagnosis
 
 Verdict = Literal["pass", "fail", "skip"]
@@ -45,6 +51,12 @@ class ValidationTarget(BaseModel):
     repeat: int = 3
     timeout_s: float = 300.0
     max_overflow_requests: int = 64
+    # The correctness gate (validation/correctness.py): greedy tokens of each cached request
+    # against recompute's; 0 turns it off.
+    correctness_tokens: int = DEFAULT_TOKENS
+    correctness_early: int = DEFAULT_EARLY
+    noise_margin: float = DEFAULT_NOISE_NATS
+    batch_invariant: bool | None = None  # VLLM_BATCH_INVARIANT in the engine's environment; None: unknown
     secrets: list[str] = Field(default_factory=list, repr=False, exclude=True)
 
 
@@ -56,6 +68,7 @@ class StepResult(BaseModel):
     speedup: float | None = None
     evidence: list[str] = Field(default_factory=list)
     ttfts_s: list[float] = Field(default_factory=list)  # each measurement
+    correctness: list[CorrectnessCheck] = Field(default_factory=list)  # cached vs recomputed tokens
 
 
 class ValidationReport(BaseModel):
@@ -109,6 +122,20 @@ def check_target(target: ValidationTarget) -> None:
     if not math.isfinite(target.min_speedup) or target.min_speedup < 1.0:
         raise InputError(
             f"--min-speedup must be a number >= 1.0, not {target.min_speedup}", hint="e.g. --min-speedup 1.5"
+        )
+    if not 0 <= target.correctness_tokens <= 256:
+        raise InputError(
+            f"--correctness-tokens must be between 0 (off) and 256, not {target.correctness_tokens}",
+            hint="e.g. --correctness-tokens 16",
+        )
+    if target.correctness_early < 0:
+        raise InputError(
+            f"--early-tokens must be 0 or more, not {target.correctness_early}", hint="e.g. --early-tokens 2"
+        )
+    if not math.isfinite(target.noise_margin) or target.noise_margin < 0:
+        raise InputError(
+            f"--noise-margin must be a number of nats >= 0, not {target.noise_margin}",
+            hint="e.g. --noise-margin 0.15",
         )
     if not 1 <= target.repeat <= 50:
         raise InputError(f"--repeat must be between 1 and 50, not {target.repeat}", hint="e.g. --repeat 3")

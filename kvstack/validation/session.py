@@ -13,6 +13,7 @@ from kvstack.errors import InputError, NetworkTargetError
 from kvstack.runtime.client import auth_headers, make_client
 from kvstack.runtime.metrics import MetricsSnapshot, scrape
 from kvstack.runtime.streaming import RequestResult, StreamClient
+from kvstack.validation.correctness import TOP_LOGPROBS
 from kvstack.validation.prompts import Prompt
 from kvstack.validation.report import ValidationTarget
 
@@ -94,10 +95,20 @@ class ServerSession:
             return tokens
         return None
 
-    async def send(self, prompt: Prompt) -> RequestResult:
+    async def send(self, prompt: Prompt, generate: bool = False) -> RequestResult:
+        """One streamed request; ``generate``: greedy tokens with log-probabilities for the
+        correctness gate (TTFT is still the first token's)."""
         if self.between is not None:
             self.between()
-        return await self.streams.completion(self.model, prompt.payload, 1, self.t.api_key, self.t.timeout_s)
+        n = self.t.correctness_tokens if generate else 0
+        return await self.streams.completion(
+            self.model,
+            prompt.payload,
+            max(1, n),
+            self.t.api_key,
+            self.t.timeout_s,
+            logprobs=TOP_LOGPROBS if n else None,
+        )
 
     async def scrape(self) -> MetricsSnapshot:
         return await scrape(self.client, self.metrics_urls, self.t.api_key)

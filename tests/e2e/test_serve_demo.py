@@ -42,6 +42,15 @@ def test_serve_validates_and_answers(demo_server: ServeSession) -> None:
     assert counter_delta(steps["tier:disk"], 'lmcache_mp_l2_load_completed_requests{l2_name="fs"}') > 0
     for name in ("tier:cpu", "tier:disk"):
         assert steps[name]["verdict"] == "pass" and steps[name]["speedup"] > 1.0, steps[name]
+    # The correctness gate: with the demo's real weights, every cached answer equals recompute's.
+    for name in ("warm", "tier:cpu", "tier:disk"):
+        checks = steps[name]["correctness"]
+        assert len(checks) == 3 and all(c["verdict"] == "match" and c["tokens"] == 16 for c in checks), checks
+        assert all(len(c["margins"]) == 16 for c in checks)
+    margins = sorted(m for c in steps["warm"]["correctness"] for m in c["margins"])
+    assert margins[len(margins) // 2] > 0.3  # real weights: decisive greedy choices, not flat logits
+    launch = json.loads((demo_server.run_dir / "launch.json").read_text())
+    assert "--load-format" not in launch["argv"]  # the weights are loaded as a real model's
     disk_dir = next(demo_server.cache_dir.glob("*/lmcache-mp-disk"))
     assert any(disk_dir.iterdir()), "the disk tier's objects are on disk"
     # A real completion through the server kvstack started.

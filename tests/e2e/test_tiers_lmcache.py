@@ -135,6 +135,9 @@ def test_validation_proves_dram_disk_and_redis_tiers(tiered: Tiered) -> None:
     for name in ("tier:cpu", "tier:disk", "tier:remote"):
         assert counter_delta(steps[name], "vllm:external_prefix_cache_hits") > 0
         assert steps[name]["speedup"] > 1.0, steps[name]
+    for name in ("tier:cpu", "tier:disk", "tier:remote"):
+        checks = steps[name]["correctness"]
+        assert len(checks) == 3 and all(c["verdict"] == "match" for c in checks), checks
     remote = "\n".join(steps["tier:remote"]["evidence"])
     assert "objects of the prompt in the disk tier moved aside" in remote
     assert "remote store keys" in remote and tiered.store.client().dbsize() > 0

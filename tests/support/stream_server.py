@@ -63,6 +63,9 @@ class ServerKnobs:
     metrics: bool = True
     health_status: int = 200
     split_events: bool = False  # send every SSE event in two TCP writes, cut mid-line
+    # Generated tokens follow from the prompt (greedy, margin 2 nats); from this position on, a
+    # request the tier served gets the runner-up tokens instead: KV served wrong, hits counted.
+    corrupt_tier_from: int | None = None
 
 
 @dataclass
@@ -72,6 +75,18 @@ class _State:
     requests: list[dict[str, Any]] = field(default_factory=list)
     resets: int = 0
     connections: int = 0  # TCP connections accepted
+
+
+def _logprobs(seed: int, i: int, runner_up: bool) -> dict[str, Any]:
+    """Position ``i``'s greedy token (or the runner-up, for corrupted KV) in OpenAI's form."""
+    best, second = f" w{(seed + i) % 997}", f" v{(seed + i) % 991}"
+    token = second if runner_up else best
+    return {
+        "tokens": [token],
+        "token_logprobs": [-2.1 if runner_up else -0.1],
+        "top_logprobs": [{best: -0.1, second: -2.1}],
+        "text_offset": [0],
+    }
 
 
 def _common_prefix(a: tuple[int, ...], b: tuple[int, ...]) -> int:
@@ -384,9 +399,13 @@ class _Handler(BaseHTTPRequestHandler):
             return
         for _ in range(k.lead_empty_events):
             self._event({"id": "cmpl-test", "object": "text_completion", "model": k.model, "choices": []})
-        gpu_hit, tier_hit = srv.prefill(tokens)
+        # vLLM keys cached blocks by cache_salt too: a salted prompt shares nothing with an unsalted one.
+        salt = body.get("cache_salt")
+        gpu_hit, tier_hit = srv.prefill((zlib.crc32(str(salt).encode()), *tokens) if salt else tokens)
         computed = len(tokens) - gpu_hit - tier_hit
         time.sleep(k.base_ttft_s + computed * k.prefill_s_per_token + tier_hit * k.tier_s_per_token)
+        seed = zlib.crc32(repr(tokens).encode())
+        corrupt = k.corrupt_tier_from is not None and tier_hit > 0
         for i in range(max_tokens):
             if k.disconnect_after is not None and i >= k.disconnect_after:
                 self.wfile.flush()
@@ -406,7 +425,16 @@ class _Handler(BaseHTTPRequestHandler):
                     "object": "text_completion",
                     "created": int(time.time()),
                     "model": k.model,
-                    "choices": [{"index": 0, "text": f" t{i}", "logprobs": None, "finish_reason": finish}],
+                    "choices": [
+                        {
+                            "index": 0,
+                            "text": f" t{i}",
+                            "logprobs": _logprobs(seed, i, corrupt and i >= (k.corrupt_tier_from or 0))
+                            if body.get("logprobs") is not None
+                            else None,
+                            "finish_reason": finish,
+                        }
+                    ],
                     "usage": None,
                 }
             )

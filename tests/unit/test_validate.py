@@ -312,3 +312,45 @@ def _tier(kind: str, path: str | None = None) -> object:
     from kvstack.planning.schema import Tier
 
     return Tier(kind=kind, size_bytes=1, size_bytes_per_rank=1, tokens=1, path=path)  # type: ignore[arg-type]
+
+
+def test_correctness_gate_passes_when_the_tier_returns_recomputes_tokens() -> None:
+    with StreamServer(ServerKnobs(connector="lmcache")) as srv:
+        report = run_validation(target(srv.url, tiers=[TierTarget(kind="cpu")]))
+    assert report.overall == "PASS", report.to_json()
+    for name in ("warm", "tier:cpu"):
+        step = report.step(name)
+        assert step is not None and len(step.correctness) == 2  # one per round
+        assert all(c.verdict == "match" and c.tokens == 16 for c in step.correctness)
+        assert all(c.min_margin == 2.0 for c in step.correctness)
+        line = "correctness: 2/2 prompts gave recompute's 16 greedy tokens"
+        assert f"{line} (smallest recompute margin 2.000 nats)" in step.evidence
+    warm = report.step("warm")
+    assert warm is not None and any(e.startswith("engine determinism: unknown") for e in warm.evidence)
+
+
+def test_correctness_gate_fails_a_tier_that_serves_other_tokens() -> None:
+    """The stand-in counts tier hits but generates the runner-up tokens from position 6 on."""
+    with StreamServer(ServerKnobs(connector="lmcache", corrupt_tier_from=5)) as srv:
+        report = run_validation(target(srv.url, tiers=[TierTarget(kind="cpu")]))
+    assert report.overall == "FAIL"
+    assert verdicts(report)["warm"] == "pass"  # the engine's own prefix cache is not corrupt
+    tier = report.step("tier:cpu")
+    assert tier is not None and tier.verdict == "fail"
+    assert tier.reason.startswith(
+        "the KV served from the DRAM tier differs from recompute: diverged at token 6 of 16"
+    )
+    assert (
+        "recompute margin 2.000, gap 2.000 nats" in tier.reason
+        and "a margin above the 0.15-nat noise" in tier.reason
+    )
+    (check, _) = tier.correctness
+    assert (check.verdict, check.diverged_at, check.recompute_margin) == ("fail", 5, 2.0)
+    assert "connector hit counters did not rise" not in tier.reason  # hits were counted: only the gate saw it
+
+
+def test_correctness_gate_can_be_turned_off() -> None:
+    with StreamServer(ServerKnobs(connector="lmcache", corrupt_tier_from=5)) as srv:
+        report = run_validation(target(srv.url, tiers=[TierTarget(kind="cpu")], correctness_tokens=0))
+    assert report.overall == "PASS"
+    assert all(not s.correctness for s in report.steps)

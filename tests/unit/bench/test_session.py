@@ -114,3 +114,28 @@ def test_served_tier_overflow_without_cache_sizes_says_what_to_pass(tmp_path: Pa
                      compare=["none"], out=tmp_path, as_json=True)  # fmt: skip
     with pytest.raises(InputError, match="tier-overflow needs the size of the GPU pool"):
         run_bench(args, start_layout=start)
+
+
+@pytest.mark.parametrize(("corrupt", "failed"), [(None, 0), (3, 2)])
+def test_check_correctness_compares_cached_answers_with_recompute(
+    tmp_path: Path, corrupt: int | None, failed: int
+) -> None:
+    """A tier that counts hits but returns other tokens is caught; a sound one matches."""
+
+    @contextlib.contextmanager
+    def start(name: str) -> Iterator[Layout]:
+        knobs = ServerKnobs(num_gpu_blocks=64, block_size=16, connector="native", corrupt_tier_from=corrupt)
+        with StreamServer(knobs) as srv:
+            yield Layout(name, srv.url, (srv.url + "/metrics",))
+
+    args = BenchArgs(url=None, model="demo-model", workload="tier-overflow", prompt_tokens=256,
+                     output_tokens=1, compare=["native"], check_correctness=2, out=tmp_path,
+                     as_json=True)  # fmt: skip
+    result = run_bench(args, start_layout=start)
+    (layout,) = result.layouts
+    c = layout.correctness
+    assert c is not None and (c.checked, c.failed, c.matched) == (2, failed, 2 - failed)
+    if failed:
+        assert c.checks[0].diverged_at == 3 and "a margin above the 0.15-nat noise" in c.checks[0].detail
+    back = load_result(tmp_path)
+    assert back.layouts[0].correctness == c
