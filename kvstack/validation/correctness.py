@@ -97,8 +97,9 @@ def determinism(batch_invariant: bool | None) -> str:
     if batch_invariant is None:
         return "engine determinism: unknown (the engine's environment is not known to kvstack validate)"
     return (
-        "engine determinism: not batch-invariant (VLLM_BATCH_INVARIANT is not set; vLLM's batch-invariant "
-        "kernels need a CUDA GPU): a late divergence at a margin within noise is numerics"
+        "engine determinism: not batch-invariant (VLLM_BATCH_INVARIANT is not set: vLLM 0.32's CPU "
+        "attention backend does not support it, and on a GPU it costs throughput): a late divergence at "
+        "a margin within noise is numerics"
     )
 
 
