@@ -299,7 +299,9 @@ class _Validation:
             step.evidence.append(
                 f"remote store keys {before.keys} -> {store.keys} ({store.keys - before.keys:+d})"
             )
-            if store.keys <= before.keys and step.verdict == "pass":
+            # With LMCache's cache server the rounds waited for the resp adapter's stores to
+            # complete, so its keys must be there; other connectors store on their own schedule.
+            if self.cache_server is not None and store.keys <= before.keys and step.verdict == "pass":
                 step.verdict, step.reason = "fail", "nothing new was stored in the remote store"
         return step
 

@@ -43,7 +43,7 @@ def shared_tier_skip_reason(plan: Plan, replicas: int) -> str | None:
         return "one replica: nothing to share with"
     if plan.platform == "cpu" and plan.connector != "lmcache-mp":
         return (
-            "no offload tier on a CPU platform (LMCache has no CPU connector): "
+            "no offload tier on a CPU platform without LMCache's cache server (--offload lmcache-mp): "
             "replicas share no KV, each keeps its own prefix cache"
         )
     if plan.tier("remote") is None:

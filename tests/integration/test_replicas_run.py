@@ -74,7 +74,12 @@ def fake_set(
         exit_after_validate=True,
         prompt_tokens=512,
     )
-    rs = prepare_replicas(req, load_snapshot(NO_GPU), env={})
+    # Without LMCache in the snapshot the CPU plan has no cache server: only the (fake) engines run.
+    snapshot = load_snapshot(NO_GPU)
+    snapshot = snapshot.model_copy(
+        update={"software": snapshot.software.model_copy(update={"lmcache": None})}
+    )
+    rs = prepare_replicas(req, snapshot, env={})
     swapped = []
     for i, p in enumerate(rs.replicas):
         argv = [sys.executable, str(engine), str(p.options.port), str((die or {}).get(i, 0))]

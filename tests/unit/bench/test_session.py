@@ -134,8 +134,12 @@ def test_check_correctness_compares_cached_answers_with_recompute(
     result = run_bench(args, start_layout=start)
     (layout,) = result.layouts
     c = layout.correctness
-    assert c is not None and (c.checked, c.failed, c.matched) == (2, failed, 2 - failed)
-    if failed:
-        assert c.checks[0].diverged_at == 3 and "a margin above the 0.15-nat noise" in c.checks[0].detail
+    assert c is not None and c.checked == 2 and c.matched + c.failed == 2
+    if not failed:
+        assert c.matched == 2
+    else:  # the answers the tier served (not those still in the engine's pool) are caught
+        assert c.failed >= 1
+        bad = next(x for x in c.checks if x.verdict == "fail")
+        assert bad.diverged_at == 3 and "a margin above the 0.15-nat noise" in bad.detail
     back = load_result(tmp_path)
     assert back.layouts[0].correctness == c

@@ -122,3 +122,5 @@ def test_skip_reasons(tmp_path: Path) -> None:
     cpu = _plan(tmp_path, "no-gpu.json", offload="lmcache", remote=remote)
     reason = shared_tier_skip_reason(cpu, 2)
     assert reason is not None and reason.startswith("no offload tier on a CPU platform")
+    cpu_mp = _plan(tmp_path, "no-gpu.json", offload="lmcache-mp", remote=remote)
+    assert shared_tier_skip_reason(cpu_mp, 2) is None  # LMCache's cache servers share Redis
