@@ -39,7 +39,8 @@ class CorrectnessCheck(BaseModel):
     recompute_margin: float | None = None  # top-1 minus top-2 log-probability at the divergence
     gap: float | None = None  # recompute's logprob of its token minus of the served token there
     min_margin: float | None = None  # smallest recompute margin over the compared tokens
-    margins: list[float] = Field(default_factory=list)  # the recompute run's, per token
+    # The recompute run's top-1 minus top-2 margin per token; None where only one candidate was listed.
+    margins: list[float | None] = Field(default_factory=list)
     detail: str = ""
 
 
@@ -48,6 +49,10 @@ def margin(top: dict[str, float]) -> float:
     if len(values) < 2:
         return math.inf  # one candidate listed: nothing came close
     return values[0] - values[1]
+
+
+def _finite(x: float) -> float | None:
+    return round(x, 4) if math.isfinite(x) else None
 
 
 def compare(
@@ -61,8 +66,8 @@ def compare(
             verdict="unknown", tokens=0, detail="the server returned no token log-probabilities to compare"
         )
     n = min(len(recompute.tokens), len(served.tokens))
-    margins = [round(margin(t), 4) for t in recompute.top_logprobs[:n]]
-    finite = [m for m in margins if math.isfinite(m)]
+    margins = [_finite(margin(t)) for t in recompute.top_logprobs[:n]]
+    finite = [m for m in margins if m is not None]
     check = CorrectnessCheck(
         verdict="match", tokens=n, margins=margins, min_margin=min(finite) if finite else None
     )
