@@ -11,8 +11,15 @@ import typer
 Model = Annotated[
     str,
     typer.Option(
-        "--model", "-m", help="Local model directory (with config.json) or a catalog name / HF repo id."
+        "--model",
+        "-m",
+        help="A local model directory, a Hugging Face id (org/name: the HF cache, else the hub) or a "
+        "catalog name.",
     ),
+]
+Revision = Annotated[
+    str | None,
+    typer.Option("--revision", help="Branch, tag or commit of a Hugging Face id (default: main)."),
 ]
 Hardware = Annotated[
     Path | None,
