@@ -11,15 +11,8 @@ import typer
 Model = Annotated[
     str,
     typer.Option(
-        "--model",
-        "-m",
-        help="A local model directory, a Hugging Face id (org/name: the HF cache, else the hub) or a "
-        "catalog name.",
+        "--model", "-m", help="Local model directory (with config.json) or a catalog name / HF repo id."
     ),
-]
-Revision = Annotated[
-    str | None,
-    typer.Option("--revision", help="Branch, tag or commit of a Hugging Face id (default: main)."),
 ]
 Hardware = Annotated[
     Path | None,

@@ -166,11 +166,8 @@ def register(app: typer.Typer) -> None:
             None, help="Extra engine arguments, after --", show_default=False
         ),
         model: str | None = typer.Option(
-            None,
-            "--model",
-            help="Local model dir, Hugging Face id (org/name) or catalog name (default: demo)",
+            None, "--model", help="Local model dir or catalog name (default: demo)"
         ),
-        revision: opt.Revision = None,
         engine: opt.Engine = "vllm",
         offload: opt.Offload = "auto",
         hardware: opt.Hardware = None,
@@ -226,7 +223,6 @@ def register(app: typer.Typer) -> None:
             raise InputError("--no-validate and --exit-after-validate contradict each other", hint="drop one")
         request = ServeRequest(
             model=model,
-            revision=revision,
             engine=choice(engine, ENGINES, "--engine"),  # type: ignore[arg-type]
             offload=choice(offload, OFFLOADS, "--offload"),  # type: ignore[arg-type]
             hardware=hardware,

@@ -65,8 +65,7 @@ def prepare(
     if load_format == "dummy":
         notes.append("dummy (random) weights: the model's output is noise; KV caching still works")
     identity = KvIdentity(
-        # A hub id names different weights over time; its snapshot's commit pins them.
-        model=plan.model_path if facts.model_commit is None else f"{plan.model_path}@{facts.model_commit}",
+        model=plan.model_path,
         weights="dummy" if load_format == "dummy" else "real",
         config_sha256=facts.model_config_sha256,
         model_dtype=plan.model.dtype,
@@ -79,7 +78,7 @@ def prepare(
         block_tokens=block_tokens,
     )
     fp = fingerprint(identity)
-    secrets = [s for s in (options.api_key, facts.hub_token) if s]
+    secrets = [options.api_key] if options.api_key else []
     return Prepared(
         fingerprint=fp,
         cache_ns=namespace(plan.model.name, fp),

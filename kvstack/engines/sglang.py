@@ -73,8 +73,6 @@ def sglang_server(req: RenderRequest, prep: Prepared, extra: list[str], env: dic
         "--enable-metrics",
         "--enable-cache-report",
     ]  # fmt: skip
-    if plan.model_revision is not None:
-        argv += ["--revision", plan.model_revision]
     if plan.platform == "cuda":
         # The planner's share of GPU memory for weights + KV pool: SGLang's static fraction.
         argv += ["--mem-fraction-static", f"{plan.gpu_memory_utilization:g}"]

@@ -67,8 +67,6 @@ def vllm_server(
 ) -> ProcessSpec:
     plan, options = req.plan, req.options
     argv = versions.vllm_launcher(req.software, options.python, plan.model_path)
-    if plan.model_revision is not None:
-        argv += ["--revision", plan.model_revision]
     argv += [
         "--host", options.host,
         "--port", str(options.port),

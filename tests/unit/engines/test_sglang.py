@@ -113,15 +113,3 @@ def test_lmcache_mp_refusals() -> None:
     old = SOFTWARE["sglang"].model_copy(update={"sglang": "0.5.22"})
     with pytest.raises(UnsupportedError, match=r"needs sglang >= 0\.5\.23, but sglang 0\.5\.22"):
         sglang("lmcache-mp", cpu_gib=8, software=old)
-
-
-def test_a_hub_revision_reaches_sglang() -> None:
-    spec = render(
-        make_plan(engine="sglang").model_copy(update={"model_revision": "v1.1"}),
-        make_options(),
-        SOFTWARE["sglang"],
-        HUB_FACTS,
-    )
-    argv = spec.server.argv
-    assert argv[argv.index("--model-path") + 1] == "meta-llama/Llama-3.1-8B-Instruct"
-    assert argv[argv.index("--revision") + 1] == "v1.1"
