@@ -113,8 +113,13 @@ def test_tiers_never_exceed_the_snapshot(
             disk = max(snap.disks, key=lambda d: holds(d.path, tier.path or ""))
             assert holds(disk.path, tier.path or "") >= 0
             assert tier.size_bytes <= tr.DISK_FREE_FRACTION * (disk.free_bytes or 0)
-            assert not disk.tmpfs and disk.rotational is not True
-            assert (disk.read_bw_bytes_per_s or 0) >= request["min_disk_bw"]
+            assert not disk.tmpfs
+            # A disk marked rotational qualifies only when fio measured it fast (virtual disks);
+            # the CPU platform's bar is lower (its prefill is far slower than such a disk).
+            min_bw = request["min_disk_bw"]
+            if plan.platform == "cpu":
+                min_bw = min(min_bw, tr.CPU_PLATFORM_MIN_DISK_BW)
+            assert (disk.read_bw_bytes_per_s or 0) >= min_bw
     if plan.platform == "cuda" and plan.feasible:
         assert (plan.connector == "none") == (len(plan.tiers) == 1)
     if not snap.gpus:
