@@ -57,21 +57,3 @@ Offload = Annotated[
 CacheDir = Annotated[
     Path | None, typer.Option("--cache-dir", help="Root of the disk tier (kept private, 0700).")
 ]
-ApiKey = Annotated[
-    str | None,
-    typer.Option(
-        "--api-key",
-        help="The server's API key. On the command line every local user can read it (ps): "
-        "prefer --api-key-file or KVSTACK_API_KEY (then VLLM_API_KEY).",
-        show_default=False,
-    ),
-]
-ApiKeyFile = Annotated[
-    Path | None,
-    typer.Option(
-        "--api-key-file",
-        help="Read the server's API key from this file (one line; keep it chmod 600). "
-        "Wins over --api-key, KVSTACK_API_KEY and VLLM_API_KEY.",
-        show_default=False,
-    ),
-]

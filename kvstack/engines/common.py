@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ipaddress
 import math
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
@@ -10,13 +9,11 @@ from urllib.parse import urlsplit
 
 from kvstack.engines.base import FileSpec, LaunchSpec, ProcessSpec, RenderRequest
 from kvstack.engines.fingerprint import KvIdentity, fingerprint, namespace
-from kvstack.errors import InputError, PathError, UnsupportedError
+from kvstack.errors import InputError, PathError
 from kvstack.planning.schema import Tier, TierKind
 from kvstack.redact import MASK
 
 GIB = 1 << 30
-# kvstack owns the server's key: on the engine's command line every local user could read it.
-KEY_FLAGS = ("--api-key", "--admin-api-key")
 _WILDCARD_HOSTS = {"", "0.0.0.0", "::", "[::]"}
 
 
@@ -42,26 +39,6 @@ def _absolute(path: str, what: str) -> str:
             hint="give a full path (a leading ~ is not expanded by the engines)",
         )
     return str(PurePosixPath(path))
-
-
-def is_loopback(host: str) -> bool:
-    """``host`` (a bind address) is reachable from this machine only."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
-def refuse_key_flags(extra_args: list[str]) -> None:
-    flags = [a.split("=", 1)[0] for a in extra_args if a.split("=", 1)[0] in KEY_FLAGS]
-    if flags:
-        raise UnsupportedError(
-            f"{flags[0]} in the engine arguments would put a key on the engine's command line, "
-            "where every local user can read it",
-            hint="give the key to kvstack instead: --api-key-file FILE or the KVSTACK_API_KEY variable",
-        )
 
 
 def client_host(host: str) -> str:

@@ -68,7 +68,7 @@ def test_api_key_travels_in_the_environment_and_is_masked() -> None:
 
 def test_without_api_key_an_inherited_one_is_cleared() -> None:
     spec = render(make_plan(), make_options(), SOFTWARE["vllm"], HUB_FACTS)
-    assert spec.server.unset_env == ["KVSTACK_API_KEY", "VLLM_API_KEY"] and not spec.api_key_set
+    assert spec.server.unset_env == ["VLLM_API_KEY"] and not spec.api_key_set
 
 
 def test_dev_mode_enables_the_prefix_cache_reset_endpoint() -> None:
