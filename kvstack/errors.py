@@ -39,6 +39,10 @@ class ModelConfigError(InputError):
     """A model directory, config.json or catalog name is unusable."""
 
 
+class HubError(ModelConfigError):
+    """A Hugging Face id cannot be resolved: not cached while offline, gated, missing, hub unreachable."""
+
+
 class WorkloadError(InputError):
     """A workload profile is missing or malformed."""
 

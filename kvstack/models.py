@@ -1,4 +1,5 @@
-"""KV geometry of a model, from a local config.json or the catalog in profiles/models.yaml."""
+"""KV geometry of a model, from a local config.json (and its checkpoint's size) or the catalog in
+profiles/models.yaml."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from kvstack.checkpoint import checkpoint_bytes
 from kvstack.errors import ModelConfigError
 from kvstack.profiles import profiles_dir
 
@@ -51,9 +53,14 @@ class ModelGeometry(BaseModel):
     v_head_dim: int | None = None
     num_experts: int | None = None
     experts_per_token: int | None = None
+    # The weight files' size as stored, when the checkpoint (or the hub's listing of it) is at hand.
+    checkpoint_bytes: int | None = None
 
     @property
     def weight_bytes(self) -> int:
+        """The checkpoint's size when known, else the estimate from the config's shapes and format."""
+        if self.checkpoint_bytes is not None:
+            return self.checkpoint_bytes
         return math.ceil(self.params * self.weight_bytes_per_param)
 
 
@@ -165,6 +172,38 @@ def _estimate_params(cfg: Mapping[str, Any], geo: dict[str, Any]) -> tuple[int, 
     return total, active, expert_params, embedding
 
 
+def _ct_scheme(weights: Mapping[str, Any]) -> tuple[str, float] | None:
+    """(weight dtype, bytes per param) of one compressed-tensors weight scheme."""
+    bits, raw_group = weights.get("num_bits"), weights.get("group_size")
+    if isinstance(bits, bool) or not isinstance(bits, int) or not 0 < bits < 16:
+        return None
+    is_float = weights.get("type") == "float"
+    # Channel or tensor scales (no group) add next to nothing.
+    group = 0
+    if isinstance(raw_group, int) and not isinstance(raw_group, bool) and raw_group > 0:
+        group = raw_group
+    if is_float and bits == 4:
+        # NVFP4: an FP8 scale per 16 values; MXFP4: an 8-bit scale per 32.
+        name = {16: "nvfp4", 32: "mxfp4"}.get(group, "fp4")
+        return name, (4 + (8 / group if group else 0)) / 8
+    scale = 16 / group if group else 0  # a 16-bit scale per group
+    return f"{'fp' if is_float else 'int'}{bits}", (bits + scale) / 8
+
+
+def _compressed_tensors(quant: Mapping[str, Any]) -> tuple[str, float] | None:
+    """llm-compressor's format: the widest weight scheme of its config_groups (ignored layers: 16 bit)."""
+    groups = quant.get("config_groups")
+    if not isinstance(groups, Mapping):
+        return None
+    schemes = [
+        _ct_scheme(g["weights"])
+        for g in groups.values()
+        if isinstance(g, Mapping) and isinstance(g.get("weights"), Mapping)
+    ]
+    found = [s for s in schemes if s is not None]
+    return max(found, key=lambda s: s[1]) if found else None
+
+
 def _weight_format(cfg: Mapping[str, Any], dtype_bytes: int) -> tuple[str, float, float]:
     """(weight dtype, bytes per expert param, bytes per other linear param) from quantization_config."""
     quant = cfg.get("quantization_config")
@@ -174,9 +213,25 @@ def _weight_format(cfg: Mapping[str, Any], dtype_bytes: int) -> tuple[str, float
     if method == "mxfp4":
         # gpt-oss: MoE experts in MXFP4 (4-bit values + one 8-bit scale per 32 = 4.25 bits), the rest bf16.
         return "mxfp4", 4.25 / 8, 2.0
+    if method == "compressed-tensors":
+        found = _compressed_tensors(quant)
+        if found is not None:
+            return found[0], found[1], found[1]
+    if method == "modelopt":
+        algo = str(quant.get("quant_algo", "")).upper()
+        if "NVFP4" in algo:
+            return "nvfp4", 4.5 / 8, 4.5 / 8  # 4-bit values + one FP8 scale per 16
+        if "FP8" in algo:
+            return "fp8", 1.0, 1.0
+    if method == "bitsandbytes":
+        if quant.get("load_in_4bit") is True:
+            name = str(quant.get("bnb_4bit_quant_type") or "int4")
+            return name, 4 / 8 * 1.03, 4 / 8 * 1.03
+        if quant.get("load_in_8bit") is True:
+            return "int8", 1.0, 1.0
     if "fp8" in method:
         return "fp8", 1.0, 1.0
-    bits = quant.get("bits") or quant.get("w_bit")
+    bits = quant.get("bits") or quant.get("w_bit")  # GPTQ, AWQ (w_bit in older AutoAWQ configs)
     if isinstance(bits, int) and 0 < bits < 16:
         return f"int{bits}", bits / 8 * 1.03, bits / 8 * 1.03  # ~3% for group scales and zeros
     return method or "quantized", 1.0, 1.0
@@ -313,7 +368,11 @@ def catalog_names() -> list[str]:
     return [e.name for e in load_catalog()]
 
 
-def _load_dir(path: Path) -> ModelGeometry:
+def load_model_dir(path: Path, name: str | None = None) -> ModelGeometry:
+    """Geometry from ``path``/config.json, its weight size from the checkpoint files when present.
+
+    ``name`` (a hub id) overrides the config's ``_name_or_path`` and the directory's name.
+    """
     cfg_file = path / "config.json"
     try:
         text = cfg_file.read_text(encoding="utf-8")
@@ -334,24 +393,35 @@ def _load_dir(path: Path) -> ModelGeometry:
         ) from exc
     if not isinstance(config, dict):
         raise ModelConfigError(f"{cfg_file} must hold a JSON object", hint="fix or re-download config.json")
-    name = config.get("_name_or_path")
-    return geometry_from_config(config, name if isinstance(name, str) and name else path.name, str(path))
+    if name is None:
+        own = config.get("_name_or_path")
+        name = own if isinstance(own, str) and own else path.name
+    geometry = geometry_from_config(config, name, str(path))
+    stored = checkpoint_bytes(path)
+    return geometry if stored is None else geometry.model_copy(update={"checkpoint_bytes": stored})
+
+
+def local_model_dir(spec: str) -> Path | None:
+    """The directory ``spec`` names (a model directory or its config.json), resolved; else None."""
+    path = Path(spec).expanduser()
+    if path.is_file() and path.name == "config.json":
+        path = path.parent
+    return path.resolve() if path.is_dir() else None
 
 
 def load_model(spec: str) -> tuple[ModelGeometry, str]:
     """``(geometry, model_path)`` for a local model directory, or a catalog name / alias / repo id.
 
     ``model_path`` is what the engine is given: the absolute directory, or the catalog's repo id.
-    There is no hub access: anything else is an error naming the choices.
+    No cache and no hub: ``kvstack.model_source.resolve_model`` adds Hugging Face ids (what
+    ``--model`` takes); this is the offline, deterministic part of it.
     """
     if not spec or not spec.strip():
         raise ModelConfigError("--model is empty", hint="give a model directory or a catalog name")
     path = Path(spec).expanduser()
-    if path.is_file() and path.name == "config.json":
-        path = path.parent
-    if path.is_dir():
-        resolved = path.resolve()
-        return _load_dir(resolved), str(resolved)
+    local = local_model_dir(spec)
+    if local is not None:
+        return load_model_dir(local), str(local)
     entry = find_catalog_entry(spec)
     if entry is not None:
         return entry.geometry(), entry.repo_id

@@ -48,8 +48,11 @@ ensure_venv() {
 }
 
 ensure_demo_weights() {
-  # The demo model's weights are generated, not committed (scripts/make-demo-model checks their sha256).
-  [ -f "$ROOT/profiles/demo/model.safetensors" ] && return 0
+  # The demo model's weights are generated, not committed: (re)generate them when missing or when their
+  # sha256 is not the one scripts/make-demo-model records (it checks its own output against it, too).
+  local file="$ROOT/profiles/demo/model.safetensors" want
+  want=$(sed -n 's/^WEIGHTS_SHA256 = "\([0-9a-f]*\)".*/\1/p' "$ROOT/scripts/make-demo-model")
+  [ -f "$file" ] && [ "$(sha256sum "$file" | cut -d' ' -f1)" = "$want" ] && return 0
   log "generating the demo model's weights (profiles/demo/model.safetensors)"
   "$PY" "$ROOT/scripts/make-demo-model" "$ROOT/profiles/demo" --weights >&2
 }

@@ -27,6 +27,27 @@ for module in (doctor, plan, serve, validate, bench, export):
     module.register(app)
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from kvstack.cli.version import version_lines
+
+        typer.echo("\n".join(version_lines()))
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _main(
+    version: bool = typer.Option(
+        False,
+        "--version",
+        help="Print the versions of kvstack and of the installed engines and connector, and exit.",
+        callback=_print_version,
+        is_eager=True,
+    ),
+) -> None:
+    pass
+
+
 def _debug() -> bool:
     return os.environ.get("KVSTACK_DEBUG", "") not in ("", "0", "false")
 

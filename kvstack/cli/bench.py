@@ -41,9 +41,8 @@ def register(app: typer.Typer) -> None:
         model: str | None = typer.Option(
             None, "--model", help="Served model name (default: from /v1/models)"
         ),
-        api_key: str | None = typer.Option(
-            None, "--api-key", envvar="KVSTACK_API_KEY", help="The server's API key", show_default=False
-        ),
+        api_key: opt.ApiKey = None,
+        api_key_file: opt.ApiKeyFile = None,
         workload: str = typer.Option(
             "long-doc-qa",
             "--workload",
@@ -97,8 +96,11 @@ def register(app: typer.Typer) -> None:
         ),
     ) -> None:
         """Measure TTFT/throughput on cache-heavy workloads and the server's cache hit rate."""
+        from kvstack.apikey import resolve_api_key
         from kvstack.bench.session import BenchArgs, run_bench
         from kvstack.units import parse_tokens
+
+        api_key = resolve_api_key(api_key, api_key_file).value
 
         if concurrency is not None and rate is not None:
             raise InputError(
@@ -144,6 +146,11 @@ def register(app: typer.Typer) -> None:
                 extra_args=list(extra_args or []),
             )
             model = serve_request.model_spec()
+            if serve_request.engine == "vllm":
+                from kvstack.cli.serve import require_guard
+                from kvstack.serving.request import engine_python
+
+                require_guard(engine_python())
             start_layout = layout_starter(serve_request)
         args = BenchArgs(
             url=url,

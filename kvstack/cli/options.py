@@ -11,8 +11,15 @@ import typer
 Model = Annotated[
     str,
     typer.Option(
-        "--model", "-m", help="Local model directory (with config.json) or a catalog name / HF repo id."
+        "--model",
+        "-m",
+        help="A local model directory, a Hugging Face id (org/name: the HF cache, else the hub) or a "
+        "catalog name.",
     ),
+]
+Revision = Annotated[
+    str | None,
+    typer.Option("--revision", help="Branch, tag or commit of a Hugging Face id (default: main)."),
 ]
 Hardware = Annotated[
     Path | None,
@@ -56,4 +63,22 @@ Offload = Annotated[
 ]
 CacheDir = Annotated[
     Path | None, typer.Option("--cache-dir", help="Root of the disk tier (kept private, 0700).")
+]
+ApiKey = Annotated[
+    str | None,
+    typer.Option(
+        "--api-key",
+        help="The server's API key. On the command line every local user can read it (ps): "
+        "prefer --api-key-file or KVSTACK_API_KEY (then VLLM_API_KEY).",
+        show_default=False,
+    ),
+]
+ApiKeyFile = Annotated[
+    Path | None,
+    typer.Option(
+        "--api-key-file",
+        help="Read the server's API key from this file (one line; keep it chmod 600). "
+        "Wins over --api-key, KVSTACK_API_KEY and VLLM_API_KEY.",
+        show_default=False,
+    ),
 ]

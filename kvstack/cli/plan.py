@@ -20,6 +20,7 @@ def register(app: typer.Typer) -> None:
     @app.command("plan")
     def _cmd(
         model: opt.Model,
+        revision: opt.Revision = None,
         hardware: opt.Hardware = None,
         context: opt.Context = None,
         users: opt.Users = None,
@@ -51,10 +52,12 @@ def register(app: typer.Typer) -> None:
             gpu_memory_utilization,
             min_disk_bw,
         )
-        snapshot = _snapshot(hardware, cache_dir)
-        from kvstack.planning.resolve import plan_from_request
+        from kvstack.model_source import resolve_model
+        from kvstack.planning.resolve import plan_for_model
 
-        plan = plan_from_request(request, model, workload, snapshot)
+        source = resolve_model(model, revision)  # before the probe: a model that is not there fails at once
+        snapshot = _snapshot(hardware, cache_dir)
+        plan = plan_for_model(request, source, workload, snapshot)
         if json_out:
             typer.echo(plan.model_dump_json(indent=2))
         else:

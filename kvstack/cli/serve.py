@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import sys
 from pathlib import Path
@@ -35,13 +34,62 @@ def choice(value: str, choices: tuple[str, ...], flag: str) -> str:
     return value
 
 
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
+def exposure_warning(request: ServeRequest) -> str | None:
+    """What a bind that is not loopback, without a key, leaves open (None: nothing to say)."""
+    from kvstack.engines.common import is_loopback
+
+    if is_loopback(request.host) or request.api_key:
+        return None
+    where = f"binding {request.host} without an API key: anyone who can reach port {request.port}"
+    fix = "set one with --api-key-file FILE or KVSTACK_API_KEY"
+    if request.engine == "sglang":
+        return (
+            f"{where} can run completions (/v1/*, /generate) and read /get_server_info and /metrics; "
+            "SGLang's admin endpoints (/flush_cache, /update_weights_from_disk, ...) are locked with a "
+            f"random admin key (sglang >= 0.5.23; older ones leave them open) ({fix})"
+        )
+    return (
+        f"{where} can run completions (/v1/*, /invocations), tokenize and read /metrics; vLLM's "
+        "development endpoints stay off and its other control endpoints answer only this machine "
+        f"({fix})"
+    )
+
+
+def require_guard(python: str) -> None:
+    """The engine's interpreter can import the middleware every vLLM kvstack starts loads."""
+    import os
+
+    from kvstack.engines.vllm import GUARD_MIDDLEWARE
+    from kvstack.errors import MissingProgramError
+    from kvstack.runtime.preflight import check_module_importable
+
+    if os.path.abspath(python) == os.path.abspath(sys.executable):
+        return  # this interpreter runs kvstack
     try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
+        check_module_importable(python, "vllm")
+    except MissingProgramError:
+        return  # the launch preflight names what is missing
+    module = GUARD_MIDDLEWARE.rpartition(".")[0]
+    try:
+        check_module_importable(python, module)
+    except MissingProgramError as exc:
+        raise MissingProgramError(
+            f"the engine's interpreter {python} cannot import {module}, the middleware that keeps "
+            "vLLM's control endpoints closed",
+            hint=f"install kvstack there too ({python} -m pip install kvstack), or run kvstack with it",
+        ) from exc
+
+
+def refuse_public_router(request: ServeRequest) -> None:
+    from kvstack.engines.common import is_loopback
+
+    if request.router and not is_loopback(request.host):
+        raise InputError(
+            f"--router with --host {request.host}: vllm-router's /add_worker, /remove_worker and "
+            "/flush_cache have no authentication (anyone who reaches it could add a worker of theirs "
+            "and read every prompt)",
+            hint="keep --host 127.0.0.1 and put an authenticating proxy in front, or drop --router",
+        )
 
 
 def serve_events(json_mode: bool) -> ServeEvents:
@@ -132,13 +180,22 @@ def run_serve(request: ServeRequest, dry_run: bool, json_mode: bool) -> int:
 
     events = serve_events(json_mode)
     if request.uses_demo_model:
+        weights = (
+            "seeded weights from scripts/make-demo-model"
+            if (Path(request.model_spec()) / "model.safetensors").is_file()
+            else "dummy weights: scripts/make-demo-model --weights generates real ones"
+        )
         events.message(
-            f"no --model given: serving the bundled demo model ({request.model_spec()}, dummy weights)"
+            f"no --model given: serving the bundled demo model ({request.model_spec()}, {weights})"
         )
-    if not is_loopback(request.host) and not request.api_key:
-        events.warning(
-            f"binding {request.host} without --api-key: anyone who can reach it can use the server"
-        )
+    refuse_public_router(request)
+    exposed = exposure_warning(request)
+    if exposed is not None:
+        events.warning(exposed)
+    if not dry_run and request.engine == "vllm":
+        from kvstack.serving.request import engine_python
+
+        require_guard(engine_python())
     if request.multi:
         from kvstack.serving.replica_session import run_replicas
         from kvstack.serving.replicas import prepare_replicas
@@ -156,6 +213,12 @@ def run_serve(request: ServeRequest, dry_run: bool, json_mode: bool) -> int:
     if dry_run:
         _print_dry_run(prepared, json_mode)
         return 0
+    if request.validate_after_start and prepared.spec.reset_cache_path is None:
+        events.message(
+            f"--host {request.host} is not loopback: the engine's endpoints that drop its prefix cache "
+            "are off, so validation forces the tiers by overflowing its pool (and, with LMCache's cache "
+            "server, by emptying its DRAM through its loopback-only API)"
+        )
     return run(prepared, events)
 
 
@@ -166,8 +229,11 @@ def register(app: typer.Typer) -> None:
             None, help="Extra engine arguments, after --", show_default=False
         ),
         model: str | None = typer.Option(
-            None, "--model", help="Local model dir or catalog name (default: demo)"
+            None,
+            "--model",
+            help="Local model dir, Hugging Face id (org/name) or catalog name (default: demo)",
         ),
+        revision: opt.Revision = None,
         engine: opt.Engine = "vllm",
         offload: opt.Offload = "auto",
         hardware: opt.Hardware = None,
@@ -189,13 +255,8 @@ def register(app: typer.Typer) -> None:
         ),
         cache_dir: opt.CacheDir = None,
         run_dir: Path | None = typer.Option(None, "--run-dir", help="Where configs, logs and reports go"),
-        api_key: str | None = typer.Option(
-            None,
-            "--api-key",
-            envvar="KVSTACK_API_KEY",
-            help="Require this key (env KVSTACK_API_KEY)",
-            show_default=False,
-        ),
+        api_key: opt.ApiKey = None,
+        api_key_file: opt.ApiKeyFile = None,
         ready_timeout: float = typer.Option(900.0, "--ready-timeout", help="Seconds to wait for readiness"),
         prompt_tokens: int | None = typer.Option(None, "--prompt-tokens", help="Validation prompt length"),
         min_speedup: float = typer.Option(1.5, "--min-speedup", help="Warm/cold TTFT ratio to pass"),
@@ -209,6 +270,7 @@ def register(app: typer.Typer) -> None:
         ),
     ) -> None:
         """Plan the KV tiers, write the connector config, launch the engine, validate it, keep serving."""
+        from kvstack.apikey import resolve_api_key
         from kvstack.serving.request import ServeRequest
 
         if users is not None and users < 1:
@@ -223,6 +285,7 @@ def register(app: typer.Typer) -> None:
             raise InputError("--no-validate and --exit-after-validate contradict each other", hint="drop one")
         request = ServeRequest(
             model=model,
+            revision=revision,
             engine=choice(engine, ENGINES, "--engine"),  # type: ignore[arg-type]
             offload=choice(offload, OFFLOADS, "--offload"),  # type: ignore[arg-type]
             hardware=hardware,
@@ -236,7 +299,7 @@ def register(app: typer.Typer) -> None:
             port=port,
             cache_dir=cache_dir,
             run_dir=run_dir,
-            api_key=api_key,
+            api_key=resolve_api_key(api_key, api_key_file).value,
             ready_timeout_s=ready_timeout,
             validate_after_start=not no_validate,
             exit_after_validate=exit_after_validate,

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from kvstack.cli import options as opt
 from kvstack.errors import InputError
 
 if TYPE_CHECKING:
@@ -102,9 +103,8 @@ def register(app: typer.Typer) -> None:
         model: str | None = typer.Option(
             None, "--model", help="Served model name (default: from /v1/models)"
         ),
-        api_key: str | None = typer.Option(
-            None, "--api-key", envvar="KVSTACK_API_KEY", help="The server's API key", show_default=False
-        ),
+        api_key: opt.ApiKey = None,
+        api_key_file: opt.ApiKeyFile = None,
         reset_path: str | None = typer.Option(
             None, "--reset-path", help="POST path that empties the GPU prefix cache (default per engine)"
         ),
@@ -112,9 +112,11 @@ def register(app: typer.Typer) -> None:
         out: Path | None = typer.Option(None, "--out", help="Also write the JSON report to this file"),
     ) -> None:
         """Prove with TTFT and the server's counters that the prefix cache and each tier serve hits."""
+        from kvstack.apikey import resolve_api_key
         from kvstack.engines.lmcache import L2_ADAPTERS
         from kvstack.validate import TierTarget, ValidationTarget, run_validation, write_report
 
+        api_key = resolve_api_key(api_key, api_key_file).value
         if engine is not None and engine not in _ENGINES:
             raise InputError(f"--engine must be vllm or sglang, not {engine!r}", hint="e.g. --engine vllm")
         kinds: list[str] = []

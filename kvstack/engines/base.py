@@ -150,9 +150,11 @@ class HostFacts(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    model_local: bool = False  # plan.model_path is an existing directory
+    model_local: bool = False  # plan.model_path is an existing directory or a cached hub snapshot
     model_has_weights: bool = True  # it holds *.safetensors / *.bin (else: dummy weights)
     model_config_sha256: str | None = None  # of its config.json, when local
+    model_commit: str | None = None  # the Hugging Face cache snapshot a hub id resolves to
+    hub_token: str | None = Field(default=None, repr=False)  # the engine's HF token: masked in its log
     shm_free_bytes: int | None = None  # free space in /dev/shm (vLLM native offload maps it)
 
 

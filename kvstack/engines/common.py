@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import math
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
@@ -9,11 +10,13 @@ from urllib.parse import urlsplit
 
 from kvstack.engines.base import FileSpec, LaunchSpec, ProcessSpec, RenderRequest
 from kvstack.engines.fingerprint import KvIdentity, fingerprint, namespace
-from kvstack.errors import InputError, PathError
+from kvstack.errors import InputError, PathError, UnsupportedError
 from kvstack.planning.schema import Tier, TierKind
 from kvstack.redact import MASK
 
 GIB = 1 << 30
+# kvstack owns the server's key: on the engine's command line every local user could read it.
+KEY_FLAGS = ("--api-key", "--admin-api-key")
 _WILDCARD_HOSTS = {"", "0.0.0.0", "::", "[::]"}
 
 
@@ -41,6 +44,26 @@ def _absolute(path: str, what: str) -> str:
     return str(PurePosixPath(path))
 
 
+def is_loopback(host: str) -> bool:
+    """``host`` (a bind address) is reachable from this machine only."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def refuse_key_flags(extra_args: list[str]) -> None:
+    flags = [a.split("=", 1)[0] for a in extra_args if a.split("=", 1)[0] in KEY_FLAGS]
+    if flags:
+        raise UnsupportedError(
+            f"{flags[0]} in the engine arguments would put a key on the engine's command line, "
+            "where every local user can read it",
+            hint="give the key to kvstack instead: --api-key-file FILE or the KVSTACK_API_KEY variable",
+        )
+
+
 def client_host(host: str) -> str:
     """Where a local client reaches a server bound to ``host``."""
     if host in _WILDCARD_HOSTS:
@@ -65,7 +88,8 @@ def prepare(
     if load_format == "dummy":
         notes.append("dummy (random) weights: the model's output is noise; KV caching still works")
     identity = KvIdentity(
-        model=plan.model_path,
+        # A hub id names different weights over time; its snapshot's commit pins them.
+        model=plan.model_path if facts.model_commit is None else f"{plan.model_path}@{facts.model_commit}",
         weights="dummy" if load_format == "dummy" else "real",
         config_sha256=facts.model_config_sha256,
         model_dtype=plan.model.dtype,
@@ -78,7 +102,7 @@ def prepare(
         block_tokens=block_tokens,
     )
     fp = fingerprint(identity)
-    secrets = [options.api_key] if options.api_key else []
+    secrets = [s for s in (options.api_key, facts.hub_token) if s]
     return Prepared(
         fingerprint=fp,
         cache_ns=namespace(plan.model.name, fp),

@@ -5,10 +5,12 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+from kvstack import hub
+from kvstack.checkpoint import WEIGHT_PATTERNS, has_weight_index, has_weights
 from kvstack.engines.base import HostFacts
 from kvstack.hardware.snapshot import MemoryInfo
 
-WEIGHT_PATTERNS = ("*.safetensors", "*.bin", "*.pt", "*.gguf")
+__all__ = ["WEIGHT_PATTERNS", "config_sha256", "gather_facts", "has_weights"]
 
 
 def config_sha256(model_dir: Path) -> str | None:
@@ -18,19 +20,42 @@ def config_sha256(model_dir: Path) -> str | None:
         return None
 
 
-def has_weights(model_dir: Path) -> bool:
-    return any(next(model_dir.glob(pattern), None) is not None for pattern in WEIGHT_PATTERNS)
+def _cached_snapshot(model_path: str, revision: str | None) -> tuple[Path, str] | None:
+    """(directory, commit) of the Hugging Face cache snapshot a hub id resolves to, if cached."""
+    if not hub.is_hub_id(model_path):
+        return None
+    snapshot = hub.cached(model_path, revision)
+    return None if snapshot is None else (snapshot.path, snapshot.commit)
 
 
-def gather_facts(model_path: str, memory: MemoryInfo | None = None) -> HostFacts:
-    """Facts about ``model_path`` (a local directory or a hub id) and, when given, /dev/shm."""
+def gather_facts(model_path: str, memory: MemoryInfo | None = None, revision: str | None = None) -> HostFacts:
+    """Facts about ``model_path`` (a local directory or a hub id) and, when given, /dev/shm.
+
+    A hub id found in the Hugging Face cache is judged by its snapshot like a directory, with one
+    difference: a snapshot without weight files (kvstack fetches only config.json and the index)
+    has real weights whenever the engine may download them; only offline, with no weight index
+    saying that there are weights, is it served with dummy weights like a local directory.
+    """
     shm = None if memory is None else memory.shm_free_bytes
     model_dir = Path(model_path)
-    if not model_dir.is_dir():
-        return HostFacts(model_local=False, model_has_weights=True, shm_free_bytes=shm)
+    if model_dir.is_dir():
+        return HostFacts(
+            model_local=True,
+            model_has_weights=has_weights(model_dir),
+            model_config_sha256=config_sha256(model_dir),
+            shm_free_bytes=shm,
+        )
+    token = hub.token() if hub.is_hub_id(model_path) else None  # the engine reads it too
+    cached = _cached_snapshot(model_path, revision)
+    if cached is None:
+        return HostFacts(model_local=False, model_has_weights=True, shm_free_bytes=shm, hub_token=token)
+    snapshot_dir, commit = cached
+    weights = has_weights(snapshot_dir) or has_weight_index(snapshot_dir) or hub.offline_variable() is None
     return HostFacts(
         model_local=True,
-        model_has_weights=has_weights(model_dir),
-        model_config_sha256=config_sha256(model_dir),
+        model_has_weights=weights,
+        model_config_sha256=config_sha256(snapshot_dir),
+        model_commit=commit,
         shm_free_bytes=shm,
+        hub_token=token,
     )

@@ -34,5 +34,5 @@ def render(
             hint=f"choose one of: {pairs}",
         )
     if facts is None:
-        facts = gather_facts(plan.model_path)
+        facts = gather_facts(plan.model_path, revision=plan.model_revision)
     return renderer(RenderRequest(plan=plan, options=options, software=software, facts=facts))

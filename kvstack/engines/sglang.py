@@ -11,16 +11,35 @@ Flags read in sglang 0.5.23 (sglang/srt/arg_groups/fields/*.py and its hooks):
 - --enable-lmcache runs LMCache's multi-process connector configured by --lmcache-config-file
   (mp_host/mp_port; mem_cache/storage/lmcache/README.md); that loader also applies LMCACHE_*
   environment overrides, so they are cleared.
+- the API key: SGLang reads it from --api-key only (no environment variable), or from a YAML
+  --config file that prepare_server_args merges into its arguments in-process
+  (srt/server_args.py, utils/server_args_config_parser.py). kvstack writes that file (0600, in
+  the 0700 run dir) so that the key never reaches the command line. With --api-key every route
+  but /health*, /ready* and /metrics needs the key (utils/auth.py); without it, all are open,
+  the admin ones (/flush_cache, /update_weights_from_disk, /release_memory_occupation, ...,
+  AuthLevel.ADMIN_OPTIONAL) included. --admin-api-key moves those to a second key and refuses
+  --api-key there: kvstack sets a random one, never shown, on any bind that is not loopback.
 """
 
 from __future__ import annotations
 
 import math
+import secrets
 from pathlib import PurePosixPath
 
+import yaml
+
 from kvstack.engines import versions
-from kvstack.engines.base import LaunchSpec, ProcessSpec, RenderRequest, register
-from kvstack.engines.common import Prepared, assemble, need_tier, prepare, tier_dir
+from kvstack.engines.base import FileSpec, LaunchSpec, ProcessSpec, RenderRequest, register
+from kvstack.engines.common import (
+    Prepared,
+    assemble,
+    is_loopback,
+    need_tier,
+    prepare,
+    refuse_key_flags,
+    tier_dir,
+)
 from kvstack.engines.lmcache import LMCACHE_ENV_PREFIX, MP_HOST, check_lmcache, mp_server, yaml_file
 from kvstack.errors import UnsupportedError
 
@@ -28,6 +47,18 @@ SGLANG_RESET_PATH = "/flush_cache"
 # HiCache storage works in pages; 64 is what SGLang's HiCache guides use with a storage backend.
 PAGE_SIZE = 64
 GB = 1_000_000_000  # SGLang's --hicache-size unit
+# --config (a YAML of arguments) and --admin-api-key: read in sglang 0.5.23.
+MIN_SGLANG_CONFIG = "0.5.23"
+AUTH_CONFIG = "sglang-auth.yaml"
+# The admin routes an open SGLang serves to anyone who reaches it (utils/auth.py ADMIN_OPTIONAL).
+ADMIN_ROUTES = (
+    "/flush_cache",
+    "/update_weights_from_disk",
+    "/release_memory_occupation",
+    "/start_profile",
+    "/configure_logging",
+    "/load_lora_adapter",
+)
 RADIX_OFF_FLAGS = ("--disable-radix-cache",)
 HICACHE_FLAGS = ("--enable-hierarchical-cache", "--enable-hicache")
 
@@ -39,6 +70,7 @@ def check_sglang(req: RenderRequest) -> list[str]:
 
 def check_extra_args(req: RenderRequest, *, hicache: bool, lmcache: bool) -> None:
     """Refuse the combinations SGLang itself rejects at start-up, before a long launch."""
+    refuse_key_flags(req.options.extra_args)
     extra = {a.split("=", 1)[0] for a in req.options.extra_args}
     if (hicache or lmcache) and extra & set(RADIX_OFF_FLAGS):
         what = "HiCache" if hicache else "LMCache"
@@ -58,7 +90,60 @@ def check_extra_args(req: RenderRequest, *, hicache: bool, lmcache: bool) -> Non
         )
 
 
-def sglang_server(req: RenderRequest, prep: Prepared, extra: list[str], env: dict[str, str]) -> ProcessSpec:
+def uses_config_file(req: RenderRequest) -> bool:
+    """The installed SGLang takes --config (not installed: render for the newest verified one)."""
+    sw = req.software
+    return sw.sglang is None or versions.at_least(sw.sglang, MIN_SGLANG_CONFIG)
+
+
+def auth(req: RenderRequest, prep: Prepared) -> tuple[list[str], list[FileSpec]]:
+    """The arguments and files that give SGLang its keys, outside its command line when it can."""
+    options = req.options
+    keys: dict[str, str] = {}
+    if options.api_key:
+        keys["api-key"] = options.api_key
+    public = not is_loopback(options.host)
+    if not uses_config_file(req):
+        if options.api_key:
+            prep.notes.append(
+                f"sglang {req.software.sglang} takes its key only on the command line, where every "
+                f"local user can read it (sglang >= {MIN_SGLANG_CONFIG} reads it from a 0600 file)"
+            )
+        if public:
+            prep.notes.append(
+                f"sglang {req.software.sglang}: its admin endpoints ({', '.join(ADMIN_ROUTES)}, ...) "
+                f"answer {'any key holder' if options.api_key else 'anyone'} who reaches "
+                f"{options.host}:{options.port} (sglang >= {MIN_SGLANG_CONFIG}: kvstack locks them)"
+            )
+        return (["--api-key", options.api_key] if options.api_key else []), []
+    if public:
+        # Nobody knows this key: SGLang's admin routes answer 401 to every client, key or not.
+        keys["admin-api-key"] = secrets.token_urlsafe(32)
+        prep.notes.append(
+            f"SGLang's admin endpoints ({', '.join(ADMIN_ROUTES)}, ...) are locked with a random "
+            f"admin key (--host {options.host} is not loopback)"
+        )
+    if not keys:
+        return [], []
+    if any(a.split("=", 1)[0] == "--config" for a in options.extra_args):
+        raise UnsupportedError(
+            "--config in the engine arguments: kvstack gives SGLang its keys in a config file of its "
+            "own, and SGLang takes only one",
+            hint="pass those settings as engine arguments after -- instead of --config",
+        )
+    prep.secrets.extend(v for v in keys.values() if v not in prep.secrets)
+    path = str(PurePosixPath(options.run_dir) / AUTH_CONFIG)
+    return ["--config", path], [FileSpec(path=path, content=yaml.safe_dump(keys, sort_keys=True))]
+
+
+def reset_path(req: RenderRequest) -> str | None:
+    """/flush_cache only on a loopback bind: elsewhere SGLang's admin routes are locked (auth)."""
+    return SGLANG_RESET_PATH if is_loopback(req.options.host) else None
+
+
+def sglang_server(
+    req: RenderRequest, prep: Prepared, extra: list[str], env: dict[str, str]
+) -> tuple[ProcessSpec, list[FileSpec]]:
     plan, options = req.plan, req.options
     argv = [
         options.python, "-m", "sglang.launch_server",
@@ -73,21 +158,25 @@ def sglang_server(req: RenderRequest, prep: Prepared, extra: list[str], env: dic
         "--enable-metrics",
         "--enable-cache-report",
     ]  # fmt: skip
+    if plan.model_revision is not None:
+        argv += ["--revision", plan.model_revision]
     if plan.platform == "cuda":
         # The planner's share of GPU memory for weights + KV pool: SGLang's static fraction.
         argv += ["--mem-fraction-static", f"{plan.gpu_memory_utilization:g}"]
     if prep.load_format is not None:
         argv += ["--load-format", prep.load_format]
-    if options.api_key:
-        argv += ["--api-key", options.api_key]  # masked in every printed form (secrets)
+    auth_args, auth_files = auth(req, prep)
+    argv += auth_args  # --config FILE; an old SGLang's --api-key is masked in every printed form
     argv += extra + options.extra_args
-    return ProcessSpec(
+    server = ProcessSpec(
         name="engine",
         argv=argv,
         env=env,
+        unset_env=["KVSTACK_API_KEY"],  # kvstack's variable: the engine has its key
         unset_env_prefixes=[LMCACHE_ENV_PREFIX] if "--enable-lmcache" in extra else [],
         ready_url=f"{prep.base_url}/health",
     )
+    return server, auth_files
 
 
 def _prepare(req: RenderRequest, connector_version: str | None) -> Prepared:
@@ -103,13 +192,15 @@ def _prepare(req: RenderRequest, connector_version: str | None) -> Prepared:
 def render_sglang(req: RenderRequest) -> LaunchSpec:
     check_extra_args(req, hicache=False, lmcache=False)
     prep = _prepare(req, None)
+    server, files = sglang_server(req, prep, [], {})
     return assemble(
         req,
         prep,
         engine_version=req.software.sglang,
         connector_version=None,
-        server=sglang_server(req, prep, [], {}),
-        reset_cache_path=SGLANG_RESET_PATH,
+        server=server,
+        reset_cache_path=reset_path(req),
+        files=files,
     )
 
 
@@ -154,13 +245,15 @@ def render_sglang_hicache(req: RenderRequest) -> LaunchSpec:
         # MLA models share one set of files across ranks; others write a set per rank.
         cap = disk.size_bytes if req.plan.model.attention == "mla" else disk.size_bytes_per_rank
         env["SGLANG_HICACHE_FILE_BACKEND_MAX_SIZE"] = str(cap)
+    server, files = sglang_server(req, prep, extra, env)
     return assemble(
         req,
         prep,
         engine_version=req.software.sglang,
         connector_version=None,
-        server=sglang_server(req, prep, extra, env),
-        reset_cache_path=SGLANG_RESET_PATH,
+        server=server,
+        reset_cache_path=reset_path(req),
+        files=files,
     )
 
 
@@ -187,15 +280,16 @@ def render_sglang_lmcache_mp(req: RenderRequest) -> LaunchSpec:
     config_path = str(PurePosixPath(req.options.run_dir) / "lmcache-mp.yaml")
     config = {"mp_host": MP_HOST, "mp_port": helper.port}
     extra = ["--enable-lmcache", "--lmcache-config-file", config_path]
+    server, files = sglang_server(req, prep, extra, {})
     return assemble(
         req,
         prep,
         engine_version=sw.sglang,
         connector_version=sw.lmcache,
-        server=sglang_server(req, prep, extra, {}),
-        reset_cache_path=SGLANG_RESET_PATH,
+        server=server,
+        reset_cache_path=reset_path(req),
         helpers=[helper.process],
-        files=[yaml_file(config_path, config)],
+        files=[yaml_file(config_path, config), *files],
         helper_ports=[helper.port, helper.http_port],
         helper_metrics=[helper.metrics_url],
     )

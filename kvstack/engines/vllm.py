@@ -11,11 +11,14 @@ from typing import Any
 
 from kvstack.engines import versions
 from kvstack.engines.base import LaunchSpec, ProcessSpec, RenderRequest, register
-from kvstack.engines.common import GIB, Prepared, assemble, prepare
+from kvstack.engines.common import GIB, Prepared, assemble, is_loopback, prepare, refuse_key_flags
 from kvstack.errors import UnsupportedError
 
 # POST here empties vLLM's GPU prefix cache; the route exists only with VLLM_SERVER_DEV_MODE=1.
 VLLM_RESET_PATH = "/reset_prefix_cache"
+# Loaded by every vLLM kvstack starts: the key (when set) on every route but the probes, and
+# control routes only from this machine (engines/vllm_guard.py says why vLLM's own check is not enough).
+GUARD_MIDDLEWARE = "kvstack.engines.vllm_guard.ControlGuard"
 # Extra args that would replace or fight the connector kvstack renders (argparse: last one wins).
 # --kv-offloading-backend also changed meaning in 2026 ("lmcache" now means MP mode).
 CONNECTOR_FLAGS = ("--kv-transfer-config", "--kv-offloading-size", "--kv-offloading-backend")
@@ -26,6 +29,7 @@ def check_vllm(req: RenderRequest) -> list[str]:
     sw = req.software
     notes = versions.require(sw, "vllm", sw.vllm, versions.MIN_VLLM, "serving with vLLM")
     versions.check_removed_flags(req.options.extra_args, sw.vllm)
+    refuse_key_flags(req.options.extra_args)
     clash = [a for a in req.options.extra_args if a.split("=", 1)[0] in CONNECTOR_FLAGS]
     if clash and req.plan.connector != "none":
         raise UnsupportedError(
@@ -41,8 +45,20 @@ def check_vllm(req: RenderRequest) -> list[str]:
     return notes
 
 
+def dev_mode(req: RenderRequest) -> bool:
+    """VLLM_SERVER_DEV_MODE=1 (validation's /reset_prefix_cache) only on a loopback bind: its routes
+    can sleep the engine, drop its caches and call worker methods by name (/collective_rpc)."""
+    return req.options.dev_mode and is_loopback(req.options.host)
+
+
 def prepare_vllm(req: RenderRequest, connector_version: str | None, block_tokens: int) -> Prepared:
     notes = check_vllm(req)
+    if req.options.dev_mode and not dev_mode(req):
+        notes.append(
+            f"vLLM's development endpoints stay off (--host {req.options.host} is not loopback): "
+            "validation drops the GPU copy by overflowing the engine's pool, not with "
+            f"POST {VLLM_RESET_PATH}"
+        )
     prep = prepare(
         req,
         engine_version=req.software.vllm,
@@ -67,6 +83,8 @@ def vllm_server(
 ) -> ProcessSpec:
     plan, options = req.plan, req.options
     argv = versions.vllm_launcher(req.software, options.python, plan.model_path)
+    if plan.model_revision is not None:
+        argv += ["--revision", plan.model_revision]
     argv += [
         "--host", options.host,
         "--port", str(options.port),
@@ -81,11 +99,12 @@ def vllm_server(
         argv += ["--load-format", prep.load_format]
     if kv_transfer_config is not None:
         argv += ["--kv-transfer-config", kv_transfer_json(kv_transfer_config)]
+    argv += ["--middleware", GUARD_MIDDLEWARE]
     argv += options.extra_args
 
     child_env: dict[str, str] = {}
-    unset: list[str] = []
-    if options.dev_mode:
+    unset: list[str] = ["KVSTACK_API_KEY"]  # kvstack's variable: the engine reads VLLM_API_KEY only
+    if dev_mode(req):
         child_env["VLLM_SERVER_DEV_MODE"] = "1"
     if options.api_key:
         # The environment, not --api-key: argv is world-readable in /proc, the environment is not.
@@ -112,7 +131,7 @@ def cpu_kvcache_gib(req: RenderRequest) -> int:
 
 
 def reset_path(req: RenderRequest) -> str | None:
-    return VLLM_RESET_PATH if req.options.dev_mode else None
+    return VLLM_RESET_PATH if dev_mode(req) else None
 
 
 @register("vllm", "none")

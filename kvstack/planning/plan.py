@@ -78,7 +78,8 @@ def make_plan(
         tensor_parallel_size=tp_why,
         gpu_memory_utilization=chosen.util_note,
         weights=(
-            f"{fmt_bytes(model.weight_bytes)} ({model.params / 1e9:.1f}B params, {model.weight_dtype}), "
+            f"{fmt_bytes(model.weight_bytes)} ({model.params / 1e9:.1f}B params, {model.weight_dtype}"
+            f"{', as the checkpoint stores them' if model.checkpoint_bytes is not None else ''}), "
             f"{fmt_bytes(budget.weights_per_rank)} per GPU"
         ),
         kv_cache_dtype=chosen.dtype.reason,

@@ -6,7 +6,7 @@ from urllib.parse import urlsplit
 
 from kvstack.errors import NetworkTargetError
 from kvstack.hardware.snapshot import HardwareSnapshot
-from kvstack.models import load_model
+from kvstack.model_source import ModelSource, resolve_model
 from kvstack.planning.plan import PlanRequest, make_plan
 from kvstack.planning.schema import Plan
 from kvstack.planning.workload import default_workload, load_workload
@@ -42,12 +42,24 @@ def check_remote_url(url: str) -> str:
     return redact_url(url.strip())
 
 
-def plan_from_request(
-    request: PlanRequest, model_spec: str, workload_name: str | None, snapshot: HardwareSnapshot
+def plan_for_model(
+    request: PlanRequest, source: ModelSource, workload_name: str | None, snapshot: HardwareSnapshot
 ) -> Plan:
-    """Load the model (local dir or catalog) and the workload profile, then plan (pure from here)."""
-    model, model_path = load_model(model_spec)
+    """Load the workload profile, then plan (pure from here) for a resolved model."""
+    model = source.geometry
     workload = load_workload(workload_name) if workload_name else default_workload(model.max_context)
     if request.remote_url is not None:
         request = request.model_copy(update={"remote_url": check_remote_url(request.remote_url)})
-    return make_plan(snapshot, model, model_path, request, workload)
+    plan = make_plan(snapshot, model, source.path, request, workload)
+    return plan if source.revision is None else plan.model_copy(update={"model_revision": source.revision})
+
+
+def plan_from_request(
+    request: PlanRequest,
+    model_spec: str,
+    workload_name: str | None,
+    snapshot: HardwareSnapshot,
+    revision: str | None = None,
+) -> Plan:
+    """Resolve the model (local dir, Hugging Face cache or hub, catalog), then plan for it."""
+    return plan_for_model(request, resolve_model(model_spec, revision), workload_name, snapshot)

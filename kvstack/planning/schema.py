@@ -58,6 +58,7 @@ class Plan(BaseModel):
     platform: Platform
     model: ModelGeometry
     model_path: str  # local directory or a repo id the engine resolves
+    model_revision: str | None = None  # the repo id's branch, tag or commit (the engine's --revision)
     kv_cache_dtype: str  # the engine's own value, e.g. "fp8", "fp8_e4m3", "auto"
     kv_bytes_per_token: int  # at the chosen dtype
     # Ordered fastest first. tiers[0] is the engine's own KV pool: GPU HBM ("gpu") on CUDA, host

@@ -14,8 +14,9 @@ from kvstack.engines.facts import gather_facts
 from kvstack.engines.render import render
 from kvstack.errors import PlanInfeasible
 from kvstack.hardware.snapshot import HardwareSnapshot, load_snapshot
+from kvstack.model_source import ModelSource, resolve_model
 from kvstack.planning.plan import PlanRequest
-from kvstack.planning.resolve import plan_from_request
+from kvstack.planning.resolve import plan_for_model
 from kvstack.planning.schema import Plan
 from kvstack.runtime.preflight import check_port_range
 from kvstack.serving.request import ServeRequest, engine_python
@@ -67,11 +68,10 @@ def plan_request(request: ServeRequest, snapshot: HardwareSnapshot) -> PlanReque
     )
 
 
-def plan_for(request: ServeRequest, snapshot: HardwareSnapshot) -> Plan:
+def plan_for(request: ServeRequest, snapshot: HardwareSnapshot, source: ModelSource | None = None) -> Plan:
     """The Plan ``serve`` launches; an infeasible one raises PlanInfeasible."""
-    plan = plan_from_request(
-        plan_request(request, snapshot), request.model_spec(), request.workload, snapshot
-    )
+    model = source if source is not None else resolve_model(request.model_spec(), request.revision)
+    plan = plan_for_model(plan_request(request, snapshot), model, request.workload, snapshot)
     if not plan.feasible:
         raise PlanInfeasible(
             "the plan is infeasible: " + "; ".join(plan.errors),
@@ -99,9 +99,11 @@ def serve_options(request: ServeRequest, **overrides: Any) -> ServeOptions:
 
 def prepare(request: ServeRequest, snapshot: HardwareSnapshot | None = None) -> Prepared:
     check_port_range(request.port)
+    # Before the probe (seconds of fio): a model that is not there fails at once.
+    source = resolve_model(request.model_spec(), request.revision)
     snap = snapshot if snapshot is not None else hardware_snapshot(request)
-    plan = plan_for(request, snap)
+    plan = plan_for(request, snap, source)
     options = serve_options(request)
-    facts = gather_facts(plan.model_path, snap.memory)
+    facts = gather_facts(plan.model_path, snap.memory, revision=plan.model_revision)
     spec = render(plan, options, snap.software, facts)
     return Prepared(request=request, snapshot=snap, plan=plan, options=options, spec=spec)

@@ -201,7 +201,7 @@ def prepare_replicas(
         device_groups(plan.tensor_parallel_size, n, visible) if n > 1 and plan.platform == "cuda" else None
     )
     run_root = request.resolved_run_dir()
-    facts = gather_facts(plan.model_path, snap.memory)
+    facts = gather_facts(plan.model_path, snap.memory, revision=plan.model_revision)
     replicas: list[Prepared] = []
     for i, port in enumerate(layout.engine_ports):
         run_dir = replica_dir(run_root, i)

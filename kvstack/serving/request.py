@@ -42,6 +42,7 @@ class ServeRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     model: str | None = None  # None: the bundled demo model
+    revision: str | None = None  # a Hugging Face id's branch, tag or commit
     engine: Engine = "vllm"
     offload: OffloadChoice = "auto"
     hardware: Path | None = None

@@ -125,7 +125,9 @@ def start_serve(tmp: Path, *args: str) -> ServeSession:
     return ServeSession(proc, port, f"http://127.0.0.1:{port}", run_dir, cache_dir, out)
 
 
-def wait_http_ready(session: ServeSession, timeout_s: float = READY_TIMEOUT_S) -> None:
+def wait_http_ready(
+    session: ServeSession, timeout_s: float = READY_TIMEOUT_S, headers: dict[str, str] | None = None
+) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if session.proc.poll() is not None:
@@ -133,7 +135,7 @@ def wait_http_ready(session: ServeSession, timeout_s: float = READY_TIMEOUT_S) -
                 f"kvstack serve exited {session.proc.returncode}:\n{session.output()[-4000:]}"
             )
         try:
-            if httpx.get(session.base_url + "/v1/models", timeout=2).status_code == 200:
+            if httpx.get(session.base_url + "/v1/models", timeout=2, headers=headers).status_code == 200:
                 return
         except httpx.HTTPError:
             pass

@@ -452,6 +452,51 @@ CASES = [
         ("-m pip install vllm",),
         bare_python,
     ),
+    # API keys: a key file that cannot be one, a key on the engine's command line, a public router
+    Case(
+        "serve-api-key-file-missing",
+        serve("--api-key-file", "{tmp}/nokey"),
+        2,
+        ("--api-key-file {tmp}/nokey", "does not exist"),
+        ("chmod 600",),
+    ),
+    Case(
+        "serve-api-key-in-engine-args",
+        (*serve(), "--", "--api-key", "pw-7f3a-engine-key"),
+        2,
+        ("--api-key in the engine arguments", "command line"),
+        ("--api-key-file",),
+    ),
+    Case(
+        "serve-router-on-public-host",
+        serve("--replicas", "2", "--router", "--host", "0.0.0.0"),
+        2,
+        ("vllm-router", "/add_worker", "no authentication"),
+        ("127.0.0.1",),
+    ),
+    Case(
+        "validate-api-key-file-empty",
+        ("validate", "--url", "http://127.0.0.1:{port}", "--api-key-file", "{tmp}/api.key"),
+        2,
+        ("--api-key-file {tmp}/api.key", "is empty"),
+        ("printf",),
+        writes("api.key", "\n"),
+    ),
+    Case(
+        "bench-api-key-file-is-a-directory",
+        ("bench", "--url", "http://127.0.0.1:{port}", "--requests", "2", "--api-key-file", "{tmp}"),
+        2,
+        ("--api-key-file {tmp}", "is a directory"),
+        ("the file that holds the key",),
+    ),
+    Case(
+        "bench-api-key-file-two-lines",
+        ("bench", "--url", "http://127.0.0.1:{port}", "--requests", "2", "--api-key-file", "{tmp}/api.key"),
+        2,
+        ("more than one line", "not shown"),
+        ("one line",),
+        writes("api.key", "pw-7f3a-line-one\npw-7f3a-line-two\n"),
+    ),
     # validate and bench against a server
     Case(
         "validate-nothing-listening",

@@ -38,6 +38,7 @@ ENV_SECRETS = {
     "DB_PASSWORD": "pw-env-9931",
 }
 ARGV_SECRET = "hf_argvsecret5150"
+FILE_KEY = "sk-from-a-file-8086"
 
 
 @pytest.fixture
@@ -145,23 +146,115 @@ def test_secret_env_values_are_masked_in_dry_run_env(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("extra", "warned"),
+    ("extra", "env", "warned"),
     [
-        (["--host", "0.0.0.0"], True),
-        (["--host", "0.0.0.0", "--api-key", API_KEY], False),
-        ([], False),  # the default bind is loopback
+        (["--host", "0.0.0.0"], {}, True),
+        (["--host", "0.0.0.0", "--api-key", API_KEY], {}, False),
+        (["--host", "0.0.0.0"], {"KVSTACK_API_KEY": API_KEY}, False),
+        (["--host", "0.0.0.0"], {"VLLM_API_KEY": API_KEY}, False),
+        ([], {}, False),  # the default bind is loopback
     ],
-    ids=["public-no-key", "public-with-key", "default-loopback"],
+    ids=[
+        "public-no-key",
+        "public-with-key",
+        "public-kvstack-env-key",
+        "public-vllm-env-key",
+        "default-loopback",
+    ],
 )
-def test_public_bind_without_api_key_warns(tmp_path: Path, extra: list[str], warned: bool) -> None:
+def test_public_bind_without_api_key_warns(
+    tmp_path: Path, extra: list[str], env: dict[str, str], warned: bool
+) -> None:
     home = tmp_path / "home"
     home.mkdir()
-    res = run_cli([*_dry_run(tmp_path, *extra), "--json"], tmp_path, isolated_env(home))
+    res = run_cli([*_dry_run(tmp_path, *extra), "--json"], tmp_path, isolated_env(home, env))
     assert res.code == 0, res.stderr
-    warning = [line for line in res.err_lines if line.startswith("warning:") and "--api-key" in line]
+    warning = [line for line in res.err_lines if line.startswith("warning:") and "without an API key" in line]
     assert bool(warning) == warned, res.stderr
-    argv = json.loads(res.stdout)["argv"]
+    if warned:  # it names what is open, and what is not
+        for words in ("/v1/*", "/invocations", "development endpoints stay off", "--api-key-file"):
+            assert words in warning[0], warning[0]
+    doc = json.loads(res.stdout)
+    argv = doc["argv"]
     assert argv[argv.index("--host") + 1] == (extra[1] if extra else "127.0.0.1")
+    assert argv[argv.index("--middleware") + 1] == "kvstack.engines.vllm_guard.ControlGuard"
+    public = bool(extra)
+    assert ("VLLM_SERVER_DEV_MODE" in doc["env"]) is not public
+    assert doc["reset_cache_path"] == (None if public else "/reset_prefix_cache")
+    assert (doc["env"].get("VLLM_API_KEY") == MASK) is (bool(env) or API_KEY in extra)
+    assert API_KEY not in res.stdout + res.stderr
+
+
+def _key_file(tmp_path: Path, mode: int = 0o600) -> Path:
+    path = tmp_path / "api.key"
+    path.write_text(FILE_KEY + "\n")
+    path.chmod(mode)
+    return path
+
+
+@pytest.mark.parametrize("source", ["file", "kvstack-env", "vllm-env", "argv"])
+def test_a_key_reaches_vllm_only_through_its_environment(tmp_path: Path, source: str) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    key_args = {"file": ["--api-key-file", str(_key_file(tmp_path))], "argv": ["--api-key", FILE_KEY]}
+    env = {"kvstack-env": {"KVSTACK_API_KEY": FILE_KEY}, "vllm-env": {"VLLM_API_KEY": FILE_KEY}}
+    res = run_cli(
+        [*_dry_run(tmp_path, *key_args.get(source, [])), "--json"],
+        tmp_path,
+        isolated_env(home, env.get(source)),
+    )
+    assert res.code == 0, res.stderr
+    assert FILE_KEY not in res.stdout + res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["env"]["VLLM_API_KEY"] == MASK and "--api-key" not in doc["argv"]
+    assert "KVSTACK_API_KEY" in doc["unset_env"]  # kvstack's variable does not travel on
+    argv_warnings = [line for line in res.err_lines if "every local user" in line]
+    assert len(argv_warnings) == (source == "argv"), res.stderr
+
+
+def test_a_key_file_others_can_read_warns(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    path = _key_file(tmp_path, 0o644)
+    res = run_cli([*_dry_run(tmp_path, "--api-key-file", str(path)), "--json"], tmp_path, isolated_env(home))
+    assert res.code == 0, res.stderr
+    assert [line for line in res.err_lines if "readable by group or others" in line] == [
+        f"warning: --api-key-file {path} is readable by group or others (mode 0644): chmod 600 {path}"
+    ]
+
+
+def test_sglang_gets_its_key_in_a_private_file_and_its_admin_routes_locked(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    argv = [
+        *_dry_run(
+            tmp_path, "--engine", "sglang", "--host", "0.0.0.0", "--api-key-file", str(_key_file(tmp_path))
+        )
+    ]
+    res = run_cli([*argv, "--json"], tmp_path, isolated_env(home))
+    assert res.code == 0, res.stderr
+    assert FILE_KEY not in res.stdout + res.stderr
+    doc = json.loads(res.stdout)
+    assert "--api-key" not in doc["argv"]
+    config = doc["argv"][doc["argv"].index("--config") + 1]
+    (auth,) = [f for f in doc["files"] if f["path"] == config]
+    assert auth == {
+        "path": str(tmp_path / "run" / "sglang-auth.yaml"),
+        "content": f"admin-api-key: {MASK}\napi-key: {MASK}\n",
+        "mode": "0o600",
+    }
+    assert doc["reset_cache_path"] is None
+
+
+def test_a_router_on_a_public_address_is_refused(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    argv = _dry_run(tmp_path, "--replicas", "2", "--router", "--host", "0.0.0.0", "--api-key", API_KEY)
+    res = run_cli(argv, tmp_path, isolated_env(home))
+    assert res.code == 2, res.stderr
+    error = [line for line in res.err_lines if line.startswith("error:")]
+    assert error and "/add_worker" in error[0] and "no authentication" in error[0], res.stderr
+    assert API_KEY not in res.stdout + res.stderr
 
 
 def _shell_calls(tree: ast.AST) -> list[tuple[int, str]]:

@@ -267,3 +267,48 @@ def test_malformed_catalog_is_a_model_config_error(tmp_path: Path, monkeypatch: 
     monkeypatch.setenv("KVSTACK_PROFILES", str(tmp_path))
     with pytest.raises(ModelConfigError, match=r"models\.yaml"):
         load_model("x")
+
+
+def test_a_local_checkpoints_files_give_the_weight_size(tmp_path: Path) -> None:
+    d = _model_dir(tmp_path, "Llama-3.1-8B.json")
+    estimate = load_model(str(d))[0]
+    assert estimate.checkpoint_bytes is None
+    (d / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": 16_060_522_496}}))
+    model, _ = load_model(str(d))
+    assert model.weight_bytes == model.checkpoint_bytes == 16_060_522_496
+    assert model.weight_bytes == pytest.approx(estimate.weight_bytes, rel=0.02)  # the estimate was close
+
+
+def _quantized(quant: dict[str, object]) -> ModelGeometry:
+    cfg = json.loads((CONFIGS / "Llama-3.1-8B.json").read_text())
+    return geometry_from_config({**cfg, "quantization_config": quant}, "q", "test")
+
+
+def _ct(num_bits: int, kind: str, group_size: int | None) -> dict[str, object]:
+    weights = {"num_bits": num_bits, "type": kind, "group_size": group_size, "strategy": "group"}
+    return {"quant_method": "compressed-tensors", "config_groups": {"group_0": {"weights": weights}}}
+
+
+@pytest.mark.parametrize(
+    ("quant", "dtype", "linear_bytes"),
+    [
+        ({"quant_method": "fp8", "activation_scheme": "dynamic"}, "fp8", 1.0),
+        ({"quant_method": "gptq", "bits": 4, "group_size": 128}, "int4", 0.5 * 1.03),
+        ({"quant_method": "awq", "bits": 4, "group_size": 128}, "int4", 0.5 * 1.03),
+        ({"quant_method": "awq", "w_bit": 4}, "int4", 0.5 * 1.03),
+        (_ct(8, "float", None), "fp8", 1.0),
+        (_ct(8, "int", None), "int8", 1.0),
+        (_ct(4, "int", 128), "int4", (4 + 16 / 128) / 8),
+        (_ct(4, "float", 16), "nvfp4", 4.5 / 8),
+        ({"quant_method": "modelopt", "quant_algo": "NVFP4"}, "nvfp4", 4.5 / 8),
+        ({"quant_method": "bitsandbytes", "load_in_4bit": True, "bnb_4bit_quant_type": "nf4"}, "nf4", 0.515),
+    ],
+)
+def test_quantized_checkpoints_count_as_stored(
+    quant: dict[str, object], dtype: str, linear_bytes: float
+) -> None:
+    model = _quantized(quant)
+    assert model.weight_dtype == dtype
+    embeddings = 2 * 128256 * 4096  # untied embeddings and lm_head stay in bf16
+    linear = model.params - embeddings
+    assert model.weight_bytes == pytest.approx(linear * linear_bytes + embeddings * 2, rel=0.001)

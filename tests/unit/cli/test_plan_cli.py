@@ -165,7 +165,11 @@ def test_bad_input_exits_2_with_one_line(args: list[str], needle: str) -> None:
 
 
 def test_unknown_model_and_bad_model_directories(tmp_path: Path) -> None:
-    one_line_error(kvstack("--model", "acme/unknown-7b", "--hardware", hw("h100-sxm")), "unknown model")
+    one_line_error(kvstack("--model", "acme-unknown-7b", "--hardware", hw("h100-sxm")), "unknown model")
+    # An id neither cached nor in the catalog, offline (tests/unit/conftest.py): the download command.
+    one_line_error(
+        kvstack("--model", "acme/unknown-7b", "--hardware", hw("h100-sxm")), "hf download acme/unknown-7b"
+    )
     one_line_error(
         kvstack("--model", str(tmp_path / "missing"), "--hardware", hw("h100-sxm")), "does not exist"
     )

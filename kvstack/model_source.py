@@ -1,0 +1,69 @@
+"""What ``--model`` names, resolved in one order: a local directory, a Hugging Face id from the
+local cache, a catalog name (or id), a Hugging Face id fetched from the hub.
+
+A cached checkpoint beats the catalog: its config.json and weight files are what the engine will
+load. The catalog stays for models the machine does not have, so that planning them needs no
+network; the hub is asked (config.json and the safetensors index only) for ids the catalog lacks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from kvstack import hub
+from kvstack.errors import ModelConfigError
+from kvstack.models import ModelGeometry, find_catalog_entry, load_model, load_model_dir, local_model_dir
+
+Origin = Literal["directory", "hf-cache", "hub", "catalog"]
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    geometry: ModelGeometry
+    path: str  # what the engine is given: the absolute directory, or the hub id
+    revision: str | None  # the engine's --revision (hub ids only)
+    origin: Origin
+    commit: str | None = None  # the cache snapshot's commit (hub ids found in or fetched into the cache)
+
+
+def _from_snapshot(snapshot: hub.Snapshot) -> ModelSource:
+    geometry = load_model_dir(snapshot.path, name=snapshot.repo_id)
+    if geometry.checkpoint_bytes is None and snapshot.weight_bytes:
+        geometry = geometry.model_copy(update={"checkpoint_bytes": snapshot.weight_bytes})
+    return ModelSource(
+        geometry=geometry,
+        path=snapshot.repo_id,
+        revision=snapshot.revision,
+        origin="hub" if snapshot.fetched else "hf-cache",
+        commit=snapshot.commit,
+    )
+
+
+def resolve_model(spec: str, revision: str | None = None) -> ModelSource:
+    """The model ``--model spec [--revision R]`` names; raises a ModelConfigError (exit 2) saying why not."""
+    if revision is not None and not revision.strip():
+        raise ModelConfigError("--revision is empty", hint="give a branch, tag or commit, or drop --revision")
+    local = local_model_dir(spec) if spec.strip() else None
+    if local is not None:
+        if revision is not None:
+            raise ModelConfigError(
+                f"--revision applies to a Hugging Face id, not to the local directory {local}",
+                hint="drop --revision, or give the model's id (org/name)",
+            )
+        return ModelSource(load_model_dir(local), str(local), None, "directory")
+    if hub.is_hub_id(spec):
+        snapshot = hub.cached(spec, revision)
+        if snapshot is not None:
+            return _from_snapshot(snapshot)
+        entry = find_catalog_entry(spec) if revision is None else None
+        if entry is not None:
+            return ModelSource(entry.geometry(), entry.repo_id, None, "catalog")
+        return _from_snapshot(hub.fetch(spec, revision))
+    if revision is not None:
+        raise ModelConfigError(
+            f"--revision needs a Hugging Face id (org/name), not {spec!r}",
+            hint="give the model's id, e.g. --model Qwen/Qwen2.5-0.5B-Instruct --revision main",
+        )
+    geometry, path = load_model(spec)  # a catalog name, or the error naming the choices
+    return ModelSource(geometry, path, None, "catalog")

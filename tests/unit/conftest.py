@@ -1,0 +1,33 @@
+"""Every unit test sees an empty Hugging Face cache, offline, with no token.
+
+A model id resolves through the HF cache before the catalog (kvstack/model_source.py), so a test
+must not depend on what this machine happens to have cached, nor reach the hub.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+HF_VARIABLES = (
+    "HF_HUB_CACHE",
+    "HUGGINGFACE_HUB_CACHE",
+    "HF_TOKEN",
+    "HUGGING_FACE_HUB_TOKEN",
+    "HF_ENDPOINT",
+    "TRANSFORMERS_OFFLINE",
+)
+
+
+@pytest.fixture(scope="session")
+def _empty_hf_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("hf-home")
+
+
+@pytest.fixture(autouse=True)
+def _isolated_hugging_face(_empty_hf_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in HF_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HF_HOME", str(_empty_hf_home))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")

