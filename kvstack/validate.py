@@ -42,6 +42,7 @@ from kvstack.validation.evidence import (
     new_files,
     prefix_hits,
 )
+from kvstack.validation.prediction import apply_predictions
 from kvstack.validation.prompts import PromptBuilder
 from kvstack.validation.remote import remote_store_state
 from kvstack.validation.report import (
@@ -118,6 +119,7 @@ def target_from_launch(
         prompt_tokens=prompt_tokens,
         min_speedup=min_speedup,
         secrets=list(spec.secrets),
+        prediction=plan.ttft,
     )
 
 
@@ -517,6 +519,7 @@ async def run_validation_async(
                 for tier in target.tiers:
                     report.steps.append(await v.tier(tier))
         report.prompt_tokens_exact = v.builder.tokenizer is not None
+        apply_predictions(report, target.prediction)
         if target.log_file is not None:
             report.diagnoses = scan_log(Path(target.log_file), target.secrets)
         diag = _diagnosis_step(target, report.diagnoses)

@@ -37,6 +37,8 @@ def register(app: typer.Typer) -> None:
         workload: opt.Workload = None,
         offload: opt.Offload = "auto",
         cache_dir: opt.CacheDir = None,
+        retain: opt.Retain = None,
+        no_disk: opt.NoDisk = False,
         host: str = typer.Option(
             "127.0.0.1", "--host", help="Address the API binds (compose: the published port)."
         ),
@@ -63,7 +65,20 @@ def register(app: typer.Typer) -> None:
             from kvstack.remote.url import parse_remote_url
 
             parse_remote_url(remote)  # malformed -> exit 2 naming the accepted forms
-        request = _request(engine, context, users, tp, kv_dtype, remote, offload, cache_dir, None, "1GB")
+        request = _request(
+            engine,
+            context,
+            users,
+            tp,
+            kv_dtype,
+            remote,
+            offload,
+            cache_dir,
+            None,
+            "1GB",
+            retain=retain,
+            no_disk=no_disk,
+        )
         snapshot = _snapshot(hardware, cache_dir)
         plan = plan_from_request(request, model, workload, snapshot)
         if not plan.feasible:

@@ -61,6 +61,15 @@ Workload = Annotated[
 Offload = Annotated[
     str, typer.Option("--offload", help="auto, lmcache, lmcache-mp, native, hicache or none.")
 ]
+Retain = Annotated[
+    str | None,
+    typer.Option(
+        "--retain",
+        help="KV to keep cached for returning users: a multiple of the working set (10, the default) "
+        "or a size (2TB).",
+    ),
+]
+NoDisk = Annotated[bool, typer.Option("--no-disk", help="Plan no disk tier, whatever the retention target.")]
 CacheDir = Annotated[
     Path | None, typer.Option("--cache-dir", help="Root of the disk tier (kept private, 0700).")
 ]

@@ -37,6 +37,8 @@ def register(app: typer.Typer) -> None:
         min_disk_bw: str = typer.Option(
             "1GB", "--min-disk-bw", help="Slowest disk read bandwidth (per second) worth a KV tier, e.g. 1GB."
         ),
+        retain: opt.Retain = None,
+        no_disk: opt.NoDisk = False,
         json_out: bool = typer.Option(False, "--json", help="Print the plan as JSON."),
     ) -> None:
         """Choose the tier layout, sizes and KV dtype for a model on this hardware, and explain why."""
@@ -51,6 +53,8 @@ def register(app: typer.Typer) -> None:
             cache_dir,
             gpu_memory_utilization,
             min_disk_bw,
+            retain=retain,
+            no_disk=no_disk,
         )
         from kvstack.model_source import resolve_model
         from kvstack.planning.resolve import plan_for_model
@@ -77,9 +81,13 @@ def _request(
     cache_dir: Path | None,
     utilization: float | None,
     min_disk_bw: str,
+    *,
+    retain: str | None = None,
+    no_disk: bool = False,
 ) -> PlanRequest:
     from kvstack.errors import InputError
     from kvstack.planning.plan import PlanRequest
+    from kvstack.planning.retention import parse_retain
     from kvstack.planning.schema import ENGINES, OFFLOAD_CHOICES, Engine, OffloadChoice
     from kvstack.units import parse_bytes, parse_tokens
 
@@ -92,7 +100,11 @@ def _request(
             f"unknown --offload {offload!r}; choose one of: {', '.join(OFFLOAD_CHOICES)}",
             hint="--offload auto",
         )
+    retain_factor, retain_bytes = parse_retain(retain) if retain is not None else (None, None)
     return PlanRequest(
+        retain_factor=retain_factor,
+        retain_bytes=retain_bytes,
+        disk_tier=not no_disk,
         engine=cast(Engine, engine),
         context=parse_tokens(context) if context is not None else None,
         users=users,
@@ -126,6 +138,25 @@ def _breakeven(kind: str, tokens: int | None, platform: str) -> str:
     return "always" if tokens == 0 else f"> {fmt_tokens(tokens)}"
 
 
+def _ms(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    return f"{seconds * 1000:,.0f} ms" if seconds >= 0.01 else f"{seconds * 1000:.1f} ms"
+
+
+def _predicted(plan: Plan, kind: str, *, engine_pool: bool) -> str:
+    """The predicted TTFT of a context-sized prefix held by this tier (a hit, on the engine's pool)."""
+    m = plan.ttft
+    if m is None:
+        return "-"
+    if engine_pool:
+        return _ms(m.hit_s)
+    seconds = m.tier_s.get(kind)
+    if seconds is None:
+        return "-"
+    return _ms(seconds) if m.step_s is not None else f"hit + {_ms(seconds)}"
+
+
 def render(plan: Plan) -> None:
     """The human form: a table of tiers, then the decisions with their reasons, warnings, errors."""
     from rich.console import Console
@@ -141,9 +172,11 @@ def render(plan: Plan) -> None:
     console.print(f"[bold]{escape(plan.model.name)}[/bold] on {escape(where)} with {plan.engine}: {status}")
     ctx = plan.workload.context_tokens
     table = Table(title=f"KV tiers ({fmt_tokens(ctx)}-token sessions)", title_justify="left")
-    for col in ("tier", "size", "per rank", "tokens", "sessions", "read bw", "fetch beats recompute"):
+    ttft_col = f"TTFT {fmt_tokens(ctx)} prefix"
+    cols = ("tier", "size", "per rank", "tokens", "sessions", "read bw", "fetch beats recompute", ttft_col)
+    for col in cols:
         table.add_column(col, justify="left" if col == "tier" else "right")
-    for t in plan.tiers:
+    for i, t in enumerate(plan.tiers):
         label = t.kind + (f" {t.path}" if t.path else "") + (f" {t.url}" if t.url else "")
         unsized = t.kind == "remote" and t.size_bytes == 0  # the store's own limit, not known here
         table.add_row(
@@ -154,6 +187,7 @@ def render(plan: Plan) -> None:
             str(t.tokens // ctx),
             fmt_bw(t.read_bw_bytes_per_s),
             _breakeven(t.kind, t.breakeven_tokens, plan.platform),
+            _predicted(plan, t.kind, engine_pool=i == 0),
         )
     console.print(table)
     facts = [
@@ -174,6 +208,18 @@ def render(plan: Plan) -> None:
     if plan.concurrency is not None:
         c = plan.concurrency
         facts.append(("sessions", f"{c.sessions_gpu} on the GPU, {c.sessions_all_tiers} in all tiers"))
+        facts.append(("working set", fmt_bytes(c.working_set_bytes)))
+        if c.retention_target_bytes is not None:
+            held = fmt_bytes(c.retained_bytes)
+            facts.append(("retention target", f"{fmt_bytes(c.retention_target_bytes)} ({held} held)"))
+    if plan.ttft is not None:
+        recompute = plan.ttft.recompute_s
+        facts.append(
+            (
+                "TTFT if recomputed",
+                _ms(recompute) if recompute is not None else "no prefill figure for this platform",
+            )
+        )
     if plan.remote_url:
         facts.append(("remote", plan.remote_url))
     for key, value in facts:

@@ -254,6 +254,8 @@ def register(app: typer.Typer) -> None:
             False, "--router", help="Put vllm-router (cache-aware) in front of the replicas, on --port"
         ),
         cache_dir: opt.CacheDir = None,
+        retain: opt.Retain = None,
+        no_disk: opt.NoDisk = False,
         run_dir: Path | None = typer.Option(None, "--run-dir", help="Where configs, logs and reports go"),
         api_key: opt.ApiKey = None,
         api_key_file: opt.ApiKeyFile = None,
@@ -283,6 +285,10 @@ def register(app: typer.Typer) -> None:
             )
         if no_validate and exit_after_validate:
             raise InputError("--no-validate and --exit-after-validate contradict each other", hint="drop one")
+        if retain is not None:
+            from kvstack.planning.retention import parse_retain
+
+            parse_retain(retain)  # bad input fails before the hardware probe
         request = ServeRequest(
             model=model,
             revision=revision,
@@ -295,6 +301,8 @@ def register(app: typer.Typer) -> None:
             kv_dtype=kv_dtype,
             remote=remote,
             workload=workload,
+            retain=retain,
+            no_disk=no_disk,
             host=host,
             port=port,
             cache_dir=cache_dir,

@@ -25,22 +25,28 @@ def render(report: ValidationReport) -> None:
     from rich.table import Table
     from rich.text import Text
 
-    console = Console()
+    # Pipes and CI logs get a fixed width wide enough for the table; terminals their own.
+    console = Console(width=None if sys.stdout.isatty() else 140)
     table = Table(title=f"kvstack validate: {report.base_url} ({report.engine}, {report.model})")
     table.add_column("step", no_wrap=True)
     table.add_column("TTFT", justify="right", no_wrap=True)
+    table.add_column("predicted", justify="right", no_wrap=True)
     table.add_column("speedup", justify="right", no_wrap=True)
     table.add_column("evidence")
     table.add_column("verdict", no_wrap=True)
     for step in report.steps:
         ttft = f"{step.ttft_s * 1000:.1f} ms" if step.ttft_s is not None else "-"
+        predicted = f"{step.predicted_ttft_s * 1000:.1f} ms" if step.predicted_ttft_s is not None else "-"
         speedup = f"{step.speedup:.2f}x" if step.speedup is not None else "-"
         style = _STYLE[step.verdict]
         # Text, not markup: evidence and log lines contain brackets and braces.
-        evidence = Text("\n".join(step.evidence))
+        lines = [*step.evidence, *([f"predicted: {step.prediction}"] if step.prediction else [])]
+        evidence = Text("\n".join(lines))
+        for warning in step.warnings:
+            evidence.append(("\n" if evidence.plain else "") + f"warning: {warning}", style="yellow")
         if step.reason:
-            evidence.append(("\n" if step.evidence else "") + step.reason, style=style)
-        table.add_row(step.name, ttft, speedup, evidence, Text(step.verdict, style=style))
+            evidence.append(("\n" if evidence.plain else "") + step.reason, style=style)
+        table.add_row(step.name, ttft, predicted, speedup, evidence, Text(step.verdict, style=style))
     console.print(table)
     for d in report.diagnoses:
         console.print(Text(f"{d.name}: ", style="bold red") + Text(d.explanation))

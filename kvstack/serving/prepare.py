@@ -17,6 +17,7 @@ from kvstack.hardware.snapshot import HardwareSnapshot, load_snapshot
 from kvstack.model_source import ModelSource, resolve_model
 from kvstack.planning.plan import PlanRequest
 from kvstack.planning.resolve import plan_for_model
+from kvstack.planning.retention import parse_retain
 from kvstack.planning.schema import Plan
 from kvstack.runtime.preflight import check_port_range
 from kvstack.serving.request import ServeRequest, engine_python
@@ -56,7 +57,11 @@ def hardware_snapshot(request: ServeRequest) -> HardwareSnapshot:
 
 
 def plan_request(request: ServeRequest, snapshot: HardwareSnapshot) -> PlanRequest:
+    retain_factor, retain_bytes = parse_retain(request.retain) if request.retain is not None else (None, None)
     return PlanRequest(
+        retain_factor=retain_factor,
+        retain_bytes=retain_bytes,
+        disk_tier=not request.no_disk,
         engine=request.engine,
         context=parse_tokens(request.context) if request.context is not None else None,
         users=request.users,

@@ -52,6 +52,8 @@ class ServeRequest(BaseModel):
     kv_dtype: str | None = None
     remote: str | None = Field(default=None, repr=False)
     workload: str | None = None
+    retain: str | None = None  # --retain: a multiple of the working set or a size
+    no_disk: bool = False
     host: str = "127.0.0.1"
     port: int = 8000
     cache_dir: Path | None = None

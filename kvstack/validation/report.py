@@ -13,6 +13,7 @@ from pydantic import BaseModel, Field
 from kvstack import __version__
 from kvstack.errors import InputError, NetworkTargetError, PathError
 from kvstack.fsutil import atomic_write
+from kvstack.planning.schema import TtftModel
 from kvstack.validation.correctness import (
     DEFAULT_EARLY,
     DEFAULT_NOISE_NATS,
@@ -58,6 +59,7 @@ class ValidationTarget(BaseModel):
     noise_margin: float = DEFAULT_NOISE_NATS
     batch_invariant: bool | None = None  # VLLM_BATCH_INVARIANT in the engine's environment; None: unknown
     secrets: list[str] = Field(default_factory=list, repr=False, exclude=True)
+    prediction: TtftModel | None = None  # the plan's TTFT model: steps get measured vs predicted
 
 
 class StepResult(BaseModel):
@@ -69,6 +71,10 @@ class StepResult(BaseModel):
     evidence: list[str] = Field(default_factory=list)
     ttfts_s: list[float] = Field(default_factory=list)  # each measurement
     correctness: list[CorrectnessCheck] = Field(default_factory=list)  # cached vs recomputed tokens
+    # The plan's prediction for this step (validation/prediction.py) and how it was made.
+    predicted_ttft_s: float | None = None
+    prediction: str = ""
+    warnings: list[str] = Field(default_factory=list)  # worth a look, not a failure
 
 
 class ValidationReport(BaseModel):

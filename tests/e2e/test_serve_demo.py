@@ -42,6 +42,12 @@ def test_serve_validates_and_answers(demo_server: ServeSession) -> None:
     assert counter_delta(steps["tier:disk"], 'lmcache_mp_l2_load_completed_requests{l2_name="fs"}') > 0
     for name in ("tier:cpu", "tier:disk"):
         assert steps[name]["verdict"] == "pass" and steps[name]["speedup"] > 1.0, steps[name]
+        # Measured vs predicted (the plan's bandwidths over the measured hit): shown for each tier,
+        # and on this machine within the factor that would flag a tier.
+        predicted = steps[name]["predicted_ttft_s"]
+        assert predicted is not None and predicted > steps["warm"]["ttft_s"], steps[name]
+        assert steps[name]["ttft_s"] < 3 * predicted, steps[name]
+    assert "predicted" in demo_server.output()
     # The correctness gate: with the demo's real weights, every cached answer equals recompute's.
     for name in ("warm", "tier:cpu", "tier:disk"):
         checks = steps[name]["correctness"]

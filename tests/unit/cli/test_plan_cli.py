@@ -57,7 +57,7 @@ def test_feasible_plan_as_json_exits_0() -> None:
         True,
     )
     assert plan["tensor_parallel_size"] == 8 and plan["model"]["attention"] == "gqa"
-    assert [t["kind"] for t in plan["tiers"]] == ["gpu", "cpu"]
+    assert [t["kind"] for t in plan["tiers"]] == ["gpu", "cpu", "disk"]
 
 
 def test_infeasible_plan_exits_1_and_still_prints_the_json() -> None:
@@ -131,8 +131,6 @@ def test_cache_dir_picks_the_disk() -> None:
         hw("8x-h100"),
         "--workload",
         "rag-long-doc",
-        "--users",
-        "32",
     )
     for cache_dir, measured in (("/raid/kv", "/raid"), ("/var/kv", "/")):
         proc = kvstack(*common, "--cache-dir", cache_dir, "--json")
@@ -140,7 +138,29 @@ def test_cache_dir_picks_the_disk() -> None:
         disk = json.loads(proc.stdout)["tiers"][-1]
         # The tier lives where the user asked; its figures come from the disk that holds it.
         assert (disk["kind"], disk["path"]) == ("disk", cache_dir)
-        assert disk["reason"].startswith(f"{measured} (")
+        assert f" on {measured} (ext4, NVMe" in disk["reason"]
+
+
+def test_retention_fills_dram_then_disk_and_no_disk_turns_it_off() -> None:
+    common = ("--model", "llama-3.1-8b", "--hardware", hw("h100-sxm"), "--context", "128k", "--users", "8")
+    proc = kvstack(*common, "--json")
+    assert proc.returncode == 0, proc.stderr
+    plan = json.loads(proc.stdout)
+    gib = 1 << 30
+    sizes = {t["kind"]: t["size_bytes"] for t in plan["tiers"]}
+    # 8 x 8 GiB sessions at fp8; 10x that is kept for returning users: DRAM's pinned share, then NVMe.
+    assert plan["concurrency"]["working_set_bytes"] == 64 * gib
+    assert plan["concurrency"]["retention_target_bytes"] == 640 * gib
+    assert sizes["disk"] == 640 * gib and 64 * gib < sizes["cpu"] < 640 * gib
+    assert plan["ttft"]["tier_s"]["cpu"] < plan["ttft"]["tier_s"]["disk"] < plan["ttft"]["recompute_s"]
+    human = kvstack(*common)
+    assert "retention target" in human.stdout and "TTFT 128K prefix" in human.stdout
+    absolute = json.loads(kvstack(*common, "--retain", "200GiB", "--json").stdout)
+    assert absolute["concurrency"]["retention_target_bytes"] == 200 * gib
+    assert {t["kind"]: t["size_bytes"] for t in absolute["tiers"]}["disk"] == 200 * gib
+    off = json.loads(kvstack(*common, "--no-disk", "--json").stdout)
+    assert [t["kind"] for t in off["tiers"]] == ["gpu", "cpu"]
+    assert any("short" in w for w in off["warnings"])
 
 
 @pytest.mark.parametrize(
@@ -157,6 +177,8 @@ def test_cache_dir_picks_the_disk() -> None:
         (["--remote", "http://cache:6379"], "--remote must start with"),
         (["--workload", "nope"], "unknown workload 'nope'"),
         (["--offload", "sometimes"], "unknown --offload"),
+        (["--retain", "0.5"], "keeps less than the working set"),
+        (["--retain", "lots"], "--retain must be a multiple of the working set"),
         (["--engine", "sglang", "--offload", "native"], "does not work with sglang"),
     ],
 )

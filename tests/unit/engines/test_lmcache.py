@@ -217,3 +217,45 @@ def test_mp_needs_lmcache_056() -> None:
         UnsupportedError, match=r"multi-process mode needs lmcache >= 0\.5\.6, but lmcache 0\.5\.5"
     ):
         mp(cpu_gib=8, software=old)
+
+
+def test_a_model_path_too_long_for_the_disk_tiers_file_names_is_refused() -> None:
+    """LMCache's fs adapter puts the model path in every file name: past 255 bytes every store fails."""
+    from kvstack.engines.base import HostFacts
+    from kvstack.engines.lmcache import NAME_MAX, fs_file_name_bytes
+    from kvstack.errors import PathError
+
+    # The demo's path in this checkout: well within the limit, like any usual path.
+    assert fs_file_name_bytes("/work/main/profiles/demo") < NAME_MAX
+    # Offline, vLLM serves a hub id from its cache snapshot's directory: that is the name LMCache sees.
+    deep = (
+        "/home/"
+        + "a-very-long-user-name/" * 4
+        + ".cache/huggingface/hub/models--org--name/snapshots/"
+        + "f" * 40
+    )
+    assert fs_file_name_bytes(deep) > NAME_MAX
+    facts = HostFacts(model_local=True, engine_model_name=deep)
+    with pytest.raises(PathError, match="over the filesystem's 255") as err:
+        render(
+            make_plan(connector="lmcache-mp", cpu_gib=8, disk_gib=100),
+            make_options(),
+            SOFTWARE["vllm"],
+            facts,
+        )
+    assert "--no-disk" in (err.value.hint or "")
+    # Without a disk tier nothing is named after the model: the same path is fine.
+    spec = render(make_plan(connector="lmcache-mp", cpu_gib=8), make_options(), SOFTWARE["vllm"], facts)
+    assert spec.helpers
+
+
+def test_offline_hub_ids_are_named_by_their_snapshot(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kvstack.engines.facts import gather_facts
+    from tests.support.hf_cache import DEMO_DIR, add_snapshot
+
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    snapshot = add_snapshot(tmp_path, "org/model", {"config.json": DEMO_DIR / "config.json"})
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert gather_facts("org/model").engine_model_name == str(snapshot)
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    assert gather_facts("org/model").engine_model_name is None  # online, vLLM keeps the id

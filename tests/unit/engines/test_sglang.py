@@ -128,3 +128,21 @@ def test_a_hub_revision_reaches_sglang() -> None:
     argv = spec.server.argv
     assert argv[argv.index("--model-path") + 1] == "meta-llama/Llama-3.1-8B-Instruct"
     assert argv[argv.index("--revision") + 1] == "v1.1"
+
+
+def test_the_retention_target_gives_hicache_its_file_backend_on_a_big_dram_machine() -> None:
+    """8 users at 128K on an H100 with 224 GiB of DRAM: the working set fits DRAM, the retention
+    target (10x) does not, so HiCache gets the NVMe file backend sized to the target."""
+    from tests.unit.planning.helpers import plan_for
+
+    plan = plan_for(
+        "h100-sxm", "llama-3.1-8b", None, engine="sglang", context=131072, users=8, cache_root="/data/kv"
+    )
+    disk = plan.tier("disk")
+    assert plan.connector == "hicache" and disk is not None and disk.path == "/data/kv"
+    assert plan.concurrency is not None and disk.size_bytes == plan.concurrency.retention_target_bytes
+    spec = render(plan, make_options(), SOFTWARE["sglang"], HUB_FACTS)
+    assert flag(spec, "--hicache-storage-backend") == "file"
+    env = spec.server.env
+    assert env["SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR"].startswith("/data/kv/")
+    assert env["SGLANG_HICACHE_FILE_BACKEND_MAX_SIZE"] == str(disk.size_bytes_per_rank)

@@ -49,7 +49,15 @@ class Case:
 
 
 CASES = [
-    Case("h100-sxm", "llama-3.1-8b", reason=("offload", "fits the GPU pool")),
+    Case("h100-sxm", "llama-3.1-8b", None, {"retain_factor": 1.0}, reason=("offload", "fits the GPU pool")),
+    # The working set fits the GPU; the default retention target (10x) does not: a DRAM tier holds it.
+    Case(
+        "h100-sxm",
+        "llama-3.1-8b",
+        connector="lmcache",
+        tiers=("gpu", "cpu"),
+        reason=("offload", "the retention target (80.0 GiB) exceeds the GPU pool"),
+    ),
     Case(
         "h100-sxm",
         "llama-3.1-70b",
@@ -62,7 +70,7 @@ CASES = [
         "rag-long-doc",
         tp=8,
         connector="lmcache",
-        tiers=("gpu", "cpu"),
+        tiers=("gpu", "cpu", "disk"),
         reason=("tensor_parallel_size", "all 8 concurrent sessions fit"),
     ),
     Case(
@@ -76,7 +84,7 @@ CASES = [
         warning="the GPU pool holds 21 of the 32",
         reason=("disk_tier", "/raid"),
     ),
-    Case("8x-h100", "llama-3.1-405b-fp8", tp=8),
+    Case("8x-h100", "llama-3.1-405b-fp8", tp=8, connector="lmcache", tiers=("gpu", "cpu")),
     Case("8x-h100", "llama-3.1-405b", feasible=False, tp=8, error="--tp 16 on 16 x"),
     Case("8x-h100", "deepseek-v3", feasible=False, tp=8, error="the weights (626.6 GiB)"),
     Case("8x-h100", "qwen3-235b-a22b", tp=8),
@@ -86,7 +94,7 @@ CASES = [
         "rag-long-doc",
         dtype="nvfp4",
         connector="lmcache",
-        tiers=("gpu", "cpu"),
+        tiers=("gpu", "cpu", "disk"),
         warning="FP4 (NVFP4) KV",
         reason=("kv_cache_dtype", "does not fit the GPU pool even at FP8"),
     ),
@@ -115,9 +123,24 @@ CASES = [
         {"engine": "sglang"},
         dtype="nvfp4",
         connector="hicache",
-        tiers=("gpu", "cpu"),
+        tiers=("gpu", "cpu", "disk"),
     ),
-    Case("rtx-pro-6000", "qwen3-32b", "chatbot-shared-prompt", connector="lmcache", tiers=("gpu", "cpu")),
+    Case(
+        "rtx-pro-6000",
+        "qwen3-32b",
+        "chatbot-shared-prompt",
+        connector="lmcache",
+        tiers=("gpu", "cpu", "disk"),
+    ),
+    Case(
+        "rtx-pro-6000",
+        "qwen3-32b",
+        "chatbot-shared-prompt",
+        {"disk_tier": False},
+        connector="lmcache",
+        tiers=("gpu", "cpu"),
+        reason=("disk_tier", "--no-disk"),
+    ),
     Case(
         "sata-only",
         "llama-3.1-8b",
@@ -169,8 +192,9 @@ CASES = [
         tiers=("gpu", "cpu"),
         warning="9.0 GiB free",
     ),
-    Case("h200", "gpt-oss-120b", "agent-multi-turn"),
-    Case("h100-sxm", "mistral-7b", "chatbot-shared-prompt"),
+    Case("h200", "gpt-oss-120b", "agent-multi-turn", connector="lmcache", tiers=("gpu", "cpu", "disk")),
+    Case("h100-sxm", "mistral-7b", "chatbot-shared-prompt", connector="lmcache", tiers=("gpu", "cpu")),
+    Case("h100-sxm", "mistral-7b", "chatbot-shared-prompt", {"retain_factor": 1.0}),
     Case(
         "h100-sxm",
         "llama-3.1-8b",
@@ -189,7 +213,13 @@ CASES = [
         reason=("per_rank", "TOTAL across TP ranks"),
     ),
     Case("h100-sxm", "llama-3.1-8b", None, {"offload": "lmcache"}, connector="lmcache", tiers=("gpu", "cpu")),
-    Case("h100-sxm", "llama-3.1-8b", None, {"cache_root": "/data/kvstack"}, reason=("offload", "fits")),
+    Case(
+        "h100-sxm",
+        "llama-3.1-8b",
+        None,
+        {"cache_root": "/data/kvstack", "retain_factor": 1.0},
+        reason=("offload", "fits"),
+    ),
     Case(
         "8x-h100",
         "llama-3.1-70b",
@@ -197,8 +227,20 @@ CASES = [
         {"users": 32, "cache_root": "/home/me/kv"},
         tp=8,
         connector="lmcache",
-        tiers=("gpu", "cpu", "disk"),
-        reason=("disk_tier", "/ (ext4"),
+        tiers=("gpu", "cpu"),
+        # 80% of /'s free space is smaller than the DRAM tier: an inclusive disk tier would add nothing.
+        reason=("disk_tier", "would hold no more than the 1.8 TiB above it"),
+        warning="23.2 TiB short",
+    ),
+    Case(
+        "8x-h100",
+        "llama-3.1-70b",
+        "rag-long-doc",
+        {"users": 32, "cache_root": "/home/me/kv", "retain_bytes": 10 * 1024 * GIB},
+        tp=8,
+        connector="lmcache",
+        tiers=("gpu", "cpu"),
+        reason=("retention", "10.0 TiB (--retain)"),
     ),
     Case(
         "h100-sxm",
@@ -206,6 +248,8 @@ CASES = [
         None,
         {"kv_dtype": "auto"},
         dtype="auto",
+        connector="lmcache",
+        tiers=("gpu", "cpu", "disk"),
         reason=("kv_cache_dtype", "as asked"),
     ),
     Case(
@@ -213,7 +257,7 @@ CASES = [
         "qwen3-32b",
         "rag-long-doc",
         connector="lmcache",
-        tiers=("gpu", "cpu"),
+        tiers=("gpu", "cpu", "disk"),
         warning="stops at 40K",
         reason=("context", "maximum"),
     ),

@@ -84,6 +84,8 @@ def snapshots(draw: st.DrawFn) -> HardwareSnapshot:
             "offload": st.sampled_from(["auto", "none", "native", "lmcache", "hicache"]),
             "min_disk_bw": st.sampled_from([0.0, 1e9, 5e9]),
             "cache_root": st.sampled_from([None, None, "/d0/kv", "/nvme/kv"]),
+            "retain_factor": st.sampled_from([None, None, 1.0, 3.0, 40.0]),
+            "disk_tier": st.sampled_from([True, True, False]),
         }
     ),
 )
@@ -104,9 +106,10 @@ def test_tiers_never_exceed_the_snapshot(
             assert tier.size_bytes_per_rank <= min(g.memory_total_bytes or 0 for g in used)
             assert tier.size_bytes <= sum(g.memory_total_bytes or 0 for g in used)
         elif tier.kind == "cpu":
-            assert tier.size_bytes <= min(host)
+            # DRAM minus the reserve (and, on the CPU platform, the weights and the engine's pool).
+            assert tier.size_bytes <= max(0, min(host) - tr.host_capacity(snap.memory, 0).reserve)
             if plan.connector == "native" and snap.memory.shm_free_bytes is not None:
-                assert tier.size_bytes <= snap.memory.shm_free_bytes
+                assert tier.size_bytes * tr.NATIVE_SHM_FACTOR <= snap.memory.shm_free_bytes
         elif tier.kind == "disk":
             # The tier sits at the cache root when one is given, on the disk that holds it.
             assert tier.path == (request["cache_root"] or tier.path)
@@ -120,8 +123,23 @@ def test_tiers_never_exceed_the_snapshot(
             if plan.platform == "cpu":
                 min_bw = min(min_bw, tr.CPU_PLATFORM_MIN_DISK_BW)
             assert (disk.read_bw_bytes_per_s or 0) >= min_bw
+    if not request["disk_tier"]:
+        assert all(t.kind != "disk" for t in plan.tiers)
     if plan.platform == "cuda" and plan.feasible:
         assert (plan.connector == "none") == (len(plan.tiers) == 1)
+        # Inclusive tiers: a DRAM tier holds at least the GPU pool, a disk tier more than the DRAM tier.
+        sizes = {t.kind: t.size_bytes for t in plan.tiers}
+        if "cpu" in sizes and "staging" not in plan.reasons["cpu_tier"]:
+            assert sizes["cpu"] >= sizes["gpu"]
+        if "disk" in sizes and "cpu" in sizes:
+            assert sizes["disk"] > sizes["cpu"]
+    c = plan.concurrency
+    if plan.feasible and c is not None and c.retention_target_bytes is not None:
+        # The retention target is met, or the plan says by how much it is not.
+        assert c.retained_bytes is not None and c.retained_bytes <= c.retention_target_bytes
+        unsized = any(t.kind == "remote" and t.size_bytes == 0 for t in plan.tiers)
+        if c.retained_bytes < c.retention_target_bytes and not unsized and plan.connector != "none":
+            assert "short" in plan.reasons["retention"]
     if not snap.gpus:
         # On CPU only an explicit --offload lmcache may get a connector (it runs degraded there).
         allowed = {"none", request["offload"]} if request["offload"].startswith("lmcache") else {"none"}

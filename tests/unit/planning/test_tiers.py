@@ -34,7 +34,8 @@ def test_gpu_budget_splits_weights_over_tp() -> None:
 def test_host_capacity_respects_the_cgroup_limit() -> None:
     free_host = tr.host_capacity(snapshot("h100-sxm").memory, 1)
     assert free_host.ceiling == 224 * GIB
-    assert free_host.usable == 224 * GIB - (max(8 * GIB, 224 * GIB // 10) + 2 * GIB)
+    assert free_host.usable == 224 * GIB - (3 * GIB + int(224 * GIB * 0.05) + 2 * GIB)
+    assert "3 GiB + 5% + 2 GiB x 1 GPU rank(s)" in free_host.reason
     tight = tr.host_capacity(snapshot("tight-cgroup").memory, 1)
     assert tight.ceiling == 32 * GIB  # not the host's 1.8 TiB
     assert "cgroup" in tight.reason
@@ -87,27 +88,38 @@ def test_pick_disk_takes_the_fastest_or_the_one_holding_cache_root() -> None:
     assert none is None and "tmpfs" in why[0]
 
 
-def test_disk_tier_is_80_percent_of_free_and_never_tiny() -> None:
-    tier, _ = tr.disk_tier(snapshot("h100-sxm").disks, KV_8B, 1e9, None)
-    assert tier is not None and tier.size_bytes <= 0.8 * 3500 * 10**9
-    assert tier.size_bytes > 0.8 * 3500 * 10**9 - GIB
-    assert tier.path == "/data" and tier.read_bw_bytes_per_s == 3.2e9
-    full, why = tr.disk_tier(snapshot("nearly-full-disk").disks, KV_8B, 1e9, None)
+def test_disk_tier_is_the_target_within_80_percent_of_free_and_never_tiny() -> None:
+    disks = snapshot("h100-sxm").disks
+    sized, why = tr.disk_tier(disks, KV_8B, 1e9, None, 640 * GIB)
+    assert sized is not None and sized.size_bytes == 640 * GIB and "to the retention target" in why
+    assert sized.path == "/data" and sized.read_bw_bytes_per_s == 3.2e9 and sized.latency_s == tr.DISK_LATENCY
+    capped, why = tr.disk_tier(disks, KV_8B, 1e9, None, 100 * 1024 * GIB)
+    assert capped is not None and capped.size_bytes <= 0.8 * 3500 * 10**9
+    assert capped.size_bytes > 0.8 * 3500 * 10**9 - GIB and "short of the target" in why
+    small, _ = tr.disk_tier(disks, KV_8B, 1e9, None, GIB)
+    assert small is not None and small.size_bytes == tr.MIN_DISK_TIER  # never below 10 GiB
+    full, why = tr.disk_tier(snapshot("nearly-full-disk").disks, KV_8B, 1e9, None, 640 * GIB)
     assert full is None and "9.0 GiB free" in why
+
+
+def test_a_50_gib_free_disk_gets_at_most_40_gib() -> None:
+    disk = snapshot("h100-sxm").disks[0].model_copy(update={"free_bytes": 50 * GIB})
+    tier, _ = tr.disk_tier([disk], KV_8B, 1e9, None, 640 * GIB)
+    assert tier is not None and tier.size_bytes == 40 * GIB
 
 
 def test_cpu_tier_sizes_to_the_working_set_and_drops_when_small() -> None:
     mem = snapshot("h100-sxm").memory
     host = tr.host_capacity(mem, 1)
-    tier, _ = tr.cpu_tier(host, mem, KV_8B, 50 * GIB, 100 * GIB, "lmcache")
+    tier, _ = tr.cpu_tier(host, mem, KV_8B, 50 * GIB, 100 * GIB, 100 * GIB, "lmcache")
     assert tier is not None and tier.size_bytes == 120 * GIB  # working set + 20%, whole GiB
-    huge, _ = tr.cpu_tier(host, mem, KV_8B, 50 * GIB, 10_000 * GIB, "lmcache")
+    huge, _ = tr.cpu_tier(host, mem, KV_8B, 50 * GIB, 10_000 * GIB, 10_000 * GIB, "lmcache")
     assert huge is not None and huge.size_bytes <= host.usable
-    small, _ = tr.cpu_tier(host, mem, KV_8B, 50 * GIB, GIB, "lmcache")
+    small, _ = tr.cpu_tier(host, mem, KV_8B, 50 * GIB, GIB, GIB, "lmcache")
     assert small is not None and small.size_bytes == 50 * GIB  # never below the GPU pool
     tight_mem = snapshot("tight-cgroup").memory
     dropped, why = tr.cpu_tier(
-        tr.host_capacity(tight_mem, 1), tight_mem, KV_8B, 50 * GIB, 100 * GIB, "lmcache"
+        tr.host_capacity(tight_mem, 1), tight_mem, KV_8B, 50 * GIB, 100 * GIB, 100 * GIB, "lmcache"
     )
     assert dropped is None and "bring little" in why
 
@@ -115,14 +127,49 @@ def test_cpu_tier_sizes_to_the_working_set_and_drops_when_small() -> None:
 def test_cpu_tier_per_rank_and_connector_caps() -> None:
     mem = snapshot("8x-h100").memory
     kv4 = footprint(catalog_model("llama-3.1-70b"), 1.0, 4, 131072)
-    tier, _ = tr.cpu_tier(tr.host_capacity(mem, 4), mem, kv4, 150 * GIB, 400 * GIB, "lmcache")
+    tier, _ = tr.cpu_tier(tr.host_capacity(mem, 4), mem, kv4, 150 * GIB, 400 * GIB, 400 * GIB, "lmcache")
     assert tier is not None and tier.size_bytes == 4 * tier.size_bytes_per_rank
     assert tier.size_bytes_per_rank % GIB == 0
     tight = snapshot("tight-cgroup").memory.model_copy(update={"cgroup_limit_bytes": None})
-    native, why = tr.cpu_tier(tr.host_capacity(tight, 1), tight, KV_8B, 50 * GIB, 100 * GIB, "native")
+    native, why = tr.cpu_tier(
+        tr.host_capacity(tight, 1), tight, KV_8B, 50 * GIB, 100 * GIB, 100 * GIB, "native"
+    )
     assert native is None and "/dev/shm" in why  # Docker's 64 MiB /dev/shm cannot hold vLLM's CPU tier
-    hicache, _ = tr.cpu_tier(tr.host_capacity(mem, 1), mem, KV_8B, 50 * GIB, GIB, "hicache")
+    hicache, _ = tr.cpu_tier(tr.host_capacity(mem, 1), mem, KV_8B, 50 * GIB, GIB, GIB, "hicache")
     assert hicache is not None and hicache.size_bytes > 50 * GIB  # host pool must exceed the device pool
+
+
+def test_cpu_tier_takes_the_retention_target_only_up_to_the_pinned_share() -> None:
+    mem = snapshot("h100-sxm").memory
+    host = tr.host_capacity(mem, 1)
+    pinned = int(host.usable * tr.PINNED_FRACTION) // GIB * GIB
+    # Beyond the working set the retention target is held up to half the usable DRAM...
+    tier, why = tr.cpu_tier(host, mem, KV_8B, 50 * GIB, 64 * GIB, 640 * GIB, "lmcache")
+    assert tier is not None and tier.size_bytes == pinned and "pinned" in why
+    # ... a smaller target entirely ...
+    fits, why = tr.cpu_tier(host, mem, KV_8B, 50 * GIB, 8 * GIB, 80 * GIB, "lmcache")
+    assert fits is not None and fits.size_bytes == 80 * GIB and "holds the retention target" in why
+    # ... while the working set itself may take all of the usable DRAM.
+    hot, _ = tr.cpu_tier(host, mem, KV_8B, 50 * GIB, 150 * GIB, 150 * GIB, "lmcache")
+    assert hot is not None and hot.size_bytes == 180 * GIB > pinned
+
+
+def test_native_tier_leaves_room_for_its_shared_memory_overhead() -> None:
+    mem = snapshot("h100-sxm").memory  # 117.5 GiB of /dev/shm, 224 GiB available
+    host = tr.host_capacity(mem, 1)
+    tier, why = tr.cpu_tier(host, mem, KV_8B, 50 * GIB, 150 * GIB, 150 * GIB, "native")
+    assert tier is not None
+    assert tier.size_bytes * tr.NATIVE_SHM_FACTOR <= (mem.shm_free_bytes or 0) - GIB
+    assert "1.92x" in why and "/dev/shm" in why
+
+
+def test_host_reserve_scales_with_the_machine() -> None:
+    small = tr.host_capacity(snapshot("no-gpu").memory, 0, also_needed=16 * 10**9)
+    # 20.6 GiB available: a 3 GiB floor + 5%, not the 10 GiB the fixed reserve took.
+    assert 4 * GIB < small.reserve < 4.2 * GIB
+    assert small.usable > GIB  # an 8B bf16 model's weights leave room for 1 GiB of KV
+    big = tr.host_capacity(snapshot("8x-h100").memory, 8)
+    assert big.reserve == 3 * GIB + int(1930 * GIB * 0.05) + 8 * 2 * GIB
 
 
 def test_staging_tier() -> None:

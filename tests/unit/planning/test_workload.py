@@ -64,8 +64,19 @@ def test_malformed_yaml(tmp_path: Path) -> None:
         ({"context": "32k", "users": 0}, "'users'"),
         ({"context": "32k", "reuse": 0.5}, "'reuse'"),
         ({"context": "32k", "contexts": 2}, "unknown field"),
+        ({"context": "32k", "retain": 0.5}, "keeps less than the working set"),
+        ({"context": "32k", "retain": "plenty"}, "multiple of the working set"),
     ],
 )
 def test_bad_fields(data: object, needle: str) -> None:
     with pytest.raises(WorkloadError, match=needle):
         parse_workload(data, "test.yaml")
+
+
+@pytest.mark.parametrize(
+    ("retain", "factor", "size"),
+    [(20, 20.0, None), ("3x", 3.0, None), ("2TB", None, 2 * 10**12), ("512GiB", None, 512 << 30)],
+)
+def test_retain_is_a_multiple_or_a_size(retain: object, factor: float | None, size: int | None) -> None:
+    wl = parse_workload({"context": "32k", "retain": retain}, "test.yaml")
+    assert (wl.retain_factor, wl.retain_bytes) == (factor, size)
