@@ -19,6 +19,7 @@ ensure_apt() {
   local missing=()
   command -v fio >/dev/null || missing+=(fio)
   command -v redis-server >/dev/null || missing+=(redis-server)
+  command -v fincore >/dev/null || missing+=(util-linux)
   [ ${#missing[@]} -eq 0 ] && return 0
   log "installing ${missing[*]} with apt-get"
   as_root apt-get update -qq

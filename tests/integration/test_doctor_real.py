@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import resource
-import shutil
 import subprocess
 import sys
 import time
@@ -18,14 +17,21 @@ from kvstack.hardware import checks, fio
 from kvstack.hardware.disk import probe_disks
 from kvstack.hardware.memory import probe_memory
 from kvstack.hardware.snapshot import HardwareSnapshot, parse_snapshot
-from tests.support.deps import ROOT
+from tests.support.deps import ROOT, require_program
 
 pytestmark = pytest.mark.integration
 
 H100_SNAPSHOT = str(ROOT / "profiles" / "hardware" / "h100-sxm.json")
 # The engines, and the streaming transport only bench and validate need.
 HEAVY = ("torch", "vllm", "sglang", "lmcache", "aiohttp")
-needs_fio = pytest.mark.skipif(shutil.which("fio") is None, reason="needs fio (apt-get install fio)")
+
+
+@pytest.fixture
+def real_fio() -> str:
+    return require_program("fio")  # a skip naming it locally, a failure in CI
+
+
+needs_fio = pytest.mark.usefixtures("real_fio")
 
 
 def kvstack(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:

@@ -121,7 +121,9 @@ def test_every_vllm_argv_parses_with_vllms_own_parser(
     for name in vllm_names:
         spec, res = specs[name], ok(results["vllm_argv"][name], name)
         argv = spec.server.argv
-        assert res["model"] == argv[argv.index("--model") + 1] if "--model" in argv else argv[4]
+        # `python -m vllm.entrypoints.openai.api_server --model M` or `vllm serve M` (the 4th word).
+        model = argv[argv.index("--model") + 1] if "--model" in argv else argv[4]
+        assert res["model"] == model, (name, argv)
         assert res["port"] == int(argv[argv.index("--port") + 1])
         assert res["kv_cache_dtype"] == argv[argv.index("--kv-cache-dtype") + 1]
         assert res["tensor_parallel_size"] == int(argv[argv.index("--tensor-parallel-size") + 1])

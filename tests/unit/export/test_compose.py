@@ -20,6 +20,7 @@ from kvstack.errors import UnsupportedError
 from kvstack.export import ExportOptions, export_plan
 from kvstack.export.common import GIB, PASSWORD_ENV, Bundle
 from kvstack.planning.schema import Plan
+from tests.support.deps import require_module
 from tests.unit.export.plans import make_plan
 
 SCHEMA = Path(__file__).with_name("data") / "compose-spec.json"
@@ -108,9 +109,9 @@ def test_structure_follows_compose_spec(case: str) -> None:
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_validates_against_the_compose_spec_schema(case: str) -> None:
-    jsonschema = pytest.importorskip(
-        "jsonschema", reason="python package 'jsonschema' (structure checked above)"
-    )
+    require_module("jsonschema", "pip install -e '.[test]'")
+    import jsonschema
+
     plan, options = CASES[case]
     doc = project(export_plan("compose", plan, options))
     # Its "$schema" lacks the trailing "#" that jsonschema looks up by: name the draft.
