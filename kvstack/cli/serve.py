@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from kvstack.serving.replicas import ReplicaSet
     from kvstack.serving.request import ServeRequest
     from kvstack.serving.session import ServeEvents
-    from kvstack.validate import ValidationReport
+    from kvstack.validation import ValidationReport
 
 ENGINES = ("vllm", "sglang")
 OFFLOADS = ("auto", "lmcache", "lmcache-mp", "native", "hicache", "none")

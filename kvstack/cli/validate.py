@@ -12,7 +12,7 @@ from kvstack.cli import options as opt
 from kvstack.errors import InputError
 
 if TYPE_CHECKING:
-    from kvstack.validate import ValidationReport
+    from kvstack.validation import ValidationReport
 
 _ENGINES = ("vllm", "sglang")
 _TIERS = ("cpu", "disk", "remote")
@@ -120,7 +120,7 @@ def register(app: typer.Typer) -> None:
         """Prove with TTFT and the server's counters that the prefix cache and each tier serve hits."""
         from kvstack.apikey import resolve_api_key
         from kvstack.engines.lmcache import L2_ADAPTERS
-        from kvstack.validate import TierTarget, ValidationTarget, run_validation, write_report
+        from kvstack.validation import TierTarget, ValidationTarget, run_validation, write_report
 
         api_key = resolve_api_key(api_key, api_key_file).value
         if engine is not None and engine not in _ENGINES:

@@ -29,7 +29,7 @@ from kvstack.serving.session import (
     watched_remote,
     write_launch_files,
 )
-from kvstack.validate import StepResult, ValidationReport, run_validation, target_from_launch, write_report
+from kvstack.validation import StepResult, ValidationReport, run_validation, target_from_launch, write_report
 from kvstack.validation.replicas import STEP_NAME, shared_tier_skip_reason, shared_tier_step
 
 ROUTER_READY_TIMEOUT_S = 120.0  # the engines are up by then: the router only checks their /health

@@ -20,7 +20,7 @@ from kvstack.runtime.supervisor import ProcessFailed, Supervisor, SupervisorStat
 from kvstack.serving.prepare import Prepared
 from kvstack.serving.remote_watch import RemoteWatch
 from kvstack.serving.request import ServeRequest
-from kvstack.validate import ValidationReport, run_validation, target_from_launch, write_report
+from kvstack.validation import ValidationReport, run_validation, target_from_launch, write_report
 
 DISK_CHECK_EVERY_S = 30.0
 POLL_S = 0.25  # how often a serving engine is checked: death is noticed well within 2 s

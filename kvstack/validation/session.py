@@ -22,7 +22,7 @@ class ServerSession:
     """One validation run against one server: requests, scrapes, resets. Close it with aclose()."""
 
     def __init__(self, target: ValidationTarget, between: Callable[[], None] | None) -> None:
-        self.t = target
+        self.target = target
         self.client = make_client(target.base_url, max_connections=8)  # the JSON endpoints
         self.streams = StreamClient(target.base_url, max_connections=8)  # streamed completions
         self.base = target.base_url.rstrip("/")
@@ -48,7 +48,7 @@ class ServerSession:
             resp = await self.client.get(url, headers=self.headers, timeout=15.0)
         except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
             raise NetworkTargetError(
-                f"nothing is listening at {self.t.base_url}",
+                f"nothing is listening at {self.target.base_url}",
                 hint="start a server (kvstack serve) or fix --url",
             ) from exc
         except httpx.HTTPError as exc:
@@ -57,7 +57,7 @@ class ServerSession:
             ) from exc
         if resp.status_code in (401, 403):
             raise NetworkTargetError(
-                f"the server at {self.t.base_url} refused the API key (HTTP {resp.status_code})",
+                f"the server at {self.target.base_url} refused the API key (HTTP {resp.status_code})",
                 hint="pass the server's key with --api-key or KVSTACK_API_KEY",
             )
         data: Any = None
@@ -68,7 +68,7 @@ class ServerSession:
                 data = None
         if not isinstance(data, list) or not data:
             raise NetworkTargetError(
-                f"{self.t.base_url} does not serve the OpenAI API "
+                f"{self.target.base_url} does not serve the OpenAI API "
                 f"(GET /v1/models answered HTTP {resp.status_code})",
                 hint="point --url at a vLLM or SGLang server",
             )
@@ -100,18 +100,18 @@ class ServerSession:
         correctness gate (TTFT is still the first token's)."""
         if self.between is not None:
             self.between()
-        n = self.t.correctness_tokens if generate else 0
+        n = self.target.correctness_tokens if generate else 0
         return await self.streams.completion(
             self.model,
             prompt.payload,
             max(1, n),
-            self.t.api_key,
-            self.t.timeout_s,
+            self.target.api_key,
+            self.target.timeout_s,
             logprobs=TOP_LOGPROBS if n else None,
         )
 
     async def scrape(self) -> MetricsSnapshot:
-        return await scrape(self.client, self.metrics_urls, self.t.api_key)
+        return await scrape(self.client, self.metrics_urls, self.target.api_key)
 
     async def settled(
         self, before: MetricsSnapshot, moved: Callable[[MetricsSnapshot], bool], wait_s: float = 1.5

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 
 from kvstack.serving.remote_watch import RemoteWatch
-from kvstack.validate import TierTarget, ValidationReport, ValidationTarget, run_validation
+from kvstack.validation import TierTarget, ValidationReport, ValidationTarget, run_validation
 from tests.support.redis import RedisFactory, RedisServer
 from tests.support.stream_server import ServerKnobs, StreamServer
 

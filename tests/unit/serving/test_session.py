@@ -10,7 +10,7 @@ from kvstack.errors import Interrupted, ValidationFailed
 from kvstack.runtime.supervisor import ProcessFailed
 from kvstack.serving.request import ServeRequest
 from kvstack.serving.session import ServeEvents, judge, serve_until_stopped
-from kvstack.validate import StepResult, ValidationReport
+from kvstack.validation import StepResult, ValidationReport
 from kvstack.validation.diagnosis import Diagnosis
 
 

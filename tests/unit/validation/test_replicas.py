@@ -16,7 +16,7 @@ from kvstack.hardware.snapshot import load_snapshot
 from kvstack.planning.schema import Plan
 from kvstack.serving.replicas import prepare_replicas
 from kvstack.serving.request import ServeRequest
-from kvstack.validate import ValidationTarget
+from kvstack.validation import ValidationTarget
 from kvstack.validation.replicas import STEP_NAME, shared_tier_skip_reason, shared_tier_step
 from tests.support.deps import ROOT
 from tests.support.stream_server import ServerKnobs, StreamServer

@@ -1,6 +1,8 @@
-"""The TTFT validation pass: prove with numbers that the prefix cache and every offload tier serve hits.
+"""The step runner of the TTFT validation pass: prove with numbers that the prefix cache and every
+offload tier serve hits.
 
-Protocol (issue 5; measurement as in shared/REFERENCE.md "Measuring TTFT the way the peers do"):
+Protocol (TTFT is the time to the first streamed token with non-empty choices, as vLLM's and
+SGLang's benchmark clients measure it):
   cold       unique prompts (nonce first), max_tokens=1, streamed: the recompute TTFT
   warm       the same prompts again: faster by ``min_speedup`` and the prefix-cache counters rose
   tier:KIND  per offload tier: send a fresh prompt, drop the GPU copy (reset endpoint, or
@@ -51,21 +53,8 @@ from kvstack.validation.report import (
     ValidationReport,
     ValidationTarget,
     check_target,
-    write_report,
 )
 from kvstack.validation.session import ServerSession
-
-__all__ = [
-    "StepResult",
-    "TierTarget",
-    "ValidationReport",
-    "ValidationTarget",
-    "check_target",
-    "run_validation",
-    "run_validation_async",
-    "target_from_launch",
-    "write_report",
-]
 
 # Endpoints that empty the GPU prefix cache and keep the offload tiers. vLLM's keeps connector
 # caches unless ?reset_external=true (vllm/entrypoints/serve/dev/cache/api_router.py). SGLang's
@@ -133,15 +122,15 @@ def _s(x: float | None) -> str:
 
 class _Validation:
     def __init__(self, s: ServerSession, engine: str, n_tokens: int, progress: Progress | None) -> None:
-        self.s = s
-        self.t = s.t
+        self.session = s
+        self.target = s.target
         self.engine = engine
-        self.n = n_tokens
+        self.n_tokens = n_tokens
         self.progress = progress or (lambda _msg: None)
         self.builder = PromptBuilder(s.tokenize)
         self.cold_ttfts: list[float] = []
         self.checks: dict[str, list[CorrectnessCheck]] = {"warm": []}
-        url = s.t.cache_server_url
+        url = s.target.cache_server_url
         self.cache_server = CacheServer(s.client, url) if url else None
 
     def _moved(
@@ -153,12 +142,12 @@ class _Validation:
         return moved
 
     def compare(self, recompute: RequestResult, served: RequestResult) -> CorrectnessCheck:
-        return correctness.compare(recompute, served, self.t.correctness_early, self.t.noise_margin)
+        return correctness.compare(recompute, served, self.target.correctness_early, self.target.noise_margin)
 
     def _correctness(self, step: StepResult, source: str) -> list[str]:
         """Record the step's checks; the problem when the served KV differs from recompute."""
         checks = self.checks.get(step.name, [])
-        if not checks or self.t.correctness_tokens == 0:
+        if not checks or self.target.correctness_tokens == 0:
             return []
         step.correctness = checks
         line, problem, warnings = correctness.summary(checks, source)
@@ -172,8 +161,8 @@ class _Validation:
 
     async def warmup(self) -> str | None:
         """One throw-away request: first-request costs (graph capture, caches) and calibration."""
-        p = await self.builder.build(min(256, self.n))
-        r = await self.s.send(p)
+        p = await self.builder.build(min(256, self.n_tokens))
+        r = await self.session.send(p)
         if not r.ok:
             return f"the first request failed: {r.error}"
         if not p.exact and r.prompt_tokens:
@@ -186,14 +175,14 @@ class _Validation:
         cold_hits = 0.0
         first_b1: MetricsSnapshot | None = None
         last_b2: MetricsSnapshot | None = None
-        for i in range(self.t.repeat):
-            self.progress(f"cold/warm pair {i + 1}/{self.t.repeat}")
-            p = await self.builder.build(self.n)
-            b0 = await self.s.scrape()
-            c = await self.s.send(p, generate=True)
-            b1 = await self.s.scrape()
-            w = await self.s.send(p, generate=True)
-            b2 = await self.s.settled(b1, self._moved(prefix_hits, b1))
+        for i in range(self.target.repeat):
+            self.progress(f"cold/warm pair {i + 1}/{self.target.repeat}")
+            p = await self.builder.build(self.n_tokens)
+            b0 = await self.session.scrape()
+            c = await self.session.send(p, generate=True)
+            b1 = await self.session.scrape()
+            w = await self.session.send(p, generate=True)
+            b2 = await self.session.settled(b1, self._moved(prefix_hits, b1))
             cold.append(c)
             warm.append(w)
             self.checks["warm"].append(self.compare(c, w))
@@ -210,7 +199,7 @@ class _Validation:
         counted = sorted({r.prompt_tokens for r in cold if r.prompt_tokens})
         step.evidence.append(
             f"median TTFT {_s(step.ttft_s)} over {len(ttfts)} unique prompts of "
-            f"{self.n} tokens ({'exact' if self.builder.tokenizer else 'estimated'}"
+            f"{self.n_tokens} tokens ({'exact' if self.builder.tokenizer else 'estimated'}"
             + (f"; server counted {', '.join(map(str, counted))}" if counted else "")
             + ")"
         )
@@ -243,9 +232,9 @@ class _Validation:
             step.evidence.append(f"usage.prompt_tokens_details.cached_tokens {sum(cached)}")
         problems = self._correctness(step, "the engine's prefix cache")
         if step.correctness:
-            step.evidence.append(correctness.determinism(self.t.batch_invariant))
-        if step.speedup < self.t.min_speedup:
-            need = f"need {self.t.min_speedup:g}x"
+            step.evidence.append(correctness.determinism(self.target.batch_invariant))
+        if step.speedup < self.target.min_speedup:
+            need = f"need {self.target.min_speedup:g}x"
             problems.append(f"warm is only {step.speedup:.2f}x faster than cold ({need})")
         if hits.tokens is None and not hits.indicated and not cached:
             problems.append(
@@ -259,9 +248,9 @@ class _Validation:
         return step
 
     async def evict(self, snap: MetricsSnapshot) -> tuple[bool, str]:
-        path = self.t.reset_path or RESET_PATHS.get(self.engine)
+        path = self.target.reset_path or RESET_PATHS.get(self.engine)
         if path is not None:
-            ok, detail = await self.s.reset(path)
+            ok, detail = await self.session.reset(path)
             if ok:
                 return True, detail
         else:
@@ -270,18 +259,18 @@ class _Validation:
         if capacity is None:
             return False, f"cannot drop the GPU copy: {detail}, and the GPU pool size is unknown"
         # Big fillers (up to the context length) keep the request count down on a big pool.
-        size = max(self.n, math.ceil(capacity * 1.2 / self.t.max_overflow_requests))
-        if self.s.max_model_len:
-            size = min(size, self.s.max_model_len - 8)
+        size = max(self.n_tokens, math.ceil(capacity * 1.2 / self.target.max_overflow_requests))
+        if self.session.max_model_len:
+            size = min(size, self.session.max_model_len - 8)
         need = math.ceil(capacity * 1.2 / size)
-        if need > self.t.max_overflow_requests:
+        if need > self.target.max_overflow_requests:
             return False, (
                 f"cannot drop the GPU copy: {detail}, and overflowing the {capacity}-token GPU pool "
-                f"would take {need} requests (limit {self.t.max_overflow_requests})"
+                f"would take {need} requests (limit {self.target.max_overflow_requests})"
             )
         for _ in range(need):
             filler = await self.builder.build(size)
-            r = await self.s.send(filler)
+            r = await self.session.send(filler)
             if not r.ok:
                 return False, f"overflowing the GPU pool failed: {r.error}"
         return True, f"{detail}; overflowed the {capacity}-token GPU pool with {need} filler prompts instead"
@@ -312,7 +301,7 @@ class _Validation:
         from the lowest-indexed L2 adapter holding a chunk, and the disk's comes first."""
         if self.cache_server is None or tier.kind != "remote":
             return None
-        disk = next((t for t in self.t.tiers if t.kind == "disk" and t.adapter and t.path), None)
+        disk = next((t for t in self.target.tiers if t.kind == "disk" and t.adapter and t.path), None)
         return disk.path if disk is not None else None
 
     async def _drop_above(self, tier: TierTarget, sent: MetricsSnapshot) -> tuple[bool, str]:
@@ -322,14 +311,14 @@ class _Validation:
         if self.cache_server is not None and tier.kind != "cpu":
             if tier.adapter is not None:
                 adapter = tier.adapter
-                await self.s.settled(sent, lambda snap: l2_stores(adapter, sent, snap) > 0, wait_s=5.0)
+                await self.session.settled(sent, lambda snap: l2_stores(adapter, sent, snap) > 0, wait_s=5.0)
             ok, detail = await self.cache_server.clear_l1()
             if not ok:
                 return False, detail
             details.append(detail)
         else:
             await asyncio.sleep(0.3)  # let asynchronous stores to the tier land
-        ok, detail = await self.evict(await self.s.scrape())
+        ok, detail = await self.evict(await self.session.scrape())
         return ok, "; ".join([detail, *details])
 
     def _tier_moved(self, tier: TierTarget, before: MetricsSnapshot) -> Callable[[MetricsSnapshot], bool]:
@@ -352,12 +341,12 @@ class _Validation:
         first: MetricsSnapshot | None = None
         last: MetricsSnapshot | None = None
         hide_from = self._hidden_behind(tier)
-        for i in range(self.t.repeat):
-            self.progress(f"{name}: round {i + 1}/{self.t.repeat}")
-            p = await self.builder.build(self.n)
+        for i in range(self.target.repeat):
+            self.progress(f"{name}: round {i + 1}/{self.target.repeat}")
+            p = await self.builder.build(self.n_tokens)
             files_before = file_set(hide_from)
-            sent = await self.s.scrape()
-            c = await self.s.send(p, generate=True)
+            sent = await self.session.scrape()
+            c = await self.session.send(p, generate=True)
             if not c.ok or c.ttft_s is None:
                 return step.model_copy(update={"verdict": "fail", "reason": f"request failed: {c.error}"})
             recompute.append(c.ttft_s)
@@ -372,9 +361,9 @@ class _Validation:
                         step.evidence.append(
                             f"{n_hidden} objects of the prompt in the disk tier moved aside for the request"
                         )
-                s0 = await self.s.scrape()
-                r = await self.s.send(p, generate=True)
-                s1 = await self.s.settled(s0, self._tier_moved(tier, s0))
+                s0 = await self.session.scrape()
+                r = await self.session.send(p, generate=True)
+                s1 = await self.session.settled(s0, self._tier_moved(tier, s0))
             if not r.ok or r.ttft_s is None:
                 return step.model_copy(update={"verdict": "fail", "reason": f"request failed: {r.error}"})
             served.append(r.ttft_s)

@@ -18,7 +18,7 @@ import pytest
 from kvstack.engines.base import LaunchSpec, ProcessSpec
 from kvstack.errors import EngineError, InputError, NetworkTargetError, PathError
 from kvstack.planning.schema import Plan
-from kvstack.validate import (
+from kvstack.validation import (
     TierTarget,
     ValidationReport,
     ValidationTarget,
@@ -28,7 +28,7 @@ from kvstack.validate import (
 )
 from tests.support.stream_server import ServerKnobs, StreamServer
 
-LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
+LOGS = Path(__file__).resolve().parents[2] / "fixtures" / "logs"
 
 
 def target(url: str, **kw: object) -> ValidationTarget:
@@ -225,7 +225,7 @@ def test_engine_death_check_runs_between_requests() -> None:
             raise EngineError("engine exited with code 1 during validation")
 
     with StreamServer() as srv, pytest.raises(EngineError, match="during validation"):
-        from kvstack.validate import run_validation as run
+        from kvstack.validation import run_validation as run
 
         run(target(srv.url), between=between)
     assert len(calls) == 3
