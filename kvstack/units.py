@@ -7,6 +7,10 @@ from decimal import Decimal
 
 from kvstack.errors import InputError
 
+KIB = 1 << 10
+MIB = 1 << 20
+GIB = 1 << 30
+
 _TOKEN_SUFFIX = {"": 1, "k": 1024, "m": 1024 * 1024}
 _BYTE_SUFFIX = {
     "": 1,

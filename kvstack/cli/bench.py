@@ -126,7 +126,9 @@ def register(app: typer.Typer) -> None:
         start_layout: StartLayout | None = None
         if not url:
             # No server given: kvstack serves each layout itself (the demo model by default).
-            from kvstack.cli.serve import ENGINES, OFFLOADS, choice
+            from kvstack.cli.serve import choice
+            from kvstack.names import ENGINES
+            from kvstack.names import OFFLOAD_CHOICES as OFFLOADS
             from kvstack.serving.layouts import check_layout_names
             from kvstack.serving.request import ServeRequest
 

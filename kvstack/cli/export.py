@@ -75,7 +75,7 @@ def register(app: typer.Typer) -> None:
             offload,
             cache_dir,
             None,
-            "1GB",
+            None,
             retain=retain,
             no_disk=no_disk,
         )

@@ -34,8 +34,10 @@ def register(app: typer.Typer) -> None:
         gpu_memory_utilization: float | None = typer.Option(
             None, "--gpu-memory-utilization", help="Fraction of GPU memory for weights + KV (default 0.92)."
         ),
-        min_disk_bw: str = typer.Option(
-            "1GB", "--min-disk-bw", help="Slowest disk read bandwidth (per second) worth a KV tier, e.g. 1GB."
+        min_disk_bw: str | None = typer.Option(
+            None,
+            "--min-disk-bw",
+            help="Slowest disk read bandwidth (per second) worth a KV tier, e.g. 2GB (default 1GB).",
         ),
         retain: opt.Retain = None,
         no_disk: opt.NoDisk = False,
@@ -80,12 +82,13 @@ def _request(
     offload: str,
     cache_dir: Path | None,
     utilization: float | None,
-    min_disk_bw: str,
+    min_disk_bw: str | None,
     *,
     retain: str | None = None,
     no_disk: bool = False,
 ) -> PlanRequest:
     from kvstack.errors import InputError
+    from kvstack.hardware.checks import DISK_MIN_BW
     from kvstack.planning.plan import PlanRequest
     from kvstack.planning.retention import parse_retain
     from kvstack.planning.schema import ENGINES, OFFLOAD_CHOICES, Engine, OffloadChoice
@@ -113,7 +116,7 @@ def _request(
         remote_url=remote,
         offload=cast(OffloadChoice, offload),
         cache_root=str(cache_dir.expanduser().resolve()) if cache_dir is not None else None,
-        min_disk_bw=float(parse_bytes(min_disk_bw, "--min-disk-bw")),
+        min_disk_bw=float(parse_bytes(min_disk_bw, "--min-disk-bw")) if min_disk_bw else DISK_MIN_BW,
         gpu_memory_utilization=utilization,
     )
 

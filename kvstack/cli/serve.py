@@ -22,8 +22,8 @@ if TYPE_CHECKING:
     from kvstack.serving.session import ServeEvents
     from kvstack.validation import ValidationReport
 
-ENGINES = ("vllm", "sglang")
-OFFLOADS = ("auto", "lmcache", "lmcache-mp", "native", "hicache", "none")
+from kvstack.names import ENGINES
+from kvstack.names import OFFLOAD_CHOICES as OFFLOADS
 
 
 def choice(value: str, choices: tuple[str, ...], flag: str) -> str:

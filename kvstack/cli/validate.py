@@ -10,11 +10,11 @@ import typer
 
 from kvstack.cli import options as opt
 from kvstack.errors import InputError
+from kvstack.names import ENGINES
 
 if TYPE_CHECKING:
     from kvstack.validation import ValidationReport
 
-_ENGINES = ("vllm", "sglang")
 _TIERS = ("cpu", "disk", "remote")
 _STYLE = {"pass": "green", "fail": "bold red", "skip": "yellow"}
 
@@ -123,7 +123,7 @@ def register(app: typer.Typer) -> None:
         from kvstack.validation import TierTarget, ValidationTarget, run_validation, write_report
 
         api_key = resolve_api_key(api_key, api_key_file).value
-        if engine is not None and engine not in _ENGINES:
+        if engine is not None and engine not in ENGINES:
             raise InputError(f"--engine must be vllm or sglang, not {engine!r}", hint="e.g. --engine vllm")
         kinds: list[str] = []
         for t in tiers:

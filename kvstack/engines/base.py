@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from kvstack.hardware.snapshot import SoftwareInfo
+from kvstack.names import Connector, Launched
 from kvstack.planning.schema import Plan
 from kvstack.redact import redact_argv, redact_env, redact_text
 
@@ -50,8 +51,8 @@ class ProcessSpec(BaseModel):
 class LaunchSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    engine: str  # "vllm" | "sglang"
-    connector: str  # "none" | "lmcache" | "lmcache-mp" | "native" | "hicache"
+    engine: Launched  # an engine, or the router launched like one
+    connector: Connector
     engine_version: str | None = None
     connector_version: str | None = None
     helpers: list[ProcessSpec] = Field(default_factory=list)  # started first, stopped last

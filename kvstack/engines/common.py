@@ -13,8 +13,8 @@ from kvstack.engines.fingerprint import KvIdentity, fingerprint, namespace
 from kvstack.errors import InputError, PathError, UnsupportedError
 from kvstack.planning.schema import Tier, TierKind
 from kvstack.redact import MASK
+from kvstack.units import GIB
 
-GIB = 1 << 30
 # kvstack owns the server's key: on the engine's command line every local user could read it.
 KEY_FLAGS = ("--api-key", "--admin-api-key")
 _WILDCARD_HOSTS = {"", "0.0.0.0", "::", "[::]"}

@@ -42,6 +42,7 @@ from kvstack.engines.common import (
 )
 from kvstack.engines.lmcache import LMCACHE_ENV_PREFIX, MP_HOST, check_lmcache, mp_server, yaml_file
 from kvstack.errors import UnsupportedError
+from kvstack.releases import at_least
 
 SGLANG_RESET_PATH = "/flush_cache"
 # HiCache storage works in pages; 64 is what SGLang's HiCache guides use with a storage backend.
@@ -93,7 +94,7 @@ def check_extra_args(req: RenderRequest, *, hicache: bool, lmcache: bool) -> Non
 def uses_config_file(req: RenderRequest) -> bool:
     """The installed SGLang takes --config (not installed: render for the newest verified one)."""
     sw = req.software
-    return sw.sglang is None or versions.at_least(sw.sglang, MIN_SGLANG_CONFIG)
+    return sw.sglang is None or at_least(sw.sglang, MIN_SGLANG_CONFIG)
 
 
 def auth(req: RenderRequest, prep: Prepared) -> tuple[list[str], list[FileSpec]]:

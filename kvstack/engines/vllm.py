@@ -11,8 +11,9 @@ from typing import Any
 
 from kvstack.engines import versions
 from kvstack.engines.base import LaunchSpec, ProcessSpec, RenderRequest, register
-from kvstack.engines.common import GIB, Prepared, assemble, is_loopback, prepare, refuse_key_flags
+from kvstack.engines.common import Prepared, assemble, is_loopback, prepare, refuse_key_flags
 from kvstack.errors import UnsupportedError
+from kvstack.units import GIB
 
 # POST here empties vLLM's GPU prefix cache; the route exists only with VLLM_SERVER_DEV_MODE=1.
 VLLM_RESET_PATH = "/reset_prefix_cache"

@@ -16,8 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from kvstack.errors import UnsupportedError
 from kvstack.planning.schema import Plan
 from kvstack.remote.url import RemoteURL, parse_remote_url, require_remote_support
+from kvstack.units import GIB
 
-GIB = 1 << 30
 # Headroom in /dev/shm beyond the CPU tier: NCCL and the engine's IPC buffers live there too.
 SHM_HEADROOM_BYTES = 2 * GIB
 # Host memory an engine process needs besides the CPU tier (per GPU rank): the Python process,

@@ -9,12 +9,11 @@ from __future__ import annotations
 from kvstack.hardware import nvml
 from kvstack.hardware.fio import INSTALL_HINT as FIO_INSTALL_HINT
 from kvstack.hardware.snapshot import Check, CheckStatus, DiskInfo, GpuInfo, HardwareSnapshot, MemoryInfo
-from kvstack.units import fmt_bw, fmt_bytes
+from kvstack.units import GIB, fmt_bw, fmt_bytes
 
-GiB = 1024**3
 DISK_MIN_BW = 1e9  # bytes/s: slower disks lose to recomputing the prefix (SATA SSDs ~0.5 GB/s)
-FREE_MIN_BYTES = 20 * GiB
-SHM_MIN_BYTES = 1 * GiB  # below this even vLLM's own shared-memory queues struggle (docker: 64 MiB)
+FREE_MIN_BYTES = 20 * GIB
+SHM_MIN_BYTES = 1 * GIB  # below this even vLLM's own shared-memory queues struggle (docker: 64 MiB)
 CPU_TIER_SHARE = 0.5  # the part of usable RAM a CPU tier may take; /dev/shm and memlock must hold it
 FIO_SKIPPED = "not measured (--no-fio)"
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from kvstack.hardware import nvml
+from kvstack.hardware.gpu_specs import fp8_native, nvfp4_native
 from kvstack.hardware.nvml import NOT_SUPPORTED, DeviceField, NvmlBackend, query
 from kvstack.hardware.snapshot import GpuInfo
 
@@ -30,15 +31,9 @@ def architecture(cc: tuple[int, int] | None) -> str | None:
 
 
 def kv_dtypes(cc: tuple[int, int] | None) -> list[str]:
-    """Reduced-precision KV dtypes vLLM runs natively on this CC (REFERENCE.md, dtype table).
-
-    FP8 has fast paths on Ada (8.9), Hopper (9.0) and Blackwell (10.x, 12.x); NVFP4 KV is CC 10.0
-    only in vLLM (not 12.0). A100 (8.0) runs FP8 KV only through slower backends: not listed.
-    """
-    if cc is None:
-        return []
-    out = ["FP8"] if cc >= (8, 9) else []
-    if cc[0] == 10:
+    """Reduced-precision KV dtypes vLLM runs natively on this CC (hardware/gpu_specs.py's rule)."""
+    out = ["FP8"] if fp8_native(cc) else []
+    if nvfp4_native("vllm", cc):
         out.append("NVFP4")
     return out
 

@@ -8,10 +8,9 @@ from kvstack.hardware import nvml
 from kvstack.hardware.checks import DISK_MIN_BW, SHM_MIN_BYTES, usable_ram
 from kvstack.hardware.gpu import architecture, kv_dtypes
 from kvstack.hardware.snapshot import DiskInfo, GpuInfo, HardwareSnapshot
-from kvstack.units import fmt_bw, fmt_bytes
+from kvstack.units import GIB, fmt_bw, fmt_bytes
 
-GiB = 1024**3
-CPU_TIER_MIN_RAM = 8 * GiB  # below this there is no room for a CPU tier next to the engine
+CPU_TIER_MIN_RAM = 8 * GIB  # below this there is no room for a CPU tier next to the engine
 
 
 def short_name(name: str) -> str:

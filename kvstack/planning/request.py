@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from kvstack.errors import InputError
+from kvstack.hardware.checks import DISK_MIN_BW
 from kvstack.planning.schema import Engine, OffloadChoice
 
 # vLLM's --gpu-memory-utilization default (vllm/config/cache.py: 0.92). SGLang sizes
@@ -25,7 +26,7 @@ class PlanRequest(BaseModel):
     remote_url: str | None = None
     offload: OffloadChoice = "auto"
     cache_root: str | None = None  # where a disk tier goes; None: the best disk in the snapshot
-    min_disk_bw: float = 1e9
+    min_disk_bw: float = DISK_MIN_BW  # doctor judges disks by the same bar
     gpu_memory_utilization: float | None = None
     # The retention target (planning/retention.py): a multiple of the working set or a size; None
     # for both: the workload's, else the default multiple.

@@ -2,20 +2,34 @@
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import BaseModel, ConfigDict, Field
 
 from kvstack.models import ModelGeometry
+from kvstack.names import (
+    ENGINES,
+    OFFLOAD_CHOICES,
+    Connector,
+    Engine,
+    OffloadChoice,
+    Platform,
+    TierKind,
+)
 
-Engine = Literal["vllm", "sglang"]
-Connector = Literal["none", "lmcache", "lmcache-mp", "native", "hicache"]
-OffloadChoice = Literal["auto", "lmcache", "lmcache-mp", "native", "hicache", "none"]
-TierKind = Literal["gpu", "cpu", "disk", "remote"]
-Platform = Literal["cuda", "cpu"]
-
-ENGINES: tuple[str, ...] = ("vllm", "sglang")
-OFFLOAD_CHOICES: tuple[str, ...] = ("auto", "lmcache", "lmcache-mp", "native", "hicache", "none")
+__all__ = [
+    "ENGINES",
+    "OFFLOAD_CHOICES",
+    "Concurrency",
+    "Connector",
+    "Engine",
+    "FetchPath",
+    "OffloadChoice",
+    "Plan",
+    "Platform",
+    "Tier",
+    "TierKind",
+    "TtftModel",
+    "Workload",
+]
 
 
 class Tier(BaseModel):

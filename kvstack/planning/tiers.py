@@ -13,9 +13,8 @@ from dataclasses import dataclass, field
 from kvstack.hardware.snapshot import DiskInfo, GpuInfo, HardwareSnapshot, MemoryInfo
 from kvstack.planning.kv import KvFootprint
 from kvstack.planning.schema import Connector, Tier
-from kvstack.units import fmt_bw, fmt_bytes
+from kvstack.units import GIB, fmt_bw, fmt_bytes
 
-GIB = 1 << 30
 DISK_FREE_FRACTION = 0.8
 MIN_DISK_TIER = 10 * GIB
 ASSUMED_REMOTE_BW = 1.25e9  # 10 Gb/s Ethernet

@@ -18,6 +18,7 @@ import psutil
 
 from kvstack.engines.base import LaunchSpec, ServeOptions
 from kvstack.errors import MissingProgramError, NetworkTargetError, PathError
+from kvstack.units import fmt_bytes
 
 # Python module to look for -> what to pip-install for it.
 ENGINE_MODULES: dict[str, str] = {"vllm": "vllm", "sglang": "sglang[all]", "lmcache": "lmcache"}
@@ -103,10 +104,8 @@ def check_dir_writable(path: str | Path, need_bytes: int = 0, what: str = "cache
         st = os.statvfs(probe)
         free = st.f_bavail * st.f_frsize
         if free < need_bytes:
-            gib = 1 << 30
             raise PathError(
-                f"{what} {target} has {free / gib:.1f} GiB free "
-                f"but the plan needs {need_bytes / gib:.1f} GiB",
+                f"{what} {target} has {fmt_bytes(free)} free but the plan needs {fmt_bytes(need_bytes)}",
                 hint="free space, choose another --cache-dir, or plan a smaller disk tier",
             )
 

@@ -36,6 +36,7 @@ from kvstack.fsutil import ensure_private_dir
 from kvstack.redact import redact_argv, redact_text
 from kvstack.runtime.signals import StopOnSignal
 from kvstack.runtime.watchdog import group_alive
+from kvstack.units import GIB, fmt_bytes
 
 TAIL_LINES = 30
 # poll_died's code for a process that is alive but logged a line after which it cannot serve
@@ -577,12 +578,11 @@ def low_disk_warning(
     margin = (
         min_free_bytes
         if min_free_bytes is not None
-        else min(max(1 << 30, int(total * min_free_fraction)), 50 << 30)
+        else min(max(GIB, int(total * min_free_fraction)), 50 * GIB)
     )
     if free >= margin:
         return None
-    gib = 1 << 30
     return (
-        f"the disk tier at {path} has {free / gib:.1f} GiB free (below the {margin / gib:.1f} GiB margin): "
+        f"the disk tier at {path} has {fmt_bytes(free)} free (below the {fmt_bytes(margin)} margin): "
         "stores will start failing; free space or lower the disk tier size"
     )

@@ -13,7 +13,7 @@ from pydantic import BaseModel, Field
 from kvstack import __version__
 from kvstack.errors import InputError, NetworkTargetError, PathError
 from kvstack.fsutil import atomic_write
-from kvstack.planning.schema import TtftModel
+from kvstack.planning.schema import Engine, Platform, TtftModel
 from kvstack.validation.correctness import (
     DEFAULT_EARLY,
     DEFAULT_NOISE_NATS,
@@ -39,8 +39,8 @@ class ValidationTarget(BaseModel):
     base_url: str
     model: str | None = None  # None: the first model /v1/models lists
     api_key: str | None = Field(default=None, repr=False, exclude=True)
-    engine: Literal["vllm", "sglang"] | None = None  # None: judged from /metrics
-    platform: Literal["cuda", "cpu"] | None = None
+    engine: Engine | None = None  # None: judged from /metrics
+    platform: Platform | None = None
     tiers: list[TierTarget] = Field(default_factory=list)
     reset_path: str | None = None  # None: the engine's default
     metrics_urls: list[str] = Field(default_factory=list)  # empty: BASE/metrics

@@ -94,7 +94,7 @@ def target_from_launch(
         base_url=spec.base_url,
         model=spec.served_model_name,
         api_key=api_key,
-        engine=spec.engine if spec.engine in ("vllm", "sglang") else None,  # type: ignore[arg-type]
+        engine=None if spec.engine == "vllm-router" else spec.engine,
         platform=plan.platform,
         tiers=tiers,
         reset_path=spec.reset_cache_path,

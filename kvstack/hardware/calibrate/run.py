@@ -124,7 +124,7 @@ def _cpu_name() -> str:
 def _peak(dev: torch.device, dtype: torch.dtype) -> tuple[float, str] | None:
     import torch
 
-    from kvstack.planning.gpu_specs import gpu_spec
+    from kvstack.hardware.gpu_specs import gpu_spec
 
     if dev.type != "cuda" or dtype != torch.bfloat16:
         return None

@@ -10,26 +10,6 @@ from kvstack.hardware.snapshot import SoftwareInfo
 
 
 @pytest.mark.parametrize(
-    ("text", "release"),
-    [
-        ("0.32.0", (0, 32)),
-        ("0.10.1.post1", (0, 10, 1)),
-        ("0.11.0rc2", (0, 11)),
-        ("0.5.6+cu128", (0, 5, 6)),
-        ("v0.33.0.dev12+g1234abc", (0, 33)),
-        ("1", (1,)),
-    ],
-)
-def test_parse_version_keeps_the_release(text: str, release: tuple[int, ...]) -> None:
-    assert versions.parse_version(text).release == release
-
-
-def test_parse_version_rejects_garbage() -> None:
-    with pytest.raises(ValueError, match="not a version"):
-        versions.parse_version("latest")
-
-
-@pytest.mark.parametrize(
     ("installed", "minimum", "expected"),
     [
         ("0.18.0", "0.18", True),

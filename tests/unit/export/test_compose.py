@@ -18,8 +18,9 @@ import yaml
 
 from kvstack.errors import UnsupportedError
 from kvstack.export import ExportOptions, export_plan
-from kvstack.export.common import GIB, PASSWORD_ENV, Bundle
+from kvstack.export.common import PASSWORD_ENV, Bundle
 from kvstack.planning.schema import Plan
+from kvstack.units import GIB
 from tests.support.deps import require_module
 from tests.unit.export.plans import make_plan
 

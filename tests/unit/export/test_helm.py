@@ -9,7 +9,8 @@ import yaml
 
 from kvstack.errors import UnsupportedError
 from kvstack.export import ExportOptions, export_plan
-from kvstack.export.common import GIB, LMCACHE_HASH, PASSWORD_ENV
+from kvstack.export.common import LMCACHE_HASH, PASSWORD_ENV
+from kvstack.units import GIB
 from tests.unit.export.plans import make_plan
 
 PASSWORD = "hunter22-secret"

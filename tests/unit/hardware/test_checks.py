@@ -3,8 +3,9 @@ from __future__ import annotations
 import pytest
 
 from kvstack.hardware import checks, nvml
-from kvstack.hardware.checks import GiB, evaluate
+from kvstack.hardware.checks import evaluate
 from kvstack.hardware.snapshot import Check, DiskInfo, HardwareSnapshot, MemoryInfo, SoftwareInfo
+from kvstack.units import GIB as GiB
 
 from .snapshots import gpu_host
 

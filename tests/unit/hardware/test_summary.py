@@ -3,9 +3,9 @@ from __future__ import annotations
 import pytest
 
 from kvstack.hardware import nvml
-from kvstack.hardware.checks import GiB
 from kvstack.hardware.snapshot import DiskInfo, HardwareSnapshot, MemoryInfo
 from kvstack.hardware.summary import best_disk, short_name, summarize
+from kvstack.units import GIB as GiB
 from kvstack.units import fmt_bytes
 
 from .snapshots import gpu_host

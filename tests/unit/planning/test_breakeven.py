@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from kvstack.hardware.gpu_specs import gpu_spec
 from kvstack.planning.breakeven import PEAK_FRACTION, breakeven_tokens, prefill_model
-from kvstack.planning.gpu_specs import gpu_spec
 
 from .helpers import catalog_model
 

@@ -10,19 +10,21 @@ from typing import Any
 import pytest
 
 from kvstack.errors import InputError, UnsupportedError
+from kvstack.hardware import gpu_specs
 from kvstack.hardware.snapshot import RemoteInfo
 from kvstack.planning import (
     breakeven,
     connector,
     cpu_plan,
     dtype,
-    gpu_specs,
     kv,
     layout,
     notes,
     parallel,
     request,
+    retention,
     tiers,
+    ttft,
 )
 from kvstack.planning import plan as plan_module
 from kvstack.planning.kv import footprint
@@ -577,6 +579,8 @@ PURE = [
     request,
     notes,
     gpu_specs,
+    retention,
+    ttft,
 ]
 
 

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import pytest
 
+from kvstack import units
 from kvstack.hardware.snapshot import DiskInfo, MemoryInfo, RemoteInfo
 from kvstack.planning import tiers as tr
 from kvstack.planning.kv import footprint
 
 from .helpers import catalog_model, snapshot
 
-GIB = tr.GIB
+GIB = units.GIB
 KV_8B = footprint(catalog_model("llama-3.1-8b"), 1.0, 1, 131072)  # 8 GiB sessions at fp8
 
 

@@ -95,3 +95,21 @@ def host_link_bytes_per_s(gpu: GpuInfo) -> tuple[float, str]:
         gen, width, assumed = 4, 16, " (link unknown: assumed)"
     bw = _PCIE_LANE_BYTES[gen] * width * PCIE_EFFICIENCY
     return bw, f"PCIe Gen{gen} x{width}{assumed} x {PCIE_EFFICIENCY}"
+
+
+# Reduced-precision KV by compute capability (vLLM's and SGLang's attention backends): FP8 has
+# tensor-core paths on Ada (8.9), Hopper (9.x) and Blackwell (10.x, 12.x), and runs through slower
+# backends from Ampere (8.0); NVFP4 KV is CC 10.x only in vLLM (FlashInfer trtllm-gen), CC 10.x
+# and 12.0 in SGLang.
+FP8_NATIVE_CC = (8, 9)
+FP8_MIN_CC = (8, 0)
+
+
+def fp8_native(cc: tuple[int, int] | None) -> bool:
+    return cc is not None and cc >= FP8_NATIVE_CC
+
+
+def nvfp4_native(engine: str, cc: tuple[int, int] | None) -> bool:
+    if cc is None:
+        return False
+    return cc[0] == 10 if engine == "vllm" else (cc[0] == 10 or cc == (12, 0))

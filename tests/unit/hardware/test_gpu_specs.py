@@ -1,4 +1,4 @@
-"""Peak throughput and bandwidth lookup (kvstack/planning/gpu_specs.py)."""
+"""Peak throughput and bandwidth lookup (kvstack/hardware/gpu_specs.py)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from kvstack.hardware.gpu_specs import PCIE_EFFICIENCY, gpu_spec, host_link_bytes_per_s
 from kvstack.hardware.snapshot import GpuInfo, load_snapshot
-from kvstack.planning.gpu_specs import PCIE_EFFICIENCY, gpu_spec, host_link_bytes_per_s
 from kvstack.profiles import profiles_dir
 
 

@@ -1,0 +1,16 @@
+"""The names of the engines, offload layouts and tiers kvstack knows: one list, imported by the
+CLI (which must stay light: no pydantic here) and by the plan's schema."""
+
+from __future__ import annotations
+
+from typing import Literal, get_args
+
+Engine = Literal["vllm", "sglang"]
+Connector = Literal["none", "lmcache", "lmcache-mp", "native", "hicache"]
+OffloadChoice = Literal["auto", "lmcache", "lmcache-mp", "native", "hicache", "none"]
+TierKind = Literal["gpu", "cpu", "disk", "remote"]
+Platform = Literal["cuda", "cpu"]
+
+ENGINES: tuple[str, ...] = get_args(Engine)
+OFFLOAD_CHOICES: tuple[str, ...] = get_args(OffloadChoice)
+Launched = Literal["vllm", "sglang", "vllm-router"]  # what a LaunchSpec starts: an engine or the router
