@@ -31,7 +31,7 @@ from kvstack.runtime.metrics import MetricsSnapshot, scrape
 from kvstack.runtime.streaming import RequestResult, StreamClient
 
 DEFAULT_MAX_IN_FLIGHT = 1024  # the cap of --rate runs, so a slow server cannot grow memory unboundedly
-WATCH_INTERVAL_S = 0.5  # how often a layout's liveness check runs (issue 7: notice within 2 s)
+WATCH_INTERVAL_S = 0.5  # how often a layout's liveness check runs (a death is noticed within 2 s)
 
 
 @dataclass(frozen=True)

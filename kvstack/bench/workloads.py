@@ -8,7 +8,7 @@ Every request records the prefix length a perfect cache would already hold when 
 can be judged against what was possible.
 
 Prompts that must miss start with a nonce whose FIRST word differs between consecutive prompts
-(REFERENCE.md: a shared first block is a partial hit). Shared text (documents, system prompts)
+(a shared first block would be a partial prefix-cache hit). Shared text (documents, system prompts)
 starts with a run nonce drawn from the seed, so a different seed never hits an earlier run's cache.
 """
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from kvstack.bench.text import TextBuilder
 from kvstack.errors import WorkloadError
@@ -388,7 +388,3 @@ def build_workload(spec: WorkloadSpec, builder: TextBuilder, tiers: TierSizes | 
         notes=tuple(notes),
         shape=shape,
     )
-
-
-def with_spec(workload: Workload, **changes: object) -> WorkloadSpec:
-    return replace(workload.spec, **changes)  # type: ignore[arg-type]

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from kvstack.runtime.supervisor import SupervisorStatus
-    from kvstack.serving.prepare import Prepared
+    from kvstack.serving.prepare import PreparedServe
     from kvstack.serving.replicas import ReplicaSet
     from kvstack.serving.request import ServeRequest
     from kvstack.serving.session import ServeEvents
@@ -149,7 +149,7 @@ def _print_launch(console: Console, doc: dict[str, Any], title: str = "") -> Non
         console.print(f["content"], markup=False)
 
 
-def _print_dry_run(prepared: Prepared | ReplicaSet, json_mode: bool) -> None:
+def _print_dry_run(prepared: PreparedServe | ReplicaSet, json_mode: bool) -> None:
     doc = prepared.dry_run_document()
     if json_mode:
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")

@@ -21,7 +21,7 @@ _WILDCARD_HOSTS = {"", "0.0.0.0", "::", "[::]"}
 
 
 @dataclass
-class Prepared:
+class LaunchBasics:
     """Per-launch values derived once from the request; renderers add notes and secrets."""
 
     fingerprint: str
@@ -77,7 +77,7 @@ def prepare(
     engine_version: str | None,
     connector_version: str | None,
     block_tokens: int,
-) -> Prepared:
+) -> LaunchBasics:
     plan, options, facts = req.plan, req.options, req.facts
     _absolute(options.cache_root, "the cache directory")
     _absolute(options.run_dir, "the run directory")
@@ -103,7 +103,7 @@ def prepare(
     )
     fp = fingerprint(identity)
     secrets = [s for s in (options.api_key, facts.hub_token) if s]
-    return Prepared(
+    return LaunchBasics(
         fingerprint=fp,
         cache_ns=namespace(plan.model.name, fp),
         base_url=f"http://{client_host(options.host)}:{options.port}",
@@ -114,7 +114,7 @@ def prepare(
     )
 
 
-def tier_dir(req: RenderRequest, prep: Prepared, tier: Tier, label: str) -> str:
+def tier_dir(req: RenderRequest, prep: LaunchBasics, tier: Tier, label: str) -> str:
     """``<root>/<model>-<fp>/<label>``: root is the disk the plan measured, else the cache root."""
     root = _absolute(tier.path or req.options.cache_root, f"the {tier.kind} tier directory")
     path = str(PurePosixPath(root) / prep.cache_ns / label)
@@ -128,7 +128,7 @@ def need_tier(req: RenderRequest, kind: TierKind) -> Tier | None:
     return tier if tier is not None and tier.size_bytes > 0 else None
 
 
-def remote_url(req: RenderRequest, prep: Prepared) -> str | None:
+def remote_url(req: RenderRequest, prep: LaunchBasics) -> str | None:
     """The remote store URL with its credentials; the password becomes a secret.
 
     The plan decides whether there is a remote tier; options.remote_url only supplies the
@@ -168,7 +168,7 @@ def derived_port(base: int, offset: int, what: str) -> int:
 
 def assemble(
     req: RenderRequest,
-    prep: Prepared,
+    prep: LaunchBasics,
     *,
     engine_version: str | None,
     connector_version: str | None,

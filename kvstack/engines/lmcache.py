@@ -34,7 +34,7 @@ import yaml
 from kvstack.engines import versions
 from kvstack.engines.base import FileSpec, LaunchSpec, ProcessSpec, RenderRequest, register
 from kvstack.engines.common import (
-    Prepared,
+    LaunchBasics,
     assemble,
     derived_port,
     gib_floor,
@@ -106,7 +106,7 @@ def no_tier_error(req: RenderRequest) -> UnsupportedError:
     )
 
 
-def in_process_config(req: RenderRequest, prep: Prepared) -> dict[str, Any]:
+def in_process_config(req: RenderRequest, prep: LaunchBasics) -> dict[str, Any]:
     """The LMCACHE_CONFIG_FILE content: only keys lmcache.v1.config knows."""
     cpu, disk = need_tier(req, "cpu"), need_tier(req, "disk")
     url = remote_url(req, prep)
@@ -225,7 +225,7 @@ def resp_adapter(url: str, req: RenderRequest, env: dict[str, str]) -> dict[str,
     return adapter
 
 
-def mp_server(req: RenderRequest, prep: Prepared) -> MpServer:
+def mp_server(req: RenderRequest, prep: LaunchBasics) -> MpServer:
     """The supervised `lmcache server` holding L1 (CPU) and the L2 adapters (disk, Redis)."""
     options = req.options
     port = options.lmcache_port or derived_port(options.port, 1, "LMCache server")

@@ -32,7 +32,7 @@ import yaml
 from kvstack.engines import versions
 from kvstack.engines.base import FileSpec, LaunchSpec, ProcessSpec, RenderRequest, register
 from kvstack.engines.common import (
-    Prepared,
+    LaunchBasics,
     assemble,
     is_loopback,
     need_tier,
@@ -97,7 +97,7 @@ def uses_config_file(req: RenderRequest) -> bool:
     return sw.sglang is None or at_least(sw.sglang, MIN_SGLANG_CONFIG)
 
 
-def auth(req: RenderRequest, prep: Prepared) -> tuple[list[str], list[FileSpec]]:
+def auth(req: RenderRequest, prep: LaunchBasics) -> tuple[list[str], list[FileSpec]]:
     """The arguments and files that give SGLang its keys, outside its command line when it can."""
     options = req.options
     keys: dict[str, str] = {}
@@ -143,7 +143,7 @@ def reset_path(req: RenderRequest) -> str | None:
 
 
 def sglang_server(
-    req: RenderRequest, prep: Prepared, extra: list[str], env: dict[str, str]
+    req: RenderRequest, prep: LaunchBasics, extra: list[str], env: dict[str, str]
 ) -> tuple[ProcessSpec, list[FileSpec]]:
     plan, options = req.plan, req.options
     argv = [
@@ -180,7 +180,7 @@ def sglang_server(
     return server, auth_files
 
 
-def _prepare(req: RenderRequest, connector_version: str | None) -> Prepared:
+def _prepare(req: RenderRequest, connector_version: str | None) -> LaunchBasics:
     notes = check_sglang(req)
     prep = prepare(
         req, engine_version=req.software.sglang, connector_version=connector_version, block_tokens=PAGE_SIZE

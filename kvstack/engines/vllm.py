@@ -11,7 +11,7 @@ from typing import Any
 
 from kvstack.engines import versions
 from kvstack.engines.base import LaunchSpec, ProcessSpec, RenderRequest, register
-from kvstack.engines.common import Prepared, assemble, is_loopback, prepare, refuse_key_flags
+from kvstack.engines.common import LaunchBasics, assemble, is_loopback, prepare, refuse_key_flags
 from kvstack.errors import UnsupportedError
 from kvstack.units import GIB
 
@@ -52,7 +52,7 @@ def dev_mode(req: RenderRequest) -> bool:
     return req.options.dev_mode and is_loopback(req.options.host)
 
 
-def prepare_vllm(req: RenderRequest, connector_version: str | None, block_tokens: int) -> Prepared:
+def prepare_vllm(req: RenderRequest, connector_version: str | None, block_tokens: int) -> LaunchBasics:
     notes = check_vllm(req)
     if req.options.dev_mode and not dev_mode(req):
         notes.append(
@@ -76,7 +76,7 @@ def kv_transfer_json(config: dict[str, Any]) -> str:
 
 def vllm_server(
     req: RenderRequest,
-    prep: Prepared,
+    prep: LaunchBasics,
     *,
     kv_transfer_config: dict[str, Any] | None = None,
     env: dict[str, str] | None = None,

@@ -24,7 +24,7 @@ SHM_HEADROOM_BYTES = 2 * GIB
 # CUDA context, staging buffers while loading weights.
 HOST_BASE_BYTES_PER_RANK = 8 * GIB
 # pre_caching_hash_algorithm "builtin" is Python's salted hash(): keys would differ between
-# processes and replicas sharing a remote tier (shared/REFERENCE.md, LMCache YAML).
+# processes and replicas sharing a remote tier; lmcache 0.5.6 maps this name to vLLM's sha256_cbor.
 LMCACHE_HASH = "sha256_cbor_64bit"
 PASSWORD_ENV = "KVSTACK_REDIS_PASSWORD"
 
@@ -131,7 +131,7 @@ def engine_image(plan: Plan, options: ExportOptions) -> tuple[str, str, list[str
 
 
 def shm_bytes(plan: Plan) -> int:
-    """/dev/shm size: vLLM's native CPU tier is an mmap in /dev/shm (shared/REFERENCE.md); a tmpfs
+    """/dev/shm size: vLLM's native CPU tier is an mmap in /dev/shm (vllm/v1/kv_offload/cpu); a tmpfs
     size is a cap, not a reservation, so sizing it for the CPU tier costs nothing unused."""
     cpu = plan.tier("cpu")
     return (cpu.size_bytes if cpu else 0) + SHM_HEADROOM_BYTES
@@ -146,7 +146,7 @@ def lmcache_settings(plan: Plan, disk_dir: str | None, remote_url: str | None) -
     """LMCache in-process keys (lmcache 0.5.6 v1/config.py; sizes in GiB PER TP RANK).
 
     The CPU tier stays on whenever disk or remote is on (``local_cpu: false`` with a disk tier
-    asserts in some versions: shared/REFERENCE.md).
+    asserts in some LMCache versions).
     """
     cfg: dict[str, object] = {
         "chunk_size": plan.chunk_size,
@@ -167,7 +167,7 @@ def lmcache_settings(plan: Plan, disk_dir: str | None, remote_url: str | None) -
 
 
 def vllm_kv_args(plan: Plan, disk_dir: str | None, with_lmcache_connector: bool = True) -> list[str]:
-    """The KV-related vLLM arguments (shared/REFERENCE.md, vLLM section)."""
+    """The KV-related vLLM arguments."""
     args = ["--kv-cache-dtype", plan.kv_cache_dtype]
     cpu = plan.tier("cpu")
     disk = plan.tier("disk")
@@ -202,7 +202,7 @@ def vllm_kv_args(plan: Plan, disk_dir: str | None, with_lmcache_connector: bool 
 
 
 def sglang_args(plan: Plan, disk_dir: str | None) -> tuple[list[str], dict[str, str]]:
-    """SGLang arguments and environment (shared/REFERENCE.md, SGLang section)."""
+    """SGLang arguments and environment."""
     args = [
         "--tp-size", str(plan.tensor_parallel_size),
         "--context-length", str(plan.max_model_len),

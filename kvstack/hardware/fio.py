@@ -1,10 +1,10 @@
 """Sequential read bandwidth of a directory's disk, measured with fio within a time bound.
 
-1 MiB sequential reads with O_DIRECT (so the page cache does not flatter the disk), as
-REFERENCE.md "Disk bandwidth with fio" says: io_uring first, then libaio, then psync, because
-containers often block io_uring. A filesystem that refuses O_DIRECT gets a buffered run, and
-the result says so. The test file is always removed, and the whole probe (laying out the file
-included) stays within ``seconds``: fio is killed when it runs past the deadline.
+1 MiB sequential reads with O_DIRECT (so the page cache does not flatter the disk), queue depth 32:
+io_uring first, then libaio, then psync, because containers often block io_uring. A filesystem that
+refuses O_DIRECT gets a buffered run, and the result says so. The test file is always removed, and
+the whole probe (laying out the file included) stays within ``seconds``: fio is killed when it runs
+past the deadline.
 """
 
 from __future__ import annotations

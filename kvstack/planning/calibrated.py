@@ -87,17 +87,6 @@ def prefill_rate_explained(
     return rate * measured.active_params / active_params, source
 
 
-def prefill_rate(
-    calibration: Calibration | None,
-    model_name: str,
-    context_tokens: int,
-    *,
-    active_params: int | None = None,
-) -> float | None:
-    found = prefill_rate_explained(calibration, model_name, context_tokens, active_params=active_params)
-    return found[0] if found else None
-
-
 def _norm(path: str) -> PurePath:
     return PurePath(os.path.normpath(path))
 
@@ -145,8 +134,3 @@ def tier_read_bw_explained(
             if value:
                 return value, f"calibrated: {disk.path} -> {calibration.device}, {how}, {fmt_bw(value)}"
     return None
-
-
-def tier_read_bw(calibration: Calibration | None, kind: str, path: str | None = None) -> float | None:
-    found = tier_read_bw_explained(calibration, kind, path)
-    return found[0] if found else None

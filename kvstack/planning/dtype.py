@@ -1,4 +1,4 @@
-"""KV-cache dtype by engine and GPU compute capability (shared/REFERENCE.md, dtype table).
+"""KV-cache dtype by engine and GPU compute capability.
 
 vLLM: ``fp8`` runs natively on CC 8.9 (Ada), 9.x (Hopper), 10.x and 12.x (Blackwell); ``nvfp4`` only on
 CC 10.x (FlashInfer trtllm-gen, vllm PR #40177), not 12.x; Ampere keeps the model dtype (FP8 there only

@@ -12,7 +12,7 @@ from kvstack.planning.schema import Plan
 from kvstack.planning.workload import default_workload, load_workload
 from kvstack.redact import redact_url
 
-# LMCache's remote_url schemes (REFERENCE.md, LMCache in-process YAML).
+# The remote_url schemes the LMCache in-process YAML accepts (lmcache 0.5.6).
 REMOTE_SCHEMES = ("redis", "rediss", "redis-sentinel", "lm")
 
 

@@ -253,7 +253,7 @@ def staging_cpu_tier(
     host: HostCapacity, memory: MemoryInfo, kv: KvFootprint, connector: Connector
 ) -> Tier | None:
     """A small DRAM tier under disk/remote tiers: LMCache asserts without local_cpu when disk or
-    remote is on (REFERENCE.md), and vLLM's tiered spec stages through its CPU tier."""
+    remote is on, and vLLM's tiered spec stages through its CPU tier."""
     if connector == "hicache":
         return None  # HiCache's host pool must exceed the device pool: a staging buffer cannot
     usable, note = host_usable(host, memory, connector)

@@ -25,7 +25,7 @@ from kvstack.units import parse_tokens
 
 
 @dataclass(frozen=True)
-class Prepared:
+class PreparedServe:
     request: ServeRequest
     snapshot: HardwareSnapshot
     plan: Plan
@@ -102,7 +102,7 @@ def serve_options(request: ServeRequest, **overrides: Any) -> ServeOptions:
     return ServeOptions(**fields)
 
 
-def prepare(request: ServeRequest, snapshot: HardwareSnapshot | None = None) -> Prepared:
+def prepare(request: ServeRequest, snapshot: HardwareSnapshot | None = None) -> PreparedServe:
     check_port_range(request.port)
     # Before the probe (seconds of fio): a model that is not there fails at once.
     source = resolve_model(request.model_spec(), request.revision)
@@ -111,4 +111,4 @@ def prepare(request: ServeRequest, snapshot: HardwareSnapshot | None = None) -> 
     options = serve_options(request)
     facts = gather_facts(plan.model_path, snap.memory, revision=plan.model_revision)
     spec = render(plan, options, snap.software, facts)
-    return Prepared(request=request, snapshot=snap, plan=plan, options=options, spec=spec)
+    return PreparedServe(request=request, snapshot=snap, plan=plan, options=options, spec=spec)

@@ -2,7 +2,7 @@
 
 The engine keeps serving when Redis disappears (LMCache logs the failure and recomputes), so
 nothing else would tell the user that the shared tier stopped serving. The pings run in a daemon
-thread so that a store that hangs cannot delay noticing an engine death (issue 7: within 2 s).
+thread so that a store that hangs cannot delay noticing an engine death (within 2 s).
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ from kvstack.hardware.snapshot import HardwareSnapshot, MemoryInfo
 from kvstack.planning.schema import Plan
 from kvstack.planning.tiers import host_capacity
 from kvstack.serving.ports import PortLayout, port_layout
-from kvstack.serving.prepare import Prepared, hardware_snapshot, plan_for, serve_options
+from kvstack.serving.prepare import PreparedServe, hardware_snapshot, plan_for, serve_options
 from kvstack.serving.request import ServeRequest
 from kvstack.serving.router import render_router
 
@@ -157,7 +157,7 @@ class ReplicaSet:
     plan: Plan  # what every replica runs, planned for one replica's share of the machine
     layout: PortLayout
     run_dir: Path  # plan.json, launch.json, validation.json, router.log; replica-<i>/ below
-    replicas: tuple[Prepared, ...]
+    replicas: tuple[PreparedServe, ...]
     router: LaunchSpec | None = None
 
     @property
@@ -202,7 +202,7 @@ def prepare_replicas(
     )
     run_root = request.resolved_run_dir()
     facts = gather_facts(plan.model_path, snap.memory, revision=plan.model_revision)
-    replicas: list[Prepared] = []
+    replicas: list[PreparedServe] = []
     for i, port in enumerate(layout.engine_ports):
         run_dir = replica_dir(run_root, i)
         lmcache_port, lmcache_http_port = layout.helper_ports[i]
@@ -217,7 +217,7 @@ def prepare_replicas(
         if devices is not None:
             spec = on_devices(spec, devices[i])
         own = request.model_copy(update={"port": port, "run_dir": run_dir, "replicas": 1, "router": False})
-        replicas.append(Prepared(request=own, snapshot=machine, plan=plan, options=options, spec=spec))
+        replicas.append(PreparedServe(request=own, snapshot=machine, plan=plan, options=options, spec=spec))
     router = None
     if request.router:
         router = render_router(

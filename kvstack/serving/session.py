@@ -17,7 +17,7 @@ from kvstack.errors import Interrupted, ValidationFailed
 from kvstack.fsutil import atomic_write, check_private_dir, ensure_private_dir
 from kvstack.runtime.preflight import preflight_launch
 from kvstack.runtime.supervisor import ProcessFailed, Supervisor, SupervisorStatus
-from kvstack.serving.prepare import Prepared
+from kvstack.serving.prepare import PreparedServe
 from kvstack.serving.remote_watch import RemoteWatch
 from kvstack.serving.request import ServeRequest
 from kvstack.validation import ValidationReport, run_validation, target_from_launch, write_report
@@ -54,7 +54,7 @@ class Supervised(Protocol):
     def restart(self, ready_timeout_s: float) -> None: ...
 
 
-def disk_need_bytes(prepared: Prepared) -> int:
+def disk_need_bytes(prepared: PreparedServe) -> int:
     disk = prepared.plan.tier("disk")
     return disk.size_bytes if disk is not None else 0
 
@@ -71,7 +71,7 @@ def write_launch_files(spec: LaunchSpec) -> None:
         atomic_write(Path(f.path), f.content, mode=f.mode)
 
 
-def private_dirs(prepared: Prepared) -> list[Path]:
+def private_dirs(prepared: PreparedServe) -> list[Path]:
     """Directories that hold users' KV or configs: the cache root, every cache dir below it, the run dir."""
     root = Path(prepared.options.cache_root)
     out = [root, prepared.run_dir]
@@ -81,7 +81,7 @@ def private_dirs(prepared: Prepared) -> list[Path]:
     return list(dict.fromkeys(out))
 
 
-def preflight(prepared: Prepared) -> None:
+def preflight(prepared: PreparedServe) -> None:
     """Every check before a launch, in the order a user would fix them; nothing is written or started.
 
     Local paths first, then port/dirs/engine (runtime.preflight), then the remote store, whose
@@ -97,14 +97,14 @@ def preflight(prepared: Prepared) -> None:
         require_reachable(prepared.options.remote_url)
 
 
-def record_run(prepared: Prepared) -> None:
+def record_run(prepared: PreparedServe) -> None:
     """plan.json and launch.json (secrets masked) in the run dir: what ran, for later reading."""
     run_dir = ensure_private_dir(prepared.run_dir)
     atomic_write(run_dir / "plan.json", prepared.plan.model_dump_json(indent=2) + "\n")
     atomic_write(run_dir / "launch.json", json.dumps(prepared.spec.public(), indent=2) + "\n")
 
 
-def _validate(prepared: Prepared, sup: Supervisor, events: ServeEvents) -> ValidationReport:
+def _validate(prepared: PreparedServe, sup: Supervisor, events: ServeEvents) -> ValidationReport:
     req = prepared.request
     target = target_from_launch(
         prepared.spec,
@@ -177,7 +177,7 @@ def serve_until_stopped(
             time.sleep(POLL_S)
 
 
-def watched_remote(prepared: Prepared) -> str | None:
+def watched_remote(prepared: PreparedServe) -> str | None:
     """The remote store URL (credentials included) when the plan has a remote tier."""
     return prepared.options.remote_url if prepared.plan.tier("remote") is not None else None
 
@@ -192,7 +192,7 @@ def judge(report: ValidationReport | None, request: ServeRequest, events: ServeE
 
 
 @contextmanager
-def launched(prepared: Prepared, events: ServeEvents | None = None) -> Iterator[Supervisor]:
+def launched(prepared: PreparedServe, events: ServeEvents | None = None) -> Iterator[Supervisor]:
     """Preflight, write the configs, start and wait for readiness; stop everything on exit."""
     ev = events or ServeEvents()
     req, spec = prepared.request, prepared.spec
@@ -206,7 +206,7 @@ def launched(prepared: Prepared, events: ServeEvents | None = None) -> Iterator[
         yield sup
 
 
-def run(prepared: Prepared, events: ServeEvents | None = None) -> int:
+def run(prepared: PreparedServe, events: ServeEvents | None = None) -> int:
     """Launch and supervise; returns the exit code (0 clean stop or PASS). Errors raise."""
     ev = events or ServeEvents()
     req, spec = prepared.request, prepared.spec

@@ -18,7 +18,7 @@ import pytest
 
 from kvstack.hardware.snapshot import HardwareSnapshot, load_snapshot
 from kvstack.redact import MASK
-from kvstack.serving.prepare import Prepared, prepare
+from kvstack.serving.prepare import PreparedServe, prepare
 from kvstack.serving.request import ServeRequest
 from kvstack.serving.session import record_run, write_launch_files
 from tests.support.cli_run import isolated_env, run_cli, tree_state
@@ -103,7 +103,7 @@ def test_dry_run_prints_no_secret_and_touches_nothing(
         quiet_listener.accept()  # the dry run never contacted the remote store
 
 
-def _prepared(tmp_path: Path, model: Path, **kw: object) -> Prepared:
+def _prepared(tmp_path: Path, model: Path, **kw: object) -> PreparedServe:
     """A real prepare() of a Llama-3.1-8B-shaped local model, sized so that it gets a disk tier."""
     snap: HardwareSnapshot = load_snapshot(H100)
     # The recorded disk, placed where this test may write: the cache root is on it.

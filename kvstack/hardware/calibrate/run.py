@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 ENV_DEVICE = "KVSTACK_CALIBRATE_DEVICE"
 MODEL = "meta-llama/Llama-3.1-8B"
-CHUNK_TOKENS = 256  # LMCache's default chunk_size (shared/REFERENCE.md): one offload transfer
+CHUNK_TOKENS = 256  # LMCache's default chunk_size: one offload transfer
 GET_TORCH = "https://pytorch.org/get-started/locally/"
 TORCH_HINT = f"pip install torch (a CUDA build, on the GPU machine: {GET_TORCH})"
 MiB = 1024 * 1024

@@ -5,17 +5,29 @@ from __future__ import annotations
 import pytest
 
 from kvstack.hardware.calibrate import Calibration, store_calibration
-from kvstack.hardware.calibrate.model import CopyFigures, DiskFigures, PrefillFigures, PrefillPoint
-from kvstack.models import load_model
-from kvstack.planning.calibrated import (
-    prefill_rate,
-    prefill_rate_explained,
-    tier_read_bw,
-    tier_read_bw_explained,
+from kvstack.hardware.calibrate.model import (
+    CopyFigures,
+    DiskFigures,
+    PrefillFigures,
+    PrefillPoint,
 )
+from kvstack.models import load_model
+from kvstack.planning.calibrated import prefill_rate_explained, tier_read_bw_explained
 from tests.support.calibration import llama8b_prefill
 
 from .helpers import PlanFor, snapshot
+
+
+def prefill_rate_value(
+    calibration: Calibration | None, model: str, context: int, *, active_params: int | None = None
+) -> float | None:
+    found = prefill_rate_explained(calibration, model, context, active_params=active_params)
+    return found[0] if found else None
+
+
+def tier_read_bw_value(calibration: Calibration | None, kind: str, path: str | None = None) -> float | None:
+    found = tier_read_bw_explained(calibration, kind, path)
+    return found[0] if found else None
 
 
 def _prefill(points: dict[int, float], scaled: bool = False) -> PrefillFigures:
@@ -68,7 +80,7 @@ def test_prefill_rate_of_the_measured_model(context: int, expected: float, where
 
 
 def test_an_alias_of_the_measured_model_is_not_scaled() -> None:
-    assert prefill_rate(CAL, "meta-llama/Llama-3.1-8B-Instruct", 2048) == pytest.approx(7_500.0)
+    assert prefill_rate_value(CAL, "meta-llama/Llama-3.1-8B-Instruct", 2048) == pytest.approx(7_500.0)
 
 
 def test_another_model_is_scaled_by_active_params() -> None:
@@ -79,7 +91,7 @@ def test_another_model_is_scaled_by_active_params() -> None:
     # from the catalog when not given: llama-3.1-70b's published 70,553,706,496 parameters
     active_70b = load_model("llama-3.1-70b")[0].active_params
     assert active_70b == 70_553_706_496
-    assert prefill_rate(CAL, "llama-3.1-70b", 1024) == pytest.approx(10_000.0 * 8e9 / active_70b)
+    assert prefill_rate_value(CAL, "llama-3.1-70b", 1024) == pytest.approx(10_000.0 * 8e9 / active_70b)
 
 
 def test_a_scaled_down_measurement_is_always_scaled() -> None:
@@ -91,10 +103,10 @@ def test_a_scaled_down_measurement_is_always_scaled() -> None:
 
 
 def test_no_figure_means_none() -> None:
-    assert prefill_rate(None, "llama-3.1-8b", 1024) is None
-    assert prefill_rate(calibration(prefill=None), "llama-3.1-8b", 1024) is None
-    assert prefill_rate(CAL, "not-in-the-catalog", 1024) is None  # no active params to scale by
-    assert prefill_rate(CAL, "llama-3.1-8b", 0) is None
+    assert prefill_rate_value(None, "llama-3.1-8b", 1024) is None
+    assert prefill_rate_value(calibration(prefill=None), "llama-3.1-8b", 1024) is None
+    assert prefill_rate_value(CAL, "not-in-the-catalog", 1024) is None  # no active params to scale by
+    assert prefill_rate_value(CAL, "llama-3.1-8b", 0) is None
 
 
 DISKS = [
@@ -137,15 +149,15 @@ def test_single_disk_and_cpu_and_other_kinds() -> None:
             h2d_pageable_bytes_per_s=2e10,
         ),
     )
-    assert tier_read_bw(cal, "disk") == 6e9
+    assert tier_read_bw_value(cal, "disk") == 6e9
     found = tier_read_bw_explained(cal, "cpu")
     assert found is not None and found[0] == 5e10 and "pinned, 50.0 GB/s" in found[1]
     pageable_only = CopyFigures(transfer_bytes=1, runs=1, method="m", h2d_pageable_bytes_per_s=2e10)
     found = tier_read_bw_explained(calibration(host_copy=pageable_only), "cpu")
     assert found is not None and found[0] == 2e10 and "pageable (no pinned figure)" in found[1]
-    assert tier_read_bw(cal, "remote", "/nvme") is None
-    assert tier_read_bw(calibration(), "cpu") is None
-    assert tier_read_bw(None, "disk", "/nvme") is None
+    assert tier_read_bw_value(cal, "remote", "/nvme") is None
+    assert tier_read_bw_value(calibration(), "cpu") is None
+    assert tier_read_bw_value(None, "disk", "/nvme") is None
 
 
 def test_a_stored_calibration_reaches_the_planners_prefill_model(plan_for: PlanFor) -> None:
