@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 import httpx
 
-from kvstack.runtime.client import trusts_env
+from kvstack.runtime.client import auth_headers, trusts_env
 
 
 class Tokenizer(Protocol):
@@ -81,7 +81,7 @@ class ServerTokenizer:
     def __init__(self, base_url: str, model: str | None, api_key: str | None = None, timeout_s: float = 30.0):
         self.url = base_url.rstrip("/") + "/tokenize"
         self.model = model
-        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._headers = auth_headers(api_key)
         self._client = httpx.Client(timeout=timeout_s, trust_env=trusts_env(base_url))
         self._specials: int | None = None
 

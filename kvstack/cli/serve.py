@@ -15,7 +15,7 @@ from kvstack.errors import InputError
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from kvstack.runtime.supervisor import SupervisorStatus
+    from kvstack.runtime.status import SupervisorStatus
     from kvstack.serving.prepare import PreparedServe
     from kvstack.serving.replicas import ReplicaSet
     from kvstack.serving.request import ServeRequest
@@ -96,7 +96,7 @@ def serve_events(json_mode: bool) -> ServeEvents:
     from rich.console import Console
     from rich.markup import escape
 
-    from kvstack.runtime.supervisor import format_status
+    from kvstack.runtime.status import format_status
     from kvstack.serving.session import ServeEvents
 
     err = Console(stderr=True, highlight=False, soft_wrap=True)

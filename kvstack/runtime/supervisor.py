@@ -34,9 +34,11 @@ from kvstack.engines.base import LaunchSpec, ProcessSpec
 from kvstack.errors import EngineError, MissingProgramError
 from kvstack.fsutil import ensure_private_dir
 from kvstack.redact import redact_argv, redact_text
+from kvstack.runtime.disk_space import low_disk_warning
+from kvstack.runtime.readiness import probe_ready
 from kvstack.runtime.signals import StopOnSignal
+from kvstack.runtime.status import StatusCallback, SupervisorStatus
 from kvstack.runtime.watchdog import group_alive
-from kvstack.units import GIB, fmt_bytes
 
 TAIL_LINES = 30
 # poll_died's code for a process that is alive but logged a line after which it cannot serve
@@ -95,27 +97,6 @@ class ProcessFailed(EngineError):
         self.process_exit_code = process_exit_code
         self.log_path = log_path
         self.tail = tail
-
-
-@dataclass(frozen=True)
-class SupervisorStatus:
-    phase: str  # "starting", "waiting for /health", "ready", "stopping", "stopped", "failed"
-    name: str  # the process the phase is about
-    elapsed_s: float
-    last_line: str
-
-
-StatusCallback = Callable[[SupervisorStatus], None]
-
-
-def format_status(status: SupervisorStatus, width: int = 100) -> str:
-    """One line for a live display: ``engine: waiting for readiness (12 s) | last log line``."""
-    head = f"{status.name}: {status.phase} ({status.elapsed_s:.0f} s)"
-    if not status.last_line:
-        return head
-    room = max(width - len(head) - 3, 10)
-    line = status.last_line if len(status.last_line) <= room else status.last_line[: room - 3] + "..."
-    return f"{head} | {line}"
 
 
 class _Tee(threading.Thread):
@@ -398,19 +379,8 @@ class Supervisor:
         )
 
     def _probe(self, client: httpx.Client, pspec: ProcessSpec) -> bool:
-        if pspec.ready_url is None:
-            return True
-        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-        try:
-            if client.get(pspec.ready_url, headers=headers, timeout=1.0).status_code // 100 != 2:
-                return False
-            if pspec is not self.spec.server:
-                return True
-            # /health answers before the API routes serve; 401/403 still prove they are up.
-            resp = client.get(self.spec.base_url.rstrip("/") + "/v1/models", headers=headers, timeout=1.0)
-            return resp.status_code // 100 == 2 or resp.status_code in (401, 403)
-        except httpx.HTTPError:
-            return False
+        api = self.spec.base_url if pspec is self.spec.server else None
+        return probe_ready(client, pspec.ready_url, api_base_url=api, api_key=self.api_key)
 
     def wait_ready(self, timeout_s: float, name: str | None = None) -> None:
         """Poll the readiness URL with backoff; raise ProcessFailed on death or timeout."""
@@ -556,33 +526,3 @@ class Supervisor:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self._watchdog.wait(timeout=5.0)
             self._watchdog = None
-
-
-def low_disk_warning(
-    path: str | Path, min_free_bytes: int | None = None, min_free_fraction: float = 0.05
-) -> str | None:
-    """A warning when the filesystem under ``path`` has less than the margin free, else None.
-
-    The default margin is 5% of the filesystem, at least 1 GiB and at most 50 GiB: a KV disk
-    tier writes until its cap, and a full disk makes stores fail silently in the connector.
-    """
-    probe = Path(path)
-    while not probe.exists() and probe != probe.parent:
-        probe = probe.parent
-    try:
-        st = os.statvfs(probe)
-    except OSError:
-        return None
-    total = st.f_blocks * st.f_frsize
-    free = st.f_bavail * st.f_frsize
-    margin = (
-        min_free_bytes
-        if min_free_bytes is not None
-        else min(max(GIB, int(total * min_free_fraction)), 50 * GIB)
-    )
-    if free >= margin:
-        return None
-    return (
-        f"the disk tier at {path} has {fmt_bytes(free)} free (below the {fmt_bytes(margin)} margin): "
-        "stores will start failing; free space or lower the disk tier size"
-    )

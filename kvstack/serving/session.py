@@ -16,7 +16,8 @@ from kvstack.engines.base import LaunchSpec
 from kvstack.errors import Interrupted, ValidationFailed
 from kvstack.fsutil import atomic_write, check_private_dir, ensure_private_dir
 from kvstack.runtime.preflight import preflight_launch
-from kvstack.runtime.supervisor import ProcessFailed, Supervisor, SupervisorStatus
+from kvstack.runtime.status import SupervisorStatus
+from kvstack.runtime.supervisor import ProcessFailed, Supervisor
 from kvstack.serving.prepare import PreparedServe
 from kvstack.serving.remote_watch import RemoteWatch
 from kvstack.serving.request import ServeRequest

@@ -15,7 +15,8 @@ import pytest
 from kvstack.engines.base import LaunchSpec, ProcessSpec
 from kvstack.errors import EngineError, MissingProgramError
 from kvstack.runtime.group import SupervisorGroup
-from kvstack.runtime.supervisor import ProcessFailed, Supervisor, SupervisorStatus
+from kvstack.runtime.status import SupervisorStatus
+from kvstack.runtime.supervisor import ProcessFailed, Supervisor
 from tests.unit.runtime.test_supervisor import (
     CRASH,
     PY,

@@ -18,14 +18,8 @@ import pytest
 
 from kvstack.engines.base import LaunchSpec, ProcessSpec
 from kvstack.errors import EngineError, MissingProgramError
-from kvstack.runtime.supervisor import (
-    ProcessFailed,
-    Supervisor,
-    SupervisorStatus,
-    child_env,
-    format_status,
-    low_disk_warning,
-)
+from kvstack.runtime.status import SupervisorStatus
+from kvstack.runtime.supervisor import ProcessFailed, Supervisor, child_env
 
 ROOT = Path(__file__).resolve().parents[3]
 PY = sys.executable
@@ -291,14 +285,6 @@ def test_failed_helper_stops_everything_without_a_with_block(tmp_path: Path) -> 
     assert sup._watchdog is None  # and the watchdog was sent home
 
 
-def test_format_status() -> None:
-    st = SupervisorStatus("waiting for readiness", "engine", 12.4, "INFO loading weights " + "x" * 200)
-    line = format_status(st, width=80)
-    assert line.startswith("engine: waiting for readiness (12 s) | INFO loading weights")
-    assert len(line) == 80 and line.endswith("...")
-    assert format_status(SupervisorStatus("ready", "engine", 3, "")) == "engine: ready (3 s)"
-
-
 def test_missing_program(tmp_path: Path) -> None:
     server = ProcessSpec(name="engine", argv=["/nonexistent/vllm-binary", "serve"])
     with Supervisor(spec(server), tmp_path / "run") as sup, pytest.raises(MissingProgramError) as info:
@@ -365,16 +351,6 @@ def test_sigterm_to_kvstack_stops_everything_and_raises_interrupted(tmp_path: Pa
     assert "interrupted: interrupted by SIGTERM" in out
     assert wait_gone(pids, 1.0) == []
     assert wait_gone([watchdog], 5.0) == []
-
-
-def test_low_disk_warning(tmp_path: Path) -> None:
-    assert low_disk_warning(tmp_path, min_free_bytes=0) is None
-    warning = low_disk_warning(tmp_path / "not" / "yet", min_free_bytes=1 << 60)
-    assert warning is not None and "below the" in warning and str(tmp_path / "not" / "yet") in warning
-    server = ProcessSpec(name="engine", argv=[PY, "-c", "pass"])
-    sup = Supervisor(spec(server, cache_dirs={"disk": str(tmp_path), "cpu": "/dev/shm"}), tmp_path / "run")
-    assert sup.disk_warnings(min_free_bytes=1 << 60) and len(sup.disk_warnings(min_free_bytes=1 << 60)) == 1
-    assert sup.disk_warnings(min_free_bytes=0) == []
 
 
 # A helper that logs the line LMCache's server logs when it lacks the engine's transfer mode.
@@ -450,3 +426,10 @@ def test_a_server_death_is_not_restartable(tmp_path: Path) -> None:
         while sup.poll_died() is None and time.monotonic() < deadline:
             time.sleep(0.05)
         assert sup.died == ("engine", 3) and not sup.restartable()
+
+
+def test_disk_warnings_cover_the_disk_tier_only(tmp_path: Path) -> None:
+    server = ProcessSpec(name="engine", argv=[PY, "-c", "pass"])
+    sup = Supervisor(spec(server, cache_dirs={"disk": str(tmp_path), "cpu": "/dev/shm"}), tmp_path / "run")
+    assert sup.disk_warnings(min_free_bytes=1 << 60) and len(sup.disk_warnings(min_free_bytes=1 << 60)) == 1
+    assert sup.disk_warnings(min_free_bytes=0) == []
