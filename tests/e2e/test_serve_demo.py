@@ -66,7 +66,9 @@ def test_serve_validates_and_answers(demo_server: ServeSession) -> None:
         timeout=60,
     )
     assert r.status_code == 200, r.text
-    assert r.json()["choices"][0]["text"] is not None
+    answer = r.json()
+    assert isinstance(answer["choices"][0]["text"], str), answer
+    assert answer["usage"]["completion_tokens"] >= 1, answer
     # What ran is recorded, private.
     assert stat.S_IMODE(demo_server.run_dir.stat().st_mode) == 0o700
     assert json.loads((demo_server.run_dir / "plan.json").read_text())["platform"] == "cpu"

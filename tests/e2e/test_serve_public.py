@@ -99,7 +99,9 @@ def test_completions_need_the_key_and_work_with_it(public_server: ServeSession) 
     assert httpx.post(base + "/v1/completions", json=body, timeout=60).status_code == 401
     ok = httpx.post(base + "/v1/completions", json=body, headers=AUTH, timeout=60)
     assert ok.status_code == 200, ok.text
-    assert ok.json()["choices"][0]["text"] is not None
+    answer = ok.json()
+    assert isinstance(answer["choices"][0]["text"], str), answer
+    assert answer["usage"]["completion_tokens"] >= 1, answer
     for path in UNGUARDED_CLIENT_ROUTES:
         assert (
             httpx.post(base + path, json={"model": "demo", "prompt": "x"}, timeout=30).status_code == 401

@@ -73,7 +73,9 @@ def test_two_replicas_share_redis_behind_the_router_and_stop_together(
         body = {"model": "demo", "prompt": "the cache", "max_tokens": 4}
         routed = httpx.post(session.base_url + "/v1/completions", json=body, timeout=120)
         assert routed.status_code == 200, routed.text
-        assert routed.json()["choices"][0]["text"] is not None
+        answer = routed.json()
+        assert isinstance(answer["choices"][0]["text"], str), answer
+        assert answer["usage"]["completion_tokens"] >= 1, answer
         names = {" ".join(p.cmdline()) for p in tree}
         assert sum("vllm.entrypoints.openai.api_server" in n and "--port" in n for n in names) >= 2
         assert any(n.startswith("vllm::router") for n in names)  # its setproctitle name

