@@ -71,6 +71,19 @@ def snapshots(draw: st.DrawFn) -> HardwareSnapshot:
     return HardwareSnapshot(gpus=gpus, memory=memory, disks=disks)
 
 
+# Mostly layouts the engine has; a few it lacks, which must be refused with a one-line error.
+VALID_PAIRS = [
+    (engine, offload)
+    for engine, offloads in (
+        ("vllm", ("auto", "none", "native", "lmcache")),
+        ("sglang", ("auto", "none", "hicache")),
+    )
+    for offload in offloads
+]
+WRONG_ENGINE = [("vllm", "hicache"), ("sglang", "native"), ("sglang", "lmcache")]
+ENGINE_OFFLOADS = st.sampled_from(VALID_PAIRS * 4 + WRONG_ENGINE)
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     snap=snapshots(),
@@ -80,8 +93,7 @@ def snapshots(draw: st.DrawFn) -> HardwareSnapshot:
     context=st.integers(1024, 128 * 1024),
     request=st.fixed_dictionaries(
         {
-            "engine": st.sampled_from(["vllm", "sglang"]),
-            "offload": st.sampled_from(["auto", "none", "native", "lmcache", "hicache"]),
+            "engine_offload": ENGINE_OFFLOADS,
             "min_disk_bw": st.sampled_from([0.0, 1e9, 5e9]),
             "cache_root": st.sampled_from([None, None, "/d0/kv", "/nvme/kv"]),
             "retain_factor": st.sampled_from([None, None, 1.0, 3.0, 40.0]),
@@ -94,10 +106,16 @@ def test_tiers_never_exceed_the_snapshot(
 ) -> None:
     geo = catalog_model(model)
     wl = Workload(name="prop", context_tokens=min(context, geo.max_context), users=users, reuse=reuse)
+    engine, offload = request.pop("engine_offload")
+    request.update(engine=engine, offload=offload)
     try:
         plan = plan_for_workload(snap, model, wl, request)
-    except InputError:
-        return  # an unsupported combination (e.g. SGLang + native) is refused, not planned
+    except InputError as exc:
+        # Refused, not planned: only a layout the engine lacks, or one that needs a GPU without one,
+        # and the one-line error names it.
+        assert (engine, offload) in WRONG_ENGINE or (not snap.gpus and offload in ("native", "hicache"))
+        assert f"--offload {offload}" in exc.message, exc.message
+        return
     host = [v for v in (snap.memory.available_bytes, snap.memory.cgroup_limit_bytes) if v is not None]
     for tier in plan.tiers:
         assert tier.size_bytes >= 0 and tier.tokens >= 0 and tier.size_bytes_per_rank >= 0
