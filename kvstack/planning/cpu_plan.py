@@ -178,7 +178,7 @@ def cpu_ttft(context: int, kv: KvFootprint, offload: list[Tier]) -> TtftModel:
         t.model_copy(update={"read_bw_bytes_per_s": ttft.CPU_PLATFORM_L1_BW}) if t.kind == "cpu" else t
         for t in offload
     ]
-    sources = {"cpu": f"assumed {fmt_bw(ttft.CPU_PLATFORM_L1_BW)}: one memcpy stream through shared memory"}
+    sources = {"cpu": "assumed: one memcpy stream through shared memory", "disk": "measured by fio"}
     return ttft.ttft_model(context, kv.effective_bytes_per_token, bws, latencies, sources=sources)
 
 
