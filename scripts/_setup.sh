@@ -48,6 +48,22 @@ ensure_venv() {
   echo "$want" > "$VENV/.kvstack-stamp"
 }
 
+ensure_sglang_parser() {
+  # SGLang cannot run here, but its argument parser can: tests/integration/test_sglang_parser.py
+  # puts every rendered SGLang command line through it. sglang without its dependencies (torch and
+  # the rest come from .venv), plus the two that server_args imports, in a directory of their own.
+  local dir="$ROOT/.sglang-parser" want="sglang==0.5.23"
+  [ "$(cat "$dir/.kvstack-stamp" 2>/dev/null)" = "$want" ] && return 0
+  log "installing SGLang's parser ($want, no dependencies) into .sglang-parser"
+  rm -rf "$dir"
+  "$PY" -m pip install -q --disable-pip-version-check --no-deps --target "$dir" "$want" 2>&1 \
+    | grep -v "^WARNING: Location" || true
+  "$PY" -m pip install -q --disable-pip-version-check --target "$dir" ipython traitlets 2>&1 \
+    | grep -v "^WARNING: Location\|requires\|dependency conflicts" || true
+  [ -f "$dir/sglang/srt/server_args.py" ] || { log "install failed: $dir has no sglang"; exit 1; }
+  echo "$want" > "$dir/.kvstack-stamp"
+}
+
 ensure_demo_weights() {
   # The demo model's weights are generated, not committed: (re)generate them when missing or when their
   # sha256 is not the one scripts/make-demo-model records (it checks its own output against it, too).
