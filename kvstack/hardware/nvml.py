@@ -2,7 +2,8 @@
 
 ``pynvml`` (from nvidia-ml-py) is imported lazily and initialised once per process; a machine
 without the driver answers fast with a reason instead of an exception. Tests pass a fake
-backend built from recorded device answers (``RecordedNvml``), so everything above this module
+backend that answers from given device facts (``StaticNvml``; the fixtures are assembled from
+nvidia-smi figures and data sheets, not recorded from a driver), so everything above this module
 runs the same with or without a GPU.
 """
 
@@ -134,22 +135,22 @@ def _text(value: object) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
-class RecordedNvml:
-    """A backend answering from recorded device facts (tests, and machines without a GPU).
+class StaticNvml:
+    """A backend answering from given device facts (tests, and machines without a GPU).
 
-    Recorded form: ``{"driver_version": "...", "devices": [{"name": ..., "memory": [total, free],
+    Form: ``{"driver_version": "...", "devices": [{"name": ..., "memory": [total, free],
     ..., "errors": {"field": "Not Supported"}, "count": N}]}``; ``count`` repeats one device.
     """
 
-    def __init__(self, recorded: Mapping[str, Any]) -> None:
-        self._driver = recorded.get("driver_version")
+    def __init__(self, facts: Mapping[str, Any]) -> None:
+        self._driver = facts.get("driver_version")
         self._devices: list[Mapping[str, Any]] = []
-        for dev in recorded.get("devices", []):
+        for dev in facts.get("devices", []):
             self._devices.extend([dev] * int(dev.get("count", 1)))
-        self._init_error: str | None = recorded.get("init_error")
+        self._init_error: str | None = facts.get("init_error")
 
     @classmethod
-    def from_file(cls, path: Path) -> RecordedNvml:
+    def from_file(cls, path: Path) -> StaticNvml:
         return cls(json.loads(path.read_text(encoding="utf-8")))
 
     def _check(self) -> None:

@@ -1,10 +1,11 @@
-"""Paths of the recorded inputs the hardware tests replay."""
+"""Paths of the inputs the hardware tests replay: NVML device facts assembled from nvidia-smi figures
+and data sheets (not recorded from a driver), sample /proc and /sys trees, fio outputs."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from kvstack.hardware.nvml import RecordedNvml
+from kvstack.hardware.nvml import StaticNvml
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 NVML = FIXTURES / "nvml"
@@ -13,5 +14,5 @@ FIO = FIXTURES / "fio"
 NVML_DEVICES = sorted(p.stem for p in NVML.glob("*.json"))
 
 
-def recorded(name: str) -> RecordedNvml:
-    return RecordedNvml.from_file(NVML / f"{name}.json")
+def nvml_fixture(name: str) -> StaticNvml:
+    return StaticNvml.from_file(NVML / f"{name}.json")

@@ -6,9 +6,9 @@ from typing import Any
 import pytest
 
 from kvstack.hardware.gpu import architecture, kv_dtypes, probe_gpus
-from kvstack.hardware.nvml import NOT_SUPPORTED, RecordedNvml
+from kvstack.hardware.nvml import NOT_SUPPORTED, StaticNvml
 
-from .fixtures import NVML, NVML_DEVICES, recorded
+from .fixtures import NVML, NVML_DEVICES, nvml_fixture
 
 
 def _recording(name: str) -> dict[str, Any]:
@@ -17,9 +17,9 @@ def _recording(name: str) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("name", NVML_DEVICES)
-def test_probe_reports_each_recorded_device(name: str) -> None:
+def test_probe_reports_each_fixture_device(name: str) -> None:
     rec = _recording(name)
-    gpus, reason = probe_gpus(recorded(name))
+    gpus, reason = probe_gpus(nvml_fixture(name))
     assert reason is None
     expected = [dev for dev in rec["devices"] for _ in range(dev.get("count", 1))]
     assert [g.index for g in gpus] == list(range(len(expected)))
@@ -39,9 +39,9 @@ def test_probe_reports_each_recorded_device(name: str) -> None:
 
 
 def test_hopper_and_blackwell_facts() -> None:
-    h100, _ = probe_gpus(recorded("h100_sxm_80gb"))
-    b200, _ = probe_gpus(recorded("b200"))
-    rtx, _ = probe_gpus(recorded("rtx_pro_6000_blackwell"))
+    h100, _ = probe_gpus(nvml_fixture("h100_sxm_80gb"))
+    b200, _ = probe_gpus(nvml_fixture("b200"))
+    rtx, _ = probe_gpus(nvml_fixture("rtx_pro_6000_blackwell"))
     assert architecture(h100[0].compute_capability) == "Hopper"
     assert kv_dtypes(h100[0].compute_capability) == ["FP8"]
     # vLLM's NVFP4 KV runs on CC 10.0 only, not on the workstation Blackwell (12.0).
@@ -51,7 +51,7 @@ def test_hopper_and_blackwell_facts() -> None:
 
 
 def test_a100_has_no_native_fp8_kv() -> None:
-    a100, _ = probe_gpus(recorded("a100_sxm4_80gb"))
+    a100, _ = probe_gpus(nvml_fixture("a100_sxm4_80gb"))
     assert architecture(a100[0].compute_capability) == "Ampere"
     assert kv_dtypes(a100[0].compute_capability) == []
 
@@ -59,7 +59,7 @@ def test_a100_has_no_native_fp8_kv() -> None:
 def test_a_failing_field_is_unknown_with_its_reason() -> None:
     rec = _recording("h200_141gb")
     rec["devices"][0] = {**rec["devices"][0], "count": 1, "errors": {"memory": "GPU is lost"}}
-    gpus, reason = probe_gpus(RecordedNvml(rec))
+    gpus, reason = probe_gpus(StaticNvml(rec))
     assert reason is None
     assert gpus[0].memory_total_bytes is None
     assert gpus[0].unknown == {"memory": "GPU is lost"}
@@ -69,16 +69,16 @@ def test_a_failing_field_is_unknown_with_its_reason() -> None:
 def test_unsupported_pcie_query_stays_unknown() -> None:
     rec = _recording("l40s")
     rec["devices"][0] = {**rec["devices"][0], "count": 1, "errors": {"pcie_gen_current": NOT_SUPPORTED}}
-    gpus, _ = probe_gpus(RecordedNvml(rec))
+    gpus, _ = probe_gpus(StaticNvml(rec))
     assert gpus[0].pcie_gen_current is None
     assert gpus[0].unknown["pcie_gen_current"] == NOT_SUPPORTED
 
 
 def test_no_devices_and_broken_nvml_give_reasons() -> None:
-    gpus, reason = probe_gpus(RecordedNvml({"driver_version": "550.54.15", "devices": []}))
+    gpus, reason = probe_gpus(StaticNvml({"driver_version": "550.54.15", "devices": []}))
     assert gpus == []
     assert reason is not None and "sees no GPU" in reason
-    gpus, reason = probe_gpus(RecordedNvml({"init_error": "Unknown Error", "devices": []}))
+    gpus, reason = probe_gpus(StaticNvml({"init_error": "Unknown Error", "devices": []}))
     assert gpus == []
     assert reason == "NVML cannot count devices: Unknown Error"
 
@@ -86,5 +86,5 @@ def test_no_devices_and_broken_nvml_give_reasons() -> None:
 def test_missing_driver_version_is_recorded_per_gpu() -> None:
     rec = _recording("l40s")
     del rec["driver_version"]
-    gpus, _ = probe_gpus(RecordedNvml(rec))
+    gpus, _ = probe_gpus(StaticNvml(rec))
     assert all(g.driver_version is None and "driver_version" in g.unknown for g in gpus)

@@ -50,7 +50,7 @@ def test_nothing_known_still_gives_a_spec() -> None:
     assert gpu_spec(None, None).bf16_flops > 0
 
 
-def test_every_recorded_gpu_is_in_the_table() -> None:
+def test_every_fixture_gpu_is_in_the_table() -> None:
     for path in sorted((profiles_dir() / "hardware").glob("*.json")):
         for gpu in load_snapshot(Path(path)).gpus:
             assert gpu_spec(gpu.name, gpu.compute_capability).source.startswith("data sheet"), gpu.name

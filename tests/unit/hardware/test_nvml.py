@@ -5,9 +5,9 @@ import ctypes
 import pytest
 
 from kvstack.hardware import nvml
-from kvstack.hardware.nvml import NOT_SUPPORTED, NvmlCallError, PynvmlBackend, RecordedNvml, query
+from kvstack.hardware.nvml import NOT_SUPPORTED, NvmlCallError, PynvmlBackend, StaticNvml, query
 
-from .fixtures import NVML_DEVICES, recorded
+from .fixtures import NVML_DEVICES, nvml_fixture
 
 
 def _driver_library_present() -> bool:
@@ -36,8 +36,8 @@ def test_query_lets_other_errors_through() -> None:
 
 
 @pytest.mark.parametrize("name", NVML_DEVICES)
-def test_recorded_backends_answer_every_field(name: str) -> None:
-    backend = recorded(name)
+def test_fixture_backends_answer_every_field(name: str) -> None:
+    backend = nvml_fixture(name)
     assert backend.device_count() >= 1
     for field in nvml.DEVICE_FIELDS:
         value, reason = query(backend.device, 0, field)
@@ -46,8 +46,8 @@ def test_recorded_backends_answer_every_field(name: str) -> None:
             assert reason == NOT_SUPPORTED  # the only error real devices give for these fields
 
 
-def test_recorded_init_failure_fails_every_call() -> None:
-    backend = RecordedNvml({"init_error": "Driver Not Loaded", "devices": []})
+def test_static_init_failure_fails_every_call() -> None:
+    backend = StaticNvml({"init_error": "Driver Not Loaded", "devices": []})
     assert query(backend.device_count) == (None, "Driver Not Loaded")
     assert query(backend.driver_version) == (None, "Driver Not Loaded")
 
