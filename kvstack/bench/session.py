@@ -35,7 +35,7 @@ from kvstack.bench.workloads import (
 from kvstack.errors import EngineError, InputError, Interrupted, KvstackError, NetworkTargetError
 from kvstack.planning.schema import Plan
 from kvstack.redact import redact_url
-from kvstack.runtime.client import auth_headers, trusts_env
+from kvstack.runtime.client import auth_headers, check_http_url, trusts_env
 from kvstack.runtime.metrics import scrape_sync
 
 DEFAULT_CONCURRENCY = 8
@@ -66,17 +66,7 @@ class BenchArgs:
 def normalize_url(url: str, flag: str = "--url") -> str:
     """``http://h:8000/v1/`` -> ``http://h:8000``; anything that is not an http(s) URL is refused."""
     raw = url.strip()
-    parts = urlsplit(raw)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise NetworkTargetError(
-            f"{flag} {redact_url(raw)!r} is not an http(s) URL", hint=f"e.g. {flag} http://127.0.0.1:8000"
-        )
-    try:
-        _ = parts.port
-    except ValueError as exc:
-        raise NetworkTargetError(
-            f"{flag} {redact_url(raw)!r} has a bad port", hint="ports are 1-65535"
-        ) from exc
+    check_http_url(raw, flag)
     base = raw.rstrip("/")
     return base.removesuffix("/v1").rstrip("/")
 

@@ -9,7 +9,26 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from kvstack.errors import NetworkTargetError
+from kvstack.redact import redact_url
+
 _LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1", "[::1]", "0.0.0.0"})
+
+
+def check_http_url(url: str, flag: str, example: str = "http://127.0.0.1:8000") -> None:
+    """An http(s) URL with a host and a valid port, or a NetworkTargetError naming ``flag`` (exit 2)."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise NetworkTargetError(
+            f"{flag} {redact_url(url)!r} is not an http(s) URL like http://HOST:PORT",
+            hint=f"e.g. {flag} {example}",
+        )
+    try:
+        _ = parts.port
+    except ValueError as exc:
+        raise NetworkTargetError(
+            f"{flag} {redact_url(url)!r} has an invalid port", hint="ports are 1-65535"
+        ) from exc
 
 
 def trusts_env(base_url: str) -> bool:

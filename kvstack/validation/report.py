@@ -6,14 +6,14 @@ import math
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
-from urllib.parse import urlsplit
 
 from pydantic import BaseModel, Field
 
 from kvstack import __version__
-from kvstack.errors import InputError, NetworkTargetError, PathError
+from kvstack.errors import InputError, PathError
 from kvstack.fsutil import atomic_write
 from kvstack.planning.schema import Engine, Platform, TtftModel
+from kvstack.runtime.client import check_http_url
 from kvstack.validation.correctness import (
     DEFAULT_EARLY,
     DEFAULT_NOISE_NATS,
@@ -103,23 +103,11 @@ def write_report(report: ValidationReport, path: Path) -> None:
     atomic_write(path, report.to_json() + "\n", mode=0o600)
 
 
-def _check_url(url: str, option: str, example: str) -> None:
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise NetworkTargetError(
-            f"{option} must look like http://HOST:PORT, not {url!r}", hint=f"e.g. {option} {example}"
-        )
-    try:
-        _ = parts.port
-    except ValueError as exc:
-        raise NetworkTargetError(f"{option} {url!r} has an invalid port", hint="ports are 1-65535") from exc
-
-
 def check_target(target: ValidationTarget) -> None:
     """Input errors (exit 2) before any request is sent."""
-    _check_url(target.base_url, "--url", "http://127.0.0.1:8000")
+    check_http_url(target.base_url, "--url")
     if target.cache_server_url is not None:
-        _check_url(target.cache_server_url, "--lmcache", "http://127.0.0.1:8002")
+        check_http_url(target.cache_server_url, "--lmcache", "http://127.0.0.1:8002")
     if target.prompt_tokens is not None and target.prompt_tokens < 64:
         raise InputError(
             f"--prompt-tokens must be at least 64, not {target.prompt_tokens}",

@@ -89,7 +89,7 @@ def test_bad_options_exit_2_without_traceback(tmp_path: Path) -> None:
         (["--url", "http://127.0.0.1:1", "--engine", "tgi"], "--engine must be vllm or sglang"),
         (["--url", "http://127.0.0.1:1", "--tier", "nvme"], "--tier must be cpu, disk or remote"),
         (["--url", "http://127.0.0.1:1", "--tier", "disk"], "--tier disk needs the disk tier's directory"),
-        (["--url", "ftp://x"], "--url must look like http://HOST:PORT"),
+        (["--url", "ftp://x"], "is not an http(s) URL like http://HOST:PORT"),
         (["--url", "http://127.0.0.1:1", "--min-speedup", "abc"], "--min-speedup"),
         (["--url", "http://127.0.0.1:1", "--log", str(tmp_path / "none.log")], "does not exist"),
     ]

@@ -240,7 +240,7 @@ def _closed_port() -> int:
 @pytest.mark.parametrize(
     ("kw", "error", "text"),
     [
-        ({"base_url": "localhost:8000"}, NetworkTargetError, "must look like http://HOST:PORT"),
+        ({"base_url": "localhost:8000"}, NetworkTargetError, "like http://HOST:PORT"),
         ({"base_url": "http://127.0.0.1:99999"}, NetworkTargetError, "invalid port"),
         ({"prompt_tokens": 10}, InputError, "at least 64"),
         ({"min_speedup": 0.5}, InputError, ">= 1.0"),
