@@ -189,11 +189,11 @@ def _prepare(req: RenderRequest, connector_version: str | None) -> LaunchBasics:
     return prep
 
 
-@register("sglang", "none")
-def render_sglang(req: RenderRequest) -> LaunchSpec:
-    check_extra_args(req, hicache=False, lmcache=False)
-    prep = _prepare(req, None)
-    server, files = sglang_server(req, prep, [], {})
+def sglang_launch(
+    req: RenderRequest, prep: LaunchBasics, extra: list[str], env: dict[str, str]
+) -> LaunchSpec:
+    """SGLang's server with ``extra`` arguments and ``env``, and no connector of its own."""
+    server, files = sglang_server(req, prep, extra, env)
     return assemble(
         req,
         prep,
@@ -203,6 +203,13 @@ def render_sglang(req: RenderRequest) -> LaunchSpec:
         reset_cache_path=reset_path(req),
         files=files,
     )
+
+
+@register("sglang", "none")
+def render_sglang(req: RenderRequest) -> LaunchSpec:
+    check_extra_args(req, hicache=False, lmcache=False)
+    prep = _prepare(req, None)
+    return sglang_launch(req, prep, [], {})
 
 
 def hicache_host_args(req: RenderRequest) -> list[str]:
@@ -246,16 +253,7 @@ def render_sglang_hicache(req: RenderRequest) -> LaunchSpec:
         # MLA models share one set of files across ranks; others write a set per rank.
         cap = disk.size_bytes if req.plan.model.attention == "mla" else disk.size_bytes_per_rank
         env["SGLANG_HICACHE_FILE_BACKEND_MAX_SIZE"] = str(cap)
-    server, files = sglang_server(req, prep, extra, env)
-    return assemble(
-        req,
-        prep,
-        engine_version=req.software.sglang,
-        connector_version=None,
-        server=server,
-        reset_cache_path=reset_path(req),
-        files=files,
-    )
+    return sglang_launch(req, prep, extra, env)
 
 
 @register("sglang", "lmcache")
