@@ -5,7 +5,8 @@ share one fingerprint: the same cache namespace under the disk tier's directory 
 keys in the remote tier, where a prefix one replica computed is a hit for every other. Each
 gets its own ports (serving.ports), run directory (RUN_DIR/replica-<i>) and, on a GPU machine,
 its own GPUs (CUDA_VISIBLE_DEVICES). The Plan is made for one replica's share of the machine
-(replica_snapshot: 1/N of the GPUs, usable memory and free disk space; 1/N of --users), so the N
+(planning.replicas.replica_snapshot: 1/N of the GPUs, usable memory and free disk space; 1/N of
+--users), so the N
 engines together fit it. Like ``prepare``, nothing here starts a process or writes a file.
 """
 
@@ -22,9 +23,9 @@ from kvstack.engines.base import LaunchSpec, ProcessSpec
 from kvstack.engines.facts import gather_facts
 from kvstack.engines.render import render
 from kvstack.errors import UnsupportedError
-from kvstack.hardware.snapshot import HardwareSnapshot, MemoryInfo
+from kvstack.hardware.snapshot import HardwareSnapshot
+from kvstack.planning.replicas import device_groups, replica_snapshot
 from kvstack.planning.schema import Plan
-from kvstack.planning.tiers import host_capacity
 from kvstack.serving.ports import PortLayout, port_layout
 from kvstack.serving.prepare import PreparedServe, hardware_snapshot, plan_for, serve_options
 from kvstack.serving.request import ServeRequest
@@ -42,56 +43,6 @@ def visible_gpus(snapshot: HardwareSnapshot, env: Mapping[str, str]) -> list[str
     if inherited:
         return [d.strip() for d in inherited.split(",") if d.strip()]
     return [str(g.index) for g in snapshot.gpus]
-
-
-def _ceiling_view(memory: MemoryInfo, ceiling: int) -> MemoryInfo:
-    cgroup = None if memory.cgroup_limit_bytes is None else ceiling
-    return memory.model_copy(update={"available_bytes": ceiling, "cgroup_limit_bytes": cgroup})
-
-
-def share_memory(memory: MemoryInfo, replicas: int) -> MemoryInfo:
-    """The memory view of one of ``replicas`` engines: the planner's own reserve rule
-    (planning.tiers.host_capacity) leaves each view 1/N of the DRAM it leaves the machine.
-
-    Dividing the memory itself would count the OS's reserve N times; this finds the smallest
-    ceiling whose usable part is the share, so the N plans together fit the machine.
-    """
-    limits = [v for v in (memory.available_bytes, memory.cgroup_limit_bytes) if v is not None]
-    if not limits:
-        return memory
-    ceiling = min(limits)
-    share = host_capacity(memory, 0).usable // replicas
-    lo, hi = 0, ceiling
-    while lo < hi:  # usable grows with the ceiling: bisect for the share
-        mid = (lo + hi) // 2
-        if host_capacity(_ceiling_view(memory, mid), 0).usable >= share:
-            hi = mid
-        else:
-            lo = mid + 1
-    view = _ceiling_view(memory, lo)
-
-    def part(value: int | None) -> int | None:
-        return None if value is None else value // replicas
-
-    return view.model_copy(
-        update={"total_bytes": part(memory.total_bytes), "shm_free_bytes": part(memory.shm_free_bytes)}
-    )
-
-
-def replica_snapshot(snapshot: HardwareSnapshot, replicas: int, gpus_each: int) -> HardwareSnapshot:
-    """What one of ``replicas`` engines on this machine gets: ``gpus_each`` GPUs, its share of
-    DRAM (share_memory) and /dev/shm, and 1/N of each disk's free space."""
-    disks = [
-        d.model_copy(update={"free_bytes": None if d.free_bytes is None else d.free_bytes // replicas})
-        for d in snapshot.disks
-    ]
-    return snapshot.model_copy(
-        update={
-            "gpus": snapshot.gpus[:gpus_each],
-            "memory": share_memory(snapshot.memory, replicas),
-            "disks": disks,
-        }
-    )
 
 
 def total_users(request: ServeRequest) -> int:
@@ -127,11 +78,6 @@ def replica_warning(request: ServeRequest, snapshot: HardwareSnapshot, gpus_each
         f"planned per replica: {n} replicas share this machine, each with {gpus}1/{n} of its usable memory "
         f"and free disk space, and {users} of the {total} --users"
     )
-
-
-def device_groups(tp: int, replicas: int, visible: list[str]) -> list[list[str]]:
-    """The CUDA_VISIBLE_DEVICES entries of each replica: ``tp`` GPUs apiece, none shared."""
-    return [visible[i * tp : (i + 1) * tp] for i in range(replicas)]
 
 
 def on_devices(spec: LaunchSpec, devices: list[str]) -> LaunchSpec:

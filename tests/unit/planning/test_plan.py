@@ -21,6 +21,7 @@ from kvstack.planning import (
     layout,
     notes,
     parallel,
+    replicas,
     request,
     retention,
     tiers,
@@ -581,6 +582,7 @@ PURE = [
     gpu_specs,
     retention,
     ttft,
+    replicas,
 ]
 
 
