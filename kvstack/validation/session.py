@@ -134,7 +134,8 @@ class ServerSession:
                 return False, f"POST {path} failed: {type(exc).__name__}"
             if resp.status_code in (404, 405):
                 return False, (
-                    f"POST {path} is not served (HTTP {resp.status_code}; vLLM needs VLLM_SERVER_DEV_MODE=1)"
+                    f"POST {path} is not served (HTTP {resp.status_code}; vLLM serves it only with "
+                    "VLLM_SERVER_DEV_MODE=1, which kvstack sets only while the engine listens on loopback)"
                 )
             ok = resp.status_code == 200
             if ok:
