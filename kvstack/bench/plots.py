@@ -13,10 +13,11 @@ from typing import Any
 from kvstack.bench.schema import BenchResult
 from kvstack.bench.stats import percentile
 from kvstack.fsutil import atomic_write
+from kvstack.runtime import token_sources as ts
 
 TTFT_CDF = "ttft_cdf.png"
 TTFT_BY_ROUND = "ttft_by_round.png"
-HIT_RATE = "hit_rate.png"
+PROMPT_SOURCES = "prompt_sources.png"  # was hit_rate.png: the hit rate is its stacked cached part
 
 
 def _figure(width: float = 7.0, height: float = 4.5) -> Any:
@@ -86,31 +87,63 @@ def ttft_by_round(result: BenchResult, path: Path) -> Path:
     return _save(fig, path)
 
 
-def hit_rate(result: BenchResult, path: Path) -> Path:
-    """The server-reported token hit rate per layout next to what a perfect cache could reach."""
+# Cached sources stacked from the bottom (their height is the hit rate), recomputed on top.
+_STACK = (ts.ENGINE_CACHE, ts.DRAM, ts.DISK, ts.REMOTE, ts.OFFLOAD, ts.RECOMPUTED)
+_COLORS = {
+    ts.RECOMPUTED: "#c8c8c8",
+    ts.ENGINE_CACHE: "#1f77b4",
+    ts.DRAM: "#2ca02c",
+    ts.DISK: "#ff7f0e",
+    ts.REMOTE: "#9467bd",
+    ts.OFFLOAD: "#8c564b",
+}
+
+
+def source_shares(result: BenchResult) -> list[dict[str, float]]:
+    """Per layout, each source's share of its prompt tokens (empty: the server has no such counters)."""
+    out: list[dict[str, float]] = []
+    for lay in result.layouts:
+        total = sum(lay.cache.tokens_by_source.values())
+        out.append({k: v / total for k, v in lay.cache.tokens_by_source.items()} if total > 0 else {})
+    return out
+
+
+def prompt_sources(result: BenchResult, path: Path) -> Path:
+    """Prompt tokens by source per layout, stacked, next to what a perfect cache could have served."""
     fig = _figure()
     ax = fig.add_subplot()
     names = [lay.name for lay in result.layouts]
-    measured = [lay.cache.token_hit_rate for lay in result.layouts]
-    ideal = [lay.summary.ideal_hit_rate or 0.0 for lay in result.layouts]
     xs = list(range(len(names)))
-    width = 0.38
-    ax.bar([x - width / 2 for x in xs], [(v or 0.0) * 100 for v in measured], width, label="server counters")
-    ax.bar(
-        [x + width / 2 for x in xs],
-        [v * 100 for v in ideal],
-        width,
-        label="shared with earlier rounds",
-        alpha=0.5,
-    )
-    for x, v in zip(xs, measured, strict=True):
-        text = "n/a" if v is None else f"{v * 100:.0f}%"
-        ax.text(x - width / 2, (v or 0.0) * 100 + 1, text, ha="center", va="bottom", fontsize=8)
+    shares = source_shares(result)
+    bottoms = [0.0] * len(xs)
+    for source in _STACK:
+        heights = [s.get(source, 0.0) * 100 for s in shares]
+        if not any(heights):
+            continue
+        ax.bar(xs, heights, 0.6, bottom=bottoms, label=ts.LABELS[source], color=_COLORS[source])
+        for x, h, b in zip(xs, heights, bottoms, strict=True):
+            if h >= 6:
+                ax.text(x, b + h / 2, f"{h:.0f}%", ha="center", va="center", fontsize=8)
+        bottoms = [b + h for b, h in zip(bottoms, heights, strict=True)]
+    for x, lay, s in zip(xs, result.layouts, shares, strict=True):
+        ideal = lay.summary.ideal_hit_rate
+        if ideal is not None:
+            ax.hlines(ideal * 100, x - 0.36, x + 0.36, colors="black", linestyles="dashed")
+        if not s:
+            ax.text(x, 50, "n/a", ha="center", va="center", fontsize=9)
+        tokens = sum(lay.cache.tokens_by_source.values())
+        if tokens:
+            ax.text(x, 101, f"{tokens:,.0f} tokens", ha="center", va="bottom", fontsize=8)
+    ax.plot([], [], color="black", linestyle="dashed", label="shared with earlier rounds")
     ax.set_xticks(xs, names)
-    ax.set_ylim(0, 110)
-    ax.set_ylabel("prompt tokens served from cache (%)")
-    ax.set_title("Cache hit rate per layout")
-    ax.legend(loc="upper right")
+    ax.set_xlim(-0.6, len(xs) - 0.4)
+    ax.set_ylim(0, 112)
+    ax.set_ylabel("prompt tokens (%)")
+    ax.set_title("Prompt tokens by source per layout")
+    handles, labels = ax.get_legend_handles_labels()
+    order = [ts.LABELS[k] for k in ts.SOURCES] + ["shared with earlier rounds"]
+    ranked = sorted(zip(handles, labels, strict=True), key=lambda hl: order.index(hl[1]))
+    ax.legend([h for h, _ in ranked], [lab for _, lab in ranked], loc="upper left", bbox_to_anchor=(1.01, 1))
     return _save(fig, path)
 
 
@@ -118,5 +151,5 @@ def write_plots(result: BenchResult, out_dir: Path) -> list[Path]:
     return [
         ttft_cdf(result, out_dir / TTFT_CDF),
         ttft_by_round(result, out_dir / TTFT_BY_ROUND),
-        hit_rate(result, out_dir / HIT_RATE),
+        prompt_sources(result, out_dir / PROMPT_SOURCES),
     ]

@@ -8,13 +8,14 @@ from collections.abc import Iterable, Sequence
 
 from kvstack.bench.schema import CacheStats, Distribution, RequestRow, Summary
 from kvstack.runtime import metrics as m
+from kvstack.runtime import token_sources
 from kvstack.runtime.metrics import MetricsSnapshot
 
 # LMCache in-process counters (lmcache/observability.py, LMCStatsMonitor's prometheus logger).
 LMCACHE_REQUESTED_TOKENS = "lmcache:num_requested_tokens"
 # LMCache MP server, OTel counters exported as Prometheus
 # (lmcache/v1/mp_observability/subscribers/metrics/lookup.py: l1 + l2 == hit).
-LMCACHE_MP_REQUESTED_TOKENS = "lmcache_mp_lookup_requested_tokens"
+LMCACHE_MP_REQUESTED_TOKENS = m.LMCACHE_MP_REQUESTED_TOKENS
 LMCACHE_MP_HIT_TOKENS = "lmcache_mp_lookup_hit_tokens"
 VLLM_SOURCES = ("local_compute", "local_cache_hit", "external_kv_transfer")
 VLLM_CACHED_SOURCES = ("device", "host", "disk", "p2p", "external_unspecified")
@@ -143,9 +144,11 @@ def cache_stats(before: MetricsSnapshot, after: MetricsSnapshot) -> CacheStats:
     stats.lmcache_mp_hit_tokens = d(LMCACHE_MP_HIT_TOKENS)
     stats.lmcache_mp_l1_hit_tokens = d(m.LMCACHE_MP_L1_HIT_TOKENS)
     stats.lmcache_mp_l2_hit_tokens = d(m.LMCACHE_MP_L2_HIT_TOKENS)
+    stats.lmcache_mp_l2_loads = d.by_label(m.LMCACHE_MP_L2_LOADS, "l2_name", ())
     # SGLang (python/sglang/srt/metrics/collector.py): mode=input is what was computed.
     stats.sglang_tokens_by_mode = d.by_label(m.SGLANG_EFFECTIVE_TOKENS, "mode", SGLANG_MODES)
     stats.token_hit_rate = _headline_hit_rate(stats)
+    stats.tokens_by_source = token_sources.by_source(before, after)
     return stats
 
 

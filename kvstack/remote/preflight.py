@@ -209,3 +209,24 @@ def require_reachable(url: str, timeout_s: float = 3.0) -> RemoteInfo:
             f"test with: redis-cli -h {parsed.host} -p {parsed.port} ping"
         )
     raise NetworkTargetError(f"remote store {info.url} is unusable: {error}", hint=hint)
+
+
+def store_info(url: str, timeout_s: float = 2.0) -> tuple[dict[str, Any] | None, int | None, str | None]:
+    """One INFO and DBSIZE of a Redis store: ``(info, keys, None)`` or ``(None, None, why)``.
+
+    For monitors (``kvstack top``): the reason is redacted like every error of this module, and a
+    malformed URL raises NetworkTargetError.
+    """
+    parsed = parse_remote_url(url)
+    if not parsed.is_redis:
+        return None, None, f"{parsed.scheme}:// has no INFO"
+    client = _client(parsed, timeout_s)
+    try:
+        info = dict(client.info())
+        keys = int(client.dbsize())
+    except (RedisError, OSError) as exc:
+        return None, None, _failure(exc, _cleaner(parsed))
+    finally:
+        with contextlib.suppress(RedisError):
+            client.close()
+    return info, keys, None

@@ -23,6 +23,11 @@ VLLM_PROMPT_TOKENS_BY_SOURCE = "vllm:prompt_tokens_by_source"  # source=local_co
 VLLM_CACHED_BY_SOURCE = "vllm:prompt_tokens_cached_by_source"
 VLLM_CACHE_CONFIG_INFO = "vllm:cache_config_info"  # gauge = 1, labels = CacheConfig fields
 VLLM_OFFLOAD_PREFIX = "vllm:kv_offload_"  # native offload; names changed across versions
+VLLM_PROMPT_TOKENS = "vllm:prompt_tokens"  # prefill tokens, counter
+VLLM_TTFT = "vllm:time_to_first_token_seconds"  # histogram
+VLLM_RUNNING = "vllm:num_requests_running"  # gauge
+VLLM_WAITING = "vllm:num_requests_waiting"  # gauge
+VLLM_KV_USAGE = "vllm:kv_cache_usage_perc"  # gauge, 0..1
 # LMCache in-process (lmcache/observability.py; labels model_name, worker_id, role, served_model_name).
 LMCACHE_HIT_TOKENS = "lmcache:num_hit_tokens"
 LMCACHE_STORED_TOKENS = "lmcache:num_stored_tokens"
@@ -35,10 +40,20 @@ LMCACHE_MP_L2_HIT_TOKENS = "lmcache_mp_lookup_hit_l2_tokens"
 LMCACHE_MP_L2_LOADS = "lmcache_mp_l2_load_completed_requests"
 LMCACHE_MP_L2_STORES = "lmcache_mp_l2_store_completed_requests"
 LMCACHE_MP_L2_USAGE = "lmcache_mp_l2_usage_bytes"
+LMCACHE_MP_L2_EVICTED = "lmcache_mp_l2_evicted_objects_chunks"
+LMCACHE_MP_REQUESTED_TOKENS = "lmcache_mp_lookup_requested_tokens"  # lookups (l1 + l2 + misses)
+LMCACHE_MP_L1_USAGE = "lmcache_mp_l1_memory_usage_bytes"  # gauge, label backend
+LMCACHE_MP_L1_USAGE_RATIO = "lmcache_mp_l1_usage_ratio"  # gauge, 0..1 of --l1-size-gb
+LMCACHE_MP_L1_EVICTED = "lmcache_mp_l1_evicted_chunks"
 # SGLang (python/sglang/srt/metrics/collector.py): mode=input|device_hit|host_hit|storage_hit.
 SGLANG_EFFECTIVE_TOKENS = "sglang:prefill_effective_tokens"
 SGLANG_CACHE_HIT_RATE = "sglang:cache_hit_rate"
 SGLANG_MAX_TOTAL_TOKENS = "sglang:max_total_num_tokens"
+SGLANG_PROMPT_TOKENS = "sglang:prompt_tokens"
+SGLANG_TTFT = "sglang:time_to_first_token_seconds"
+SGLANG_RUNNING = "sglang:num_running_reqs"
+SGLANG_WAITING = "sglang:num_queue_reqs"
+SGLANG_TOKEN_USAGE = "sglang:token_usage"  # gauge, 0..1 of the KV pool
 
 Labels = dict[str, str]
 

@@ -37,5 +37,5 @@ def test_bench_long_doc_qa_reads_real_hits(demo_server: ServeSession, tmp_path: 
     assert warm["cache"]["token_hit_rate"] < 0.1  # documents are unique from their first token
     assert query["cache"]["token_hit_rate"] > 0.5  # each document is served from the prefix cache
     assert query["summary"]["ttft_s"]["p50"] < warm["summary"]["ttft_s"]["p50"]
-    for name in ("ttft_cdf.png", "ttft_by_round.png", "hit_rate.png", "requests.csv"):
+    for name in ("ttft_cdf.png", "ttft_by_round.png", "prompt_sources.png", "requests.csv"):
         assert (out / name).stat().st_size > 0

@@ -25,7 +25,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 BOS = 1
 
@@ -66,6 +66,12 @@ class ServerKnobs:
     # Generated tokens follow from the prompt (greedy, margin 2 nats); from this position on, a
     # request the tier served gets the runner-up tokens instead: KV served wrong, hits counted.
     corrupt_tier_from: int | None = None
+    # The connector is LMCache's cache server: its counters (lmcache_mp_*, names and labels as
+    # lmcache 0.5.6 exports them) on this server's /metrics too, so one URL serves as --lmcache.
+    # ``l2_fraction`` of the tier hits count as L2 hits loaded through adapter ``l2_adapter``.
+    lmcache_mp: bool = False
+    l2_adapter: str = "fs"
+    l2_fraction: float = 0.0
 
 
 @dataclass
@@ -133,6 +139,22 @@ class _Metrics:
                 q.labels(*self.lv)
             for src in ("local_compute", "local_cache_hit", "external_kv_transfer"):
                 self.by_source.labels(*self.lv, src)
+            # Scheduler gauges and the TTFT histogram (vllm/v1/metrics/loggers.py).
+            self.running = Gauge("vllm:num_requests_running", "Running requests", lab, registry=reg)
+            self.waiting = Gauge("vllm:num_requests_waiting", "Waiting requests", lab, registry=reg)
+            self.kv_usage = Gauge("vllm:kv_cache_usage_perc", "KV-cache usage, 1 = 100%", lab, registry=reg)
+            self.ttft = Histogram(
+                "vllm:time_to_first_token_seconds",
+                "Time to first token",
+                lab,
+                buckets=(0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0),
+                registry=reg,
+            )
+            for g in (self.running, self.waiting, self.kv_usage):
+                g.labels(*self.lv).set(0)
+            self.ttft.labels(*self.lv)
+            if knobs.lmcache_mp:
+                self._lmcache_mp(reg, knobs)
             if knobs.connector == "lmcache":
                 llab = ["model_name", "worker_id", "role", "served_model_name"]
                 self.llv = [knobs.model, "0", "worker", knobs.model]
@@ -154,6 +176,33 @@ class _Metrics:
                 knobs.num_gpu_blocks * knobs.block_size
             )
 
+    def _lmcache_mp(self, reg: CollectorRegistry, knobs: ServerKnobs) -> None:
+        mlab = ["model_name", "cache_salt"]
+        self.mlv = [knobs.model, ""]
+        self.mp_requested = Counter("lmcache_mp_lookup_requested_tokens", "Looked up", mlab, registry=reg)
+        self.mp_hit = Counter("lmcache_mp_lookup_hit_tokens", "L1 + L2 hits", mlab, registry=reg)
+        self.mp_l1 = Counter("lmcache_mp_lookup_hit_l1_tokens", "L1 hits", mlab, registry=reg)
+        self.mp_l2 = Counter("lmcache_mp_lookup_hit_l2_tokens", "L2 hits", mlab, registry=reg)
+        # Created at the first event, as the OTel exporter does: absent until something is loaded.
+        self.mp_loads = Counter(
+            "lmcache_mp_l2_load_completed_requests", "L2 loads", ["l2_name"], registry=reg
+        )
+        self.mp_stores = Counter(
+            "lmcache_mp_l2_store_completed_requests", "L2 stores", ["l2_name"], registry=reg
+        )
+        self.mp_l2_usage = Gauge("lmcache_mp_l2_usage_bytes", "L2 usage", ["l2_name"], registry=reg)
+        self.mp_l2_usage.labels(knobs.l2_adapter).set(0)
+        llab = ["backend", "l1_tag"]
+        self.mp_l1_usage = Gauge("lmcache_mp_l1_memory_usage_bytes", "L1 usage", llab, registry=reg)
+        self.mp_l1_ratio = Gauge("lmcache_mp_l1_usage_ratio", "L1 usage ratio", llab, registry=reg)
+        self.mp_l1_usage.labels("dram", "_default").set(0)
+        self.mp_l1_ratio.labels("dram", "_default").set(0)
+        self.mp_l1_bytes = 0
+
+    def record_ttft(self, seconds: float) -> None:
+        if self.k.engine == "vllm":
+            self.ttft.labels(*self.lv).observe(seconds)
+
     def record(self, total: int, gpu_hit: int, tier_hit: int) -> None:
         computed = total - gpu_hit - tier_hit
         if self.k.engine == "vllm":
@@ -169,7 +218,10 @@ class _Metrics:
                 self.ext_hits.labels(*self.lv).inc(tier_hit)
                 self.by_source.labels(*self.lv, "external_kv_transfer").inc(tier_hit)
                 if tier_hit:
-                    self.cached_by_source.labels(*self.lv, "host").inc(tier_hit)
+                    source = "external_unspecified" if self.k.lmcache_mp else "host"
+                    self.cached_by_source.labels(*self.lv, source).inc(tier_hit)
+            if self.k.lmcache_mp:
+                self._record_mp(total, gpu_hit, tier_hit)
             if self.k.connector == "lmcache":
                 self.lm_hits.labels(*self.llv).inc(tier_hit)
                 if not self.k.degraded:
@@ -179,6 +231,21 @@ class _Metrics:
             self.effective.labels(*self.lv, "device_hit").inc(gpu_hit)
             self.effective.labels(*self.lv, "host_hit").inc(tier_hit)
             self.hit_rate.labels(*self.lv).set((gpu_hit + tier_hit) / total if total else 0)
+
+    def _record_mp(self, total: int, gpu_hit: int, tier_hit: int) -> None:
+        l2 = round(tier_hit * self.k.l2_fraction)
+        self.mp_requested.labels(*self.mlv).inc(total - gpu_hit)
+        self.mp_hit.labels(*self.mlv).inc(tier_hit)
+        self.mp_l1.labels(*self.mlv).inc(tier_hit - l2)
+        self.mp_l2.labels(*self.mlv).inc(l2)
+        if l2:
+            self.mp_loads.labels(self.k.l2_adapter).inc()
+        if not self.k.degraded:
+            self.mp_stores.labels(self.k.l2_adapter).inc()
+            self.mp_l1_bytes += total * 64
+            self.mp_l1_usage.labels("dram", "_default").set(self.mp_l1_bytes)
+            self.mp_l1_ratio.labels("dram", "_default").set(self.mp_l1_bytes / (1 << 30))  # a 1 GiB L1
+            self.mp_l2_usage.labels(self.k.l2_adapter).set(self.mp_l1_bytes)
 
     def text(self) -> bytes:
         return generate_latest(self.registry)
@@ -403,7 +470,10 @@ class _Handler(BaseHTTPRequestHandler):
         salt = body.get("cache_salt")
         gpu_hit, tier_hit = srv.prefill((zlib.crc32(str(salt).encode()), *tokens) if salt else tokens)
         computed = len(tokens) - gpu_hit - tier_hit
-        time.sleep(k.base_ttft_s + computed * k.prefill_s_per_token + tier_hit * k.tier_s_per_token)
+        ttft = k.base_ttft_s + computed * k.prefill_s_per_token + tier_hit * k.tier_s_per_token
+        time.sleep(ttft)
+        with srv.lock:
+            srv.metrics.record_ttft(ttft)
         seed = zlib.crc32(repr(tokens).encode())
         corrupt = k.corrupt_tier_from is not None and tier_hit > 0
         for i in range(max_tokens):

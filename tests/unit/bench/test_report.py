@@ -92,7 +92,9 @@ def test_files_are_written_and_read_back(result: BenchResult, tmp_path: Path) ->
     out = tmp_path / "report"
     written = write_report(result, out)
     names = sorted(p.name for p in written)
-    assert names == sorted([RESULTS_JSON, REQUESTS_CSV, "ttft_cdf.png", "ttft_by_round.png", "hit_rate.png"])
+    assert names == sorted(
+        [RESULTS_JSON, REQUESTS_CSV, "ttft_cdf.png", "ttft_by_round.png", "prompt_sources.png"]
+    )
     back = load_result(out)
     assert back == result
     data = json.loads((out / RESULTS_JSON).read_text())

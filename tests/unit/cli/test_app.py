@@ -23,7 +23,7 @@ def kvstack(*args: str, env: dict[str, str] | None = None) -> subprocess.Complet
 def test_help_lists_commands() -> None:
     res = kvstack("--help")
     assert res.returncode == 0
-    for command in ("doctor", "plan", "serve", "validate", "bench"):
+    for command in ("doctor", "plan", "serve", "validate", "bench", "top"):
         assert command in res.stdout
 
 

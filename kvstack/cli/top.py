@@ -1,0 +1,78 @@
+"""`kvstack top`: a live view of running servers and of what each KV tier serves."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+
+from kvstack.cli import options as opt
+from kvstack.errors import InputError
+
+MIN_INTERVAL_S = 0.2
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("top")
+    def _cmd(
+        urls: list[str] = typer.Option(
+            [],
+            "--url",
+            help="A server to watch, e.g. http://127.0.0.1:8000 (repeatable; default: the run dir's)",
+        ),
+        lmcache: list[str] = typer.Option(
+            [],
+            "--lmcache",
+            help="LMCache's cache server HTTP address (lmcache server --http-port), e.g. "
+            "http://127.0.0.1:8002 (repeatable: one per --url, in the same order, or one shared)",
+            show_default=False,
+        ),
+        remote: str | None = typer.Option(
+            None,
+            "--remote",
+            help="The remote tier's Redis (redis://...): used memory, keys, evictions, hit ratio",
+            show_default=False,
+        ),
+        run_dir: Path | None = typer.Option(
+            None,
+            "--run-dir",
+            help="A kvstack serve run dir to read the URLs from (default: the latest run, without --url)",
+        ),
+        disk_dir: Path | None = typer.Option(
+            None, "--disk-dir", help="The disk tier's directory (default: the run dir's)", show_default=False
+        ),
+        interval: float = typer.Option(2.0, "--interval", help="Seconds between scrapes: the window"),
+        once: bool = typer.Option(
+            False, "--once", help="One window (two scrapes --interval apart), then exit"
+        ),
+        as_json: bool = typer.Option(False, "--json", help="With --once: print the window as JSON"),
+        api_key: opt.ApiKey = None,
+        api_key_file: opt.ApiKeyFile = None,
+    ) -> None:
+        """Watch servers and their KV tiers live: requests, TTFT, prompt tokens by source, tier hits."""
+        from kvstack.apikey import resolve_api_key
+        from kvstack.top.live import run_live, snapshot_once
+        from kvstack.top.targets import resolve_targets
+
+        if not interval >= MIN_INTERVAL_S or interval > 3600:
+            raise InputError(
+                f"--interval must be between {MIN_INTERVAL_S} and 3600 seconds, not {interval:g}",
+                hint="e.g. --interval 2",
+            )
+        if as_json and not once:
+            raise InputError("--json prints one window: it needs --once", hint="kvstack top --once --json")
+        key = resolve_api_key(api_key, api_key_file).value
+        targets = resolve_targets(urls, lmcache, remote, run_dir, disk_dir)
+        if once:
+            snap = snapshot_once(targets, interval, key)
+            if as_json:
+                sys.stdout.write(snap.to_json() + "\n")
+            else:
+                from rich.console import Console
+
+                from kvstack.top.view import render
+
+                Console(width=None if sys.stdout.isatty() else 160).print(render(snap))
+            return
+        run_live(targets, interval, key)

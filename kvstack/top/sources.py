@@ -1,0 +1,120 @@
+"""One scrape of everything `kvstack top` watches. Failures are data, never raised: a server
+that stops answering is shown down, and the view keeps running."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kvstack.errors import KvstackError
+from kvstack.redact import redact_text
+from kvstack.runtime.metrics import MetricsSnapshot, scrape_sync
+from kvstack.top.targets import Targets
+
+SCRAPE_TIMEOUT_S = 3.0
+DISK_WALK_LIMIT = 200_000  # files: a bigger tier is reported as "at least"
+
+
+@dataclass(frozen=True)
+class RedisStats:
+    up: bool
+    error: str | None = None
+    used_memory: int | None = None
+    maxmemory: int | None = None
+    keys: int | None = None
+    evicted_keys: int | None = None
+    keyspace_hits: int | None = None
+    keyspace_misses: int | None = None
+
+
+@dataclass(frozen=True)
+class DiskStats:
+    path: str
+    bytes: int | None = None
+    files: int | None = None
+    partial: bool = False  # the walk stopped at DISK_WALK_LIMIT files
+    free_bytes: int | None = None
+    error: str | None = None
+
+
+@dataclass
+class Scrape:
+    at: float  # time.monotonic()
+    wall: float  # time.time()
+    servers: dict[str, MetricsSnapshot] = field(default_factory=dict)  # base URL -> its /metrics
+    lmcache: dict[str, MetricsSnapshot] = field(default_factory=dict)  # cache server URL -> /metrics
+    redis: RedisStats | None = None
+    disk: DiskStats | None = None
+
+
+def _int(info: dict[str, Any], key: str) -> int | None:
+    value = info.get(key)
+    return int(value) if isinstance(value, int | float) else None
+
+
+def redis_stats(url: str, timeout_s: float = SCRAPE_TIMEOUT_S) -> RedisStats:
+    from kvstack.remote.preflight import store_info  # redis-py loads only when a store is watched
+
+    try:
+        info, keys, error = store_info(url, timeout_s)
+    except KvstackError as exc:
+        return RedisStats(False, exc.message)
+    if info is None:
+        return RedisStats(False, error or "no answer")
+    return RedisStats(
+        True,
+        used_memory=_int(info, "used_memory"),
+        maxmemory=_int(info, "maxmemory") or None,  # 0: no limit
+        keys=keys,
+        evicted_keys=_int(info, "evicted_keys"),
+        keyspace_hits=_int(info, "keyspace_hits"),
+        keyspace_misses=_int(info, "keyspace_misses"),
+    )
+
+
+def disk_stats(path: str, limit: int = DISK_WALK_LIMIT) -> DiskStats:
+    """Bytes of the files under ``path`` (symlinks not followed) and the free space of its filesystem."""
+    root = Path(path)
+    if not root.is_dir():
+        return DiskStats(path, error="no such directory (yet)")
+    total = files = 0
+    partial = False
+    for dirpath, _dirs, names in os.walk(root):
+        for name in names:
+            try:
+                total += os.lstat(os.path.join(dirpath, name)).st_size
+            except OSError:
+                continue  # evicted while we walked
+            files += 1
+        if files >= limit:
+            partial = True
+            break
+    try:
+        free = shutil.disk_usage(root).free
+    except OSError as exc:
+        return DiskStats(path, total, files, partial, error=exc.strerror)
+    return DiskStats(path, total, files, partial, free)
+
+
+def _metrics(base: str, api_key: str | None, timeout_s: float) -> MetricsSnapshot:
+    snap = scrape_sync([base + "/metrics"], api_key, timeout_s)
+    secrets = [api_key] if api_key else []
+    snap.errors = [redact_text(e, secrets) for e in snap.errors]
+    return snap
+
+
+def collect(targets: Targets, api_key: str | None = None, timeout_s: float = SCRAPE_TIMEOUT_S) -> Scrape:
+    out = Scrape(time.monotonic(), time.time())
+    for base in targets.servers:
+        out.servers[base] = _metrics(base, api_key, timeout_s)
+    for base in dict.fromkeys(targets.lmcache):
+        out.lmcache[base] = _metrics(base, None, timeout_s)  # its /metrics takes no key
+    if targets.remote:
+        out.redis = redis_stats(targets.remote, timeout_s)
+    if targets.disk_dir:
+        out.disk = disk_stats(targets.disk_dir)
+    return out

@@ -1,0 +1,148 @@
+"""The screen of `kvstack top`, drawn from a TopSnapshot only (the numbers ``--json`` prints)."""
+
+from __future__ import annotations
+
+import time
+
+from rich import box
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from kvstack.runtime import token_sources as ts
+from kvstack.top.snapshot import LmcacheView, ServerView, TopSnapshot
+from kvstack.units import fmt_bytes
+
+
+def _num(x: float | None, fmt: str = "{:,.0f}") -> str:
+    return "-" if x is None else fmt.format(x)
+
+
+def _ms(x: float | None) -> str:
+    return "-" if x is None else f"{x * 1000:.0f} ms"
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x * 100:.0f}%"
+
+
+def _sources(s: ServerView) -> Text:
+    if not s.sources:
+        return Text("-")
+    if not any(v.tokens > 0 for v in s.sources.values()):
+        return Text("no prompts in this window", style="dim")
+    parts = [
+        f"{ts.LABELS.get(k, k)} {_pct(v.share)} ({v.per_s:,.0f}/s)"
+        for k, v in s.sources.items()
+        if v.tokens > 0 or k == ts.RECOMPUTED
+    ]
+    return Text(" · ".join(parts))
+
+
+def servers_table(snap: TopSnapshot) -> Table:
+    table = Table(title="servers", title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 1))
+    table.add_column("server", no_wrap=True)
+    for col in ("state", "run", "wait", "KV", "TTFT p50", "p90", "prompt tok/s"):
+        table.add_column(col, justify="right", no_wrap=True)
+    table.add_column("prompt tokens by source (window)")
+    for s in snap.servers:
+        state = Text("up", style="green") if s.up else Text("DOWN", style="bold red")
+        table.add_row(
+            s.url,
+            state,
+            _num(s.running),
+            _num(s.waiting),
+            _pct(s.kv_usage),
+            _ms(s.ttft_p50_s),
+            _ms(s.ttft_p90_s),
+            _num(s.prompt_tokens_per_s, "{:,.1f}"),
+            _sources(s) if s.up else Text(s.error or "", style="red"),
+        )
+    return table
+
+
+def _lmcache_rows(table: Table, lm: LmcacheView, header: str | None) -> None:
+    if header is not None and lm.up:
+        table.add_row(Text(header, style="bold"), *[""] * 6)
+    if not lm.up:
+        table.add_row(Text(f"LMCache {lm.url} DOWN", style="bold red"), *["-"] * 6)
+    else:
+        used = fmt_bytes(lm.l1_usage_bytes) if lm.l1_usage_bytes is not None else "-"
+        if lm.l1_size_bytes:
+            used += f" / {fmt_bytes(lm.l1_size_bytes)}"
+        table.add_row(
+            "DRAM (LMCache L1)",
+            _num(lm.l1_hit_tokens),
+            _num(lm.l1_hit_tokens_per_s, "{:,.1f}"),
+            _num(lm.l1_hit_tokens_total),
+            used,
+            "-",
+            _num(lm.l1_evicted_chunks),
+        )
+        table.add_row(
+            "LMCache L2 (all)",
+            _num(lm.l2_hit_tokens),
+            _num(lm.l2_hit_tokens_per_s, "{:,.1f}"),
+            _num(lm.l2_hit_tokens_total),
+            "-",
+            "-",
+            "-",
+        )
+        for a in lm.adapters:
+            table.add_row(
+                f"  {ts.LABELS.get(a.tier, a.tier)} (L2 {a.name})",
+                "",
+                "",
+                "",
+                fmt_bytes(a.usage_bytes) if a.usage_bytes is not None else "-",
+                f"{_num(a.loads)}/{_num(a.stores)} ({_num(a.loads_total)}/{_num(a.stores_total)})",
+                _num(a.evicted_chunks),
+            )
+
+
+def tiers_table(snap: TopSnapshot) -> Table:
+    table = Table(title="tiers", title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 1))
+    table.add_column("tier", no_wrap=True)
+    for col in ("hit tokens", "hit tok/s", "since start", "used", "loads/stores", "evicted"):
+        table.add_column(col, justify="right", no_wrap=True)
+    for lm in snap.lmcache:
+        _lmcache_rows(table, lm, f"LMCache {lm.url}" if len(snap.lmcache) > 1 else None)
+    r = snap.remote
+    if r is not None:
+        if not r.up:
+            table.add_row(Text(f"Redis {r.url} DOWN", style="bold red"), *["-"] * 6)
+        else:
+            used = fmt_bytes(r.used_memory_bytes) + (
+                f" / {fmt_bytes(r.maxmemory_bytes)}" if r.maxmemory_bytes else ""
+            )
+            table.add_row(
+                f"Redis {r.url} ({_num(r.keys)} keys)",
+                f"hit {_pct(r.hit_ratio)}",
+                "",
+                f"hit {_pct(r.hit_ratio_total)}",
+                used,
+                "-",
+                f"{_num(r.evicted_keys)} ({_num(r.evicted_keys_total)})",
+            )
+    d = snap.disk
+    if d is not None:
+        used = "-" if d.bytes is None else ("≥" if d.partial else "") + fmt_bytes(d.bytes)
+        free = "" if d.free_bytes is None else f", {fmt_bytes(d.free_bytes)} free"
+        table.add_row(f"disk {d.path}", "", "", "", used + free if d.error is None else d.error, "-", "-")
+    return table
+
+
+def render(snap: TopSnapshot) -> RenderableType:
+    stamp = time.strftime("%H:%M:%S", time.localtime(snap.time))
+    head = Text(f"kvstack top  {stamp}  window {snap.window_s:.1f} s", style="bold")
+    if snap.run_dir:
+        head.append(f"  run {snap.run_dir}", style="dim")
+    head.append("  (q or Ctrl-C to leave)", style="dim")
+    parts: list[RenderableType] = [head, servers_table(snap)]
+    if snap.lmcache or snap.remote is not None or snap.disk is not None:
+        parts.append(tiers_table(snap))
+    for w in snap.warnings:
+        parts.append(Text("warning: ", style="bold yellow") + Text(w))
+    for n in snap.notes:
+        parts.append(Text(f"note: {n}", style="dim"))
+    return Group(*parts)

@@ -1,0 +1,316 @@
+"""Two scrapes -> one window: counter rates, histogram percentiles, prompt tokens by source, warnings.
+
+Everything here is arithmetic on what sources.py collected; nothing is scraped or printed.
+A counter that went down between the scrapes (the server restarted) counts from zero.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from kvstack.redact import redact_url
+from kvstack.runtime import metrics as m
+from kvstack.runtime import token_sources as ts
+from kvstack.runtime.metrics import MetricsSnapshot
+from kvstack.top.snapshot import (
+    AdapterView,
+    DiskView,
+    LmcacheView,
+    RemoteView,
+    ServerView,
+    SourceShare,
+    TopSnapshot,
+)
+from kvstack.top.sources import RedisStats, Scrape
+from kvstack.top.targets import Targets
+
+LMCACHE_MP_PREFIX = "lmcache_mp_"
+TIER_NAMES = {"cpu": "DRAM tier", "disk": "disk tier", "remote": "remote tier"}
+
+
+def counter_delta(before: MetricsSnapshot, after: MetricsSnapshot, name: str, **labels: str) -> float | None:
+    """The counter's change; None where neither scrape has it; its new value after a reset."""
+    return ts.snapshot_accessors(before, after)[0](name, **labels)
+
+
+def bucket_deltas(before: MetricsSnapshot, after: MetricsSnapshot, name: str) -> list[tuple[float, float]]:
+    """A histogram's cumulative bucket counts gained in the window, summed over label sets, by ``le``."""
+
+    def buckets(snap: MetricsSnapshot) -> dict[float, float]:
+        out: dict[float, float] = {}
+        for s in snap.matching(name + "_bucket"):
+            le = s.labels.get("le")
+            if le is None:
+                continue
+            bound = math.inf if le in ("+Inf", "Inf", "inf") else float(le)
+            out[bound] = out.get(bound, 0.0) + s.value
+        return out
+
+    b, a = buckets(before), buckets(after)
+    if sum(a.values()) < sum(b.values()):  # reset: the window is everything since
+        b = {}
+    return sorted((le, a.get(le, 0.0) - b.get(le, 0.0)) for le in a)
+
+
+def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> float | None:
+    """Prometheus' histogram_quantile: linear within the bucket holding rank ``q * count``.
+
+    ``buckets`` are (upper bound, cumulative count) sorted by bound, the last one +Inf. A rank in
+    the +Inf bucket answers the highest finite bound; no observations answer None.
+    """
+    if not 0 <= q <= 1:
+        raise ValueError(f"quantile must be within 0..1, not {q}")
+    if not buckets or buckets[-1][1] <= 0:
+        return None
+    total = buckets[-1][1]
+    rank = q * total
+    lower, below = 0.0, 0.0
+    for bound, count in buckets:
+        if count >= rank and count > below:
+            if math.isinf(bound):
+                return lower
+            return lower + (bound - lower) * (rank - below) / (count - below)
+        if not math.isinf(bound):
+            lower = bound
+        below = count
+    return lower
+
+
+def _rate(value: float | None, window_s: float) -> float | None:
+    return None if value is None or window_s <= 0 else value / window_s
+
+
+def _ratio(num: float | None, den: float | None) -> float | None:
+    return None if num is None or den is None or den <= 0 else num / den
+
+
+def _down(snap: MetricsSnapshot) -> str | None:
+    if snap.errors and not snap.samples:
+        return snap.errors[0]
+    return None
+
+
+def with_lmcache(engine: MetricsSnapshot, lmcache: MetricsSnapshot) -> MetricsSnapshot:
+    """The engine's samples and the cache server's lmcache_mp_* ones, each counted once."""
+    own = [s for s in engine.samples if not s.name.startswith(LMCACHE_MP_PREFIX)]
+    theirs = [s for s in lmcache.samples if s.name.startswith(LMCACHE_MP_PREFIX)]
+    return MetricsSnapshot([*own, *theirs], [*engine.sources, *lmcache.sources], list(engine.errors))
+
+
+def server_view(
+    url: str,
+    before: MetricsSnapshot,
+    after: MetricsSnapshot,
+    lm: tuple[MetricsSnapshot, MetricsSnapshot] | None,
+    window_s: float,
+) -> ServerView:
+    url = redact_url(url)  # a URL may carry user:password@
+    error = _down(after)
+    if error is not None:
+        return ServerView(url=url, up=False, error=error)
+    engine = after.engine
+    sg = engine == "sglang"
+    ttft = bucket_deltas(before, after, m.SGLANG_TTFT if sg else m.VLLM_TTFT)
+    prompt = counter_delta(before, after, m.SGLANG_PROMPT_TOKENS if sg else m.VLLM_PROMPT_TOKENS)
+    # The engine's counters say recomputed / engine cache / offloaded; LMCache's which tier.
+    eb, ea = (with_lmcache(before, lm[0]), with_lmcache(after, lm[1])) if lm else (before, after)
+    sources = ts.prompt_tokens_by_source(*ts.snapshot_accessors(eb, ea))
+    total = sum(sources.values())
+    return ServerView(
+        url=url,
+        up=True,
+        engine=engine,
+        running=after.get(m.SGLANG_RUNNING if sg else m.VLLM_RUNNING),
+        waiting=after.get(m.SGLANG_WAITING if sg else m.VLLM_WAITING),
+        kv_usage=after.get(m.SGLANG_TOKEN_USAGE if sg else m.VLLM_KV_USAGE),
+        requests=ttft[-1][1] if ttft else None,
+        ttft_p50_s=histogram_quantile(0.5, ttft),
+        ttft_p90_s=histogram_quantile(0.9, ttft),
+        prompt_tokens=prompt,
+        prompt_tokens_per_s=_rate(prompt, window_s),
+        sources={
+            k: SourceShare(tokens=v, share=_ratio(v, total), per_s=v / window_s if window_s > 0 else 0.0)
+            for k, v in sources.items()
+        },
+    )
+
+
+def lmcache_view(url: str, before: MetricsSnapshot, after: MetricsSnapshot, window_s: float) -> LmcacheView:
+    url = redact_url(url)
+    error = _down(after)
+    if error is not None:
+        return LmcacheView(url=url, up=False, error=error)
+    delta, label_values = ts.snapshot_accessors(before, after)
+    l1 = delta(m.LMCACHE_MP_L1_HIT_TOKENS)
+    l2 = delta(m.LMCACHE_MP_L2_HIT_TOKENS)
+    lookups = delta(m.LMCACHE_MP_REQUESTED_TOKENS)
+    usage = after.get(m.LMCACHE_MP_L1_USAGE)
+    ratio = after.get(m.LMCACHE_MP_L1_USAGE_RATIO)
+    names = sorted(
+        {*label_values(m.LMCACHE_MP_L2_USAGE, "l2_name"), *label_values(m.LMCACHE_MP_L2_LOADS, "l2_name")}
+        | set(label_values(m.LMCACHE_MP_L2_STORES, "l2_name"))
+    )
+    adapters = [
+        AdapterView(
+            name=n,
+            tier=ts.adapter_tier(n),
+            loads=delta(m.LMCACHE_MP_L2_LOADS, l2_name=n),
+            loads_total=after.get(m.LMCACHE_MP_L2_LOADS, l2_name=n),
+            stores=delta(m.LMCACHE_MP_L2_STORES, l2_name=n),
+            stores_total=after.get(m.LMCACHE_MP_L2_STORES, l2_name=n),
+            usage_bytes=after.get(m.LMCACHE_MP_L2_USAGE, l2_name=n),
+            evicted_chunks=after.get(m.LMCACHE_MP_L2_EVICTED, l2_name=n),
+        )
+        for n in names
+    ]
+    # Counters appear with the first event: a server that has served nothing yet shows none.
+    return LmcacheView(
+        url=url,
+        up=True,
+        lookup_tokens=zero_if_up(lookups),
+        l1_hit_tokens=zero_if_up(l1),
+        l1_hit_tokens_per_s=_rate(zero_if_up(l1), window_s),
+        l1_hit_tokens_total=zero_if_up(after.get(m.LMCACHE_MP_L1_HIT_TOKENS)),
+        l2_hit_tokens=zero_if_up(l2),
+        l2_hit_tokens_per_s=_rate(zero_if_up(l2), window_s),
+        l2_hit_tokens_total=zero_if_up(after.get(m.LMCACHE_MP_L2_HIT_TOKENS)),
+        hit_ratio=_ratio((l1 or 0.0) + (l2 or 0.0), lookups),
+        l1_usage_bytes=usage,
+        l1_size_bytes=usage / ratio if usage is not None and ratio else None,
+        l1_evicted_chunks=after.get(m.LMCACHE_MP_L1_EVICTED),
+        adapters=adapters,
+    )
+
+
+def zero_if_up(value: float | None) -> float:
+    return value if value is not None else 0.0
+
+
+def _sub(a: int | None, b: int | None) -> int | None:
+    if a is None or b is None:
+        return None
+    return a - b if a >= b else a
+
+
+def remote_view(url: str, before: RedisStats | None, after: RedisStats) -> RemoteView:
+    if not after.up:
+        return RemoteView(url=url, up=False, error=after.error)
+    prev = before if before is not None and before.up else None
+    hits = _sub(after.keyspace_hits, prev.keyspace_hits if prev else None)
+    misses = _sub(after.keyspace_misses, prev.keyspace_misses if prev else None)
+    total_h, total_m = after.keyspace_hits, after.keyspace_misses
+    return RemoteView(
+        url=url,
+        up=True,
+        used_memory_bytes=after.used_memory,
+        maxmemory_bytes=after.maxmemory,
+        keys=after.keys,
+        evicted_keys=_sub(after.evicted_keys, prev.evicted_keys if prev else None),
+        evicted_keys_total=after.evicted_keys,
+        hit_ratio=_ratio(hits, None if hits is None or misses is None else hits + misses),
+        hit_ratio_total=_ratio(total_h, None if total_h is None or total_m is None else total_h + total_m),
+    )
+
+
+def _fmt_tokens(n: float) -> str:
+    return f"{n:,.0f}"
+
+
+def _lmcache_warnings(lm: LmcacheView, targets: Targets, w: str, where: str) -> list[str]:
+    if not lm.up:
+        return [f"LMCache cache server {lm.url} is not answering ({lm.error}): the engine recomputes"]
+    if (lm.lookup_tokens or 0) <= 0:
+        return []
+    looked = _fmt_tokens(lm.lookup_tokens or 0)
+    if (lm.l1_hit_tokens or 0) + (lm.l2_hit_tokens or 0) <= 0:
+        return [
+            f"LMCache{where} served 0 of {looked} tokens looked up in the last {w}: every tier missed "
+            "(new prompts, or stores that never landed)"
+        ]
+    out: list[str] = []
+    configured = set(targets.tiers) or {"cpu", *(a.tier for a in lm.adapters)}
+    if "cpu" in configured and (lm.l1_hit_tokens or 0) <= 0:
+        out.append(
+            f"DRAM tier (LMCache{where} L1) served nothing of {looked} tokens looked up in the last {w}"
+        )
+    missed_l1 = (lm.lookup_tokens or 0) - (lm.l1_hit_tokens or 0)
+    for a in lm.adapters:
+        holds = (a.usage_bytes or 0) > 0 or (a.stores_total or 0) > 0
+        if a.tier in configured and holds and missed_l1 > 0 and (a.loads or 0) <= 0:
+            out.append(
+                f"{TIER_NAMES.get(a.tier, a.tier)} (LMCache{where} L2 {a.name}) holds data but served "
+                f"nothing in the last {w} while {_fmt_tokens(missed_l1)} looked-up tokens missed DRAM"
+            )
+    return out
+
+
+def warnings(snap: TopSnapshot, targets: Targets) -> list[str]:
+    """What a person watching should act on: servers that stopped answering, tiers serving nothing."""
+    out: list[str] = []
+    w = f"{snap.window_s:.0f}s" if snap.window_s >= 1 else f"{snap.window_s:.1f}s"
+    for s in snap.servers:
+        if not s.up:
+            out.append(f"server {s.url} is not answering ({s.error}); still watching")
+    many = len(snap.lmcache) > 1
+    for lm in snap.lmcache:
+        out += _lmcache_warnings(lm, targets, w, f" {lm.url}" if many else "")
+    if not snap.lmcache:
+        for s in snap.servers:
+            if not s.up or s.engine != "vllm":
+                continue
+            offloaded = sum(
+                v.tokens for k, v in s.sources.items() if k not in (ts.RECOMPUTED, ts.ENGINE_CACHE)
+            )
+            if targets.tiers and s.prompt_tokens and offloaded <= 0 and s.sources.get(ts.RECOMPUTED):
+                out.append(
+                    f"{s.url}: the offload tiers served nothing in the last {w} "
+                    f"({_fmt_tokens(s.prompt_tokens)} prompt tokens)"
+                )
+    r = snap.remote
+    if r is not None and not r.up:
+        out.append(f"remote store {r.url} is not answering ({r.error}): the remote tier serves nothing")
+    elif r is not None and (r.evicted_keys or 0) > 0:
+        out.append(f"remote store {r.url} evicted {r.evicted_keys} keys in the last {w} (maxmemory reached)")
+    return out
+
+
+def build(
+    targets: Targets, before: Scrape, after: Scrape, previous_redis: RedisStats | None = None
+) -> TopSnapshot:
+    """The window between two scrapes of the same targets."""
+    window_s = max(after.at - before.at, 0.0)
+    empty = MetricsSnapshot()
+
+    def pair(urls: tuple[str, ...]) -> tuple[MetricsSnapshot, MetricsSnapshot] | None:
+        seen = [u for u in urls if u in after.lmcache]
+        if not seen:
+            return None
+        b, a = MetricsSnapshot(), MetricsSnapshot()
+        for u in seen:
+            b, a = b.merged(before.lmcache.get(u, empty)), a.merged(after.lmcache[u])
+        return b, a
+
+    servers = [
+        server_view(url, before.servers.get(url, empty), snap, pair(targets.cache_servers_of(url)), window_s)
+        for url, snap in after.servers.items()
+    ]
+    snap = TopSnapshot(
+        time=after.wall,
+        window_s=window_s,
+        run_dir=targets.run_dir,
+        servers=servers,
+        lmcache=[
+            lmcache_view(url, before.lmcache.get(url, empty), snap, window_s)
+            for url, snap in after.lmcache.items()
+        ],
+        remote=(
+            remote_view(targets.remote_shown or "", before.redis or previous_redis, after.redis)
+            if after.redis is not None
+            else None
+        ),
+        disk=DiskView(**vars(after.disk)) if after.disk is not None else None,
+        notes=list(targets.notes),
+    )
+    snap.warnings = warnings(snap, targets)
+    return snap
