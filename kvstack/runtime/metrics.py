@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from kvstack.runtime.client import auth_headers
+
 # vLLM V1 (vllm/v1/metrics/loggers.py, PrometheusStatLogger; labels model_name, engine).
 # Counters are declared without ``_total``; the exposition adds it.
 VLLM_PREFIX_QUERIES = "vllm:prefix_cache_queries"
@@ -135,10 +137,6 @@ def delta(before: MetricsSnapshot, after: MetricsSnapshot, name: str, **labels: 
     return after.value(name, **labels) - before.value(name, **labels)
 
 
-def _headers(api_key: str | None) -> dict[str, str]:
-    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
-
-
 def _parse_or_error(url: str, status: int, text: str) -> MetricsSnapshot:
     if status != 200:
         return MetricsSnapshot([], [url], [f"{url}: HTTP {status}"])
@@ -155,7 +153,7 @@ async def scrape(
     snap = MetricsSnapshot()
     for url in urls:
         try:
-            resp = await client.get(url, headers=_headers(api_key), timeout=timeout_s)
+            resp = await client.get(url, headers=auth_headers(api_key), timeout=timeout_s)
             part = _parse_or_error(url, resp.status_code, resp.text)
         except httpx.HTTPError as exc:
             part = MetricsSnapshot([], [url], [f"{url}: {type(exc).__name__}: {exc}"])
@@ -168,7 +166,7 @@ def scrape_sync(urls: Iterable[str], api_key: str | None = None, timeout_s: floa
     with httpx.Client(trust_env=False) as client:
         for url in urls:
             try:
-                resp = client.get(url, headers=_headers(api_key), timeout=timeout_s)
+                resp = client.get(url, headers=auth_headers(api_key), timeout=timeout_s)
                 part = _parse_or_error(url, resp.status_code, resp.text)
             except httpx.HTTPError as exc:
                 part = MetricsSnapshot([], [url], [f"{url}: {type(exc).__name__}: {exc}"])

@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 
 from kvstack.errors import InputError, PathError
 from kvstack.redact import MASK, redact_url
+from kvstack.runtime.client import check_http_url
 
 LAUNCH_JSON = "launch.json"
 PLAN_JSON = "plan.json"
@@ -50,17 +51,8 @@ def normalize_base(url: str, flag: str) -> str:
     text = url.strip()
     if "://" not in text:
         text = "http://" + text
-    try:
-        parts = urlsplit(text)
-        _ = parts.port  # raises on a port that is not a number in range
-    except ValueError as exc:
-        raise InputError(
-            f"{flag} {redact_url(url)!r} is not a URL ({exc})", hint=f"e.g. {flag} http://127.0.0.1:8000"
-        ) from exc
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise InputError(
-            f"{flag} {redact_url(url)!r} is not an http(s) URL", hint=f"e.g. {flag} http://127.0.0.1:8000"
-        )
+    check_http_url(text, flag)
+    parts = urlsplit(text)
     base = f"{parts.scheme}://{parts.netloc}{parts.path.rstrip('/')}"
     return base.removesuffix("/metrics")
 
