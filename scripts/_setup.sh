@@ -21,6 +21,7 @@ ensure_apt() {
   command -v redis-server >/dev/null || missing+=(redis-server)
   command -v fincore >/dev/null || missing+=(util-linux)
   command -v tmux >/dev/null || missing+=(tmux)  # tests/e2e/test_top.py drives the live view in it
+  command -v prometheus-redis-exporter >/dev/null || missing+=(prometheus-redis-exporter)  # dashboard test
   [ ${#missing[@]} -eq 0 ] && return 0
   log "installing ${missing[*]} with apt-get"
   as_root apt-get update -qq

@@ -28,6 +28,7 @@ from kvstack.export.common import (
     shm_bytes,
     vllm_kv_args,
 )
+from kvstack.export.monitoring import compose_monitoring
 from kvstack.planning.schema import Plan
 from kvstack.remote.url import RemoteURL
 
@@ -198,6 +199,20 @@ def render_compose(plan: Plan, options: ExportOptions) -> Bundle:
         environment["LMCACHE_CONFIG_FILE"] = LMCACHE_CONFIG_PATH
     engine["environment"] = environment
     services = {plan.engine: engine, **services}
+    if plan.engine == "vllm":
+        redis_target = None
+        if url is not None and url.scheme in ("redis", "rediss"):
+            where = (REDIS_SERVICE, REDIS_PORT) if url.is_loopback() else (url.host, url.port)
+            redis_target = f"{url.scheme}://{where[0]}:{where[1]}"
+        extra, extra_configs, monitoring_files, monitoring_notes = compose_monitoring(
+            plan, name, plan.engine, port, redis_target, url
+        )
+        services.update(extra)
+        config_files.update(extra_configs)
+        files += monitoring_files
+        notes += monitoring_notes
+    else:
+        notes.append("no dashboard for SGLang: its metric names cannot be checked against a real SGLang here")
 
     project: dict[str, object] = {"name": name, "services": services}
     if top_volumes:

@@ -36,6 +36,7 @@ from kvstack.export.common import (
     shm_bytes,
     vllm_kv_args,
 )
+from kvstack.export.monitoring import helm_dashboard
 from kvstack.planning.schema import Plan
 
 PVC_MOUNT = "/data"
@@ -168,5 +169,9 @@ def render_helm(plan: Plan, options: ExportOptions) -> Bundle:
     )
     main = ExportFile(
         name="values.yaml", content=header + yaml.safe_dump(values, sort_keys=False), mode=0o644
+    )
+    files.append(helm_dashboard(plan, name))
+    notes.append(
+        "grafana-dashboard.yaml: the KV-tier dashboard as a ConfigMap for Grafana's dashboard sidecar"
     )
     return Bundle(format="helm", files=[main, *files], notes=notes)

