@@ -61,7 +61,7 @@ ensure_sglang_parser() {
   "$PY" -m pip install -q --disable-pip-version-check --no-deps --target "$dir" "$want" 2>&1 \
     | grep -v "^WARNING: Location" || true
   "$PY" -m pip install -q --disable-pip-version-check --target "$dir" ipython traitlets 2>&1 \
-    | grep -v "^WARNING: Location\|requires\|dependency conflicts" || true
+    | grep -v "^WARNING\|requires\|dependency conflicts" || true
   [ -f "$dir/sglang/srt/server_args.py" ] || { log "install failed: $dir has no sglang"; exit 1; }
   echo "$want" > "$dir/.kvstack-stamp"
 }

@@ -51,7 +51,8 @@ def test_compose_with_a_local_redis_writes_private_secrets(
     doc = yaml.safe_load((tmp_path / "compose.yaml").read_text())
     assert set(doc["services"]) == {"vllm", "redis", "redis-exporter", "prometheus", "grafana"}
     assert PASSWORD not in (tmp_path / "compose.yaml").read_text()
-    assert (tmp_path / "dashboard.json").exists() and PASSWORD not in (tmp_path / "prometheus.yml").read_text()
+    assert (tmp_path / "dashboard.json").exists()
+    assert PASSWORD not in (tmp_path / "prometheus.yml").read_text()
     assert stat.S_IMODE((tmp_path / ".env").stat().st_mode) == 0o600
     assert PASSWORD in (tmp_path / ".env").read_text()
     assert (tmp_path / "lmcache.yaml").exists()
