@@ -59,14 +59,14 @@ def compose_monitoring(
         jobs.append(
             {"job_name": "redis", "static_configs": [{"targets": [f"redis-exporter:{REDIS_EXPORTER_PORT}"]}]}
         )
-        exporter: dict[str, object] = {
+        environment = {"REDIS_ADDR": redis_target}
+        if url is not None and url.password is not None:
+            environment["REDIS_PASSWORD"] = f"${{{PASSWORD_ENV}}}"
+        services["redis-exporter"] = {
             "image": REDIS_EXPORTER_IMAGE,
-            "environment": {"REDIS_ADDR": redis_target},
+            "environment": environment,
             "restart": "unless-stopped",
         }
-        if url is not None and url.password is not None:
-            exporter["environment"] = {"REDIS_ADDR": redis_target, "REDIS_PASSWORD": f"${{{PASSWORD_ENV}}}"}
-        services["redis-exporter"] = exporter
     prometheus_cfg = {"global": {"scrape_interval": "10s"}, "scrape_configs": jobs}
     services["prometheus"] = {
         "image": PROMETHEUS_IMAGE,

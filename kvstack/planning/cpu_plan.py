@@ -173,13 +173,12 @@ def tight_warning(host: tr.HostCapacity, weights: int, kv_space: int, notes: Not
 def cpu_ttft(context: int, kv: KvFootprint, offload: list[Tier]) -> TtftModel:
     """Fetch times of the offload tiers; no prefill figure: kvstack has none for a CPU backend, so
     the validation pass anchors predictions on the hit it measures."""
-    latencies: dict[str, float] = {t.kind: t.latency_s or 0.0 for t in offload}
     bws = [
         t.model_copy(update={"read_bw_bytes_per_s": ttft.CPU_PLATFORM_L1_BW}) if t.kind == "cpu" else t
         for t in offload
     ]
     sources = {"cpu": "assumed: one memcpy stream through shared memory", "disk": "measured by fio"}
-    return ttft.ttft_model(context, kv.effective_bytes_per_token, bws, latencies, sources=sources)
+    return ttft.ttft_model(context, kv.effective_bytes_per_token, bws, sources=sources)
 
 
 def offload_tiers(
@@ -223,7 +222,7 @@ def offload_tiers(
             )
         notes.reasons["disk_tier"] = disk_reason
     if remote is not None:
-        remote_tier, _latency, warns = tr.remote_tier(snapshot, redact_url(remote), kv)
+        remote_tier, warns = tr.remote_tier(snapshot, redact_url(remote), kv)
         out.append(remote_tier)
         notes.reasons["remote_tier"] = remote_tier.reason + suffix
         for w in warns:

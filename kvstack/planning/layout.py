@@ -13,7 +13,7 @@ from kvstack.planning.request import PlanRequest
 from kvstack.planning.schema import Connector, Tier
 from kvstack.units import fmt_bytes, fmt_tokens
 
-Lower = tuple[list[Tier], dict[str, float], Connector]
+Lower = tuple[list[Tier], Connector]
 
 
 def offload_tiers(
@@ -26,17 +26,16 @@ def offload_tiers(
     retention: int,
     notes: Notes,
 ) -> Lower:
-    """(tiers below the GPU, fetch latency by tier kind, connector). HBM only when the retention
+    """(tiers below the GPU, connector). HBM only when the retention
     target fits it; DRAM then disk fill the retention target top-down."""
     kv, pool = chosen.kv, chosen.budget.pool_total
-    latencies: dict[str, float] = {}
     fits = chosen.working_set <= pool
     if wanted == "none":
         notes.reasons["offload"] = connector_why
         notes.reasons["connector"] = "none"
         if not fits:
             notes.warn("--offload none: prefixes that do not fit the GPU pool will be recomputed")
-        return [], latencies, "none"
+        return [], "none"
     # cache_root only says where a disk tier goes (serve always passes one): it forces nothing.
     forced = request.offload != "auto" or remote is not None
     if retention <= pool and not forced:
@@ -45,7 +44,7 @@ def offload_tiers(
             "no offload tier, no connector"
         )
         notes.reasons["connector"] = "none: nothing to offload"
-        return [], latencies, "none"
+        return [], "none"
     if not fits:
         why = f"the working set ({fmt_bytes(chosen.working_set)}) exceeds the GPU pool ({fmt_bytes(pool)})"
     elif retention > pool:
@@ -75,8 +74,7 @@ def offload_tiers(
         notes.reasons["disk_tier"] = "not needed: DRAM holds the retention target"
     remote_tier: Tier | None = None
     if remote is not None:
-        remote_tier, latency, warns = tr.remote_tier(snapshot, remote, kv)
-        latencies["remote"] = latency
+        remote_tier, warns = tr.remote_tier(snapshot, remote, kv)
         notes.reasons["remote_tier"] = remote_tier.reason
         for w in warns:
             notes.warn(w)
@@ -87,14 +85,12 @@ def offload_tiers(
             disk = remote_tier = None
         else:
             notes.reasons["cpu_tier"] = cpu.reason
-    if disk is not None:
-        latencies["disk"] = tr.DISK_LATENCY
     tiers = [t for t in (cpu, disk, remote_tier) if t is not None]
     if not tiers:
         notes.reasons["connector"] = "none: no tier below the GPU qualifies"
         if not fits:
             notes.warn("no offload tier qualifies: prefixes that do not fit the GPU pool will be recomputed")
-        return [], latencies, "none"
+        return [], "none"
     notes.reasons["connector"] = connector_why
     if wanted == "native":
         notes.reasons["per_rank"] = (
@@ -105,7 +101,7 @@ def offload_tiers(
             f"{wanted} sizes its DRAM/disk tiers per TP rank: each of the {kv.tp} rank(s) gets "
             "size_bytes_per_rank"
         )
-    return tiers, latencies, wanted
+    return tiers, wanted
 
 
 def with_breakeven(
@@ -113,7 +109,6 @@ def with_breakeven(
     model: ModelGeometry,
     chosen: Attempt,
     lower: list[Tier],
-    latencies: dict[str, float],
     notes: Notes,
 ) -> tuple[list[Tier], be.PrefillModel]:
     """Each tier below the GPU with its read bandwidth and break-even prefix length."""
@@ -128,9 +123,7 @@ def with_breakeven(
     for tier in lower:
         # Each rank has its own host link; a disk or a remote store is shared by all ranks.
         bw = host_bw * kv.tp if tier.kind == "cpu" else tier.read_bw_bytes_per_s
-        n = be.breakeven_tokens(
-            prefill, kv.effective_bytes_per_token, bw or 0.0, latencies.get(tier.kind, 0.0)
-        )
+        n = be.breakeven_tokens(prefill, kv.effective_bytes_per_token, bw or 0.0, tier.latency_s or 0.0)
         out.append(tier.model_copy(update={"read_bw_bytes_per_s": bw, "breakeven_tokens": n}))
         where = f"{tier.kind} ({host_how} x {kv.tp} rank(s))" if tier.kind == "cpu" else tier.kind
         if n is None:

@@ -118,24 +118,22 @@ def make_plan(
     retention, retention_why = retention_target(chosen.working_set, request, wl)
     notes.reasons["retention"] = retention_why
     lower: list[Tier] = []
-    latencies: dict[str, float] = {}
     connector: Connector = "none"
     if chosen.problem is None:
-        lower, latencies, connector = offload_tiers(
+        lower, connector = offload_tiers(
             snapshot, request, chosen, wanted, connector_why, remote, retention, notes
         )
     else:
         notes.reasons["connector"] = "none: the plan is infeasible"
     for w in install_warnings(request.engine, connector, versions):
         notes.warn(w)
-    lower, prefill = with_breakeven(snapshot, model, chosen, lower, latencies, notes)
+    lower, prefill = with_breakeven(snapshot, model, chosen, lower, notes)
     tiers = [gpu_tier, *lower]
     hbm = gpu_spec(gpu.name, gpu.compute_capability).hbm_bytes_per_s
     ttft = ttft_model(
         wl.context_tokens,
         kv.effective_bytes_per_token,
         lower,
-        latencies,
         prefill=prefill,
         step=gpu_step(budget.weights_per_rank, hbm),
     )

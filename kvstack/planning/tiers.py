@@ -314,8 +314,8 @@ def disk_tier(
     return tier, reason
 
 
-def remote_tier(snapshot: HardwareSnapshot, url: str, kv: KvFootprint) -> tuple[Tier, float, list[str]]:
-    """(tier, fetch latency, warnings). ``url`` is already redacted."""
+def remote_tier(snapshot: HardwareSnapshot, url: str, kv: KvFootprint) -> tuple[Tier, list[str]]:
+    """(tier, warnings); the tier's latency_s is the probed round trip. ``url`` is already redacted."""
     probed = snapshot.remote if snapshot.remote is not None and snapshot.remote.url == url else None
     warnings: list[str] = []
     size = probed.maxmemory_bytes if probed is not None and probed.maxmemory_bytes else 0
@@ -347,4 +347,4 @@ def remote_tier(snapshot: HardwareSnapshot, url: str, kv: KvFootprint) -> tuple[
         url=url,
         reason=reason,
     )
-    return tier, latency, warnings
+    return tier, warnings

@@ -24,17 +24,14 @@ SLOW_FACTOR = 3.0
 CPU_PLATFORM_L1_BW = 5e9
 
 
-def _fetch_paths(
-    tiers: Sequence[Tier], latencies: Mapping[str, float], sources: Mapping[str, str]
-) -> dict[str, FetchPath]:
+def _fetch_paths(tiers: Sequence[Tier], sources: Mapping[str, str]) -> dict[str, FetchPath]:
     out: dict[str, FetchPath] = {}
     for tier in tiers:
         bw = tier.read_bw_bytes_per_s
         if not bw or bw <= 0:
             continue
-        latency = latencies.get(tier.kind, tier.latency_s or 0.0)
         source = sources.get(tier.kind, "")
-        out[tier.kind] = FetchPath(bw_bytes_per_s=bw, latency_s=latency, source=source)
+        out[tier.kind] = FetchPath(bw_bytes_per_s=bw, latency_s=tier.latency_s or 0.0, source=source)
     return out
 
 
@@ -42,13 +39,13 @@ def ttft_model(
     context: int,
     bytes_per_token: float,
     tiers: Sequence[Tier],
-    latencies: Mapping[str, float],
     *,
     prefill: PrefillModel | None = None,
     step: tuple[float, str] | None = None,
     sources: Mapping[str, str] | None = None,
 ) -> TtftModel:
-    """The prediction for ``tiers`` (the offload tiers, bandwidths set) at a ``context``-token prefix."""
+    """The prediction for ``tiers`` (the offload tiers, bandwidths and latencies set) at a
+    ``context``-token prefix."""
     m = TtftModel(
         context_tokens=context,
         bytes_per_token=bytes_per_token,
@@ -58,7 +55,7 @@ def ttft_model(
         prefill_source=prefill.source if prefill else "",
         step_s=step[0] if step else None,
         step_source=step[1] if step else "",
-        fetch=_fetch_paths(tiers, latencies, sources or {}),
+        fetch=_fetch_paths(tiers, sources or {}),
     )
     recompute = recompute_seconds(m, context)
     tier_s = {k: (m.step_s or 0.0) + fetch_seconds(m, k, context) for k in m.fetch}
