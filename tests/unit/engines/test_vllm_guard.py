@@ -46,8 +46,8 @@ CLIENT = [
     "/openapi.json",
     "/redoc",
 ]
-# Everything else: VLLM_SERVER_DEV_MODE's routes, the RL routes, and those vLLM always serves.
-CONTROL = [
+# The routes VLLM_SERVER_DEV_MODE=1 adds (serve/dev/* and rl/online/api_router.py in vllm 0.32).
+DEV_ROUTES = [
     "/reset_prefix_cache",
     "/reset_mm_cache",
     "/reset_encoder_cache",
@@ -71,6 +71,10 @@ CONTROL = [
     "/weight_info",
     "/weight_checker",
     "/get_world_size",
+]
+# Everything else: VLLM_SERVER_DEV_MODE's routes, the RL routes, and those vLLM always serves.
+CONTROL = [
+    *DEV_ROUTES,
     "/scale_elastic_ep",
     "/is_scaling_elastic_ep",
     "/kv_event_sources",
