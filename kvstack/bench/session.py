@@ -41,6 +41,16 @@ from kvstack.runtime.metrics import scrape_sync
 DEFAULT_CONCURRENCY = 8
 
 
+def default_concurrency(workload: str) -> int:
+    """Requests in flight when neither --concurrency nor --rate is given.
+
+    tier-overflow re-reads its documents in the order it stored them, so that under LRU each
+    re-read finds its document evicted from the engine's pool; requests in flight at once reach
+    the engine in any order, and a re-read that overtakes the fill's tail hits the GPU copy.
+    """
+    return 1 if workload == "tier-overflow" else DEFAULT_CONCURRENCY
+
+
 @dataclass
 class BenchArgs:
     url: str | None
@@ -210,7 +220,7 @@ def run_bench(args: BenchArgs, start_layout: StartLayout | None = None) -> Bench
         check_correctness=args.check_correctness,
     )
     if opts.concurrency is None and opts.rate is None:
-        opts = replace(opts, concurrency=DEFAULT_CONCURRENCY)
+        opts = replace(opts, concurrency=default_concurrency(args.workload))
     opts.validate()
     workload: Workload | None = None
     if base_url is None and args.workload == "tier-overflow" and args.plan_file is None:

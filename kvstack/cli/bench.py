@@ -50,7 +50,9 @@ def register(app: typer.Typer) -> None:
         ),
         requests: int = typer.Option(64, "--requests", help="Requests in all (per layout)"),
         concurrency: int | None = typer.Option(
-            None, "--concurrency", help="Requests in flight at once (default 8; excludes --rate)"
+            None,
+            "--concurrency",
+            help="Requests in flight at once (default 8, tier-overflow 1; excludes --rate)",
         ),
         rate: float | None = typer.Option(
             None, "--rate", help="Poisson arrivals, requests/s (seeded; excludes --concurrency)"

@@ -124,7 +124,8 @@ def test_tier_overflow_rereads_come_from_the_lower_tier(capsys: pytest.CaptureFi
         opts = "--workload tier-overflow --prompt-tokens 256 --output-tokens 1 --json"
         rc = run(["bench", "--url", srv.url, *opts.split()])
     data = json.loads(capsys.readouterr().out)
-    assert rc == 0
+    # One request in flight unless told otherwise: re-reads must reach the engine in fill order.
+    assert rc == 0 and data["config"]["concurrency"] == 1
     shape = data["workload"]["shape"]
     assert shape["gpu_tokens"] == 1024 and shape["working_set_tokens"] > 1024
     fill, reread = data["layouts"][0]["rounds"]
