@@ -137,6 +137,29 @@ def delta(before: MetricsSnapshot, after: MetricsSnapshot, name: str, **labels: 
     return after.value(name, **labels) - before.value(name, **labels)
 
 
+def series_key(sample: Sample, without: str | None = None) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """One time series: the family name and its whole label set (less ``without``)."""
+    labels = tuple(sorted((k, v) for k, v in sample.labels.items() if k != without))
+    return sample.name.removesuffix("_total"), labels
+
+
+def increase(before: MetricsSnapshot, after: MetricsSnapshot, name: str, **labels: str) -> float:
+    """A counter's increase as Prometheus' ``increase()`` takes it: per series (its whole label
+    set), a series that went down was reset and counts from zero, then the series are summed.
+
+    Summing first would hide one engine's (or one cache server's) reset behind another's growth.
+    """
+    previous: dict[tuple[str, tuple[tuple[str, str], ...]], list[float]] = {}
+    for s in before.matching(name, **labels):
+        previous.setdefault(series_key(s), []).append(s.value)
+    total = 0.0
+    for s in after.matching(name, **labels):
+        olds = previous.get(series_key(s))
+        old = olds.pop(0) if olds else 0.0
+        total += s.value - old if s.value >= old else s.value
+    return total
+
+
 def _parse_or_error(url: str, status: int, text: str) -> MetricsSnapshot:
     if status != 200:
         return MetricsSnapshot([], [url], [f"{url}: HTTP {status}"])

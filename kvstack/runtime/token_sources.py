@@ -114,13 +114,12 @@ def prompt_tokens_by_source(delta: Delta, label_values: LabelValues) -> dict[str
 
 
 def snapshot_accessors(before: m.MetricsSnapshot, after: m.MetricsSnapshot) -> tuple[Delta, LabelValues]:
-    """The two accessors over a pair of scrapes (a counter reset reads as its new value)."""
+    """The two accessors over a pair of scrapes (a series that was reset reads as its new value)."""
 
     def delta(name: str, **labels: str) -> float | None:
         if not (after.has(name, **labels) or before.has(name, **labels)):
             return None
-        change = m.delta(before, after, name, **labels)
-        return change if change >= 0 else after.value(name, **labels)
+        return m.increase(before, after, name, **labels)
 
     def label_values(name: str, label: str) -> list[str]:
         seen = {ls.get(label) for ls in [*before.label_sets(name), *after.label_sets(name)]}

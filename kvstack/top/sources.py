@@ -85,13 +85,15 @@ def disk_stats(path: str, limit: int = DISK_WALK_LIMIT) -> DiskStats:
     partial = False
     for dirpath, _dirs, names in os.walk(root):
         for name in names:
+            if files >= limit:  # LMCache's fs adapter keeps every object in one directory
+                partial = True
+                break
             try:
                 total += os.lstat(os.path.join(dirpath, name)).st_size
             except OSError:
                 continue  # evicted while we walked
             files += 1
-        if files >= limit:
-            partial = True
+        if partial:
             break
     try:
         free = shutil.disk_usage(root).free

@@ -183,7 +183,9 @@ def resolve_targets(
         lmcache=lm if len(lm) == len(servers) else tuple(dict.fromkeys(lm)),
         remote=remote if remote is not None else (base.remote if base else None),
         disk_dir=str(disk_dir) if disk_dir is not None else (base.disk_dir if base else None),
-        tiers=base.tiers if base else (("remote",) if remote else ()),
+        # From flags alone the tiers are not known: empty lets the warnings judge by what the
+        # cache server exposes (its DRAM and each L2 adapter), the remote store included.
+        tiers=base.tiers if base else (),
         adapters=base.adapters if base else {},
         run_dir=base.run_dir if base else None,
         notes=notes,

@@ -35,22 +35,30 @@ def counter_delta(before: MetricsSnapshot, after: MetricsSnapshot, name: str, **
 
 
 def bucket_deltas(before: MetricsSnapshot, after: MetricsSnapshot, name: str) -> list[tuple[float, float]]:
-    """A histogram's cumulative bucket counts gained in the window, summed over label sets, by ``le``."""
+    """A histogram's cumulative bucket counts gained in the window by ``le``, summed over series;
+    a series that was reset (its counts went down) counts from zero."""
+    Series = tuple[str, tuple[tuple[str, str], ...]]
 
-    def buckets(snap: MetricsSnapshot) -> dict[float, float]:
-        out: dict[float, float] = {}
+    def series(snap: MetricsSnapshot) -> dict[Series, dict[float, float]]:
+        out: dict[Series, dict[float, float]] = {}
         for s in snap.matching(name + "_bucket"):
             le = s.labels.get("le")
             if le is None:
                 continue
             bound = math.inf if le in ("+Inf", "Inf", "inf") else float(le)
-            out[bound] = out.get(bound, 0.0) + s.value
+            buckets = out.setdefault(m.series_key(s, without="le"), {})
+            buckets[bound] = buckets.get(bound, 0.0) + s.value
         return out
 
-    b, a = buckets(before), buckets(after)
-    if sum(a.values()) < sum(b.values()):  # reset: the window is everything since
-        b = {}
-    return sorted((le, a.get(le, 0.0) - b.get(le, 0.0)) for le in a)
+    earlier = series(before)
+    gained: dict[float, float] = {}
+    for key, buckets in series(after).items():
+        old = earlier.get(key, {})
+        if sum(buckets.values()) < sum(old.values()):  # reset: the window is everything since
+            old = {}
+        for le, count in buckets.items():
+            gained[le] = gained.get(le, 0.0) + count - old.get(le, 0.0)
+    return sorted(gained.items())
 
 
 def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> float | None:
@@ -91,6 +99,15 @@ def _down(snap: MetricsSnapshot) -> str | None:
     return None
 
 
+SOURCE_LABEL = "kvstack_source"
+
+
+def _from(url: str, snap: MetricsSnapshot) -> MetricsSnapshot:
+    """``snap`` with every series labelled by the server it came from."""
+    samples = [m.Sample(s.name, {**s.labels, SOURCE_LABEL: url}, s.value) for s in snap.samples]
+    return MetricsSnapshot(samples, list(snap.sources), list(snap.errors))
+
+
 def with_lmcache(engine: MetricsSnapshot, lmcache: MetricsSnapshot) -> MetricsSnapshot:
     """The engine's samples and the cache server's lmcache_mp_* ones, each counted once."""
     own = [s for s in engine.samples if not s.name.startswith(LMCACHE_MP_PREFIX)]
@@ -111,6 +128,17 @@ def server_view(
         return ServerView(url=url, up=False, error=error)
     engine = after.engine
     sg = engine == "sglang"
+    if not before.samples:
+        # No scrape to start the window from (the server was not answering then): counting from
+        # zero would show totals since start as this window's. Gauges only, until the next one.
+        return ServerView(
+            url=url,
+            up=True,
+            engine=engine,
+            running=after.get(m.SGLANG_RUNNING if sg else m.VLLM_RUNNING),
+            waiting=after.get(m.SGLANG_WAITING if sg else m.VLLM_WAITING),
+            kv_usage=after.get(m.SGLANG_TOKEN_USAGE if sg else m.VLLM_KV_USAGE),
+        )
     ttft = bucket_deltas(before, after, m.SGLANG_TTFT if sg else m.VLLM_TTFT)
     prompt = counter_delta(before, after, m.SGLANG_PROMPT_TOKENS if sg else m.VLLM_PROMPT_TOKENS)
     # The engine's counters say recomputed / engine cache / offloaded; LMCache's which tier.
@@ -141,6 +169,14 @@ def lmcache_view(url: str, before: MetricsSnapshot, after: MetricsSnapshot, wind
     error = _down(after)
     if error is not None:
         return LmcacheView(url=url, up=False, error=error)
+    if not before.samples:  # no window to count over yet (see server_view)
+        return LmcacheView(
+            url=url,
+            up=True,
+            l1_hit_tokens_total=zero_if_up(after.get(m.LMCACHE_MP_L1_HIT_TOKENS)),
+            l2_hit_tokens_total=zero_if_up(after.get(m.LMCACHE_MP_L2_HIT_TOKENS)),
+            l1_usage_bytes=after.get(m.LMCACHE_MP_L1_USAGE),
+        )
     delta, label_values = ts.snapshot_accessors(before, after)
     l1 = delta(m.LMCACHE_MP_L1_HIT_TOKENS)
     l2 = delta(m.LMCACHE_MP_L2_HIT_TOKENS)
@@ -262,7 +298,8 @@ def warnings(snap: TopSnapshot, targets: Targets) -> list[str]:
             offloaded = sum(
                 v.tokens for k, v in s.sources.items() if k not in (ts.RECOMPUTED, ts.ENGINE_CACHE)
             )
-            if targets.tiers and s.prompt_tokens and offloaded <= 0 and s.sources.get(ts.RECOMPUTED):
+            recomputed = s.sources.get(ts.RECOMPUTED)
+            if targets.tiers and s.prompt_tokens and offloaded <= 0 and recomputed and recomputed.tokens > 0:
                 out.append(
                     f"{s.url}: the offload tiers served nothing in the last {w} "
                     f"({_fmt_tokens(s.prompt_tokens)} prompt tokens)"
@@ -288,7 +325,10 @@ def build(
             return None
         b, a = MetricsSnapshot(), MetricsSnapshot()
         for u in seen:
-            b, a = b.merged(before.lmcache.get(u, empty)), a.merged(after.lmcache[u])
+            # Each server's series stay its own (a label of their source), so that one server's
+            # counter reset is not hidden by another's growth.
+            b = b.merged(_from(u, before.lmcache.get(u, empty)))
+            a = a.merged(_from(u, after.lmcache[u]))
         return b, a
 
     servers = [

@@ -126,6 +126,15 @@ def test_disk_bytes_and_free_space(tmp_path: Path) -> None:
     assert (stats.bytes, stats.files, stats.partial) == (1024, 2, False)
     assert stats.free_bytes is not None and stats.free_bytes > 0
     assert disk_stats(str(tmp_path), limit=1).partial
+    assert not disk_stats(str(tmp_path), limit=2).partial  # exactly the limit: the count is whole
+
+
+def test_the_walk_stops_at_the_limit_inside_one_flat_directory(tmp_path: Path) -> None:
+    # LMCache's fs adapter writes every object into one directory.
+    for i in range(50):
+        (tmp_path / f"{i}.data").write_bytes(b"\0" * 10)
+    stats = disk_stats(str(tmp_path), limit=20)
+    assert (stats.files, stats.bytes, stats.partial) == (20, 200, True)
     assert disk_stats(str(tmp_path / "missing")).error is not None
 
 

@@ -115,6 +115,14 @@ def test_urls_alone_need_no_run_dir(tmp_path: Path) -> None:
     assert t.servers == ("http://a:1", "http://b:2") and t.run_dir is None
 
 
+def test_flags_alone_leave_the_tiers_to_what_the_cache_server_shows(tmp_path: Path) -> None:
+    # --remote with --url/--lmcache: the DRAM and disk warnings must still apply.
+    t = resolve_targets(
+        ["http://a:1"], ["http://a:3"], "redis://127.0.0.1:6379/0", None, runs_root=tmp_path / "none"
+    )
+    assert t.tiers == () and t.remote == "redis://127.0.0.1:6379/0"
+
+
 @pytest.mark.parametrize("bad", ["ftp://h:1", "http://h:notaport", "http://"])
 def test_bad_urls_are_input_errors(bad: str) -> None:
     with pytest.raises(InputError):

@@ -88,6 +88,20 @@ def test_native_offload_tiers_serving_nothing() -> None:
     assert warnings(snap(servers=[server]), Targets(servers=("http://s",))) == []  # none planned
 
 
+def test_a_window_served_by_the_engines_own_cache_is_not_a_silent_tier() -> None:
+    server = ServerView(
+        url="http://s",
+        up=True,
+        engine="vllm",
+        prompt_tokens=500,
+        sources={
+            "recomputed": SourceShare(tokens=0, share=0.0, per_s=0),
+            "engine_cache": SourceShare(tokens=500, share=1.0, per_s=250),
+        },
+    )
+    assert warnings(snap(servers=[server]), Targets(servers=("http://s",), tiers=("cpu",))) == []
+
+
 def test_a_degraded_connector_on_the_stand_in_warns() -> None:
     # LMCache looks every prompt up but never stores: lookups rise, hits stay 0.
     with StreamServer(ServerKnobs(connector="lmcache", lmcache_mp=True, degraded=True)) as srv:

@@ -169,3 +169,60 @@ def test_build_uses_the_time_between_scrapes_as_the_window() -> None:
     snap = build(t, Scrape(10.0, 1.0, {"http://s": a}), Scrape(14.0, 5.0, {"http://s": b}))
     assert snap.window_s == 4.0
     assert snap.servers[0].prompt_tokens_per_s == 100.0
+
+
+def test_a_reset_of_one_series_is_not_hidden_by_anothers_growth() -> None:
+    # Two engines (data parallel): engine 1 restarted (1000 -> 150) while engine 0 grew by 500.
+    def prompt(e0: int, e1: int) -> MetricsSnapshot:
+        return parse_metrics(
+            "# TYPE vllm:prompt_tokens counter\n"
+            f'vllm:prompt_tokens_total{{engine="0"}} {e0}\nvllm:prompt_tokens_total{{engine="1"}} {e1}\n'
+        )
+
+    assert counter_delta(prompt(1000, 1000), prompt(1500, 150), m.VLLM_PROMPT_TOKENS) == 650
+    # Engine 0 restarted (2000 -> 100) while engine 1 grew by 2500: the sum grew by only 600.
+    assert counter_delta(prompt(2000, 0), prompt(100, 2500), m.VLLM_PROMPT_TOKENS) == 2600
+
+
+def test_histogram_reset_of_one_engine_is_counted_per_engine() -> None:
+    def two(e0: dict[str, int], e1: dict[str, int]) -> MetricsSnapshot:
+        second = ttft_text(e1, 0.1).replace('engine="0"', 'engine="1"')
+        return parse_metrics(ttft_text(e0, 1.0) + second.split("\n", 1)[1])
+
+    before = two({"0.1": 100, "+Inf": 100}, {"0.1": 10, "+Inf": 10})
+    after = two({"0.1": 101, "+Inf": 102}, {"0.1": 3, "+Inf": 3})  # engine 1 restarted
+    assert bucket_deltas(before, after, m.VLLM_TTFT) == [(0.1, 4.0), (math.inf, 5.0)]
+
+
+def test_a_window_after_a_failed_scrape_shows_no_totals_since_start() -> None:
+    # The first scrape timed out: counting from zero would show lifetime totals as this window's.
+    failed = MetricsSnapshot([], ["http://s/metrics"], ["http://s/metrics: ReadTimeout"])
+    after = parse_metrics((FIXTURES / "vllm_after_warm.prom").read_text())
+    view = server_view("http://s", failed, after, None, window_s=2.0)
+    assert view.up and view.engine == "vllm" and view.kv_usage == after.get(m.VLLM_KV_USAGE)
+    assert (view.prompt_tokens, view.requests, view.ttft_p50_s, view.sources) == (None, None, None, {})
+    lm_after = parse_metrics(lm_text(requested=2000, l1=700, l2=400, fs_loads=5, resp_loads=4))
+    lm_view = lmcache_view("http://lm", failed, lm_after, 2.0)
+    assert lm_view.up and lm_view.l1_hit_tokens is None and lm_view.l1_hit_tokens_total == 700
+
+
+def test_two_cache_servers_behind_one_engine_reset_separately() -> None:
+    # Two replicas' cache servers feed one engine's split: a restarted (L1 900 -> 100) while b's
+    # L1 served 900 and its disk 1000. Summed, L1 would read +100; per server it is 1000.
+    def engine(external: int) -> MetricsSnapshot:
+        return parse_metrics(
+            "# TYPE vllm:prompt_tokens_by_source counter\n"
+            f'vllm:prompt_tokens_by_source_total{{engine="0",source="local_compute"}} 100\n'
+            f'vllm:prompt_tokens_by_source_total{{engine="0",source="external_kv_transfer"}} {external}\n'
+        )
+
+    def lm(l1: int, l2: int, fs_loads: int) -> MetricsSnapshot:
+        return parse_metrics(lm_text(l1 + l2, l1, l2, fs_loads, 0))
+
+    t = Targets(servers=("http://s",), lmcache=("http://a", "http://b"))
+    before = Scrape(0.0, 0.0, {"http://s": engine(0)}, {"http://a": lm(900, 0, 0), "http://b": lm(0, 0, 0)})
+    after = Scrape(
+        2.0, 2.0, {"http://s": engine(2000)}, {"http://a": lm(100, 0, 0), "http://b": lm(900, 1000, 4)}
+    )
+    (view,) = build(t, before, after).servers
+    assert view.sources["dram"].tokens == 1000 and view.sources["disk"].tokens == 1000
