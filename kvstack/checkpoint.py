@@ -22,11 +22,6 @@ def has_weights(model_dir: Path) -> bool:
     return any(next(model_dir.glob(pattern), None) is not None for pattern in WEIGHT_PATTERNS)
 
 
-def has_weight_index(model_dir: Path) -> bool:
-    """An index names weight files: the repository has weights even where they are not downloaded."""
-    return any((model_dir / index).is_file() for index, _ in _FORMATS)
-
-
 def index_total_size(index_file: Path) -> int | None:
     """``metadata.total_size`` of a weight index, or None when it is missing or malformed."""
     try:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
 
+from kvstack.checkpoint import has_weights
 from kvstack.errors import HubError
 from kvstack.redact import redact_text
 
@@ -151,29 +152,81 @@ def fetch(repo_id: str, revision: str | None = None) -> Snapshot:
     hub fails in seconds. Errors become one HubError naming the cause; the token is never shown.
     """
     require_online(repo_id, revision)
-    from huggingface_hub import constants
-    from huggingface_hub.utils.tqdm import disable_progress_bars
-
-    # Telemetry's user agent first asks the hub for its agent registry (up to 3 s more against a hub
-    # out of reach); kvstack's few requests go without it, and without progress bars for two small
-    # files. Both settings hold for this process only, not the engine's.
-    constants.HF_HUB_DISABLE_TELEMETRY = True
-    disable_progress_bars()
-    secret = token()
+    secret = _quiet_client()
     try:
         return _fetch(repo_id, revision, secret or False)
     except Exception as exc:  # the boundary: huggingface_hub's and its HTTP client's errors
         _raise_translated(exc, repo_id, revision, secret, endpoint())
 
 
+def _quiet_client() -> str | None:
+    """The token (or None), with telemetry and progress bars off for this process.
+
+    Telemetry's user agent first asks the hub for its agent registry (up to 3 s more against a hub
+    out of reach); kvstack's few requests go without it, and without progress bars for two small
+    files. Both settings hold for this process only, not the engine's.
+    """
+    from huggingface_hub import constants
+    from huggingface_hub.utils.tqdm import disable_progress_bars
+
+    constants.HF_HUB_DISABLE_TELEMETRY = True
+    disable_progress_bars()
+    return token()
+
+
+def _head_config(repo_id: str, revision: str | None, auth: str | bool) -> None:
+    """One HEAD of config.json, tried once: a hub out of reach ends here, not in minutes of retries."""
+    from huggingface_hub import get_hf_file_metadata, hf_hub_url
+
+    base = endpoint()
+    url = hf_hub_url(repo_id, CONFIG, revision=revision, endpoint=base)
+    get_hf_file_metadata(url, token=auth, timeout=timeout_s(), endpoint=base)
+
+
+def _remote_missing(exc: Exception) -> bool:
+    """The hub answered that a file does not exist (not: the cache lacks it after a network error)."""
+    from huggingface_hub.errors import EntryNotFoundError, LocalEntryNotFoundError
+
+    return isinstance(exc, EntryNotFoundError) and not isinstance(exc, LocalEntryNotFoundError)
+
+
+def require_weights(repo_id: str, revision: str | None = None) -> None:
+    """Before a launch: the engine will find ``repo_id``'s weights, in the cache or on the hub.
+
+    A snapshot kvstack fetched for a plan holds config.json and the index only, and a catalog id
+    may not be cached at all: offline, the engine would fail minutes later (or load nothing).
+    Offline this raises the one-line error with the download command; online it asks the hub
+    once (bounded, seconds), since the engine downloads the weights itself.
+    """
+    snapshot = cached(repo_id, revision)
+    if snapshot is not None and has_weights(snapshot.path):
+        return
+    variable = offline_variable()
+    if variable is not None:
+        where = f"the Hugging Face cache {cache_dir()}"
+        missing = (
+            f"{_where(repo_id, revision)} has no weight files in {where}"
+            if snapshot is not None
+            else f"{_where(repo_id, revision)} is not in {where}"
+        )
+        raise HubError(
+            f"{missing}, and {variable}=1 forbids downloading them; download it with: "
+            f"{download_command(repo_id, revision)}",
+            hint=f"run that without {variable}=1, or point HF_HOME (or HF_HUB_CACHE) at the cache "
+            "that holds it",
+        )
+    secret = _quiet_client()
+    try:
+        _head_config(repo_id, revision, secret or False)
+    except Exception as exc:  # the boundary: huggingface_hub's and its HTTP client's errors
+        _raise_translated(exc, repo_id, revision, secret, endpoint())
+
+
 def _fetch(repo_id: str, revision: str | None, auth: str | bool) -> Snapshot:
     from huggingface_hub import get_hf_file_metadata, hf_hub_download, hf_hub_url
-    from huggingface_hub.errors import EntryNotFoundError
 
     base, cache, bound = endpoint(), str(cache_dir()), timeout_s()
-    # One HEAD, tried once: a hub out of reach ends here, not in hf_hub_download's minutes of retries.
-    url = hf_hub_url(repo_id, CONFIG, revision=revision, endpoint=base)
-    get_hf_file_metadata(url, token=auth, timeout=bound, endpoint=base)
+    _head_config(repo_id, revision, auth)
 
     def download(filename: str) -> Path:
         return Path(
@@ -193,12 +246,16 @@ def _fetch(repo_id: str, revision: str | None, auth: str | bool) -> Snapshot:
     weight_bytes: int | None = None
     try:
         download(SAFETENSORS_INDEX)  # its total_size is the checkpoint's size
-    except EntryNotFoundError:  # one weight file: the hub knows its size without a download
+    except Exception as exc:
+        if not _remote_missing(exc):
+            raise
+        # One weight file: the hub knows its size without a download.
         single = hf_hub_url(repo_id, SINGLE_SAFETENSORS, revision=commit, endpoint=base)
         try:
             weight_bytes = get_hf_file_metadata(single, token=auth, timeout=bound, endpoint=base).size
-        except EntryNotFoundError:
-            weight_bytes = None
+        except Exception as missing:
+            if not _remote_missing(missing):
+                raise
     return Snapshot(
         repo_id=repo_id,
         revision=revision,
@@ -213,7 +270,6 @@ def _raise_translated(
     exc: Exception, repo_id: str, revision: str | None, secret: str | None, base: str
 ) -> NoReturn:
     from huggingface_hub.errors import (
-        EntryNotFoundError,
         GatedRepoError,
         HfHubHTTPError,
         RepositoryNotFoundError,
@@ -222,12 +278,13 @@ def _raise_translated(
 
     page = f"{base}/{repo_id}"
     login = "set HF_TOKEN or run `hf auth login`"
+    the_token = "the Hugging Face token (HF_TOKEN or hf auth login)"
     if isinstance(exc, GatedRepoError):
         if secret is None:
             message = f"{repo_id} is a gated model and no Hugging Face token is set (HF_TOKEN)"
             hint = f"accept its terms at {page}, then {login}"
         else:
-            message = f"{repo_id} is a gated model and the Hugging Face token (HF_TOKEN) has no access to it"
+            message = f"{repo_id} is a gated model and {the_token} cannot read it"
             hint = f"accept its terms at {page} with that token's account, or set HF_TOKEN to one with access"
     elif isinstance(exc, RevisionNotFoundError):
         message = f"{repo_id} has no revision {revision!r} on the Hugging Face Hub"
@@ -237,9 +294,9 @@ def _raise_translated(
             message = f"the Hugging Face Hub has no model {repo_id} (or it is private and no token is set)"
             hint = f"check the id; for a private model {login}"
         else:
-            message = f"the Hugging Face Hub has no model {repo_id} that the token (HF_TOKEN) can read"
+            message = f"the Hugging Face Hub has no model {repo_id} that {the_token} can read"
             hint = "check the id, or set HF_TOKEN to a token with access"
-    elif isinstance(exc, EntryNotFoundError):
+    elif _remote_missing(exc):
         message = f"{_where(repo_id, revision)} has no config.json on the Hugging Face Hub"
         hint = "kvstack plans from a transformers config.json: give a local directory or a catalog name"
     elif isinstance(exc, HfHubHTTPError) and exc.response is not None:

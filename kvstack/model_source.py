@@ -58,7 +58,12 @@ def resolve_model(spec: str, revision: str | None = None) -> ModelSource:
             return _from_snapshot(snapshot)
         entry = find_catalog_entry(spec) if revision is None else None
         if entry is not None:
-            return ModelSource(entry.geometry(), entry.repo_id, None, "catalog")
+            # The engine gets the id as typed (an alias may be another checkpoint of the same
+            # geometry: a base model beside its instruct tune), in the catalog's spelling when it
+            # is the entry's own id; the plan is named after it as a cached snapshot's would be,
+            # so the served name and the cache namespace do not change once the model is cached.
+            path = entry.repo_id if spec.lower() == entry.repo_id.lower() else spec
+            return ModelSource(entry.geometry().model_copy(update={"name": path}), path, None, "catalog")
         return _from_snapshot(hub.fetch(spec, revision))
     if revision is not None:
         raise ModelConfigError(

@@ -6,7 +6,7 @@ import hashlib
 from pathlib import Path
 
 from kvstack import hub
-from kvstack.checkpoint import WEIGHT_PATTERNS, has_weight_index, has_weights
+from kvstack.checkpoint import WEIGHT_PATTERNS, has_weights
 from kvstack.engines.base import HostFacts
 from kvstack.hardware.snapshot import MemoryInfo
 
@@ -31,10 +31,10 @@ def _cached_snapshot(model_path: str, revision: str | None) -> tuple[Path, str] 
 def gather_facts(model_path: str, memory: MemoryInfo | None = None, revision: str | None = None) -> HostFacts:
     """Facts about ``model_path`` (a local directory or a hub id) and, when given, /dev/shm.
 
-    A hub id found in the Hugging Face cache is judged by its snapshot like a directory, with one
-    difference: a snapshot without weight files (kvstack fetches only config.json and the index)
-    has real weights whenever the engine may download them; only offline, with no weight index
-    saying that there are weights, is it served with dummy weights like a local directory.
+    A local directory without weight files is served with dummy weights (the demo's way). A hub id
+    always names real weights: a cached snapshot is judged by its config.json and commit, and the
+    engine loads the weights from it or from the hub; serve's preflight
+    (``hub.require_weights``) refuses a launch where it could do neither.
     """
     shm = None if memory is None else memory.shm_free_bytes
     model_dir = Path(model_path)
@@ -50,10 +50,9 @@ def gather_facts(model_path: str, memory: MemoryInfo | None = None, revision: st
     if cached is None:
         return HostFacts(model_local=False, model_has_weights=True, shm_free_bytes=shm, hub_token=token)
     snapshot_dir, commit = cached
-    weights = has_weights(snapshot_dir) or has_weight_index(snapshot_dir) or hub.offline_variable() is None
     return HostFacts(
         model_local=True,
-        model_has_weights=weights,
+        model_has_weights=True,
         model_config_sha256=config_sha256(snapshot_dir),
         model_commit=commit,
         engine_model_name=str(snapshot_dir) if hub.offline_variable() is not None else None,

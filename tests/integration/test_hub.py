@@ -125,7 +125,7 @@ def test_a_refused_token_is_never_printed(tmp_path: Path) -> None:
     repos = {"meta-llama/Gated-3B": HubRepo(commit="e" * 40, files={"config.json": b"{}"}, gated=True)}
     with fake_hub(repos) as hub:
         res = kvstack(tmp_path, "plan", "--model", "meta-llama/Gated-3B", HF_ENDPOINT=hub.url, HF_TOKEN=TOKEN)
-    one_line_error(res, "gated model", "token (HF_TOKEN) has no access")
+    one_line_error(res, "gated model", "token (HF_TOKEN or hf auth login) cannot read it")
     assert f"Bearer {TOKEN}" in [auth for _, _, auth in hub.requests]  # it was sent, to the hub only
     assert TOKEN not in res.stdout + res.stderr
 
@@ -256,5 +256,45 @@ def test_serve_gives_the_engine_the_id_and_revision(tmp_path: Path) -> None:
     argv = pinned["argv"]
     assert isinstance(argv, list)
     assert argv[argv.index("--revision") + 1] == "weightless"
-    assert argv[argv.index("--load-format") + 1] == "dummy"  # offline, no weights: as a local dir
+    assert "--load-format" not in argv  # a hub id names real weights, never dummy ones
     assert pinned["fingerprint"] != doc["fingerprint"]  # another snapshot, another KV namespace
+
+
+def _serve(tmp: Path, *argv: str, **env: str) -> CliResult:
+    """A real `serve` (not a dry run) on a GPU snapshot: it must stop at its preflight."""
+    run_dir, cache = tmp / "run", tmp / "kv"
+    return kvstack(
+        tmp, "serve", "--hardware", H100, "--port", "8933", "--cache-dir", str(cache),
+        "--run-dir", str(run_dir), *argv, **env,
+    )  # fmt: skip
+
+
+def test_serve_refuses_a_snapshot_without_weights_offline(tmp_path: Path) -> None:
+    # What kvstack's own online plan leaves in the cache: config.json, no weights.
+    add_demo(tmp_path / "hf" / "hub", commit="d" * 40, weights=False, refs=("weightless",))
+    before = tree_state(tmp_path)
+    start = time.monotonic()
+    res = _serve(tmp_path, "--model", "kvstack/demo", "--revision", "weightless", HF_HUB_OFFLINE="1")
+    one_line_error(res, "has no weight files", "hf download kvstack/demo --revision weightless")
+    assert time.monotonic() - start < 5
+    assert tree_state(tmp_path) == before  # no run dir, no cache dir
+
+
+def test_serve_refuses_an_uncached_catalog_id_offline(tmp_path: Path) -> None:
+    # The catalog plans it without the cache; the engine could not load it.
+    res = _serve(tmp_path, "--model", "meta-llama/Llama-3.1-8B-Instruct", HF_HUB_OFFLINE="1")
+    one_line_error(res, "is not in the Hugging Face cache", "hf download meta-llama/Llama-3.1-8B-Instruct")
+    res = _serve(tmp_path, "--model", "llama-3.1-8b", HF_ENDPOINT=f"http://127.0.0.1:{_closed_port()}")
+    one_line_error(res, "cannot reach the Hugging Face Hub", "meta-llama/Llama-3.1-8B-Instruct")
+
+
+def test_a_catalog_alias_is_served_under_the_id_given(tmp_path: Path) -> None:
+    # meta-llama/Llama-3.1-8B (the base model) shares its geometry with the catalog's instruct tune,
+    # but the engine must load what was named.
+    doc = _dry_run(tmp_path, "--model", "meta-llama/Llama-3.1-8B", HF_HUB_OFFLINE="1")
+    argv = doc["argv"]
+    assert isinstance(argv, list)
+    assert "meta-llama/Llama-3.1-8B" in argv and "meta-llama/Llama-3.1-8B-Instruct" not in argv
+    assert argv[argv.index("--served-model-name") + 1] == "meta-llama/Llama-3.1-8B"
+    own = _dry_run(tmp_path, "--model", "meta-llama/llama-3.1-8b-instruct", HF_HUB_OFFLINE="1")["argv"]
+    assert isinstance(own, list) and "meta-llama/Llama-3.1-8B-Instruct" in own  # the catalog's spelling

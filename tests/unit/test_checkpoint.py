@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from kvstack.checkpoint import checkpoint_bytes, has_weight_index, has_weights, index_total_size
+from kvstack.checkpoint import checkpoint_bytes, has_weights, index_total_size
 
 
 def _index(path: Path, total: object) -> None:
@@ -16,7 +16,6 @@ def test_the_safetensors_index_total_wins(tmp_path: Path) -> None:
     _index(tmp_path / "model.safetensors.index.json", 16_060_522_496)
     (tmp_path / "model-00001-of-00004.safetensors").write_bytes(b"\0" * 10)  # a partial download
     assert checkpoint_bytes(tmp_path) == 16_060_522_496
-    assert has_weight_index(tmp_path)
 
 
 def test_without_an_index_the_files_sizes_add_up(tmp_path: Path) -> None:
@@ -24,7 +23,7 @@ def test_without_an_index_the_files_sizes_add_up(tmp_path: Path) -> None:
     (tmp_path / "model-00002-of-00002.safetensors").write_bytes(b"\0" * 23)
     (tmp_path / "pytorch_model.bin").write_bytes(b"\0" * 999)  # safetensors are what gets loaded
     assert checkpoint_bytes(tmp_path) == 123
-    assert has_weights(tmp_path) and not has_weight_index(tmp_path)
+    assert has_weights(tmp_path)
 
 
 def test_pytorch_bins_when_there_are_no_safetensors(tmp_path: Path) -> None:

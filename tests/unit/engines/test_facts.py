@@ -49,17 +49,16 @@ def test_cached_hub_id_is_judged_by_its_snapshot(tmp_path: Path, monkeypatch: py
     assert gather_facts("kvstack/demo", revision="v9").model_commit is None  # not cached at v9
 
 
-def test_weightless_snapshot_is_dummy_only_offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_hub_id_is_never_served_with_dummy_weights(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A snapshot kvstack fetched for a plan holds config.json only; serve's preflight
+    # (hub.require_weights, tests/unit/test_hub_weights.py) decides whether it can be launched.
     cache = _hub_cache(tmp_path, monkeypatch)
-    snapshot = add_snapshot(cache, "kvstack/demo", {"config.json": b"{}"})
-    # HF_HUB_OFFLINE=1 (tests/unit/conftest.py): the engine cannot fetch weights either.
-    assert not gather_facts("kvstack/demo").model_has_weights
-    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
-    # Online, the engine downloads what kvstack did not (it fetches config.json and the index only).
-    assert gather_facts("kvstack/demo").model_has_weights
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    (snapshot / "model.safetensors.index.json").write_text('{"metadata": {"total_size": 8}}')
-    assert gather_facts("kvstack/demo").model_has_weights  # an index says there are weights
+    add_snapshot(cache, "kvstack/demo", {"config.json": b"{}"})
+    facts = gather_facts("kvstack/demo")  # HF_HUB_OFFLINE=1 (tests/unit/conftest.py)
+    assert facts.model_local and facts.model_has_weights
+    (tmp_path / "local").mkdir()
+    (tmp_path / "local" / "config.json").write_text("{}")
+    assert not gather_facts(str(tmp_path / "local")).model_has_weights  # a directory: dummy weights
 
 
 def test_the_hub_token_is_a_secret_of_the_launch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
