@@ -149,7 +149,9 @@ def _print_launch(console: Console, doc: dict[str, Any], title: str = "") -> Non
         console.print(f["content"], markup=False)
 
 
-def _print_dry_run(prepared: PreparedServe | ReplicaSet, json_mode: bool) -> None:
+def _print_dry_run(prepared: PreparedServe | ReplicaSet, json_mode: bool, events: ServeEvents) -> None:
+    for warning in prepared.plan.warnings:
+        events.warning(warning)
     doc = prepared.dry_run_document()
     if json_mode:
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
@@ -201,17 +203,13 @@ def run_serve(request: ServeRequest, dry_run: bool, json_mode: bool) -> int:
         from kvstack.serving.replicas import prepare_replicas
 
         replicas = prepare_replicas(request)
-        for warning in replicas.plan.warnings:
-            events.warning(warning)
         if dry_run:
-            _print_dry_run(replicas, json_mode)
+            _print_dry_run(replicas, json_mode, events)
             return 0
-        return run_replicas(replicas, events)
+        return run_replicas(replicas, events)  # the plan's warnings follow its preflight
     prepared = prepare(request)
-    for warning in prepared.plan.warnings:
-        events.warning(warning)
     if dry_run:
-        _print_dry_run(prepared, json_mode)
+        _print_dry_run(prepared, json_mode, events)
         return 0
     if request.validate_after_start and prepared.spec.reset_cache_path is None:
         events.message(

@@ -25,6 +25,7 @@ from kvstack.serving.session import (
     judge,
     private_dirs,
     record_run,
+    require_model_files,
     serve_until_stopped,
     watched_remote,
     write_launch_files,
@@ -49,7 +50,8 @@ def bound_ports(rs: ReplicaSet) -> list[int]:
 
 
 def preflight_replicas(rs: ReplicaSet) -> None:
-    """serving.session.preflight for N replicas: dirs, every port, the router, the engine, Redis."""
+    """serving.session.preflight for N replicas: model, dirs, every port, the router, the engine, Redis."""
+    require_model_files(rs.replicas[0])
     check_private_dir(rs.run_dir, "--run-dir")
     for p in rs.replicas:
         for directory in private_dirs(p):
@@ -83,6 +85,8 @@ def launched_replicas(rs: ReplicaSet, events: ServeEvents | None = None) -> Iter
     ev = events or ServeEvents()
     req = rs.request
     preflight_replicas(rs)
+    for warning in rs.plan.warnings:  # after the preflight, as for one engine
+        ev.warning(warning)
     record_replicas(rs)
     for p in rs.replicas:
         write_launch_files(p.spec)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import shutil
 import time
@@ -12,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from kvstack import hub
 from kvstack.engines.base import LaunchSpec
 from kvstack.errors import Interrupted, ValidationFailed
 from kvstack.fsutil import atomic_write, check_private_dir, ensure_private_dir
@@ -82,12 +84,26 @@ def private_dirs(prepared: PreparedServe) -> list[Path]:
     return list(dict.fromkeys(out))
 
 
+def require_model_files(prepared: PreparedServe) -> None:
+    """A Hugging Face id's weights are in the cache or the hub answers: else the engine fails late.
+
+    Skipped when the engine arguments ask for dummy weights (the engine then needs none).
+    """
+    model, extra = prepared.plan.model_path, prepared.options.extra_args
+    dummy = "--load-format=dummy" in extra or any(
+        a == "--load-format" and b == "dummy" for a, b in itertools.pairwise(extra)
+    )
+    if hub.is_hub_id(model) and not Path(model).is_dir() and not dummy:
+        hub.require_weights(model, prepared.plan.model_revision)
+
+
 def preflight(prepared: PreparedServe) -> None:
     """Every check before a launch, in the order a user would fix them; nothing is written or started.
 
-    Local paths first, then port/dirs/engine (runtime.preflight), then the remote store, whose
-    check is a network round trip.
+    The model first, then local paths, then port/dirs/engine (runtime.preflight), then the remote
+    store, whose check is a network round trip.
     """
+    require_model_files(prepared)
     for directory in private_dirs(prepared):
         check_private_dir(directory, "--run-dir" if directory == prepared.run_dir else "--cache-dir")
     preflight_launch(prepared.spec, prepared.options, disk_need_bytes(prepared))
@@ -198,6 +214,9 @@ def launched(prepared: PreparedServe, events: ServeEvents | None = None) -> Iter
     ev = events or ServeEvents()
     req, spec = prepared.request, prepared.spec
     preflight(prepared)
+    # After the preflight: a launch refused for a missing model or a busy port says only why.
+    for warning in prepared.plan.warnings:
+        ev.warning(warning)
     record_run(prepared)
     write_launch_files(spec)
     with Supervisor(spec, prepared.run_dir, on_status=ev.status, api_key=req.api_key) as sup:
