@@ -55,6 +55,14 @@ def _check(key: str, where: str, hint: str) -> str:
         raise InputError(
             f"{where} holds more than one line or a control character (the key is not shown)", hint=hint
         )
+    if not key.isascii():
+        # HTTP headers are Latin-1 on the wire: vLLM's check and kvstack's guard compare UTF-8
+        # bytes, so such a key could never match, and clients refuse to send it.
+        raise InputError(
+            f"{where} holds characters outside ASCII, which an HTTP Authorization header cannot "
+            "carry (the key is not shown)",
+            hint=hint,
+        )
     if key != key.strip():
         raise InputError(
             f"{where} has leading or trailing spaces, which HTTP drops from the header (not shown)",

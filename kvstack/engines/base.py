@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from kvstack.hardware.snapshot import SoftwareInfo
 from kvstack.names import Connector, Launched
 from kvstack.planning.schema import Plan
-from kvstack.redact import redact_argv, redact_env, redact_text
+from kvstack.redact import MASK, redact_argv, redact_env, redact_text
 
 
 class FileSpec(BaseModel):
@@ -25,6 +25,12 @@ class FileSpec(BaseModel):
     path: str  # absolute
     content: str
     mode: int = 0o600
+
+
+def masked_files(files: list[FileSpec]) -> list[dict[str, str]]:
+    """Secret files as printed: the path and mode, never the content (YAML may re-spell a key,
+    so masking the key's literal text inside it is not enough)."""
+    return [{"path": f.path, "content": MASK, "mode": oct(f.mode)} for f in files]
 
 
 class ProcessSpec(BaseModel):
@@ -46,6 +52,10 @@ class ProcessSpec(BaseModel):
     # A helper the engine cannot outlive (LMCache's server: an engine whose server died hangs
     # every request and never re-registers its KV caches). Its death restarts the whole unit.
     critical: bool = False
+    # Files holding secrets that the process reads once, at start (SGLang's key file): written
+    # (0600) just before each start and removed as soon as it is ready or stopped, so the secret
+    # is on disk only while the process starts; printed and recorded with their content masked.
+    start_files: list[FileSpec] = Field(default_factory=list)
 
 
 class LaunchSpec(BaseModel):
@@ -90,6 +100,7 @@ class LaunchSpec(BaseModel):
                 "ready_url": p.ready_url,
                 "fatal_patterns": p.fatal_patterns,
                 "critical": p.critical,
+                "start_files": masked_files(p.start_files),
             }
 
         return {
@@ -98,6 +109,7 @@ class LaunchSpec(BaseModel):
             "unset_env": self.server.unset_env,
             "unset_env_prefixes": self.server.unset_env_prefixes,
             "ready_url": self.server.ready_url,
+            "start_files": masked_files(self.server.start_files),
             "files": [
                 {"path": f.path, "content": redact_text(f.content, self.secrets), "mode": oct(f.mode)}
                 for f in self.files

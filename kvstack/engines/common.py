@@ -15,8 +15,16 @@ from kvstack.planning.schema import Tier, TierKind
 from kvstack.redact import MASK
 from kvstack.units import GIB
 
-# kvstack owns the server's key: on the engine's command line every local user could read it.
+# Flags kvstack sets from its own options. The engine's parser keeps the last value it reads and
+# accepts unique abbreviations (vLLM's parses "--ho 0.0.0.0" as --host), so the same flag, or a
+# prefix of it, among the user's engine arguments would silently undo a decision kvstack made from
+# its own value: a loopback bind with dev mode on, the key kept off the command line.
 KEY_FLAGS = ("--api-key", "--admin-api-key")
+OWNED_FLAGS = {
+    "--host": "give the bind address to kvstack: --host",
+    "--port": "give the port to kvstack: --port",
+    "--uds": "kvstack serves over TCP on --host and --port",
+}
 _WILDCARD_HOSTS = {"", "0.0.0.0", "::", "[::]"}
 
 
@@ -54,14 +62,29 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def refuse_key_flags(extra_args: list[str]) -> None:
-    flags = [a.split("=", 1)[0] for a in extra_args if a.split("=", 1)[0] in KEY_FLAGS]
-    if flags:
-        raise UnsupportedError(
-            f"{flags[0]} in the engine arguments would put a key on the engine's command line, "
-            "where every local user can read it",
-            hint="give the key to kvstack instead: --api-key-file FILE or the KVSTACK_API_KEY variable",
-        )
+def _owned(arg: str, flag: str) -> bool:
+    """``arg`` (an engine argument) sets ``flag``, spelled whole or as an abbreviation of it."""
+    name = arg.split("=", 1)[0]
+    return len(name) > 2 and name.startswith("--") and flag.startswith(name)
+
+
+def refuse_owned_flags(extra_args: list[str]) -> None:
+    """Refuse engine arguments that would override the bind address, the port or the key."""
+    for arg in extra_args:
+        key = next((f for f in KEY_FLAGS if _owned(arg, f)), None)
+        if key is not None:
+            raise UnsupportedError(
+                f"{arg.split('=', 1)[0]} in the engine arguments would put a key on the engine's "
+                "command line, where every local user can read it",
+                hint="give the key to kvstack instead: --api-key-file FILE or the KVSTACK_API_KEY variable",
+            )
+        owned = next((f for f in OWNED_FLAGS if _owned(arg, f)), None)
+        if owned is not None:
+            raise UnsupportedError(
+                f"{arg.split('=', 1)[0]} in the engine arguments would override the {owned} kvstack "
+                "sets (and the guards it chose for that address)",
+                hint=OWNED_FLAGS[owned],
+            )
 
 
 def client_host(host: str) -> str:

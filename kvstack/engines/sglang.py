@@ -37,7 +37,7 @@ from kvstack.engines.common import (
     is_loopback,
     need_tier,
     prepare,
-    refuse_key_flags,
+    refuse_owned_flags,
     tier_dir,
 )
 from kvstack.engines.lmcache import LMCACHE_ENV_PREFIX, MP_HOST, check_lmcache, mp_server, yaml_file
@@ -71,7 +71,7 @@ def check_sglang(req: RenderRequest) -> list[str]:
 
 def check_extra_args(req: RenderRequest, *, hicache: bool, lmcache: bool) -> None:
     """Refuse the combinations SGLang itself rejects at start-up, before a long launch."""
-    refuse_key_flags(req.options.extra_args)
+    refuse_owned_flags(req.options.extra_args)
     extra = {a.split("=", 1)[0] for a in req.options.extra_args}
     if (hicache or lmcache) and extra & set(RADIX_OFF_FLAGS):
         what = "HiCache" if hicache else "LMCache"
@@ -105,18 +105,23 @@ def auth(req: RenderRequest, prep: LaunchBasics) -> tuple[list[str], list[FileSp
         keys["api-key"] = options.api_key
     public = not is_loopback(options.host)
     if not uses_config_file(req):
+        # Before --config, a key could be given only on the command line (every local user reads
+        # it in ps), and the admin routes could not be locked on a public bind.
         if options.api_key:
-            prep.notes.append(
-                f"sglang {req.software.sglang} takes its key only on the command line, where every "
-                f"local user can read it (sglang >= {MIN_SGLANG_CONFIG} reads it from a 0600 file)"
+            raise UnsupportedError(
+                f"sglang {req.software.sglang} takes an API key only on its command line, where every "
+                "local user can read it",
+                hint=f"upgrade to sglang >= {MIN_SGLANG_CONFIG} (it reads the key from a 0600 file), "
+                "or serve it on loopback without a key",
             )
         if public:
-            prep.notes.append(
-                f"sglang {req.software.sglang}: its admin endpoints ({', '.join(ADMIN_ROUTES)}, ...) "
-                f"answer {'any key holder' if options.api_key else 'anyone'} who reaches "
-                f"{options.host}:{options.port} (sglang >= {MIN_SGLANG_CONFIG}: kvstack locks them)"
+            raise UnsupportedError(
+                f"sglang {req.software.sglang} on --host {options.host} would leave its admin endpoints "
+                f"({', '.join(ADMIN_ROUTES)}, ...) open to anyone who reaches it",
+                hint=f"upgrade to sglang >= {MIN_SGLANG_CONFIG} (kvstack locks them), "
+                "or keep --host on loopback",
             )
-        return (["--api-key", options.api_key] if options.api_key else []), []
+        return [], []
     if public:
         # Nobody knows this key: SGLang's admin routes answer 401 to every client, key or not.
         keys["admin-api-key"] = secrets.token_urlsafe(32)
@@ -144,7 +149,7 @@ def reset_path(req: RenderRequest) -> str | None:
 
 def sglang_server(
     req: RenderRequest, prep: LaunchBasics, extra: list[str], env: dict[str, str]
-) -> tuple[ProcessSpec, list[FileSpec]]:
+) -> ProcessSpec:
     plan, options = req.plan, req.options
     argv = [
         options.python, "-m", "sglang.launch_server",
@@ -167,17 +172,17 @@ def sglang_server(
     if prep.load_format is not None:
         argv += ["--load-format", prep.load_format]
     auth_args, auth_files = auth(req, prep)
-    argv += auth_args  # --config FILE; an old SGLang's --api-key is masked in every printed form
+    argv += auth_args  # --config FILE, a start file: on disk only until SGLang is ready
     argv += extra + options.extra_args
-    server = ProcessSpec(
+    return ProcessSpec(
         name="engine",
         argv=argv,
         env=env,
         unset_env=["KVSTACK_API_KEY"],  # kvstack's variable: the engine has its key
         unset_env_prefixes=[LMCACHE_ENV_PREFIX] if "--enable-lmcache" in extra else [],
         ready_url=f"{prep.base_url}/health",
+        start_files=auth_files,
     )
-    return server, auth_files
 
 
 def _prepare(req: RenderRequest, connector_version: str | None) -> LaunchBasics:
@@ -193,15 +198,13 @@ def sglang_launch(
     req: RenderRequest, prep: LaunchBasics, extra: list[str], env: dict[str, str]
 ) -> LaunchSpec:
     """SGLang's server with ``extra`` arguments and ``env``, and no connector of its own."""
-    server, files = sglang_server(req, prep, extra, env)
     return assemble(
         req,
         prep,
         engine_version=req.software.sglang,
         connector_version=None,
-        server=server,
+        server=sglang_server(req, prep, extra, env),
         reset_cache_path=reset_path(req),
-        files=files,
     )
 
 
@@ -279,7 +282,7 @@ def render_sglang_lmcache_mp(req: RenderRequest) -> LaunchSpec:
     config_path = str(PurePosixPath(req.options.run_dir) / "lmcache-mp.yaml")
     config = {"mp_host": MP_HOST, "mp_port": helper.port}
     extra = ["--enable-lmcache", "--lmcache-config-file", config_path]
-    server, files = sglang_server(req, prep, extra, {})
+    server = sglang_server(req, prep, extra, {})
     return assemble(
         req,
         prep,
@@ -288,7 +291,7 @@ def render_sglang_lmcache_mp(req: RenderRequest) -> LaunchSpec:
         server=server,
         reset_cache_path=reset_path(req),
         helpers=[helper.process],
-        files=[yaml_file(config_path, config), *files],
+        files=[yaml_file(config_path, config)],
         helper_ports=[helper.port, helper.http_port],
         helper_metrics=[helper.metrics_url],
     )

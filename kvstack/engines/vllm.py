@@ -11,7 +11,7 @@ from typing import Any
 
 from kvstack.engines import versions
 from kvstack.engines.base import LaunchSpec, ProcessSpec, RenderRequest, register
-from kvstack.engines.common import LaunchBasics, assemble, is_loopback, prepare, refuse_key_flags
+from kvstack.engines.common import LaunchBasics, assemble, is_loopback, prepare, refuse_owned_flags
 from kvstack.errors import UnsupportedError
 from kvstack.units import GIB
 
@@ -30,7 +30,7 @@ def check_vllm(req: RenderRequest) -> list[str]:
     sw = req.software
     notes = versions.require(sw, "vllm", sw.vllm, versions.MIN_VLLM, "serving with vLLM")
     versions.check_removed_flags(req.options.extra_args, sw.vllm)
-    refuse_key_flags(req.options.extra_args)
+    refuse_owned_flags(req.options.extra_args)
     clash = [a for a in req.options.extra_args if a.split("=", 1)[0] in CONNECTOR_FLAGS]
     if clash and req.plan.connector != "none":
         raise UnsupportedError(

@@ -19,9 +19,12 @@ What it does, per request path:
 - the client API (``/v1/*``, ``/v2/*``, ``/inference/*``, ``/cohere/*``, ``/invocations``,
   ``/tokenize``, the pooling routes, the API docs): the key, when one is set (``VLLM_API_KEY``);
 - everything else is a control route (deny by default, so a route a later vLLM adds is covered):
-  403 unless the peer is this machine (loopback, or the very address it connected to) and the
-  request does not come from a web browser (an ``Origin`` or ``Sec-Fetch-*`` header: a page the
-  local user visits must not drive the engine, nor a DNS-rebinding one), then the key when set.
+  403 unless the peer is this machine (loopback, or the very address it connected to), the
+  request did not come through a proxy (``Forwarded``, ``X-Forwarded-*``, ``X-Real-IP``, ``Via``:
+  a reverse proxy on this host makes every client look local), it does not come from a web
+  browser (an ``Origin`` or ``Sec-Fetch-*`` header: a page the local user visits must not drive
+  the engine) and its ``Host`` is an IP address or ``localhost`` (a DNS-rebinding page names its
+  own domain, and a browser sends no ``Sec-Fetch-*`` to a plain-http one); then the key when set.
 """
 
 from __future__ import annotations
@@ -56,6 +59,7 @@ CONTROL_PATHS = frozenset(
     {"/v1/load_lora_adapter", "/v1/unload_lora_adapter", "/inference/v1/abort_requests"}
 )
 BROWSER_HEADERS = (b"origin", b"sec-fetch-site", b"sec-fetch-mode")
+PROXY_HEADERS = (b"forwarded", b"x-forwarded-for", b"x-forwarded-host", b"x-real-ip", b"via")
 KEY_ENV = "VLLM_API_KEY"
 
 
@@ -93,6 +97,18 @@ def peer_is_local(scope: dict[str, Any]) -> bool:
     return local is not None and local == peer
 
 
+def host_is_literal(host: bytes | None) -> bool:
+    """The Host header names an IP address or localhost (with or without a port), or is absent."""
+    if host is None:
+        return True
+    text = host.decode("latin-1").strip().lower()
+    if text.startswith("["):
+        name = text[1 : text.find("]")] if "]" in text else text
+    else:
+        name = text.rsplit(":", 1)[0] if text.count(":") == 1 else text
+    return name == "localhost" or _ip(name) is not None
+
+
 def decide(
     path: str, method: str, headers: dict[bytes, bytes], local: bool, key_hash: bytes | None
 ) -> tuple[int, str] | None:
@@ -103,8 +119,12 @@ def decide(
     if kind == "control":
         if not local:
             return 403, "control endpoints answer only on this machine"
+        if any(h in headers for h in PROXY_HEADERS):
+            return 403, "control endpoints do not answer through a proxy"
         if any(h in headers for h in BROWSER_HEADERS):
             return 403, "control endpoints do not answer web browsers"
+        if not host_is_literal(headers.get(b"host")):
+            return 403, "control endpoints answer only requests addressed to an IP address or localhost"
     elif method == "OPTIONS":
         return None  # CORS preflight carries no credentials; vLLM's own check lets it through too
     if key_hash is None:

@@ -237,12 +237,11 @@ def test_sglang_gets_its_key_in_a_private_file_and_its_admin_routes_locked(tmp_p
     doc = json.loads(res.stdout)
     assert "--api-key" not in doc["argv"]
     config = doc["argv"][doc["argv"].index("--config") + 1]
-    (auth,) = [f for f in doc["files"] if f["path"] == config]
-    assert auth == {
-        "path": str(tmp_path / "run" / "sglang-auth.yaml"),
-        "content": f"admin-api-key: {MASK}\napi-key: {MASK}\n",
-        "mode": "0o600",
-    }
+    # A start file: written just before SGLang starts, removed once it is ready; shown masked whole.
+    assert [f for f in doc["files"] if f["path"] == config] == []
+    assert doc["start_files"] == [
+        {"path": str(tmp_path / "run" / "sglang-auth.yaml"), "content": MASK, "mode": "0o600"}
+    ]
     assert doc["reset_cache_path"] is None
 
 

@@ -40,7 +40,7 @@ def sglang_specs(tmp: Path) -> dict[str, LaunchSpec]:
     options = make_options(run_dir=str(tmp / "run" / "planned"), cache_root="/data/kv", api_key=API_KEY)
     specs["planned-h100-hicache-file"] = render(plan, options, SOFTWARE["sglang"], HUB_FACTS)
     for spec in specs.values():
-        for f in spec.files:
+        for f in [*spec.files, *spec.server.start_files]:
             Path(f.path).parent.mkdir(parents=True, exist_ok=True)
             Path(f.path).write_text(f.content, encoding="utf-8")
     return specs

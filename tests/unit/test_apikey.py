@@ -82,6 +82,7 @@ def test_one_trailing_newline_is_stripped(tmp_path: Path, text: str, key: str) -
         (KEY + "\nsecond\n", "more than one line"),
         (" " + KEY + "\n", "leading or trailing spaces"),
         ("abc\n", "at least 4"),
+        ("clé-secrète-1234\n", "outside ASCII"),
     ],
 )
 def test_a_malformed_key_file_is_bad_input_and_never_shown(tmp_path: Path, text: str, words: str) -> None:

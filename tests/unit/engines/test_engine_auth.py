@@ -90,16 +90,38 @@ def test_a_key_in_the_engine_arguments_is_refused(engine: str, arg: list[str]) -
     assert err.value.hint is not None and "--api-key-file" in err.value.hint
 
 
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+@pytest.mark.parametrize(
+    ("arg", "hint"),
+    [
+        (["--host", "0.0.0.0"], "--host"),
+        (["--host=0.0.0.0"], "--host"),
+        (["--ho", "0.0.0.0"], "--host"),  # the engines' parsers take a unique abbreviation
+        (["--port", "9000"], "--port"),
+        (["--api-ke", "sk-argv-1234"], "--api-key-file"),
+    ],
+)
+def test_engine_arguments_cannot_undo_the_bind_or_the_key(engine: str, arg: list[str], hint: str) -> None:
+    # The parser keeps the last value: "-- --host 0.0.0.0" would put a loopback launch (dev mode on,
+    # no key needed for control routes) on every interface.
+    make = vllm if engine == "vllm" else sglang
+    with pytest.raises(UnsupportedError) as err:
+        make("127.0.0.1", extra_args=arg)
+    assert err.value.message.startswith(arg[0].split("=")[0] + " in the engine arguments")
+    assert err.value.hint is not None and hint in err.value.hint
+    assert "sk-argv-1234" not in err.value.message + err.value.hint
+
+
 def test_sglang_on_loopback_keeps_its_admin_routes_and_flush() -> None:
     spec = sglang("127.0.0.1")
-    assert spec.files == [] and "--config" not in spec.server.argv
+    assert spec.server.start_files == [] and "--config" not in spec.server.argv
     assert spec.reset_cache_path == "/flush_cache"
 
 
 @pytest.mark.parametrize("key", [None, API_KEY])
 def test_sglang_on_a_public_bind_locks_its_admin_routes_with_a_random_key(key: str | None) -> None:
     spec = sglang("0.0.0.0", api_key=key)
-    (auth,) = spec.files
+    (auth,) = spec.server.start_files
     keys = yaml.safe_load(auth.content)
     assert flag(spec, "--config") == auth.path and auth.mode == 0o600
     admin = keys.pop("admin-api-key")
@@ -107,20 +129,25 @@ def test_sglang_on_a_public_bind_locks_its_admin_routes_with_a_random_key(key: s
     assert keys == ({"api-key": key} if key else {})
     assert spec.reset_cache_path is None  # /flush_cache now answers nobody
     assert admin not in str(spec.public()) and (key is None or key not in str(spec.public()))
-    assert yaml.safe_load(sglang("0.0.0.0").files[0].content)["admin-api-key"] != admin  # per launch
+    again = sglang("0.0.0.0").server.start_files[0].content
+    assert yaml.safe_load(again)["admin-api-key"] != admin  # per launch
 
 
 def test_sglang_with_a_config_of_the_users_own_is_refused_when_kvstack_needs_one() -> None:
     with pytest.raises(UnsupportedError, match="--config"):
         sglang("127.0.0.1", api_key=API_KEY, extra_args=["--config", "/etc/sglang.yaml"])
-    assert sglang("127.0.0.1", extra_args=["--config", "/etc/sglang.yaml"]).files == []  # no key: fine
+    assert sglang("127.0.0.1", extra_args=["--config", "/etc/sglang.yaml"]).server.start_files == []  # no key
 
 
-def test_an_sglang_without_config_files_gets_the_key_on_argv_with_a_note() -> None:
+def test_an_sglang_without_config_files_is_refused_a_key_or_a_public_bind() -> None:
+    # Before --config, SGLang read a key only from its command line (ps shows it to every local
+    # user), and its admin routes could not be locked on a public bind.
     old = SOFTWARE["sglang"].model_copy(update={"sglang": "0.5.10"})
     plan = make_plan(engine="sglang", kv_dtype="fp8_e4m3")
-    spec = render(plan, make_options(host="0.0.0.0", api_key=API_KEY), old, HUB_FACTS)
-    assert flag(spec, "--api-key") == API_KEY and spec.files == []
-    assert any("only on the command line" in n for n in spec.notes)
-    assert any("/flush_cache" in n and "any key holder" in n for n in spec.notes)
-    assert API_KEY not in str(spec.public())
+    with pytest.raises(UnsupportedError, match="takes an API key only on its command line") as err:
+        render(plan, make_options(api_key=API_KEY), old, HUB_FACTS)
+    assert API_KEY not in err.value.message + str(err.value.hint) and ">= 0.5.23" in str(err.value.hint)
+    with pytest.raises(UnsupportedError, match=r"admin endpoints .* open to anyone"):
+        render(plan, make_options(host="0.0.0.0"), old, HUB_FACTS)
+    spec = render(plan, make_options(), old, HUB_FACTS)  # loopback, no key: as before
+    assert spec.server.start_files == [] and "--api-key" not in spec.server.argv

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -49,10 +50,23 @@ def test_base_flags() -> None:
 def test_api_key_reaches_sglang_in_a_private_file_not_argv() -> None:
     spec = sglang(options={"api_key": API_KEY})
     assert "--api-key" not in spec.server.argv and API_KEY not in " ".join(spec.server.argv)
-    (auth,) = spec.files
+    (auth,) = spec.server.start_files  # written before SGLang starts, removed once it is ready
+    assert spec.files == []
     assert flag(spec, "--config") == auth.path == "/var/lib/kvstack/runs/r1/sglang-auth.yaml"
     assert yaml.safe_load(auth.content) == {"api-key": API_KEY} and auth.mode == 0o600
     assert API_KEY not in str(spec.public())
+    assert spec.public()["start_files"] == [{"path": auth.path, "content": "***", "mode": "0o600"}]
+
+
+@pytest.mark.parametrize("key", ["it's-a-key-1234", "k" * 60 + " " + "k" * 60, "clé-secrète-1234"])
+def test_a_key_yaml_would_respell_is_masked_in_every_printed_form(key: str) -> None:
+    # YAML quotes, folds or escapes such keys: the file's text no longer holds the key verbatim.
+    spec = sglang(options={"api_key": key, "host": "0.0.0.0"})
+    (auth,) = spec.server.start_files
+    assert yaml.safe_load(auth.content)["api-key"] == key
+    printed = json.dumps(spec.public())
+    assert key not in printed and "sk" not in printed.split("start_files")[1][:80]
+    assert auth.content not in printed
 
 
 def test_hicache_size_is_whole_decimal_gb_per_rank() -> None:

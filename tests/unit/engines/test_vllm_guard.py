@@ -202,6 +202,50 @@ def test_a_web_browser_never_drives_control_routes(
     assert call("/v1/completions", key=KEY, headers=header, monkeypatch=monkeypatch)[0] is None
 
 
+@pytest.mark.parametrize(
+    "header",
+    [
+        {"X-Forwarded-For": "203.0.113.9"},
+        {"Forwarded": "for=203.0.113.9"},
+        {"X-Real-IP": "203.0.113.9"},
+        {"Via": "1.1 nginx"},
+    ],
+)
+def test_control_routes_do_not_answer_through_a_proxy(
+    header: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A reverse proxy on this host connects from loopback for every client it forwards.
+    assert call("/sleep", server_key=None, headers=header, monkeypatch=monkeypatch)[0] == 403
+    assert call("/sleep", key=KEY, headers=header, monkeypatch=monkeypatch)[0] == 403
+    assert call("/v1/completions", key=KEY, headers=header, monkeypatch=monkeypatch)[0] is None
+
+
+@pytest.mark.parametrize(
+    ("host", "allowed"),
+    [
+        ("127.0.0.1:8000", True),
+        ("localhost:8000", True),
+        ("LOCALHOST", True),
+        ("[::1]:8000", True),
+        ("::1", True),
+        ("10.0.0.5", True),
+        ("evil.example:8000", False),  # a DNS-rebinding page: plain http, so no Sec-Fetch-* header
+        ("127.0.0.1.nip.io", False),
+    ],
+)
+def test_control_routes_answer_only_requests_addressed_to_an_ip(
+    host: str, allowed: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    status, _ = call(
+        "/server_info", method="GET", server_key=None, headers={"Host": host}, monkeypatch=monkeypatch
+    )
+    assert status == (None if allowed else 403)
+    assert (
+        call("/v1/models", method="GET", server_key=None, headers={"Host": host}, monkeypatch=monkeypatch)[0]
+        is None
+    )
+
+
 def test_cors_preflight_of_the_client_api_passes_without_a_key(monkeypatch: pytest.MonkeyPatch) -> None:
     assert call("/v1/completions", method="OPTIONS", client=REMOTE, monkeypatch=monkeypatch)[0] is None
     assert call("/sleep", method="OPTIONS", client=REMOTE, monkeypatch=monkeypatch)[0] == 403
