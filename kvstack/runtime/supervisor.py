@@ -32,7 +32,7 @@ import psutil
 
 from kvstack.engines.base import LaunchSpec, ProcessSpec
 from kvstack.errors import EngineError, MissingProgramError
-from kvstack.fsutil import ensure_private_dir
+from kvstack.fsutil import atomic_write, ensure_private_dir
 from kvstack.redact import redact_argv, redact_text
 from kvstack.runtime.disk_space import low_disk_warning
 from kvstack.runtime.readiness import probe_ready
@@ -142,6 +142,12 @@ class _Proc:
     @property
     def pgid(self) -> int:
         return self.popen.pid  # start_new_session: the child leads its own group
+
+
+def remove_start_files(pspec: ProcessSpec) -> None:
+    for f in pspec.start_files:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(f.path)
 
 
 def child_env(spec: ProcessSpec, base: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -298,6 +304,8 @@ class Supervisor:
         shown = " ".join(redact_argv(pspec.argv, self.spec.secrets))
         log.write(f"# kvstack: starting {pspec.name}: {shown}\n".encode())
         log.flush()
+        for f in pspec.start_files:
+            atomic_write(Path(f.path), f.content, mode=f.mode)
         try:
             popen = subprocess.Popen(
                 pspec.argv,
@@ -310,12 +318,14 @@ class Supervisor:
             )
         except FileNotFoundError as exc:
             log.close()
+            remove_start_files(pspec)
             raise MissingProgramError(
                 f"cannot start {pspec.name}: {pspec.argv[0]} not found",
                 hint="install the engine in the Python environment kvstack uses (see kvstack doctor)",
             ) from exc
         except OSError as exc:
             log.close()
+            remove_start_files(pspec)
             raise EngineError(f"cannot start {pspec.name}: {exc}", hint=f"check {pspec.argv[0]}") from exc
         self._tell_watchdog(f"+{popen.pid}")
         assert popen.stdout is not None
@@ -394,6 +404,7 @@ class Supervisor:
                     self._phase = "failed"
                     raise self.death_error(during="startup")
                 if self._probe(client, proc.spec):
+                    remove_start_files(proc.spec)  # read at start: a ready process is done with them
                     self._report("ready", proc.spec.name)
                     return
                 if time.monotonic() >= deadline:
@@ -510,6 +521,7 @@ class Supervisor:
 
     def _close_procs(self) -> None:
         for p in self.procs:
+            remove_start_files(p.spec)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 p.popen.wait(timeout=1.0)
             p.tee.join(timeout=2.0)
