@@ -404,7 +404,8 @@ class Supervisor:
                     self._phase = "failed"
                     raise self.death_error(during="startup")
                 if self._probe(client, proc.spec):
-                    remove_start_files(proc.spec)  # read at start: a ready process is done with them
+                    if proc.spec.ready_url is not None:  # it answers: it has read them
+                        remove_start_files(proc.spec)
                     self._report("ready", proc.spec.name)
                     return
                 if time.monotonic() >= deadline:

@@ -143,6 +143,47 @@ def test_ready_after_health_and_models_with_status_and_log(tmp_path: Path) -> No
     assert all(s.name == "engine" and s.elapsed_s >= 0 for s in seen)
 
 
+def test_start_files_exist_only_while_the_process_starts(tmp_path: Path) -> None:
+    # SGLang's key file: read once at start, so on disk only until the server is ready.
+    from kvstack.engines.base import FileSpec
+
+    port = free_port()
+    key_file = tmp_path / "run" / "auth.yaml"
+    copy = tmp_path / "read-at-start"
+    reader = f"import shutil; shutil.copy({str(key_file)!r}, {str(copy)!r})\n" + SERVE
+    argv = [PY, script(tmp_path, "reader.py", reader), str(port), "0.5"]
+    server = ProcessSpec(
+        name="engine",
+        argv=argv,
+        ready_url=f"http://127.0.0.1:{port}/health",
+        start_files=[FileSpec(path=str(key_file), content="api-key: sk-start-0001\n")],
+    )
+    with Supervisor(spec(server, port=port), tmp_path / "run") as sup:
+        sup.start()
+        sup.wait_ready(20)
+        assert copy.read_text() == "api-key: sk-start-0001\n"  # it was there when the server started
+        assert stat.S_IMODE(copy.stat().st_mode) == 0o600  # shutil.copy keeps the mode written
+        assert not key_file.exists()  # gone once the server is ready
+    assert not key_file.exists()
+
+
+def test_start_files_are_removed_when_the_start_fails(tmp_path: Path) -> None:
+    from kvstack.engines.base import FileSpec
+
+    key_file = tmp_path / "run" / "auth.yaml"
+    argv = [PY, script(tmp_path, "crash.py", CRASH), "1", "3", "0.2"]
+    server = ProcessSpec(
+        name="engine",
+        argv=argv,
+        ready_url="http://127.0.0.1:1/health",
+        start_files=[FileSpec(path=str(key_file), content="api-key: sk-start-0002\n")],
+    )
+    with pytest.raises(ProcessFailed), Supervisor(spec(server), tmp_path / "run") as sup:
+        sup.start()
+        sup.wait_ready(20)
+    assert not key_file.exists()
+
+
 def test_death_during_startup_is_noticed_within_two_seconds(tmp_path: Path) -> None:
     argv = [PY, script(tmp_path, "crash.py", CRASH), "45", "3", "1.0"]
     server = ProcessSpec(name="engine", argv=argv, ready_url="http://127.0.0.1:1/health")
