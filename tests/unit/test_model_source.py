@@ -63,8 +63,26 @@ def test_a_cached_checkpoint_beats_the_catalog(cache: Path) -> None:
 
 def test_an_id_not_cached_falls_back_to_the_catalog_without_the_network(cache: Path) -> None:
     source = resolve_model("Qwen/Qwen3-32B")
-    assert (source.origin, source.path, source.geometry.name) == ("catalog", "Qwen/Qwen3-32B", "qwen3-32b")
+    # Named after the id, as the same model found in the cache is: the served name and the cache
+    # namespace do not change once it is downloaded.
+    assert (source.origin, source.path, source.geometry.name) == (
+        "catalog",
+        "Qwen/Qwen3-32B",
+        "Qwen/Qwen3-32B",
+    )
     assert source.geometry.max_context == 40960
+    # A catalog name keeps the catalog's name and gives the engine the catalog's id.
+    named = resolve_model("qwen3-32b")
+    assert (named.origin, named.path, named.geometry.name) == ("catalog", "Qwen/Qwen3-32B", "qwen3-32b")
+
+
+def test_an_alias_is_served_as_the_model_it_names(cache: Path) -> None:
+    # meta-llama/Llama-3.1-8B (base) shares the geometry of the catalog's instruct tune.
+    base = resolve_model("meta-llama/Llama-3.1-8B")
+    assert (base.path, base.geometry.name) == ("meta-llama/Llama-3.1-8B", "meta-llama/Llama-3.1-8B")
+    assert base.geometry.layers == resolve_model("llama-3.1-8b").geometry.layers
+    spelled = resolve_model("META-LLAMA/llama-3.1-8b-instruct")  # the catalog's own id, other case
+    assert spelled.path == "meta-llama/Llama-3.1-8B-Instruct"
 
 
 def test_an_unknown_id_offline_names_the_download_command(cache: Path) -> None:
