@@ -128,39 +128,36 @@ def server_view(
         return ServerView(url=url, up=False, error=error)
     engine = after.engine
     sg = engine == "sglang"
-    if not before.samples:
-        # No scrape to start the window from (the server was not answering then): counting from
-        # zero would show totals since start as this window's. Gauges only, until the next one.
-        return ServerView(
-            url=url,
-            up=True,
-            engine=engine,
-            running=after.get(m.SGLANG_RUNNING if sg else m.VLLM_RUNNING),
-            waiting=after.get(m.SGLANG_WAITING if sg else m.VLLM_WAITING),
-            kv_usage=after.get(m.SGLANG_TOKEN_USAGE if sg else m.VLLM_KV_USAGE),
-        )
-    ttft = bucket_deltas(before, after, m.SGLANG_TTFT if sg else m.VLLM_TTFT)
-    prompt = counter_delta(before, after, m.SGLANG_PROMPT_TOKENS if sg else m.VLLM_PROMPT_TOKENS)
-    # The engine's counters say recomputed / engine cache / offloaded; LMCache's which tier.
-    eb, ea = (with_lmcache(before, lm[0]), with_lmcache(after, lm[1])) if lm else (before, after)
-    sources = ts.prompt_tokens_by_source(*ts.snapshot_accessors(eb, ea))
-    total = sum(sources.values())
-    return ServerView(
+    gauges = ServerView(
         url=url,
         up=True,
         engine=engine,
         running=after.get(m.SGLANG_RUNNING if sg else m.VLLM_RUNNING),
         waiting=after.get(m.SGLANG_WAITING if sg else m.VLLM_WAITING),
         kv_usage=after.get(m.SGLANG_TOKEN_USAGE if sg else m.VLLM_KV_USAGE),
-        requests=ttft[-1][1] if ttft else None,
-        ttft_p50_s=histogram_quantile(0.5, ttft),
-        ttft_p90_s=histogram_quantile(0.9, ttft),
-        prompt_tokens=prompt,
-        prompt_tokens_per_s=_rate(prompt, window_s),
-        sources={
-            k: SourceShare(tokens=v, share=_ratio(v, total), per_s=v / window_s if window_s > 0 else 0.0)
-            for k, v in sources.items()
-        },
+    )
+    if not before.samples:
+        # No scrape to start the window from (the server was not answering then): counting from
+        # zero would show totals since start as this window's. Gauges only, until the next one.
+        return gauges
+    ttft = bucket_deltas(before, after, m.SGLANG_TTFT if sg else m.VLLM_TTFT)
+    prompt = counter_delta(before, after, m.SGLANG_PROMPT_TOKENS if sg else m.VLLM_PROMPT_TOKENS)
+    # The engine's counters say recomputed / engine cache / offloaded; LMCache's which tier.
+    eb, ea = (with_lmcache(before, lm[0]), with_lmcache(after, lm[1])) if lm else (before, after)
+    sources = ts.prompt_tokens_by_source(*ts.snapshot_accessors(eb, ea))
+    total = sum(sources.values())
+    return gauges.model_copy(
+        update={
+            "requests": ttft[-1][1] if ttft else None,
+            "ttft_p50_s": histogram_quantile(0.5, ttft),
+            "ttft_p90_s": histogram_quantile(0.9, ttft),
+            "prompt_tokens": prompt,
+            "prompt_tokens_per_s": _rate(prompt, window_s),
+            "sources": {
+                k: SourceShare(tokens=v, share=_ratio(v, total), per_s=v / window_s if window_s > 0 else 0.0)
+                for k, v in sources.items()
+            },
+        }
     )
 
 
