@@ -126,18 +126,22 @@ def _where(repo_id: str, revision: str | None) -> str:
     return repo_id + (f" at revision {revision!r}" if revision else "")
 
 
-def require_online(repo_id: str, revision: str | None) -> None:
-    """Raise the offline error (one line, the download command) when the hub may not be asked."""
+def require_online(repo_id: str, revision: str | None, weightless: bool = False) -> None:
+    """Raise the offline error (one line, the download command) when the hub may not be asked.
+
+    ``weightless``: the snapshot is cached, but without the weight files the engine needs.
+    """
     variable = offline_variable()
     if variable is None:
         return
     refs = cached_refs(repo_id)
     where = f"the Hugging Face cache {cache_dir()}"
-    missing = (
-        f"{repo_id} is in {where} but not at revision {revision!r} (cached: {', '.join(refs)})"
-        if refs and revision
-        else f"{_where(repo_id, revision)} is not in {where}"
-    )
+    if weightless:
+        missing = f"{_where(repo_id, revision)} has no weight files in {where}"
+    elif refs and revision:
+        missing = f"{repo_id} is in {where} but not at revision {revision!r} (cached: {', '.join(refs)})"
+    else:
+        missing = f"{_where(repo_id, revision)} is not in {where}"
     raise HubError(
         f"{missing}, and {variable}=1 forbids fetching it; download it with: "
         f"{download_command(repo_id, revision)}",
@@ -201,20 +205,7 @@ def require_weights(repo_id: str, revision: str | None = None) -> None:
     snapshot = cached(repo_id, revision)
     if snapshot is not None and has_weights(snapshot.path):
         return
-    variable = offline_variable()
-    if variable is not None:
-        where = f"the Hugging Face cache {cache_dir()}"
-        missing = (
-            f"{_where(repo_id, revision)} has no weight files in {where}"
-            if snapshot is not None
-            else f"{_where(repo_id, revision)} is not in {where}"
-        )
-        raise HubError(
-            f"{missing}, and {variable}=1 forbids downloading them; download it with: "
-            f"{download_command(repo_id, revision)}",
-            hint=f"run that without {variable}=1, or point HF_HOME (or HF_HUB_CACHE) at the cache "
-            "that holds it",
-        )
+    require_online(repo_id, revision, weightless=snapshot is not None)
     secret = _quiet_client()
     try:
         _head_config(repo_id, revision, secret or False)
