@@ -16,8 +16,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from kvstack.runtime.status import SupervisorStatus
-    from kvstack.serving.prepare import PreparedServe
-    from kvstack.serving.replicas import ReplicaSet
+    from kvstack.serving.prepare import Launch
     from kvstack.serving.request import ServeRequest
     from kvstack.serving.session import ServeEvents
     from kvstack.validation import ValidationReport
@@ -149,10 +148,10 @@ def _print_launch(console: Console, doc: dict[str, Any], title: str = "") -> Non
         console.print(f["content"], markup=False)
 
 
-def _print_dry_run(prepared: PreparedServe | ReplicaSet, json_mode: bool, events: ServeEvents) -> None:
-    for warning in prepared.plan.warnings:
+def _print_dry_run(launch: Launch, json_mode: bool, events: ServeEvents) -> None:
+    for warning in launch.plan.warnings:
         events.warning(warning)
-    doc = prepared.dry_run_document()
+    doc = launch.dry_run_document()
     if json_mode:
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
         return
@@ -161,9 +160,9 @@ def _print_dry_run(prepared: PreparedServe | ReplicaSet, json_mode: bool, events
 
     from kvstack.cli.plan import render as render_plan
 
-    render_plan(prepared.plan)
+    render_plan(launch.plan)
     console = Console(highlight=False, soft_wrap=True)
-    if "replicas" not in doc:
+    if not launch.multi:
         _print_launch(console, doc)
     else:
         layout = doc["port_layout"]
@@ -198,26 +197,17 @@ def run_serve(request: ServeRequest, dry_run: bool, json_mode: bool) -> int:
         from kvstack.serving.request import engine_python
 
         require_guard(engine_python())
-    if request.multi:
-        from kvstack.serving.replica_session import run_replicas
-        from kvstack.serving.replicas import prepare_replicas
-
-        replicas = prepare_replicas(request)
-        if dry_run:
-            _print_dry_run(replicas, json_mode, events)
-            return 0
-        return run_replicas(replicas, events)  # the plan's warnings follow its preflight
-    prepared = prepare(request)
+    launch = prepare(request)
     if dry_run:
-        _print_dry_run(prepared, json_mode, events)
+        _print_dry_run(launch, json_mode, events)
         return 0
-    if request.validate_after_start and prepared.spec.reset_cache_path is None:
+    if request.validate_after_start and launch.replicas[0].spec.reset_cache_path is None:
         events.message(
             f"--host {request.host} is not loopback: the engine's endpoints that drop its prefix cache "
             "are off, so validation forces the tiers by overflowing its pool (and, with LMCache's cache "
             "server, by emptying its DRAM through its loopback-only API)"
         )
-    return run(prepared, events)
+    return run(launch, events)  # the plan's warnings follow its preflight
 
 
 def register(app: typer.Typer) -> None:

@@ -36,14 +36,14 @@ def layout_starter(base: ServeRequest, events: ServeEvents | None = None) -> Sta
         request = base.model_copy(
             update={"offload": name, "run_dir": run_root / name, "validate_after_start": False}
         )
-        prepared = prepare(request)
-        with launched(prepared, events) as sup:
+        launch = prepare(request)
+        with launched(launch, events) as group:
 
             def check_alive() -> None:
-                if sup.poll_died() is not None:
-                    raise sup.death_error(during=f"the bench of layout {name}")
+                if group.poll_died() is not None:
+                    raise group.death_error(during=f"the bench of layout {name}")
 
-            spec = prepared.spec
+            spec = launch.replicas[0].spec
             yield Layout(name, spec.base_url, tuple(spec.metrics_urls), check_alive, spec.served_model_name)
 
     return start

@@ -1,10 +1,14 @@
-"""Everything ``serve`` decides before anything starts: snapshot, Plan, LaunchSpec.
+"""Everything ``serve`` decides before anything starts: snapshot, Plan, one LaunchSpec per engine.
 
-Nothing here starts a process or writes a file, so ``--dry-run`` is this function plus printing.
+One ``prepare`` for every launch: N >= 1 engines (``--replicas``, one by default) rendered from one
+Plan, and vllm-router in front of them with ``--router``. Nothing here starts a process or writes
+a file, so ``--dry-run`` is this function plus printing.
 """
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,16 +20,22 @@ from kvstack.errors import PlanInfeasible
 from kvstack.hardware.snapshot import HardwareSnapshot, load_snapshot
 from kvstack.model_source import ModelSource, resolve_model
 from kvstack.planning.plan import PlanRequest
+from kvstack.planning.replicas import device_groups, replica_snapshot
 from kvstack.planning.resolve import plan_for_model
 from kvstack.planning.retention import parse_retain
 from kvstack.planning.schema import Plan
 from kvstack.runtime.preflight import check_port_range
+from kvstack.serving.ports import PortLayout, port_layout
+from kvstack.serving.replicas import on_devices, replica_dir, replica_request, replica_warning, visible_gpus
 from kvstack.serving.request import ServeRequest, engine_python
+from kvstack.serving.router import render_router
 from kvstack.units import parse_tokens
 
 
 @dataclass(frozen=True)
 class PreparedServe:
+    """One engine with its helpers (LMCache's cache server): one replica of a Launch."""
+
     request: ServeRequest
     snapshot: HardwareSnapshot
     plan: Plan
@@ -102,13 +112,104 @@ def serve_options(request: ServeRequest, **overrides: Any) -> ServeOptions:
     return ServeOptions(**fields)
 
 
-def prepare(request: ServeRequest, snapshot: HardwareSnapshot | None = None) -> PreparedServe:
+@dataclass(frozen=True)
+class Launch:
+    """What ``serve`` starts: N >= 1 engines from one Plan, and optionally a router in front."""
+
+    request: ServeRequest
+    snapshot: HardwareSnapshot
+    plan: Plan  # what every replica runs, planned for one replica's share of the machine
+    layout: PortLayout
+    run_dir: Path  # plan.json, launch.json, validation.json (and router.log); replica-<i>/ below
+    replicas: tuple[PreparedServe, ...]
+    router: LaunchSpec | None = None
+
+    @property
+    def multi(self) -> bool:
+        """More than one engine, or a router: each replica then gets a run dir of its own."""
+        return len(self.replicas) > 1 or self.router is not None
+
+    @property
+    def front_url(self) -> str:
+        """Where clients go: the router, or the first replica without one."""
+        return self.router.base_url if self.router is not None else self.replicas[0].spec.base_url
+
+    def dry_run_document(self) -> dict[str, Any]:
+        """One engine: its plan and launch. Several: the first replica's fields at the top level
+        (as for one engine), then every replica and the router."""
+        first = self.replicas[0]
+        if not self.multi:
+            return first.dry_run_document()
+        return {
+            "plan": self.plan.model_dump(mode="json"),
+            **first.spec.public(),
+            "front_url": self.front_url,
+            "run_dir": str(self.run_dir),
+            "port_layout": self.layout.to_dict(),
+            "replicas": [
+                {"index": i, "run_dir": p.options.run_dir, **p.spec.public()}
+                for i, p in enumerate(self.replicas)
+            ],
+            "router": self.router.public() if self.router is not None else None,
+        }
+
+
+def prepare(
+    request: ServeRequest, snapshot: HardwareSnapshot | None = None, env: Mapping[str, str] | None = None
+) -> Launch:
+    """The launch ``request`` asks for; ``env`` (CUDA_VISIBLE_DEVICES) defaults to this process's."""
     check_port_range(request.port)
+    layout = port_layout(request.port, request.replicas, request.router)
     # Before the probe (seconds of fio): a model that is not there fails at once.
     source = resolve_model(request.model_spec(), request.revision)
-    snap = snapshot if snapshot is not None else hardware_snapshot(request)
-    plan = plan_for(request, snap, source)
-    options = serve_options(request)
+    machine = snapshot if snapshot is not None else hardware_snapshot(request)
+    n = request.replicas
+    visible = visible_gpus(machine, os.environ if env is None else env)
+    gpus_each = len(visible) // n if machine.gpus else 0
+    snap = replica_snapshot(machine, n, gpus_each) if n > 1 else machine
+    plan = plan_for(replica_request(request, machine, visible) if n > 1 else request, snap, source)
+    if n > 1:
+        plan = plan.model_copy(
+            update={"warnings": [*plan.warnings, replica_warning(request, machine, gpus_each)]}
+        )
+    devices = (
+        device_groups(plan.tensor_parallel_size, n, visible) if n > 1 and plan.platform == "cuda" else None
+    )
+    run_root = request.resolved_run_dir()
+    multi = n > 1 or request.router
     facts = gather_facts(plan.model_path, snap.memory, revision=plan.model_revision)
-    spec = render(plan, options, snap.software, facts)
-    return PreparedServe(request=request, snapshot=snap, plan=plan, options=options, spec=spec)
+    replicas: list[PreparedServe] = []
+    for i, port in enumerate(layout.engine_ports):
+        run_dir = replica_dir(run_root, i, multi)
+        lmcache_port, lmcache_http_port = layout.helper_ports[i]
+        options = serve_options(
+            request,
+            port=port,
+            run_dir=str(run_dir),
+            lmcache_port=lmcache_port,
+            lmcache_http_port=lmcache_http_port,
+        )
+        spec = render(plan, options, snap.software, facts)
+        if devices is not None:
+            spec = on_devices(spec, devices[i])
+        own = request.model_copy(update={"port": port, "run_dir": run_dir, "replicas": 1, "router": False})
+        replicas.append(PreparedServe(request=own, snapshot=machine, plan=plan, options=options, spec=spec))
+    router = None
+    if request.router:
+        router = render_router(
+            layout,
+            host=request.host,
+            python=replicas[0].options.python,
+            worker_urls=[p.spec.base_url for p in replicas],
+            served_model_name=replicas[0].spec.served_model_name,
+            api_key=request.api_key,
+        )
+    return Launch(
+        request=request,
+        snapshot=machine,
+        plan=plan,
+        layout=layout,
+        run_dir=run_root,
+        replicas=tuple(replicas),
+        router=router,
+    )

@@ -70,11 +70,6 @@ class ServeRequest(BaseModel):
     router: bool = False  # vllm-router in front of them, on --port
 
     @property
-    def multi(self) -> bool:
-        """Served by serving.replicas (N engines and/or a router), not the single-engine session."""
-        return self.replicas > 1 or self.router
-
-    @property
     def uses_demo_model(self) -> bool:
         return self.model is None
 

@@ -1,4 +1,10 @@
-"""Run a prepared launch: preflight, write configs, supervise, validate, keep serving."""
+"""Run a prepared Launch: preflight, write configs, supervise, validate, keep serving.
+
+One path for one engine and for N replicas behind an optional router: the engines (each with its
+helpers) start as one stage of a SupervisorGroup, the router as the next once they are ready. Any
+of them dying stops them all, naming which (a dead critical helper restarts its replica instead);
+SIGINT/SIGTERM stops them all.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +13,7 @@ import itertools
 import json
 import shutil
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -15,19 +22,23 @@ from typing import Protocol
 
 from kvstack import hub
 from kvstack.engines.base import LaunchSpec
-from kvstack.errors import Interrupted, ValidationFailed
+from kvstack.errors import Interrupted, NetworkTargetError, ValidationFailed
 from kvstack.fsutil import atomic_write, check_private_dir, ensure_private_dir
-from kvstack.runtime.preflight import preflight_launch
+from kvstack.runtime.group import SupervisorGroup
+from kvstack.runtime.preflight import check_port_free, preflight_launch
 from kvstack.runtime.status import SupervisorStatus
 from kvstack.runtime.supervisor import ProcessFailed, Supervisor
-from kvstack.serving.prepare import PreparedServe
+from kvstack.serving.prepare import Launch, PreparedServe
 from kvstack.serving.remote_watch import RemoteWatch
 from kvstack.serving.request import ServeRequest
-from kvstack.validation import ValidationReport, run_validation, target_from_launch, write_report
+from kvstack.serving.router import require_router
+from kvstack.validation import StepResult, ValidationReport, run_validation, target_from_launch, write_report
+from kvstack.validation.replicas import STEP_NAME, shared_tier_skip_reason, shared_tier_step
 
 DISK_CHECK_EVERY_S = 30.0
 POLL_S = 0.25  # how often a serving engine is checked: death is noticed well within 2 s
 MAX_UNIT_RESTARTS = 3
+ROUTER_READY_TIMEOUT_S = 120.0  # the engines are up by then: the router only checks their /health
 
 
 @dataclass
@@ -97,21 +108,44 @@ def require_model_files(prepared: PreparedServe) -> None:
         hub.require_weights(model, prepared.plan.model_revision)
 
 
-def preflight(prepared: PreparedServe) -> None:
+def bound_ports(launch: Launch) -> list[int]:
+    """Every port a process of the launch binds; a port bound twice is an error, not a race."""
+    ports = [port for p in launch.replicas for port in p.spec.ports]
+    ports += launch.router.ports if launch.router is not None else []
+    twice = sorted(port for port, n in Counter(ports).items() if n > 1)
+    if twice:
+        raise NetworkTargetError(
+            f"port {twice[0]} would be bound by two processes of this launch",
+            hint="choose another --port (the layout is in kvstack/serving/ports.py)",
+        )
+    return ports
+
+
+def preflight(launch: Launch) -> None:
     """Every check before a launch, in the order a user would fix them; nothing is written or started.
 
-    The model first, then local paths, then port/dirs/engine (runtime.preflight), then the remote
-    store, whose check is a network round trip.
+    The model first, then local paths, then ports, the router, the engine (runtime.preflight), and
+    last the remote store, whose check is a network round trip.
     """
-    require_model_files(prepared)
-    for directory in private_dirs(prepared):
-        check_private_dir(directory, "--run-dir" if directory == prepared.run_dir else "--cache-dir")
-    preflight_launch(prepared.spec, prepared.options, disk_need_bytes(prepared))
-    if prepared.options.remote_url and prepared.plan.tier("remote") is not None:
+    first = launch.replicas[0]
+    require_model_files(first)
+    check_private_dir(launch.run_dir, "--run-dir")
+    for p in launch.replicas:
+        for directory in private_dirs(p):
+            check_private_dir(directory, "--run-dir" if directory == p.run_dir else "--cache-dir")
+    own = set(first.spec.ports)  # preflight_launch checks the first replica's
+    for port in bound_ports(launch):
+        if port not in own:
+            check_port_free(launch.request.host, port)
+    if launch.router is not None:
+        require_router(first.options.python)
+    # The replicas' disk tiers share one directory: it needs room for all of them.
+    preflight_launch(first.spec, first.options, disk_need_bytes(first) * len(launch.replicas))
+    if first.options.remote_url and launch.plan.tier("remote") is not None:
         # Lazy: redis-py is needed only when a remote tier is asked for.
         from kvstack.remote.preflight import require_reachable
 
-        require_reachable(prepared.options.remote_url)
+        require_reachable(first.options.remote_url)
 
 
 def record_run(prepared: PreparedServe) -> None:
@@ -121,25 +155,61 @@ def record_run(prepared: PreparedServe) -> None:
     atomic_write(run_dir / "launch.json", json.dumps(prepared.spec.public(), indent=2) + "\n")
 
 
-def _validate(prepared: PreparedServe, sup: Supervisor, events: ServeEvents) -> ValidationReport:
-    req = prepared.request
+def record(launch: Launch) -> None:
+    """Each replica's plan.json and launch.json in its run dir; with several replicas or a router,
+    the whole launch's at the top of the run dir too (every replica and the router, masked)."""
+    if launch.multi:
+        run_dir = ensure_private_dir(launch.run_dir)
+        doc = launch.dry_run_document()
+        atomic_write(run_dir / "plan.json", json.dumps(doc.pop("plan"), indent=2) + "\n")
+        atomic_write(run_dir / "launch.json", json.dumps(doc, indent=2) + "\n")
+    for p in launch.replicas:
+        record_run(p)
+
+
+def _shared_tier(
+    launch: Launch, report: ValidationReport, alive: Callable[[], None], ev: ServeEvents
+) -> StepResult:
+    reason = shared_tier_skip_reason(launch.plan, len(launch.replicas))
+    cold = report.step("cold")
+    if reason is None and (cold is None or cold.verdict != "pass"):
+        reason = "the cold step failed"
+    if reason is not None:
+        return StepResult(name=STEP_NAME, verdict="skip", reason=reason)
+    req = launch.request
+    first, second = (
+        target_from_launch(p.spec, launch.plan, api_key=req.api_key) for p in launch.replicas[:2]
+    )
+    return shared_tier_step(
+        first, second, report.engine, report.prompt_tokens, ev.validation_progress, between=alive
+    )
+
+
+def validate(launch: Launch, group: SupervisorGroup, events: ServeEvents) -> ValidationReport:
+    """The validation pass against the first engine; with replicas, then the cross-replica step."""
+    req, first = launch.request, launch.replicas[0]
+
+    def alive() -> None:
+        if group.poll_died() is not None:
+            raise group.death_error(during="validation")
+
     target = target_from_launch(
-        prepared.spec,
-        prepared.plan,
+        first.spec,
+        launch.plan,
         api_key=req.api_key,
-        remote_url=prepared.options.remote_url,
-        log_file=sup.log_path(),
+        remote_url=first.options.remote_url,
+        log_file=group.stages[0][0].log_path(),
         prompt_tokens=req.prompt_tokens,
         min_speedup=req.min_speedup,
     )
-
-    def engine_alive() -> None:
-        if sup.poll_died() is not None:
-            raise sup.death_error(during="validation")
-
-    report = run_validation(target, on_progress=events.validation_progress, between=engine_alive)
-    engine_alive()  # a death during the last request must not read as a verdict
-    write_report(report, prepared.run_dir / "validation.json")
+    report = run_validation(target, on_progress=events.validation_progress, between=alive)
+    if len(launch.replicas) > 1:
+        step = _shared_tier(launch, report, alive, events)
+        report.steps.append(step)
+        if step.verdict == "fail":
+            report.overall = "FAIL"
+    alive()  # a death during the last request must not read as a verdict
+    write_report(report, launch.run_dir / "validation.json")
     events.validation(report)
     return report
 
@@ -194,9 +264,9 @@ def serve_until_stopped(
             time.sleep(POLL_S)
 
 
-def watched_remote(prepared: PreparedServe) -> str | None:
+def watched_remote(launch: Launch) -> str | None:
     """The remote store URL (credentials included) when the plan has a remote tier."""
-    return prepared.options.remote_url if prepared.plan.tier("remote") is not None else None
+    return launch.replicas[0].options.remote_url if launch.plan.tier("remote") is not None else None
 
 
 def judge(report: ValidationReport | None, request: ServeRequest, events: ServeEvents, where: str) -> None:
@@ -209,37 +279,69 @@ def judge(report: ValidationReport | None, request: ServeRequest, events: ServeE
 
 
 @contextmanager
-def launched(prepared: PreparedServe, events: ServeEvents | None = None) -> Iterator[Supervisor]:
-    """Preflight, write the configs, start and wait for readiness; stop everything on exit."""
+def launched(launch: Launch, events: ServeEvents | None = None) -> Iterator[SupervisorGroup]:
+    """Preflight, write every replica's files, start the engines and wait for all, then the router;
+    everything stops on exit."""
     ev = events or ServeEvents()
-    req, spec = prepared.request, prepared.spec
-    preflight(prepared)
+    req = launch.request
+    preflight(launch)
     # After the preflight: a launch refused for a missing model or a busy port says only why.
-    for warning in prepared.plan.warnings:
+    for warning in launch.plan.warnings:
         ev.warning(warning)
-    record_run(prepared)
-    write_launch_files(spec)
-    with Supervisor(spec, prepared.run_dir, on_status=ev.status, api_key=req.api_key) as sup:
-        sup.start()
-        sup.wait_ready(req.ready_timeout_s)
-        ev.ready(spec.base_url)
-        yield sup
+    record(launch)
+    for p in launch.replicas:
+        write_launch_files(p.spec)
+    engines = [
+        Supervisor(
+            p.spec,
+            p.run_dir,
+            on_status=ev.status,
+            api_key=req.api_key,
+            handle_signals=False,  # the group's
+            label=f"replica {i}" if launch.multi else None,
+        )
+        for i, p in enumerate(launch.replicas)
+    ]
+    with SupervisorGroup() as group:
+        group.launch(engines)
+        group.wait_ready(req.ready_timeout_s)
+        if launch.router is not None:
+            router = Supervisor(
+                launch.router, launch.run_dir, on_status=ev.status, api_key=req.api_key, handle_signals=False
+            )
+            group.launch([router])
+            group.wait_ready(ROUTER_READY_TIMEOUT_S)
+        ev.ready(launch.front_url)
+        yield group
 
 
-def run(prepared: PreparedServe, events: ServeEvents | None = None) -> int:
+def _serving_message(launch: Launch) -> str:
+    if not launch.multi:
+        url = launch.replicas[0].spec.base_url
+        return f"serving at {url} (Ctrl-C or SIGTERM stops it; logs in {launch.run_dir})"
+    urls = ", ".join(p.spec.base_url for p in launch.replicas)
+    if launch.router is not None:
+        front = f"serving at {launch.front_url} (vllm-router over {len(launch.replicas)} replicas: {urls})"
+    else:
+        front = f"serving {len(launch.replicas)} replicas at {urls}"
+    return f"{front}; Ctrl-C or SIGTERM stops all; logs in {launch.run_dir}"
+
+
+def run(launch: Launch, events: ServeEvents | None = None) -> int:
     """Launch and supervise; returns the exit code (0 clean stop or PASS). Errors raise."""
     ev = events or ServeEvents()
-    req, spec = prepared.request, prepared.spec
-    with launched(prepared, ev) as sup:
-        report = _validate(prepared, sup, ev) if req.validate_after_start else None
-        judge(
-            report, req, ev, f"report: {prepared.run_dir / 'validation.json'}; engine log: {sup.log_path()}"
+    req = launch.request
+    with launched(launch, ev) as group:
+        report = validate(launch, group, ev) if req.validate_after_start else None
+        logs = (
+            f"logs under {launch.run_dir}" if launch.multi else f"engine log: {group.members[0].log_path()}"
         )
+        judge(report, req, ev, f"report: {launch.run_dir / 'validation.json'}; {logs}")
         if req.exit_after_validate:
             return 0
-        ev.message(f"serving at {spec.base_url} (Ctrl-C or SIGTERM stops it; logs in {prepared.run_dir})")
+        ev.message(_serving_message(launch))
         try:
-            serve_until_stopped(sup, ev, watched_remote(prepared), req.ready_timeout_s)
+            serve_until_stopped(group, ev, watched_remote(launch), req.ready_timeout_s)
         except Interrupted:
             ev.message("stopped")
     return 0

@@ -67,14 +67,13 @@ def test_cache_server_without_the_engine_driven_mode_fails_fast(engine_ready: st
     request = ServeRequest(
         port=free_block(3), run_dir=tmp_path / "run", cache_dir=tmp_path / "cache", validate_after_start=False
     )
-    prepared = prepare(request)
-    (helper,) = prepared.spec.helpers
+    launch = prepare(request)
+    (engine,) = launch.replicas
+    (helper,) = engine.spec.helpers
     at = helper.argv.index("--supported-transfer-mode")  # back to LMCache's default: lmcache_driven
     default_mode = helper.model_copy(update={"argv": helper.argv[:at] + helper.argv[at + 2 :]})
-    prepared = dataclasses.replace(
-        prepared, spec=prepared.spec.model_copy(update={"helpers": [default_mode]})
-    )
-    with pytest.raises(ProcessFailed) as err, launched(prepared):
+    engine = dataclasses.replace(engine, spec=engine.spec.model_copy(update={"helpers": [default_mode]}))
+    with pytest.raises(ProcessFailed) as err, launched(dataclasses.replace(launch, replicas=(engine,))):
         pass
     failed_at = datetime.now()
     log = tmp_path / "run" / "lmcache-server.log"

@@ -27,10 +27,10 @@ from kvstack.errors import NetworkTargetError
 from kvstack.hardware.snapshot import load_snapshot
 from kvstack.runtime.metrics import parse_metrics
 from kvstack.runtime.supervisor import ProcessFailed
-from kvstack.serving.replica_session import launched_replicas, run_replicas
-from kvstack.serving.replicas import ReplicaSet, prepare_replicas
+from kvstack.serving.prepare import Launch, prepare
 from kvstack.serving.request import ServeRequest
-from kvstack.serving.session import ServeEvents
+from kvstack.serving.session import ServeEvents, launched
+from kvstack.serving.session import run as run_launch
 from tests.support.cli_run import isolated_env, run_cli
 from tests.support.deps import ROOT, missing, require_engine_module
 from tests.support.ports import free_block
@@ -60,8 +60,8 @@ srv.httpd.serve_forever()
 
 def fake_set(
     tmp_path: Path, replicas: int = 2, router: bool = False, die: dict[int, float] | None = None
-) -> ReplicaSet:
-    """prepare_replicas for the demo model, each engine's argv replaced by the fake engine."""
+) -> Launch:
+    """prepare() for the demo model, each engine's argv replaced by the fake engine."""
     engine = tmp_path / "fake_engine.py"
     engine.write_text(textwrap.dedent(FAKE_ENGINE.format(root=str(ROOT))))
     req = ServeRequest(
@@ -79,19 +79,19 @@ def fake_set(
     snapshot = snapshot.model_copy(
         update={"software": snapshot.software.model_copy(update={"lmcache": None})}
     )
-    rs = prepare_replicas(req, snapshot, env={})
+    rs = prepare(req, snapshot, env={})
     swapped = []
     for i, p in enumerate(rs.replicas):
         argv = [sys.executable, str(engine), str(p.options.port), str((die or {}).get(i, 0))]
         server: ProcessSpec = p.spec.server.model_copy(update={"argv": argv})
         swapped.append(p.__class__(**{**p.__dict__, "spec": p.spec.model_copy(update={"server": server})}))
-    return ReplicaSet(**{**rs.__dict__, "replicas": tuple(swapped)})
+    return Launch(**{**rs.__dict__, "replicas": tuple(swapped)})
 
 
-def serving_only(rs: ReplicaSet) -> ReplicaSet:
+def serving_only(rs: Launch) -> Launch:
     """The set with validation off: kvstack serves until a signal or a death."""
     update = {"validate_after_start": False, "exit_after_validate": False}
-    return ReplicaSet(**{**rs.__dict__, "request": rs.request.model_copy(update=update)})
+    return Launch(**{**rs.__dict__, "request": rs.request.model_copy(update=update)})
 
 
 def recording_events() -> tuple[ServeEvents, list[psutil.Process], list[str]]:
@@ -120,7 +120,7 @@ def _engine_module() -> None:
 def test_two_replicas_validate_on_replica_0_and_all_stop(tmp_path: Path) -> None:
     rs = fake_set(tmp_path)
     events, tree, said = recording_events()
-    assert run_replicas(rs, events) == 0
+    assert run_launch(rs, events) == 0
     assert len(tree) >= 2 + 2  # two engines and their watchdogs
     assert gone(tree) == []
     report = json.loads((tmp_path / "run" / "validation.json").read_text())
@@ -145,6 +145,22 @@ def test_two_replicas_validate_on_replica_0_and_all_stop(tmp_path: Path) -> None
     assert json.loads((run / "plan.json").read_text())["platform"] == "cpu"
 
 
+def test_one_engine_takes_the_same_path_with_its_files_at_the_top_of_the_run_dir(tmp_path: Path) -> None:
+    rs = fake_set(tmp_path, replicas=1)
+    assert not rs.multi and rs.replicas[0].run_dir == tmp_path / "run"
+    events, tree, said = recording_events()
+    assert run_launch(rs, events) == 0
+    assert len(tree) >= 2 and gone(tree) == []  # the engine and its watchdog
+    run_dir = tmp_path / "run"
+    launch = json.loads((run_dir / "launch.json").read_text())
+    assert "replicas" not in launch and launch["base_url"] == rs.replicas[0].spec.base_url
+    assert (run_dir / "engine.log").read_text().count("fake engine listening") == 1
+    assert not (run_dir / "replica-0").exists()
+    report = json.loads((run_dir / "validation.json").read_text())
+    assert report["overall"] == "PASS" and "replicas:shared-tier" not in {s["name"] for s in report["steps"]}
+    assert f"ready {rs.replicas[0].spec.base_url}" in said
+
+
 def test_the_router_routes_by_prefix_and_passes_the_key(tmp_path: Path) -> None:
     try:
         import vllm_router  # noqa: F401
@@ -154,7 +170,7 @@ def test_the_router_routes_by_prefix_and_passes_the_key(tmp_path: Path) -> None:
     assert rs.router is not None
     events, tree, _ = recording_events()
     headers = {"Authorization": f"Bearer {API_KEY}"}
-    with launched_replicas(rs, events) as group:
+    with launched(rs, events) as group:
         assert (tmp_path / "run" / "router.log").exists()
         url = rs.router.base_url
         assert httpx.get(url + "/v1/models", headers=headers).json()["data"][0]["id"] == "demo"
@@ -187,7 +203,7 @@ def test_a_replica_dying_while_serving_stops_everything_and_names_it(tmp_path: P
     rs = serving_only(rs)
     events, tree, _ = recording_events()
     with pytest.raises(ProcessFailed) as info:
-        run_replicas(rs, events)
+        run_launch(rs, events)
     err = info.value
     assert err.message.startswith("replica 1 engine exited with code 3 during serving")
     assert "fake engine listening" in "\n".join(err.tail)
@@ -207,7 +223,7 @@ def test_sigterm_stops_every_replica(tmp_path: Path) -> None:
         threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGTERM)).start()
 
     events.ready = ready
-    assert run_replicas(rs, events) == 0
+    assert run_launch(rs, events) == 0
     assert "stopped" in said
     assert gone(tree) == []
     assert signal.getsignal(signal.SIGTERM) == before  # kvstack's handler is gone again
@@ -221,7 +237,7 @@ def test_a_busy_port_in_the_layout_is_refused_before_anything_starts(tmp_path: P
         with pytest.raises(
             NetworkTargetError, match=f"port {rs.replicas[1].options.port} on 127.0.0.1 is already in use"
         ):
-            run_replicas(rs)
+            run_launch(rs)
     assert not (tmp_path / "run").exists()
 
 

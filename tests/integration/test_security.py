@@ -118,7 +118,8 @@ def _prepared(tmp_path: Path, model: Path, **kw: object) -> PreparedServe:
         run_dir=tmp_path / "run",
         **kw,  # type: ignore[arg-type]
     )
-    return prepare(request, snap)
+    (one,) = prepare(request, snap).replicas
+    return one
 
 
 def _model_dir(tmp_path: Path) -> Path:

@@ -1,4 +1,4 @@
-"""prepare_replicas: N LaunchSpecs from one Plan (one fingerprint), per-replica ports, dirs and GPUs."""
+"""prepare with --replicas: N LaunchSpecs from one Plan (one fingerprint), own ports, dirs and GPUs."""
 
 from __future__ import annotations
 
@@ -9,8 +9,7 @@ import pytest
 
 from kvstack.errors import UnsupportedError
 from kvstack.hardware.snapshot import HardwareSnapshot, load_snapshot
-from kvstack.serving.prepare import prepare
-from kvstack.serving.replicas import ReplicaSet, prepare_replicas
+from kvstack.serving.prepare import Launch, prepare
 from kvstack.serving.request import ServeRequest
 from tests.support.deps import ROOT
 
@@ -50,8 +49,8 @@ def request(tmp_path: Path, **kw: object) -> ServeRequest:
     return ServeRequest(**fields)  # type: ignore[arg-type]
 
 
-def gpu_replicas(tmp_path: Path, env: dict[str, str] | None = None, **kw: object) -> ReplicaSet:
-    return prepare_replicas(request(tmp_path, **kw), gpu_machine(tmp_path), env=env or {})
+def gpu_replicas(tmp_path: Path, env: dict[str, str] | None = None, **kw: object) -> Launch:
+    return prepare(request(tmp_path, **kw), gpu_machine(tmp_path), env=env or {})
 
 
 def test_every_replica_shares_the_fingerprint_cache_and_remote_tier(tmp_path: Path) -> None:
@@ -189,7 +188,7 @@ def test_dry_run_document_lists_every_replica_and_masks_secrets(tmp_path: Path) 
 def test_cpu_demo_replicas(tmp_path: Path) -> None:
     snap = load_snapshot(HW / "no-gpu.json")
     req = ServeRequest(cache_dir=tmp_path / "cache", run_dir=tmp_path / "run", port=8100, replicas=2)
-    rs = prepare_replicas(req, snap, env={"CUDA_VISIBLE_DEVICES": "0"})
+    rs = prepare(req, snap, env={"CUDA_VISIBLE_DEVICES": "0"})
     assert rs.plan.platform == "cpu"
     assert rs.replicas[0].spec.fingerprint == rs.replicas[1].spec.fingerprint
     for p in rs.replicas:

@@ -14,7 +14,7 @@ import pytest
 from kvstack.errors import EngineError
 from kvstack.hardware.snapshot import load_snapshot
 from kvstack.planning.schema import Plan
-from kvstack.serving.replicas import prepare_replicas
+from kvstack.serving.prepare import prepare
 from kvstack.serving.request import ServeRequest
 from kvstack.validation import ValidationTarget
 from kvstack.validation.replicas import STEP_NAME, shared_tier_skip_reason, shared_tier_step
@@ -107,7 +107,7 @@ def _plan(tmp_path: Path, hw: str, **kw: object) -> Plan:
         replicas=2,
         **kw,  # type: ignore[arg-type]
     )
-    return prepare_replicas(req, load_snapshot(ROOT / "profiles" / "hardware" / hw), env={}).plan
+    return prepare(req, load_snapshot(ROOT / "profiles" / "hardware" / hw), env={}).plan
 
 
 def test_skip_reasons(tmp_path: Path) -> None:
