@@ -404,9 +404,7 @@ class Supervisor:
                     self._phase = "failed"
                     raise self.death_error(during="startup")
                 if self._probe(client, proc.spec):
-                    if proc.spec.ready_url is not None:  # it answers: it has read them
-                        remove_start_files(proc.spec)
-                    self._report("ready", proc.spec.name)
+                    self._became_ready(proc)
                     return
                 if time.monotonic() >= deadline:
                     self._phase = "failed"
@@ -435,8 +433,13 @@ class Supervisor:
         proc = self._proc(name or self.spec.server.name)
         if not self._probe(client, proc.spec):
             return False
-        self._report("ready", proc.spec.name)
+        self._became_ready(proc)
         return True
+
+    def _became_ready(self, proc: _Proc) -> None:
+        if proc.spec.ready_url is not None:  # it answers, so it has read its start files
+            remove_start_files(proc.spec)
+        self._report("ready", proc.spec.name)
 
     def report(self, phase: str, name: str | None = None) -> None:
         """Set the phase and tell ``on_status`` (for a caller that drives the waiting itself)."""

@@ -143,9 +143,12 @@ def test_ready_after_health_and_models_with_status_and_log(tmp_path: Path) -> No
     assert all(s.name == "engine" and s.elapsed_s >= 0 for s in seen)
 
 
-def test_start_files_exist_only_while_the_process_starts(tmp_path: Path) -> None:
-    # SGLang's key file: read once at start, so on disk only until the server is ready.
+@pytest.mark.parametrize("waiter", ["supervisor", "group"])
+def test_start_files_exist_only_while_the_process_starts(tmp_path: Path, waiter: str) -> None:
+    # SGLang's key file: read once at start, so on disk only until the server is ready, whether
+    # one supervisor waits (wait_ready) or serve's group does (probe_ready).
     from kvstack.engines.base import FileSpec
+    from kvstack.runtime.group import SupervisorGroup
 
     port = free_port()
     key_file = tmp_path / "run" / "auth.yaml"
@@ -158,12 +161,18 @@ def test_start_files_exist_only_while_the_process_starts(tmp_path: Path) -> None
         ready_url=f"http://127.0.0.1:{port}/health",
         start_files=[FileSpec(path=str(key_file), content="api-key: sk-start-0001\n")],
     )
-    with Supervisor(spec(server, port=port), tmp_path / "run") as sup:
-        sup.start()
-        sup.wait_ready(20)
+    sup = Supervisor(spec(server, port=port), tmp_path / "run", handle_signals=waiter == "supervisor")
+    with SupervisorGroup(handle_signals=False) as group:
+        if waiter == "group":
+            group.launch([sup])
+            group.wait_ready(20)
+        else:
+            sup.start()
+            sup.wait_ready(20)
         assert copy.read_text() == "api-key: sk-start-0001\n"  # it was there when the server started
         assert stat.S_IMODE(copy.stat().st_mode) == 0o600  # shutil.copy keeps the mode written
         assert not key_file.exists()  # gone once the server is ready
+        sup.stop()
     assert not key_file.exists()
 
 
