@@ -126,8 +126,7 @@ class Launch:
 
     @property
     def multi(self) -> bool:
-        """More than one engine, or a router: each replica then gets a run dir of its own."""
-        return len(self.replicas) > 1 or self.router is not None
+        return self.request.multi
 
     @property
     def front_url(self) -> str:
@@ -176,11 +175,10 @@ def prepare(
         device_groups(plan.tensor_parallel_size, n, visible) if n > 1 and plan.platform == "cuda" else None
     )
     run_root = request.resolved_run_dir()
-    multi = n > 1 or request.router
     facts = gather_facts(plan.model_path, snap.memory, revision=plan.model_revision)
     replicas: list[PreparedServe] = []
     for i, port in enumerate(layout.engine_ports):
-        run_dir = replica_dir(run_root, i, multi)
+        run_dir = replica_dir(run_root, i, request.multi)
         lmcache_port, lmcache_http_port = layout.helper_ports[i]
         options = serve_options(
             request,

@@ -70,6 +70,11 @@ class ServeRequest(BaseModel):
     router: bool = False  # vllm-router in front of them, on --port
 
     @property
+    def multi(self) -> bool:
+        """More than one engine, or a router: each replica then gets a run dir of its own."""
+        return self.replicas > 1 or self.router
+
+    @property
     def uses_demo_model(self) -> bool:
         return self.model is None
 
