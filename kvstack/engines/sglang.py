@@ -34,6 +34,7 @@ from kvstack.engines.base import FileSpec, LaunchSpec, ProcessSpec, RenderReques
 from kvstack.engines.common import (
     LaunchBasics,
     assemble,
+    flag_name,
     is_loopback,
     need_tier,
     prepare,
@@ -72,7 +73,7 @@ def check_sglang(req: RenderRequest) -> list[str]:
 def check_extra_args(req: RenderRequest, *, hicache: bool, lmcache: bool) -> None:
     """Refuse the combinations SGLang itself rejects at start-up, before a long launch."""
     refuse_owned_flags(req.options.extra_args)
-    extra = {a.split("=", 1)[0] for a in req.options.extra_args}
+    extra = {n for n in map(flag_name, req.options.extra_args) if n is not None}
     if (hicache or lmcache) and extra & set(RADIX_OFF_FLAGS):
         what = "HiCache" if hicache else "LMCache"
         raise UnsupportedError(
@@ -131,12 +132,6 @@ def auth(req: RenderRequest, prep: LaunchBasics) -> tuple[list[str], list[FileSp
         )
     if not keys:
         return [], []
-    if any(a.split("=", 1)[0] == "--config" for a in options.extra_args):
-        raise UnsupportedError(
-            "--config in the engine arguments: kvstack gives SGLang its keys in a config file of its "
-            "own, and SGLang takes only one",
-            hint="pass those settings as engine arguments after -- instead of --config",
-        )
     prep.secrets.extend(v for v in keys.values() if v not in prep.secrets)
     path = str(PurePosixPath(options.run_dir) / AUTH_CONFIG)
     return ["--config", path], [FileSpec(path=path, content=yaml.safe_dump(keys, sort_keys=True))]

@@ -11,7 +11,14 @@ from typing import Any
 
 from kvstack.engines import versions
 from kvstack.engines.base import LaunchSpec, ProcessSpec, RenderRequest, register
-from kvstack.engines.common import LaunchBasics, assemble, is_loopback, prepare, refuse_owned_flags
+from kvstack.engines.common import (
+    LaunchBasics,
+    assemble,
+    is_loopback,
+    prepare,
+    refuse_owned_flags,
+    sets_flag,
+)
 from kvstack.errors import UnsupportedError
 from kvstack.units import GIB
 
@@ -31,10 +38,11 @@ def check_vllm(req: RenderRequest) -> list[str]:
     notes = versions.require(sw, "vllm", sw.vllm, versions.MIN_VLLM, "serving with vLLM")
     versions.check_removed_flags(req.options.extra_args, sw.vllm)
     refuse_owned_flags(req.options.extra_args)
-    clash = [a for a in req.options.extra_args if a.split("=", 1)[0] in CONNECTOR_FLAGS]
+    clash = [a for a in req.options.extra_args if any(sets_flag(a, f) for f in CONNECTOR_FLAGS)]
     if clash and req.plan.connector != "none":
+        shown = clash[0].split("=", 1)[0].split(".", 1)[0]
         raise UnsupportedError(
-            f"{clash[0]} in the extra arguments would replace the {req.plan.connector} connector "
+            f"{shown} in the extra arguments would replace the {req.plan.connector} connector "
             "kvstack sets up",
             hint="drop it and choose the offload with --offload, or use --offload none with your own flags",
         )

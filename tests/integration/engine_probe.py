@@ -13,6 +13,7 @@ RESULT: {section: {name: {"ok": bool, "error"?: str, ...facts the engine parsed.
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import inspect
 import io
@@ -32,6 +33,7 @@ def _parse(parser: Any, argv: list[str]) -> tuple[Any, str]:
         return None, err.getvalue()[-3000:]
 
 
+@functools.cache
 def vllm_parser() -> Any:
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
@@ -106,6 +108,38 @@ def check_vllm_argv(argv: list[str]) -> dict[str, Any]:
     return out
 
 
+# The parser's destinations that kvstack sets itself (engines/common.py, engines/vllm.py).
+OWNED_DESTS = (
+    "host",
+    "port",
+    "uds",
+    "api_key",
+    "config",
+    "kv_transfer_config",
+    "kv_offloading_size",
+    "kv_offloading_backend",
+)
+_BASE = ["--model", "m"]
+
+
+def check_vllm_dests(argv: list[str]) -> dict[str, Any]:
+    """Which of kvstack's own destinations ``argv`` sets, as vLLM's parser reads it."""
+    parser = vllm_parser()
+    base, _ = _parse(parser, _BASE)
+    args, error = _parse(parser, [*_BASE, *argv])
+    if args is None:
+        return {"ok": False, "error": error}
+    changed = [d for d in OWNED_DESTS if getattr(args, d, None) != getattr(base, d, None)]
+    return {"ok": True, "owned_set": changed}
+
+
+def list_vllm_options(_: Any) -> dict[str, Any]:
+    """Every option string of vLLM's serve parser, with its destination."""
+    parser = vllm_parser()
+    options = {o: a.dest for a in parser._actions for o in a.option_strings}
+    return {"ok": True, "options": options}
+
+
 class _Collect(logging.Handler):
     def __init__(self) -> None:
         super().__init__(logging.DEBUG)
@@ -173,6 +207,8 @@ CHECKS = {
     "vllm_argv": check_vllm_argv,
     "lmcache_yaml": check_lmcache_yaml,
     "lmcache_server_argv": check_lmcache_server_argv,
+    "vllm_dests": check_vllm_dests,
+    "vllm_options": list_vllm_options,
 }
 
 

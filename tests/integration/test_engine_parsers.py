@@ -16,6 +16,7 @@ import yaml
 from kvstack.engines.base import LaunchSpec
 from kvstack.engines.render import render
 from kvstack.engines.versions import VLLM_API_SERVER_MODULE, VLLM_CLI_MODULE
+from kvstack.errors import UnsupportedError
 from tests.support.deps import require_engine_module
 from tests.support.engine_probe import run_probe
 from tests.unit.engines.cases import (
@@ -30,6 +31,18 @@ from tests.unit.engines.cases import (
 )
 
 pytestmark = pytest.mark.integration
+
+# vLLM's parser destinations of the flags kvstack sets itself (engine_probe.py: OWNED_DESTS).
+OWNED_DESTS = {
+    "host",
+    "port",
+    "uds",
+    "api_key",
+    "config",
+    "kv_transfer_config",
+    "kv_offloading_size",
+    "kv_offloading_backend",
+}
 
 CONTROL = "control-misspelled-key"
 
@@ -100,11 +113,72 @@ def probed(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, LaunchSp
         for helper in spec.helpers:
             assert helper.argv[1:4] == ["-m", "lmcache.cli.main", "server"]
             job["lmcache_server_argv"][name] = helper.argv[4:]
+    config = tmp / "engine-config.yaml"  # what a user's --config may hold
+    config.write_text("host: 0.0.0.0\napi_key: sk-in-a-config\n", encoding="utf-8")
+    job["vllm_dests"] = {" ".join(v): v for v in owned_spellings(config)}
+    job["vllm_options"] = {"all": None}
     # A control: proves the probe does catch LMCache's unknown-key warning.
     control = tmp / "control.yaml"
     control.write_text("chunk_sise: 256\n", encoding="utf-8")
     job["lmcache_yaml"][CONTROL] = str(control)
     return specs, run_probe(py, job, tmp, 540)
+
+
+# A value each of kvstack's own flags accepts.
+OWNED_VALUES = {
+    "--host": "0.0.0.0",
+    "--port": "9",
+    "--uds": "/tmp/engine.sock",
+    "--api-key": "sk-on-argv",
+    "--kv-transfer-config": '{"kv_connector":"X","kv_role":"kv_both"}',
+    "--kv-offloading-size": "2",
+    "--kv-offloading-backend": "native",
+}
+
+
+def owned_spellings(config: Path) -> list[list[str]]:
+    """Every way we know to write kvstack's own flags: whole, `=value`, underscores, every prefix,
+    a field of a JSON flag, and a config file. vLLM's parser decides which of them it accepts."""
+    out: list[list[str]] = [["--config", str(config)], [f"--config={config}"]]
+    for flag, value in OWNED_VALUES.items():
+        body = flag[2:]
+        for k in range(1, len(body) + 1):
+            for name in {f"--{body[:k]}", f"--{body[:k].replace('-', '_')}"}:
+                out += [[name, value], [f"{name}={value}"]]
+    out += [["--kv-transfer-config.kv_connector=X"], ["--kv_transfer_config.kv_role=kv_both"]]
+    return out
+
+
+def refused(args: list[str]) -> bool:
+    """kvstack refuses ``args`` as engine arguments of a launch with a connector."""
+    plan = make_plan(connector="lmcache", cpu_gib=8)
+    try:
+        render(plan, make_options(extra_args=args), SOFTWARE["vllm"], CASES[2].facts)
+    except UnsupportedError:
+        return True
+    return False
+
+
+def test_every_spelling_vllms_parser_reads_as_a_flag_kvstack_owns_is_refused(
+    probed: tuple[dict[str, LaunchSpec], dict[str, Any]],
+) -> None:
+    _, results = probed
+    accepted = {name: r["owned_set"] for name, r in results["vllm_dests"].items() if r.get("ok")}
+    overriding = {name for name, dests in accepted.items() if dests}
+    # Not vacuous: the parser takes underscores, abbreviations, `=value`, JSON fields and a config file.
+    for spelling in ("--api_key sk-on-argv", "--ho 0.0.0.0", "--por=9", "--kv_transfer_conf={", "--config "):
+        assert any(name.startswith(spelling) for name in overriding), spelling
+    assert len(overriding) > 60
+    missed = sorted(name for name in overriding if not refused(name.split(" ", 1)))
+    assert missed == [], f"vLLM reads these as kvstack's own flags, kvstack let them through: {missed}"
+
+
+def test_no_other_vllm_option_is_refused(probed: tuple[dict[str, LaunchSpec], dict[str, Any]]) -> None:
+    _, results = probed
+    options: dict[str, str] = results["vllm_options"]["all"]["options"]
+    others = [o for o, dest in options.items() if o.startswith("--") and dest not in OWNED_DESTS]
+    assert len(others) > 100
+    assert [o for o in others if refused([o, "1"])] == []
 
 
 def ok(result: dict[str, Any], name: str) -> dict[str, Any]:

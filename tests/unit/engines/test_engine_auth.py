@@ -80,7 +80,14 @@ def test_vllm_key_in_the_environment_kvstacks_variable_cleared() -> None:
 
 @pytest.mark.parametrize("engine", ["vllm", "sglang"])
 @pytest.mark.parametrize(
-    "arg", [["--api-key", "sk-argv-1234"], ["--api-key=sk-argv-1234"], ["--admin-api-key", "x"]]
+    "arg",
+    [
+        ["--api-key", "sk-argv-1234"],
+        ["--api-key=sk-argv-1234"],
+        ["--admin-api-key", "x"],
+        ["--api_key", "sk-argv-1234"],  # vLLM's parser reads underscores as dashes
+        ["--api_ke=sk-argv-1234"],
+    ],
 )
 def test_a_key_in_the_engine_arguments_is_refused(engine: str, arg: list[str]) -> None:
     make = vllm if engine == "vllm" else sglang
@@ -99,6 +106,10 @@ def test_a_key_in_the_engine_arguments_is_refused(engine: str, arg: list[str]) -
         (["--ho", "0.0.0.0"], "--host"),  # the engines' parsers take a unique abbreviation
         (["--port", "9000"], "--port"),
         (["--api-ke", "sk-argv-1234"], "--api-key-file"),
+        (["--hos=0.0.0.0"], "--host"),
+        (["--po", "9000"], "--port"),
+        (["--uds", "/tmp/s"], "TCP"),
+        (["--config", "/etc/engine.yaml"], "instead of --config"),
     ],
 )
 def test_engine_arguments_cannot_undo_the_bind_or_the_key(engine: str, arg: list[str], hint: str) -> None:
@@ -108,6 +119,7 @@ def test_engine_arguments_cannot_undo_the_bind_or_the_key(engine: str, arg: list
     with pytest.raises(UnsupportedError) as err:
         make("127.0.0.1", extra_args=arg)
     assert err.value.message.startswith(arg[0].split("=")[0] + " in the engine arguments")
+    assert "\n" not in err.value.message
     assert err.value.hint is not None and hint in err.value.hint
     assert "sk-argv-1234" not in err.value.message + err.value.hint
 
@@ -133,10 +145,12 @@ def test_sglang_on_a_public_bind_locks_its_admin_routes_with_a_random_key(key: s
     assert yaml.safe_load(again)["admin-api-key"] != admin  # per launch
 
 
-def test_sglang_with_a_config_of_the_users_own_is_refused_when_kvstack_needs_one() -> None:
-    with pytest.raises(UnsupportedError, match="--config"):
-        sglang("127.0.0.1", api_key=API_KEY, extra_args=["--config", "/etc/sglang.yaml"])
-    assert sglang("127.0.0.1", extra_args=["--config", "/etc/sglang.yaml"]).server.start_files == []  # no key
+def test_a_config_file_of_the_users_own_is_refused_it_could_set_any_owned_flag() -> None:
+    for engine in (vllm, sglang):
+        for key in (None, API_KEY):
+            with pytest.raises(UnsupportedError, match="--config"):
+                engine("127.0.0.1", api_key=key, extra_args=["--config", "/etc/engine.yaml"])
+    assert flag(vllm("127.0.0.1", extra_args=["--config-format", "hf"]), "--config-format") == "hf"
 
 
 def test_an_sglang_without_config_files_is_refused_a_key_or_a_public_bind() -> None:

@@ -125,7 +125,16 @@ def test_no_cache_dirs_without_offload() -> None:
 
 
 @pytest.mark.parametrize(
-    "arg", ["--kv-transfer-config", "--kv-offloading-backend=lmcache", "--kv-offloading-size"]
+    "arg",
+    [
+        "--kv-transfer-config",
+        "--kv-offloading-backend=lmcache",
+        "--kv-offloading-size",
+        "--kv_transfer_config",  # vLLM's parser: underscores, abbreviations, a field of the JSON
+        "--kv-transfer-conf",
+        "--kv-transfer-config.kv_connector=X",
+        "--kv_offloading_b=native",
+    ],
 )
 def test_extra_connector_flags_are_refused_when_kvstack_sets_a_connector(arg: str) -> None:
     options = make_options(extra_args=[arg, "x"])
