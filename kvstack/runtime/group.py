@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 
 import httpx
 
@@ -123,6 +124,9 @@ class SupervisorGroup:
     def disk_warnings(self, min_free_bytes: int | None = None) -> list[str]:
         # Replicas share the disk tier's directory: one warning per directory, not per replica.
         return list(dict.fromkeys(w for s in self.members for w in s.disk_warnings(min_free_bytes)))
+
+    def log_drops(self) -> list[tuple[str, int, str | None, Path]]:
+        return [d for s in self.members for d in s.log_drops()]
 
     # --- stopping ---------------------------------------------------------------------------
 

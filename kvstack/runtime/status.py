@@ -12,6 +12,7 @@ class SupervisorStatus:
     name: str  # the process the phase is about
     elapsed_s: float
     last_line: str
+    dropped_lines: int = 0  # output lines that could not be written to the logs (run dir full)
 
 
 StatusCallback = Callable[[SupervisorStatus], None]
@@ -20,6 +21,8 @@ StatusCallback = Callable[[SupervisorStatus], None]
 def format_status(status: SupervisorStatus, width: int = 100) -> str:
     """One line for a live display: ``engine: waiting for readiness (12 s) | last log line``."""
     head = f"{status.name}: {status.phase} ({status.elapsed_s:.0f} s)"
+    if status.dropped_lines:
+        head += f" [{status.dropped_lines} log lines dropped]"
     if not status.last_line:
         return head
     room = max(width - len(head) - 3, 10)

@@ -15,13 +15,10 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
-import re
 import signal
 import subprocess
 import sys
-import threading
 import time
-from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,11 +30,12 @@ import psutil
 from kvstack.engines.base import LaunchSpec, ProcessSpec
 from kvstack.errors import EngineError, MissingProgramError
 from kvstack.fsutil import atomic_write, ensure_private_dir
-from kvstack.redact import redact_argv, redact_text
+from kvstack.redact import redact_argv
 from kvstack.runtime.disk_space import low_disk_warning
 from kvstack.runtime.readiness import probe_ready
 from kvstack.runtime.signals import StopOnSignal
 from kvstack.runtime.status import StatusCallback, SupervisorStatus
+from kvstack.runtime.tee import LogTee
 from kvstack.runtime.watchdog import group_alive
 
 TAIL_LINES = 30
@@ -45,7 +43,6 @@ TAIL_LINES = 30
 # (ProcessSpec.fatal_patterns): to everything watching, it is as good as dead.
 FATAL_LINE = -(1 << 16)
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
-_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _LIBC: Any = None
 
 
@@ -99,44 +96,13 @@ class ProcessFailed(EngineError):
         self.tail = tail
 
 
-class _Tee(threading.Thread):
-    """Copies a child's output into its log file, masking secrets, keeping the last lines."""
-
-    def __init__(
-        self, src: IO[bytes], log: IO[bytes], secrets: list[str], fatal_patterns: list[str] | None = None
-    ) -> None:
-        super().__init__(daemon=True, name="kvstack-tee")
-        self.src, self.log, self.secrets = src, log, secrets
-        self.tail: deque[str] = deque(maxlen=200)
-        self.lock = threading.Lock()
-        self.fatal_re = re.compile("|".join(f"(?:{p})" for p in fatal_patterns)) if fatal_patterns else None
-        self.fatal: str | None = None  # the first line matching a fatal pattern
-
-    def run(self) -> None:
-        with contextlib.suppress(OSError, ValueError):
-            for raw in iter(self.src.readline, b""):
-                line = redact_text(raw.decode("utf-8", "replace"), self.secrets)
-                self.log.write(line.encode("utf-8"))
-                self.log.flush()
-                shown = _ANSI.sub("", line).rstrip("\r\n")
-                if shown.strip():
-                    with self.lock:
-                        self.tail.append(shown)
-                        if self.fatal is None and self.fatal_re is not None and self.fatal_re.search(shown):
-                            self.fatal = shown.strip()
-
-    def last(self, n: int) -> list[str]:
-        with self.lock:
-            return list(self.tail)[-n:]
-
-
 @dataclass
 class _Proc:
     spec: ProcessSpec
     popen: subprocess.Popen[bytes]
     log_path: Path
     log: IO[bytes]
-    tee: _Tee
+    tee: LogTee
     started: float
 
     @property
@@ -302,8 +268,9 @@ class Supervisor:
         fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         log = os.fdopen(fd, "ab")
         shown = " ".join(redact_argv(pspec.argv, self.spec.secrets))
-        log.write(f"# kvstack: starting {pspec.name}: {shown}\n".encode())
-        log.flush()
+        with contextlib.suppress(OSError):  # a full run dir must not stop a (re)start: see LogTee
+            log.write(f"# kvstack: starting {pspec.name}: {shown}\n".encode())
+            log.flush()
         for f in pspec.start_files:
             atomic_write(Path(f.path), f.content, mode=f.mode)
         try:
@@ -329,7 +296,7 @@ class Supervisor:
             raise EngineError(f"cannot start {pspec.name}: {exc}", hint=f"check {pspec.argv[0]}") from exc
         self._tell_watchdog(f"+{popen.pid}")
         assert popen.stdout is not None
-        tee = _Tee(popen.stdout, log, self.spec.secrets, pspec.fatal_patterns)
+        tee = LogTee(popen.stdout, log, self.spec.secrets, pspec.fatal_patterns)
         tee.start()
         proc = _Proc(pspec, popen, log_path, log, tee, time.monotonic())
         self.procs.append(proc)
@@ -458,7 +425,18 @@ class Supervisor:
         except KeyError:
             last = []
         elapsed = time.monotonic() - self._t0
-        return SupervisorStatus(self._phase, self.shown(target), elapsed, last[0] if last else "")
+        dropped = sum(p.tee.drops()[0] for p in self.procs)
+        return SupervisorStatus(self._phase, self.shown(target), elapsed, last[0] if last else "", dropped)
+
+    def log_drops(self) -> list[tuple[str, int, str | None, Path]]:
+        """(process, lines dropped, why the first was, log path) for each process whose log
+        could not be written: its output was drained and dropped, never left to block it."""
+        out = []
+        for p in self.procs:
+            n, why = p.tee.drops()
+            if n:
+                out.append((self.shown(p.spec.name), n, why, p.log_path))
+        return out
 
     def _report(self, phase: str, name: str) -> None:
         self._phase = phase

@@ -31,13 +31,13 @@ from kvstack.runtime.supervisor import ProcessFailed, Supervisor
 from kvstack.serving.prepare import Launch, PreparedServe
 from kvstack.serving.remote_watch import RemoteWatch
 from kvstack.serving.request import ServeRequest
+from kvstack.serving.restarts import RestartBudget
 from kvstack.serving.router import require_router
 from kvstack.validation import StepResult, ValidationReport, run_validation, target_from_launch, write_report
 from kvstack.validation.replicas import STEP_NAME, shared_tier_skip_reason, shared_tier_step
 
 DISK_CHECK_EVERY_S = 30.0
 POLL_S = 0.25  # how often a serving engine is checked: death is noticed well within 2 s
-MAX_UNIT_RESTARTS = 3
 ROUTER_READY_TIMEOUT_S = 120.0  # the engines are up by then: the router only checks their /health
 
 
@@ -66,6 +66,22 @@ class Supervised(Protocol):
     def restartable(self) -> bool: ...
 
     def restart(self, ready_timeout_s: float) -> None: ...
+
+    def log_drops(self) -> list[tuple[str, int, str | None, Path]]: ...
+
+
+def drop_warnings(sup: Supervised, warned: set[str]) -> list[str]:
+    """One warning per process whose log could not be written (its output is dropped, not
+    blocking it); ``warned`` holds the processes already warned about."""
+    out = []
+    for name, n, why, log in sup.log_drops():
+        if name not in warned:
+            warned.add(name)
+            out.append(
+                f"{name}'s log {log} cannot be written ({why}): its output is drained and dropped "
+                f"({n} lines so far), the engine keeps serving; free space under {log.parent}"
+            )
+    return out
 
 
 def disk_need_bytes(prepared: PreparedServe) -> int:
@@ -227,15 +243,16 @@ def serve_until_stopped(
     events: ServeEvents,
     remote_url: str | None = None,
     ready_timeout_s: float = 600.0,
-    max_restarts: int = MAX_UNIT_RESTARTS,
+    budget: RestartBudget | None = None,
 ) -> None:
     """Watch the engine (death), the disk tier (free space) and the remote store (reachable).
 
-    A dead critical helper (LMCache's cache server) restarts its unit, at most ``max_restarts``
-    times: an engine whose cache server died hangs every request and never re-registers its
-    KV caches with a new one.
+    A dead critical helper (LMCache's cache server) restarts its unit, at most ``budget`` allows
+    (3 within 10 minutes): an engine whose cache server died hangs every request and never
+    re-registers its KV caches with a new one.
     """
-    restarts = 0
+    budget = budget or RestartBudget()
+    warned: set[str] = set()
     with RemoteWatch(remote_url) if remote_url else contextlib.nullcontext() as remote:
         next_disk_check = 0.0
         while True:
@@ -243,18 +260,23 @@ def serve_until_stopped(
                 error = sup.death_error(during="serving")
                 if not sup.restartable():
                     raise error
-                if restarts >= max_restarts:
-                    error.message = f"{error.message}\n(gave up after {restarts} restarts of the unit)"
+                if budget.exhausted():
+                    error.message = (
+                        f"{error.message}\n(gave up: {budget.describe()}; the budget is per window)"
+                    )
                     raise error
-                restarts += 1
+                n = budget.spend()
                 events.warning(
                     f"{error.message.splitlines()[0]}: restarting the cache server, then the engine "
-                    f"(restart {restarts}/{max_restarts}; the disk tier keeps its KV; log: {error.log_path})"
+                    f"(restart {n}/{budget.max_restarts} within {budget.window_s / 60:g} min; the disk tier "
+                    f"keeps its KV; log: {error.log_path})"
                 )
                 sup.restart(ready_timeout_s)
-                events.message(f"restarted: serving again (restart {restarts}/{max_restarts})")
+                events.message(f"restarted: serving again ({budget.total} restarts in this run)")
                 continue
             now = time.monotonic()
+            for warning in drop_warnings(sup, warned):
+                events.warning(warning)
             if now >= next_disk_check:
                 for warning in sup.disk_warnings():
                     events.warning(warning)

@@ -408,7 +408,8 @@ NO_HANDLER = """
 import sys, time
 print("server up", flush=True)
 time.sleep(float(sys.argv[1]))
-print("ERROR No handler registered for operation register_kv_cache_engine_driven_context", flush=True)
+print("[2026-11-22 04:12:33,120] LMCache ERROR: No handler registered for operation "
+      "register_kv_cache_engine_driven_context (mq.py:800:lmcache.v1.multiprocess)", flush=True)
 time.sleep(600)
 """
 
@@ -430,7 +431,7 @@ def test_a_fatal_log_line_ends_the_start_within_seconds_quoting_it(tmp_path: Pat
         pids = [p.popen.pid for p in sup.procs]
     assert time.monotonic() - t0 < 10
     message = err.value.message
-    assert message.startswith("lmcache-server logged 'ERROR No handler registered for operation")
+    assert message.startswith("lmcache-server logged '[2026-11-22 04:12:33,120] LMCache ERROR: No handler")
     assert "after which it cannot serve during startup" in message
     assert str(tmp_path / "run" / "lmcache-server.log") in message
     assert wait_gone(pids, 5.0) == []

@@ -9,7 +9,8 @@ import pytest
 from kvstack.errors import Interrupted, ValidationFailed
 from kvstack.runtime.supervisor import ProcessFailed
 from kvstack.serving.request import ServeRequest
-from kvstack.serving.session import ServeEvents, judge, serve_until_stopped
+from kvstack.serving.restarts import RestartBudget
+from kvstack.serving.session import ServeEvents, drop_warnings, judge, serve_until_stopped
 from kvstack.validation import StepResult, ValidationReport
 from kvstack.validation.diagnosis import Diagnosis
 
@@ -69,8 +70,10 @@ def test_failure_while_serving_on_is_a_warning() -> None:
 class FlakyUnit:
     """A Supervised whose critical helper dies ``deaths`` times; after that, ``after`` happens."""
 
-    def __init__(self, deaths: int, restartable: bool = True) -> None:
+    def __init__(self, deaths: int, restartable: bool = True, clock: list[float] | None = None) -> None:
         self.deaths, self._restartable, self.restarts = deaths, restartable, 0
+        self.clock = clock  # each restart moves it on by 5 minutes
+        self.drops: list[tuple[str, int, str | None, Path]] = []
 
     def poll_died(self) -> int | None:
         return -9 if self.deaths > 0 else None
@@ -81,7 +84,7 @@ class FlakyUnit:
         )
 
     def disk_warnings(self, min_free_bytes: int | None = None) -> list[str]:
-        if self.restarts >= 2:
+        if self.restarts >= 2 and self.deaths <= 0:
             raise Interrupted("stop")  # ends serve_until_stopped once the restarts were seen
         return []
 
@@ -91,6 +94,11 @@ class FlakyUnit:
     def restart(self, ready_timeout_s: float) -> None:
         self.deaths -= 1
         self.restarts += 1
+        if self.clock is not None:
+            self.clock[0] += 300.0
+
+    def log_drops(self) -> list[tuple[str, int, str | None, Path]]:
+        return self.drops
 
 
 def test_a_dead_cache_server_restarts_the_unit_with_a_bound() -> None:
@@ -98,12 +106,35 @@ def test_a_dead_cache_server_restarts_the_unit_with_a_bound() -> None:
     events = ServeEvents(warning=warnings.append)
     unit = FlakyUnit(deaths=2)
     with pytest.raises(Interrupted):
-        serve_until_stopped(unit, events, max_restarts=3)
+        serve_until_stopped(unit, events)
     assert unit.restarts == 2 and len(warnings) == 2
     assert warnings[0].startswith("lmcache-server was killed by SIGKILL during serving: restarting the cache")
-    assert "(restart 1/3; the disk tier keeps its KV; log: /r/l.log)" in warnings[0]
-    endless = FlakyUnit(deaths=99)
-    with pytest.raises(ProcessFailed, match="gave up after 3 restarts"):
-        serve_until_stopped(endless, ServeEvents(), max_restarts=3)
+    assert "(restart 1/3 within 10 min; the disk tier keeps its KV; log: /r/l.log)" in warnings[0]
+    endless = FlakyUnit(deaths=99)  # dies again at once: the fourth death within 10 minutes ends it
+    with pytest.raises(ProcessFailed, match="gave up: 3 restarts within 10 minutes"):
+        serve_until_stopped(endless, ServeEvents())
+    assert endless.restarts == 3
     with pytest.raises(ProcessFailed, match="killed by SIGKILL"):
         serve_until_stopped(FlakyUnit(deaths=1, restartable=False), ServeEvents())
+
+
+def test_the_restart_budget_is_per_window_not_per_run() -> None:
+    """A death every 5 minutes, 12 times: never more than 2 restarts within 10 minutes, so serving
+    goes on (a budget per run would have ended it at the fourth)."""
+    clock = [0.0]
+    unit = FlakyUnit(deaths=12, clock=clock)
+    budget = RestartBudget(clock=lambda: clock[0])
+    with pytest.raises(Interrupted):
+        serve_until_stopped(unit, ServeEvents(), budget=budget)
+    assert unit.restarts == 12 and budget.total == 12
+
+
+def test_a_log_that_cannot_be_written_is_warned_about_once() -> None:
+    unit = FlakyUnit(deaths=0)
+    unit.drops = [("engine", 7, "OSError: No space left on device", Path("/run/engine.log"))]
+    warned: set[str] = set()
+    first = drop_warnings(unit, warned)
+    assert len(first) == 1 and "engine's log /run/engine.log cannot be written" in first[0]
+    assert "(7 lines so far)" in first[0] and "No space left on device" in first[0]
+    unit.drops = [("engine", 70, "OSError: No space left on device", Path("/run/engine.log"))]
+    assert drop_warnings(unit, warned) == []
