@@ -25,6 +25,7 @@ from kvstack.planning.resolve import plan_for_model
 from kvstack.planning.retention import parse_retain
 from kvstack.planning.schema import Plan
 from kvstack.runtime.preflight import check_port_range
+from kvstack.runtime.writable import require_writable_dir
 from kvstack.serving.ports import PortLayout, port_layout
 from kvstack.serving.replicas import on_devices, replica_dir, replica_request, replica_warning, visible_gpus
 from kvstack.serving.request import ServeRequest, engine_python
@@ -158,6 +159,9 @@ def prepare(
 ) -> Launch:
     """The launch ``request`` asks for; ``env`` (CUDA_VISIBLE_DEVICES) defaults to this process's."""
     check_port_range(request.port)
+    # Before anything else, even when no tier uses it: a dry run must fail as the real run would.
+    require_writable_dir(request.resolved_cache_root(), "--cache-dir")
+    require_writable_dir(request.resolved_run_dir(), "--run-dir")
     layout = port_layout(request.port, request.replicas, request.router)
     # Before the probe (seconds of fio): a model that is not there fails at once.
     source = resolve_model(request.model_spec(), request.revision)

@@ -428,6 +428,20 @@ CASES = [
         foreign_dir,
     ),
     Case(
+        "serve-cache-dir-under-proc-dry-run-no-tier",  # refused even when no tier would use it
+        serve("--dry-run", "--offload", "none", cache="/proc/kvstack-cache"),
+        2,
+        ("--cache-dir /proc/kvstack-cache", "proc filesystem"),
+        ("--cache-dir",),
+    ),
+    Case(
+        "serve-run-dir-under-sys",
+        serve(run="/sys/kvstack-run"),
+        2,
+        ("--run-dir /sys/kvstack-run", "sysfs filesystem"),
+        ("--run-dir",),
+    ),
+    Case(
         "serve-run-dir-world-writable",
         serve(run="{tmp}/shared"),
         2,
