@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from kvstack.cli import options as opt
+from kvstack.cli import remote_options as ropt
 from kvstack.errors import InputError
 
 if TYPE_CHECKING:
@@ -229,7 +230,8 @@ def register(app: typer.Typer) -> None:
         users: opt.Users = None,
         tp: opt.TensorParallel = None,
         kv_dtype: opt.KvDtype = None,
-        remote: opt.Remote = None,
+        remote: ropt.Remote = None,
+        remote_file: ropt.RemoteFile = None,
         workload: opt.Workload = None,
         host: str = typer.Option("127.0.0.1", "--host", help="Bind address (loopback by default)"),
         port: int = typer.Option(
@@ -261,6 +263,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Plan the KV tiers, write the connector config, launch the engine, validate it, keep serving."""
         from kvstack.apikey import resolve_api_key
+        from kvstack.remote.source import resolve_remote
         from kvstack.serving.request import ServeRequest
 
         if users is not None and users < 1:
@@ -287,7 +290,7 @@ def register(app: typer.Typer) -> None:
             users=users,
             tp=tp,
             kv_dtype=kv_dtype,
-            remote=remote,
+            remote=resolve_remote(remote, remote_file),
             workload=workload,
             retain=retain,
             no_disk=no_disk,

@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 
 from kvstack.cli import options as opt
+from kvstack.cli import remote_options as ropt
 from kvstack.errors import InputError
 
 MIN_INTERVAL_S = 0.2
@@ -28,12 +29,8 @@ def register(app: typer.Typer) -> None:
             "http://127.0.0.1:8002 (repeatable: one per --url, in the same order, or one shared)",
             show_default=False,
         ),
-        remote: str | None = typer.Option(
-            None,
-            "--remote",
-            help="The remote tier's Redis (redis://...): used memory, keys, evictions, hit ratio",
-            show_default=False,
-        ),
+        remote: ropt.Remote = None,
+        remote_file: ropt.RemoteFile = None,
         run_dir: Path | None = typer.Option(
             None,
             "--run-dir",
@@ -52,6 +49,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Watch servers and their KV tiers live: requests, TTFT, prompt tokens by source, tier hits."""
         from kvstack.apikey import resolve_api_key
+        from kvstack.remote.source import resolve_remote
         from kvstack.top.live import run_live, snapshot_once
         from kvstack.top.targets import resolve_targets
 
@@ -63,7 +61,7 @@ def register(app: typer.Typer) -> None:
         if as_json and not once:
             raise InputError("--json prints one window: it needs --once", hint="kvstack top --once --json")
         key = resolve_api_key(api_key, api_key_file).value
-        targets = resolve_targets(urls, lmcache, remote, run_dir, disk_dir)
+        targets = resolve_targets(urls, lmcache, resolve_remote(remote, remote_file), run_dir, disk_dir)
         if once:
             snap = snapshot_once(targets, interval, key)
             if as_json:

@@ -1,7 +1,9 @@
 """A systemd unit that runs ``kvstack serve`` for the same Plan and restarts it on failure.
 
 No secret is written into the unit: it reads an EnvironmentFile (0600) that holds the API key
-(KVSTACK_API_KEY) and, when the Redis URL has a password, the whole URL (KVSTACK_REMOTE_URL).
+(KVSTACK_API_KEY) and, when the Redis URL has a password, the whole URL (KVSTACK_REMOTE_URL), which
+``kvstack serve`` reads from its environment: never ``--remote ${VAR}`` in ExecStart, which systemd
+would expand into the command line.
 Quoting follows systemd.service(5) "Command lines": words split on whitespace, double quotes
 group, ``%`` starts a specifier (written ``%%``) and ``$`` a variable (written ``$$``).
 """
@@ -12,9 +14,9 @@ import re
 
 from kvstack.export.common import Bundle, ExportFile, ExportOptions, deployment_name, remote
 from kvstack.planning.schema import Plan
+from kvstack.remote.source import REMOTE_URL_ENV
 
 API_KEY_ENV = "KVSTACK_API_KEY"
-REMOTE_URL_ENV = "KVSTACK_REMOTE_URL"
 _PLAIN = re.compile(r"[A-Za-z0-9_@%+=:,./-]+")
 
 
@@ -67,8 +69,8 @@ def render_systemd(plan: Plan, options: ExportOptions) -> Bundle:
     ]
     if url is not None:
         if url.password is not None:
-            # "${VAR}" is one argv word, the value as is (systemd.service(5)).
-            words += ["--remote", f"${{{REMOTE_URL_ENV}}}"]
+            # Only the environment: "--remote ${VAR}" would be expanded by systemd into the command
+            # line, which every local user reads. `kvstack serve` reads KVSTACK_REMOTE_URL itself.
             env_lines.append(f"{REMOTE_URL_ENV}={env_value(url.raw)}")
         else:
             words += ["--remote", quote_arg(url.raw)]

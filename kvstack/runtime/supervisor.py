@@ -39,6 +39,7 @@ from kvstack.runtime.tee import LogTee
 from kvstack.runtime.watchdog import group_alive
 
 TAIL_LINES = 30
+KVSTACK_SECRET_VARS = ("KVSTACK_API_KEY", "KVSTACK_REMOTE_URL")
 # poll_died's code for a process that is alive but logged a line after which it cannot serve
 # (ProcessSpec.fatal_patterns): to everything watching, it is as good as dead.
 FATAL_LINE = -(1 << 16)
@@ -118,6 +119,8 @@ def remove_start_files(pspec: ProcessSpec) -> None:
 
 def child_env(spec: ProcessSpec, base: Mapping[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ if base is None else base)
+    for key in KVSTACK_SECRET_VARS:  # kvstack's own: the children get what they need their way
+        env.pop(key, None)
     for key in list(env):
         if key in spec.unset_env or any(key.startswith(p) for p in spec.unset_env_prefixes):
             del env[key]

@@ -15,6 +15,7 @@ import pytest
 from kvstack.export import ExportOptions, export_plan
 from kvstack.export.common import Bundle
 from kvstack.export.systemd import API_KEY_ENV, REMOTE_URL_ENV, env_value, quote_arg, serve_argv
+from kvstack.remote.source import resolve_remote
 from tests.support.deps import missing
 from tests.unit.export.plans import make_plan
 
@@ -64,12 +65,15 @@ def test_remote_password_lives_only_in_the_environment_file() -> None:
     url = f"redis://kv:{PASSWORD}@10.0.0.5:6379/0"
     bundle = export_plan("systemd", plan, ExportOptions(remote_url=url))
     assert PASSWORD not in bundle.main.content
-    words = shlex.split(unit_of(bundle)["Service"]["ExecStart"])
-    assert words[words.index("--remote") + 1] == f"${{{REMOTE_URL_ENV}}}"  # systemd expands it as one word
+    exec_start = unit_of(bundle)["Service"]["ExecStart"]
+    # Not even "--remote ${KVSTACK_REMOTE_URL}": systemd would expand it into the command line.
+    assert "--remote" not in shlex.split(exec_start) and REMOTE_URL_ENV not in exec_start
     env = bundle.files[1]
     assert env.secret and env.mode == 0o600
     line = next(x for x in env.content.splitlines() if x.startswith(f"{REMOTE_URL_ENV}="))
     assert shlex.split(line.split("=", 1)[1]) == [url]
+    # What kvstack serve, started by the unit with that environment, serves with.
+    assert resolve_remote(None, None, env={REMOTE_URL_ENV: shlex.split(line.split("=", 1)[1])[0]}) == url
     assert API_KEY_ENV in env.content  # where the API key goes
 
 

@@ -1,0 +1,99 @@
+"""Where the remote store's URL comes from: one resolver for serve, validate, top and bench.
+
+A Redis URL may hold a password, and argv is world-readable (ps, /proc/PID/cmdline). So:
+``--remote-file FILE`` (the URL alone on one line), then ``--remote URL`` (warns once when it holds
+a password), then the ``KVSTACK_REMOTE_URL`` variable (what ``kvstack export``'s systemd unit sets
+through its EnvironmentFile). The URL is never put back on a command line: the engines and LMCache's
+server get the password in their environment or a 0600 file (engines/lmcache.py).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from kvstack.errors import InputError, PathError
+
+REMOTE_URL_ENV = "KVSTACK_REMOTE_URL"
+MAX_FILE_BYTES = 64 * 1024
+ARGV_WARNING = (
+    "the password in --remote can be read by every local user (ps, /proc/PID/cmdline); "
+    f"use --remote-file FILE or the {REMOTE_URL_ENV} variable instead"
+)
+
+_argv_warned = False  # the argv warning is printed once per process
+
+
+def _warn_stderr(message: str) -> None:
+    sys.stderr.write(f"warning: {message}\n")
+    sys.stderr.flush()
+
+
+def has_password(url: str) -> bool:
+    try:
+        return bool(urlsplit(url).password)
+    except ValueError:
+        return False
+
+
+def read_remote_file(path: Path, warn: Callable[[str], None] = _warn_stderr) -> str:
+    """The URL in ``path``: a regular file, one line (one trailing newline stripped)."""
+    hint = f"write the URL alone on one line: printf '%s\\n' \"$URL\" > {path}; chmod 600 {path}"
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError as exc:
+        raise PathError(f"--remote-file {path} does not exist", hint=hint) from exc
+    except OSError as exc:
+        raise PathError(f"--remote-file {path} cannot be read: {exc.strerror}", hint=hint) from exc
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise PathError(
+                f"--remote-file {path} is not a regular file", hint="give the file that holds the URL"
+            )
+        if st.st_size > MAX_FILE_BYTES:
+            raise PathError(f"--remote-file {path} is {st.st_size} bytes: too large to hold a URL", hint=hint)
+        data = os.read(fd, MAX_FILE_BYTES + 1)
+    except OSError as exc:
+        raise PathError(f"--remote-file {path} cannot be read: {exc.strerror}", hint=hint) from exc
+    finally:
+        os.close(fd)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise PathError(f"--remote-file {path} is not UTF-8 text", hint=hint) from exc
+    url = text[:-1] if text.endswith("\n") else text
+    url = url[:-1] if url.endswith("\r") else url
+    if not url.strip() or any(ord(c) < 0x20 for c in url):
+        raise InputError(f"--remote-file {path} must hold one URL on one line (not shown)", hint=hint)
+    if has_password(url) and st.st_mode & (stat.S_IRGRP | stat.S_IROTH):
+        warn(
+            f"--remote-file {path} holds a password and is readable by group or others "
+            f"(mode {stat.S_IMODE(st.st_mode):04o}): chmod 600 {path}"
+        )
+    return url
+
+
+def resolve_remote(
+    remote: str | None,
+    remote_file: Path | None,
+    env: Mapping[str, str] | None = None,
+    warn: Callable[[str], None] = _warn_stderr,
+) -> str | None:
+    """The remote store URL (credentials included) the user gave, or None."""
+    global _argv_warned
+    if remote is not None and remote_file is not None:
+        raise InputError("--remote and --remote-file both give the remote store", hint="keep one of them")
+    if remote_file is not None:
+        return read_remote_file(remote_file, warn)
+    if remote is not None:
+        if has_password(remote) and not _argv_warned:
+            _argv_warned = True
+            warn(ARGV_WARNING)
+        return remote
+    value = (os.environ if env is None else env).get(REMOTE_URL_ENV, "").strip()
+    return value or None
