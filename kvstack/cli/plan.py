@@ -41,6 +41,12 @@ def register(app: typer.Typer) -> None:
         ),
         retain: opt.Retain = None,
         no_disk: opt.NoDisk = False,
+        trace: opt.Trace = None,
+        trace_sample: opt.TraceSample = None,
+        start: opt.TraceStart = 0,
+        max_requests: opt.TraceMaxRequests = None,
+        offload_cost: opt.OffloadCost = None,
+        curve_png: opt.CurvePng = None,
         json_out: bool = typer.Option(False, "--json", help="Print the plan as JSON."),
     ) -> None:
         """Choose the tier layout, sizes and KV dtype for a model on this hardware, and explain why."""
@@ -58,16 +64,22 @@ def register(app: typer.Typer) -> None:
             retain=retain,
             no_disk=no_disk,
         )
+        from kvstack.cli.plan_trace import read_trace_input, render_trace, write_png
         from kvstack.model_source import resolve_model
         from kvstack.planning.resolve import plan_for_model
 
+        traced = read_trace_input(trace, trace_sample, start, max_requests, offload_cost, curve_png)
         source = resolve_model(model, revision)  # before the probe: a model that is not there fails at once
         snapshot = _snapshot(hardware, cache_dir)
-        plan = plan_for_model(request, source, workload, snapshot)
+        plan = plan_for_model(request, source, workload, snapshot, traced)
+        if curve_png is not None and plan.trace is not None:
+            write_png(plan, curve_png)
         if json_out:
             typer.echo(plan.model_dump_json(indent=2))
         else:
             render(plan)
+            if plan.trace is not None:
+                render_trace(plan, curve_png)
         if not plan.feasible:
             raise typer.Exit(1)
 

@@ -9,12 +9,15 @@ from kvstack.hardware.snapshot import HardwareSnapshot
 from kvstack.models import ModelGeometry
 from kvstack.planning import tiers as tr
 from kvstack.planning import ttft
+from kvstack.planning.capacity import CapacityCurve
 from kvstack.planning.dtype import choose_kv_dtype
 from kvstack.planning.kv import KvFootprint, chunk_size, footprint
 from kvstack.planning.notes import Notes
+from kvstack.planning.offload_verdict import block_bytes
 from kvstack.planning.request import DEFAULT_UTILIZATION, PlanRequest
 from kvstack.planning.retention import retention_note, retention_target
 from kvstack.planning.schema import Concurrency, Connector, Plan, Tier, TtftModel, Workload
+from kvstack.planning.trace_sizing import trace_target
 from kvstack.redact import redact_url
 from kvstack.units import GIB, fmt_bw, fmt_bytes, fmt_tokens
 
@@ -29,6 +32,8 @@ def cpu_plan(
     request: PlanRequest,
     wl: Workload,
     notes: Notes,
+    *,
+    curve: CapacityCurve | None = None,
 ) -> Plan:
     if request.tp is not None and request.tp > 1:
         raise UnsupportedError(
@@ -38,6 +43,8 @@ def cpu_plan(
     kv = footprint(model, dtype.bytes_per_element, 1, wl.context_tokens)
     working_set = math.ceil(wl.users * wl.reuse * kv.session_bytes)
     retention, retention_why = retention_target(working_set, request, wl)
+    if curve is not None:  # a trace sizes the tiers (planning/trace_sizing.py)
+        retention, retention_why = trace_target(curve, block_bytes(kv.effective_bytes_per_token, curve))
     notes.reasons["retention"] = retention_why
     host = tr.host_capacity(snapshot.memory, 0, also_needed=model.weight_bytes)
     if request.offload in ("native", "hicache"):

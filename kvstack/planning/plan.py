@@ -6,20 +6,23 @@ from kvstack.errors import InputError
 from kvstack.hardware.gpu_specs import gpu_spec
 from kvstack.hardware.snapshot import HardwareSnapshot
 from kvstack.models import ModelGeometry
+from kvstack.planning.capacity import CapacityCurve
 from kvstack.planning.connector import install_warnings, wanted_connector
 from kvstack.planning.cpu_plan import cpu_plan
 from kvstack.planning.kv import chunk_size
 from kvstack.planning.layout import offload_tiers, with_breakeven
 from kvstack.planning.notes import Notes
+from kvstack.planning.offload_verdict import apply_trace, block_bytes, trace_curve
 from kvstack.planning.parallel import choose_tp, infeasible_error, needed_gpus
 from kvstack.planning.request import PlanRequest, validate_request
 from kvstack.planning.retention import retention_note, retention_target
 from kvstack.planning.schema import Concurrency, Connector, Plan, Tier, Workload
+from kvstack.planning.trace_sizing import TraceInput, trace_target
 from kvstack.planning.ttft import gpu_step, ttft_model
 from kvstack.redact import redact_url
 from kvstack.units import fmt_bytes, fmt_tokens
 
-__all__ = ["PlanRequest", "make_plan"]
+__all__ = ["PlanRequest", "TraceInput", "make_plan"]
 
 
 def _versions(snapshot: HardwareSnapshot, request: PlanRequest) -> dict[str, str | None]:
@@ -62,12 +65,37 @@ def make_plan(
     model_path: str,
     request: PlanRequest,
     workload: Workload,
+    trace: TraceInput | None = None,
 ) -> Plan:
+    """The plan; with ``trace``, the tiers are sized from its capacity curve (planning/trace_sizing.py)
+    instead of the retention rule, and --offload auto drops offload that does not pay on it."""
     validate_request(request)
+    curve = trace_curve(trace, request)
+    plan = _plan(snapshot, model, model_path, request, workload, curve)
+    if trace is None or curve is None:
+        return plan
+    without = request.model_copy(update={"offload": "none"})
+    return apply_trace(
+        plan,
+        trace,
+        curve,
+        lambda: _plan(snapshot, model, model_path, without, workload, curve),
+        auto=request.offload == "auto",
+    )
+
+
+def _plan(
+    snapshot: HardwareSnapshot,
+    model: ModelGeometry,
+    model_path: str,
+    request: PlanRequest,
+    workload: Workload,
+    curve: CapacityCurve | None,
+) -> Plan:
     notes = Notes()
     wl = _workload(request, workload, model, notes)
     if not snapshot.gpus:
-        return cpu_plan(snapshot, model, model_path, request, wl, notes)
+        return cpu_plan(snapshot, model, model_path, request, wl, notes, curve=curve)
     versions = _versions(snapshot, request)
     remote = redact_url(request.remote_url) if request.remote_url else None
     wanted, connector_why = wanted_connector(request.engine, request.offload, remote)
@@ -116,6 +144,8 @@ def make_plan(
         f"{fmt_tokens(wl.context_tokens)} session = {fmt_bytes(chosen.working_set)} at {chosen.dtype.value}"
     )
     retention, retention_why = retention_target(chosen.working_set, request, wl)
+    if curve is not None:
+        retention, retention_why = trace_target(curve, block_bytes(kv.effective_bytes_per_token, curve))
     notes.reasons["retention"] = retention_why
     lower: list[Tier] = []
     connector: Connector = "none"

@@ -7,7 +7,7 @@ from urllib.parse import urlsplit
 from kvstack.errors import NetworkTargetError
 from kvstack.hardware.snapshot import HardwareSnapshot
 from kvstack.model_source import ModelSource, resolve_model
-from kvstack.planning.plan import PlanRequest, make_plan
+from kvstack.planning.plan import PlanRequest, TraceInput, make_plan
 from kvstack.planning.schema import Plan
 from kvstack.planning.workload import default_workload, load_workload
 from kvstack.redact import redact_url
@@ -43,14 +43,19 @@ def check_remote_url(url: str) -> str:
 
 
 def plan_for_model(
-    request: PlanRequest, source: ModelSource, workload_name: str | None, snapshot: HardwareSnapshot
+    request: PlanRequest,
+    source: ModelSource,
+    workload_name: str | None,
+    snapshot: HardwareSnapshot,
+    trace: TraceInput | None = None,
 ) -> Plan:
-    """Load the workload profile, then plan (pure from here) for a resolved model."""
+    """Load the workload profile, then plan (pure from here) for a resolved model; ``trace`` (read by
+    kvstack/traces) sizes the tiers from its capacity curve."""
     model = source.geometry
     workload = load_workload(workload_name) if workload_name else default_workload(model.max_context)
     if request.remote_url is not None:
         request = request.model_copy(update={"remote_url": check_remote_url(request.remote_url)})
-    plan = make_plan(snapshot, model, source.path, request, workload)
+    plan = make_plan(snapshot, model, source.path, request, workload, trace)
     return plan if source.revision is None else plan.model_copy(update={"model_revision": source.revision})
 
 

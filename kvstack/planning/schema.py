@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 from kvstack.models import ModelGeometry
 from kvstack.names import (
@@ -14,6 +16,7 @@ from kvstack.names import (
     Platform,
     TierKind,
 )
+from kvstack.planning.trace_schema import TraceSizing
 
 __all__ = [
     "ENGINES",
@@ -140,6 +143,21 @@ class Plan(BaseModel):
     reasons: dict[str, str] = Field(default_factory=dict)
     feasible: bool = True
     errors: list[str] = Field(default_factory=list)
+    # What sized the tiers when a trace did (planning/trace_sizing.py); None: the retention rule.
+    trace: TraceSizing | None = None
+
+    @model_serializer(mode="wrap")
+    def _drop_no_trace(self, handler: SerializerFunctionWrapHandler) -> Any:
+        # A plan sized by the rule serializes exactly as before traces existed.
+        out = handler(self)
+        if isinstance(out, dict) and out.get("trace", 0) is None:
+            del out["trace"]
+        return out
+
+    @property
+    def sized_by(self) -> str:
+        """The evidence that sized the tiers: "trace" or "rule" (the retention target)."""
+        return "trace" if self.trace is not None else "rule"
 
     @property
     def engine_pool(self) -> Tier | None:

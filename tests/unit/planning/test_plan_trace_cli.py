@@ -1,0 +1,103 @@
+"""`kvstack plan --trace` through the real CLI, on the 1-in-40 sample of the conversation trace."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kvstack.profiles import profiles_dir
+
+FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "traces" / "conversation_1in40.jsonl"
+H100 = str(profiles_dir() / "hardware" / "h100-sxm.json")
+L40S = str(profiles_dir() / "hardware" / "l40s.json")
+BASE = ("--model", "llama-3.1-8b", "--context", "128k", "--users", "8")
+
+
+def kvstack(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "KVSTACK_DEBUG"}
+    return subprocess.run(
+        [sys.executable, "-m", "kvstack", "plan", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        check=False,
+    )
+
+
+def one_line_error(proc: subprocess.CompletedProcess[str], needle: str) -> None:
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    lines = proc.stderr.strip().splitlines()
+    assert lines[0].startswith("error: ") and needle in lines[0], lines
+    assert len(lines) <= 2 and (len(lines) == 1 or lines[1].startswith("hint: ")), lines
+    assert "Traceback" not in proc.stderr
+
+
+def test_json_carries_the_curve_and_the_evidence() -> None:
+    proc = kvstack(*BASE, "--hardware", L40S, "--trace", str(FIXTURE), "--json")
+    assert proc.returncode == 0, proc.stderr
+    plan = json.loads(proc.stdout)
+    t = plan["trace"]
+    assert t["evidence"] == "trace" and t["requests"] == 342
+    assert len(t["curve"]) > 50 and t["curve"][-1]["hit_ratio"] == pytest.approx(t["max_ratio"])
+    assert plan["concurrency"]["retention_target_bytes"] == t["target_bytes"]
+    assert [x["kind"] for x in t["tiers"]] == ["engine", "cpu"]
+    assert t["offload_pays"] is True and plan["connector"] == "lmcache"
+
+
+def test_human_form_shows_the_curve_the_tiers_and_the_verdict(tmp_path: Path) -> None:
+    png = tmp_path / "curve.png"
+    proc = kvstack(*BASE, "--hardware", L40S, "--trace", str(FIXTURE), "--curve-png", str(png))
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "capacity curve from" in out and "342 requests" in out
+    assert "engine pool" in out and "+ DRAM tier" in out and "target: 95%" in out
+    assert "sized by                 the trace" in out
+    assert "verdict                  offload pays on this trace" in out
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_sample_and_slice_options(tmp_path: Path) -> None:
+    proc = kvstack(
+        *BASE, "--hardware", H100, "--trace", str(FIXTURE), "--start", "10", "--max-requests", "100",
+        "--trace-sample", "30%", "--json",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    t = json.loads(proc.stdout)["trace"]
+    assert 0 < t["requests"] < 100
+    assert "requests 10..109" in t["sample"] and "a 0.3 share of sessions" in t["sample"]
+
+
+def test_offload_cost_overrides_the_measured_figure() -> None:
+    proc = kvstack(*BASE, "--hardware", L40S, "--trace", str(FIXTURE), "--offload-cost", "5000", "--json")
+    assert proc.returncode == 0, proc.stderr
+    plan = json.loads(proc.stdout)
+    assert plan["trace"]["offload_cost_source"] == "--offload-cost"
+    assert plan["trace"]["offload_pays"] is False and plan["connector"] == "none"
+
+
+def test_bad_traces_are_one_line_errors(tmp_path: Path) -> None:
+    one_line_error(
+        kvstack(*BASE, "--hardware", H100, "--trace", str(tmp_path / "no.jsonl")), "does not exist"
+    )
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"timestamp": 0, "input_length": 5, "output_length": 1, "hash_ids": [1]}\n{"oops"\n')
+    one_line_error(kvstack(*BASE, "--hardware", H100, "--trace", str(bad)), f"{bad}:2: not JSON")
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    one_line_error(kvstack(*BASE, "--hardware", H100, "--trace", str(empty)), "has no requests")
+    one_line_error(
+        kvstack(*BASE, "--hardware", H100, "--trace-sample", "1/40"), "--trace-sample needs --trace"
+    )
+    one_line_error(
+        kvstack(*BASE, "--hardware", H100, "--trace", str(FIXTURE), "--trace-sample", "lots"),
+        "--trace-sample must be a fraction",
+    )
+    one_line_error(
+        kvstack(*BASE, "--hardware", H100, "--trace", str(FIXTURE), "--retain", "10"), "--retain and --trace"
+    )
