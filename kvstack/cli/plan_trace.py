@@ -105,8 +105,13 @@ def render_trace(plan: Plan, curve_png: Path | None) -> None:
     for col in ("cache size", "prompt tokens from cache", "mark"):
         table.add_column(col, justify="right" if col != "mark" else "left")
     names = {"engine": "engine pool", "cpu": "+ DRAM tier", "disk": "+ disk tier", "remote": "+ remote tier"}
+    # Tiers the trace's verdict dropped (--offload auto) are shown as considered, not planned.
+    planned = {"engine", *(x.kind for x in plan.offload_tiers)}
+    dropped = " (considered, not planned)"
     for row in t.table:
-        mark = names.get(row.label, row.label)
+        mark = names.get(row.label, row.label) + (
+            dropped if row.label in names and row.label not in planned else ""
+        )
         if row.label == "target":
             mark = f"target: {t.target_fraction:.0%} of the unbounded cache's hits"
         elif row.label == "max":
@@ -116,7 +121,8 @@ def render_trace(plan: Plan, curve_png: Path | None) -> None:
     lines = [("sized by", f"the trace (sample: {t.sample})" if t.sample else "the trace")]
     for share in t.tiers:
         saved = f"{share.tokens_per_s:,.0f} tokens/s of prefill saved"
-        lines.append((f"{share.kind} serves", f"{share.hit_ratio:.1%} of prompt tokens ({saved})"))
+        note = dropped if share.kind not in planned else ""
+        lines.append((f"{share.kind} serves", f"{share.hit_ratio:.1%} of prompt tokens ({saved}){note}"))
     if t.with_offload is not None and t.without_offload is not None:
         w, wo = t.with_offload, t.without_offload
         lines.append(("TTFT with offload", f"p50 {_ms(w.p50_s)}, p90 {_ms(w.p90_s)}, mean {_ms(w.mean_s)}"))

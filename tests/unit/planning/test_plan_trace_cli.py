@@ -101,3 +101,12 @@ def test_bad_traces_are_one_line_errors(tmp_path: Path) -> None:
     one_line_error(
         kvstack(*BASE, "--hardware", H100, "--trace", str(FIXTURE), "--retain", "10"), "--retain and --trace"
     )
+
+
+def test_auto_without_offload_shows_what_was_considered() -> None:
+    # BF16 KV on an H100: a DRAM tier would add ~2% of hits for 15 ms a request (test_plan_trace.py).
+    proc = kvstack(*BASE, "--hardware", H100, "--trace", str(FIXTURE), "--kv-dtype", "auto")
+    assert proc.returncode == 0, proc.stderr
+    assert "  connector                none\n" in proc.stdout
+    assert "offload: none (--offload auto): offload does not pay on this trace" in proc.stdout
+    assert "+ DRAM tier (considered, not planned)" in proc.stdout
