@@ -125,8 +125,13 @@ def render_trace(plan: Plan, curve_png: Path | None) -> None:
         lines.append((f"{share.kind} serves", f"{share.hit_ratio:.1%} of prompt tokens ({saved}){note}"))
     if t.with_offload is not None and t.without_offload is not None:
         w, wo = t.with_offload, t.without_offload
-        lines.append(("TTFT with offload", f"p50 {_ms(w.p50_s)}, p90 {_ms(w.p90_s)}, mean {_ms(w.mean_s)}"))
-        lines.append(("TTFT without", f"p50 {_ms(wo.p50_s)}, p90 {_ms(wo.p90_s)}, mean {_ms(wo.mean_s)}"))
+        for d in t.by_depth:
+            who = "TTFT " + (
+                "engine pool alone"
+                if d.tiers == "engine"
+                else "+ " + d.tiers.removeprefix("engine+").replace("+", " + ")
+            )
+            lines.append((who, f"p50 {_ms(d.p50_s)}, p90 {_ms(d.p90_s)}, mean {_ms(d.mean_s)}"))
         lines.append(("offload cost", f"{_ms(t.offload_cost_s)} per request ({t.offload_cost_source})"))
         lines.append(
             (

@@ -33,6 +33,7 @@ class TierShare(BaseModel):
 class TtftSummary(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
+    tiers: str = ""  # the levels serving, e.g. "engine+cpu"
     p50_s: float
     p90_s: float
     mean_s: float
@@ -64,5 +65,6 @@ class TraceSizing(BaseModel):
     offload_cost_source: str
     with_offload: TtftSummary | None = None
     without_offload: TtftSummary | None = None
+    by_depth: list[TtftSummary] = Field(default_factory=list)  # the pool alone, then one tier more each
     offload_pays: bool | None = None  # None: no prefill figure to predict TTFT with
     verdict: str = ""

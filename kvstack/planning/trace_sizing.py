@@ -210,21 +210,25 @@ def trace_sizing(
         )
     lengths = np.fromiter((r.input_length for r in trace.requests), dtype=np.float64)
     levels = np.array(sim.per_request, dtype=np.float64)
-    extra = np.full(len(lengths), trace.offload_cost_s)
-    for kind, served in zip(kinds[1:], levels[1:], strict=True):
-        path = ttft.fetch.get(kind)
-        if path is not None:
-            extra += np.where(
-                served > 0,
-                path.latency_s + served * (block_bytes / trace.block_tokens) / path.bw_bytes_per_s,
-                0.0,
-            )
-    zero = np.zeros(len(lengths))
     prefill = PrefillModel(
         ttft.prefill_flops_per_s, ttft.linear_flops_per_token, ttft.attn_flops_coeff, ttft.prefill_source
     )
-    without = _summary(lengths, levels[0], zero, prefill, ttft.step_s, duration)
-    with_ = _summary(lengths, levels.sum(axis=0), extra, prefill, ttft.step_s, duration)
+    # Down the hierarchy one tier at a time: the levels above a tier serve the same whatever lies
+    # below them (inclusive), so "the pool and the first k tiers" is the first k + 1 levels' hits.
+    extra: FloatArray = np.zeros(len(lengths))
+    depth: list[TtftSummary] = []
+    for k, kind in enumerate(kinds):
+        if k == 1:
+            extra = extra + trace.offload_cost_s
+        path = ttft.fetch.get(kind) if k > 0 else None
+        if path is not None:
+            per_token = block_bytes / trace.block_tokens
+            extra = extra + np.where(
+                levels[k] > 0, path.latency_s + levels[k] * per_token / path.bw_bytes_per_s, 0.0
+            )
+        summary = _summary(lengths, levels[: k + 1].sum(axis=0), extra, prefill, ttft.step_s, duration)
+        depth.append(summary.model_copy(update={"tiers": "+".join(kinds[: k + 1])}))
+    without, with_ = depth[0], depth[-1]
     pays = with_.mean_s < without.mean_s
     served = sum(sim.hit_tokens[1:])
     figures = (
@@ -236,5 +240,11 @@ def trace_sizing(
     )
     verdict = ("offload pays on this trace: " if pays else "offload does not pay on this trace: ") + figures
     return out.model_copy(
-        update={"with_offload": with_, "without_offload": without, "offload_pays": pays, "verdict": verdict}
+        update={
+            "with_offload": with_,
+            "without_offload": without,
+            "by_depth": depth,
+            "offload_pays": pays,
+            "verdict": verdict,
+        }
     )

@@ -86,6 +86,9 @@ def test_offload_that_pays_is_kept_with_the_ttft_prediction() -> None:
     assert t.with_offload.recomputed_tokens < t.without_offload.recomputed_tokens
     assert t.with_offload.mean_s < t.without_offload.mean_s
     assert t.verdict.startswith("offload pays on this trace")
+    # With and without each tier: the pool alone, then one tier more at a time.
+    assert [d.tiers for d in t.by_depth] == ["engine", "engine+cpu"]
+    assert (t.by_depth[0], t.by_depth[-1]) == (t.without_offload, t.with_offload)
     assert t.offload_cost_s == trace_sizing.OFFLOAD_REQUEST_COST_S
 
 
