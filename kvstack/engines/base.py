@@ -147,6 +147,8 @@ class ServeOptions(BaseModel):
     python: str  # interpreter that has the engine installed
     extra_args: list[str] = Field(default_factory=list)
     dev_mode: bool = True  # VLLM_SERVER_DEV_MODE=1 so validation can reset the prefix cache
+    # The per-run token vLLM's guard requires on every control route (kvstack/runtime/control.py).
+    control_token: str | None = Field(default=None, repr=False)
     served_model_name: str | None = None
     load_format: str | None = None  # None: "dummy" for a local dir without weights
     # The remote tier URL WITH its credentials (the Plan only holds the redacted form).

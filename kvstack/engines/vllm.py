@@ -19,6 +19,7 @@ from kvstack.engines.common import (
     refuse_owned_flags,
     sets_flag,
 )
+from kvstack.engines.vllm_guard import CONTROL_ENV
 from kvstack.errors import UnsupportedError
 from kvstack.units import GIB
 
@@ -62,7 +63,12 @@ def dev_mode(req: RenderRequest) -> bool:
 
 def prepare_vllm(req: RenderRequest, connector_version: str | None, block_tokens: int) -> LaunchBasics:
     notes = check_vllm(req)
-    if req.options.dev_mode and not dev_mode(req):
+    if not req.options.dev_mode:
+        notes.append(
+            "vLLM's development endpoints (/reset_prefix_cache, /collective_rpc, /sleep, ...) are off: "
+            "nothing in this run uses them (no validation pass)"
+        )
+    elif not dev_mode(req):
         notes.append(
             f"vLLM's development endpoints stay off (--host {req.options.host} is not loopback): "
             "validation drops the GPU copy by overflowing the engine's pool, not with "
@@ -115,6 +121,9 @@ def vllm_server(
     unset: list[str] = ["KVSTACK_API_KEY"]  # kvstack's variable: the engine reads VLLM_API_KEY only
     if dev_mode(req):
         child_env["VLLM_SERVER_DEV_MODE"] = "1"
+    if options.control_token:
+        child_env[CONTROL_ENV] = options.control_token  # the guard's: see engines/vllm_guard.py
+        prep.secrets.append(options.control_token)
     if options.api_key:
         # The environment, not --api-key: argv is world-readable in /proc, the environment is not.
         child_env["VLLM_API_KEY"] = options.api_key

@@ -24,7 +24,10 @@ What it does, per request path:
   a reverse proxy on this host makes every client look local), it does not come from a web
   browser (an ``Origin`` or ``Sec-Fetch-*`` header: a page the local user visits must not drive
   the engine) and its ``Host`` is an IP address or ``localhost`` (a DNS-rebinding page names its
-  own domain, and a browser sends no ``Sec-Fetch-*`` to a plain-http one); then the key when set.
+  own domain, and a browser sends no ``Sec-Fetch-*`` to a plain-http one); then, when kvstack gave
+  the engine a per-run control token (``KVSTACK_CONTROL_TOKEN``), that token in the
+  ``X-Kvstack-Control`` header: another local user, who can reach loopback too, has no way to read
+  it (it is in the engine's environment and a 0600 file of the 0700 run dir); then the key when set.
 """
 
 from __future__ import annotations
@@ -61,6 +64,10 @@ CONTROL_PATHS = frozenset(
 BROWSER_HEADERS = (b"origin", b"sec-fetch-site", b"sec-fetch-mode")
 PROXY_HEADERS = (b"forwarded", b"x-forwarded-for", b"x-forwarded-host", b"x-real-ip", b"via")
 KEY_ENV = "VLLM_API_KEY"
+# The per-run control token kvstack hands the engine (kvstack/runtime/control.py) and its header.
+CONTROL_ENV = "KVSTACK_CONTROL_TOKEN"
+CONTROL_HEADER = "X-Kvstack-Control"
+_CONTROL_HEADER = CONTROL_HEADER.lower().encode()
 
 
 def classify(path: str) -> str:
@@ -109,8 +116,17 @@ def host_is_literal(host: bytes | None) -> bool:
     return name == "localhost" or _ip(name) is not None
 
 
+def _hash(value: bytes) -> bytes:
+    return hashlib.sha256(value).digest()
+
+
 def decide(
-    path: str, method: str, headers: dict[bytes, bytes], local: bool, key_hash: bytes | None
+    path: str,
+    method: str,
+    headers: dict[bytes, bytes],
+    local: bool,
+    key_hash: bytes | None,
+    control_hash: bytes | None = None,
 ) -> tuple[int, str] | None:
     """None to let the request through, else (status, message)."""
     kind = classify(path)
@@ -125,6 +141,10 @@ def decide(
             return 403, "control endpoints do not answer web browsers"
         if not host_is_literal(headers.get(b"host")):
             return 403, "control endpoints answer only requests addressed to an IP address or localhost"
+        if control_hash is not None and not hmac.compare_digest(
+            _hash(headers.get(_CONTROL_HEADER, b"")), control_hash
+        ):
+            return 403, f"control endpoints answer only kvstack (the run's {CONTROL_HEADER} token)"
     elif method == "OPTIONS":
         return None  # CORS preflight carries no credentials; vLLM's own check lets it through too
     if key_hash is None:
@@ -144,6 +164,8 @@ class ControlGuard:
         self.app = app
         key = os.environ.get(KEY_ENV) or ""
         self.key_hash = hashlib.sha256(key.encode("utf-8")).digest() if key else None
+        token = os.environ.get(CONTROL_ENV) or ""
+        self.control_hash = _hash(token.encode("latin-1", "replace")) if token else None
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope.get("type") not in ("http", "websocket"):
@@ -154,7 +176,9 @@ class ControlGuard:
         if root and path.startswith(root):
             path = path[len(root) :] or "/"
         headers = dict(scope.get("headers") or [])
-        denied = decide(path, scope.get("method", "GET"), headers, peer_is_local(scope), self.key_hash)
+        denied = decide(
+            path, scope.get("method", "GET"), headers, peer_is_local(scope), self.key_hash, self.control_hash
+        )
         if denied is None:
             await self.app(scope, receive, send)
             return

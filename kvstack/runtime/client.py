@@ -37,8 +37,17 @@ def trusts_env(base_url: str) -> bool:
 
 
 def make_client(base_url: str, max_connections: int = 100) -> httpx.AsyncClient:
+    """A client of ``base_url``; it carries the server's control token when this user's serve
+    started it (kvstack/runtime/control.py), so that kvstack's own resets pass the engine's guard."""
+    from kvstack.runtime.control import control_headers, token_for
+
     limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
-    return httpx.AsyncClient(trust_env=trusts_env(base_url), limits=limits, timeout=None)
+    return httpx.AsyncClient(
+        trust_env=trusts_env(base_url),
+        limits=limits,
+        timeout=None,
+        headers=control_headers(token_for(base_url)),
+    )
 
 
 def auth_headers(api_key: str | None) -> dict[str, str]:

@@ -32,6 +32,7 @@ from kvstack.errors import EngineError, MissingProgramError
 from kvstack.fsutil import atomic_write, ensure_private_dir
 from kvstack.redact import redact_argv
 from kvstack.runtime.disk_space import low_disk_warning
+from kvstack.runtime.liveness import HangWatch
 from kvstack.runtime.readiness import probe_ready
 from kvstack.runtime.signals import StopOnSignal
 from kvstack.runtime.status import StatusCallback, SupervisorStatus
@@ -43,6 +44,9 @@ KVSTACK_SECRET_VARS = ("KVSTACK_API_KEY", "KVSTACK_REMOTE_URL")
 # poll_died's code for a process that is alive but logged a line after which it cannot serve
 # (ProcessSpec.fatal_patterns): to everything watching, it is as good as dead.
 FATAL_LINE = -(1 << 16)
+# poll_died's code for a critical helper that is alive but stopped answering its health URL
+# (SIGSTOP, a stuck disk: runtime/liveness.py): handled like its death.
+HUNG = -(1 << 17)
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 _LIBC: Any = None
 
@@ -68,6 +72,8 @@ def _child_setup(parent_pid: int, libc: Any) -> Callable[[], None]:
 def describe_exit(code: int) -> str:
     if code == FATAL_LINE:
         return "logged a line after which it cannot serve"
+    if code == HUNG:
+        return "stopped answering its health check (hung)"
     if code < 0:
         try:
             return f"was killed by {signal.Signals(-code).name}"
@@ -192,6 +198,7 @@ class Supervisor:
         self._kill_now = False
         self._t0 = time.monotonic()
         self._phase = "created"
+        self.liveness = HangWatch()
 
     # --- life cycle -------------------------------------------------------------------------
 
@@ -235,6 +242,7 @@ class Supervisor:
         """
         self.restarts += 1
         self._report("restarting", self.spec.server.name)
+        self.liveness.forget()
         self._stop_groups()
         self._close_procs()
         self.procs = []
@@ -330,6 +338,8 @@ class Supervisor:
             rc = p.popen.poll()
             if rc is None and p.tee.fatal is not None:
                 rc = FATAL_LINE
+            if rc is None and self.liveness.hung(p.spec.name) is not None:
+                rc = HUNG
             if rc is not None:
                 self.died = (p.spec.name, rc)
                 return rc
@@ -349,10 +359,13 @@ class Supervisor:
         what = describe_exit(rc)
         if rc == FATAL_LINE:
             what = f"logged {self.fatal_line(name)!r}, after which it cannot serve"
+        if rc == HUNG:
+            silent = self.liveness.hung(name) or 0.0
+            what = f"stopped answering {self.liveness.url(name)} for {silent:.0f} s (hung, not dead)"
         return ProcessFailed(
             self.shown(name),
             f"{what} during {during} (pid {self._proc(name).popen.pid})",
-            None if rc == FATAL_LINE else rc,
+            None if rc in (FATAL_LINE, HUNG) else rc,
             self.log_path(name),
             self.tail(name),
             hint=f"read the full log: {self.log_path(name)}",
@@ -409,6 +422,8 @@ class Supervisor:
     def _became_ready(self, proc: _Proc) -> None:
         if proc.spec.ready_url is not None:  # it answers, so it has read its start files
             remove_start_files(proc.spec)
+            if proc.spec.critical:  # from now on, a hang is a death (runtime/liveness.py)
+                self.liveness.watch(proc.spec.name, proc.spec.ready_url)
         self._report("ready", proc.spec.name)
 
     def report(self, phase: str, name: str | None = None) -> None:
@@ -461,6 +476,7 @@ class Supervisor:
         if self._stopped or self._stopping:
             return
         self._stopping = True
+        self.liveness.forget()
         try:
             if self.procs:
                 self._report("stopping", self.spec.server.name)
@@ -515,6 +531,7 @@ class Supervisor:
             self._tell_watchdog(f"-{p.pgid}")
 
     def _finish(self) -> None:
+        self.liveness.close()
         self._close_procs()
         if self._watchdog is not None:
             with contextlib.suppress(OSError, ValueError):

@@ -24,6 +24,7 @@ from kvstack.planning.replicas import device_groups, replica_snapshot
 from kvstack.planning.resolve import plan_for_model
 from kvstack.planning.retention import parse_retain
 from kvstack.planning.schema import Plan
+from kvstack.runtime.control import new_token
 from kvstack.runtime.preflight import check_port_range
 from kvstack.runtime.writable import require_writable_dir
 from kvstack.serving.ports import PortLayout, port_layout
@@ -106,6 +107,10 @@ def serve_options(request: ServeRequest, **overrides: Any) -> ServeOptions:
         "python": engine_python(),
         "extra_args": list(request.extra_args),
         "remote_url": request.remote,
+        # Dev mode only for the validation pass (its prefix cache reset); a token per engine that
+        # kvstack alone holds for whatever control route answers (kvstack/runtime/control.py).
+        "dev_mode": request.validate_after_start,
+        "control_token": new_token() if request.engine == "vllm" else None,
     }
     fields.update(overrides)
     if "run_dir" not in fields:

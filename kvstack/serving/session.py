@@ -24,6 +24,8 @@ from kvstack import hub
 from kvstack.engines.base import LaunchSpec
 from kvstack.errors import Interrupted, NetworkTargetError, ValidationFailed
 from kvstack.fsutil import atomic_write, check_private_dir, ensure_private_dir
+from kvstack.runtime import control
+from kvstack.runtime.control import write_control_token
 from kvstack.runtime.group import SupervisorGroup
 from kvstack.runtime.preflight import check_port_free, preflight_launch
 from kvstack.runtime.status import SupervisorStatus
@@ -313,6 +315,8 @@ def launched(launch: Launch, events: ServeEvents | None = None) -> Iterator[Supe
     record(launch)
     for p in launch.replicas:
         write_launch_files(p.spec)
+        if p.options.control_token:
+            write_control_token(p.run_dir, p.options.control_token)
     engines = [
         Supervisor(
             p.spec,
@@ -324,7 +328,7 @@ def launched(launch: Launch, events: ServeEvents | None = None) -> Iterator[Supe
         )
         for i, p in enumerate(launch.replicas)
     ]
-    with SupervisorGroup() as group:
+    with SupervisorGroup() as group, published(launch):
         group.launch(engines)
         group.wait_ready(req.ready_timeout_s)
         if launch.router is not None:
@@ -335,6 +339,19 @@ def launched(launch: Launch, events: ServeEvents | None = None) -> Iterator[Supe
             group.wait_ready(ROUTER_READY_TIMEOUT_S)
         ev.ready(launch.front_url)
         yield group
+
+
+@contextmanager
+def published(launch: Launch) -> Iterator[None]:
+    """This user's kvstack clients send each engine its control token while the launch runs."""
+    tokens = [(p.spec.base_url, p.options.control_token) for p in launch.replicas if p.options.control_token]
+    for url, token in tokens:
+        control.publish(url, token)
+    try:
+        yield
+    finally:
+        for url, token in tokens:
+            control.withdraw(url, token)
 
 
 def _serving_message(launch: Launch) -> str:

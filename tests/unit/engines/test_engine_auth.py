@@ -7,6 +7,7 @@ routes locked on a public bind. Both: a key in the engine arguments is refused.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -60,7 +61,22 @@ def test_vllm_dev_mode_off_on_any_other_bind(host: str, connector: str) -> None:
 def test_vllm_dev_mode_can_still_be_turned_off_on_loopback() -> None:
     spec = vllm("127.0.0.1", dev_mode=False)
     assert "VLLM_SERVER_DEV_MODE" not in spec.server.env and spec.reset_cache_path is None
-    assert not any("development endpoints" in n for n in spec.notes)  # asked for, not forced
+    # serve turns it off when nothing in the run needs it (no validation pass), and says so.
+    assert any(n.startswith("vLLM's development endpoints (/reset_prefix_cache") for n in spec.notes)
+
+
+def test_serve_turns_dev_mode_off_without_validation_and_gives_each_engine_a_token() -> None:
+    from kvstack.serving.prepare import serve_options
+    from kvstack.serving.request import ServeRequest
+
+    on, off = (
+        serve_options(ServeRequest(validate_after_start=v, run_dir=Path("/r"), cache_dir=Path("/c")))
+        for v in (True, False)
+    )
+    assert on.dev_mode and not off.dev_mode
+    assert on.control_token and off.control_token and on.control_token != off.control_token
+    sglang_opts = serve_options(ServeRequest(engine="sglang", run_dir=Path("/r"), cache_dir=Path("/c")))
+    assert sglang_opts.control_token is None  # SGLang's admin routes are locked by its own admin key
 
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "0.0.0.0"])

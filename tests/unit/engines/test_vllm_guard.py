@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from kvstack.engines import vllm_guard
-from kvstack.engines.vllm_guard import ControlGuard, classify, peer_is_local
+from kvstack.engines.vllm_guard import CONTROL_ENV, CONTROL_HEADER, ControlGuard, classify, peer_is_local
 
 KEY = "sk-guard-test-1234"
 PROBES = ["/health", "/ping", "/metrics", "/version", "/load"]
@@ -328,3 +328,46 @@ def test_the_guard_imports_nothing_but_the_standard_library() -> None:
         if isinstance(node, ast.ImportFrom) and node.module
     }
     assert modules <= set(sys.stdlib_module_names) | {"__future__"}, modules
+
+
+TOKEN = "tok-per-run-5d41402abc4b2a76"
+
+
+@pytest.mark.parametrize("server_key", [None, KEY], ids=["no-key", "key"])
+@pytest.mark.parametrize("path", CONTROL)
+def test_with_a_run_token_control_answers_only_kvstack_on_loopback_too(
+    path: str, server_key: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another local user reaches 127.0.0.1 too: without the run's token, every control route is 403."""
+    monkeypatch.setenv(CONTROL_ENV, TOKEN)
+    key = server_key
+    other_user, _ = call(path, key=key, server_key=server_key, monkeypatch=monkeypatch)
+    wrong, _ = call(
+        path, key=key, server_key=server_key, headers={CONTROL_HEADER: TOKEN[:-1]}, monkeypatch=monkeypatch
+    )
+    kvstack, _ = call(
+        path, key=key, server_key=server_key, headers={CONTROL_HEADER: TOKEN}, monkeypatch=monkeypatch
+    )
+    remote, _ = call(
+        path,
+        key=key,
+        client=REMOTE,
+        server_key=server_key,
+        headers={CONTROL_HEADER: TOKEN},
+        monkeypatch=monkeypatch,
+    )
+    assert other_user == wrong == remote == 403
+    assert kvstack is None
+    if server_key is not None:  # the token does not replace the key
+        no_key, _ = call(
+            path, server_key=server_key, headers={CONTROL_HEADER: TOKEN}, monkeypatch=monkeypatch
+        )
+        assert no_key == 401
+
+
+@pytest.mark.parametrize("path", PROBES + CLIENT)
+def test_the_run_token_changes_nothing_for_probes_and_the_client_api(
+    path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(CONTROL_ENV, TOKEN)
+    assert call(path, server_key=None, monkeypatch=monkeypatch)[0] is None
