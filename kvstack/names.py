@@ -12,5 +12,6 @@ TierKind = Literal["gpu", "cpu", "disk", "remote"]
 Platform = Literal["cuda", "cpu"]
 
 ENGINES: tuple[str, ...] = get_args(Engine)
+CONNECTORS: tuple[str, ...] = get_args(Connector)
 OFFLOAD_CHOICES: tuple[str, ...] = get_args(OffloadChoice)
 Launched = Literal["vllm", "sglang", "vllm-router"]  # what a LaunchSpec starts: an engine or the router

@@ -179,10 +179,12 @@ def correctness_lines(result: BenchResult) -> list[str]:
         c = lay.correctness
         if c is None:
             continue
-        line = f"{lay.name}: correctness {c.matched}/{c.checked} cached answers equal recompute's"
-        counts = ((c.warned, "warned"), (c.failed, "FAILED"), (c.unknown, "not checked"))
+        line = f"{lay.name}: correctness {c.passed}/{c.checked} cached answers gave recompute's tokens"
+        counts = ((c.failed, "FAILED"), (c.unknown, "NOT CHECKED"))
         lines.append(line + "".join(f", {n} {what}" for n, what in counts if n))
-        lines += [f"{lay.name}:   {x.detail}" for x in c.checks if x.verdict in ("fail", "warn")][:3]
+        lines += [f"{lay.name}:   request {x.request}: {x.detail}" for x in c.checks if x.verdict != "pass"][
+            :3
+        ]
     return lines
 
 

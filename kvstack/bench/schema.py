@@ -39,6 +39,14 @@ class RequestRow(BaseModel):
     server_prompt_tokens: int | None = None  # from the usage event (includes BOS)
     output_tokens: int = 0
     cached_tokens: int | None = None  # usage.prompt_tokens_details.cached_tokens when reported
+    # Trace replays (one request in flight): where this request's prompt tokens came from, from the
+    # counters' change over it (bench/trace_replay.py); None otherwise.
+    recomputed_tokens: float | None = None
+    engine_cache_tokens: float | None = None
+    dram_tokens: float | None = None
+    disk_tokens: float | None = None
+    remote_tokens: float | None = None
+    offload_tokens: float | None = None  # offloaded, tier unknown
 
 
 class Distribution(BaseModel):
@@ -119,13 +127,12 @@ class RoundResult(BaseModel):
 
 
 class CorrectnessResult(BaseModel):
-    """`--check-correctness`: greedy tokens of cached requests against recompute's."""
+    """`--check-correctness`: every token of K cached requests judged by a recompute."""
 
     model_config = ConfigDict(extra="forbid")
 
     checked: int
-    matched: int
-    warned: int
+    passed: int
     failed: int
     unknown: int
     checks: list[CorrectnessCheck] = Field(default_factory=list)
@@ -137,12 +144,14 @@ class CorrectnessResult(BaseModel):
 
         return cls(
             checked=len(checks),
-            matched=count("match"),
-            warned=count("warn"),
+            passed=count("pass"),
             failed=count("fail"),
             unknown=count("unknown"),
             checks=checks,
         )
+
+    def first_problem(self) -> CorrectnessCheck | None:
+        return next((c for c in self.checks if c.verdict != "pass"), None)
 
 
 class LayoutResult(BaseModel):
@@ -167,5 +176,8 @@ class BenchResult(BaseModel):
     workload: dict[str, Any]
     layouts: list[LayoutResult]
     requests: list[RequestRow]
+    # A trace replay (bench --trace): the slice sent and, per layout, predicted vs measured hit
+    # ratios per tier (bench/trace_predict.py).
+    trace: dict[str, Any] | None = None
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)

@@ -32,7 +32,14 @@ from kvstack.bench.workloads import (
     tier_sizes_from_metrics,
     tier_sizes_from_plan,
 )
-from kvstack.errors import EngineError, InputError, Interrupted, KvstackError, NetworkTargetError
+from kvstack.errors import (
+    EngineError,
+    InputError,
+    Interrupted,
+    KvstackError,
+    NetworkTargetError,
+    ValidationFailed,
+)
 from kvstack.planning.schema import Plan
 from kvstack.redact import redact_url
 from kvstack.runtime.client import auth_headers, check_http_url, trusts_env
@@ -265,6 +272,7 @@ def run_bench(args: BenchArgs, start_layout: StartLayout | None = None) -> Bench
     _emit(args, result)
     if failure is not None:
         raise failure
+    _check_correctness(result)
     if result.requests and not any(r.ok for r in result.requests):
         kinds = result.layouts[0].summary.error_kinds if result.layouts else {}
         top = next(iter(kinds), "unknown error")
@@ -275,6 +283,21 @@ def run_bench(args: BenchArgs, start_layout: StartLayout | None = None) -> Bench
             else "rerun with --out DIR to keep every error",
         )
     return result
+
+
+def _check_correctness(result: BenchResult) -> None:
+    """--check-correctness: a cached answer that is not recompute's, or could not be checked, fails."""
+    for lay in result.layouts:
+        c = lay.correctness
+        bad = c.first_problem() if c is not None else None
+        if c is None or bad is None:
+            continue
+        what = "differs from recompute" if bad.verdict == "fail" else "could not be checked"
+        raise ValidationFailed(
+            f"--check-correctness: {c.failed} of {c.checked} cached answers of {lay.name} differ from "
+            f"recompute, {c.unknown} not checked; request {bad.request} {what}: {bad.detail}",
+            hint="results.json has every position judged (layouts[].correctness)",
+        )
 
 
 def _headline(workload: Workload, opts: RunOptions) -> str:

@@ -10,12 +10,20 @@ import typer
 
 from kvstack.cli import options as opt
 from kvstack.errors import InputError
-from kvstack.names import ENGINES
+from kvstack.names import CONNECTORS, ENGINES
+from kvstack.validation.thresholds import (
+    DEFAULT_MIN_SPEEDUP,
+    DEFAULT_MIN_TIER_SPEEDUP,
+    DEFAULT_NOISE_NATS,
+    DEFAULT_TOKENS,
+    DEFAULT_TOP_K,
+)
 
 if TYPE_CHECKING:
     from kvstack.validation import ValidationReport
 
 _TIERS = ("cpu", "disk", "remote")
+_CONNECTORS = tuple(c for c in CONNECTORS if c != "none")
 _STYLE = {"pass": "green", "fail": "bold red", "skip": "yellow"}
 
 
@@ -53,11 +61,7 @@ def render(report: ValidationReport) -> None:
         console.print(Text(f"  line {d.first_line}: {d.example}"))
     color = "green" if report.overall == "PASS" else "bold red"
     console.print(
-        Text(report.overall, style=color)
-        + Text(
-            f" ({report.prompt_tokens}-token prompts, min speedup {report.min_speedup:g}x, "
-            f"{report.repeat} rounds, {report.duration_s:.1f} s)"
-        )
+        Text(report.overall, style=color) + Text(f" ({report.thresholds()}; {report.duration_s:.1f} s)")
     )
 
 
@@ -88,23 +92,45 @@ def register(app: typer.Typer) -> None:
             show_default=False,
         ),
         prompt_tokens: int | None = typer.Option(
-            None, "--prompt-tokens", help="Prompt length (default 2048)"
+            None, "--prompt-tokens", help="Prompt length (default 4096, capped by the model's context)"
         ),
-        min_speedup: float = typer.Option(1.5, "--min-speedup", help="Warm must beat cold by this factor"),
+        min_speedup: float = typer.Option(
+            DEFAULT_MIN_SPEEDUP, "--min-speedup", help="Warm must beat cold by this factor"
+        ),
+        min_tier_speedup: float = typer.Option(
+            DEFAULT_MIN_TIER_SPEEDUP,
+            "--min-tier-speedup",
+            help="Each tier step must beat recomputing the same prompt by this factor",
+        ),
+        offload: str | None = typer.Option(
+            None,
+            "--offload",
+            help="The connector behind the tiers (lmcache, lmcache-mp, native, hicache): how each tier "
+            "step drops the copies above its tier (default: lmcache-mp with --lmcache, else unknown, and "
+            "a disk step that cannot empty DRAM is named tier:cpu+disk)",
+            show_default=False,
+        ),
+        chunk_tokens: int | None = typer.Option(
+            None,
+            "--chunk-tokens",
+            help="The tiers' chunk size: a tier serves a prompt when its hits cover the full chunks less "
+            "one (default per connector: LMCache 256)",
+            show_default=False,
+        ),
         repeat: int = typer.Option(3, "--repeat", help="Rounds per step (the median is judged)"),
         correctness_tokens: int = typer.Option(
-            16,
+            DEFAULT_TOKENS,
             "--correctness-tokens",
-            help="Greedy tokens each cached answer must share with recompute's (0: no correctness gate)",
-        ),
-        early_tokens: int = typer.Option(
-            2, "--early-tokens", help="A divergence within the first N tokens fails, whatever the margin"
+            help="Greedy tokens of each cached answer that a recompute scores, every one judged "
+            "(0: the correctness gate is off, and the summary says so)",
         ),
         noise_margin: float = typer.Option(
-            0.15,
+            DEFAULT_NOISE_NATS,
             "--noise-margin",
-            help="Nats: a later divergence where recompute's top-1 margin was at most this is numerics "
-            "(a warning, not a failure)",
+            help="Nats: each served token must be within this of recompute's best token there",
+        ),
+        top_k: int = typer.Option(
+            DEFAULT_TOP_K, "--top-k", help="Each served token must be among recompute's top K candidates"
         ),
         model: str | None = typer.Option(
             None, "--model", help="Served model name (default: from /v1/models)"
@@ -123,6 +149,11 @@ def register(app: typer.Typer) -> None:
         from kvstack.validation import TierTarget, ValidationTarget, run_validation, write_report
 
         api_key = resolve_api_key(api_key, api_key_file).value
+        if offload is not None and offload not in _CONNECTORS:
+            raise InputError(
+                f"--offload must be one of {', '.join(_CONNECTORS)}, not {offload!r}",
+                hint="e.g. --offload lmcache-mp",
+            )
         if engine is not None and engine not in ENGINES:
             raise InputError(f"--engine must be vllm or sglang, not {engine!r}", hint="e.g. --engine vllm")
         kinds: list[str] = []
@@ -163,10 +194,13 @@ def register(app: typer.Typer) -> None:
             log_file=str(log) if log else None,
             prompt_tokens=prompt_tokens,
             min_speedup=min_speedup,
+            min_tier_speedup=min_tier_speedup,
+            connector=offload or ("lmcache-mp" if lmcache else None),
+            chunk_tokens=chunk_tokens,
             repeat=repeat,
             correctness_tokens=correctness_tokens,
-            correctness_early=early_tokens,
             noise_margin=noise_margin,
+            top_k=top_k,
             secrets=secrets,
         )
         if as_json or not sys.stderr.isatty():

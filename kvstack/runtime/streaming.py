@@ -39,6 +39,9 @@ class RequestResult(BaseModel):
     # With ``logprobs`` asked for: each generated token and the top candidates' log-probabilities.
     tokens: list[str] = Field(default_factory=list)
     top_logprobs: list[dict[str, float]] = Field(default_factory=list)
+    # With ``return_token_ids`` asked for (vLLM and SGLang): the generated tokens' ids, per event.
+    token_ids: list[int] = Field(default_factory=list)
+    prompt_token_ids: list[int] | None = None  # sent in the first event with ``return_token_ids``
 
 
 class StreamClient:
@@ -204,8 +207,13 @@ async def _consume(chunks: AsyncIterator[bytes], result: RequestResult, t0: floa
             return
         now = time.perf_counter()
         if data.get("choices"):
-            if (lp := data["choices"][0].get("logprobs")) is not None:
+            choice = data["choices"][0]
+            if (lp := choice.get("logprobs")) is not None:
                 _logprobs(result, lp)
+            if isinstance(ids := choice.get("token_ids"), list):
+                result.token_ids.extend(int(t) for t in ids if isinstance(t, int))
+            if isinstance(ids := choice.get("prompt_token_ids"), list) and result.prompt_token_ids is None:
+                result.prompt_token_ids = [int(t) for t in ids if isinstance(t, int)]
             content_events += 1
             if result.ttft_s is None:
                 result.ttft_s = now - t0

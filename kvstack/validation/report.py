@@ -14,15 +14,18 @@ from kvstack.errors import InputError, PathError
 from kvstack.fsutil import atomic_write
 from kvstack.planning.schema import Engine, Platform, TtftModel
 from kvstack.runtime.client import check_http_url
-from kvstack.validation.correctness import (
-    DEFAULT_EARLY,
+from kvstack.validation.correctness import CorrectnessCheck
+from kvstack.validation.diagnosis import Diagnosis
+from kvstack.validation.thresholds import (
+    DEFAULT_MIN_SPEEDUP,
+    DEFAULT_MIN_TIER_SPEEDUP,
     DEFAULT_NOISE_NATS,
     DEFAULT_TOKENS,
-    CorrectnessCheck,
+    DEFAULT_TOP_K,
 )
-from kvstack.validation.diagnosis import Diagnosis
 
 Verdict = Literal["pass", "fail", "skip"]
+
 TierKindName = Literal["cpu", "disk", "remote"]
 
 
@@ -46,17 +49,22 @@ class ValidationTarget(BaseModel):
     metrics_urls: list[str] = Field(default_factory=list)  # empty: BASE/metrics
     # LMCache's cache server HTTP API: its L1 is emptied to prove the L2 tiers, its health checked.
     cache_server_url: str | None = None
+    # The connector behind the tiers (lmcache-mp, lmcache, native, hicache): decides how each tier
+    # step drops the copies above its tier (validation/isolation.py). None: not known.
+    connector: str | None = None
+    chunk_tokens: int | None = None  # the unit the tiers store in; None: the connector's default
     log_file: str | None = None
-    prompt_tokens: int | None = None  # None: 2048, capped by the model's max length
-    min_speedup: float = 1.5
+    prompt_tokens: int | None = None  # None: 4096, capped by the model's max length
+    min_speedup: float = DEFAULT_MIN_SPEEDUP  # warm over cold
+    min_tier_speedup: float = DEFAULT_MIN_TIER_SPEEDUP  # each tier step over its own recompute
     repeat: int = 3
     timeout_s: float = 300.0
     max_overflow_requests: int = 64
-    # The correctness gate (validation/correctness.py): greedy tokens of each cached request
-    # against recompute's; 0 turns it off.
+    # The correctness gate (validation/correctness.py): each cached request's greedy tokens scored
+    # by a recompute, every position judged; 0 turns it off.
     correctness_tokens: int = DEFAULT_TOKENS
-    correctness_early: int = DEFAULT_EARLY
     noise_margin: float = DEFAULT_NOISE_NATS
+    top_k: int = DEFAULT_TOP_K
     batch_invariant: bool | None = None  # VLLM_BATCH_INVARIANT in the engine's environment; None: unknown
     secrets: list[str] = Field(default_factory=list, repr=False, exclude=True)
     prediction: TtftModel | None = None  # the plan's TTFT model: steps get measured vs predicted
@@ -87,6 +95,10 @@ class ValidationReport(BaseModel):
     prompt_tokens_exact: bool
     min_speedup: float
     repeat: int
+    min_tier_speedup: float = DEFAULT_MIN_TIER_SPEEDUP
+    correctness_tokens: int = DEFAULT_TOKENS  # 0: the gate was off
+    noise_margin: float = DEFAULT_NOISE_NATS
+    top_k: int = DEFAULT_TOP_K
     steps: list[StepResult] = Field(default_factory=list)
     diagnoses: list[Diagnosis] = Field(default_factory=list)
     overall: Literal["PASS", "FAIL"] = "FAIL"
@@ -94,6 +106,22 @@ class ValidationReport(BaseModel):
 
     def step(self, name: str) -> StepResult | None:
         return next((s for s in self.steps if s.name == name), None)
+
+    def tier_steps(self) -> list[StepResult]:
+        return [s for s in self.steps if s.name.startswith("tier:")]
+
+    def thresholds(self) -> str:
+        """Every threshold the verdict applied, for the summary line."""
+        gate = (
+            f"correctness: {self.correctness_tokens} tokens each within {self.noise_margin:g} nats "
+            f"and the top {self.top_k} of recompute's"
+            if self.correctness_tokens
+            else "correctness gate OFF (--correctness-tokens 0)"
+        )
+        return (
+            f"{self.prompt_tokens}-token prompts, {self.repeat} rounds; warm >= {self.min_speedup:g}x cold, "
+            f"each tier >= {self.min_tier_speedup:g}x its recompute and below cold; {gate}"
+        )
 
     def to_json(self) -> str:
         return self.model_dump_json(indent=2)
@@ -117,14 +145,22 @@ def check_target(target: ValidationTarget) -> None:
         raise InputError(
             f"--min-speedup must be a number >= 1.0, not {target.min_speedup}", hint="e.g. --min-speedup 1.5"
         )
+    if not math.isfinite(target.min_tier_speedup) or target.min_tier_speedup < 1.0:
+        raise InputError(
+            f"--min-tier-speedup must be a number >= 1.0, not {target.min_tier_speedup}",
+            hint="e.g. --min-tier-speedup 1.2",
+        )
+    if not 1 <= target.top_k <= 20:
+        raise InputError(f"--top-k must be between 1 and 20, not {target.top_k}", hint="e.g. --top-k 5")
+    if target.chunk_tokens is not None and target.chunk_tokens < 1:
+        raise InputError(
+            f"--chunk-tokens must be a positive number of tokens, not {target.chunk_tokens}",
+            hint="e.g. --chunk-tokens 256 (LMCache's chunk size)",
+        )
     if not 0 <= target.correctness_tokens <= 256:
         raise InputError(
             f"--correctness-tokens must be between 0 (off) and 256, not {target.correctness_tokens}",
             hint="e.g. --correctness-tokens 16",
-        )
-    if target.correctness_early < 0:
-        raise InputError(
-            f"--early-tokens must be 0 or more, not {target.correctness_early}", hint="e.g. --early-tokens 2"
         )
     if not math.isfinite(target.noise_margin) or target.noise_margin < 0:
         raise InputError(

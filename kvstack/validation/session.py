@@ -13,9 +13,9 @@ from kvstack.errors import InputError, NetworkTargetError
 from kvstack.runtime.client import auth_headers, make_client
 from kvstack.runtime.metrics import MetricsSnapshot, scrape
 from kvstack.runtime.streaming import RequestResult, StreamClient
-from kvstack.validation.correctness import TOP_LOGPROBS
 from kvstack.validation.prompts import Prompt
 from kvstack.validation.report import ValidationTarget
+from kvstack.validation.scoring import PositionScore, score
 
 
 class ServerSession:
@@ -96,8 +96,8 @@ class ServerSession:
         return None
 
     async def send(self, prompt: Prompt, generate: bool = False) -> RequestResult:
-        """One streamed request; ``generate``: greedy tokens with log-probabilities for the
-        correctness gate (TTFT is still the first token's)."""
+        """One streamed request; ``generate``: greedy tokens, with their ids, for the correctness
+        gate (TTFT is still the first token's)."""
         if self.between is not None:
             self.between()
         n = self.target.correctness_tokens if generate else 0
@@ -107,7 +107,27 @@ class ServerSession:
             max(1, n),
             self.target.api_key,
             self.target.timeout_s,
-            logprobs=TOP_LOGPROBS if n else None,
+            extra_body={"return_token_ids": True} if n else None,
+        )
+
+    async def score(self, prompt: Prompt, served: RequestResult, engine: str) -> list[PositionScore] | str:
+        """A guaranteed recompute's log-probabilities of every token ``served`` generated."""
+        if self.between is not None:
+            self.between()
+        prompt_ids = served.prompt_token_ids or prompt.token_ids
+        if prompt_ids is None:
+            return "the prompt's token ids are unknown (no /tokenize and no prompt_token_ids in the stream)"
+        if not served.token_ids:
+            return "the served request returned no token ids (return_token_ids is not supported)"
+        return await score(
+            self.client,
+            self.base,
+            self.headers,
+            engine,
+            self.model,
+            prompt_ids,
+            served.token_ids,
+            self.target.top_k,
         )
 
     async def scrape(self) -> MetricsSnapshot:

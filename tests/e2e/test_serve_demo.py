@@ -11,6 +11,7 @@ import httpx
 import psutil
 import pytest
 
+from kvstack.engines.lmcache import L2_ADAPTERS
 from tests.e2e.conftest import ServeSession, counter_delta, kvstack_cmd, stop, wait_no_engine
 from tests.support.deps import ROOT
 
@@ -40,7 +41,13 @@ def test_serve_validates_and_answers(demo_server: ServeSession) -> None:
     assert counter_delta(steps["tier:cpu"], "lmcache_mp_lookup_hit_l1_tokens") > 0
     assert counter_delta(steps["tier:cpu"], "vllm:external_prefix_cache_hits") > 0
     assert counter_delta(steps["tier:disk"], "lmcache_mp_lookup_hit_l2_tokens") > 0
-    assert counter_delta(steps["tier:disk"], 'lmcache_mp_l2_load_completed_requests{l2_name="fs"}') > 0
+    disk_adapter = L2_ADAPTERS["disk"]
+    assert (
+        counter_delta(
+            steps["tier:disk"], f'lmcache_mp_l2_load_completed_requests{{l2_name="{disk_adapter}"}}'
+        )
+        > 0
+    )
     for name in ("tier:cpu", "tier:disk"):
         assert steps[name]["verdict"] == "pass" and steps[name]["speedup"] > 1.0, steps[name]
         # Measured vs predicted (the plan's bandwidths over the measured hit): shown for each tier,
@@ -49,13 +56,13 @@ def test_serve_validates_and_answers(demo_server: ServeSession) -> None:
         assert predicted is not None and predicted > steps["warm"]["ttft_s"], steps[name]
         assert steps[name]["ttft_s"] < 3 * predicted, steps[name]
     assert "predicted" in demo_server.output()
-    # The correctness gate: with the demo's real weights, every cached answer equals recompute's.
+    # The correctness gate: every token of every cached answer scored by a real recompute
+    # (prompt_logprobs, nothing read from a cache) and within its margin.
     for name in ("warm", "tier:cpu", "tier:disk"):
         checks = steps[name]["correctness"]
-        assert len(checks) == 3 and all(c["verdict"] == "match" and c["tokens"] == 16 for c in checks), checks
-        assert all(len(c["margins"]) == 16 for c in checks)
-    margins = sorted(m for c in steps["warm"]["correctness"] for m in c["margins"] if m is not None)
-    assert margins[len(margins) // 2] > 0.3  # real weights: decisive greedy choices, not flat logits
+        assert len(checks) == 3 and all(c["verdict"] == "pass" and c["tokens"] == 16 for c in checks), checks
+        assert all(c["worst_deficit"] <= c["noise_margin"] for c in checks)
+    assert "each tier >= 1.2x its recompute" in demo_server.output()
     launch = json.loads((demo_server.run_dir / "launch.json").read_text())
     assert "--load-format" not in launch["argv"]  # the weights are loaded as a real model's
     disk_dir = next(demo_server.cache_dir.glob("*/lmcache-mp-disk"))

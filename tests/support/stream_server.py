@@ -66,6 +66,13 @@ class ServerKnobs:
     # Generated tokens follow from the prompt (greedy, margin 2 nats); from this position on, a
     # request the tier served gets the runner-up tokens instead: KV served wrong, hits counted.
     corrupt_tier_from: int | None = None
+    corrupt_tier_at: int | None = None  # only this generated position of a tier-served request
+    # At this absolute sequence position recompute's top two are one bf16 step (0.0625 nats) apart,
+    # and a request served from any cache picks the runner-up: numerics, not corruption.
+    near_tie_at: int | None = None
+    tier_hit_cap: int | None = None  # the tier serves at most this many tokens of a prompt
+    token_ids: bool = True  # honour return_token_ids (token_ids per event, prompt_token_ids first)
+    scoring: bool = True  # honour prompt_logprobs (vLLM) and /generate input logprobs (SGLang)
     # The connector is LMCache's cache server: its counters (lmcache_mp_*, names and labels as
     # lmcache 0.5.6 exports them) on this server's /metrics too, so one URL serves as --lmcache.
     # ``l2_fraction`` of the tier hits count as L2 hits loaded through adapter ``l2_adapter``.
@@ -83,16 +90,64 @@ class _State:
     connections: int = 0  # TCP connections accepted
 
 
-def _logprobs(seed: int, i: int, runner_up: bool) -> dict[str, Any]:
-    """Position ``i``'s greedy token (or the runner-up, for corrupted KV) in OpenAI's form."""
-    best, second = f" w{(seed + i) % 997}", f" v{(seed + i) % 991}"
-    token = second if runner_up else best
+TIE_STEP = 0.0625  # one bf16 step of a log-probability, as the demo model shows them
+
+
+def toy_seed(tokens: tuple[int, ...]) -> int:
+    """The toy model's 'context': its first 8 tokens (a validation prompt's nonce and BOS)."""
+    return zlib.crc32(repr(tokens[:8]).encode())
+
+
+def candidates(seed: int, pos: int, near_tie_at: int | None) -> tuple[int, float, int, float]:
+    """(best id, its logprob, runner-up id, its logprob) at absolute sequence position ``pos``."""
+    best, second = 100000 + (seed + pos) % 997, 200000 + (seed + pos) % 991
+    return best, -0.1, second, -0.1 - (TIE_STEP if pos == near_tie_at else 2.0)
+
+
+def token_text(token: int) -> str:
+    return f" w{token}"
+
+
+def _logprobs(seed: int, pos: int, token: int, near_tie_at: int | None) -> dict[str, Any]:
+    """The generated token at ``pos`` with its top-2, in OpenAI's completions form."""
+    best, lp_best, second, lp_second = candidates(seed, pos, near_tie_at)
     return {
-        "tokens": [token],
-        "token_logprobs": [-2.1 if runner_up else -0.1],
-        "top_logprobs": [{best: -0.1, second: -2.1}],
+        "tokens": [token_text(token)],
+        "token_logprobs": [lp_best if token == best else lp_second],
+        "top_logprobs": [{token_text(best): lp_best, token_text(second): lp_second}],
         "text_offset": [0],
     }
+
+
+def prompt_logprobs(tokens: tuple[int, ...], k: int, near_tie_at: int | None) -> list[Any]:
+    """vLLM's ``prompt_logprobs``: None, then per position {"<id>": {logprob, rank, decoded_token}}."""
+    seed = toy_seed(tokens)
+    out: list[Any] = [None]
+    for pos in range(1, len(tokens)):
+        best, lp_best, second, lp_second = candidates(seed, pos, near_tie_at)
+        entry = {best: (lp_best, 1), second: (lp_second, 2)}
+        actual = tokens[pos]
+        if actual not in entry:
+            entry[actual] = (-9.0, 1000)
+        top = sorted(entry.items(), key=lambda kv: kv[1][1])
+        shown = [kv for kv in top if kv[1][1] <= k or kv[0] == actual]
+        out.append(
+            {str(t): {"logprob": lp, "rank": rank, "decoded_token": token_text(t)} for t, (lp, rank) in shown}
+        )
+    return out
+
+
+def sglang_input_logprobs(tokens: tuple[int, ...], k: int, near_tie_at: int | None) -> dict[str, Any]:
+    """SGLang's meta_info: input_token_logprobs [(lp, id, text)], input_top_logprobs per position."""
+    seed = toy_seed(tokens)
+    chosen: list[Any] = [[None, tokens[0], None]]
+    tops: list[Any] = [None]
+    for pos in range(1, len(tokens)):
+        best, lp_best, second, lp_second = candidates(seed, pos, near_tie_at)
+        lp = {best: lp_best, second: lp_second}.get(tokens[pos], -9.0)
+        chosen.append([lp, tokens[pos], None])
+        tops.append([[lp_best, best, None], [lp_second, second, None]][:k])
+    return {"input_token_logprobs": chosen, "input_top_logprobs": tops}
 
 
 def _common_prefix(a: tuple[int, ...], b: tuple[int, ...]) -> int:
@@ -317,19 +372,24 @@ class StreamServer:
 
     # --- the toy engine -----------------------------------------------------------------
 
-    def prefill(self, tokens: tuple[int, ...]) -> tuple[int, int]:
-        """Cache lookup + insert; returns (gpu_hit_tokens, tier_hit_tokens) and records metrics."""
+    def prefill(self, tokens: tuple[int, ...], read_cache: bool = True) -> tuple[int, int]:
+        """Cache lookup + insert; returns (gpu_hit_tokens, tier_hit_tokens) and records metrics.
+
+        ``read_cache=False``: a request that must recompute (prompt log-probabilities) still
+        stores what it computed, as vLLM's does, but reads nothing."""
         k = self.knobs
         bs = k.block_size
         # Like vLLM: whole blocks only, and the last token is always recomputed.
         cap = ((len(tokens) - 1) // bs) * bs
         with self.lock:
-            gpu = max((_common_prefix(tokens, c) for c in self.state.gpu), default=0)
+            gpu = max((_common_prefix(tokens, c) for c in self.state.gpu), default=0) if read_cache else 0
             gpu_hit = min((gpu // bs) * bs, cap)
             tier_hit = 0
-            if k.connector and not k.degraded:
+            if k.connector and not k.degraded and read_cache:
                 tier = max((_common_prefix(tokens, c) for c in self.state.tier), default=0)
                 tier_hit = max(0, min((tier // bs) * bs, cap) - gpu_hit)
+                if k.tier_hit_cap is not None:
+                    tier_hit = min(tier_hit, k.tier_hit_cap)
             self.state.gpu.append(tokens)
             # A bounded pool: the least recently stored prompts are evicted first.
             capacity = k.num_gpu_blocks * bs
@@ -440,9 +500,38 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(200, {"success": ok})
         elif self.path == "/v1/completions":
             if self._authorized():
-                self._complete(body)
+                if body.get("prompt_logprobs") is not None and not body.get("stream"):
+                    self._score(body)
+                else:
+                    self._complete(body)
+        elif self.path == "/generate" and k.engine == "sglang":
+            if self._authorized():
+                self._generate(body)
         else:
             self._json(404, {"detail": "Not Found"})
+
+    def _score(self, body: dict[str, Any]) -> None:
+        """vLLM's non-streamed completion with prompt_logprobs: a recompute (salted, no cache read)."""
+        k = self.server_owner.knobs
+        tokens = tuple(int(t) for t in body.get("prompt", []))
+        salt = body.get("cache_salt")
+        self.server_owner.prefill(
+            (zlib.crc32(str(salt).encode()), *tokens) if salt else tokens, read_cache=False
+        )
+        choice: dict[str, Any] = {"index": 0, "text": " x", "finish_reason": "length"}
+        if k.scoring:
+            choice["prompt_logprobs"] = prompt_logprobs(tokens, int(body["prompt_logprobs"]), k.near_tie_at)
+        self._json(200, {"id": "cmpl-score", "object": "text_completion", "choices": [choice]})
+
+    def _generate(self, body: dict[str, Any]) -> None:
+        """SGLang's native /generate with input log-probabilities (logprob_start_len 0: no cache read)."""
+        k = self.server_owner.knobs
+        tokens = tuple(int(t) for t in body.get("input_ids", []))
+        self.server_owner.prefill(tokens, read_cache=False)
+        meta: dict[str, Any] = {"id": "gen", "prompt_tokens": len(tokens)}
+        if k.scoring and body.get("return_logprob"):
+            meta.update(sglang_input_logprobs(tokens, int(body.get("top_logprobs_num") or 1), k.near_tie_at))
+        self._json(200, {"text": " x", "output_ids": [5], "meta_info": meta})
 
     def _complete(self, body: dict[str, Any]) -> None:
         srv = self.server_owner
@@ -474,8 +563,8 @@ class _Handler(BaseHTTPRequestHandler):
         time.sleep(ttft)
         with srv.lock:
             srv.metrics.record_ttft(ttft)
-        seed = zlib.crc32(repr(tokens).encode())
-        corrupt = k.corrupt_tier_from is not None and tier_hit > 0
+        seed = toy_seed(tokens)
+        want_ids = bool(body.get("return_token_ids")) and k.token_ids
         for i in range(max_tokens):
             if k.disconnect_after is not None and i >= k.disconnect_after:
                 self.wfile.flush()
@@ -489,22 +578,32 @@ class _Handler(BaseHTTPRequestHandler):
             if i:
                 time.sleep(k.itl_s)
             finish = "length" if i == max_tokens - 1 else None
+            pos = len(tokens) + i
+            best, _, second, _ = candidates(seed, pos, k.near_tie_at)
+            wrong = tier_hit > 0 and (
+                (k.corrupt_tier_from is not None and i >= k.corrupt_tier_from) or i == k.corrupt_tier_at
+            )
+            tie_flip = pos == k.near_tie_at and (gpu_hit or tier_hit) > 0
+            token = second if wrong or tie_flip else best
+            choice: dict[str, Any] = {
+                "index": 0,
+                "text": token_text(token),
+                "logprobs": _logprobs(seed, pos, token, k.near_tie_at)
+                if body.get("logprobs") is not None
+                else None,
+                "finish_reason": finish,
+            }
+            if want_ids:
+                choice["token_ids"] = [token]
+                if i == 0:
+                    choice["prompt_token_ids"] = list(tokens)
             self._event(
                 {
                     "id": "cmpl-test",
                     "object": "text_completion",
                     "created": int(time.time()),
                     "model": k.model,
-                    "choices": [
-                        {
-                            "index": 0,
-                            "text": f" t{i}",
-                            "logprobs": _logprobs(seed, i, corrupt and i >= (k.corrupt_tier_from or 0))
-                            if body.get("logprobs") is not None
-                            else None,
-                            "finish_reason": finish,
-                        }
-                    ],
+                    "choices": [choice],
                     "usage": None,
                 }
             )

@@ -10,7 +10,7 @@ import pytest
 from kvstack.bench.report import load_result
 from kvstack.bench.runner import Layout
 from kvstack.bench.session import BenchArgs, normalize_url, run_bench
-from kvstack.errors import EngineError, InputError, NetworkTargetError
+from kvstack.errors import EngineError, InputError, NetworkTargetError, ValidationFailed
 from tests.support.stream_server import ServerKnobs, StreamServer
 
 
@@ -131,15 +131,23 @@ def test_check_correctness_compares_cached_answers_with_recompute(
     args = BenchArgs(url=None, model="demo-model", workload="tier-overflow", prompt_tokens=256,
                      output_tokens=1, compare=["native"], check_correctness=2, out=tmp_path,
                      as_json=True)  # fmt: skip
-    result = run_bench(args, start_layout=start)
-    (layout,) = result.layouts
-    c = layout.correctness
-    assert c is not None and c.checked == 2 and c.matched + c.failed == 2
     if not failed:
-        assert c.matched == 2
-    else:  # the answers the tier served (not those still in the engine's pool) are caught
-        assert c.failed >= 1
+        result = run_bench(args, start_layout=start)
+        (layout,) = result.layouts
+        c = layout.correctness
+        assert c is not None and c.checked == 2 and c.passed == 2 and all(x.tokens == 16 for x in c.checks)
+    else:  # the answers the tier served (not those still in the engine's pool) are caught: exit 1
+        with pytest.raises(ValidationFailed) as info:
+            run_bench(args, start_layout=start)
+        assert info.value.exit_code == 1
+        assert (
+            "--check-correctness: " in info.value.message
+            and "cached answers of native differ" in info.value.message
+        )
+        c = load_result(tmp_path).layouts[0].correctness
+        assert c is not None and c.failed >= 1
         bad = next(x for x in c.checks if x.verdict == "fail")
-        assert bad.diverged_at == 3 and "a margin above the 0.15-nat noise" in bad.detail
+        assert bad.failed_at[0] == 4 and f"request {bad.request} differs" in info.value.message
+        assert "2.000 nats below recompute's choice" in bad.detail
     back = load_result(tmp_path)
     assert back.layouts[0].correctness == c

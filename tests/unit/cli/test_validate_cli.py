@@ -33,7 +33,11 @@ def test_pass_prints_the_table_and_exits_0() -> None:
     for word in ("step", "TTFT", "speedup", "evidence", "verdict", "cold", "warm", "diagnosis"):
         assert word in out
     assert "vllm:prefix_cache_hits +496" in out
-    assert out.strip().splitlines()[-1].startswith("PASS (512-token prompts")
+    summary = " ".join(out.strip().split("PASS (", 1)[1].split())
+    assert summary.startswith(
+        "512-token prompts, 1 rounds; warm >= 1.5x cold, each tier >= 1.2x its recompute"
+    )
+    assert "correctness: 16 tokens each within 0.15 nats and the top 5 of recompute's" in summary
 
 
 def test_json_and_out_file(tmp_path: Path) -> None:
