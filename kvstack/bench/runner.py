@@ -25,6 +25,7 @@ from kvstack.bench.schema import CacheStats, CorrectnessResult, LayoutResult, Re
 from kvstack.bench.stats import cache_stats, summarize, tpot
 from kvstack.bench.workloads import BenchRequest, Workload
 from kvstack.errors import InputError, KvstackError
+from kvstack.planning.schema import Plan
 from kvstack.redact import redact_url
 from kvstack.runtime.client import make_client
 from kvstack.runtime.metrics import MetricsSnapshot, scrape
@@ -42,6 +43,11 @@ class Layout:
     # Raises (EngineError) when the server behind the layout has died; None for --url servers.
     check_alive: Callable[[], None] | None = None
     served_model: str | None = None  # the name requests must use, when the launcher knows it
+    # What kvstack knows of a layout it serves itself (bench/sized.py): LMCache's HTTP API, the
+    # tier directories and the plan it runs. None/empty for --url servers.
+    cache_server_url: str | None = None
+    cache_dirs: dict[str, str] = field(default_factory=dict)
+    plan: Plan | None = None
 
 
 StartLayout = Callable[[str], AbstractContextManager[Layout]]

@@ -13,15 +13,17 @@ from kvstack.errors import InputError
 
 if TYPE_CHECKING:
     from kvstack.bench.runner import StartLayout
+    from kvstack.bench.sized import TierOverrides
     from kvstack.serving.request import ServeRequest
 
 
-def layout_starter(request: ServeRequest) -> StartLayout:
-    """``start_layout(name)``: serve ``request`` with ``--offload name``, yield it, stop it."""
+def layout_starter(request: ServeRequest, sizes: TierOverrides | None = None) -> StartLayout:
+    """``start_layout(name)``: serve ``request`` with ``--offload name`` (and the tier sizes
+    given), yield it, stop it."""
+    from kvstack.bench.sized import TierOverrides, sized_layout_starter
     from kvstack.cli.serve import serve_events
-    from kvstack.serving.layouts import layout_starter as starter
 
-    return starter(request, serve_events(json_mode=True))
+    return sized_layout_starter(request, sizes or TierOverrides(), serve_events(json_mode=True))
 
 
 def _compare_names(values: list[str]) -> list[str]:
@@ -93,6 +95,33 @@ def register(app: typer.Typer) -> None:
         cache_dir: opt.CacheDir = None,
         run_dir: Path | None = typer.Option(None, "--run-dir", help="Without --url: logs of each layout"),
         ready_timeout: float = typer.Option(900.0, "--ready-timeout", help="Without --url: readiness wait"),
+        trace: Path | None = typer.Option(
+            None, "--trace", help="Replay a Mooncake-format trace (JSONL: timestamp, input_length, hash_ids)"
+        ),
+        start: int = typer.Option(0, "--start", help="--trace: skip this many rows first"),
+        max_requests: int | None = typer.Option(
+            None, "--max-requests", help="--trace: replay at most this many rows (after the sample)"
+        ),
+        session_sample: str | None = typer.Option(
+            None, "--session-sample", help="--trace: keep this share of sessions (0.025, 1/40, 2.5%)"
+        ),
+        block_tokens: int = typer.Option(
+            64, "--block-tokens", help="--trace: tokens per hash block (the trace's 512, scaled to fit)"
+        ),
+        time_scale: float = typer.Option(
+            1.0,
+            "--time-scale",
+            help="--trace: arrival = timestamp x this (0.01: 100x faster; 0: back to back)",
+        ),
+        max_output_tokens: int = typer.Option(
+            16, "--max-output-tokens", help="--trace: cap on each request's output length from the trace"
+        ),
+        l1_size: str | None = typer.Option(
+            None, "--l1-size", help="Without --url: LMCache's DRAM tier size for every layout (e.g. 64MiB)"
+        ),
+        disk_size: str | None = typer.Option(
+            None, "--disk-size", help="Without --url: the disk tier's cap for every layout (e.g. 8MiB)"
+        ),
         extra_args: list[str] = typer.Argument(
             None, help="Without --url: extra engine arguments for every layout, after --", show_default=False
         ),
@@ -125,6 +154,19 @@ def register(app: typer.Typer) -> None:
                 f"engine arguments ({' '.join(extra_args)}) need a server that kvstack starts, not --url",
                 hint="drop --url, or pass them to the server you started",
             )
+        from kvstack.bench.sized import TierOverrides
+        from kvstack.units import parse_bytes
+
+        sizes = TierOverrides(
+            cpu_bytes=parse_bytes(l1_size, "--l1-size") if l1_size else None,
+            disk_bytes=parse_bytes(disk_size, "--disk-size") if disk_size else None,
+        )
+        if url and not sizes.empty:
+            raise InputError(
+                "--l1-size/--disk-size size the tiers of a server kvstack starts, not --url",
+                hint="drop --url, or size the server you started",
+            )
+        sizes.check()
         start_layout: StartLayout | None = None
         if not url:
             # No server given: kvstack serves each layout itself (the demo model by default).
@@ -155,7 +197,35 @@ def register(app: typer.Typer) -> None:
                 from kvstack.serving.request import engine_python
 
                 require_guard(engine_python())
-            start_layout = layout_starter(serve_request)
+            start_layout = layout_starter(serve_request, sizes)
+        if trace is not None:
+            from kvstack.bench.trace_cli import TraceOptions, run_trace_bench
+            from kvstack.traces.sample import parse_ratio
+
+            run_trace_bench(
+                TraceOptions(
+                    path=trace,
+                    start=start,
+                    max_requests=max_requests,
+                    session_sample=parse_ratio(session_sample) if session_sample else None,
+                    block_tokens=block_tokens,
+                    time_scale=time_scale,
+                    max_output_tokens=max_output_tokens,
+                    concurrency=concurrency or 1,
+                    seed=seed,
+                    url=url,
+                    model=model,
+                    api_key=api_key or None,
+                    compare=names,
+                    metrics_urls=metrics_urls,
+                    timeout_s=timeout_s,
+                    out=out,
+                    as_json=as_json,
+                    tier_sizes=sizes.to_dict(),
+                ),
+                start_layout,
+            )
+            return
         args = BenchArgs(
             url=url,
             model=model,

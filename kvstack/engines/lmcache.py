@@ -17,8 +17,21 @@ Keys, flags and units were read in lmcache 0.5.6:
   transfer mode (register_kv_cache_engine_driven_context); the server's default
   --supported-transfer-mode lmcache_driven has no handler for it ("No handler registered for
   operation ...") and the engine waits 300 s before failing. `auto` serves both modes.
-- the server's L2 adapters are named by their type in its metrics (l2_name="fs"/"resp") and in
-  its HTTP API (GET/DELETE /cache/objects?adapter=fs); POST /cache/clear empties L1 only.
+- the server's L2 adapters are named by their type in its metrics (l2_name="fs_native"/"resp")
+  and in its HTTP API (GET/DELETE /cache/objects?adapter=fs_native); POST /cache/clear empties L1 only.
+
+Each tier runs with the size the plan gave it (issue 24), enforced by:
+- L1 (DRAM): `--l1-size-gb` with `--eviction-policy LRU`: LMCache's L1 eviction controller evicts
+  the least recently used 20% of its objects whenever L1 passes 80% (its defaults, config.py).
+- disk: the `fs_native` L2 adapter (the `fs` one declares no capacity, so LMCache never evicts
+  from it: fs_l2_adapter.py) with `max_capacity_gb` and an `eviction` block, without which the
+  capacity is only accounted (fs_native_l2_adapter.py). It runs on this CPU build (its C++
+  extension lmcache.lmcache_fs ships in the wheel). LMCache does not count files an earlier server
+  left, and evicts once a second: the server is started through kvstack.engines.disk_bound, which
+  trims what earlier runs left to half the cap, gives LMCache the rest, and holds the directory
+  within the cap between LMCache's passes.
+- remote (Redis): the `resp` adapter's `max_capacity_gb` (accounting; the store's own maxmemory
+  policy is what bounds Redis).
 """
 
 from __future__ import annotations
@@ -45,6 +58,7 @@ from kvstack.engines.common import (
 from kvstack.engines.vllm import prepare_vllm, reset_path, vllm_server
 from kvstack.errors import NetworkTargetError, PathError, UnsupportedError
 from kvstack.redact import redact_url
+from kvstack.units import GIB
 
 LMCACHE_ENV_PREFIX = "LMCACHE_"
 # The CPU buffer LMCache needs in front of a disk or remote tier when the plan has no CPU tier.
@@ -64,9 +78,13 @@ ENGINE_MP_FATAL = [
     BIND_ERROR,
 ]
 # L2 adapter names (their "type") for the tiers they hold.
-FS_ADAPTER, RESP_ADAPTER = "fs", "resp"
+FS_ADAPTER, RESP_ADAPTER = "fs_native", "resp"
+# LMCache's own L2 eviction (its EvictionConfig defaults, spelled out so a plan reader sees them).
+DISK_EVICTION = {"eviction_policy": "LRU", "trigger_watermark": 0.8, "eviction_ratio": 0.2}
+DISK_BOUND_MODULE = "kvstack.engines.disk_bound"
 L2_ADAPTERS = {"disk": FS_ADAPTER, "remote": RESP_ADAPTER}
-# The fs adapter (lmcache 0.5.6, fs_l2_adapter._object_key_to_filename) names each object file
+# The fs adapters (lmcache 0.5.6, fs_l2_adapter._object_key_to_filename; fs_native's C++ connector
+# writes the same names, seen on this machine) name each object file
 # <model>@0x<kv_rank:08x>@<group hex>@<64-hex chunk hash>.data, with every "/" of the model name
 # (vLLM's model_config.model: the --model path) spelled "-SEP-". A name over NAME_MAX fails every
 # store with ENAMETOOLONG, and the disk tier stays empty without an error the engine reports.
@@ -257,18 +275,33 @@ def mp_server(req: RenderRequest, prep: LaunchBasics) -> MpServer:
     if req.plan.platform == "cpu":
         argv += ["--supported-transfer-mode", "auto"]  # the CPU adapter is engine-driven
     adapters: dict[str, str] = {}
+    disk_dir: str | None = None
     if disk is not None:
         check_fs_names(req)
         adapters["disk"] = FS_ADAPTER
-        adapter = {"type": FS_ADAPTER, "base_path": tier_dir(req, prep, disk, "lmcache-mp-disk")}
+        disk_dir = tier_dir(req, prep, disk, "lmcache-mp-disk")
+        adapter = {
+            "type": FS_ADAPTER,
+            "base_path": disk_dir,
+            "max_capacity_gb": disk.size_bytes / GIB,  # the launcher lowers it by what earlier runs left
+            "eviction": DISK_EVICTION,
+        }
         argv += ["--l2-adapter", json.dumps(adapter, separators=(",", ":"))]
-        prep.notes.append(
-            "LMCache's fs L2 adapter has no size cap (lmcache 0.5.6): watch the disk tier's directory"
-        )
     if url is not None:
         adapters["remote"] = RESP_ADAPTER
         argv += ["--l2-adapter", json.dumps(resp_adapter(url, req, env), separators=(",", ":"))]
     argv += ["--http-host", MP_HOST, "--http-port", str(http_port)]
+    if disk is not None and disk_dir is not None:
+        bound = [
+            options.python,
+            "-m",
+            DISK_BOUND_MODULE,
+            "--dir",
+            disk_dir,
+            "--cap-bytes",
+            str(disk.size_bytes),
+        ]
+        argv = [*bound, "--", *argv]
     process = ProcessSpec(
         name="lmcache-server",
         argv=argv,

@@ -54,6 +54,18 @@ class HangWatch:
         with self._lock:
             return self._hung.get(name)
 
+    def answers_now(self, name: str, timeout_s: float = 1.0) -> bool:
+        """One probe of ``name`` right now; a helper no longer answering is marked hung."""
+        url = self.url(name)
+        if url is None:
+            return True
+        with httpx.Client(trust_env=False) as client:
+            if self._probe(client, url):
+                return True
+        with self._lock:
+            self._hung.setdefault(name, timeout_s)
+        return False
+
     def url(self, name: str) -> str | None:
         with self._lock:
             return self._urls.get(name)

@@ -340,9 +340,21 @@ class Supervisor:
                 rc = FATAL_LINE
             if rc is None and self.liveness.hung(p.spec.name) is not None:
                 rc = HUNG
+            if rc == FATAL_LINE and p.spec is self.spec.server and (blamed := self._silent_helper()):
+                # The engine's "LMCache server is unhealthy" because its cache server hangs: the
+                # helper's hang, which restarts the unit, not an engine that can never serve.
+                self.died = (blamed, HUNG)
+                return HUNG
             if rc is not None:
                 self.died = (p.spec.name, rc)
                 return rc
+        return None
+
+    def _silent_helper(self) -> str | None:
+        """A critical helper that is alive but does not answer its health URL right now."""
+        for p in self.procs:
+            if p.spec.critical and p.popen.poll() is None and not self.liveness.answers_now(p.spec.name):
+                return p.spec.name
         return None
 
     def fatal_line(self, name: str) -> str | None:
@@ -509,6 +521,8 @@ class Supervisor:
         for p in procs:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(p.pgid, sig)
+                if sig == signal.SIGTERM:  # a stopped (SIGSTOP) process handles it only once continued
+                    os.killpg(p.pgid, signal.SIGCONT)
 
     def _alive(self, p: _Proc) -> bool:
         p.popen.poll()  # reap the leader so it does not count as a zombie member

@@ -10,8 +10,10 @@ import pytest
 import yaml
 
 from kvstack.engines.base import LaunchSpec
+from kvstack.engines.disk_bound import server_argv
 from kvstack.engines.render import render
 from kvstack.errors import InputError, NetworkTargetError, UnsupportedError
+from kvstack.units import GIB
 from tests.unit.engines.cases import (
     DEMO_FACTS,
     HUB_FACTS,
@@ -135,7 +137,7 @@ def test_cpu_platform_cache_server_serves_engine_driven_transfers() -> None:
     assert server.argv[at + 1] == "auto" and server.critical
     assert any("No handler registered" in p for p in server.fatal_patterns)
     assert any("LMCache server did not respond" in p for p in spec.server.fatal_patterns)
-    assert spec.cache_server_url == "http://127.0.0.1:8002" and spec.tier_adapters == {"disk": "fs"}
+    assert spec.cache_server_url == "http://127.0.0.1:8002" and spec.tier_adapters == {"disk": "fs_native"}
     assert not any("degraded" in n for n in spec.notes)
     gpu = render(make_plan(connector="lmcache-mp", cpu_gib=8), make_options(), SOFTWARE["vllm"], HUB_FACTS)
     assert "--supported-transfer-mode" not in gpu.helpers[0].argv  # CUDA: LMCache's default mode
@@ -171,11 +173,22 @@ def test_mp_server_holds_total_l1_and_the_l2_adapters() -> None:
         options={"remote_url": REDIS_URL},
     )
     (helper,) = spec.helpers
-    assert helper.argv[1:4] == ["-m", "lmcache.cli.main", "server"]
+    disk = spec.cache_dirs["disk"]
+    # Launched through kvstack's disk bound, which then becomes the server (os.execv).
+    launcher = [helper.argv[0], "-m", "kvstack.engines.disk_bound", "--dir", disk, "--cap-bytes"]
+    assert helper.argv[:6] == launcher and helper.argv[6] == str(200 * GIB) and helper.argv[7] == "--"
+    assert helper.argv[9:12] == ["-m", "lmcache.cli.main", "server"]
+    assert server_argv(helper.argv)[0] == helper.argv[0]
     assert helper_flag(spec, "--l1-size-gb") == ["64"]  # both ranks' CPU tier in one server
     assert helper_flag(spec, "--eviction-policy") == ["LRU"]
     fs, resp = (json.loads(a) for a in helper_flag(spec, "--l2-adapter"))
-    assert fs == {"type": "fs", "base_path": spec.cache_dirs["disk"]}
+    # fs_native: the adapter that enforces a capacity, and only with an eviction block.
+    assert fs == {
+        "type": "fs_native",
+        "base_path": disk,
+        "max_capacity_gb": 200.0,  # one server: both ranks' disk tier
+        "eviction": {"eviction_policy": "LRU", "trigger_watermark": 0.8, "eviction_ratio": 0.2},
+    }
     assert resp == {"type": "resp", "host": "10.0.0.5", "port": 6379, "max_capacity_gb": 10.0}
     assert helper.env == {"LMCACHE_RESP_USERNAME": "kv", "LMCACHE_RESP_PASSWORD": REDIS_PASSWORD}
     assert REDIS_PASSWORD not in json.dumps(spec.public())

@@ -1,0 +1,179 @@
+"""One ``kvstack bench --trace`` invocation: check the target, replay, print and write the report."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from kvstack.bench.report import environment, write_report
+from kvstack.bench.runner import StartLayout
+from kvstack.bench.schema import BenchResult
+from kvstack.bench.session import _check_out, _metrics_url, normalize_url, served_model
+from kvstack.bench.trace_session import TraceArgs, run_trace
+from kvstack.errors import EngineError, InputError
+from kvstack.redact import redact_url
+from kvstack.runtime import token_sources as ts
+
+PREDICTION_PLOT = "trace_prediction.png"
+
+
+@dataclass(frozen=True)
+class TraceOptions:
+    path: Path
+    start: int = 0
+    max_requests: int | None = None
+    session_sample: float | None = None
+    block_tokens: int = 64
+    time_scale: float = 1.0
+    max_output_tokens: int = 16
+    concurrency: int = 1
+    seed: int = 0
+    url: str | None = None
+    model: str | None = None
+    api_key: str | None = None
+    compare: list[str] = field(default_factory=list)
+    metrics_urls: list[str] = field(default_factory=list)
+    timeout_s: float = 300.0
+    out: Path | None = None
+    as_json: bool = False
+    tier_sizes: dict[str, int | None] = field(default_factory=dict)
+
+    def trace_args(self) -> TraceArgs:
+        return TraceArgs(
+            path=self.path,
+            start=self.start,
+            max_requests=self.max_requests,
+            session_sample=self.session_sample,
+            block_tokens=self.block_tokens,
+            time_scale=self.time_scale,
+            max_output_tokens=self.max_output_tokens,
+            concurrency=self.concurrency,
+            seed=self.seed,
+        )
+
+
+def _config(o: TraceOptions, base_url: str | None, model: str, metrics: list[str]) -> dict[str, Any]:
+    return {
+        "url": redact_url(base_url) if base_url else None,
+        "model": model,
+        "api_key": "***" if o.api_key else None,
+        "workload": "trace",
+        "trace": str(o.path),
+        "compare": o.compare,
+        "concurrency": o.concurrency,
+        "seed": o.seed,
+        "metrics_urls": [redact_url(u) for u in metrics],
+        "timeout_s": o.timeout_s,
+        "tier_sizes": o.tier_sizes,
+    }
+
+
+def run_trace_bench(o: TraceOptions, start_layout: StartLayout | None) -> BenchResult:
+    _check_out(o.out)
+    o.trace_args().check()
+    base_url = normalize_url(o.url) if o.url else None
+    metrics = [_metrics_url(u) for u in o.metrics_urls]
+    if base_url is not None:
+        model = o.model or served_model(base_url, o.api_key)
+    else:
+        model = o.model or ""
+        if not model or start_layout is None:
+            raise InputError("a replay needs --url or a layout kvstack serves", hint="add --url URL")
+    result, failure = run_trace(
+        o.trace_args(),
+        url=base_url,
+        names=o.compare,
+        start_layout=start_layout,
+        metrics_urls=metrics,
+        model=model,
+        api_key=o.api_key,
+        timeout_s=o.timeout_s,
+        config=_config(o, base_url, model, metrics),
+        environment=environment(),
+    )
+    _emit(o, result)
+    if failure is not None:
+        raise failure
+    if result.requests and not any(r.ok for r in result.requests):
+        raise EngineError(
+            f"no request of the replay succeeded ({len(result.requests)} failed)",
+            hint="see requests.csv for every error" if o.out else "rerun with --out DIR to keep every error",
+        )
+    return result
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x * 100:.1f}%"
+
+
+def prediction_table(result: BenchResult) -> Table:
+    table = Table(title="Predicted vs measured: share of prompt tokens served, per tier")
+    for col in ("layout", "tier", "size (tokens)", "predicted", "measured", "gap (points)"):
+        table.add_column(col, justify="left" if col in ("layout", "tier") else "right")
+    for cmp_ in (result.trace or {}).get("layouts", []):
+        sizes = {lv["tier"]: lv["tokens"] for lv in cmp_["hierarchy"]["levels"]}
+        for row in cmp_["tiers"]:
+            gap = row["gap_points"]
+            size = sizes.get(row["tier"])
+            table.add_row(
+                cmp_["layout"],
+                ts.LABELS.get(row["tier"], row["tier"]),
+                "-" if size is None else f"{size:,}",
+                _pct(row["predicted"]),
+                _pct(row["measured"]),
+                "-" if gap is None else f"{gap:+.1f}",
+            )
+    return table
+
+
+def ttft_table(result: BenchResult) -> Table:
+    table = Table(title="TTFT and prompt tokens by source, per layout")
+    sources = [s for s in ts.SOURCES if any(lay.cache.tokens_by_source.get(s) for lay in result.layouts)]
+    for col in ["layout", "requests", "TTFT p50 ms", "TTFT p90 ms", *[ts.LABELS[s] for s in sources]]:
+        table.add_column(col, justify="left" if col == "layout" else "right")
+    per_layout = {c["layout"]: c["measured_tokens"] for c in (result.trace or {}).get("layouts", [])}
+    for lay in result.layouts:
+        t = lay.summary.ttft_s
+        tokens = per_layout.get(lay.name) or lay.cache.tokens_by_source
+        table.add_row(
+            lay.name,
+            f"{lay.summary.ok}/{lay.summary.requests}",
+            "-" if t is None else f"{t.p50 * 1000:.1f}",
+            "-" if t is None else f"{t.p90 * 1000:.1f}",
+            *[f"{tokens.get(s, 0.0):,.0f}" for s in sources],
+        )
+    return table
+
+
+def _emit(o: TraceOptions, result: BenchResult) -> None:
+    written: list[Path] = []
+    if o.out is not None and (result.requests or result.layouts):
+        written = write_report(result, o.out)
+        if result.trace and result.trace.get("layouts"):
+            from kvstack.bench.trace_plot import prediction_plot
+
+            written.append(prediction_plot(result, o.out / PREDICTION_PLOT))
+    if o.as_json:
+        sys.stdout.write(result.model_dump_json(by_alias=True, indent=1) + "\n")
+        return
+    console = Console()
+    info = result.trace or {}
+    console.print(
+        f"trace {info.get('source')}: {info.get('requests_sent')} requests, "
+        f"{info.get('prompt_tokens') or 0:,} prompt tokens, blocks of {info.get('block_tokens')} tokens; "
+        f"an unbounded cache serves {_pct(info.get('unbounded_hit_ratio'))}",
+        markup=False,
+        highlight=False,
+    )
+    for note in info.get("notes", []):
+        console.print(f"note: {note}", markup=False, highlight=False)
+    console.print(ttft_table(result))
+    console.print(prediction_table(result))
+    err = Console(stderr=True)
+    for path in written:
+        err.print(f"wrote {path}", markup=False, highlight=False)

@@ -1,0 +1,96 @@
+"""Predicted vs measured: simulate exactly the requests a replay sent on the sizes the servers report.
+
+The simulation is planning's (``planning.capacity.simulate_hierarchy``): each level an LRU over
+what it sees, inclusive as LMCache's write-through tiers are. Measured shares come from the
+servers' counters (``runtime.token_sources``), so the two columns answer the same question: of all
+prompt tokens sent, what share did each tier serve?
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvstack.bench.trace_prompts import SentRequest
+from kvstack.bench.trace_sizes import Hierarchy
+from kvstack.planning.capacity import simulate_hierarchy
+from kvstack.runtime import token_sources as ts
+
+TIERS: tuple[str, ...] = (ts.ENGINE_CACHE, ts.DRAM, ts.DISK, ts.REMOTE, ts.RECOMPUTED)
+
+
+@dataclass(frozen=True)
+class TierRow:
+    tier: str
+    predicted: float | None  # share of prompt tokens
+    measured: float | None
+
+    @property
+    def gap_points(self) -> float | None:
+        if self.predicted is None or self.measured is None:
+            return None
+        return (self.measured - self.predicted) * 100
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "tier": self.tier,
+            "predicted": self.predicted,
+            "measured": self.measured,
+            "gap_points": self.gap_points,
+        }
+
+
+@dataclass(frozen=True)
+class Prediction:
+    layout: str
+    hierarchy: Hierarchy
+    prompt_tokens: int
+    predicted_tokens: dict[str, int] = field(default_factory=dict)
+    per_request: dict[str, list[int]] = field(default_factory=dict)  # tier -> tokens per sent request
+
+    def rows(self, measured_tokens: dict[str, float], measured_total: float) -> list[TierRow]:
+        out: list[TierRow] = []
+        for tier in TIERS:
+            if tier not in self.predicted_tokens:
+                continue
+            predicted = self.predicted_tokens[tier] / self.prompt_tokens if self.prompt_tokens else None
+            measured = measured_tokens.get(tier, 0.0) / measured_total if measured_total > 0 else None
+            out.append(TierRow(tier, predicted, measured))
+        return out
+
+
+def predict(layout: str, sent: Sequence[SentRequest], hierarchy: Hierarchy, block_tokens: int) -> Prediction:
+    """What each level of ``hierarchy`` serves of ``sent``, in the order they were sent."""
+    requests = [s.as_trace() for s in sent]
+    total = sum(s.prompt_tokens for s in sent)
+    if not hierarchy.levels:
+        return Prediction(layout, hierarchy, total, {ts.RECOMPUTED: total}, {})
+    result = simulate_hierarchy(
+        requests,
+        [lv.blocks for lv in hierarchy.levels],
+        inclusive=hierarchy.inclusive,
+        block_tokens=block_tokens,
+        unit_tokens=[lv.unit_tokens for lv in hierarchy.levels],
+    )
+    tokens = {lv.tier: int(hit) for lv, hit in zip(hierarchy.levels, result.hit_tokens, strict=True)}
+    tokens[ts.RECOMPUTED] = result.recomputed_tokens
+    per_request = {lv.tier: list(rows) for lv, rows in zip(hierarchy.levels, result.per_request, strict=True)}
+    return Prediction(layout, hierarchy, total, tokens, per_request)
+
+
+def comparison(prediction: Prediction, measured_tokens: dict[str, float]) -> dict[str, Any]:
+    """results.json's per-layout comparison: sizes simulated, both columns, the gap per tier."""
+    total = sum(measured_tokens.values())
+    rows = prediction.rows(measured_tokens, total)
+    gaps = [abs(r.gap_points) for r in rows if r.gap_points is not None]
+    return {
+        "layout": prediction.layout,
+        "hierarchy": prediction.hierarchy.to_dict(),
+        "prompt_tokens_sent": prediction.prompt_tokens,
+        "prompt_tokens_measured": total,
+        "predicted_tokens": prediction.predicted_tokens,
+        "measured_tokens": measured_tokens,
+        "tiers": [r.to_dict() for r in rows],
+        "max_gap_points": max(gaps) if gaps else None,
+    }

@@ -1,0 +1,181 @@
+"""Replay a trace against one server: arrivals on the trace's clock, token prompts, per-request sources.
+
+Requests go out in trace order at ``arrival_s`` (the trace's timestamps x --time-scale), at most
+``concurrency`` in flight. With one in flight (the default) the counters are scraped after every
+request, so each row says where its prompt tokens came from; with more, only the run's totals do.
+
+Sources per request (vLLM): ``prompt_tokens_by_source`` gives recomputed, engine-cache and
+offloaded tokens. Which offload tier served them is read from LMCache's lookup counters: its L2
+hit tokens are tokens L1 lacked, so the disk/remote share is ``min(offloaded, L2 hits)`` (split
+over the L2 adapters by their loads) and the rest came from DRAM. LMCache's L1 counter is not
+used for the split: its lookups cover the whole prefix, the part the engine already held too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from kvstack.bench.schema import RequestRow
+from kvstack.bench.stats import tpot
+from kvstack.bench.trace_prompts import BlockTokens, SentRequest
+from kvstack.errors import KvstackError
+from kvstack.runtime import metrics as m
+from kvstack.runtime import token_sources as ts
+from kvstack.runtime.client import make_client
+from kvstack.runtime.metrics import MetricsSnapshot, scrape
+from kvstack.runtime.streaming import RequestResult, StreamClient
+
+LMCACHE_ADAPTER_TIERS = {"fs": ts.DISK, "fs_native": ts.DISK, "resp": ts.REMOTE, "redis": ts.REMOTE}
+
+
+@dataclass
+class ReplayRun:
+    rows: list[RequestRow] = field(default_factory=list)
+    first: MetricsSnapshot | None = None
+    last: MetricsSnapshot | None = None
+    started_at: float = 0.0
+
+
+def request_sources(before: MetricsSnapshot, after: MetricsSnapshot) -> dict[str, float]:
+    """Prompt tokens of the request(s) between two scrapes, by source (see the module doc)."""
+    delta, label_values = ts.snapshot_accessors(before, after)
+    src = m.VLLM_PROMPT_TOKENS_BY_SOURCE
+    if not label_values(src, "source"):
+        return ts.prompt_tokens_by_source(delta, label_values)  # SGLang and others: their own split
+    out = {
+        ts.RECOMPUTED: delta(src, source="local_compute") or 0.0,
+        ts.ENGINE_CACHE: delta(src, source="local_cache_hit") or 0.0,
+    }
+    external = sum(
+        delta(src, source=s) or 0.0
+        for s in label_values(src, "source")
+        if s not in ("local_compute", "local_cache_hit")
+    )
+    if external <= 0:
+        return out
+    l2 = delta(m.LMCACHE_MP_L2_HIT_TOKENS) or 0.0
+    if l2 <= 0 and (delta(m.LMCACHE_MP_L1_HIT_TOKENS) or 0.0) <= 0:
+        for tier, tokens in ts.prompt_tokens_by_source(delta, label_values).items():
+            if tier not in (ts.RECOMPUTED, ts.ENGINE_CACHE):
+                out[tier] = tokens  # native offload and others: token_sources' split
+        return out
+    below = min(external, l2)
+    loads = {
+        LMCACHE_ADAPTER_TIERS.get(name, ts.OFFLOAD): delta(m.LMCACHE_MP_L2_LOADS, l2_name=name) or 0.0
+        for name in label_values(m.LMCACHE_MP_L2_LOADS, "l2_name")
+    }
+    weight = sum(loads.values())
+    if below > 0:
+        if weight > 0:
+            for tier, w in loads.items():
+                if w > 0:
+                    out[tier] = out.get(tier, 0.0) + below * w / weight
+        else:
+            out[ts.OFFLOAD] = below
+    out[ts.DRAM] = external - below
+    return out
+
+
+def _row(
+    layout: str, sent: SentRequest, res: RequestResult, started_at: float, sources: dict[str, float] | None
+) -> RequestRow:
+    src = sources or {}
+
+    def get(key: str) -> float | None:
+        return src.get(key, 0.0) if sources is not None else None
+
+    return RequestRow(
+        layout=layout,
+        id=f"trace-{sent.line}",
+        index=sent.index,
+        round=0,
+        group=sent.session,
+        prompt_tokens=sent.prompt_tokens,
+        expected_prefix_tokens=0,  # filled in by the session from the unbounded simulation
+        ok=res.ok,
+        status=res.status,
+        error=res.error,
+        start_s=max(0.0, res.start_time - started_at),
+        ttft_s=res.ttft_s,
+        tpot_s=tpot(res.e2e_s, res.ttft_s, res.output_tokens) if res.ok else None,
+        e2e_s=res.e2e_s,
+        itl_s=res.itl_s,
+        server_prompt_tokens=res.prompt_tokens,
+        output_tokens=res.output_tokens,
+        cached_tokens=res.cached_tokens,
+        recomputed_tokens=get(ts.RECOMPUTED),
+        engine_cache_tokens=get(ts.ENGINE_CACHE),
+        dram_tokens=get(ts.DRAM),
+        disk_tokens=get(ts.DISK),
+        remote_tokens=get(ts.REMOTE),
+        offload_tokens=get(ts.OFFLOAD),
+    )
+
+
+async def replay(
+    layout: str,
+    base_url: str,
+    metrics_urls: Sequence[str],
+    model: str,
+    sent: Sequence[SentRequest],
+    blocks: BlockTokens,
+    *,
+    api_key: str | None = None,
+    concurrency: int = 1,
+    timeout_s: float = 300.0,
+    check_alive: Callable[[], None] | None = None,
+    on_row: Callable[[RequestRow], None] | None = None,
+    run: ReplayRun | None = None,
+) -> ReplayRun:
+    """Send ``sent`` on its schedule; rows land in ``run`` as they finish (kept if interrupted)."""
+    run = run if run is not None else ReplayRun()
+    per_request = concurrency == 1
+    free = asyncio.Semaphore(concurrency)
+    async with (
+        StreamClient(base_url, concurrency) as client,
+        make_client(base_url, max_connections=2) as scraper,
+    ):
+        run.first = run.last = await scrape(scraper, metrics_urls, api_key)
+        run.started_at = time.time()
+        t0 = time.perf_counter()
+
+        async def one(req: SentRequest) -> None:
+            try:
+                try:
+                    res = await client.completion(
+                        model, blocks.prompt(req), req.output_tokens, api_key=api_key, timeout_s=timeout_s
+                    )
+                except Exception as exc:  # a row, never an exception (as bench's runner)
+                    res = RequestResult(
+                        start_time=time.time(), error=f"client error: {type(exc).__name__}: {exc}"
+                    )
+                sources = None
+                if per_request:
+                    after = await scrape(scraper, metrics_urls, api_key)
+                    assert run.last is not None
+                    sources = request_sources(run.last, after)
+                    run.last = after
+                row = _row(layout, req, res, run.started_at, sources)
+                run.rows.append(row)
+                if on_row is not None:
+                    on_row(row)
+            finally:
+                free.release()
+
+        async with asyncio.TaskGroup() as tg:
+            for req in sent:
+                delay = t0 + req.arrival_s - time.perf_counter()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                await free.acquire()
+                if check_alive is not None:
+                    try:
+                        check_alive()
+                    except KvstackError:
+                        raise
+                tg.create_task(one(req))
+        run.last = await scrape(scraper, metrics_urls, api_key)
+    return run

@@ -1,0 +1,332 @@
+"""``kvstack bench --trace FILE``: replay a Mooncake trace per layout, then predicted vs measured.
+
+The slice: requests from ``--start`` on, a session sample (``--session-sample``), the first
+``--max-requests`` of what is kept, blocks scaled to ``--block-tokens``. The first layout decides
+what is sent (its context, KV block and LMCache chunk); every layout gets the same prompts.
+For each layout the replay's requests are simulated on the cache sizes its servers report, and
+the table sets each tier's predicted share of prompt tokens next to the measured one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from kvstack.bench.runner import Layout, StartLayout
+from kvstack.bench.schema import BenchResult, LayoutResult, RequestRow
+from kvstack.bench.stats import cache_stats, summarize
+from kvstack.bench.trace_predict import comparison, predict
+from kvstack.bench.trace_prompts import BlockTokens, ReplayShape, SentRequest, plan_requests, token_pool
+from kvstack.bench.trace_replay import ReplayRun, replay
+from kvstack.bench.trace_sizes import Hierarchy, cache_server_status, engine_level, lmcache_levels
+from kvstack.errors import InputError, Interrupted, KvstackError
+from kvstack.planning.capacity import simulate_hierarchy
+from kvstack.redact import redact_url
+from kvstack.runtime import token_sources as ts
+from kvstack.runtime.client import auth_headers, trusts_env
+from kvstack.runtime.metrics import scrape_sync
+from kvstack.traces.mooncake import read_trace
+from kvstack.traces.sample import sample_sessions, scale_blocks, session_key, with_requests
+
+UNBOUNDED = 1 << 40
+
+
+@dataclass(frozen=True)
+class TraceArgs:
+    path: Path
+    start: int = 0
+    max_requests: int | None = None
+    session_sample: float | None = None
+    block_tokens: int = 64
+    time_scale: float = 1.0
+    max_output_tokens: int = 16
+    concurrency: int = 1
+    seed: int = 0
+
+    def check(self) -> None:
+        if self.time_scale < 0:
+            raise InputError(f"--time-scale must be 0 or more, not {self.time_scale:g}", hint="e.g. 0.01")
+        if self.max_output_tokens < 1:
+            raise InputError("--max-output-tokens must be at least 1", hint="e.g. --max-output-tokens 16")
+        if self.concurrency < 1:
+            raise InputError(f"--concurrency must be at least 1, not {self.concurrency}", hint="e.g. 1")
+
+
+@dataclass
+class Shared:
+    """What the first layout decided for every layout."""
+
+    sent: list[SentRequest] = field(default_factory=list)
+    blocks: BlockTokens | None = None
+    shape: ReplayShape | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def load_slice(args: TraceArgs) -> tuple[list[Any], dict[str, Any]]:
+    """The trace rows to replay (scaled), and what was taken."""
+    trace = read_trace(args.path, start=args.start)
+    rows = trace.requests
+    if args.session_sample is not None:
+        rows = sample_sessions(rows, args.session_sample, seed=args.seed)
+        if not rows:
+            raise InputError(
+                f"the session sample {args.session_sample:g} keeps no request of {args.path}",
+                hint="raise --session-sample",
+            )
+    if args.max_requests is not None:
+        rows = rows[: args.max_requests]
+    scaled = scale_blocks(with_requests(trace, rows), args.block_tokens)
+    info = {
+        "source": str(args.path),
+        "start": args.start,
+        "session_sample": args.session_sample,
+        "max_requests": args.max_requests,
+        "block_tokens": args.block_tokens,
+        "trace_block_tokens": trace.block_tokens,
+        "time_scale": args.time_scale,
+        "max_output_tokens": args.max_output_tokens,
+        "concurrency": args.concurrency,
+        "rows_taken": len(rows),
+    }
+    return scaled.requests, info
+
+
+def _model_card(base_url: str, api_key: str | None) -> dict[str, Any]:
+    with httpx.Client(timeout=10, trust_env=trusts_env(base_url)) as client:
+        data = client.get(base_url + "/v1/models", headers=auth_headers(api_key)).json().get("data") or [{}]
+    return data[0] if isinstance(data[0], dict) else {}
+
+
+def _status(layout: Layout, api_key: str | None) -> dict[str, Any] | None:
+    candidates = [layout.cache_server_url] if layout.cache_server_url else []
+    candidates += [u.removesuffix("/metrics") for u in layout.metrics_urls[1:]]
+    for url in candidates:
+        if url:
+            status = cache_server_status(url, api_key)
+            if status is not None:
+                return status
+    return None
+
+
+def _decide(layout: Layout, rows: list[Any], args: TraceArgs, api_key: str | None, model: str) -> Shared:
+    card = _model_card(layout.base_url, api_key)
+    context = int(card.get("max_model_len") or 0) or (layout.plan.max_model_len if layout.plan else 0)
+    if not context:
+        raise InputError(
+            f"{redact_url(layout.base_url)}/v1/models says no max_model_len", hint="use vLLM or SGLang"
+        )
+    level = engine_level(scrape_sync(layout.metrics_urls[:1], api_key))
+    block = level.unit_tokens if level else 1
+    status = _status(layout, api_key)
+    chunk = int(status.get("chunk_size") or 1) if status else (layout.plan.chunk_size if layout.plan else 1)
+    align = math.lcm(block, chunk)
+    shape = ReplayShape(
+        args.block_tokens, align, context - args.max_output_tokens, args.max_output_tokens, args.time_scale
+    )
+    sent, notes = plan_requests(rows, shape, session_key)
+    if not sent:
+        raise InputError("no trace row is long enough to send", hint="raise --block-tokens")
+    model_dir = layout.plan.model_path if layout.plan else None
+    pool = token_pool(layout.base_url, model, api_key, model_dir)
+    return Shared(sent=sent, blocks=BlockTokens(pool, args.block_tokens, args.seed), shape=shape, notes=notes)
+
+
+def hierarchy_of(layout: Layout, run: ReplayRun, api_key: str | None) -> Hierarchy:
+    assert run.first is not None
+    levels = []
+    engine = engine_level(run.first)
+    if engine is not None:
+        levels.append(engine)
+    notes: list[str] = []
+    status = _status(layout, api_key)
+    if status is not None:
+        plan = layout.plan
+        per_token = plan.kv_bytes_per_token if plan else _bytes_per_token(status)
+        adapters = _adapters(layout, status)
+        disk = plan.tier("disk") if plan else None
+        lm, lm_notes = lmcache_levels(status, per_token, adapters, disk.size_bytes if disk else None)
+        levels += lm
+        notes += lm_notes
+    return Hierarchy(levels=levels, inclusive=True, notes=notes)
+
+
+def _bytes_per_token(status: dict[str, Any]) -> int:
+    l1 = (status.get("storage_manager") or {}).get("l1_manager") or {}
+    objects, used = int(l1.get("total_object_count") or 0), int(l1.get("memory_used_bytes") or 0)
+    chunk = int(status.get("chunk_size") or 256)
+    return max(1, used // objects // chunk) if objects else 1
+
+
+def _adapters(layout: Layout, status: dict[str, Any]) -> dict[str, str]:
+    if layout.plan is not None:
+        return {t.kind: t.kind for t in layout.plan.offload_tiers if t.kind in ("disk", "remote")}
+    out: dict[str, str] = {}
+    for a in (status.get("storage_manager") or {}).get("l2_adapters") or []:
+        kind = str(a.get("type", "")).lower()
+        if kind.startswith("fs"):
+            out["disk"] = kind
+        elif "resp" in kind or "redis" in kind:
+            out["remote"] = kind
+    return out
+
+
+def measured_tokens(run: ReplayRun, per_request: bool) -> dict[str, float]:
+    if per_request and all(r.recomputed_tokens is not None for r in run.rows):
+        keys = {
+            ts.RECOMPUTED: "recomputed_tokens",
+            ts.ENGINE_CACHE: "engine_cache_tokens",
+            ts.DRAM: "dram_tokens",
+            ts.DISK: "disk_tokens",
+            ts.REMOTE: "remote_tokens",
+            ts.OFFLOAD: "offload_tokens",
+        }
+        return {k: float(sum(getattr(r, f) or 0.0 for r in run.rows)) for k, f in keys.items()}
+    assert run.first is not None and run.last is not None
+    return ts.by_source(run.first, run.last)
+
+
+def ideal_prefixes(sent: list[SentRequest], block_tokens: int) -> list[int]:
+    """Per request, the prompt tokens an unbounded prefix cache holds when it is sent."""
+    result = simulate_hierarchy([s.as_trace() for s in sent], [UNBOUNDED], block_tokens=block_tokens)
+    return result.per_request[0]
+
+
+def run_layout_replay(
+    layout: Layout,
+    rows: list[Any],
+    args: TraceArgs,
+    shared: Shared,
+    *,
+    model: str,
+    api_key: str | None,
+    timeout_s: float,
+    on_row: Any = None,
+) -> tuple[LayoutResult, list[RequestRow], dict[str, Any]]:
+    model = layout.served_model or model
+    if shared.blocks is None:
+        decided = _decide(layout, rows, args, api_key, model)
+        shared.sent, shared.blocks, shared.shape, shared.notes = (
+            decided.sent,
+            decided.blocks,
+            decided.shape,
+            decided.notes,
+        )
+    assert shared.blocks is not None
+    run = ReplayRun()
+    aborted: str | None = "interrupted"
+    try:
+        asyncio.run(
+            replay(
+                layout.name, layout.base_url, layout.metrics_urls, model, shared.sent, shared.blocks,
+                api_key=api_key, concurrency=args.concurrency, timeout_s=timeout_s,
+                check_alive=layout.check_alive, on_row=on_row, run=run,
+            )
+        )  # fmt: skip
+        aborted = None
+    except KvstackError as exc:
+        aborted = exc.message
+        raise
+    except KeyboardInterrupt as exc:
+        raise Interrupted("interrupted: the rows measured so far are kept in the report") from exc
+    finally:
+        ideal = ideal_prefixes(shared.sent, args.block_tokens)
+        rows_out = sorted(
+            (r.model_copy(update={"expected_prefix_tokens": ideal[r.index]}) for r in run.rows),
+            key=lambda r: r.index,
+        )
+        first, last = run.first, run.last
+        result = LayoutResult(
+            name=layout.name,
+            base_url=redact_url(layout.base_url),
+            metrics_urls=[redact_url(u) for u in layout.metrics_urls],
+            started_at=run.started_at,
+            complete=aborted is None,
+            aborted=aborted,
+            summary=summarize(rows_out),
+            cache=cache_stats(first, last) if first is not None and last is not None else cache_stats_empty(),
+        )
+    done = [s for s in shared.sent if s.index in {r.index for r in rows_out}]
+    hierarchy = hierarchy_of(layout, run, api_key)
+    prediction = predict(layout.name, done, hierarchy, args.block_tokens)
+    return result, rows_out, comparison(prediction, measured_tokens(run, args.concurrency == 1))
+
+
+def cache_stats_empty() -> Any:
+    from kvstack.bench.schema import CacheStats
+
+    return CacheStats()
+
+
+def run_trace(
+    args: TraceArgs,
+    *,
+    url: str | None,
+    names: list[str],
+    start_layout: StartLayout | None,
+    metrics_urls: list[str],
+    model: str,
+    api_key: str | None,
+    timeout_s: float,
+    config: dict[str, Any],
+    environment: dict[str, Any],
+) -> tuple[BenchResult, KvstackError | None]:
+    """Replay per layout; the result holds whatever was measured, the error (if any) is returned."""
+    args.check()
+    rows, info = load_slice(args)
+    shared = Shared()
+    layouts: list[LayoutResult] = []
+    requests: list[RequestRow] = []
+    compared: list[dict[str, Any]] = []
+    failure: KvstackError | None = None
+
+    def keep(res: LayoutResult, out: list[RequestRow], cmp_: dict[str, Any]) -> None:
+        layouts.append(res)
+        requests.extend(out)
+        compared.append(cmp_)
+
+    try:
+        if url is not None:
+            layout = Layout("server", url, tuple([url + "/metrics", *metrics_urls]))
+            res, out, cmp_ = run_layout_replay(
+                layout, rows, args, shared, model=model, api_key=api_key, timeout_s=timeout_s
+            )
+            keep(res, out, cmp_)
+        else:
+            assert start_layout is not None
+            for name in names:
+                with start_layout(name) as layout:
+                    res, out, cmp_ = run_layout_replay(
+                        layout, rows, args, shared, model=model, api_key=api_key, timeout_s=timeout_s
+                    )
+                    keep(res, out, cmp_)
+    except KvstackError as exc:
+        failure = exc
+    info.update(
+        {
+            "requests_sent": len(shared.sent),
+            "prompt_tokens": sum(s.prompt_tokens for s in shared.sent),
+            "align_tokens": shared.shape.align if shared.shape else None,
+            "notes": shared.notes,
+            "unbounded_hit_ratio": _unbounded(shared.sent, args.block_tokens),
+            "layouts": compared,
+        }
+    )
+    result = BenchResult(
+        config=config,
+        environment=environment,
+        workload={"name": "trace", "spec": info},
+        layouts=layouts,
+        requests=requests,
+        trace=info,
+    )
+    return result, failure
+
+
+def _unbounded(sent: list[SentRequest], block_tokens: int) -> float | None:
+    total = sum(s.prompt_tokens for s in sent)
+    return sum(ideal_prefixes(sent, block_tokens)) / total if total else None

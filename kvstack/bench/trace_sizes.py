@@ -1,0 +1,138 @@
+"""The cache sizes the running servers report, as a hierarchy the replay's prediction simulates.
+
+- The engine's pool: vLLM's ``vllm:cache_config_info`` (``num_gpu_blocks`` x ``block_size``; the
+  CPU backend reports its pool there too), SGLang's ``sglang:max_total_num_tokens``.
+- LMCache's cache server (``GET /status``, lmcache 0.5.6): L1's ``memory_total_bytes`` and its
+  eviction's ``trigger_watermark`` / ``eviction_ratio``; each L2 adapter's
+  ``total_capacity_bytes`` under ``l2_eviction_controller``; ``chunk_size``.
+- The disk cap kvstack enforces (the plan's disk tier) when kvstack serves the layout.
+
+LMCache evicts in steps: once a level passes ``watermark`` of its size it drops the least recently
+used ``ratio`` of its objects, so it holds between ``watermark x (1 - ratio)`` and ``watermark`` of
+its size; the simulation gives it the middle of that range.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from kvstack.runtime.client import auth_headers, trusts_env
+from kvstack.runtime.metrics import SGLANG_MAX_TOTAL_TOKENS, VLLM_CACHE_CONFIG_INFO, MetricsSnapshot
+
+DEFAULT_WATERMARK, DEFAULT_RATIO = 0.8, 0.2
+
+
+@dataclass(frozen=True)
+class Level:
+    """One cache level as simulated: capacity in its own blocks of ``unit_tokens``."""
+
+    tier: str  # engine_cache, dram, disk, remote (runtime/token_sources.py names)
+    unit_tokens: int
+    nominal_blocks: int  # what the server reports
+    blocks: int  # what the simulation uses (LMCache's eviction steps taken into account)
+    source: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "tier": self.tier,
+            "unit_tokens": self.unit_tokens,
+            "nominal_blocks": self.nominal_blocks,
+            "blocks": self.blocks,
+            "tokens": self.blocks * self.unit_tokens,
+            "source": self.source,
+        }
+
+
+@dataclass(frozen=True)
+class Hierarchy:
+    levels: list[Level] = field(default_factory=list)
+    inclusive: bool = True
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "inclusive": self.inclusive,
+            "levels": [lv.to_dict() for lv in self.levels],
+            "notes": self.notes,
+        }
+
+
+def _int(labels: dict[str, str], key: str) -> int | None:
+    raw = labels.get(key, "")
+    return int(raw) if raw.isdigit() else None
+
+
+def engine_level(snap: MetricsSnapshot) -> Level | None:
+    for labels in snap.label_sets(VLLM_CACHE_CONFIG_INFO):
+        blocks, size = _int(labels, "num_gpu_blocks"), _int(labels, "block_size")
+        if blocks and size:
+            return Level(
+                "engine_cache", size, blocks, blocks, f"{VLLM_CACHE_CONFIG_INFO} num_gpu_blocks x block_size"
+            )
+    tokens = snap.get(SGLANG_MAX_TOTAL_TOKENS)
+    if tokens:
+        return Level("engine_cache", 1, int(tokens), int(tokens), SGLANG_MAX_TOTAL_TOKENS)
+    return None
+
+
+def cache_server_status(url: str, api_key: str | None = None) -> dict[str, Any] | None:
+    """LMCache's ``/status`` document, or None when ``url`` is not an LMCache cache server."""
+    try:
+        with httpx.Client(timeout=10, trust_env=trusts_env(url)) as client:
+            resp = client.get(url.rstrip("/") + "/status", headers=auth_headers(api_key))
+        data = resp.json() if resp.status_code == 200 else None
+    except (httpx.HTTPError, ValueError):
+        return None
+    return data if isinstance(data, dict) and "storage_manager" in data else None
+
+
+def _effective(blocks: int, watermark: float, ratio: float) -> int:
+    return max(1, int(blocks * watermark * (1 - ratio / 2)))
+
+
+def lmcache_levels(
+    status: dict[str, Any], bytes_per_token: int, adapters: dict[str, str], disk_cap_bytes: int | None
+) -> tuple[list[Level], list[str]]:
+    """L1 and the L2 adapters (``adapters``: tier -> adapter type) of one cache server."""
+    chunk = int(status.get("chunk_size") or 256)
+    chunk_bytes = chunk * bytes_per_token
+    storage = status.get("storage_manager") or {}
+    l1 = storage.get("l1_manager") or {}
+    l1_evict = storage.get("l1_eviction_controller") or {}
+    levels: list[Level] = []
+    notes: list[str] = []
+    total = int(l1.get("memory_total_bytes") or 0)
+    if total > 0:
+        w = float(l1_evict.get("trigger_watermark", DEFAULT_WATERMARK))
+        r = float(l1_evict.get("eviction_ratio", DEFAULT_RATIO))
+        nominal = total // chunk_bytes
+        levels.append(
+            Level("dram", chunk, nominal, _effective(nominal, w, r), "LMCache /status L1 memory_total_bytes")
+        )
+        notes.append(
+            f"LMCache L1 evicts {r:.0%} of its objects past {w:.0%}: simulated at {w * (1 - r / 2):.0%}"
+        )
+    l2 = (storage.get("l2_eviction_controller") or {}).get("adapters") or []
+    for tier in ("disk", "remote"):
+        if tier not in adapters:
+            continue
+        cap = disk_cap_bytes if tier == "disk" and disk_cap_bytes else None
+        source = "kvstack's disk cap (the plan's disk tier)"
+        evict = (
+            next((a for a in l2 if int(a.get("total_capacity_bytes") or 0) > 0), None)
+            if tier == "disk"
+            else None
+        )
+        if cap is None:
+            if evict is None:
+                levels.append(Level(tier, chunk, 1 << 40, 1 << 40, "no capacity declared: unbounded"))
+                continue
+            cap, source = int(evict["total_capacity_bytes"]), "LMCache /status L2 total_capacity_bytes"
+        nominal = cap // chunk_bytes
+        w = float(evict.get("trigger_watermark", DEFAULT_WATERMARK)) if evict else DEFAULT_WATERMARK
+        r = float(evict.get("eviction_ratio", DEFAULT_RATIO)) if evict else DEFAULT_RATIO
+        levels.append(Level(tier, chunk, nominal, _effective(nominal, w, r), source))
+    return levels, notes

@@ -1,0 +1,143 @@
+"""bench --trace: prompts from hash ids, what is sent, per-request sources, predicted vs measured.
+
+The replay runs against the real streaming test server (a toy block prefix cache and an LMCache
+tier behind real HTTP), so the counters move the way an engine's do.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kvstack.bench.report import REQUESTS_CSV, RESULTS_JSON
+from kvstack.bench.trace_cli import TraceOptions, run_trace_bench
+from kvstack.bench.trace_prompts import BlockTokens, ReplayShape, plan_requests
+from kvstack.bench.trace_replay import request_sources
+from kvstack.errors import InputError
+from kvstack.runtime.metrics import parse_metrics
+from kvstack.traces.mooncake import TraceRequest
+from tests.support.stream_server import ServerKnobs, StreamServer
+
+POOL = list(range(100, 200))
+
+
+def row(ts: float, length: int, ids: list[int], out: int = 50) -> TraceRequest:
+    return TraceRequest(timestamp_ms=ts, input_length=length, output_length=out, hash_ids=ids)
+
+
+def test_the_same_hash_id_gives_the_same_block_and_different_ids_differ() -> None:
+    a, b = BlockTokens(POOL, 64, seed=0), BlockTokens(POOL, 64, seed=0)
+    assert a.block(7) == b.block(7) and len(a.block(7)) == 64
+    assert a.block(7) != a.block(8)
+    assert BlockTokens(POOL, 64, seed=1).block(7) != a.block(7)  # a new seed misses an old run's cache
+
+
+def test_a_partial_last_block_is_the_leading_part_of_the_same_block() -> None:
+    shape = ReplayShape(
+        block_tokens=64, align=32, max_prompt_tokens=10_000, max_output_tokens=4, time_scale=0.5
+    )
+    sent, _ = plan_requests([row(0, 200, [1, 2, 3, 4]), row(1000, 128, [1, 2])], shape)
+    blocks = BlockTokens(POOL, 64, seed=0)
+    long, short = blocks.prompt(sent[0]), blocks.prompt(sent[1])
+    assert len(long) == 192 and len(short) == 128  # cut to whole multiples of 32
+    assert long[:128] == short
+    assert sent[1].arrival_s == 0.5 and sent[0].output_tokens == 4  # time-scaled; output capped
+
+
+def test_prompts_are_cut_to_the_context_and_rows_too_short_are_left_out() -> None:
+    shape = ReplayShape(block_tokens=64, align=64, max_prompt_tokens=150, max_output_tokens=4, time_scale=1)
+    sent, notes = plan_requests([row(0, 640, list(range(10))), row(5, 40, [99])], shape)
+    assert [s.prompt_tokens for s in sent] == [128] and sent[0].hash_ids == (0, 1)
+    assert any("cut to the context" in n for n in notes) and any("left out" in n for n in notes)
+
+
+def test_too_few_word_tokens_is_refused() -> None:
+    with pytest.raises(InputError, match="distinct word tokens"):
+        BlockTokens([1, 2, 3], 64, seed=0)
+
+
+def _metrics(compute: float, local: float, external: float, l1: float, l2: float, fs_loads: float) -> str:
+    return (
+        f'vllm:prompt_tokens_by_source_total{{source="local_compute"}} {compute}\n'
+        f'vllm:prompt_tokens_by_source_total{{source="local_cache_hit"}} {local}\n'
+        f'vllm:prompt_tokens_by_source_total{{source="external_kv_transfer"}} {external}\n'
+        f"lmcache_mp_lookup_hit_l1_tokens_total {l1}\n"
+        f"lmcache_mp_lookup_hit_l2_tokens_total {l2}\n"
+        f'lmcache_mp_l2_load_completed_requests_total{{l2_name="fs_native"}} {fs_loads}\n'
+    )
+
+
+def test_sources_of_one_request_split_the_offloaded_tokens_by_lmcaches_l2_hits() -> None:
+    before = parse_metrics(_metrics(0, 0, 0, 0, 0, 0))
+    # 1,024 offloaded: LMCache's lookup found 512 in L2 (the disk) and counted 1,280 L1 tokens,
+    # the engine's own 768 among them: DRAM served the 512 the disk did not.
+    after = parse_metrics(_metrics(256, 768, 1024, 1280, 512, 1))
+    assert request_sources(before, after) == {
+        "recomputed": 256,
+        "engine_cache": 768,
+        "disk": 512,
+        "dram": 512,
+    }
+
+
+def write_trace(path: Path) -> Path:
+    rows = []
+    for turn in range(4):  # two sessions of four turns: each turn extends the last
+        for s in range(2):
+            ids = [0] + [1000 * (s + 1) + i for i in range(turn * 2 + 2)]
+            rows.append(
+                {
+                    "timestamp": turn * 100 + s,
+                    "input_length": len(ids) * 512 - 100,
+                    "output_length": 30,
+                    "hash_ids": ids,
+                }
+            )
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_a_replay_writes_rows_with_sources_and_predicted_vs_measured(tmp_path: Path) -> None:
+    knobs = ServerKnobs(connector="lmcache", lmcache_mp=True, block_size=16, num_gpu_blocks=64)
+    with StreamServer(knobs) as srv:
+        out = tmp_path / "out"
+        result = run_trace_bench(
+            TraceOptions(
+                path=write_trace(tmp_path / "t.jsonl"),
+                block_tokens=32,
+                time_scale=0.0,
+                max_output_tokens=2,
+                url=srv.url,
+                out=out,
+                as_json=True,
+            ),
+            None,
+        )
+        seen = srv.requests
+    assert len(result.requests) == 8 and all(r.ok for r in result.requests)
+    # Token prompts arrive as sent (no BOS added), and a session's next turn hits its last one.
+    assert [s["tokens"] for s in seen] == [r.prompt_tokens for r in result.requests]
+    assert seen[0]["gpu_hit"] == 0 and seen[2]["gpu_hit"] >= result.requests[0].prompt_tokens - 16
+    for r in result.requests:
+        parts = [r.recomputed_tokens, r.engine_cache_tokens, r.dram_tokens, r.disk_tokens, r.remote_tokens]
+        assert sum(p or 0.0 for p in parts) + (r.offload_tokens or 0.0) == pytest.approx(r.prompt_tokens)
+    trace = result.trace
+    assert trace is not None and trace["requests_sent"] == 8 and trace["unbounded_hit_ratio"] > 0.4
+    (layout,) = trace["layouts"]
+    tiers = {t["tier"]: t for t in layout["tiers"]}
+    assert tiers["engine_cache"]["measured"] > 0 and tiers["engine_cache"]["predicted"] > 0
+    assert layout["hierarchy"]["levels"][0] == {
+        "tier": "engine_cache",
+        "unit_tokens": 16,
+        "nominal_blocks": 64,
+        "blocks": 64,
+        "tokens": 1024,
+        "source": "vllm:cache_config_info num_gpu_blocks x block_size",
+    }
+    saved = json.loads((out / RESULTS_JSON).read_text())
+    assert saved["trace"]["layouts"][0]["tiers"] == layout["tiers"]
+    header = (out / REQUESTS_CSV).read_text().splitlines()[0].split(",")
+    assert {"ttft_s", "recomputed_tokens", "engine_cache_tokens", "dram_tokens", "disk_tokens"} <= set(header)
+    assert (out / "trace_prediction.png").stat().st_size > 0
