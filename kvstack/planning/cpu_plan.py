@@ -209,6 +209,15 @@ def offload_tiers(
     suffix = " (degraded here: the in-process connector has no CPU transfer path)" if degraded else ""
     spare = max(0, host.usable - pool)
     pinned = int(spare * tr.PINNED_FRACTION)
+    if spare < GIB:
+        # LMCache's DRAM tier is whole GiB and every lower tier goes through it: none fits.
+        why = (
+            f"no offload tier: host memory spares {fmt_bytes(spare)} beside the engine's pool "
+            f"({host.reason}), less than the 1 GiB LMCache's DRAM tier needs at least"
+        )
+        notes.warn(why)
+        notes.reasons["cpu_offload_tier"] = why
+        return []
     size = max(GIB, min(math.ceil(retention / GIB) * GIB, (pinned // GIB) * GIB))
     reason = (
         f"LMCache DRAM tier {fmt_bytes(size)}: the retention target within {tr.PINNED_FRACTION:.0%} of what "

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-from kvstack.hardware.gpu_specs import gpu_spec, host_link_bytes_per_s
+from dataclasses import replace
+
+from kvstack.hardware.calibrate.model import Calibration, calibration_of
+from kvstack.hardware.gpu_specs import GpuSpec, gpu_spec, host_link_bytes_per_s
 from kvstack.hardware.snapshot import HardwareSnapshot
 from kvstack.models import ModelGeometry
 from kvstack.planning import breakeven as be
 from kvstack.planning import tiers as tr
+from kvstack.planning.calibrated import prefill_rate_explained, tier_read_bw_explained
 from kvstack.planning.notes import Notes
 from kvstack.planning.parallel import Attempt
 from kvstack.planning.request import PlanRequest
@@ -104,25 +108,52 @@ def offload_tiers(
     return tiers, wanted
 
 
+def _prefill(
+    model: ModelGeometry, spec: GpuSpec, chosen: Attempt, measured: Calibration | None, context: int
+) -> be.PrefillModel:
+    """The prefill model from the calibration's per-model rate at ``context`` when it has one (turned
+    into the effective FLOP/s that rate implies), else its effective TFLOP/s, else the data sheet."""
+    rate = prefill_rate_explained(measured, model.name, context, active_params=model.active_params)
+    if rate is not None and context > 0:
+        shape = be.prefill_model(model, spec, 1, 1.0)  # FLOPs per token at this context, rate aside
+        flops_per_token = shape.linear_flops_per_token + shape.attn_flops_coeff * context
+        return replace(
+            be.prefill_model(model, spec, chosen.tp, rate[0] * flops_per_token),
+            source=f"{rate[1]} x TP {chosen.tp}",
+        )
+    eff = measured.effective_tflops * 1e12 if measured is not None and measured.effective_tflops else None
+    return be.prefill_model(model, spec, chosen.tp, eff)
+
+
 def with_breakeven(
     snapshot: HardwareSnapshot,
     model: ModelGeometry,
     chosen: Attempt,
     lower: list[Tier],
     notes: Notes,
+    context: int = 0,
 ) -> tuple[list[Tier], be.PrefillModel]:
+    """Each tier below the GPU with its read bandwidth and break-even prefix length.
+
+    A calibrated snapshot (``kvstack doctor --calibrate``) supplies the measured prefill rate and the
+    host->device and disk read bandwidths (planning/calibrated.py) in place of the data sheets'.
+    """
     """Each tier below the GPU with its read bandwidth and break-even prefix length."""
     gpu = snapshot.gpus[0]
     spec = gpu_spec(gpu.name, gpu.compute_capability)
-    calibrated = (snapshot.calibration or {}).get("effective_tflops")
-    eff = float(calibrated) * 1e12 if isinstance(calibrated, int | float) and calibrated > 0 else None
-    prefill = be.prefill_model(model, spec, chosen.tp, eff)
+    measured = calibration_of(snapshot)
+    prefill = _prefill(model, spec, chosen, measured, context)
     kv = chosen.kv
     host_bw, host_how = host_link_bytes_per_s(gpu)
+    if (copy := tier_read_bw_explained(measured, "cpu")) is not None:
+        host_bw, host_how = copy
     out: list[Tier] = []
     for tier in lower:
         # Each rank has its own host link; a disk or a remote store is shared by all ranks.
         bw = host_bw * kv.tp if tier.kind == "cpu" else tier.read_bw_bytes_per_s
+        if tier.kind == "disk" and (disk := tier_read_bw_explained(measured, "disk", tier.path)) is not None:
+            bw = disk[0]
+            notes.reasons["disk_read_bw"] = disk[1]
         n = be.breakeven_tokens(prefill, kv.effective_bytes_per_token, bw or 0.0, tier.latency_s or 0.0)
         out.append(tier.model_copy(update={"read_bw_bytes_per_s": bw, "breakeven_tokens": n}))
         where = f"{tier.kind} ({host_how} x {kv.tp} rank(s))" if tier.kind == "cpu" else tier.kind

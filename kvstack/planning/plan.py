@@ -157,7 +157,7 @@ def _plan(
         notes.reasons["connector"] = "none: the plan is infeasible"
     for w in install_warnings(request.engine, connector, versions):
         notes.warn(w)
-    lower, prefill = with_breakeven(snapshot, model, chosen, lower, notes)
+    lower, prefill = with_breakeven(snapshot, model, chosen, lower, notes, wl.context_tokens)
     tiers = [gpu_tier, *lower]
     hbm = gpu_spec(gpu.name, gpu.compute_capability).hbm_bytes_per_s
     ttft = ttft_model(

@@ -32,3 +32,12 @@ def plan_for(
     geo = catalog_model(model) if isinstance(model, str) else model
     wl = load_workload(workload) if workload else default_workload(geo.max_context)
     return make_plan(snap, geo, geo.name, PlanRequest(**req), wl)
+
+
+def roomy_cpu_host(gib: int = 64) -> HardwareSnapshot:
+    """The no-GPU snapshot with more DRAM: an 8B model's weights leave room for LMCache's tiers."""
+    snap = snapshot("no-gpu")
+    snap.memory = snap.memory.model_copy(
+        update={"total_bytes": gib << 30, "available_bytes": (gib - 4) << 30}
+    )
+    return snap

@@ -163,7 +163,7 @@ def test_single_disk_and_cpu_and_other_kinds() -> None:
 def test_a_stored_calibration_reaches_the_planners_prefill_model(plan_for: PlanFor) -> None:
     """The record's top-level effective_tflops is the key planning/layout.py reads."""
     snap = snapshot("h100-sxm")
-    store_calibration(snap, calibration(effective_tflops=600.0))
+    store_calibration(snap, calibration(effective_tflops=600.0, prefill=None))
     calibrated, estimate = plan_for(snap, "llama-3.1-8b"), plan_for("h100-sxm", "llama-3.1-8b")
     assert (calibrated.prefill_source, estimate.prefill_source) == ("calibrated", "estimate")
     assert "calibrated 600 TFLOP/s per GPU" in calibrated.reasons["breakeven"]
@@ -171,3 +171,27 @@ def test_a_stored_calibration_reaches_the_planners_prefill_model(plan_for: PlanF
     fast, slow = calibrated.prefill_tokens_per_s, estimate.prefill_tokens_per_s
     assert fast is not None and slow is not None
     assert fast / slow == pytest.approx(600 / 395.6, rel=1e-4)
+
+
+def test_a_calibrated_per_model_prefill_rate_and_tier_bandwidths_drive_the_plan(plan_for: PlanFor) -> None:
+    """The measured prefill rate of the same model wins over effective TFLOP/s and the data sheet: at
+    the plan's context the prefill model runs exactly at the measured rate (x TP). The measured
+    host->device copy and disk reads replace the link table and fio's figure for the tiers."""
+    snap = snapshot("h100-sxm")
+    disk = DiskFigures(path="/data", files=1, file_bytes=1, bounce_bytes_per_s=2.5e9)
+    copy = CopyFigures(transfer_bytes=1, runs=1, method="m", h2d_pinned_bytes_per_s=4.0e10)
+    store_calibration(snap, calibration(effective_tflops=600.0, host_copy=copy, disks=[disk]))
+    plan = plan_for(snap, "llama-3.1-8b", context=4096)
+    assert plan.prefill_source == "calibrated"
+    assert plan.reasons["breakeven"].startswith(
+        "prefill calibrated: llama-3.1-8b (bfloat16) prefill measured at 4K"
+    )
+    assert plan.prefill_tokens_per_s == pytest.approx(5_000.0, rel=1e-3)  # the measured 4K rate, TP 1
+    plan = plan_for(snap, "llama-3.1-8b", users=8)  # 8 x 128K sessions: DRAM and disk tiers
+    cpu, disk_tier = plan.tier("cpu"), plan.tier("disk")
+    assert cpu is not None and cpu.read_bw_bytes_per_s == 4.0e10
+    assert disk_tier is not None and disk_tier.read_bw_bytes_per_s == 2.5e9
+    assert (
+        "calibrated: /data -> cuda:0, buffered reads through a pinned bounce buffer"
+        in plan.reasons["disk_read_bw"]
+    )

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from kvstack.errors import InputError
+from kvstack.hardware.snapshot import HardwareSnapshot
 from kvstack.planning import capacity, offload_verdict, trace_schema, trace_sizing
 from kvstack.planning.capacity import capacity_curve, simulate_hierarchy
 from kvstack.planning.plan import PlanRequest, TraceInput, make_plan
@@ -17,7 +18,7 @@ from kvstack.planning.schema import Plan
 from kvstack.planning.workload import default_workload
 from kvstack.traces.mooncake import read_trace
 
-from .helpers import catalog_model, snapshot
+from .helpers import catalog_model, roomy_cpu_host, snapshot
 
 REPO = Path(__file__).resolve().parents[3]
 FIXTURE = REPO / "tests" / "fixtures" / "traces" / "conversation_1in40.jsonl"
@@ -25,10 +26,11 @@ FULL = REPO.parent / "shared" / "traces" / "conversation_trace.jsonl"
 GIB = 1 << 30
 
 
-def _plan(hw: str = "h100-sxm", trace: TraceInput | None = None, **req: object) -> Plan:
+def _plan(hw: str | HardwareSnapshot = "h100-sxm", trace: TraceInput | None = None, **req: object) -> Plan:
     geo = catalog_model("llama-3.1-8b")
     request = PlanRequest(context=131072, users=8, **req)  # type: ignore[arg-type]
-    return make_plan(snapshot(hw), geo, geo.name, request, default_workload(geo.max_context), trace)
+    snap = snapshot(hw) if isinstance(hw, str) else hw
+    return make_plan(snap, geo, geo.name, request, default_workload(geo.max_context), trace)
 
 
 def _fixture(**kw: object) -> TraceInput:
@@ -124,7 +126,7 @@ def test_retain_and_trace_both_sizing_is_bad_input() -> None:
 
 
 def test_cpu_platform_sizes_from_the_trace_without_a_ttft_verdict() -> None:
-    plan = _plan("no-gpu", trace=_fixture())
+    plan = _plan(roomy_cpu_host(256), trace=_fixture())
     assert plan.platform == "cpu" and plan.trace is not None
     assert plan.trace.offload_pays is None and "no prefill figure" in plan.trace.verdict
 

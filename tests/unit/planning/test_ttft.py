@@ -7,7 +7,7 @@ import pytest
 from kvstack.planning import ttft
 from kvstack.planning.schema import FetchPath, TtftModel
 
-from .helpers import plan_for
+from .helpers import plan_for, roomy_cpu_host
 
 GIB = 1 << 30
 
@@ -35,7 +35,7 @@ def ttft_latency(latency: float | None) -> float:
 
 
 def test_a_cpu_plan_predicts_fetches_but_not_recompute() -> None:
-    plan = plan_for("no-gpu", "llama-3.1-8b", None, context=4096, offload="lmcache-mp")
+    plan = plan_for(roomy_cpu_host(), "llama-3.1-8b", None, context=4096, offload="lmcache-mp")
     m = plan.ttft
     assert m is not None and m.recompute_s is None and m.step_s is None
     assert "cpu" in m.fetch and m.fetch["cpu"].bw_bytes_per_s == ttft.CPU_PLATFORM_L1_BW
