@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from kvstack.hardware.snapshot import DiskInfo, GpuInfo, HardwareSnapshot, MemoryInfo
 from kvstack.planning.kv import KvFootprint
@@ -164,13 +164,6 @@ def pick_disk(
     if not eligible:
         return None, rejected or ["the snapshot lists no filesystems"]
     return max(eligible, key=lambda d: d.read_bw_bytes_per_s or 0.0), rejected
-
-
-@dataclass
-class TierLayout:
-    tiers: list[Tier]
-    reasons: dict[str, str] = field(default_factory=dict)
-    warnings: list[str] = field(default_factory=list)
 
 
 def _gib_floor(n: float) -> int:

@@ -3,7 +3,7 @@
 The public entry: ``run_validation(target)`` returns a ``ValidationReport``; ``target_from_launch``
 builds the target for a server ``kvstack serve`` started. The parts: ``run`` (the pass),
 ``steps`` (cold, warm, dropping the GPU copy, correctness), ``tier_step``, ``isolation`` (what each
-connector lets a tier step drop), ``session`` (the server's HTTP surface), ``prompts``,
+connector lets a tier step drop), ``server_api`` (the server's HTTP surface), ``prompts``,
 ``evidence`` (counters from /metrics), ``cache_server`` (LMCache's), ``remote`` (Redis),
 ``scoring`` and ``correctness`` (the gate), ``thresholds``, ``prediction``, ``diagnosis``
 (engine logs), ``replicas`` (the shared-tier step) and ``report``.

@@ -30,7 +30,7 @@ from kvstack.validation.evidence import (
 )
 from kvstack.validation.prompts import PromptBuilder
 from kvstack.validation.report import StepResult, ValidationTarget
-from kvstack.validation.session import ServerSession
+from kvstack.validation.server_api import ServerApi
 
 STEP_NAME = "replicas:shared-tier"
 STORE_SETTLE_S = 1.0  # connectors store to the remote tier after the response: let it land
@@ -102,7 +102,7 @@ async def shared_tier_step_async(
     progress = on_progress or (lambda _m: None)
     step = StepResult(name=STEP_NAME, verdict="pass")
     judge = _SharedEvidence(engine, second)
-    async with ServerSession(first, between) as s0, ServerSession(second, between) as s1:
+    async with ServerApi(first, between) as s0, ServerApi(second, between) as s1:
         await s0.discover()
         await s1.discover()
         builder = PromptBuilder(s0.tokenize)

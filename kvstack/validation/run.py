@@ -34,7 +34,7 @@ from kvstack.validation.report import (
     ValidationTarget,
     check_target,
 )
-from kvstack.validation.session import ServerSession
+from kvstack.validation.server_api import ServerApi
 from kvstack.validation.steps import Progress, Validation
 from kvstack.validation.thresholds import DEFAULT_MIN_SPEEDUP, DEFAULT_MIN_TIER_SPEEDUP
 from kvstack.validation.tier_step import tier_step
@@ -126,7 +126,7 @@ async def run_validation_async(
     """
     check_target(target)
     t0 = time.monotonic()
-    s = ServerSession(target, between)
+    s = ServerApi(target, between)
     try:
         await s.discover()
         first = await s.scrape()

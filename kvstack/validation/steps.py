@@ -21,7 +21,7 @@ from kvstack.validation.evidence import Hits, gpu_block_tokens, gpu_capacity_tok
 from kvstack.validation.isolation import covering_tokens
 from kvstack.validation.prompts import Prompt, PromptBuilder
 from kvstack.validation.report import StepResult
-from kvstack.validation.session import ServerSession
+from kvstack.validation.server_api import ServerApi
 
 # Endpoints that empty the GPU prefix cache and keep the offload tiers. vLLM's keeps connector
 # caches unless ?reset_external=true (vllm/entrypoints/serve/dev/cache/api_router.py). SGLang's
@@ -49,10 +49,10 @@ class Served:
 
 
 class Validation:
-    """One pass's state: the session, the prompt builder, the cold figures every step compares to."""
+    """One pass's state: the server API, the prompt builder, the cold figures every step compares to."""
 
-    def __init__(self, s: ServerSession, engine: str, n_tokens: int, progress: Progress | None) -> None:
-        self.session = s
+    def __init__(self, s: ServerApi, engine: str, n_tokens: int, progress: Progress | None) -> None:
+        self.api = s
         self.target = s.target
         self.engine = engine
         self.n_tokens = n_tokens
@@ -73,7 +73,7 @@ class Validation:
     async def warmup(self) -> str | None:
         """One throw-away request: first-request costs (graph capture, caches) and calibration."""
         p = await self.builder.build(min(256, self.n_tokens))
-        r = await self.session.send(p)
+        r = await self.api.send(p)
         if not r.ok:
             return f"the first request failed: {r.error}"
         if not p.exact and r.prompt_tokens:
@@ -90,7 +90,7 @@ class Validation:
         checks: list[CorrectnessCheck] = []
         for i, item in enumerate(served):
             self.progress(f"{step.name}: scoring served tokens {i + 1}/{len(served)}")
-            scores = await self.session.score(item.prompt, item.served, self.engine)
+            scores = await self.api.score(item.prompt, item.served, self.engine)
             checks.append(
                 correctness.judge(
                     item.served,
@@ -121,11 +121,11 @@ class Validation:
         for i in range(self.target.repeat):
             self.progress(f"cold/warm pair {i + 1}/{self.target.repeat}")
             p = await self.builder.build(self.n_tokens)
-            b0 = await self.session.scrape()
-            c = await self.session.send(p, generate=True)
-            b1 = await self.session.scrape()
-            w = await self.session.send(p, generate=True)
-            b2 = await self.session.settled(b1, self._prefix_rose(b1))
+            b0 = await self.api.scrape()
+            c = await self.api.send(p, generate=True)
+            b1 = await self.api.scrape()
+            w = await self.api.send(p, generate=True)
+            b2 = await self.api.settled(b1, self._prefix_rose(b1))
             cold.append(c)
             served.append(Served(p, c, w))
             cold_hits += prefix_hits(self.engine, b0, b1).tokens or 0.0
@@ -229,7 +229,7 @@ class Validation:
             if path is not None:
                 if external:
                     path += ("&" if "?" in path else "?") + "reset_external=true"
-                ok, detail = await self.session.reset(path)
+                ok, detail = await self.api.reset(path)
                 if ok or external:
                     return ok, detail
             else:
@@ -239,8 +239,8 @@ class Validation:
             return False, f"cannot drop the GPU copy: {detail}, and the GPU pool size is unknown"
         # Big fillers (up to the context length) keep the request count down on a big pool.
         size = max(self.n_tokens, math.ceil(capacity * 1.2 / self.target.max_overflow_requests))
-        if self.session.max_model_len:
-            size = min(size, self.session.max_model_len - 8)
+        if self.api.max_model_len:
+            size = min(size, self.api.max_model_len - 8)
         need = math.ceil(capacity * 1.2 / size)
         if need > self.target.max_overflow_requests:
             return False, (
@@ -249,7 +249,7 @@ class Validation:
             )
         for _ in range(need):
             filler = await self.builder.build(size)
-            r = await self.session.send(filler)
+            r = await self.api.send(filler)
             if not r.ok:
                 return False, f"overflowing the GPU pool failed: {r.error}"
         return True, f"{detail}; overflowed the {capacity}-token GPU pool with {need} filler prompts instead"

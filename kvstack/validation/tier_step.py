@@ -94,21 +94,21 @@ async def _drop_above(
                 def stored(snap: MetricsSnapshot, adapter: str = tier.adapter) -> bool:
                     return l2_stores(adapter, sent, snap) > 0
 
-                await v.session.settled(sent, stored, wait_s=5.0)
+                await v.api.settled(sent, stored, wait_s=5.0)
             ok, detail = await v.cache_server.clear_l1()
         elif drop == "gpu":
             await asyncio.sleep(STORE_GRACE_S if v.cache_server is None else 0)
-            ok, detail = await v.evict(await v.session.scrape())
+            ok, detail = await v.evict(await v.api.scrape())
         elif drop == "gpu_and_external":
             await asyncio.sleep(STORE_GRACE_S)
-            ok, detail = await v.evict(await v.session.scrape(), external=True)
+            ok, detail = await v.evict(await v.api.scrape(), external=True)
             if ok:
                 detail += " and the connector's CPU tier (reset_external=true; its secondary tiers are kept)"
         elif drop == "gpu_overflow":
-            ok, detail = await v.evict(await v.session.scrape(), overflow_only=True)
+            ok, detail = await v.evict(await v.api.scrape(), overflow_only=True)
         elif drop == "flush_all_but_storage":
             await asyncio.sleep(STORE_GRACE_S)
-            ok, detail = await v.session.reset(v.target.reset_path or RESET_PATHS["sglang"])
+            ok, detail = await v.api.reset(v.target.reset_path or RESET_PATHS["sglang"])
             if ok:
                 detail += " and HiCache's host pool (its storage backend is kept)"
         else:  # hide_disk_files: done around the request itself
@@ -136,8 +136,8 @@ async def _rounds(v: Validation, tier: TierTarget, plan: StepPlan) -> StepResult
         v.progress(f"{plan.name}: round {i + 1}/{v.target.repeat}")
         p = await v.builder.build(v.n_tokens)
         files_before = file_set(hide_from)
-        sent = await v.session.scrape()
-        c = await v.session.send(p, generate=True)
+        sent = await v.api.scrape()
+        c = await v.api.send(p, generate=True)
         if not c.ok or c.ttft_s is None:
             return step.model_copy(update={"verdict": "fail", "reason": f"request failed: {c.error}"})
         ok, detail = await _drop_above(v, tier, plan, sent)
@@ -151,13 +151,13 @@ async def _rounds(v: Validation, tier: TierTarget, plan: StepPlan) -> StepResult
                     step.evidence.append(
                         f"{n_hidden} objects of the prompt in the disk tier moved aside for the request"
                     )
-            s0 = await v.session.scrape()
-            r = await v.session.send(p, generate=True)
+            s0 = await v.api.scrape()
+            r = await v.api.send(p, generate=True)
 
             def covered(snap: MetricsSnapshot, s0: MetricsSnapshot = s0) -> bool:
                 return (tier_hits(v, tier, plan, s0, snap) or 0.0) >= need
 
-            s1 = await v.session.settled(s0, covered)
+            s1 = await v.api.settled(s0, covered)
         if not r.ok or r.ttft_s is None:
             return step.model_copy(update={"verdict": "fail", "reason": f"request failed: {r.error}"})
         served.append(Served(p, c, r))

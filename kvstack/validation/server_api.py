@@ -18,7 +18,7 @@ from kvstack.validation.report import ValidationTarget
 from kvstack.validation.scoring import PositionScore, score
 
 
-class ServerSession:
+class ServerApi:
     """One validation run against one server: requests, scrapes, resets. Close it with aclose()."""
 
     def __init__(self, target: ValidationTarget, between: Callable[[], None] | None) -> None:
@@ -36,7 +36,7 @@ class ServerSession:
         await self.streams.aclose()
         await self.client.aclose()
 
-    async def __aenter__(self) -> ServerSession:
+    async def __aenter__(self) -> ServerApi:
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
