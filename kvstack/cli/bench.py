@@ -103,7 +103,10 @@ def register(app: typer.Typer) -> None:
             None, "--max-requests", help="--trace: replay at most this many rows (after the sample)"
         ),
         session_sample: str | None = typer.Option(
-            None, "--session-sample", help="--trace: keep this share of sessions (0.025, 1/40, 2.5%)"
+            None,
+            "--session-sample",
+            "--trace-sample",
+            help="--trace: keep this share of sessions (0.025, 1/40, 2.5%; as plan --trace-sample)",
         ),
         block_tokens: int = typer.Option(
             64, "--block-tokens", help="--trace: tokens per hash block (the trace's 512, scaled to fit)"

@@ -141,3 +141,44 @@ def test_a_replay_writes_rows_with_sources_and_predicted_vs_measured(tmp_path: P
     header = (out / REQUESTS_CSV).read_text().splitlines()[0].split(",")
     assert {"ttft_s", "recomputed_tokens", "engine_cache_tokens", "dram_tokens", "disk_tokens"} <= set(header)
     assert (out / "trace_prediction.png").stat().st_size > 0
+
+
+# /status of a real lmcache 0.5.6 cache server (L1 0.05 GiB, fs_native capped at 0.01 GiB), trimmed.
+STATUS = {
+    "chunk_size": 256,
+    "storage_manager": {
+        "l1_manager": {
+            "total_object_count": 163,
+            "memory_used_bytes": 42729472,
+            "memory_total_bytes": 53687091,
+        },
+        "l1_eviction_controller": {"eviction_policy": "LRU", "trigger_watermark": 0.8, "eviction_ratio": 0.2},
+        "l2_eviction_controller": {
+            "adapters": [
+                {
+                    "eviction_policy": "LRU",
+                    "trigger_watermark": 0.8,
+                    "eviction_ratio": 0.2,
+                    "total_bytes_used": 14942208,
+                    "total_capacity_bytes": 10737418,
+                }
+            ]
+        },
+        "l2_adapters": [{"type": "FSNativeL2Adapter", "base_path": "/x"}],
+    },
+}
+
+
+def test_lmcache_levels_come_from_its_status_at_the_middle_of_its_eviction_band() -> None:
+    from kvstack.bench.trace_session import _bytes_per_token
+    from kvstack.bench.trace_sizes import lmcache_levels
+
+    assert _bytes_per_token(STATUS) == 1024  # the demo model's KV per token
+    levels, notes = lmcache_levels(STATUS, 1024, {"disk": "disk"}, None)
+    dram, disk = levels
+    assert (dram.tier, dram.unit_tokens, dram.nominal_blocks, dram.blocks) == ("dram", 256, 204, 146)
+    assert (disk.tier, disk.nominal_blocks, disk.blocks) == ("disk", 40, 28)
+    assert "simulated at 72%" in notes[0]
+    # kvstack's own cap (the plan's disk tier) wins over what LMCache was told.
+    _, capped = lmcache_levels(STATUS, 1024, {"disk": "disk"}, 8 << 20)[0]
+    assert capped.nominal_blocks == 32 and capped.source.startswith("kvstack's disk cap")
