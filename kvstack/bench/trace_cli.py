@@ -133,13 +133,14 @@ def prediction_table(result: BenchResult) -> Table:
 
 def ttft_table(result: BenchResult) -> Table:
     table = Table(title="TTFT and prompt tokens by source, per layout")
-    sources = [s for s in ts.SOURCES if any(lay.cache.tokens_by_source.get(s) for lay in result.layouts)]
+    per_layout = {c["layout"]: c["measured_tokens"] for c in (result.trace or {}).get("layouts", [])}
+    by_layout = {lay.name: per_layout.get(lay.name) or lay.cache.tokens_by_source for lay in result.layouts}
+    sources = [s for s in ts.SOURCES if any(tokens.get(s) for tokens in by_layout.values())]
     for col in ["layout", "requests", "TTFT p50 ms", "TTFT p90 ms", *[ts.LABELS[s] for s in sources]]:
         table.add_column(col, justify="left" if col == "layout" else "right")
-    per_layout = {c["layout"]: c["measured_tokens"] for c in (result.trace or {}).get("layouts", [])}
     for lay in result.layouts:
         t = lay.summary.ttft_s
-        tokens = per_layout.get(lay.name) or lay.cache.tokens_by_source
+        tokens = by_layout[lay.name]
         table.add_row(
             lay.name,
             f"{lay.summary.ok}/{lay.summary.requests}",
