@@ -50,17 +50,13 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Write the deployment (Helm values, Compose project or systemd unit) for the planned layout."""
         from kvstack.cli.plan import _request, _snapshot
-        from kvstack.errors import InputError, PlanInfeasible
+        from kvstack.errors import PlanInfeasible
         from kvstack.export import FORMATS, ExportOptions, export_plan
         from kvstack.export.write import write_bundle
         from kvstack.planning.resolve import plan_from_request
 
-        if fmt not in FORMATS:
-            raise InputError(
-                f"unknown --format {fmt!r}; choose one of: {', '.join(FORMATS)}", hint="--format compose"
-            )
-        if not 0 < port < 65536:
-            raise InputError(f"--port must be from 1 to 65535, not {port}", hint="--port 8000")
+        opt.choice(fmt, FORMATS, "--format")
+        opt.port(port)
         if remote is not None:
             from kvstack.remote.url import parse_remote_url
 

@@ -8,6 +8,8 @@ from typing import Annotated
 
 import typer
 
+from kvstack.errors import InputError
+
 Model = Annotated[
     str,
     typer.Option(
@@ -123,3 +125,19 @@ CurvePng = Annotated[
     Path | None,
     typer.Option("--curve-png", help="Write the trace's capacity curve, tier boundaries marked, as a PNG."),
 ]
+
+
+def choice(value: str, choices: tuple[str, ...], flag: str) -> str:
+    """The one check of a flag's allowed values: a one-line error naming them (exit 2)."""
+    if value not in choices:
+        raise InputError(
+            f"{flag} must be one of {', '.join(choices)}, not {value!r}", hint=f"e.g. {flag} {choices[0]}"
+        )
+    return value
+
+
+def port(value: int, flag: str = "--port") -> int:
+    """The one check of a port number given on the command line."""
+    if not 1 <= value <= 65535:
+        raise InputError(f"{flag} must be from 1 to 65535, not {value}", hint=f"e.g. {flag} 8000")
+    return value

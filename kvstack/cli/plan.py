@@ -99,22 +99,14 @@ def _request(
     retain: str | None = None,
     no_disk: bool = False,
 ) -> PlanRequest:
-    from kvstack.errors import InputError
     from kvstack.hardware.checks import DISK_MIN_BW
     from kvstack.planning.plan import PlanRequest
     from kvstack.planning.retention import parse_retain
     from kvstack.planning.schema import ENGINES, OFFLOAD_CHOICES, Engine, OffloadChoice
     from kvstack.units import parse_bytes, parse_tokens
 
-    if engine not in ENGINES:
-        raise InputError(
-            f"unknown --engine {engine!r}; choose one of: {', '.join(ENGINES)}", hint="--engine vllm"
-        )
-    if offload not in OFFLOAD_CHOICES:
-        raise InputError(
-            f"unknown --offload {offload!r}; choose one of: {', '.join(OFFLOAD_CHOICES)}",
-            hint="--offload auto",
-        )
+    opt.choice(engine, ENGINES, "--engine")
+    opt.choice(offload, OFFLOAD_CHOICES, "--offload")
     retain_factor, retain_bytes = parse_retain(retain) if retain is not None else (None, None)
     return PlanRequest(
         retain_factor=retain_factor,

@@ -11,6 +11,7 @@ import typer
 
 from kvstack.cli import options as opt
 from kvstack.cli import remote_options as ropt
+from kvstack.cli.options import choice
 from kvstack.errors import InputError
 
 if TYPE_CHECKING:
@@ -24,14 +25,6 @@ if TYPE_CHECKING:
 
 from kvstack.names import ENGINES
 from kvstack.names import OFFLOAD_CHOICES as OFFLOADS
-
-
-def choice(value: str, choices: tuple[str, ...], flag: str) -> str:
-    if value not in choices:
-        raise InputError(
-            f"{flag} must be one of {', '.join(choices)}, not {value!r}", hint=f"e.g. {flag} {choices[0]}"
-        )
-    return value
 
 
 def exposure_warning(request: ServeRequest) -> str | None:

@@ -149,17 +149,13 @@ def register(app: typer.Typer) -> None:
         from kvstack.validation import TierTarget, ValidationTarget, run_validation, write_report
 
         api_key = resolve_api_key(api_key, api_key_file).value
-        if offload is not None and offload not in _CONNECTORS:
-            raise InputError(
-                f"--offload must be one of {', '.join(_CONNECTORS)}, not {offload!r}",
-                hint="e.g. --offload lmcache-mp",
-            )
-        if engine is not None and engine not in ENGINES:
-            raise InputError(f"--engine must be vllm or sglang, not {engine!r}", hint="e.g. --engine vllm")
+        if offload is not None:
+            opt.choice(offload, _CONNECTORS, "--offload")
+        if engine is not None:
+            opt.choice(engine, ENGINES, "--engine")
         kinds: list[str] = []
         for t in tiers:
-            if t not in _TIERS:
-                raise InputError(f"--tier must be cpu, disk or remote, not {t!r}", hint="e.g. --tier cpu")
+            opt.choice(t, _TIERS, "--tier")
             if t not in kinds:
                 kinds.append(t)
         if cache_dir is not None and "disk" not in kinds:

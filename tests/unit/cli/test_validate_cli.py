@@ -90,8 +90,8 @@ def test_nothing_listening_is_a_user_mistake() -> None:
 
 def test_bad_options_exit_2_without_traceback(tmp_path: Path) -> None:
     cases = [
-        (["--url", "http://127.0.0.1:1", "--engine", "tgi"], "--engine must be vllm or sglang"),
-        (["--url", "http://127.0.0.1:1", "--tier", "nvme"], "--tier must be cpu, disk or remote"),
+        (["--url", "http://127.0.0.1:1", "--engine", "tgi"], "--engine must be one of vllm, sglang"),
+        (["--url", "http://127.0.0.1:1", "--tier", "nvme"], "--tier must be one of cpu, disk, remote"),
         (["--url", "http://127.0.0.1:1", "--tier", "disk"], "--tier disk needs the disk tier's directory"),
         (["--url", "ftp://x"], "is not an http(s) URL like http://HOST:PORT"),
         (["--url", "http://127.0.0.1:1", "--min-speedup", "abc"], "--min-speedup"),
