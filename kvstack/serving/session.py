@@ -224,8 +224,7 @@ def validate(launch: Launch, group: SupervisorGroup, events: ServeEvents) -> Val
     if len(launch.replicas) > 1:
         step = _shared_tier(launch, report, alive, events)
         report.steps.append(step)
-        if step.verdict == "fail":
-            report.overall = "FAIL"
+        report.decide()
     alive()  # a death during the last request must not read as a verdict
     write_report(report, launch.run_dir / "validation.json")
     events.validation(report)

@@ -107,6 +107,12 @@ class ValidationReport(BaseModel):
     def step(self, name: str) -> StepResult | None:
         return next((s for s in self.steps if s.name == name), None)
 
+    def decide(self) -> None:
+        """The one verdict: PASS when no step failed and the warm step passed (steps may be added
+        after the pass, e.g. serve's shared-tier step across replicas: decide again then)."""
+        warm = any(st.name == "warm" and st.verdict == "pass" for st in self.steps)
+        self.overall = "PASS" if warm and all(st.verdict != "fail" for st in self.steps) else "FAIL"
+
     def tier_steps(self) -> list[StepResult]:
         return [s for s in self.steps if s.name.startswith("tier:")]
 

@@ -186,12 +186,7 @@ async def run_validation_async(
             for step in report.steps:
                 if step.name.startswith("tier") and step.verdict == "fail":
                     step.reason += f" (likely cause: {diag.reason.removeprefix('the engine log shows: ')})"
-        report.overall = (
-            "PASS"
-            if all(st.verdict != "fail" for st in report.steps)
-            and any(st.name == "warm" and st.verdict == "pass" for st in report.steps)
-            else "FAIL"
-        )
+        report.decide()
         report.duration_s = round(time.monotonic() - t0, 3)
         return report
     finally:
