@@ -14,7 +14,7 @@ from kvstack.bench.report import environment, write_report
 from kvstack.bench.runner import StartLayout
 from kvstack.bench.schema import BenchResult
 from kvstack.bench.session import _check_out, _metrics_url, normalize_url, served_model
-from kvstack.bench.trace_session import TraceArgs, run_trace
+from kvstack.bench.trace_session import TraceArgs, load_slice, run_trace
 from kvstack.errors import EngineError, InputError
 from kvstack.redact import redact_url
 from kvstack.runtime import token_sources as ts
@@ -76,6 +76,7 @@ def _config(o: TraceOptions, base_url: str | None, model: str, metrics: list[str
 def run_trace_bench(o: TraceOptions, start_layout: StartLayout | None) -> BenchResult:
     _check_out(o.out)
     o.trace_args().check()
+    load_slice(o.trace_args())  # a bad trace is named before any server is asked
     base_url = normalize_url(o.url) if o.url else None
     metrics = [_metrics_url(u) for u in o.metrics_urls]
     if base_url is not None:

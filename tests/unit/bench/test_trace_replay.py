@@ -182,3 +182,10 @@ def test_lmcache_levels_come_from_its_status_at_the_middle_of_its_eviction_band(
     # kvstack's own cap (the plan's disk tier) wins over what LMCache was told.
     _, capped = lmcache_levels(STATUS, 1024, {"disk": "disk"}, 8 << 20)[0]
     assert capped.nominal_blocks == 32 and capped.source.startswith("kvstack's disk cap")
+
+
+def test_a_bad_trace_is_named_before_any_server_is_asked(tmp_path: Path) -> None:
+    bad = tmp_path / "t.jsonl"
+    bad.write_text('{"timestamp": 0, "input_length": 10}\n')
+    with pytest.raises(InputError, match=r"t\.jsonl:1: hash_ids must be a non-empty list"):
+        run_trace_bench(TraceOptions(path=bad, url="http://127.0.0.1:1"), None)
