@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
 from kvstack.names import ENGINES
 from kvstack.names import OFFLOAD_CHOICES as OFFLOADS
+from kvstack.validation.thresholds import DEFAULT_MIN_SPEEDUP, DEFAULT_MIN_TIER_SPEEDUP
 
 
 def exposure_warning(request: ServeRequest) -> str | None:
@@ -249,7 +250,14 @@ def register(app: typer.Typer) -> None:
         api_key_file: opt.ApiKeyFile = None,
         ready_timeout: float = typer.Option(900.0, "--ready-timeout", help="Seconds to wait for readiness"),
         prompt_tokens: int | None = typer.Option(None, "--prompt-tokens", help="Validation prompt length"),
-        min_speedup: float = typer.Option(1.5, "--min-speedup", help="Warm/cold TTFT ratio to pass"),
+        min_speedup: float = typer.Option(
+            DEFAULT_MIN_SPEEDUP, "--min-speedup", help="Warm/cold TTFT ratio to pass"
+        ),
+        min_tier_speedup: float = typer.Option(
+            DEFAULT_MIN_TIER_SPEEDUP,
+            "--min-tier-speedup",
+            help="Each tier step's TTFT must beat recomputing the same prompt by this factor",
+        ),
         dry_run: bool = typer.Option(
             False, "--dry-run", help="Print what would run; start and write nothing"
         ),
@@ -302,6 +310,7 @@ def register(app: typer.Typer) -> None:
             exit_after_validate=exit_after_validate,
             prompt_tokens=prompt_tokens,
             min_speedup=min_speedup,
+            min_tier_speedup=min_tier_speedup,
             extra_args=list(extra_args or []),
             replicas=replicas,
             router=router,

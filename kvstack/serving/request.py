@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from kvstack.planning.schema import Engine, OffloadChoice
 from kvstack.profiles import profiles_dir
+from kvstack.validation.thresholds import DEFAULT_MIN_SPEEDUP, DEFAULT_MIN_TIER_SPEEDUP
 
 ENGINE_PYTHON_ENV = "KVSTACK_ENGINE_PYTHON"
 
@@ -63,7 +64,8 @@ class ServeRequest(BaseModel):
     validate_after_start: bool = True
     exit_after_validate: bool = False
     prompt_tokens: int | None = None
-    min_speedup: float = 1.5
+    min_speedup: float = DEFAULT_MIN_SPEEDUP
+    min_tier_speedup: float = DEFAULT_MIN_TIER_SPEEDUP
     extra_args: list[str] = Field(default_factory=list)
     fio_seconds: float = 3.0
     replicas: int = 1  # engines on consecutive ports, supervised as one unit (serving.replicas)

@@ -219,6 +219,7 @@ def validate(launch: Launch, group: SupervisorGroup, events: ServeEvents) -> Val
         log_file=group.stages[0][0].log_path(),
         prompt_tokens=req.prompt_tokens,
         min_speedup=req.min_speedup,
+        min_tier_speedup=req.min_tier_speedup,
     )
     report = run_validation(target, on_progress=events.validation_progress, between=alive)
     if len(launch.replicas) > 1:

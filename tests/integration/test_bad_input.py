@@ -576,7 +576,7 @@ CASES = [
         ("export", "--format", "nope", "--model", "{demo}", "--hardware", "{hw}"),
         2,
         ("'nope'", "helm, compose, systemd"),
-        ("--format compose",),
+        ("--format helm",),
     ),
     Case(
         "export-out-exists-without-force",

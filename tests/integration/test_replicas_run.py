@@ -147,6 +147,7 @@ def test_two_replicas_validate_on_replica_0_and_all_stop(tmp_path: Path) -> None
 
 def test_one_engine_takes_the_same_path_with_its_files_at_the_top_of_the_run_dir(tmp_path: Path) -> None:
     rs = fake_set(tmp_path, replicas=1)
+    rs = Launch(**{**rs.__dict__, "request": rs.request.model_copy(update={"min_tier_speedup": 1.3})})
     assert not rs.multi and rs.replicas[0].run_dir == tmp_path / "run"
     events, tree, said = recording_events()
     assert run_launch(rs, events) == 0
@@ -158,6 +159,7 @@ def test_one_engine_takes_the_same_path_with_its_files_at_the_top_of_the_run_dir
     assert not (run_dir / "replica-0").exists()
     report = json.loads((run_dir / "validation.json").read_text())
     assert report["overall"] == "PASS" and "replicas:shared-tier" not in {s["name"] for s in report["steps"]}
+    assert report["min_tier_speedup"] == 1.3  # serve's --min-tier-speedup reaches the pass
     assert f"ready {rs.replicas[0].spec.base_url}" in said
 
 

@@ -96,6 +96,16 @@ def test_bad_options_exit_2_without_traceback(tmp_path: Path) -> None:
         (["--url", "ftp://x"], "is not an http(s) URL like http://HOST:PORT"),
         (["--url", "http://127.0.0.1:1", "--min-speedup", "abc"], "--min-speedup"),
         (["--url", "http://127.0.0.1:1", "--log", str(tmp_path / "none.log")], "does not exist"),
+        (
+            ["--url", "http://127.0.0.1:1", "--offload", "swap"],
+            "--offload must be one of lmcache, lmcache-mp",
+        ),
+        (
+            ["--url", "http://127.0.0.1:1", "--min-tier-speedup", "0.9"],
+            "--min-tier-speedup must be a number >= 1.0",
+        ),
+        (["--url", "http://127.0.0.1:1", "--top-k", "0"], "--top-k must be between 1 and 20"),
+        (["--url", "http://127.0.0.1:1", "--chunk-tokens", "0"], "--chunk-tokens must be a positive number"),
     ]
     for args, text in cases:
         res = kvstack(*args)
