@@ -24,6 +24,7 @@ import psutil
 import pytest
 
 from kvstack.engines.vllm_guard import classify
+from kvstack.runtime.control import control_headers, read_control_token
 from tests.e2e.conftest import (
     ServeSession,
     env_for_tests,
@@ -86,11 +87,20 @@ def test_no_control_route_answers_without_the_key(public_server: ServeSession) -
             ).status_code
     print("\ncontrol routes from 127.0.0.1 without the key:", json.dumps(seen, indent=1))
     assert all(code in (401, 403, 404) for code in seen.values()), seen
-    # Development mode is off on a public bind: its routes do not exist, even for the key holder.
+    # The key is not enough: every control route needs the run's token too, which only kvstack holds.
     with httpx.Client(timeout=30, headers=AUTH) as client:
+        keyed = {p: client.request(m, base + p.replace("{response_id}", "r1"), json={}).status_code
+                 for p, m in routes.items()}  # fmt: skip
+    assert set(keyed.values()) == {403}, keyed
+    # Development mode is off (a public bind, and --no-validate, which serve says): its routes do not
+    # exist, even for the holder of the key and the token.
+    token = read_control_token(public_server.run_dir)
+    assert token is not None
+    with httpx.Client(timeout=30, headers={**AUTH, **control_headers(token)}) as client:
         for path in sorted(DEV_ROUTES):
             method = "GET" if path in DEV_GET_ROUTES else "POST"
             assert client.request(method, base + path, json={}).status_code == 404, path
+    assert "--no-validate: vLLM's development endpoints" in public_server.output()
 
 
 def test_completions_need_the_key_and_work_with_it(public_server: ServeSession) -> None:
