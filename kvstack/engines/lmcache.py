@@ -11,8 +11,9 @@ Keys, flags and units were read in lmcache 0.5.6:
 - the disk and remote backends assert a local CPU backend exists (v1/storage_backend/__init__.py):
   the CPU tier stays on whenever disk or remote is on.
 - `lmcache server`: lmcache/cli/commands/server.py; --l1-size-gb is GiB for the whole server
-  (v1/distributed/config.py), --l2-adapter JSON types "fs" (base_path) and "resp" (host, port;
-  credentials from LMCACHE_RESP_USERNAME/PASSWORD), /healthcheck and /metrics on --http-port.
+  (v1/distributed/config.py), --l2-adapter JSON types "fs_native" (base_path, max_capacity_gb,
+  eviction; parsed by LMCache's own CLI in tests/integration) and "resp" (host, port; credentials
+  from LMCACHE_RESP_USERNAME/PASSWORD), /healthcheck and /metrics on --http-port.
 - vLLM's LMCacheMPConnector on the CPU platform registers its KV caches with the engine-driven
   transfer mode (register_kv_cache_engine_driven_context); the server's default
   --supported-transfer-mode lmcache_driven has no handler for it ("No handler registered for
