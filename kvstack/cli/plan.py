@@ -65,7 +65,7 @@ def register(app: typer.Typer) -> None:
             no_disk=no_disk,
         )
         from kvstack.cli.plan_trace import read_trace_input, render_trace, write_png
-        from kvstack.model_source import resolve_model
+        from kvstack.model.source import resolve_model
         from kvstack.planning.resolve import plan_for_model
 
         traced = read_trace_input(trace, trace_sample, start, max_requests, offload_cost, curve_png)

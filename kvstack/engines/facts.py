@@ -5,10 +5,10 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from kvstack import hub
-from kvstack.checkpoint import WEIGHT_PATTERNS, has_weights
 from kvstack.engines.base import HostFacts
 from kvstack.hardware.snapshot import MemoryInfo
+from kvstack.model import hub
+from kvstack.model.checkpoint import WEIGHT_PATTERNS, has_weights
 
 __all__ = ["WEIGHT_PATTERNS", "config_sha256", "gather_facts", "has_weights"]
 

@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass
 
 from kvstack.hardware.gpu_specs import GpuSpec
-from kvstack.models import ModelGeometry
+from kvstack.model.geometry import ModelGeometry
 
 PEAK_FRACTION = 0.4
 

@@ -12,7 +12,7 @@ import os
 from pathlib import PurePath
 
 from kvstack.hardware.calibrate.model import Calibration, DiskFigures, PrefillFigures
-from kvstack.models import find_catalog_entry
+from kvstack.model.catalog import find_catalog_entry
 from kvstack.units import fmt_bw, fmt_tokens
 
 

@@ -6,7 +6,7 @@ import math
 
 from kvstack.errors import UnsupportedError
 from kvstack.hardware.snapshot import HardwareSnapshot
-from kvstack.models import ModelGeometry
+from kvstack.model.geometry import ModelGeometry
 from kvstack.planning import tiers as tr
 from kvstack.planning import ttft
 from kvstack.planning.capacity import CapacityCurve

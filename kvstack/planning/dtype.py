@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from kvstack.errors import InputError, UnsupportedError
 from kvstack.hardware.gpu_specs import FP8_MIN_CC, fp8_native, nvfp4_native
-from kvstack.models import ModelGeometry
+from kvstack.model.geometry import ModelGeometry
 from kvstack.releases import at_least
 
 CC = tuple[int, int]

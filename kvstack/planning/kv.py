@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from kvstack.models import ModelGeometry
+from kvstack.model.geometry import ModelGeometry
 from kvstack.units import fmt_tokens
 
 

@@ -7,7 +7,7 @@ from dataclasses import replace
 from kvstack.hardware.calibrate.model import Calibration, calibration_of
 from kvstack.hardware.gpu_specs import GpuSpec, gpu_spec, host_link_bytes_per_s
 from kvstack.hardware.snapshot import HardwareSnapshot
-from kvstack.models import ModelGeometry
+from kvstack.model.geometry import ModelGeometry
 from kvstack.planning import breakeven as be
 from kvstack.planning import tiers as tr
 from kvstack.planning.calibrated import prefill_rate_explained, tier_read_bw_explained

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from kvstack.errors import InputError, UnsupportedError
 from kvstack.hardware.snapshot import GpuInfo, HardwareSnapshot
-from kvstack.models import ModelGeometry
+from kvstack.model.geometry import ModelGeometry
 from kvstack.planning import tiers as tr
 from kvstack.planning.dtype import DtypeChoice, choose_kv_dtype
 from kvstack.planning.kv import KvFootprint, footprint

@@ -5,7 +5,7 @@ from __future__ import annotations
 from kvstack.errors import InputError
 from kvstack.hardware.gpu_specs import gpu_spec
 from kvstack.hardware.snapshot import HardwareSnapshot
-from kvstack.models import ModelGeometry
+from kvstack.model.geometry import ModelGeometry
 from kvstack.planning.capacity import CapacityCurve
 from kvstack.planning.connector import install_warnings, wanted_connector
 from kvstack.planning.cpu_plan import cpu_plan

@@ -6,7 +6,7 @@ from urllib.parse import urlsplit
 
 from kvstack.errors import NetworkTargetError
 from kvstack.hardware.snapshot import HardwareSnapshot
-from kvstack.model_source import ModelSource, resolve_model
+from kvstack.model.source import ModelSource, resolve_model
 from kvstack.planning.plan import PlanRequest, TraceInput, make_plan
 from kvstack.planning.schema import Plan
 from kvstack.planning.workload import default_workload, load_workload

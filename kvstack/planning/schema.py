@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
-from kvstack.models import ModelGeometry
+from kvstack.model.geometry import ModelGeometry
 from kvstack.names import (
     ENGINES,
     OFFLOAD_CHOICES,

@@ -18,7 +18,7 @@ from kvstack.engines.facts import gather_facts
 from kvstack.engines.render import render
 from kvstack.errors import PlanInfeasible
 from kvstack.hardware.snapshot import HardwareSnapshot, load_snapshot
-from kvstack.model_source import ModelSource, resolve_model
+from kvstack.model.source import ModelSource, resolve_model
 from kvstack.planning.plan import PlanRequest
 from kvstack.planning.replicas import device_groups, replica_snapshot
 from kvstack.planning.resolve import plan_for_model

@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from kvstack import hub
 from kvstack.engines.base import LaunchSpec
 from kvstack.errors import Interrupted, NetworkTargetError, ValidationFailed
 from kvstack.fsutil import atomic_write, check_private_dir, ensure_private_dir
+from kvstack.model import hub
 from kvstack.runtime import control
 from kvstack.runtime.control import write_control_token
 from kvstack.runtime.group import SupervisorGroup

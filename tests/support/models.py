@@ -7,7 +7,7 @@ The bundled demo model (profiles/demo/config.json: 2 layers, 2 KV heads, head_di
 
 from __future__ import annotations
 
-from kvstack.models import ModelGeometry
+from kvstack.model.geometry import ModelGeometry
 
 GIB = 1 << 30
 

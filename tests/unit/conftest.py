@@ -1,6 +1,6 @@
 """Every unit test sees an empty Hugging Face cache, offline, with no token.
 
-A model id resolves through the HF cache before the catalog (kvstack/model_source.py), so a test
+A model id resolves through the HF cache before the catalog (kvstack/model/source.py), so a test
 must not depend on what this machine happens to have cached, nor reach the hub.
 """
 

@@ -22,7 +22,8 @@ from kvstack.errors import UnsupportedError
 from kvstack.hardware.calibrate import buffers
 from kvstack.hardware.calibrate.model import PrefillFigures, PrefillPoint
 from kvstack.hardware.calibrate.timing import Deadline, median, timed_runs
-from kvstack.models import ModelGeometry, find_catalog_entry
+from kvstack.model.catalog import find_catalog_entry
+from kvstack.model.geometry import ModelGeometry
 
 ROPE_THETA = 500000.0  # Llama 3.1's; the rotation costs the same whatever the base
 
@@ -51,7 +52,7 @@ class Shape:
 
 
 def _intermediate_size(geo: ModelGeometry) -> int:
-    """From the catalog's config; else solved from the parameter count (models.py's estimate, inverted)."""
+    """From the catalog's config; else solved from the parameter count (the geometry's estimate, inverted)."""
     entry = find_catalog_entry(geo.name)
     value = entry.config.get("intermediate_size") if entry is not None else None
     if isinstance(value, int) and value > 0:

@@ -23,7 +23,7 @@ from kvstack.errors import InputError, MissingProgramError, UnsupportedError
 from kvstack.hardware.calibrate.model import Calibration, DiskFigures
 from kvstack.hardware.calibrate.timing import Deadline
 from kvstack.hardware.snapshot import HardwareSnapshot
-from kvstack.models import load_model
+from kvstack.model.catalog import catalog_model
 
 if TYPE_CHECKING:
     import torch
@@ -169,7 +169,7 @@ def calibrate(
     dev = torch.device(name)
     sizes = sizes or (GPU_SIZES if dev.type == "cuda" else CPU_SIZES)
     dtype = getattr(torch, sizes.dtype)
-    geo, _ = load_model(MODEL)
+    geo, _ = catalog_model(MODEL)
     start = time.monotonic()
     deadline = Deadline.after(budget_s)
     cal = Calibration(

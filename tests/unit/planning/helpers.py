@@ -6,7 +6,8 @@ from collections.abc import Callable
 from typing import Any
 
 from kvstack.hardware.snapshot import HardwareSnapshot, load_snapshot
-from kvstack.models import ModelGeometry, find_catalog_entry
+from kvstack.model.catalog import find_catalog_entry
+from kvstack.model.geometry import ModelGeometry
 from kvstack.planning.plan import PlanRequest, make_plan
 from kvstack.planning.schema import Plan
 from kvstack.planning.workload import default_workload, load_workload

@@ -11,7 +11,7 @@ from kvstack.hardware.calibrate.model import (
     PrefillFigures,
     PrefillPoint,
 )
-from kvstack.models import load_model
+from kvstack.model.catalog import catalog_model
 from kvstack.planning.calibrated import prefill_rate_explained, tier_read_bw_explained
 from tests.support.calibration import llama8b_prefill
 
@@ -89,7 +89,7 @@ def test_another_model_is_scaled_by_active_params() -> None:
     assert found[0] == pytest.approx(7_500.0 * 8 / 70)
     assert "scaled from llama-3.1-8b by active params 8B / 70B" in found[1]
     # from the catalog when not given: llama-3.1-70b's published 70,553,706,496 parameters
-    active_70b = load_model("llama-3.1-70b")[0].active_params
+    active_70b = catalog_model("llama-3.1-70b")[0].active_params
     assert active_70b == 70_553_706_496
     assert prefill_rate_value(CAL, "llama-3.1-70b", 1024) == pytest.approx(10_000.0 * 8e9 / active_70b)
 

@@ -351,12 +351,13 @@ def test_reference_numbers_flow_into_the_plan(plan_for: PlanFor) -> None:
 
 
 def test_no_gpu_plans_for_the_cpu_backend(plan_for: PlanFor) -> None:
-    from kvstack.models import load_model
+    from kvstack.model.source import resolve_model
     from kvstack.planning.plan import PlanRequest, make_plan
     from kvstack.planning.workload import default_workload
     from kvstack.profiles import profiles_dir
 
-    demo, path = load_model(str(profiles_dir() / "demo"))
+    found = resolve_model(str(profiles_dir() / "demo"))
+    demo, path = found.geometry, found.path
     hw = snapshot("no-gpu")
     no_lmcache = hw.model_copy(update={"software": hw.software.model_copy(update={"lmcache": None})})
     plan = make_plan(no_lmcache, demo, path, PlanRequest(), default_workload(demo.max_context))
@@ -380,12 +381,13 @@ def test_no_gpu_plans_for_the_cpu_backend(plan_for: PlanFor) -> None:
 
 def test_no_gpu_with_lmcache_plans_its_cache_server_tiers() -> None:
     """--offload auto on a CPU machine with LMCache: the cache server's DRAM (L1) and disk (fs L2)."""
-    from kvstack.models import load_model
+    from kvstack.model.source import resolve_model
     from kvstack.planning.plan import PlanRequest, make_plan
     from kvstack.planning.workload import default_workload
     from kvstack.profiles import profiles_dir
 
-    demo, path = load_model(str(profiles_dir() / "demo"))
+    found = resolve_model(str(profiles_dir() / "demo"))
+    demo, path = found.geometry, found.path
     hw = snapshot("no-gpu")  # LMCache 0.5.6 installed; /tmp marked rotational, fio-measured 1.5 GB/s
     plan = make_plan(hw, demo, path, PlanRequest(), default_workload(demo.max_context))
     assert (plan.platform, plan.connector) == ("cpu", "lmcache-mp") and plan.feasible

@@ -17,13 +17,13 @@ from kvstack.hardware.calibrate.prefill import (
     shape_of,
 )
 from kvstack.hardware.calibrate.timing import Deadline
-from kvstack.models import load_model
+from kvstack.model.catalog import catalog_model
 
 CPU = torch.device("cpu")
 
 
 def test_llama_8b_shape_matches_its_published_parameter_count() -> None:
-    geo, _ = load_model("meta-llama/Llama-3.1-8B")
+    geo, _ = catalog_model("meta-llama/Llama-3.1-8B")
     shape = shape_of(geo)
     assert (shape.layers, shape.hidden, shape.heads, shape.kv_heads, shape.head_dim) == (32, 4096, 32, 8, 128)
     assert (shape.intermediate, shape.vocab) == (14336, 128256)
@@ -39,7 +39,7 @@ def test_flop_count_by_hand() -> None:
 
 
 def test_scaled_down_keeps_the_kind_and_builds_what_it_counts() -> None:
-    geo, _ = load_model("llama-3.1-8b")
+    geo, _ = catalog_model("llama-3.1-8b")
     small = scaled_down(shape_of(geo))
     assert small.heads // small.kv_heads == 32 // 8
     assert small.intermediate == round(small.hidden * 14336 / 4096)
@@ -51,7 +51,7 @@ def test_scaled_down_keeps_the_kind_and_builds_what_it_counts() -> None:
 
 
 def test_measure_prefill_on_cpu() -> None:
-    geo, _ = load_model("llama-3.1-8b")
+    geo, _ = catalog_model("llama-3.1-8b")
     figures = measure_prefill(geo, CPU, torch.float32, [64, 32, 10**9], Deadline.after(5.0), scale=True)
     assert [p.prompt_tokens for p in figures.points] == [32, 64]  # sorted; beyond max context dropped
     assert figures.scaled_down and figures.model == "llama-3.1-8b" and figures.dtype == "float32"
@@ -64,7 +64,7 @@ def test_measure_prefill_on_cpu() -> None:
 
 
 def test_peak_fraction_and_a_spent_budget() -> None:
-    geo, _ = load_model("llama-3.1-8b")
+    geo, _ = catalog_model("llama-3.1-8b")
     spent = Deadline(time.monotonic() - 1)
     figures = measure_prefill(
         geo, CPU, torch.float32, [16, 32], spent, scale=True, max_runs=1, peak=(1e12, "test peak")
@@ -77,6 +77,6 @@ def test_peak_fraction_and_a_spent_budget() -> None:
 
 def test_non_llama_shapes_are_refused() -> None:
     for name in ("deepseek-v3", "qwen3-235b-a22b"):
-        geo, _ = load_model(name)
+        geo, _ = catalog_model(name)
         with pytest.raises(UnsupportedError, match="dense Llama-shaped"):
             shape_of(geo)

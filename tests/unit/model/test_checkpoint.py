@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from kvstack.checkpoint import checkpoint_bytes, has_weights, index_total_size
+from kvstack.model.checkpoint import checkpoint_bytes, has_weights, index_total_size
 
 
 def _index(path: Path, total: object) -> None:

@@ -11,9 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from kvstack import hub
 from kvstack.errors import ModelConfigError
-from kvstack.models import ModelGeometry, find_catalog_entry, load_model, load_model_dir, local_model_dir
+from kvstack.model import hub
+from kvstack.model.catalog import catalog_model, find_catalog_entry
+from kvstack.model.geometry import ModelGeometry
+from kvstack.model.local import load_model_dir, local_model_dir
 
 Origin = Literal["directory", "hf-cache", "hub", "catalog"]
 
@@ -42,9 +44,13 @@ def _from_snapshot(snapshot: hub.Snapshot) -> ModelSource:
 
 def resolve_model(spec: str, revision: str | None = None) -> ModelSource:
     """The model ``--model spec [--revision R]`` names; raises a ModelConfigError (exit 2) saying why not."""
+    if not spec or not spec.strip():
+        raise ModelConfigError(
+            "--model is empty", hint="give a model directory, a Hugging Face id or a catalog name"
+        )
     if revision is not None and not revision.strip():
         raise ModelConfigError("--revision is empty", hint="give a branch, tag or commit, or drop --revision")
-    local = local_model_dir(spec) if spec.strip() else None
+    local = local_model_dir(spec)
     if local is not None:
         if revision is not None:
             raise ModelConfigError(
@@ -70,5 +76,5 @@ def resolve_model(spec: str, revision: str | None = None) -> ModelSource:
             f"--revision needs a Hugging Face id (org/name), not {spec!r}",
             hint="give the model's id, e.g. --model Qwen/Qwen2.5-0.5B-Instruct --revision main",
         )
-    geometry, path = load_model(spec)  # a catalog name, or the error naming the choices
+    geometry, path = catalog_model(spec)  # a catalog name, or the error naming the choices
     return ModelSource(geometry, path, None, "catalog")

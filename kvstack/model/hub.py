@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
 
-from kvstack.checkpoint import has_weights
 from kvstack.errors import HubError
+from kvstack.model.checkpoint import has_weights
 from kvstack.redact import redact_text
 
 # The hub's own rule (huggingface_hub.utils.validate_repo_id): [\w.-], no "--" or "..", <= 96 chars.

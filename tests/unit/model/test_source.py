@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from kvstack.errors import HubError, ModelConfigError
-from kvstack.model_source import resolve_model
+from kvstack.model.source import resolve_model
 from tests.support.hf_cache import add_snapshot, repo_dir
 
-CONFIGS = Path(__file__).resolve().parents[1] / "fixtures" / "configs"
+CONFIGS = Path(__file__).resolve().parents[2] / "fixtures" / "configs"
 QWEN = "Qwen/Qwen2.5-0.5B-Instruct"
 COMMIT = "7ae557604adf67be50417f59c2c2f167def9a775"
 

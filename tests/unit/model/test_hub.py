@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from kvstack import hub
 from kvstack.errors import HubError
+from kvstack.model import hub
 from tests.support.hf_cache import add_snapshot, repo_dir
 
 CONFIG = b'{"num_hidden_layers": 2}'

@@ -1,21 +1,15 @@
-"""KV geometry of a model, from a local config.json (and its checkpoint's size) or the catalog in
-profiles/models.yaml."""
+"""A model's KV geometry (ModelGeometry) from its config.json: layers, KV heads, MLA, sliding
+windows, MoE and quantized weight sizes."""
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
-from functools import lru_cache
-from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict
 
-from kvstack.checkpoint import checkpoint_bytes
 from kvstack.errors import ModelConfigError
-from kvstack.profiles import profiles_dir
 
 Attention = Literal["mha", "gqa", "mla"]
 
@@ -297,140 +291,4 @@ def geometry_from_config(config: Mapping[str, Any], name: str, source: str) -> M
         model_type=cfg.get("model_type") if isinstance(cfg.get("model_type"), str) else None,
         weight_dtype=weight_dtype,
         **geo,
-    )
-
-
-# --- the catalog -----------------------------------------------------------------------------
-
-
-class CatalogEntry(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    name: str
-    repo_id: str  # what the engine is given (resolved from its cache or the hub at serve time)
-    aliases: list[str] = Field(default_factory=list)
-    description: str = ""
-    params: int | None = None  # published count, preferred over the estimate from shapes
-    active_params: int | None = None
-    config: dict[str, Any]
-
-    def names(self) -> list[str]:
-        return [self.name, self.repo_id, *self.aliases]
-
-    def geometry(self) -> ModelGeometry:
-        geo = geometry_from_config(self.config, self.name, "catalog")
-        if self.params is None:
-            return geo
-        active = self.active_params or (self.params if geo.active_params == geo.params else geo.active_params)
-        return geo.model_copy(update={"params": self.params, "active_params": active})
-
-
-def catalog_path() -> Path:
-    return profiles_dir() / "models.yaml"
-
-
-@lru_cache(maxsize=4)
-def _catalog_at(path: Path, mtime_ns: int) -> tuple[CatalogEntry, ...]:
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
-        raise ModelConfigError(
-            f"cannot read the model catalog {path}: {exc}", hint="fix or restore it"
-        ) from exc
-    entries = data.get("models") if isinstance(data, dict) else None
-    if not isinstance(entries, list):
-        raise ModelConfigError(f"model catalog {path} has no 'models' list", hint="fix or restore it")
-    try:
-        return tuple(CatalogEntry.model_validate(e) for e in entries)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        raise ModelConfigError(
-            f"model catalog {path}: {where}: {first['msg']}", hint="fix that entry"
-        ) from exc
-
-
-def load_catalog() -> tuple[CatalogEntry, ...]:
-    path = catalog_path()
-    try:
-        mtime = path.stat().st_mtime_ns
-    except OSError:
-        return ()
-    return _catalog_at(path, mtime)
-
-
-def find_catalog_entry(spec: str) -> CatalogEntry | None:
-    key = spec.strip().lower()
-    return next((e for e in load_catalog() if key in (n.lower() for n in e.names())), None)
-
-
-def catalog_names() -> list[str]:
-    return [e.name for e in load_catalog()]
-
-
-def load_model_dir(path: Path, name: str | None = None) -> ModelGeometry:
-    """Geometry from ``path``/config.json, its weight size from the checkpoint files when present.
-
-    ``name`` (a hub id) overrides the config's ``_name_or_path`` and the directory's name.
-    """
-    cfg_file = path / "config.json"
-    try:
-        text = cfg_file.read_text(encoding="utf-8")
-    except FileNotFoundError as exc:
-        raise ModelConfigError(
-            f"{path} has no config.json", hint="point --model at a model directory or use a catalog name"
-        ) from exc
-    except (OSError, UnicodeDecodeError) as exc:
-        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise ModelConfigError(
-            f"cannot read {cfg_file}: {why}", hint="config.json must be a readable UTF-8 JSON file"
-        ) from exc
-    try:
-        config = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ModelConfigError(
-            f"{cfg_file} is not JSON ({exc.msg} at line {exc.lineno})", hint="fix or re-download config.json"
-        ) from exc
-    if not isinstance(config, dict):
-        raise ModelConfigError(f"{cfg_file} must hold a JSON object", hint="fix or re-download config.json")
-    if name is None:
-        own = config.get("_name_or_path")
-        name = own if isinstance(own, str) and own else path.name
-    geometry = geometry_from_config(config, name, str(path))
-    stored = checkpoint_bytes(path)
-    return geometry if stored is None else geometry.model_copy(update={"checkpoint_bytes": stored})
-
-
-def local_model_dir(spec: str) -> Path | None:
-    """The directory ``spec`` names (a model directory or its config.json), resolved; else None."""
-    path = Path(spec).expanduser()
-    if path.is_file() and path.name == "config.json":
-        path = path.parent
-    return path.resolve() if path.is_dir() else None
-
-
-def load_model(spec: str) -> tuple[ModelGeometry, str]:
-    """``(geometry, model_path)`` for a local model directory, or a catalog name / alias / repo id.
-
-    ``model_path`` is what the engine is given: the absolute directory, or the catalog's repo id.
-    No cache and no hub: ``kvstack.model_source.resolve_model`` adds Hugging Face ids (what
-    ``--model`` takes); this is the offline, deterministic part of it.
-    """
-    if not spec or not spec.strip():
-        raise ModelConfigError("--model is empty", hint="give a model directory or a catalog name")
-    path = Path(spec).expanduser()
-    local = local_model_dir(spec)
-    if local is not None:
-        return load_model_dir(local), str(local)
-    entry = find_catalog_entry(spec)
-    if entry is not None:
-        return entry.geometry(), entry.repo_id
-    choices = ", ".join(catalog_names()) or "(the catalog is empty)"
-    if spec.startswith(("/", "./", "../", "~")) or path.exists():
-        raise ModelConfigError(
-            f"model directory {spec} does not exist", hint=f"or use a catalog name: {choices}"
-        )
-    raise ModelConfigError(
-        f"unknown model {spec!r}: not a local directory and not in the catalog (choices: {choices})",
-        hint="download the model and pass its directory, or add it to profiles/models.yaml",
     )

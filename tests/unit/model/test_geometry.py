@@ -1,4 +1,5 @@
-"""KV geometry from real config.json files and the catalog (kvstack/models.py)."""
+"""KV geometry from real config.json files (kvstack/model/geometry.py, local.py) and the catalog
+(kvstack/model/catalog.py)."""
 
 from __future__ import annotations
 
@@ -9,17 +10,21 @@ from pathlib import Path
 import pytest
 
 from kvstack.errors import ModelConfigError
-from kvstack.models import (
-    ModelGeometry,
-    catalog_names,
-    find_catalog_entry,
-    geometry_from_config,
-    load_catalog,
-    load_model,
-)
+from kvstack.model.catalog import catalog_model, catalog_names, find_catalog_entry, load_catalog
+from kvstack.model.geometry import ModelGeometry, geometry_from_config
+from kvstack.model.local import load_model_dir, local_model_dir
 from kvstack.profiles import profiles_dir
 
-CONFIGS = Path(__file__).resolve().parents[1] / "fixtures" / "configs"
+
+def load_model(spec: str) -> tuple[ModelGeometry, str]:
+    """The offline part of resolve_model: a local directory (or its config.json), else the catalog."""
+    local = local_model_dir(spec) if spec.strip() else None
+    if local is not None:
+        return load_model_dir(local), str(local)
+    return catalog_model(spec)
+
+
+CONFIGS = Path(__file__).resolve().parents[2] / "fixtures" / "configs"
 KIB, GIB = 1024, 1 << 30
 
 
@@ -240,7 +245,7 @@ def test_catalog_covers_the_required_families_with_unique_names() -> None:
 
 @pytest.mark.parametrize("entry", load_catalog(), ids=lambda e: e.name)
 def test_published_params_agree_with_the_shapes(entry: object) -> None:
-    from kvstack.models import CatalogEntry
+    from kvstack.model.catalog import CatalogEntry
 
     assert isinstance(entry, CatalogEntry)
     estimate = geometry_from_config(entry.config, entry.name, "catalog")
