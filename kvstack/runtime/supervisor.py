@@ -13,94 +13,50 @@ thread that lives as long as the server (the main thread, in the CLI).
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 import httpx
-import psutil
 
 from kvstack.engines.base import LaunchSpec, ProcessSpec
 from kvstack.errors import EngineError, MissingProgramError
 from kvstack.fsutil import atomic_write, ensure_private_dir
 from kvstack.redact import redact_argv
 from kvstack.runtime.disk_space import low_disk_warning
+from kvstack.runtime.failure import FATAL_LINE, HUNG, ProcessFailed, describe_exit
 from kvstack.runtime.liveness import HangWatch
 from kvstack.runtime.readiness import probe_ready
 from kvstack.runtime.signals import StopOnSignal
+from kvstack.runtime.spawn import (
+    child_env,
+    child_setup,
+    group_members,
+    load_libc,
+    remove_start_files,
+    watchdog_env,
+)
 from kvstack.runtime.status import StatusCallback, SupervisorStatus
 from kvstack.runtime.tee import LogTee
-from kvstack.runtime.watchdog import group_alive
+
+# Re-exported: where callers have always found them.
+__all__ = [
+    "FATAL_LINE",
+    "HUNG",
+    "ProcessFailed",
+    "Supervisor",
+    "child_env",
+    "describe_exit",
+    "remove_start_files",
+]
 
 TAIL_LINES = 30
-KVSTACK_SECRET_VARS = ("KVSTACK_API_KEY", "KVSTACK_REMOTE_URL")
-# poll_died's code for a process that is alive but logged a line after which it cannot serve
-# (ProcessSpec.fatal_patterns): to everything watching, it is as good as dead.
-FATAL_LINE = -(1 << 16)
-# poll_died's code for a critical helper that is alive but stopped answering its health URL
-# (SIGSTOP, a stuck disk: runtime/liveness.py): handled like its death.
-HUNG = -(1 << 17)
-_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
-_LIBC: Any = None
-
-
-def _libc() -> Any:
-    # Loaded in the parent: a child between fork and exec must not dlopen.
-    global _LIBC
-    if _LIBC is None and sys.platform.startswith("linux"):
-        _LIBC = ctypes.CDLL(None, use_errno=True)
-    return _LIBC
-
-
-def _child_setup(parent_pid: int, libc: Any) -> Callable[[], None]:
-    def setup() -> None:
-        if libc is not None:
-            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        if os.getppid() != parent_pid:  # the parent died before prctl took effect
-            os._exit(1)
-
-    return setup
-
-
-def describe_exit(code: int) -> str:
-    if code == FATAL_LINE:
-        return "logged a line after which it cannot serve"
-    if code == HUNG:
-        return "stopped answering its health check (hung)"
-    if code < 0:
-        try:
-            return f"was killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"was killed by signal {-code}"
-    return f"exited with code {code}"
-
-
-class ProcessFailed(EngineError):
-    """A supervised process died or never became ready; carries its log tail."""
-
-    def __init__(
-        self,
-        name: str,
-        what: str,
-        process_exit_code: int | None,
-        log_path: Path,
-        tail: list[str],
-        hint: str,
-    ) -> None:
-        shown = "\n".join(f"  {line}" for line in tail) or "  (the log is empty)"
-        message = f"{name} {what}\nlast {len(tail)} lines of {log_path}:\n{shown}"
-        super().__init__(message, hint=hint)
-        self.name = name
-        self.process_exit_code = process_exit_code
-        self.log_path = log_path
-        self.tail = tail
 
 
 @dataclass
@@ -115,46 +71,6 @@ class _Proc:
     @property
     def pgid(self) -> int:
         return self.popen.pid  # start_new_session: the child leads its own group
-
-
-def remove_start_files(pspec: ProcessSpec) -> None:
-    for f in pspec.start_files:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(f.path)
-
-
-def child_env(spec: ProcessSpec, base: Mapping[str, str] | None = None) -> dict[str, str]:
-    env = dict(os.environ if base is None else base)
-    for key in KVSTACK_SECRET_VARS:  # kvstack's own: the children get what they need their way
-        env.pop(key, None)
-    for key in list(env):
-        if key in spec.unset_env or any(key.startswith(p) for p in spec.unset_env_prefixes):
-            del env[key]
-    env.setdefault("PYTHONUNBUFFERED", "1")  # log lines as they happen, not at exit
-    env.update(spec.env)
-    return env
-
-
-def _watchdog_env() -> dict[str, str]:
-    # The watchdog must import kvstack even when kvstack runs from a source tree.
-    env = dict(os.environ)
-    root = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
-    return env
-
-
-def _members(pgid: int) -> list[int]:
-    """Live (non-zombie) processes of a group; zombies wait for a reaper, they run nothing."""
-    if not group_alive(pgid):
-        return []
-    out = []
-    for proc in psutil.process_iter(["pid", "status"]):
-        try:
-            if os.getpgid(proc.pid) == pgid and proc.info["status"] != psutil.STATUS_ZOMBIE:
-                out.append(proc.pid)
-        except (ProcessLookupError, psutil.Error):
-            continue
-    return out
 
 
 class Supervisor:
@@ -265,7 +181,7 @@ class Supervisor:
             stderr=subprocess.DEVNULL,
             start_new_session=True,
             cwd="/",
-            env=_watchdog_env(),
+            env=watchdog_env(),
         )
 
     def _tell_watchdog(self, line: str) -> None:
@@ -292,7 +208,7 @@ class Supervisor:
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                preexec_fn=_child_setup(os.getpid(), _libc()),
+                preexec_fn=child_setup(os.getpid(), load_libc()),
             )
         except FileNotFoundError as exc:
             log.close()
@@ -526,7 +442,7 @@ class Supervisor:
 
     def _alive(self, p: _Proc) -> bool:
         p.popen.poll()  # reap the leader so it does not count as a zombie member
-        return bool(_members(p.pgid))
+        return bool(group_members(p.pgid))
 
     def _wait_gone(self, procs: list[_Proc], deadline: float) -> None:
         while time.monotonic() < deadline and not self._kill_now:
