@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+from dataclasses import dataclass
 
 from kvstack.runtime.metrics import MetricsSnapshot
 from kvstack.validation.cache_server import moved_aside
@@ -171,7 +172,14 @@ async def _rounds(v: Validation, tier: TierTarget, plan: StepPlan) -> StepResult
         last = s1
     assert last is not None
     step.evidence.extend(evidence)
-    problems = _judge(v, step, served, per_round, need)
+    problems = judge_tier(
+        step,
+        served,
+        per_round,
+        TierRule(need, chunk_tokens(v.target.connector, v.target.chunk_tokens), v.target.min_tier_speedup),
+        v.n_tokens,
+        v.cold_median,
+    )
     if tier.kind == "disk":
         problems += _disk_evidence(step, tier, disk_before, last)
     problems += await v.correctness(step, served, TIER_NAMES.get(tier.kind, tier.kind))
@@ -180,12 +188,26 @@ async def _rounds(v: Validation, tier: TierTarget, plan: StepPlan) -> StepResult
     return step
 
 
-def _judge(
-    v: Validation, step: StepResult, served: list[Served], per_round: list[float | None], need: int
+@dataclass(frozen=True)
+class TierRule:
+    need: int  # hit tokens per round that cover the prompt
+    chunk: int
+    min_speedup: float
+
+
+def judge_tier(
+    step: StepResult,
+    served: list[Served],
+    per_round: list[float | None],
+    rule: TierRule,
+    n_tokens: int,
+    cold: float | None,
 ) -> list[str]:
+    """Pure: the step's figures into ``step``, and every problem with them."""
+    need, want = rule.need, rule.min_speedup
     recompute = [s.recompute.ttft_s for s in served if s.recompute.ttft_s is not None]
     got_all = [s.served.ttft_s for s in served if s.served.ttft_s is not None]
-    rec, got, cold = median(recompute), median(got_all), v.cold_median
+    rec, got = median(recompute), median(got_all)
     assert rec is not None and got is not None
     step.ttft_s, step.ttfts_s = got, got_all
     # Each round's served request against the recompute of the same prompt seconds before it: a
@@ -196,7 +218,6 @@ def _judge(
         if s.recompute.ttft_s is not None and s.served.ttft_s is not None
     ]
     step.speedup = median(ratios) or 0.0
-    want = v.target.min_tier_speedup
     step.evidence.append(
         f"median TTFT after the copies above were dropped {secs(got)} vs recompute {secs(rec)}; "
         f"median of the rounds' recompute/served ratios {step.speedup:.2f}x "
@@ -207,17 +228,16 @@ def _judge(
         problems.append("the server shows no connector hit counters at /metrics")
     else:
         figures = ", ".join("n/a" if h is None else f"{h:.0f}" for h in per_round)
-        chunk = chunk_tokens(v.target.connector, v.target.chunk_tokens)
         step.evidence.append(
-            f"tier hit tokens per round: {figures} of {v.n_tokens} (need >= {need}: the prompt's full "
-            f"{chunk}-token chunks less one)"
+            f"tier hit tokens per round: {figures} of {n_tokens} (need >= {need}: the prompt's full "
+            f"{rule.chunk}-token chunks less one)"
         )
         short = [h or 0.0 for h in per_round if h is None or h < need]
         if not any(per_round):
             problems.append("connector hit counters did not rise: the tier served nothing")
         elif short:
             problems.append(
-                f"the tier served {min(short):.0f} of {v.n_tokens} prompt tokens in a round (need >= {need})"
+                f"the tier served {min(short):.0f} of {n_tokens} prompt tokens in a round (need >= {need})"
             )
     if step.speedup < want:
         problems.append(f"{step.name} is only {step.speedup:.2f}x faster than its recompute (need {want:g}x)")
