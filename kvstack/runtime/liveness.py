@@ -4,7 +4,7 @@ A dead process is seen by ``poll``; a hung one is not, and an engine whose cache
 every request. So each critical helper's health URL is probed from a daemon thread every
 ``every_s`` with a ``timeout_s`` timeout; ``misses`` failures in a row make it hung, which the
 supervisor then handles like a death (kvstack/runtime/supervisor.py: the unit restarts). With the
-defaults a hang is noticed within about 4 to 6 seconds.
+defaults a hang is noticed within about 8 to 11 seconds.
 """
 
 from __future__ import annotations
@@ -14,9 +14,11 @@ import time
 
 import httpx
 
+# Three misses of 2.5 s each: a helper slowed down by a busy machine (2 cores, the engine computing)
+# is not a hang; one that does not answer for about 8 s is.
 EVERY_S = 1.0
-TIMEOUT_S = 2.0
-MISSES = 2
+TIMEOUT_S = 2.5
+MISSES = 3
 
 
 class HangWatch:
@@ -54,13 +56,13 @@ class HangWatch:
         with self._lock:
             return self._hung.get(name)
 
-    def answers_now(self, name: str, timeout_s: float = 1.0) -> bool:
+    def answers_now(self, name: str, timeout_s: float = TIMEOUT_S) -> bool:
         """One probe of ``name`` right now; a helper no longer answering is marked hung."""
         url = self.url(name)
         if url is None:
             return True
         with httpx.Client(trust_env=False) as client:
-            if self._probe(client, url):
+            if self._probe(client, url, timeout_s):
                 return True
         with self._lock:
             self._hung.setdefault(name, timeout_s)
@@ -83,7 +85,7 @@ class HangWatch:
                     todo = [(n, u) for n, u in self._urls.items() if n not in self._hung]
                 for name, url in todo:
                     t0 = time.monotonic()
-                    ok = self._probe(client, url)
+                    ok = self._probe(client, url, self.timeout_s)
                     with self._lock:
                         if name not in self._urls:  # forgotten meanwhile
                             continue
@@ -96,8 +98,8 @@ class HangWatch:
                         if self._failed[name] >= self.misses:
                             self._hung[name] = time.monotonic() - first
 
-    def _probe(self, client: httpx.Client, url: str) -> bool:
+    def _probe(self, client: httpx.Client, url: str, timeout_s: float) -> bool:
         try:
-            return client.get(url, timeout=self.timeout_s).status_code < 500
+            return client.get(url, timeout=timeout_s).status_code < 500
         except httpx.HTTPError:
             return False
