@@ -367,3 +367,31 @@ def test_dummy_and_real_weights_never_share_a_cache_dir(tmp_path: Path) -> None:
         assert rel.parts[0].endswith(f"-{prepared.spec.fingerprint}")
     # Neither directory is inside the other: one run can never read the other's blocks.
     assert not Path(dummy_dir).is_relative_to(real_dir) and not Path(real_dir).is_relative_to(dummy_dir)
+
+
+@pytest.mark.parametrize("source", ["--remote-file", "KVSTACK_REMOTE_URL", "--remote"])
+def test_the_redis_password_can_stay_off_kvstacks_command_line(
+    tmp_path: Path, quiet_listener: socket.socket, source: str
+) -> None:
+    """The same remote tier from a file, the environment or argv; only argv warns (once)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    url = f"redis://u:{REDIS_PASSWORD}@127.0.0.1:{quiet_listener.getsockname()[1]}"
+    env = isolated_env(home)
+    if source == "--remote-file":
+        url_file = tmp_path / "remote"
+        url_file.write_text(url + "\n")
+        url_file.chmod(0o600)
+        extra = ["--remote-file", str(url_file)]
+    elif source == "KVSTACK_REMOTE_URL":
+        env["KVSTACK_REMOTE_URL"] = url
+        extra = []
+    else:
+        extra = ["--remote", url]
+    res = run_cli([*_dry_run(tmp_path, "--json", *extra)], tmp_path, env)
+    assert res.code == 0, res.stderr
+    assert REDIS_PASSWORD not in res.stdout + res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["plan"]["remote_url"] == url.replace(REDIS_PASSWORD, MASK)
+    warnings = [line for line in res.err_lines if "--remote can be read by every local user" in line]
+    assert len(warnings) == (1 if source == "--remote" else 0), res.stderr
