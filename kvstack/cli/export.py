@@ -12,6 +12,7 @@ from typing import Annotated
 import typer
 
 from kvstack.cli import options as opt
+from kvstack.cli import remote_options as ropt
 
 
 def _kvstack_bin() -> str:
@@ -33,7 +34,8 @@ def register(app: typer.Typer) -> None:
         engine: opt.Engine = "vllm",
         tp: opt.TensorParallel = None,
         kv_dtype: opt.KvDtype = None,
-        remote: opt.Remote = None,
+        remote: ropt.Remote = None,
+        remote_file: ropt.RemoteFile = None,
         workload: opt.Workload = None,
         offload: opt.Offload = "auto",
         cache_dir: opt.CacheDir = None,
@@ -54,9 +56,11 @@ def register(app: typer.Typer) -> None:
         from kvstack.export import FORMATS, ExportOptions, export_plan
         from kvstack.export.write import write_bundle
         from kvstack.planning.resolve import plan_from_request
+        from kvstack.remote.source import resolve_remote
 
         opt.choice(fmt, FORMATS, "--format")
         opt.port(port)
+        remote = resolve_remote(remote, remote_file)  # --remote-file, --remote, KVSTACK_REMOTE_URL
         if remote is not None:
             from kvstack.remote.url import parse_remote_url
 

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from kvstack.cli import options as opt
+from kvstack.cli import remote_options as ropt
 from kvstack.errors import InputError
 from kvstack.names import CONNECTORS, ENGINES
 from kvstack.validation.thresholds import (
@@ -74,12 +75,8 @@ def register(app: typer.Typer) -> None:
             None, "--cache-dir", help="The disk tier's directory: adds a disk tier check"
         ),
         tiers: list[str] = typer.Option([], "--tier", help="An offload tier to check: cpu, disk or remote"),
-        remote: str | None = typer.Option(
-            None,
-            "--remote",
-            help="The remote tier's store (redis://...): adds a remote tier check that also pings it",
-            show_default=False,
-        ),
+        remote: ropt.Remote = None,
+        remote_file: ropt.RemoteFile = None,
         log: Path | None = typer.Option(
             None, "--log", help="The engine's log file, scanned for silent failures"
         ),
@@ -146,9 +143,11 @@ def register(app: typer.Typer) -> None:
         """Prove with TTFT and the server's counters that the prefix cache and each tier serve hits."""
         from kvstack.apikey import resolve_api_key
         from kvstack.engines.lmcache import L2_ADAPTERS
+        from kvstack.remote.source import resolve_remote
         from kvstack.validation import TierTarget, ValidationTarget, run_validation, write_report
 
         api_key = resolve_api_key(api_key, api_key_file).value
+        remote = resolve_remote(remote, remote_file)  # --remote-file, --remote, KVSTACK_REMOTE_URL
         if offload is not None:
             opt.choice(offload, _CONNECTORS, "--offload")
         if engine is not None:

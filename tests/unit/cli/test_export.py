@@ -61,6 +61,21 @@ def test_compose_with_a_local_redis_writes_private_secrets(
     run(*base("compose"), "--offload", "lmcache", "--out", str(tmp_path), "--force")
 
 
+def test_the_password_can_come_from_a_file_and_stays_off_argv(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    secret = tmp_path / "remote-url"
+    secret.write_text(f"redis://:{PASSWORD}@127.0.0.1:6379\n")
+    secret.chmod(0o600)
+    out_dir = tmp_path / "out"
+    run(*base("compose"), "--offload", "lmcache", "--remote-file", str(secret), "--out", str(out_dir))
+    out = capsys.readouterr()
+    assert "can be read by every local user" not in out.err  # no argv warning: the URL came from a file
+    assert (
+        PASSWORD in (out_dir / ".env").read_text() and PASSWORD not in (out_dir / "compose.yaml").read_text()
+    )
+
+
 def test_systemd_without_out_prints_the_unit(capsys: pytest.CaptureFixture[str]) -> None:
     run(*base("systemd"), "--offload", "native", "--port", "8123")
     out = capsys.readouterr()

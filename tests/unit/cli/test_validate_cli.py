@@ -106,6 +106,17 @@ def test_bad_options_exit_2_without_traceback(tmp_path: Path) -> None:
         ),
         (["--url", "http://127.0.0.1:1", "--top-k", "0"], "--top-k must be between 1 and 20"),
         (["--url", "http://127.0.0.1:1", "--chunk-tokens", "0"], "--chunk-tokens must be a positive number"),
+        (
+            [
+                "--url",
+                "http://127.0.0.1:1",
+                "--remote",
+                "redis://127.0.0.1:1",
+                "--remote-file",
+                str(tmp_path),
+            ],
+            "--remote and --remote-file both give the remote store",
+        ),
     ]
     for args, text in cases:
         res = kvstack(*args)
