@@ -16,11 +16,11 @@ it writes. Before the exec it forks a watcher (same process group, so the superv
 it too; it also exits once its parent, the server, is gone) that deletes the oldest ``.data``
 files whenever the directory passes the cap: a backstop for when LMCache's pass (20% of its
 objects a second) is slower than the engine writes, which happens with caps of a few megabytes,
-not gigabytes. A file deleted under LMCache is a miss at lookup, never an error (seen with a real
-server, tests/e2e/test_disk_cap.py); LMCache keeps counting it, though (its own delete of the
-missing file fails), so once the bound has had to act, the bound's order (oldest written first)
-is what evicts for the rest of that run. Imports only the standard library: it runs in the
-engine's interpreter.
+not gigabytes. The watcher deletes through the server (``DELETE /cache/objects`` on its HTTP
+port, the file names decoded as fs_l2_adapter._filename_to_object_key does), so LMCache's usage
+and LRU order drop the objects too; a file LMCache did not take (the server not up yet) is
+unlinked directly, which LMCache sees as a miss at lookup, never an error. Imports only the
+standard library: it runs in the engine's interpreter.
 
     python -m kvstack.engines.disk_bound --dir D --cap-bytes N -- python -m lmcache.cli.main server ...
 """
@@ -33,7 +33,8 @@ import json
 import os
 import sys
 import time
-from collections.abc import Sequence
+import urllib.request
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -67,22 +68,71 @@ def _files(directory: Path) -> list[tuple[float, int, Path]]:
     return out
 
 
-def trim(directory: Path, keep_bytes: int) -> Trimmed:
-    """Delete the oldest object files until all the files fill at most ``keep_bytes``."""
+Remove = Callable[[list[Path]], None]
+
+
+def trim(directory: Path, keep_bytes: int, remove: Remove | None = None) -> Trimmed:
+    """Delete the oldest object files until all the files fill at most ``keep_bytes``:
+    through ``remove`` (the server) first, then directly what is still there."""
     files = sorted(_files(directory), key=lambda f: (f[0], str(f[2])))
     total = sum(size for _, size, _ in files)
-    removed = removed_bytes = 0
+    victims: list[Path] = []
+    removed_bytes = 0
     for _, size, path in files:
         if total <= keep_bytes:
             break
         if not path.name.endswith(DATA_SUFFIX):
             continue
+        victims.append(path)
+        total -= size
+        removed_bytes += size
+    if victims and remove is not None:
+        with contextlib.suppress(OSError, ValueError):  # the server is not up: delete directly
+            remove(victims)
+    for path in victims:
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
-        total -= size
-        removed += 1
-        removed_bytes += size
-    return Trimmed(kept_bytes=total, removed_files=removed, removed_bytes=removed_bytes)
+    return Trimmed(kept_bytes=total, removed_files=len(victims), removed_bytes=removed_bytes)
+
+
+def object_key(name: str) -> dict[str, object] | None:
+    """LMCache's wire key (EncodedObjectKey) of a file the fs adapters wrote:
+    ``<model, / as -SEP->@0x<kv_rank>@<group hex>@<chunk hash hex>[@<cache salt>].data``."""
+    if not name.endswith(DATA_SUFFIX):
+        return None
+    parts = name[: -len(DATA_SUFFIX)].split("@")
+    if len(parts) not in (4, 5):
+        return None
+    try:
+        return {
+            "model_name": parts[0].replace("-SEP-", "/"),
+            "kv_rank": int(parts[1], 16),
+            "object_group_id": int(parts[2], 16),
+            "chunk_hash_hex": bytes.fromhex(parts[3]).hex(),
+            "cache_salt": parts[4] if len(parts) == 5 else "",
+        }
+    except ValueError:
+        return None
+
+
+def server_remove(http_url: str, adapter: str, batch: int = 1000) -> Remove:
+    """Delete files through LMCache's ``DELETE /cache/objects`` (its accounting follows)."""
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: never a proxy
+
+    def remove(paths: list[Path]) -> None:
+        keys = [k for k in (object_key(p.name) for p in paths) if k is not None]
+        for at in range(0, len(keys), batch):
+            body = json.dumps({"keys": keys[at : at + batch], "tier": "l2", "adapter": adapter}).encode()
+            req = urllib.request.Request(
+                http_url + "/cache/objects",
+                data=body,
+                method="DELETE",
+                headers={"Content-Type": "application/json"},
+            )
+            with opener.open(req, timeout=10) as resp:
+                resp.read()
+
+    return remove
 
 
 def with_capacity(argv: Sequence[str], base_path: str, capacity_bytes: int) -> list[str]:
@@ -109,12 +159,34 @@ def prepare(directory: Path, cap_bytes: int, server_argv: Sequence[str]) -> tupl
     return with_capacity(server_argv, str(directory), left), done
 
 
-def watch(directory: Path, cap_bytes: int, server_pid: int) -> None:
+def watch(directory: Path, cap_bytes: int, server_pid: int, remove: Remove | None = None) -> None:
     """Hold ``directory`` within ``cap_bytes`` until the server is gone."""
     while os.getppid() == server_pid:
         with contextlib.suppress(OSError):  # the directory went away (a cleanup): keep watching
-            trim(directory, cap_bytes)
+            trim(directory, cap_bytes, remove)
         time.sleep(WATCH_INTERVAL_S)
+
+
+def _flag(argv: Sequence[str], name: str) -> str | None:
+    args = list(argv)
+    return args[args.index(name) + 1] if name in args[:-1] else None
+
+
+def server_remover(argv: Sequence[str], base_path: str) -> Remove | None:
+    """Deletion through the server that ``argv`` starts (its --http-host/--http-port and the type of
+    the L2 adapter at ``base_path``), or None when it has no HTTP API."""
+    port = _flag(argv, "--http-port")
+    if port is None:
+        return None
+    host = _flag(argv, "--http-host") or "127.0.0.1"
+    adapter = "fs_native"
+    for i, arg in enumerate(argv[:-1]):
+        if arg == ADAPTER_FLAG:
+            with contextlib.suppress(ValueError):
+                spec = json.loads(argv[i + 1])
+                if isinstance(spec, dict) and spec.get("base_path") == base_path:
+                    adapter = str(spec.get("type", adapter))
+    return server_remove(f"http://{host}:{port}", adapter)
 
 
 def server_argv(argv: Sequence[str]) -> list[str]:
@@ -145,7 +217,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     pid = os.getpid()
     if os.fork() == 0:  # the watcher: the parent becomes the server below
         try:
-            watch(opts.dir, opts.cap_bytes, pid)
+            watch(opts.dir, opts.cap_bytes, pid, server_remover(final, str(opts.dir)))
         finally:
             os._exit(0)
     os.execv(final[0], final)

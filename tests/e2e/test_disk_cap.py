@@ -4,11 +4,12 @@ One engine start (bench's sized launch, the path `kvstack bench --disk-size` tak
 disk tier capped at 8 MiB (its fs_native adapter with max_capacity_gb and LRU eviction, started
 through kvstack's disk bound), a DRAM tier of 0.1 GiB. 36 distinct 2,304-token prompts write
 about ten times the cap, one a second. LMCache evicts 20% of its objects once a second when past
-80% of the cap: at a few megabytes that is slower than the engine writes, and kvstack's bound
-(oldest files first, every half second) holds the directory at the cap. Then:
+80% of the cap; between its passes kvstack's bound (every half second, oldest files first,
+deleted through the server so LMCache's count follows) holds the directory at the cap. Then:
 1. a second after each request the directory is within the cap plus one chunk; sampled every
    50 ms it never held more than the cap plus one request's chunks; LMCache evicted too (its L2
-   eviction counter rose);
+   eviction counter rose), and its own count of the tier stayed within the cap (the bound
+   deletes through the server);
 2. with DRAM and the engine's cache emptied, the most recent prompt comes back from disk (L2 hit
    tokens rise) and the first one does not (its chunks were evicted).
 """
@@ -133,6 +134,12 @@ def test_the_disk_tier_stays_within_its_cap_and_keeps_the_recent_prefixes(capped
     assert peak.peak <= CAP + (PROMPT_TOKENS // 256) * CHUNK, peak.peak
     assert max(settled) >= CAP // 2  # the tier was in use, not empty
     assert lmcache_counter(capped, LMCACHE_MP_L2_EVICTED) > evicted_before  # LMCache evicted, too
+    # The bound deletes through the server, so LMCache's own count of the tier follows the directory.
+    assert capped.cache_server_url is not None
+    status = httpx.get(capped.cache_server_url + "/status", timeout=10).json()
+    (counted,) = status["storage_manager"]["l2_eviction_controller"]["adapters"]
+    print(f"LMCache counts {counted['total_bytes_used']} B of {counted['total_capacity_bytes']} B")
+    assert counted["total_bytes_used"] <= CAP + CHUNK, counted
 
     assert capped.cache_server_url is not None
     for newest_first, i in ((True, PROMPTS - 1), (False, 0)):

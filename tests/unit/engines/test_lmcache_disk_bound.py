@@ -6,10 +6,22 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import ClassVar
 
-from kvstack.engines.disk_bound import GIB, prepare, server_argv, trim, with_capacity
+from kvstack.engines.disk_bound import (
+    GIB,
+    object_key,
+    prepare,
+    server_argv,
+    server_remover,
+    trim,
+    with_capacity,
+)
+from tests.support.ports import free_block
 
 CHUNK = 256 * 1024
 
@@ -88,3 +100,69 @@ def test_the_launcher_becomes_the_server_and_its_watcher_holds_the_cap(tmp_path:
     assert lines[0].startswith("kvstack disk bound: ") and "capped at 1048576 bytes" in lines[0]
     assert lines[1] == f"server {proc.pid}"  # exec'd: the supervisor's PID is the server's
     assert json.loads(lines[2]) == ["k08.data", "k09.data", "k10.data", "k11.data"]
+
+
+# A file LMCache's fs_native adapter wrote on this machine (the demo model, rank bitmap 0x01000100).
+REAL_NAME = (
+    "-SEP-work-SEP-main-SEP-profiles-SEP-demo@0x01000100@0@"
+    "1962d5621cd9258f7d2ea7808eb985e00da8bce924076504cff89b1c0a48ff95.data"
+)
+
+
+def test_object_keys_decode_lmcaches_file_names() -> None:
+    assert object_key(REAL_NAME) == {
+        "model_name": "/work/main/profiles/demo",
+        "kv_rank": 0x01000100,
+        "object_group_id": 0,
+        "chunk_hash_hex": "1962d5621cd9258f7d2ea7808eb985e00da8bce924076504cff89b1c0a48ff95",
+        "cache_salt": "",
+    }
+    assert object_key(REAL_NAME.replace(".data", "@salt1.data"))["cache_salt"] == "salt1"  # type: ignore[index]
+    assert object_key("k.data.tmp") is None and object_key("a@zz@0@00.data") is None
+
+
+class _Server(BaseHTTPRequestHandler):
+    seen: ClassVar[list[dict[str, object]]] = []
+
+    def do_DELETE(self) -> None:  # LMCache's DELETE /cache/objects: deletes the files it is named
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        type(self).seen.append({"path": self.path, **body})
+        for key in body["keys"][:-1]:  # it leaves the last one (a locked key, say): the bound unlinks it
+            model = key["model_name"].replace("/", "-SEP-")
+            name = f"{model}@{key['kv_rank']:#010x}@0@{key['chunk_hash_hex']}.data"
+            (Path(self.server.disk) / name).unlink()  # type: ignore[attr-defined]
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(b'{"deleted": 1, "skipped": 0, "ok": true}')
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+def test_the_watcher_deletes_through_the_server_so_lmcache_counts_it(tmp_path: Path) -> None:
+    names = [REAL_NAME.replace("1962d562", f"{i:08x}") for i in range(6)]
+    for i, name in enumerate(names):
+        write(tmp_path, name, age_s=100 - i)
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), _Server)
+    srv.disk = str(tmp_path)  # type: ignore[attr-defined]
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        argv = ["py", "--l2-adapter", json.dumps({"type": "fs_native", "base_path": str(tmp_path)})]
+        argv += ["--http-host", "127.0.0.1", "--http-port", str(srv.server_address[1])]
+        remove = server_remover(argv, str(tmp_path))
+        assert remove is not None
+        done = trim(tmp_path, 3 * CHUNK, remove)
+    finally:
+        srv.shutdown()
+    (call,) = _Server.seen
+    assert call["path"] == "/cache/objects" and call["tier"] == "l2" and call["adapter"] == "fs_native"
+    assert [k["chunk_hash_hex"][:8] for k in call["keys"]] == ["00000000", "00000001", "00000002"]  # type: ignore[attr-defined]
+    assert done.removed_files == 3 and sorted(p.name for p in tmp_path.iterdir()) == sorted(names[3:])
+
+
+def test_without_a_server_the_watcher_deletes_directly(tmp_path: Path) -> None:
+    for i in range(4):
+        write(tmp_path, f"k{i}.data", age_s=10 - i)
+    argv = ["py", "--http-port", str(free_block(1))]  # nothing listens there
+    done = trim(tmp_path, 2 * CHUNK, server_remover(argv, str(tmp_path)))
+    assert done.removed_files == 2 and sorted(p.name for p in tmp_path.iterdir()) == ["k2.data", "k3.data"]
