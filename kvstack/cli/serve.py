@@ -196,18 +196,7 @@ def run_serve(request: ServeRequest, dry_run: bool, json_mode: bool) -> int:
     if dry_run:
         _print_dry_run(launch, json_mode, events)
         return 0
-    if not request.validate_after_start and request.engine == "vllm":
-        events.message(
-            "--no-validate: vLLM's development endpoints (/reset_prefix_cache, /collective_rpc, /sleep, "
-            "...) stay off, nothing in this run needs them; the other control routes answer kvstack only"
-        )
-    if request.validate_after_start and launch.replicas[0].spec.reset_cache_path is None:
-        events.message(
-            f"--host {request.host} is not loopback: the engine's endpoints that drop its prefix cache "
-            "are off, so validation forces the tiers by overflowing its pool (and, with LMCache's cache "
-            "server, by emptying its DRAM through its loopback-only API)"
-        )
-    return run(launch, events)  # the plan's warnings follow its preflight
+    return run(launch, events)  # the plan's warnings and the launch's notes follow its preflight
 
 
 def register(app: typer.Typer) -> None:

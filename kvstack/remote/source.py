@@ -16,7 +16,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from kvstack.errors import InputError, PathError
+from kvstack.errors import InputError, KvstackError, PathError
+from kvstack.remote.url import parse_remote_url
 
 REMOTE_URL_ENV = "KVSTACK_REMOTE_URL"
 MAX_FILE_BYTES = 64 * 1024
@@ -78,6 +79,14 @@ def read_remote_file(path: Path, warn: Callable[[str], None] = _warn_stderr) -> 
     return url
 
 
+def _parses(url: str) -> bool:
+    try:
+        parse_remote_url(url)
+    except KvstackError:
+        return False
+    return True
+
+
 def resolve_remote(
     remote: str | None,
     remote_file: Path | None,
@@ -91,7 +100,8 @@ def resolve_remote(
     if remote_file is not None:
         return read_remote_file(remote_file, warn)
     if remote is not None:
-        if has_password(remote) and not _argv_warned:
+        # A malformed URL is the caller's error to name (with its flag), not a warning's subject.
+        if has_password(remote) and _parses(remote) and not _argv_warned:
             _argv_warned = True
             warn(ARGV_WARNING)
         return remote

@@ -36,7 +36,7 @@ LABELS: dict[str, str] = {
     OFFLOAD: "offload (tier unknown)",
 }
 # LMCache's L2 adapter types (its metrics' l2_name) and the tier each one is.
-ADAPTER_TIERS: dict[str, str] = {"fs": DISK, "resp": REMOTE, "redis": REMOTE}
+ADAPTER_TIERS: dict[str, str] = {"fs": DISK, "fs_native": DISK, "resp": REMOTE, "redis": REMOTE}
 # vllm/v1/metrics/cache_hit_source.py: which tier supplied a cached token.
 _VLLM_CACHED_TIERS: dict[str, str] = {"host": DRAM, "disk": DISK, "p2p": REMOTE}
 # SGLang HiCache (python/sglang/srt/metrics/collector.py): host = DRAM, storage = its L3 backend.

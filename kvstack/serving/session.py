@@ -302,6 +302,23 @@ def judge(report: ValidationReport | None, request: ServeRequest, events: ServeE
     events.warning("validation FAILED: " + failed_summary(report) + " (still serving)")
 
 
+def launch_notes(launch: Launch) -> list[str]:
+    """What the launch leaves off, and why, said once its preflight passed."""
+    req, notes = launch.request, []
+    if not req.validate_after_start and req.engine == "vllm":
+        notes.append(
+            "--no-validate: vLLM's development endpoints (/reset_prefix_cache, /collective_rpc, /sleep, "
+            "...) stay off, nothing in this run needs them; the other control routes answer kvstack only"
+        )
+    if req.validate_after_start and launch.replicas[0].spec.reset_cache_path is None:
+        notes.append(
+            f"--host {req.host} is not loopback: the engine's endpoints that drop its prefix cache "
+            "are off, so validation forces the tiers by overflowing its pool (and, with LMCache's cache "
+            "server, by emptying its DRAM through its loopback-only API)"
+        )
+    return notes
+
+
 @contextmanager
 def launched(launch: Launch, events: ServeEvents | None = None) -> Iterator[SupervisorGroup]:
     """Preflight, write every replica's files, start the engines and wait for all, then the router;
@@ -312,6 +329,8 @@ def launched(launch: Launch, events: ServeEvents | None = None) -> Iterator[Supe
     # After the preflight: a launch refused for a missing model or a busy port says only why.
     for warning in launch.plan.warnings:
         ev.warning(warning)
+    for note in launch_notes(launch):
+        ev.message(note)
     record(launch)
     for p in launch.replicas:
         write_launch_files(p.spec)

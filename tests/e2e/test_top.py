@@ -23,6 +23,7 @@ from typing import Any
 import httpx
 import pytest
 
+from kvstack.engines.lmcache import L2_ADAPTERS
 from tests.e2e.conftest import (
     ServeSession,
     env_for_tests,
@@ -125,7 +126,7 @@ def test_once_json_reports_hits_of_each_tier(warmed: ServeSession) -> None:
     assert lm["up"], lm
     assert lm["l1_hit_tokens_total"] > 0 and lm["l2_hit_tokens_total"] > 0, lm
     assert lm["l1_hit_tokens"] > 0 and lm["l1_hit_tokens_per_s"] > 0, lm
-    fs = {a["name"]: a for a in lm["adapters"]}["fs"]
+    fs = {a["name"]: a for a in lm["adapters"]}[L2_ADAPTERS["disk"]]
     assert fs["tier"] == "disk" and fs["loads_total"] >= 1 and fs["stores_total"] >= 1
     assert doc["disk"]["bytes"] > 0 and doc["disk"]["free_bytes"] > 0
     assert doc["run_dir"] == str(served.run_dir)
@@ -170,7 +171,7 @@ def test_live_view_in_tmux_shows_the_tier_hits(warmed: ServeSession, tmp_path: P
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             screen = tmux(socket, "capture-pane", "-p", "-t", "top").stdout
-            if "DRAM (LMCache L1)" in screen and "disk tier (L2 fs)" in screen:
+            if "DRAM (LMCache L1)" in screen and f"disk tier (L2 {L2_ADAPTERS['disk']})" in screen:
                 break
             time.sleep(0.5)
         assert "DRAM (LMCache L1)" in screen, screen

@@ -152,6 +152,12 @@ def closed_redis_port(s: Scene) -> None:
     s.vars["redis_port"] = str(free_port())
 
 
+def closed_redis_url_in_a_file(s: Scene) -> None:
+    """A password-bearing URL of a closed port, given the way the README asks: --remote-file."""
+    closed_redis_port(s)
+    s.file("remote-url", f"redis://u:pw-7f3a@127.0.0.1:{s.vars['redis_port']}\n").chmod(0o600)
+
+
 def bare_python(s: Scene) -> None:
     """A real interpreter without site-packages: the standard library only, no vllm."""
     path = s.file("python-bare", f'#!/bin/sh\nexec {sys.executable} -S "$@"\n')
@@ -452,11 +458,11 @@ CASES = [
     Case("serve-remote-malformed", serve("--remote", "http://x"), 2, ("--remote", "redis://"), ("redis://",)),
     Case(
         "serve-remote-unreachable",
-        serve("--remote", "redis://u:pw-7f3a@127.0.0.1:{redis_port}"),
+        serve("--remote-file", "{tmp}/remote-url"),
         2,
         ("redis://u:***@127.0.0.1:{redis_port}", "cannot connect"),
         ("redis-cli",),
-        closed_redis_port,
+        closed_redis_url_in_a_file,
     ),
     Case(
         "serve-engine-not-installed",

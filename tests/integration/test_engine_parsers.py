@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from kvstack.engines.base import LaunchSpec
+from kvstack.engines.disk_bound import server_argv
 from kvstack.engines.render import render
 from kvstack.engines.versions import VLLM_API_SERVER_MODULE, VLLM_CLI_MODULE
 from kvstack.errors import UnsupportedError
@@ -111,8 +112,9 @@ def probed(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, LaunchSp
             if path.name.startswith("lmcache"):  # not SGLang's key file (sglang-auth.yaml)
                 job["lmcache_yaml"][name] = f.path
         for helper in spec.helpers:
-            assert helper.argv[1:4] == ["-m", "lmcache.cli.main", "server"]
-            job["lmcache_server_argv"][name] = helper.argv[4:]
+            argv = server_argv(helper.argv)  # the server's own argv inside kvstack's disk bound
+            assert argv[1:4] == ["-m", "lmcache.cli.main", "server"]
+            job["lmcache_server_argv"][name] = argv[4:]
     config = tmp / "engine-config.yaml"  # what a user's --config may hold
     config.write_text("host: 0.0.0.0\napi_key: sk-in-a-config\n", encoding="utf-8")
     job["vllm_dests"] = {" ".join(v): v for v in owned_spellings(config)}
@@ -274,7 +276,7 @@ def test_every_lmcache_server_argv_parses_with_lmcaches_own_cli(
         assert res["host"] == "127.0.0.1" and res["http_host"] == "127.0.0.1"
         assert res["eviction_policy"] == "LRU"
         disk = spec.cache_dirs.get("disk")
-        fs = [a for a in res["l2_adapters"] if a["class"] == "FSL2AdapterConfig"]
+        fs = [a for a in res["l2_adapters"] if a["class"] == "FSNativeL2AdapterConfig"]
         assert [a["base_path"] for a in fs] == ([disk] if disk else [])
     remote = ok(results["lmcache_server_argv"]["vllm_lmcache-mp_llama8b_tp2_cpu_disk_remote"], "mp")
     resp = [a for a in remote["l2_adapters"] if a["class"] == "RESPL2AdapterConfig"]

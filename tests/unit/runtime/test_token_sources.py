@@ -84,3 +84,4 @@ def test_no_engine_counters_no_sources() -> None:
 
 def test_adapter_tiers() -> None:
     assert (adapter_tier("fs"), adapter_tier("resp"), adapter_tier("nixl")) == ("disk", "remote", "offload")
+    assert adapter_tier("fs_native") == "disk"  # the adapter kvstack renders for the disk tier
