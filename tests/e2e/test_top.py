@@ -24,6 +24,7 @@ import httpx
 import pytest
 
 from kvstack.engines.lmcache import L2_ADAPTERS
+from kvstack.runtime.control import control_headers, read_control_token
 from tests.e2e.conftest import (
     ServeSession,
     env_for_tests,
@@ -54,7 +55,8 @@ def complete(session: ServeSession, text: str) -> None:
 
 def drop_engine_cache(session: ServeSession) -> None:
     path = launch_of(session)["reset_cache_path"]
-    r = httpx.post(session.base_url + path, timeout=30)
+    headers = control_headers(read_control_token(session.run_dir))  # control routes answer kvstack only
+    r = httpx.post(session.base_url + path, headers=headers, timeout=30)
     assert r.status_code == 200, r.text
 
 
