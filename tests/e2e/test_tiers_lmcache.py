@@ -195,6 +195,9 @@ def test_a_new_serve_on_the_same_cache_dir_starts_warm_from_disk(tiered: Tiered,
     again = start_serve(tmp_path, "--cache-dir", str(session.cache_dir), "--no-validate")
     try:
         wait_http_ready(again)
+        # kvstack's own readiness (it says so) may follow the engine's /health by a poll: a stop
+        # before it is an interrupted start (exit 130), not the clean stop this test checks.
+        wait_for(again, "serving at", 120)
         lmcache = f"http://127.0.0.1:{again.port + 2}"
         before = counter(lmcache, L2_HITS), counter(lmcache, L2_LOADS, l2_name=L2_ADAPTERS["disk"])
         complete(again.base_url, prompt(1))  # computed by the first run, before its restart
