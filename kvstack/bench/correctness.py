@@ -9,7 +9,7 @@ fresh ``cache_salt``) and judged by validation's rules (validation/correctness.p
 from __future__ import annotations
 
 from kvstack.bench.schema import CorrectnessResult
-from kvstack.bench.workloads import Workload
+from kvstack.bench.workloads import RequestSet
 from kvstack.runtime.client import auth_headers, make_client
 from kvstack.runtime.streaming import StreamClient
 from kvstack.validation.correctness import CorrectnessCheck, judge
@@ -19,7 +19,7 @@ from kvstack.validation.thresholds import DEFAULT_TOKENS, DEFAULT_TOP_K
 
 async def check_correctness(
     client: StreamClient,
-    workload: Workload,
+    workload: RequestSet,
     model: str,
     api_key: str | None,
     timeout_s: float,

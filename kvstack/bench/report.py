@@ -21,7 +21,7 @@ from rich.table import Table
 
 import kvstack
 from kvstack.bench.schema import BenchResult, Distribution, RequestRow
-from kvstack.bench.workloads import Workload
+from kvstack.bench.workloads import RequestSet
 from kvstack.errors import InputError
 from kvstack.fsutil import atomic_write
 
@@ -48,7 +48,7 @@ def environment() -> dict[str, Any]:
     }
 
 
-def workload_info(workload: Workload) -> dict[str, Any]:
+def workload_info(workload: RequestSet) -> dict[str, Any]:
     return {
         "spec": asdict(workload.spec),
         "shape": dict(workload.shape),

@@ -23,7 +23,7 @@ import httpx
 from kvstack.bench.correctness import check_correctness
 from kvstack.bench.schema import CacheStats, CorrectnessResult, LayoutResult, RequestRow, RoundResult
 from kvstack.bench.stats import cache_stats, summarize, tpot
-from kvstack.bench.workloads import BenchRequest, Workload
+from kvstack.bench.workloads import BenchRequest, RequestSet
 from kvstack.errors import InputError, KvstackError
 from kvstack.planning.schema import Plan
 from kvstack.redact import redact_url
@@ -109,7 +109,7 @@ class _Current:
 class Recorder:
     """Everything measured so far, so that an interrupted run still reports its rows."""
 
-    def __init__(self, workload: Workload | None) -> None:
+    def __init__(self, workload: RequestSet | None) -> None:
         self.workload = workload  # None until the first layout sized it (run_layouts)
         self.layouts: list[LayoutResult] = []
         self.current: _Current | None = None
@@ -139,7 +139,7 @@ class Recorder:
         return result
 
 
-def _layout_result(cur: _Current, workload: Workload, aborted: str | None) -> LayoutResult:
+def _layout_result(cur: _Current, workload: RequestSet, aborted: str | None) -> LayoutResult:
     snaps = cur.snapshots
     rounds: list[RoundResult] = []
     for rnd, label in enumerate(workload.round_labels):
@@ -311,7 +311,7 @@ async def _guarded(coro: asyncio.Future[None] | asyncio.Task[None], check: Calla
 
 async def run_layout(
     layout: Layout,
-    workload: Workload,
+    workload: RequestSet,
     opts: RunOptions,
     recorder: Recorder,
     on_progress: ProgressFn | None = None,
@@ -344,7 +344,7 @@ async def run_layout(
 
 async def _rounds(
     layout: Layout,
-    workload: Workload,
+    workload: RequestSet,
     opts: RunOptions,
     cur: _Current,
     client: StreamClient,
@@ -368,7 +368,7 @@ async def _rounds(
 def run_layouts(
     names: Sequence[str],
     start_layout: StartLayout,
-    workload: Workload | Callable[[Layout], Workload],
+    workload: RequestSet | Callable[[Layout], RequestSet],
     opts: RunOptions,
     recorder: Recorder,
     on_progress: ProgressFn | None = None,
@@ -382,7 +382,7 @@ def run_layouts(
     results: list[LayoutResult] = []
     for name in names:
         with start_layout(name) as layout:
-            if not isinstance(workload, Workload):
+            if not isinstance(workload, RequestSet):
                 workload = workload(layout)
                 recorder.workload = workload
             results.append(asyncio.run(run_layout(layout, workload, opts, recorder, on_progress)))

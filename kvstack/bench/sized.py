@@ -25,7 +25,7 @@ from kvstack.serving.request import ServeRequest
 from kvstack.serving.session import ServeEvents, launched
 from kvstack.units import GIB, fmt_bytes
 
-# LMCache's --l1-size-gb is rendered in steps of 0.01 GiB (engines.common.gib_floor).
+# LMCache's --l1-size-gb is rendered in steps of 0.01 GiB (engines.launch_basics.gib_floor).
 MIN_L1_BYTES = GIB // 100 + 1
 
 

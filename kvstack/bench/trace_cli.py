@@ -10,11 +10,11 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from kvstack.bench.command import _check_out, _metrics_url, normalize_url, served_model
 from kvstack.bench.report import environment, write_report
 from kvstack.bench.runner import StartLayout
 from kvstack.bench.schema import BenchResult
-from kvstack.bench.session import _check_out, _metrics_url, normalize_url, served_model
-from kvstack.bench.trace_session import TraceArgs, load_slice, run_trace
+from kvstack.bench.trace_command import TraceArgs, load_slice, run_trace
 from kvstack.errors import EngineError, InputError
 from kvstack.redact import redact_url
 from kvstack.runtime import token_sources as ts

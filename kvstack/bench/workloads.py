@@ -147,7 +147,9 @@ class BenchRequest:
 
 
 @dataclass(frozen=True)
-class Workload:
+class RequestSet:
+    """The requests one bench run sends, in rounds (planning's ``Workload`` is a traffic profile)."""
+
     spec: WorkloadSpec
     requests: tuple[BenchRequest, ...]
     round_labels: tuple[str, ...]
@@ -357,7 +359,7 @@ def _distinct(spec: WorkloadSpec, tiers: TierSizes | None) -> int:
     return max(spec.requests, spec.documents or 0, users * spec.turns) + 2
 
 
-def build_workload(spec: WorkloadSpec, builder: TextBuilder, tiers: TierSizes | None = None) -> Workload:
+def build_workload(spec: WorkloadSpec, builder: TextBuilder, tiers: TierSizes | None = None) -> RequestSet:
     """Generate the requests of ``spec``; the same spec and tokenizer give the same prompts."""
     spec.validate()
     maker = _Maker(spec, builder, _distinct(spec, tiers))
@@ -379,7 +381,7 @@ def build_workload(spec: WorkloadSpec, builder: TextBuilder, tiers: TierSizes | 
         notes.append(f"prompt lengths are estimates ({builder.tokenizer.source})")
     if tiers is not None and spec.name == "tier-overflow":
         notes.append(f"tier sizes from {tiers.source}")
-    return Workload(
+    return RequestSet(
         spec=spec,
         requests=tuple(maker.requests),
         round_labels=tuple(labels),

@@ -131,7 +131,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Measure TTFT/throughput on cache-heavy workloads and the server's cache hit rate."""
         from kvstack.apikey import resolve_api_key
-        from kvstack.bench.session import BenchArgs, run_bench
+        from kvstack.bench.command import BenchArgs, run_bench
         from kvstack.units import parse_tokens
 
         api_key = resolve_api_key(api_key, api_key_file).value

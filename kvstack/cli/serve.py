@@ -30,7 +30,7 @@ from kvstack.validation.thresholds import DEFAULT_MIN_SPEEDUP, DEFAULT_MIN_TIER_
 
 def exposure_warning(request: ServeRequest) -> str | None:
     """What a bind that is not loopback, without a key, leaves open (None: nothing to say)."""
-    from kvstack.engines.common import is_loopback
+    from kvstack.netaddr import is_loopback
 
     if is_loopback(request.host) or request.api_key:
         return None
@@ -75,7 +75,7 @@ def require_guard(python: str) -> None:
 
 
 def refuse_public_router(request: ServeRequest) -> None:
-    from kvstack.engines.common import is_loopback
+    from kvstack.netaddr import is_loopback
 
     if request.router and not is_loopback(request.host):
         raise InputError(

@@ -47,7 +47,7 @@ import yaml
 
 from kvstack.engines import versions
 from kvstack.engines.base import FileSpec, LaunchSpec, ProcessSpec, RenderRequest, register
-from kvstack.engines.common import (
+from kvstack.engines.launch_basics import (
     LaunchBasics,
     assemble,
     derived_port,

@@ -31,18 +31,11 @@ import yaml
 
 from kvstack.engines import versions
 from kvstack.engines.base import FileSpec, LaunchSpec, ProcessSpec, RenderRequest, register
-from kvstack.engines.common import (
-    LaunchBasics,
-    assemble,
-    flag_name,
-    is_loopback,
-    need_tier,
-    prepare,
-    refuse_owned_flags,
-    tier_dir,
-)
+from kvstack.engines.launch_basics import LaunchBasics, assemble, need_tier, prepare, tier_dir
 from kvstack.engines.lmcache import LMCACHE_ENV_PREFIX, MP_HOST, check_lmcache, mp_server, yaml_file
+from kvstack.engines.owned_flags import flag_name, refuse_owned_flags
 from kvstack.errors import UnsupportedError
+from kvstack.netaddr import is_loopback
 from kvstack.releases import at_least
 
 SGLANG_RESET_PATH = "/flush_cache"

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from kvstack.errors import InputError
-from kvstack.export.common import Bundle, ExportFile, ExportOptions
+from kvstack.export.bundle import Bundle, ExportFile, ExportOptions
 from kvstack.planning.schema import Plan
 
 Exporter = Callable[[Plan, ExportOptions], Bundle]

@@ -12,11 +12,9 @@ from urllib.parse import unquote
 import yaml
 
 from kvstack.errors import UnsupportedError
-from kvstack.export.common import (
+from kvstack.export.bundle import Bundle, ExportFile, ExportOptions
+from kvstack.export.deployment import (
     PASSWORD_ENV,
-    Bundle,
-    ExportFile,
-    ExportOptions,
     deployment_name,
     engine_image,
     gib_ceil,

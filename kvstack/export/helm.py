@@ -19,12 +19,10 @@ from __future__ import annotations
 import yaml
 
 from kvstack.errors import UnsupportedError
-from kvstack.export.common import (
+from kvstack.export.bundle import Bundle, ExportFile, ExportOptions
+from kvstack.export.deployment import (
     LMCACHE_HASH,
     PASSWORD_ENV,
-    Bundle,
-    ExportFile,
-    ExportOptions,
     deployment_name,
     engine_image,
     gib_ceil,

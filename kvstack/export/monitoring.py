@@ -7,8 +7,9 @@ import json
 
 import yaml
 
-from kvstack.export.common import PASSWORD_ENV, ExportFile
+from kvstack.export.bundle import ExportFile
 from kvstack.export.dashboard import dashboard
+from kvstack.export.deployment import PASSWORD_ENV
 from kvstack.planning.schema import Plan
 from kvstack.remote.url import RemoteURL
 

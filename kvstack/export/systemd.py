@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import re
 
-from kvstack.export.common import Bundle, ExportFile, ExportOptions, deployment_name, remote
+from kvstack.export.bundle import Bundle, ExportFile, ExportOptions
+from kvstack.export.deployment import deployment_name, remote
 from kvstack.planning.schema import Plan
 from kvstack.remote.source import REMOTE_URL_ENV
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from kvstack.errors import PathError
-from kvstack.export.common import Bundle
+from kvstack.export.bundle import Bundle
 from kvstack.fsutil import atomic_write
 
 

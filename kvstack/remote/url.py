@@ -7,11 +7,11 @@ The accepted forms are the ones LMCache's remote connectors parse (lmcache 0.5.6
 
 from __future__ import annotations
 
-import ipaddress
 from dataclasses import dataclass, field
 from urllib.parse import unquote
 
 from kvstack.errors import NetworkTargetError, UnsupportedError
+from kvstack.netaddr import is_loopback
 from kvstack.redact import redact_url
 
 SCHEMES: tuple[str, ...] = ("redis", "rediss", "redis-sentinel", "lm")
@@ -60,7 +60,7 @@ class RemoteURL:
         return redact_url(self.raw)
 
     def is_loopback(self) -> bool:
-        return all(_is_loopback(h) for h, _ in self.hosts)
+        return all(is_loopback(h) for h, _ in self.hosts)
 
     def with_password(self, placeholder: str) -> str:
         """The URL as given, its password replaced (e.g. by ``$(KVSTACK_REDIS_PASSWORD)``)."""
@@ -90,15 +90,6 @@ class RemoteURL:
         hostpart = f"[{host}]" if ":" in host else host
         db = f"/{self.db}" if self.db is not None else ""
         return f"{self.scheme}://{cred}{hostpart}:{port}{db}"
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _bad(url_shown: str, why: str) -> NetworkTargetError:

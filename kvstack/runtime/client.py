@@ -10,9 +10,8 @@ from urllib.parse import urlsplit
 import httpx
 
 from kvstack.errors import NetworkTargetError
+from kvstack.netaddr import reaches_local
 from kvstack.redact import redact_url
-
-_LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1", "[::1]", "0.0.0.0"})
 
 
 def check_http_url(url: str, flag: str, example: str = "http://127.0.0.1:8000") -> None:
@@ -33,7 +32,7 @@ def check_http_url(url: str, flag: str, example: str = "http://127.0.0.1:8000") 
 
 def trusts_env(base_url: str) -> bool:
     """Honour proxy variables only for non-loopback servers: a proxy never reaches 127.0.0.1."""
-    return (urlsplit(base_url).hostname or "") not in _LOOPBACK
+    return not reaches_local(urlsplit(base_url).hostname or "")
 
 
 def make_client(base_url: str, max_connections: int = 100) -> httpx.AsyncClient:

@@ -16,8 +16,8 @@ from __future__ import annotations
 from importlib import metadata
 
 from kvstack.engines.base import LaunchSpec, ProcessSpec
-from kvstack.engines.common import client_host
 from kvstack.errors import MissingProgramError
+from kvstack.netaddr import client_host
 from kvstack.runtime.preflight import check_module_importable
 from kvstack.serving.ports import PortLayout
 

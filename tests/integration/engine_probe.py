@@ -108,7 +108,7 @@ def check_vllm_argv(argv: list[str]) -> dict[str, Any]:
     return out
 
 
-# The parser's destinations that kvstack sets itself (engines/common.py, engines/vllm.py).
+# The parser's destinations that kvstack sets itself (engines/owned_flags.py, engines/vllm.py).
 OWNED_DESTS = (
     "host",
     "port",

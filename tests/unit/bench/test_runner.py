@@ -25,7 +25,7 @@ from kvstack.bench.runner import (
 from kvstack.bench.schema import LayoutResult
 from kvstack.bench.text import TextBuilder
 from kvstack.bench.tokenize import EstimateTokenizer
-from kvstack.bench.workloads import Workload, WorkloadSpec, build_workload
+from kvstack.bench.workloads import RequestSet, WorkloadSpec, build_workload
 from kvstack.errors import EngineError, InputError
 from tests.support.stream_server import ServerKnobs, StreamServer
 
@@ -56,11 +56,11 @@ class InFlight:
         srv.httpd.RequestHandlerClass = Counting
 
 
-def _workload(name: str = "random", requests: int = 8, prompt_tokens: int = 64, **kw: Any) -> Workload:
+def _workload(name: str = "random", requests: int = 8, prompt_tokens: int = 64, **kw: Any) -> RequestSet:
     return build_workload(WorkloadSpec(name, requests=requests, prompt_tokens=prompt_tokens, **kw), BUILDER)
 
 
-def _run(srv: StreamServer, workload: Workload, **opts: Any) -> tuple[LayoutResult, Recorder]:
+def _run(srv: StreamServer, workload: RequestSet, **opts: Any) -> tuple[LayoutResult, Recorder]:
     rec = Recorder(workload)
     layout = Layout("l", srv.url, (srv.url + "/metrics",))
     options = RunOptions(model=srv.knobs.model, **{"concurrency": 4, **opts})

@@ -170,7 +170,7 @@ STATUS = {
 
 
 def test_lmcache_levels_come_from_its_status_at_the_middle_of_its_eviction_band() -> None:
-    from kvstack.bench.trace_session import _bytes_per_token
+    from kvstack.bench.trace_command import _bytes_per_token
     from kvstack.bench.trace_sizes import lmcache_levels
 
     assert _bytes_per_token(STATUS) == 1024  # the demo model's KV per token

@@ -18,7 +18,8 @@ import yaml
 
 from kvstack.errors import UnsupportedError
 from kvstack.export import ExportOptions, export_plan
-from kvstack.export.common import PASSWORD_ENV, Bundle
+from kvstack.export.bundle import Bundle
+from kvstack.export.deployment import PASSWORD_ENV
 from kvstack.planning.schema import Plan
 from kvstack.units import GIB
 from tests.support.deps import require_module

@@ -9,7 +9,7 @@ import yaml
 
 from kvstack.errors import UnsupportedError
 from kvstack.export import ExportOptions, export_plan
-from kvstack.export.common import LMCACHE_HASH, PASSWORD_ENV
+from kvstack.export.deployment import LMCACHE_HASH, PASSWORD_ENV
 from kvstack.units import GIB
 from tests.unit.export.plans import make_plan
 

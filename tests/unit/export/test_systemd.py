@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from kvstack.export import ExportOptions, export_plan
-from kvstack.export.common import Bundle
+from kvstack.export.bundle import Bundle
 from kvstack.export.systemd import API_KEY_ENV, REMOTE_URL_ENV, env_value, quote_arg, serve_argv
 from kvstack.remote.source import resolve_remote
 from tests.support.deps import missing

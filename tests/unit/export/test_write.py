@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from kvstack.errors import PathError
-from kvstack.export.common import Bundle, ExportFile
+from kvstack.export.bundle import Bundle, ExportFile
 from kvstack.export.write import write_bundle
 
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from kvstack.bench.command import BenchArgs, normalize_url, run_bench
 from kvstack.bench.report import load_result
 from kvstack.bench.runner import Layout
-from kvstack.bench.session import BenchArgs, normalize_url, run_bench
 from kvstack.errors import EngineError, InputError, NetworkTargetError, ValidationFailed
 from tests.support.stream_server import ServerKnobs, StreamServer
 

@@ -25,8 +25,8 @@ from kvstack.bench.schema import BenchResult
 from kvstack.bench.text import TextBuilder
 from kvstack.bench.tokenize import Tokenizer, resolve_tokenizer
 from kvstack.bench.workloads import (
+    RequestSet,
     TierSizes,
-    Workload,
     WorkloadSpec,
     build_workload,
     tier_sizes_from_metrics,
@@ -229,10 +229,10 @@ def run_bench(args: BenchArgs, start_layout: StartLayout | None = None) -> Bench
     if opts.concurrency is None and opts.rate is None:
         opts = replace(opts, concurrency=default_concurrency(args.workload))
     opts.validate()
-    workload: Workload | None = None
+    workload: RequestSet | None = None
     if base_url is None and args.workload == "tier-overflow" and args.plan_file is None:
 
-        def sized_by(layout: Layout) -> Workload:
+        def sized_by(layout: Layout) -> RequestSet:
             """tier-overflow sized from the cache sizes the first layout's server exposes."""
             built = build_workload(
                 spec, text, tier_sizes_from_metrics(scrape_sync(layout.metrics_urls, args.api_key))
@@ -240,7 +240,7 @@ def run_bench(args: BenchArgs, start_layout: StartLayout | None = None) -> Bench
             _say(_headline(built, opts))
             return built
 
-        source: Workload | Callable[[Layout], Workload] = sized_by
+        source: RequestSet | Callable[[Layout], RequestSet] = sized_by
     else:
         workload = source = build_workload(spec, text, _tier_sizes(args, base_url, all_metrics))
         _say(_headline(workload, opts))
@@ -300,7 +300,7 @@ def _check_correctness(result: BenchResult) -> None:
         )
 
 
-def _headline(workload: Workload, opts: RunOptions) -> str:
+def _headline(workload: RequestSet, opts: RunOptions) -> str:
     load = f"concurrency {opts.concurrency}" if opts.concurrency else f"rate {opts.rate:g}/s"
     shape = ", ".join(f"{k} {v}" for k, v in workload.shape.items())
     exact = "exact" if workload.exact else "estimated"

@@ -1,8 +1,7 @@
-"""What every renderer shares: the KV fingerprint, cache directory layout, URLs and secrets."""
+"""What every renderer derives once per launch: the KV fingerprint, cache layout, URLs and secrets."""
 
 from __future__ import annotations
 
-import ipaddress
 import math
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
@@ -10,26 +9,11 @@ from urllib.parse import urlsplit
 
 from kvstack.engines.base import FileSpec, LaunchSpec, ProcessSpec, RenderRequest
 from kvstack.engines.fingerprint import KvIdentity, fingerprint, namespace
-from kvstack.errors import InputError, PathError, UnsupportedError
+from kvstack.errors import InputError, PathError
+from kvstack.netaddr import client_host
 from kvstack.planning.schema import Tier, TierKind
 from kvstack.redact import MASK
 from kvstack.units import GIB
-
-# Flags kvstack sets from its own options. The engines' parsers keep the last value they read,
-# accept unique abbreviations (vLLM's parses "--ho 0.0.0.0" as --host) and, for vLLM's
-# FlexibleArgumentParser, underscores for dashes ("--api_key") and "--flag.key=value" for a field of a
-# JSON flag; so the same flag in any of those spellings among the user's engine arguments would
-# silently undo a decision kvstack made from its own value: a loopback bind, the key kept off the
-# command line. tests/integration/test_engine_parsers.py checks every spelling with vLLM's parser.
-KEY_FLAGS = ("--api-key", "--admin-api-key")
-OWNED_FLAGS = {
-    "--host": "give the bind address to kvstack: --host",
-    "--port": "give the port to kvstack: --port",
-    "--uds": "kvstack serves over TCP on --host and --port",
-    # A YAML of arguments (both engines read one): kvstack cannot see what it sets.
-    "--config": "pass those settings as engine arguments after -- instead of --config",
-}
-_WILDCARD_HOSTS = {"", "0.0.0.0", "::", "[::]"}
 
 
 @dataclass
@@ -54,67 +38,6 @@ def _absolute(path: str, what: str) -> str:
             hint="give a full path (a leading ~ is not expanded by the engines)",
         )
     return str(PurePosixPath(path))
-
-
-def is_loopback(host: str) -> bool:
-    """``host`` (a bind address) is reachable from this machine only."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
-def flag_name(arg: str) -> str | None:
-    """The long option an engine argument names, spelled as the engine's parser reads it.
-
-    ``--api_key=X`` -> ``--api-key``; ``--kv_transfer_config.kv_role=x`` -> ``--kv-transfer-config``;
-    None for a value or a short option.
-    """
-    if not arg.startswith("--") or len(arg) <= 2:
-        return None
-    name = arg.split("=", 1)[0].split(".", 1)[0]
-    return "--" + name[2:].replace("_", "-")
-
-
-def sets_flag(arg: str, flag: str) -> bool:
-    """``arg`` (an engine argument) sets ``flag``: spelled whole, with underscores, with ``=value`` or
-    ``.field=value``, or as an abbreviation of it (refused even when the parser would find it ambiguous)."""
-    name = flag_name(arg)
-    return name is not None and len(name) > 2 and flag.startswith(name)
-
-
-def _shown(arg: str) -> str:
-    """The flag as the user typed it, without its value (which may be a secret)."""
-    return arg.split("=", 1)[0].split(".", 1)[0]
-
-
-def refuse_owned_flags(extra_args: list[str]) -> None:
-    """Refuse engine arguments that would override the bind address, the port or the key."""
-    for arg in extra_args:
-        key = next((f for f in KEY_FLAGS if sets_flag(arg, f)), None)
-        if key is not None:
-            raise UnsupportedError(
-                f"{_shown(arg)} in the engine arguments would put a key on the engine's "
-                "command line, where every local user can read it",
-                hint="give the key to kvstack instead: --api-key-file FILE or the KVSTACK_API_KEY variable",
-            )
-        owned = next((f for f in OWNED_FLAGS if sets_flag(arg, f)), None)
-        if owned is not None:
-            what = "settings" if owned == "--config" else owned
-            raise UnsupportedError(
-                f"{_shown(arg)} in the engine arguments would override the {what} kvstack "
-                "sets (and the guards it chose for that address)",
-                hint=OWNED_FLAGS[owned],
-            )
-
-
-def client_host(host: str) -> str:
-    """Where a local client reaches a server bound to ``host``."""
-    if host in _WILDCARD_HOSTS:
-        return "127.0.0.1"
-    return f"[{host}]" if ":" in host and not host.startswith("[") else host
 
 
 def prepare(

@@ -4,9 +4,9 @@ import pytest
 
 from kvstack.errors import InputError
 from kvstack.export import FORMATS, exporter
-from kvstack.export.common import (
+from kvstack.export.bundle import ExportOptions
+from kvstack.export.deployment import (
     GIB,
-    ExportOptions,
     deployment_name,
     engine_image,
     gib_ceil,

@@ -1,8 +1,4 @@
-"""What every exporter shares: options, the output bundle, sizes, images and engine arguments.
-
-Exporters are pure: a Plan and ExportOptions in, a Bundle (file names, contents, modes) out.
-``kvstack.export.write`` puts a Bundle on disk.
-"""
+"""What a plan asks of a deployment, whatever writes it: names, sizes, the image, engine arguments."""
 
 from __future__ import annotations
 
@@ -11,9 +7,8 @@ import math
 import re
 from pathlib import PurePosixPath
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from kvstack.errors import UnsupportedError
+from kvstack.export.bundle import ExportOptions
 from kvstack.planning.schema import Plan
 from kvstack.remote.url import RemoteURL, parse_remote_url, require_remote_support
 from kvstack.units import GIB
@@ -27,45 +22,6 @@ HOST_BASE_BYTES_PER_RANK = 8 * GIB
 # processes and replicas sharing a remote tier; lmcache 0.5.6 maps this name to vLLM's sha256_cbor.
 LMCACHE_HASH = "sha256_cbor_64bit"
 PASSWORD_ENV = "KVSTACK_REDIS_PASSWORD"
-
-
-class ExportOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    remote_url: str | None = Field(default=None, repr=False)  # as the user gave it: may hold a password
-    image: str | None = None  # "repository:tag" overriding the default engine image
-    engine_version: str | None = None  # installed engine version, pins the image tag when known
-    host: str = "127.0.0.1"  # address the server (or the published port) binds
-    port: int = 8000
-    name: str | None = None  # deployment name; default: from the model name
-    # systemd: what `kvstack serve` is started with
-    kvstack_bin: str = "kvstack"
-    model_arg: str | None = None  # --model as the user gave it (default: plan.model_path)
-    hardware_path: str | None = None  # absolute
-    workload_name: str | None = None
-    user: str | None = None
-    env_file: str = "/etc/kvstack/kvstack.env"  # absolute path of the unit's EnvironmentFile
-
-
-class ExportFile(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    name: str  # relative to the output directory, no directories
-    content: str
-    mode: int = 0o644
-    secret: bool = False  # holds a secret: written 0600, never printed
-
-
-class Bundle(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    format: str
-    files: list[ExportFile]
-    notes: list[str] = Field(default_factory=list)
-
-    @property
-    def main(self) -> ExportFile:
-        return self.files[0]
 
 
 def gib_floor(n_bytes: int) -> int:

@@ -1,0 +1,47 @@
+"""What an exporter takes and gives: ExportOptions in, a Bundle (file names, contents, modes) out.
+
+Exporters are pure; ``kvstack.export.write`` puts a Bundle on disk.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class ExportOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    remote_url: str | None = Field(default=None, repr=False)  # as the user gave it: may hold a password
+    image: str | None = None  # "repository:tag" overriding the default engine image
+    engine_version: str | None = None  # installed engine version, pins the image tag when known
+    host: str = "127.0.0.1"  # address the server (or the published port) binds
+    port: int = 8000
+    name: str | None = None  # deployment name; default: from the model name
+    # systemd: what `kvstack serve` is started with
+    kvstack_bin: str = "kvstack"
+    model_arg: str | None = None  # --model as the user gave it (default: plan.model_path)
+    hardware_path: str | None = None  # absolute
+    workload_name: str | None = None
+    user: str | None = None
+    env_file: str = "/etc/kvstack/kvstack.env"  # absolute path of the unit's EnvironmentFile
+
+
+class ExportFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str  # relative to the output directory, no directories
+    content: str
+    mode: int = 0o644
+    secret: bool = False  # holds a secret: written 0600, never printed
+
+
+class Bundle(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    format: str
+    files: list[ExportFile]
+    notes: list[str] = Field(default_factory=list)
+
+    @property
+    def main(self) -> ExportFile:
+        return self.files[0]
