@@ -15,3 +15,9 @@ ENGINES: tuple[str, ...] = get_args(Engine)
 CONNECTORS: tuple[str, ...] = get_args(Connector)
 OFFLOAD_CHOICES: tuple[str, ...] = get_args(OffloadChoice)
 Launched = Literal["vllm", "sglang", "vllm-router"]  # what a LaunchSpec starts: an engine or the router
+
+# The per-run control token kvstack hands the engine's guard (kvstack/clients/control.py) in this
+# variable, and the header its clients send it in. Here, not in the guard, because the guard runs
+# inside vLLM and imports the standard library only (it repeats them), and runtime must not import engines.
+CONTROL_ENV = "KVSTACK_CONTROL_TOKEN"
+CONTROL_HEADER = "X-Kvstack-Control"

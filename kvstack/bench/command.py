@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import httpx
 from pydantic import ValidationError
 
 from kvstack.bench.progress import ProgressView
@@ -32,18 +31,18 @@ from kvstack.bench.workloads import (
     tier_sizes_from_metrics,
     tier_sizes_from_plan,
 )
+from kvstack.clients.client import check_http_url
+from kvstack.clients.metrics import scrape_sync
+from kvstack.clients.models import served_models
 from kvstack.errors import (
     EngineError,
     InputError,
     Interrupted,
     KvstackError,
-    NetworkTargetError,
     ValidationFailed,
 )
 from kvstack.planning.schema import Plan
 from kvstack.redact import redact_url
-from kvstack.runtime.client import auth_headers, check_http_url, trusts_env
-from kvstack.runtime.metrics import scrape_sync
 
 DEFAULT_CONCURRENCY = 8
 
@@ -96,37 +95,7 @@ def _metrics_url(url: str) -> str:
 
 def served_model(base_url: str, api_key: str | None, timeout_s: float = 10.0) -> str:
     """The first model the server lists; raises an InputError naming the URL when it does not answer."""
-    shown = redact_url(base_url)
-    try:
-        with httpx.Client(trust_env=trusts_env(base_url), timeout=timeout_s) as client:
-            resp = client.get(base_url + "/v1/models", headers=auth_headers(api_key))
-    except httpx.ConnectError as exc:
-        raise NetworkTargetError(
-            f"nothing is listening at {shown}",
-            hint="start the server (kvstack serve ...) or correct --url",
-        ) from exc
-    except httpx.HTTPError as exc:
-        raise NetworkTargetError(
-            f"the server at {shown} did not answer /v1/models ({type(exc).__name__})",
-            hint="check that --url points at an OpenAI-compatible server that is up",
-        ) from exc
-    if resp.status_code in (401, 403):
-        raise InputError(
-            f"the server at {shown} refused the request (HTTP {resp.status_code})",
-            hint="pass its key with --api-key (or KVSTACK_API_KEY)",
-        )
-    if resp.status_code != 200:
-        raise NetworkTargetError(
-            f"the server at {shown} answered /v1/models with HTTP {resp.status_code}",
-            hint="is it an OpenAI-compatible server (vLLM, SGLang) and ready?",
-        )
-    try:
-        models = [m["id"] for m in resp.json().get("data", []) if isinstance(m, dict) and "id" in m]
-    except (ValueError, AttributeError) as exc:
-        raise NetworkTargetError(f"{shown}/v1/models is not JSON", hint="check --url") from exc
-    if not models:
-        raise NetworkTargetError(f"the server at {shown} serves no model", hint="pass --model NAME")
-    return str(models[0])
+    return str(served_models(base_url, api_key, timeout_s)[0]["id"])
 
 
 def load_plan(path: Path) -> Plan:

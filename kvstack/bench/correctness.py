@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from kvstack.bench.schema import CorrectnessResult
 from kvstack.bench.workloads import RequestSet
-from kvstack.runtime.client import auth_headers, make_client
-from kvstack.runtime.streaming import StreamClient
+from kvstack.clients.client import auth_headers, make_client
+from kvstack.clients.streaming import StreamClient
 from kvstack.validation.correctness import CorrectnessCheck, judge
 from kvstack.validation.scoring import PositionScore, score
 from kvstack.validation.thresholds import DEFAULT_TOKENS, DEFAULT_TOP_K

@@ -12,8 +12,8 @@ from typing import Any
 
 from kvstack.bench.schema import BenchResult
 from kvstack.bench.stats import percentile
+from kvstack.clients import token_sources as ts
 from kvstack.fsutil import atomic_write
-from kvstack.runtime import token_sources as ts
 
 TTFT_CDF = "ttft_cdf.png"
 TTFT_BY_ROUND = "ttft_by_round.png"

@@ -24,12 +24,12 @@ from kvstack.bench.correctness import check_correctness
 from kvstack.bench.schema import CacheStats, CorrectnessResult, LayoutResult, RequestRow, RoundResult
 from kvstack.bench.stats import cache_stats, summarize, tpot
 from kvstack.bench.workloads import BenchRequest, RequestSet
+from kvstack.clients.client import make_client
+from kvstack.clients.metrics import MetricsSnapshot, scrape
+from kvstack.clients.streaming import RequestResult, StreamClient
 from kvstack.errors import InputError, KvstackError
 from kvstack.planning.schema import Plan
 from kvstack.redact import redact_url
-from kvstack.runtime.client import make_client
-from kvstack.runtime.metrics import MetricsSnapshot, scrape
-from kvstack.runtime.streaming import RequestResult, StreamClient
 
 DEFAULT_MAX_IN_FLIGHT = 1024  # the cap of --rate runs, so a slow server cannot grow memory unboundedly
 WATCH_INTERVAL_S = 0.5  # how often a layout's liveness check runs (a death is noticed within 2 s)

@@ -111,7 +111,7 @@ class CacheStats(BaseModel):
     lmcache_mp_l2_hit_tokens: float | None = None
     lmcache_mp_l2_loads: dict[str, float] = Field(default_factory=dict)  # per L2 adapter (l2_name)
     # Prompt tokens by where they came from: recomputed, engine_cache, dram, disk, remote, offload
-    # (runtime/token_sources.py; the same figures `kvstack top` shows). The prompt_sources plot.
+    # (clients/token_sources.py; the same figures `kvstack top` shows). The prompt_sources plot.
     tokens_by_source: dict[str, float] = Field(default_factory=dict)
     sglang_tokens_by_mode: dict[str, float] = Field(default_factory=dict)
     scrape_errors: list[str] = Field(default_factory=list)

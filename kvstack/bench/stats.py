@@ -7,9 +7,9 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 
 from kvstack.bench.schema import CacheStats, Distribution, RequestRow, Summary
-from kvstack.runtime import metrics as m
-from kvstack.runtime import token_sources
-from kvstack.runtime.metrics import MetricsSnapshot
+from kvstack.clients import metrics as m
+from kvstack.clients import token_sources
+from kvstack.clients.metrics import MetricsSnapshot
 
 # LMCache in-process counters (lmcache/observability.py, LMCStatsMonitor's prometheus logger).
 LMCACHE_REQUESTED_TOKENS = "lmcache:num_requested_tokens"

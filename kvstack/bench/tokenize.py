@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 import httpx
 
-from kvstack.runtime.client import auth_headers, trusts_env
+from kvstack.clients.client import auth_headers, trusts_env
 
 
 class Tokenizer(Protocol):

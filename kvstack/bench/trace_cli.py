@@ -15,9 +15,9 @@ from kvstack.bench.report import environment, write_report
 from kvstack.bench.runner import StartLayout
 from kvstack.bench.schema import BenchResult
 from kvstack.bench.trace_command import TraceArgs, load_slice, run_trace
+from kvstack.clients import token_sources as ts
 from kvstack.errors import EngineError, InputError
 from kvstack.redact import redact_url
-from kvstack.runtime import token_sources as ts
 
 PREDICTION_PLOT = "trace_prediction.png"
 

@@ -24,12 +24,12 @@ from kvstack.bench.trace_predict import comparison, predict
 from kvstack.bench.trace_prompts import BlockTokens, ReplayShape, SentRequest, plan_requests, token_pool
 from kvstack.bench.trace_replay import ReplayRun, replay
 from kvstack.bench.trace_sizes import Hierarchy, cache_server_status, engine_level, lmcache_levels
+from kvstack.clients import token_sources as ts
+from kvstack.clients.client import auth_headers, trusts_env
+from kvstack.clients.metrics import scrape_sync
 from kvstack.errors import InputError, Interrupted, KvstackError
 from kvstack.planning.capacity import simulate_hierarchy
 from kvstack.redact import redact_url
-from kvstack.runtime import token_sources as ts
-from kvstack.runtime.client import auth_headers, trusts_env
-from kvstack.runtime.metrics import scrape_sync
 from kvstack.traces.mooncake import read_trace
 from kvstack.traces.sample import sample_sessions, scale_blocks, session_key, with_requests
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from kvstack.bench.plots import _figure, _save
 from kvstack.bench.schema import BenchResult
-from kvstack.runtime import token_sources as ts
+from kvstack.clients import token_sources as ts
 
 
 def prediction_plot(result: BenchResult, path: Path) -> Path:

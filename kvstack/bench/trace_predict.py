@@ -14,8 +14,8 @@ from typing import Any
 
 from kvstack.bench.trace_prompts import SentRequest
 from kvstack.bench.trace_sizes import Hierarchy
+from kvstack.clients import token_sources as ts
 from kvstack.planning.capacity import simulate_hierarchy
-from kvstack.runtime import token_sources as ts
 
 TIERS: tuple[str, ...] = (ts.ENGINE_CACHE, ts.DRAM, ts.DISK, ts.REMOTE, ts.RECOMPUTED)
 

@@ -26,8 +26,8 @@ from typing import Any
 import httpx
 
 from kvstack.bench.text import pool_words
+from kvstack.clients.client import auth_headers, trusts_env
 from kvstack.errors import InputError
-from kvstack.runtime.client import auth_headers, trusts_env
 from kvstack.traces.mooncake import TraceRequest
 
 MIN_POOL = 32  # distinct token ids needed so that blocks of different ids differ

@@ -21,12 +21,12 @@ from dataclasses import dataclass, field
 from kvstack.bench.schema import RequestRow
 from kvstack.bench.stats import tpot
 from kvstack.bench.trace_prompts import BlockTokens, SentRequest
+from kvstack.clients import metrics as m
+from kvstack.clients import token_sources as ts
+from kvstack.clients.client import make_client
+from kvstack.clients.metrics import MetricsSnapshot, scrape
+from kvstack.clients.streaming import RequestResult, StreamClient
 from kvstack.errors import KvstackError
-from kvstack.runtime import metrics as m
-from kvstack.runtime import token_sources as ts
-from kvstack.runtime.client import make_client
-from kvstack.runtime.metrics import MetricsSnapshot, scrape
-from kvstack.runtime.streaming import RequestResult, StreamClient
 
 LMCACHE_ADAPTER_TIERS = {"fs": ts.DISK, "fs_native": ts.DISK, "resp": ts.REMOTE, "redis": ts.REMOTE}
 

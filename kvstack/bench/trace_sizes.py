@@ -19,8 +19,8 @@ from typing import Any
 
 import httpx
 
-from kvstack.runtime.client import auth_headers, trusts_env
-from kvstack.runtime.metrics import SGLANG_MAX_TOTAL_TOKENS, VLLM_CACHE_CONFIG_INFO, MetricsSnapshot
+from kvstack.clients.client import auth_headers, trusts_env
+from kvstack.clients.metrics import SGLANG_MAX_TOTAL_TOKENS, VLLM_CACHE_CONFIG_INFO, MetricsSnapshot
 
 DEFAULT_WATERMARK, DEFAULT_RATIO = 0.8, 0.2
 
@@ -29,7 +29,7 @@ DEFAULT_WATERMARK, DEFAULT_RATIO = 0.8, 0.2
 class Level:
     """One cache level as simulated: capacity in its own blocks of ``unit_tokens``."""
 
-    tier: str  # engine_cache, dram, disk, remote (runtime/token_sources.py names)
+    tier: str  # engine_cache, dram, disk, remote (clients/token_sources.py names)
     unit_tokens: int
     nominal_blocks: int  # what the server reports
     blocks: int  # what the simulation uses (LMCache's eviction steps taken into account)

@@ -20,9 +20,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from kvstack.bench.text import TextBuilder
+from kvstack.clients.metrics import SGLANG_MAX_TOTAL_TOKENS, VLLM_CACHE_CONFIG_INFO, MetricsSnapshot
 from kvstack.errors import WorkloadError
 from kvstack.planning.schema import Plan
-from kvstack.runtime.metrics import SGLANG_MAX_TOTAL_TOKENS, VLLM_CACHE_CONFIG_INFO, MetricsSnapshot
 
 WORKLOADS: tuple[str, ...] = ("long-doc-qa", "multi-turn", "shared-prefix", "tier-overflow", "random")
 MAX_REQUESTS = 100_000

@@ -7,12 +7,13 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from urllib.parse import urlsplit
 
-from kvstack.engines.base import FileSpec, LaunchSpec, ProcessSpec, RenderRequest
+from kvstack.engines.base import RenderRequest
 from kvstack.engines.fingerprint import KvIdentity, fingerprint, namespace
 from kvstack.errors import InputError, PathError
 from kvstack.netaddr import client_host
 from kvstack.planning.schema import Tier, TierKind
 from kvstack.redact import MASK
+from kvstack.runtime.specs import FileSpec, LaunchSpec, ProcessSpec
 from kvstack.units import GIB
 
 

@@ -46,7 +46,7 @@ from urllib.parse import unquote, urlsplit
 import yaml
 
 from kvstack.engines import versions
-from kvstack.engines.base import FileSpec, LaunchSpec, ProcessSpec, RenderRequest, register
+from kvstack.engines.base import RenderRequest, register
 from kvstack.engines.launch_basics import (
     LaunchBasics,
     assemble,
@@ -59,6 +59,7 @@ from kvstack.engines.launch_basics import (
 from kvstack.engines.vllm import prepare_vllm, reset_path, vllm_server
 from kvstack.errors import NetworkTargetError, PathError, UnsupportedError
 from kvstack.redact import redact_url
+from kvstack.runtime.specs import FileSpec, LaunchSpec, ProcessSpec
 from kvstack.units import GIB
 
 LMCACHE_ENV_PREFIX = "LMCACHE_"

@@ -16,10 +16,11 @@ from __future__ import annotations
 from typing import Any
 
 from kvstack.engines import versions
-from kvstack.engines.base import LaunchSpec, RenderRequest, register
+from kvstack.engines.base import RenderRequest, register
 from kvstack.engines.launch_basics import assemble, need_tier, tier_dir
 from kvstack.engines.vllm import prepare_vllm, reset_path, vllm_server
 from kvstack.errors import PathError, UnsupportedError
+from kvstack.runtime.specs import LaunchSpec
 from kvstack.units import fmt_bytes
 
 

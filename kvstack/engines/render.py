@@ -4,12 +4,13 @@ from __future__ import annotations
 
 # Imported for their @register side effect: one module per engine/connector.
 from kvstack.engines import lmcache, native, sglang, vllm  # noqa: F401
-from kvstack.engines.base import HostFacts, LaunchSpec, RenderRequest, ServeOptions, registered
+from kvstack.engines.base import HostFacts, RenderRequest, registered
 from kvstack.engines.facts import gather_facts
 from kvstack.engines.versions import installed_versions
 from kvstack.errors import UnsupportedError
 from kvstack.hardware.snapshot import SoftwareInfo
 from kvstack.planning.schema import Plan
+from kvstack.runtime.specs import LaunchSpec, ServeOptions
 
 
 def supported() -> list[tuple[str, str]]:

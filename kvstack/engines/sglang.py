@@ -30,13 +30,14 @@ from pathlib import PurePosixPath
 import yaml
 
 from kvstack.engines import versions
-from kvstack.engines.base import FileSpec, LaunchSpec, ProcessSpec, RenderRequest, register
+from kvstack.engines.base import RenderRequest, register
 from kvstack.engines.launch_basics import LaunchBasics, assemble, need_tier, prepare, tier_dir
 from kvstack.engines.lmcache import LMCACHE_ENV_PREFIX, MP_HOST, check_lmcache, mp_server, yaml_file
 from kvstack.engines.owned_flags import flag_name, refuse_owned_flags
 from kvstack.errors import UnsupportedError
 from kvstack.netaddr import is_loopback
 from kvstack.releases import at_least
+from kvstack.runtime.specs import FileSpec, LaunchSpec, ProcessSpec
 
 SGLANG_RESET_PATH = "/flush_cache"
 # HiCache storage works in pages; 64 is what SGLang's HiCache guides use with a storage backend.

@@ -10,12 +10,13 @@ import json
 from typing import Any
 
 from kvstack.engines import versions
-from kvstack.engines.base import LaunchSpec, ProcessSpec, RenderRequest, register
+from kvstack.engines.base import RenderRequest, register
 from kvstack.engines.launch_basics import LaunchBasics, assemble, prepare
 from kvstack.engines.owned_flags import refuse_owned_flags, sets_flag
-from kvstack.engines.vllm_guard import CONTROL_ENV
 from kvstack.errors import UnsupportedError
+from kvstack.names import CONTROL_ENV
 from kvstack.netaddr import is_loopback
+from kvstack.runtime.specs import LaunchSpec, ProcessSpec
 from kvstack.units import GIB
 
 # POST here empties vLLM's GPU prefix cache; the route exists only with VLLM_SERVER_DEV_MODE=1.

@@ -64,7 +64,9 @@ CONTROL_PATHS = frozenset(
 BROWSER_HEADERS = (b"origin", b"sec-fetch-site", b"sec-fetch-mode")
 PROXY_HEADERS = (b"forwarded", b"x-forwarded-for", b"x-forwarded-host", b"x-real-ip", b"via")
 KEY_ENV = "VLLM_API_KEY"
-# The per-run control token kvstack hands the engine (kvstack/runtime/control.py) and its header.
+# The per-run control token's variable and header: kvstack.names holds them for kvstack; the guard,
+# which imports nothing but the standard library, repeats them (tests/unit/engines/test_vllm_guard.py
+# checks the two agree).
 CONTROL_ENV = "KVSTACK_CONTROL_TOKEN"
 CONTROL_HEADER = "X-Kvstack-Control"
 _CONTROL_HEADER = CONTROL_HEADER.lower().encode()

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import psutil
 
-from kvstack.engines.base import LaunchSpec, ServeOptions
 from kvstack.errors import MissingProgramError, NetworkTargetError, PathError
+from kvstack.runtime.specs import LaunchSpec, ServeOptions
 from kvstack.units import fmt_bytes
 
 # Python module to look for -> what to pip-install for it.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import httpx
 
-from kvstack.runtime.client import auth_headers
+from kvstack.clients.client import auth_headers
 
 
 def probe_ready(

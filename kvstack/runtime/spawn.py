@@ -14,7 +14,7 @@ from typing import Any
 
 import psutil
 
-from kvstack.engines.base import ProcessSpec
+from kvstack.runtime.specs import ProcessSpec
 from kvstack.runtime.watchdog import group_alive
 
 KVSTACK_SECRET_VARS = ("KVSTACK_API_KEY", "KVSTACK_REMOTE_URL")

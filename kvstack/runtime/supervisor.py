@@ -25,7 +25,6 @@ from typing import IO
 
 import httpx
 
-from kvstack.engines.base import LaunchSpec, ProcessSpec
 from kvstack.errors import EngineError, MissingProgramError
 from kvstack.fsutil import atomic_write, ensure_private_dir
 from kvstack.redact import redact_argv
@@ -42,6 +41,7 @@ from kvstack.runtime.spawn import (
     remove_start_files,
     watchdog_env,
 )
+from kvstack.runtime.specs import LaunchSpec, ProcessSpec
 from kvstack.runtime.status import StatusCallback, SupervisorStatus
 from kvstack.runtime.tee import LogTee
 

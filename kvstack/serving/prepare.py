@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kvstack.engines.base import LaunchSpec, ServeOptions
+from kvstack.clients.control import new_token
 from kvstack.engines.facts import gather_facts
 from kvstack.engines.render import render
 from kvstack.errors import PlanInfeasible
@@ -24,8 +24,8 @@ from kvstack.planning.replicas import device_groups, replica_snapshot
 from kvstack.planning.resolve import plan_for_model
 from kvstack.planning.retention import parse_retain
 from kvstack.planning.schema import Plan
-from kvstack.runtime.control import new_token
 from kvstack.runtime.preflight import check_port_range
+from kvstack.runtime.specs import LaunchSpec, ServeOptions
 from kvstack.runtime.writable import require_writable_dir
 from kvstack.serving.ports import PortLayout, port_layout
 from kvstack.serving.replicas import on_devices, replica_dir, replica_request, replica_warning, visible_gpus
@@ -108,7 +108,7 @@ def serve_options(request: ServeRequest, **overrides: Any) -> ServeOptions:
         "extra_args": list(request.extra_args),
         "remote_url": request.remote,
         # Dev mode only for the validation pass (its prefix cache reset); a token per engine that
-        # kvstack alone holds for whatever control route answers (kvstack/runtime/control.py).
+        # kvstack alone holds for whatever control route answers (kvstack/clients/control.py).
         "dev_mode": request.validate_after_start,
         "control_token": new_token() if request.engine == "vllm" else None,
     }

@@ -15,9 +15,9 @@ import math
 from collections.abc import Mapping
 from pathlib import Path
 
-from kvstack.engines.base import LaunchSpec, ProcessSpec
 from kvstack.errors import UnsupportedError
 from kvstack.hardware.snapshot import HardwareSnapshot
+from kvstack.runtime.specs import LaunchSpec, ProcessSpec
 from kvstack.serving.request import ServeRequest
 
 

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from importlib import metadata
 
-from kvstack.engines.base import LaunchSpec, ProcessSpec
 from kvstack.errors import MissingProgramError
 from kvstack.netaddr import client_host
 from kvstack.runtime.preflight import check_module_importable
+from kvstack.runtime.specs import LaunchSpec, ProcessSpec
 from kvstack.serving.ports import PortLayout
 
 ROUTER_PACKAGE = "vllm-router"

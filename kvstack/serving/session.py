@@ -20,14 +20,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from kvstack.engines.base import LaunchSpec
+from kvstack.clients import control
+from kvstack.clients.control import write_control_token
 from kvstack.errors import Interrupted, NetworkTargetError, ValidationFailed
 from kvstack.fsutil import atomic_write, check_private_dir, ensure_private_dir
 from kvstack.model import hub
-from kvstack.runtime import control
-from kvstack.runtime.control import write_control_token
 from kvstack.runtime.group import SupervisorGroup
 from kvstack.runtime.preflight import check_port_free, preflight_launch
+from kvstack.runtime.specs import LaunchSpec
 from kvstack.runtime.status import SupervisorStatus
 from kvstack.runtime.supervisor import ProcessFailed, Supervisor
 from kvstack.serving.prepare import Launch, PreparedServe

@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kvstack.clients.metrics import MetricsSnapshot, scrape_sync
 from kvstack.errors import KvstackError
 from kvstack.redact import redact_text
-from kvstack.runtime.metrics import MetricsSnapshot, scrape_sync
 from kvstack.top.targets import Targets
 
 SCRAPE_TIMEOUT_S = 3.0

@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from kvstack.clients.client import check_http_url
 from kvstack.errors import InputError, PathError
 from kvstack.redact import MASK, redact_url
-from kvstack.runtime.client import check_http_url
 
 LAUNCH_JSON = "launch.json"
 PLAN_JSON = "plan.json"

@@ -9,7 +9,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from kvstack.runtime import token_sources as ts
+from kvstack.clients import token_sources as ts
 from kvstack.top.snapshot import LmcacheView, ServerView, TopSnapshot
 from kvstack.units import fmt_bytes
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from kvstack.clients import metrics as m
+from kvstack.clients import token_sources as ts
+from kvstack.clients.metrics import MetricsSnapshot
 from kvstack.redact import redact_url
-from kvstack.runtime import metrics as m
-from kvstack.runtime import token_sources as ts
-from kvstack.runtime.metrics import MetricsSnapshot
 from kvstack.top.snapshot import (
     AdapterView,
     DiskView,

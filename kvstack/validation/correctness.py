@@ -26,7 +26,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from kvstack.runtime.streaming import RequestResult
+from kvstack.clients.streaming import RequestResult
 from kvstack.validation.scoring import PositionScore
 from kvstack.validation.thresholds import DEFAULT_NOISE_NATS, DEFAULT_TOP_K
 

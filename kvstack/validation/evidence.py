@@ -10,8 +10,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from kvstack.runtime import metrics as m
-from kvstack.runtime.metrics import MetricsSnapshot
+from kvstack.clients import metrics as m
+from kvstack.clients.metrics import MetricsSnapshot
 
 
 @dataclass

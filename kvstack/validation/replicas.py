@@ -16,9 +16,9 @@ import asyncio
 import statistics
 from collections.abc import Callable
 
+from kvstack.clients.metrics import MetricsSnapshot
+from kvstack.clients.streaming import RequestResult
 from kvstack.planning.schema import Plan
-from kvstack.runtime.metrics import MetricsSnapshot
-from kvstack.runtime.streaming import RequestResult
 from kvstack.validation.cache_server import moved_aside
 from kvstack.validation.evidence import (
     Hits,

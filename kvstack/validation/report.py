@@ -10,10 +10,10 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from kvstack import __version__
+from kvstack.clients.client import check_http_url
 from kvstack.errors import InputError, PathError
 from kvstack.fsutil import atomic_write
 from kvstack.planning.schema import Engine, Platform, TtftModel
-from kvstack.runtime.client import check_http_url
 from kvstack.validation.correctness import CorrectnessCheck
 from kvstack.validation.diagnosis import Diagnosis
 from kvstack.validation.thresholds import (

@@ -21,9 +21,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from kvstack.engines.base import LaunchSpec
 from kvstack.errors import InputError
 from kvstack.planning.schema import Plan
+from kvstack.runtime.specs import LaunchSpec
 from kvstack.validation.diagnosis import Diagnosis, scan_log
 from kvstack.validation.isolation import step_plan
 from kvstack.validation.prediction import apply_predictions

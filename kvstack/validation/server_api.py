@@ -5,14 +5,14 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from typing import Any
 
 import httpx
 
-from kvstack.errors import InputError, NetworkTargetError
-from kvstack.runtime.client import auth_headers, make_client
-from kvstack.runtime.metrics import MetricsSnapshot, scrape
-from kvstack.runtime.streaming import RequestResult, StreamClient
+from kvstack.clients import models
+from kvstack.clients.client import auth_headers, make_client
+from kvstack.clients.metrics import MetricsSnapshot, scrape
+from kvstack.clients.streaming import RequestResult, StreamClient
+from kvstack.errors import InputError
 from kvstack.validation.prompts import Prompt
 from kvstack.validation.report import ValidationTarget
 from kvstack.validation.scoring import PositionScore, score
@@ -43,35 +43,11 @@ class ServerApi:
         await self.aclose()
 
     async def discover(self) -> None:
-        url = self.base + "/v1/models"
         try:
-            resp = await self.client.get(url, headers=self.headers, timeout=15.0)
-        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
-            raise NetworkTargetError(
-                f"nothing is listening at {self.target.base_url}",
-                hint="start a server (kvstack serve) or fix --url",
-            ) from exc
+            resp = await self.client.get(self.base + models.PATH, headers=self.headers, timeout=15.0)
         except httpx.HTTPError as exc:
-            raise NetworkTargetError(
-                f"{url} did not answer: {type(exc).__name__}", hint="check that --url points at the server"
-            ) from exc
-        if resp.status_code in (401, 403):
-            raise NetworkTargetError(
-                f"the server at {self.target.base_url} refused the API key (HTTP {resp.status_code})",
-                hint="pass the server's key with --api-key or KVSTACK_API_KEY",
-            )
-        data: Any = None
-        if resp.status_code == 200:
-            try:
-                data = resp.json().get("data")
-            except (ValueError, AttributeError):
-                data = None
-        if not isinstance(data, list) or not data:
-            raise NetworkTargetError(
-                f"{self.target.base_url} does not serve the OpenAI API "
-                f"(GET /v1/models answered HTTP {resp.status_code})",
-                hint="point --url at a vLLM or SGLang server",
-            )
+            raise models.request_failed(exc, self.target.base_url) from exc
+        data = models.model_cards(resp, self.target.base_url)
         ids = [str(d.get("id")) for d in data if isinstance(d, dict)]
         if not self.model:
             self.model = ids[0]

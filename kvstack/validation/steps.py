@@ -12,8 +12,8 @@ import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from kvstack.runtime.metrics import MetricsSnapshot
-from kvstack.runtime.streaming import RequestResult
+from kvstack.clients.metrics import MetricsSnapshot
+from kvstack.clients.streaming import RequestResult
 from kvstack.validation import correctness
 from kvstack.validation.cache_server import CacheServer
 from kvstack.validation.correctness import CorrectnessCheck

@@ -13,7 +13,7 @@ import asyncio
 import math
 from dataclasses import dataclass
 
-from kvstack.runtime.metrics import MetricsSnapshot
+from kvstack.clients.metrics import MetricsSnapshot
 from kvstack.validation.cache_server import moved_aside
 from kvstack.validation.evidence import (
     Hits,

@@ -29,7 +29,7 @@ import pytest
 
 from kvstack.bench.runner import Layout
 from kvstack.bench.sized import TierOverrides, sized_layout_starter
-from kvstack.runtime.metrics import LMCACHE_MP_L2_EVICTED, LMCACHE_MP_L2_HIT_TOKENS, parse_metrics
+from kvstack.clients.metrics import LMCACHE_MP_L2_EVICTED, LMCACHE_MP_L2_HIT_TOKENS, parse_metrics
 from kvstack.serving.request import ServeRequest
 from tests.support.ports import free_block
 
@@ -81,7 +81,7 @@ def complete(layout: Layout, tokens: list[int]) -> None:
 def control(layout: Layout) -> dict[str, str]:
     """The header with the run's control token, where kvstack gives its engines one (reset needs it)."""
     try:
-        ctl = importlib.import_module("kvstack.runtime.control")
+        ctl = importlib.import_module("kvstack.clients.control")
     except ImportError:
         return {}
     headers: dict[str, str] = ctl.control_headers(ctl.token_for(layout.base_url))

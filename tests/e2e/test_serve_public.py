@@ -23,8 +23,8 @@ import httpx
 import psutil
 import pytest
 
+from kvstack.clients.control import control_headers, read_control_token
 from kvstack.engines.vllm_guard import classify
-from kvstack.runtime.control import control_headers, read_control_token
 from tests.e2e.conftest import (
     ServeSession,
     env_for_tests,

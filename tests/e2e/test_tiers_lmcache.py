@@ -109,7 +109,7 @@ def complete(base_url: str, text: str) -> dict[str, object]:
 
 
 def counter(url: str, name: str, **labels: str) -> float:
-    from kvstack.runtime.metrics import parse_metrics
+    from kvstack.clients.metrics import parse_metrics
 
     return parse_metrics(httpx.get(url + "/metrics", timeout=10).text).value(name, **labels)
 

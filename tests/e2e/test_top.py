@@ -23,8 +23,8 @@ from typing import Any
 import httpx
 import pytest
 
+from kvstack.clients.control import control_headers, read_control_token
 from kvstack.engines.lmcache import L2_ADAPTERS
-from kvstack.runtime.control import control_headers, read_control_token
 from tests.e2e.conftest import (
     ServeSession,
     env_for_tests,
@@ -105,7 +105,7 @@ def warmed(demo_server: ServeSession) -> ServeSession:
 
 
 def lmcache_totals(session: ServeSession) -> tuple[float, float]:
-    from kvstack.runtime.metrics import LMCACHE_MP_L1_HIT_TOKENS, LMCACHE_MP_L2_HIT_TOKENS, parse_metrics
+    from kvstack.clients.metrics import LMCACHE_MP_L1_HIT_TOKENS, LMCACHE_MP_L2_HIT_TOKENS, parse_metrics
 
     url = launch_of(session)["cache_server_url"] + "/metrics"
     snap = parse_metrics(httpx.get(url, timeout=10).text)

@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 import yaml
 
-from kvstack.engines.base import LaunchSpec
 from kvstack.engines.disk_bound import server_argv
 from kvstack.engines.render import render
 from kvstack.engines.versions import VLLM_API_SERVER_MODULE, VLLM_CLI_MODULE
 from kvstack.errors import UnsupportedError
+from kvstack.runtime.specs import LaunchSpec
 from tests.support.deps import require_engine_module
 from tests.support.engine_probe import run_probe
 from tests.unit.engines.cases import (

@@ -22,10 +22,10 @@ import httpx
 import psutil
 import pytest
 
-from kvstack.engines.base import ProcessSpec
+from kvstack.clients.metrics import parse_metrics
 from kvstack.errors import NetworkTargetError
 from kvstack.hardware.snapshot import load_snapshot
-from kvstack.runtime.metrics import parse_metrics
+from kvstack.runtime.specs import ProcessSpec
 from kvstack.runtime.supervisor import ProcessFailed
 from kvstack.serving.prepare import Launch, prepare
 from kvstack.serving.request import ServeRequest

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 import yaml
 
-from kvstack.engines.base import LaunchSpec
 from kvstack.engines.render import render
+from kvstack.runtime.specs import LaunchSpec
 from tests.integration.test_engine_parsers import engine_specs
 from tests.support.deps import ROOT, engine_python, missing
 from tests.unit.engines.cases import API_KEY, HUB_FACTS, SOFTWARE, make_options

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from kvstack.clients.client import trusts_env
 from kvstack.netaddr import client_host, is_loopback, reaches_local
 from kvstack.remote.url import parse_remote_url
-from kvstack.runtime.client import trusts_env
 
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "127.8.9.1", "::1", "[::1]", "localhost"])
@@ -28,7 +28,8 @@ def test_a_wildcard_bind_is_reached_locally_but_is_not_loopback() -> None:
 
 
 @pytest.mark.parametrize(
-    ("bind", "reach"), [("0.0.0.0", "127.0.0.1"), ("::", "127.0.0.1"), ("::1", "[::1]"), ("10.1.2.3", "10.1.2.3")]
+    ("bind", "reach"),
+    [("0.0.0.0", "127.0.0.1"), ("::", "127.0.0.1"), ("::1", "[::1]"), ("10.1.2.3", "10.1.2.3")],
 )
 def test_client_host(bind: str, reach: str) -> None:
     assert client_host(bind) == reach

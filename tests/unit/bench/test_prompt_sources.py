@@ -12,7 +12,7 @@ from kvstack.bench.plots import PROMPT_SOURCES, source_shares
 from kvstack.bench.report import RESULTS_JSON, environment, load_result, write_report
 from kvstack.bench.schema import BenchResult, CacheStats, LayoutResult, RequestRow
 from kvstack.bench.stats import cache_stats, summarize
-from kvstack.runtime.metrics import scrape_sync
+from kvstack.clients.metrics import scrape_sync
 from tests.support.stream_server import ServerKnobs, StreamServer
 
 

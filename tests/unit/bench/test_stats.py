@@ -4,7 +4,7 @@ import pytest
 
 from kvstack.bench.schema import RequestRow
 from kvstack.bench.stats import cache_stats, distribution, percentile, summarize, tpot, wall_time
-from kvstack.runtime.metrics import MetricsSnapshot, parse_metrics
+from kvstack.clients.metrics import MetricsSnapshot, parse_metrics
 from tests.support.deps import ROOT
 
 FIXTURES = ROOT / "tests" / "fixtures" / "metrics"

@@ -15,8 +15,8 @@ from kvstack.bench.report import REQUESTS_CSV, RESULTS_JSON
 from kvstack.bench.trace_cli import TraceOptions, run_trace_bench
 from kvstack.bench.trace_prompts import BlockTokens, ReplayShape, plan_requests
 from kvstack.bench.trace_replay import request_sources
+from kvstack.clients.metrics import parse_metrics
 from kvstack.errors import InputError
-from kvstack.runtime.metrics import parse_metrics
 from kvstack.traces.mooncake import TraceRequest
 from tests.support.stream_server import ServerKnobs, StreamServer
 

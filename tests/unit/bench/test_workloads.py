@@ -16,9 +16,9 @@ from kvstack.bench.workloads import (
     tier_sizes_from_metrics,
     tier_sizes_from_plan,
 )
+from kvstack.clients.metrics import parse_metrics
 from kvstack.errors import WorkloadError
 from kvstack.planning.schema import Plan
-from kvstack.runtime.metrics import parse_metrics
 from tests.support.deps import ROOT
 
 FIXTURES = ROOT / "tests" / "fixtures" / "metrics"

@@ -84,7 +84,7 @@ def test_nothing_listening_is_a_user_mistake() -> None:
     assert res.returncode == 2
     assert res.stderr.splitlines() == [
         f"error: nothing is listening at http://127.0.0.1:{port}",
-        "hint: start a server (kvstack serve) or fix --url",
+        "hint: start the server (kvstack serve ...) or correct --url",
     ]
 
 

@@ -12,9 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvstack.engines.base import HostFacts, ServeOptions
+from kvstack.engines.base import HostFacts
 from kvstack.hardware.snapshot import SoftwareInfo
 from kvstack.planning.schema import Plan, Tier, TierKind, Workload
+from kvstack.runtime.specs import ServeOptions
 from tests.support.models import DEEPSEEK_V3, DEMO, GIB, LLAMA_8B
 
 MODELS = {"demo": DEMO, "llama8b": LLAMA_8B, "deepseek": DEEPSEEK_V3}

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from kvstack.engines.base import ServeOptions
 from kvstack.hardware.snapshot import SoftwareInfo
 from kvstack.planning.schema import Plan
+from kvstack.runtime.specs import ServeOptions
 from tests.unit.engines.cases import SOFTWARE, make_options, make_plan
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kvstack.engines.base import FileSpec, LaunchSpec, ProcessSpec
+from kvstack.runtime.specs import FileSpec, LaunchSpec, ProcessSpec
 
 
 def test_public_masks_secrets_in_argv_env_files_and_helpers() -> None:

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 import yaml
 
-from kvstack.engines.base import LaunchSpec
 from kvstack.engines.render import render
 from kvstack.engines.vllm import GUARD_MIDDLEWARE
 from kvstack.errors import UnsupportedError
+from kvstack.runtime.specs import LaunchSpec
 from tests.unit.engines.cases import API_KEY, DEMO_FACTS, HUB_FACTS, SOFTWARE, make_options, make_plan
 
 

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 import yaml
 
-from kvstack.engines.base import LaunchSpec
 from kvstack.engines.disk_bound import server_argv
 from kvstack.engines.render import render
 from kvstack.errors import InputError, NetworkTargetError, UnsupportedError
+from kvstack.runtime.specs import LaunchSpec
 from kvstack.units import GIB
 from tests.unit.engines.cases import (
     DEMO_FACTS,

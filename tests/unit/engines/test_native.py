@@ -7,9 +7,10 @@ from typing import Any
 
 import pytest
 
-from kvstack.engines.base import HostFacts, LaunchSpec
+from kvstack.engines.base import HostFacts
 from kvstack.engines.render import render
 from kvstack.errors import PathError, UnsupportedError
+from kvstack.runtime.specs import LaunchSpec
 from tests.unit.engines.cases import GIB, HUB_FACTS, REDIS_URL_REDACTED, SOFTWARE, make_options, make_plan
 
 

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 import yaml
 
-from kvstack.engines.base import LaunchSpec
 from kvstack.engines.render import render
 from kvstack.errors import UnsupportedError
+from kvstack.runtime.specs import LaunchSpec
 from tests.unit.engines.cases import (
     API_KEY,
     GIB,

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from kvstack.engines.base import HostFacts, LaunchSpec
+from kvstack.engines.base import HostFacts
 from kvstack.engines.render import render
 from kvstack.errors import PathError, UnsupportedError
+from kvstack.runtime.specs import LaunchSpec
 from tests.unit.engines.cases import API_KEY, DEMO_FACTS, GIB, HUB_FACTS, SOFTWARE, make_options, make_plan
 
 

@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 from kvstack.engines import vllm_guard
-from kvstack.engines.vllm_guard import CONTROL_ENV, CONTROL_HEADER, ControlGuard, classify, peer_is_local
+from kvstack.engines.vllm_guard import ControlGuard, classify, peer_is_local
+from kvstack.names import CONTROL_ENV, CONTROL_HEADER
 
 KEY = "sk-guard-test-1234"
 PROBES = ["/health", "/ping", "/metrics", "/version", "/load"]
@@ -328,6 +329,10 @@ def test_the_guard_imports_nothing_but_the_standard_library() -> None:
         if isinstance(node, ast.ImportFrom) and node.module
     }
     assert modules <= set(sys.stdlib_module_names) | {"__future__"}, modules
+
+
+def test_the_guard_and_kvstack_name_the_control_token_alike() -> None:
+    assert (vllm_guard.CONTROL_ENV, vllm_guard.CONTROL_HEADER) == (CONTROL_ENV, CONTROL_HEADER)
 
 
 TOKEN = "tok-per-run-5d41402abc4b2a76"

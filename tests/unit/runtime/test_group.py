@@ -12,9 +12,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from kvstack.engines.base import LaunchSpec, ProcessSpec
 from kvstack.errors import EngineError, MissingProgramError
 from kvstack.runtime.group import SupervisorGroup
+from kvstack.runtime.specs import LaunchSpec, ProcessSpec
 from kvstack.runtime.status import SupervisorStatus
 from kvstack.runtime.supervisor import ProcessFailed, Supervisor
 from tests.unit.runtime.test_supervisor import (
@@ -197,7 +197,7 @@ DRIVER = """
 import sys, time
 sys.path.insert(0, {root!r})
 from pathlib import Path
-from kvstack.engines.base import LaunchSpec, ProcessSpec
+from kvstack.runtime.specs import LaunchSpec, ProcessSpec
 from kvstack.errors import Interrupted
 from kvstack.runtime.group import SupervisorGroup
 from kvstack.runtime.supervisor import Supervisor

@@ -7,7 +7,7 @@ import signal
 import time
 from pathlib import Path
 
-from kvstack.engines.base import ProcessSpec
+from kvstack.runtime.specs import ProcessSpec
 from kvstack.runtime.supervisor import HUNG, Supervisor
 from tests.unit.runtime.test_supervisor import PY, SERVE, free_port, script, spec, wait_gone
 

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from kvstack.engines.base import LaunchSpec, ProcessSpec, ServeOptions
 from kvstack.errors import InputError, MissingProgramError, NetworkTargetError, PathError
 from kvstack.runtime.preflight import (
     check_dir_writable,
@@ -18,6 +17,7 @@ from kvstack.runtime.preflight import (
     check_port_range,
     preflight_launch,
 )
+from kvstack.runtime.specs import LaunchSpec, ProcessSpec, ServeOptions
 
 
 @pytest.fixture

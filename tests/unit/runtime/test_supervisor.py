@@ -16,8 +16,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from kvstack.engines.base import LaunchSpec, ProcessSpec
 from kvstack.errors import EngineError, MissingProgramError
+from kvstack.runtime.specs import LaunchSpec, ProcessSpec
 from kvstack.runtime.status import SupervisorStatus
 from kvstack.runtime.supervisor import ProcessFailed, Supervisor, child_env
 
@@ -147,8 +147,8 @@ def test_ready_after_health_and_models_with_status_and_log(tmp_path: Path) -> No
 def test_start_files_exist_only_while_the_process_starts(tmp_path: Path, waiter: str) -> None:
     # SGLang's key file: read once at start, so on disk only until the server is ready, whether
     # one supervisor waits (wait_ready) or serve's group does (probe_ready).
-    from kvstack.engines.base import FileSpec
     from kvstack.runtime.group import SupervisorGroup
+    from kvstack.runtime.specs import FileSpec
 
     port = free_port()
     key_file = tmp_path / "run" / "auth.yaml"
@@ -177,7 +177,7 @@ def test_start_files_exist_only_while_the_process_starts(tmp_path: Path, waiter:
 
 
 def test_start_files_are_removed_when_the_start_fails(tmp_path: Path) -> None:
-    from kvstack.engines.base import FileSpec
+    from kvstack.runtime.specs import FileSpec
 
     key_file = tmp_path / "run" / "auth.yaml"
     argv = [PY, script(tmp_path, "crash.py", CRASH), "1", "3", "0.2"]
@@ -346,7 +346,7 @@ DRIVER = """
 import sys, time
 sys.path.insert(0, {root!r})
 from pathlib import Path
-from kvstack.engines.base import LaunchSpec, ProcessSpec
+from kvstack.runtime.specs import LaunchSpec, ProcessSpec
 from kvstack.errors import Interrupted
 from kvstack.runtime.supervisor import Supervisor
 run_dir, tree, pidfile = sys.argv[1], sys.argv[2], sys.argv[3]

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from kvstack.engines.base import LaunchSpec, ProcessSpec
 from kvstack.engines.lmcache import ENGINE_MP_FATAL, SERVER_FATAL
+from kvstack.runtime.specs import LaunchSpec, ProcessSpec
 from kvstack.runtime.status import SupervisorStatus, format_status
 from kvstack.runtime.supervisor import Supervisor
 from kvstack.runtime.tee import ANSI, LogTee, record_message

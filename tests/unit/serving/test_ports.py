@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kvstack.engines.base import ServeOptions
 from kvstack.errors import InputError, NetworkTargetError
+from kvstack.runtime.specs import ServeOptions
 from kvstack.serving.ports import port_layout
 
 

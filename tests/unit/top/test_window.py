@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from kvstack.runtime import metrics as m
-from kvstack.runtime.metrics import MetricsSnapshot, parse_metrics
+from kvstack.clients import metrics as m
+from kvstack.clients.metrics import MetricsSnapshot, parse_metrics
 from kvstack.top.sources import RedisStats, Scrape
 from kvstack.top.targets import Targets
 from kvstack.top.window import (

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvstack.runtime.streaming import RequestResult
+from kvstack.clients.streaming import RequestResult
 from kvstack.validation.correctness import determinism, judge, summary
 from kvstack.validation.scoring import PositionScore, parse_sglang, parse_vllm
 from tests.support.stream_server import prompt_logprobs, sglang_input_logprobs

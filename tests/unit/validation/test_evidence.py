@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kvstack.runtime.metrics import MetricsSnapshot, parse_metrics
+from kvstack.clients.metrics import MetricsSnapshot, parse_metrics
 from kvstack.validation.cache_server import moved_aside
 from kvstack.validation.evidence import (
     cache_server_tier_hits,

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from kvstack.engines.base import LaunchSpec, ProcessSpec
+from kvstack.clients.streaming import RequestResult
 from kvstack.errors import EngineError, InputError, NetworkTargetError, PathError
 from kvstack.planning.schema import Plan
-from kvstack.runtime.streaming import RequestResult
+from kvstack.runtime.specs import LaunchSpec, ProcessSpec
 from kvstack.validation import (
     TierTarget,
     ValidationReport,
@@ -289,7 +289,7 @@ def test_nothing_listening() -> None:
     with pytest.raises(NetworkTargetError) as info:
         run_validation(ValidationTarget(base_url=url))
     assert info.value.message == f"nothing is listening at {url}"
-    assert info.value.hint == "start a server (kvstack serve) or fix --url"
+    assert info.value.hint == "start the server (kvstack serve ...) or correct --url"
 
 
 def test_prompt_longer_than_the_model() -> None:

@@ -22,7 +22,7 @@ from typing import Any
 import aiohttp
 from pydantic import BaseModel, Field
 
-from kvstack.runtime.client import auth_headers, trusts_env
+from kvstack.clients.client import auth_headers, trusts_env
 
 
 class RequestResult(BaseModel):

@@ -8,16 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from kvstack.engines.vllm_guard import CONTROL_ENV
-from kvstack.runtime import control
-from kvstack.runtime.client import make_client
-from kvstack.runtime.control import (
+from kvstack.clients import control
+from kvstack.clients.client import make_client
+from kvstack.clients.control import (
     CONTROL_HEADER,
     control_headers,
     new_token,
     read_control_token,
     write_control_token,
 )
+from kvstack.names import CONTROL_ENV
 from tests.unit.engines.cases import SOFTWARE, make_options, make_plan
 
 URL = "http://127.0.0.1:8123"

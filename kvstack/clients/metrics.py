@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from kvstack.runtime.client import auth_headers
+from kvstack.clients.client import auth_headers
 
 # vLLM V1 (vllm/v1/metrics/loggers.py, PrometheusStatLogger; labels model_name, engine).
 # Counters are declared without ``_total``; the exposition adds it.

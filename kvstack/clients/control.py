@@ -21,8 +21,8 @@ import secrets
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from kvstack.engines.vllm_guard import CONTROL_ENV, CONTROL_HEADER
 from kvstack.fsutil import atomic_write, ensure_private_dir
+from kvstack.names import CONTROL_ENV, CONTROL_HEADER
 
 __all__ = ["CONTROL_ENV", "CONTROL_HEADER", "TOKEN_FILE", "control_headers", "read_control_token"]
 

@@ -1,6 +1,6 @@
 """The httpx client for an engine's JSON endpoints (models, tokenize, metrics, resets).
 
-Streamed completions, where client overhead is measured, go through runtime/streaming.py.
+Streamed completions, where client overhead is measured, go through clients/streaming.py.
 """
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ def trusts_env(base_url: str) -> bool:
 
 def make_client(base_url: str, max_connections: int = 100) -> httpx.AsyncClient:
     """A client of ``base_url``; it carries the server's control token when this user's serve
-    started it (kvstack/runtime/control.py), so that kvstack's own resets pass the engine's guard."""
-    from kvstack.runtime.control import control_headers, token_for
+    started it (kvstack/clients/control.py), so that kvstack's own resets pass the engine's guard."""
+    from kvstack.clients.control import control_headers, token_for
 
     limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
     return httpx.AsyncClient(

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from kvstack.runtime.metrics import MetricsSnapshot, Sample
-from kvstack.runtime.token_sources import adapter_tier, by_source
+from kvstack.clients.metrics import MetricsSnapshot, Sample
+from kvstack.clients.token_sources import adapter_tier, by_source
 
 
 def vllm(by_src: dict[str, float], cached: dict[str, float] | None = None) -> list[Sample]:

@@ -7,8 +7,8 @@ import socket
 
 import httpx
 
-from kvstack.runtime.client import make_client, trusts_env
-from kvstack.runtime.streaming import RequestResult, StreamClient
+from kvstack.clients.client import make_client, trusts_env
+from kvstack.clients.streaming import RequestResult, StreamClient
 from tests.support.stream_server import ServerKnobs, StreamServer
 
 

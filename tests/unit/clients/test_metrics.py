@@ -8,8 +8,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from kvstack.runtime import metrics as m
-from kvstack.runtime.metrics import MetricsSnapshot, delta, parse_metrics, scrape, scrape_sync
+from kvstack.clients import metrics as m
+from kvstack.clients.metrics import MetricsSnapshot, delta, parse_metrics, scrape, scrape_sync
 from tests.support.stream_server import ServerKnobs, StreamServer
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "metrics"

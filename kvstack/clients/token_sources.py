@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from kvstack.runtime import metrics as m
+from kvstack.clients import metrics as m
 
 RECOMPUTED = "recomputed"
 ENGINE_CACHE = "engine_cache"
