@@ -19,7 +19,7 @@ from pydantic import ValidationError
 
 from kvstack.bench.progress import ProgressView
 from kvstack.bench.report import correctness_lines, environment, workload_info, write_report
-from kvstack.bench.runner import Layout, Recorder, RunOptions, StartLayout, run_layout, run_layouts
+from kvstack.bench.runner import Recorder, RunOptions, run_layout, run_layouts
 from kvstack.bench.schema import BenchResult
 from kvstack.bench.text import TextBuilder
 from kvstack.bench.tokenize import Tokenizer, resolve_tokenizer
@@ -43,6 +43,7 @@ from kvstack.errors import (
 )
 from kvstack.planning.schema import Plan
 from kvstack.redact import redact_url
+from kvstack.serving.served_layout import Layout, StartLayout
 
 DEFAULT_CONCURRENCY = 8
 

@@ -15,7 +15,6 @@ import contextlib
 import random
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 
 import httpx
@@ -28,29 +27,11 @@ from kvstack.clients.client import make_client
 from kvstack.clients.metrics import MetricsSnapshot, scrape
 from kvstack.clients.streaming import RequestResult, StreamClient
 from kvstack.errors import InputError, KvstackError
-from kvstack.planning.schema import Plan
 from kvstack.redact import redact_url
+from kvstack.serving.served_layout import Layout, StartLayout
 
 DEFAULT_MAX_IN_FLIGHT = 1024  # the cap of --rate runs, so a slow server cannot grow memory unboundedly
 WATCH_INTERVAL_S = 0.5  # how often a layout's liveness check runs (a death is noticed within 2 s)
-
-
-@dataclass(frozen=True)
-class Layout:
-    name: str
-    base_url: str
-    metrics_urls: tuple[str, ...] = ()
-    # Raises (EngineError) when the server behind the layout has died; None for --url servers.
-    check_alive: Callable[[], None] | None = None
-    served_model: str | None = None  # the name requests must use, when the launcher knows it
-    # What kvstack knows of a layout it serves itself (bench/sized.py): LMCache's HTTP API, the
-    # tier directories and the plan it runs. None/empty for --url servers.
-    cache_server_url: str | None = None
-    cache_dirs: dict[str, str] = field(default_factory=dict)
-    plan: Plan | None = None
-
-
-StartLayout = Callable[[str], AbstractContextManager[Layout]]
 
 
 @dataclass(frozen=True)

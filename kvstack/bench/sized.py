@@ -14,7 +14,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from kvstack.bench.runner import Layout, StartLayout
 from kvstack.engines.facts import gather_facts
 from kvstack.engines.render import render
 from kvstack.errors import InputError
@@ -22,6 +21,7 @@ from kvstack.planning.schema import Plan
 from kvstack.serving.layouts import check_layout_names
 from kvstack.serving.prepare import Launch, prepare
 from kvstack.serving.request import ServeRequest
+from kvstack.serving.served_layout import Layout, StartLayout
 from kvstack.serving.session import ServeEvents, launched
 from kvstack.units import GIB, fmt_bytes
 

@@ -17,7 +17,6 @@ from typing import Any
 
 import httpx
 
-from kvstack.bench.runner import Layout, StartLayout
 from kvstack.bench.schema import BenchResult, LayoutResult, RequestRow
 from kvstack.bench.stats import cache_stats, summarize
 from kvstack.bench.trace_predict import comparison, predict
@@ -30,6 +29,7 @@ from kvstack.clients.metrics import scrape_sync
 from kvstack.errors import InputError, Interrupted, KvstackError
 from kvstack.planning.capacity import simulate_hierarchy
 from kvstack.redact import redact_url
+from kvstack.serving.served_layout import Layout, StartLayout
 from kvstack.traces.mooncake import read_trace
 from kvstack.traces.sample import sample_sessions, scale_blocks, session_key, with_requests
 

@@ -12,9 +12,9 @@ from kvstack.cli import options as opt
 from kvstack.errors import InputError
 
 if TYPE_CHECKING:
-    from kvstack.bench.runner import StartLayout
     from kvstack.bench.sized import TierOverrides
     from kvstack.serving.request import ServeRequest
+    from kvstack.serving.served_layout import StartLayout
 
 
 def layout_starter(request: ServeRequest, sizes: TierOverrides | None = None) -> StartLayout:

@@ -9,11 +9,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from kvstack.bench.runner import Layout, StartLayout
 from kvstack.errors import InputError
 from kvstack.planning.schema import OFFLOAD_CHOICES
 from kvstack.serving.prepare import prepare
 from kvstack.serving.request import ServeRequest
+from kvstack.serving.served_layout import Layout, StartLayout
 from kvstack.serving.session import ServeEvents, launched
 
 

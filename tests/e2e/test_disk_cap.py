@@ -27,10 +27,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from kvstack.bench.runner import Layout
 from kvstack.bench.sized import TierOverrides, sized_layout_starter
 from kvstack.clients.metrics import LMCACHE_MP_L2_EVICTED, LMCACHE_MP_L2_HIT_TOKENS, parse_metrics
 from kvstack.serving.request import ServeRequest
+from kvstack.serving.served_layout import Layout
 from tests.support.ports import free_block
 
 MIB = 1 << 20

@@ -9,8 +9,8 @@ import pytest
 
 from kvstack.bench.command import BenchArgs, normalize_url, run_bench
 from kvstack.bench.report import load_result
-from kvstack.bench.runner import Layout
 from kvstack.errors import EngineError, InputError, NetworkTargetError, ValidationFailed
+from kvstack.serving.served_layout import Layout
 from tests.support.stream_server import ServerKnobs, StreamServer
 
 

@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 
 from kvstack.bench.runner import (
-    Layout,
     Progress,
     Recorder,
     RunOptions,
@@ -27,6 +26,7 @@ from kvstack.bench.text import TextBuilder
 from kvstack.bench.tokenize import EstimateTokenizer
 from kvstack.bench.workloads import RequestSet, WorkloadSpec, build_workload
 from kvstack.errors import EngineError, InputError
+from kvstack.serving.served_layout import Layout
 from tests.support.stream_server import ServerKnobs, StreamServer
 
 BUILDER = TextBuilder(EstimateTokenizer())
