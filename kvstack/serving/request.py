@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from kvstack.planning.schema import Engine, OffloadChoice
 from kvstack.profiles import profiles_dir
+from kvstack.rundir import new_run_dir, xdg_dir
 from kvstack.validation.thresholds import DEFAULT_MIN_SPEEDUP, DEFAULT_MIN_TIER_SPEEDUP
 
 ENGINE_PYTHON_ENV = "KVSTACK_ENGINE_PYTHON"
@@ -25,18 +25,8 @@ def engine_python() -> str:
     return os.environ.get(ENGINE_PYTHON_ENV) or sys.executable
 
 
-def _xdg(var: str, fallback: str) -> Path:
-    base = os.environ.get(var, "").strip()
-    return Path(base) if base else Path.home() / fallback
-
-
 def default_cache_root() -> Path:
-    return _xdg("XDG_CACHE_HOME", ".cache") / "kvstack"
-
-
-def default_run_dir(port: int) -> Path:
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    return _xdg("XDG_STATE_HOME", ".local/state") / "kvstack" / "runs" / f"{stamp}-{port}"
+    return xdg_dir("XDG_CACHE_HOME", ".cache") / "kvstack"
 
 
 class ServeRequest(BaseModel):
@@ -87,7 +77,7 @@ class ServeRequest(BaseModel):
         return (self.cache_dir or default_cache_root()).expanduser().absolute()
 
     def resolved_run_dir(self) -> Path:
-        return (self.run_dir or default_run_dir(self.port)).expanduser().absolute()
+        return (self.run_dir or new_run_dir(self.port)).expanduser().absolute()
 
     def secrets(self) -> list[str]:
         return [s for s in (self.api_key,) if s]

@@ -18,9 +18,7 @@ from urllib.parse import urlsplit
 from kvstack.clients.client import check_http_url
 from kvstack.errors import InputError, PathError
 from kvstack.redact import MASK, redact_url
-
-LAUNCH_JSON = "launch.json"
-PLAN_JSON = "plan.json"
+from kvstack.rundir import LAUNCH_JSON, PLAN_JSON, default_runs_root
 
 
 @dataclass(frozen=True)
@@ -55,12 +53,6 @@ def normalize_base(url: str, flag: str) -> str:
     parts = urlsplit(text)
     base = f"{parts.scheme}://{parts.netloc}{parts.path.rstrip('/')}"
     return base.removesuffix("/metrics")
-
-
-def default_runs_root() -> Path:
-    from kvstack.serving.request import default_run_dir
-
-    return default_run_dir(0).parent
 
 
 def latest_run_dir(root: Path) -> Path:
