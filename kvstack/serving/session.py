@@ -31,6 +31,7 @@ from kvstack.runtime.specs import LaunchSpec
 from kvstack.runtime.status import SupervisorStatus
 from kvstack.runtime.supervisor import ProcessFailed, Supervisor
 from kvstack.serving.prepare import Launch, PreparedServe
+from kvstack.serving.remote_failover import follow_remote
 from kvstack.serving.remote_watch import RemoteWatch
 from kvstack.serving.request import ServeRequest
 from kvstack.serving.restarts import RestartBudget
@@ -283,8 +284,8 @@ def serve_until_stopped(
                 for warning in sup.disk_warnings():
                     events.warning(warning)
                 next_disk_check = now + DISK_CHECK_EVERY_S
-            for change in remote.changes() if remote else ():
-                events.warning(change)
+            if remote is not None:
+                follow_remote(remote, sup, events.warning, events.message, ready_timeout_s)
             time.sleep(POLL_S)
 
 

@@ -1,0 +1,68 @@
+"""Serving's step for the remote store: messages passed on, the hung tier dropped once."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from kvstack.hardware.snapshot import RemoteInfo
+from kvstack.runtime.specs import LaunchSpec
+from kvstack.serving.remote_failover import follow_remote
+from kvstack.serving.remote_watch import RemoteWatch
+from tests.unit.engines.cases import REDIS_URL, REDIS_URL_REDACTED
+from tests.unit.engines.test_lmcache import helper_flag, mp
+
+HUNG = RemoteInfo(
+    url="redis://:***@h:1/0", reachable=False, error="cannot connect: Timeout reading from socket"
+)
+
+
+@dataclass
+class FakeUnit:
+    spec: LaunchSpec
+    restarted_with: list[LaunchSpec] = field(default_factory=list)
+
+    def restart(self, ready_timeout_s: float) -> None:
+        self.restarted_with.append(self.spec)
+
+
+@dataclass
+class FakeGroup:
+    members: list[FakeUnit]
+
+
+def _step(watch: RemoteWatch, group: FakeGroup) -> tuple[list[str], list[str]]:
+    warned: list[str] = []
+    said: list[str] = []
+    follow_remote(watch, group, warned.append, said.append, 60)
+    return warned, said
+
+
+def test_a_hang_past_the_window_restarts_each_unit_without_redis_once() -> None:
+    spec = mp(cpu_gib=8, remote_gib=10, remote_url=REDIS_URL_REDACTED, options={"remote_url": REDIS_URL})
+    group = FakeGroup([FakeUnit(spec), FakeUnit(spec)])
+    watch = RemoteWatch("redis://unused", grace_s=4)
+    for t in (0.0, 2.0, 4.0):  # what the watch's thread does with each probe
+        message, drop = watch.outage.observe(HUNG, t)
+        if message:
+            watch._messages.put(message)
+        if drop:
+            watch._drop.set()
+    warned, said = _step(watch, group)
+    assert len(warned) == 2 and "without the remote tier" in warned[1]
+    assert said == ["serving again without the remote tier (2 engine(s) restarted)"]
+    for unit in group.members:
+        (restarted,) = unit.restarted_with
+        assert [a for a in helper_flag(restarted, "--l2-adapter") if '"resp"' in a] == []
+    assert _step(watch, group) == ([], [])  # nothing more: no second restart
+    assert all(len(u.restarted_with) == 1 for u in group.members)
+
+
+def test_an_engine_without_a_resp_adapter_is_left_alone_and_says_why() -> None:
+    group = FakeGroup([FakeUnit(mp(cpu_gib=8))])
+    watch = RemoteWatch("redis://unused")
+    watch._drop.set()
+    warned, said = _step(watch, group)
+    assert said == [] and warned == [
+        "this engine's remote tier cannot be dropped while serving: requests wait for the store"
+    ]
+    assert group.members[0].restarted_with == []
