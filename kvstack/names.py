@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Literal, get_args
 
+from kvstack.errors import InputError
+
 Engine = Literal["vllm", "sglang"]
 Connector = Literal["none", "lmcache", "lmcache-mp", "native", "hicache"]
 OffloadChoice = Literal["auto", "lmcache", "lmcache-mp", "native", "hicache", "none"]
@@ -21,3 +23,12 @@ Launched = Literal["vllm", "sglang", "vllm-router"]  # what a LaunchSpec starts:
 # inside vLLM and imports the standard library only (it repeats them), and runtime must not import engines.
 CONTROL_ENV = "KVSTACK_CONTROL_TOKEN"
 CONTROL_HEADER = "X-Kvstack-Control"
+
+
+def choice(value: str, choices: tuple[str, ...], flag: str) -> str:
+    """The one check of a flag's allowed values: a one-line error naming them (exit 2)."""
+    if value not in choices:
+        raise InputError(
+            f"{flag} must be one of {', '.join(choices)}, not {value!r}", hint=f"e.g. {flag} {choices[0]}"
+        )
+    return value

@@ -173,11 +173,7 @@ def register(app: typer.Typer) -> None:
         start_layout: StartLayout | None = None
         if not url:
             # No server given: kvstack serves each layout itself (the demo model by default).
-            try:  # moving from cli/serve.py to cli/options.py (issue 25)
-                from kvstack.cli.options import choice
-            except ImportError:
-                from kvstack.cli.serve import choice  # type: ignore[attr-defined,no-redef]
-            from kvstack.names import ENGINES
+            from kvstack.names import ENGINES, choice
             from kvstack.names import OFFLOAD_CHOICES as OFFLOADS
             from kvstack.serving.layouts import check_layout_names
             from kvstack.serving.request import ServeRequest

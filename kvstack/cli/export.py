@@ -13,6 +13,7 @@ import typer
 
 from kvstack.cli import options as opt
 from kvstack.cli import remote_options as ropt
+from kvstack.names import choice
 
 
 def _kvstack_bin() -> str:
@@ -41,6 +42,7 @@ def register(app: typer.Typer) -> None:
         cache_dir: opt.CacheDir = None,
         retain: opt.Retain = None,
         no_disk: opt.NoDisk = False,
+        min_disk_bw: opt.MinDiskBw = None,
         host: str = typer.Option(
             "127.0.0.1", "--host", help="Address the API binds (compose: the published port)."
         ),
@@ -51,35 +53,34 @@ def register(app: typer.Typer) -> None:
         force: bool = typer.Option(False, "--force", help="Replace files that already exist in --out."),
     ) -> None:
         """Write the deployment (Helm values, Compose project or systemd unit) for the planned layout."""
-        from kvstack.cli.plan import _request, _snapshot
         from kvstack.errors import PlanInfeasible
         from kvstack.export import FORMATS, ExportOptions, export_plan
         from kvstack.export.write import write_bundle
         from kvstack.planning.resolve import plan_from_request
         from kvstack.remote.source import resolve_remote
+        from kvstack.serving.plan_inputs import load_or_probe, plan_request
 
-        opt.choice(fmt, FORMATS, "--format")
+        choice(fmt, FORMATS, "--format")
         opt.port(port)
         remote = resolve_remote(remote, remote_file)  # --remote-file, --remote, KVSTACK_REMOTE_URL
         if remote is not None:
             from kvstack.remote.url import parse_remote_url
 
             parse_remote_url(remote)  # malformed -> exit 2 naming the accepted forms
-        request = _request(
-            engine,
-            context,
-            users,
-            tp,
-            kv_dtype,
-            remote,
-            offload,
-            cache_dir,
-            None,
-            None,
+        request = plan_request(
+            engine=engine,
+            offload=offload,
+            context=context,
+            users=users,
+            tp=tp,
+            kv_dtype=kv_dtype,
+            remote=remote,
             retain=retain,
             no_disk=no_disk,
+            cache_dir=cache_dir,
+            min_disk_bw=min_disk_bw,
         )
-        snapshot = _snapshot(hardware, cache_dir)
+        snapshot = load_or_probe(hardware, cache_dir)
         plan = plan_from_request(request, model, workload, snapshot)
         if not plan.feasible:
             raise PlanInfeasible(

@@ -72,6 +72,13 @@ Retain = Annotated[
     ),
 ]
 NoDisk = Annotated[bool, typer.Option("--no-disk", help="Plan no disk tier, whatever the retention target.")]
+MinDiskBw = Annotated[
+    str | None,
+    typer.Option(
+        "--min-disk-bw",
+        help="Slowest disk read bandwidth (per second) worth a KV tier, e.g. 2GB (default 1GB).",
+    ),
+]
 CacheDir = Annotated[
     Path | None, typer.Option("--cache-dir", help="Root of the disk tier (kept private, 0700).")
 ]
@@ -125,15 +132,6 @@ CurvePng = Annotated[
     Path | None,
     typer.Option("--curve-png", help="Write the trace's capacity curve, tier boundaries marked, as a PNG."),
 ]
-
-
-def choice(value: str, choices: tuple[str, ...], flag: str) -> str:
-    """The one check of a flag's allowed values: a one-line error naming them (exit 2)."""
-    if value not in choices:
-        raise InputError(
-            f"{flag} must be one of {', '.join(choices)}, not {value!r}", hint=f"e.g. {flag} {choices[0]}"
-        )
-    return value
 
 
 def port(value: int, flag: str = "--port") -> int:

@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 import typer
 
 from kvstack.cli import options as opt
 
 if TYPE_CHECKING:
-    from kvstack.hardware.snapshot import HardwareSnapshot
-    from kvstack.planning.plan import PlanRequest
     from kvstack.planning.schema import Plan
 
 
@@ -34,11 +31,7 @@ def register(app: typer.Typer) -> None:
         gpu_memory_utilization: float | None = typer.Option(
             None, "--gpu-memory-utilization", help="Fraction of GPU memory for weights + KV (default 0.92)."
         ),
-        min_disk_bw: str | None = typer.Option(
-            None,
-            "--min-disk-bw",
-            help="Slowest disk read bandwidth (per second) worth a KV tier, e.g. 2GB (default 1GB).",
-        ),
+        min_disk_bw: opt.MinDiskBw = None,
         retain: opt.Retain = None,
         no_disk: opt.NoDisk = False,
         trace: opt.Trace = None,
@@ -50,19 +43,21 @@ def register(app: typer.Typer) -> None:
         json_out: bool = typer.Option(False, "--json", help="Print the plan as JSON."),
     ) -> None:
         """Choose the tier layout, sizes and KV dtype for a model on this hardware, and explain why."""
-        request = _request(
-            engine,
-            context,
-            users,
-            tp,
-            kv_dtype,
-            remote,
-            offload,
-            cache_dir,
-            gpu_memory_utilization,
-            min_disk_bw,
+        from kvstack.serving.plan_inputs import load_or_probe, plan_request
+
+        request = plan_request(
+            engine=engine,
+            offload=offload,
+            context=context,
+            users=users,
+            tp=tp,
+            kv_dtype=kv_dtype,
+            remote=remote,
             retain=retain,
             no_disk=no_disk,
+            cache_dir=cache_dir,
+            min_disk_bw=min_disk_bw,
+            gpu_memory_utilization=gpu_memory_utilization,
         )
         from kvstack.cli.plan_trace import read_trace_input, render_trace, write_png
         from kvstack.model.source import resolve_model
@@ -70,7 +65,7 @@ def register(app: typer.Typer) -> None:
 
         traced = read_trace_input(trace, trace_sample, start, max_requests, offload_cost, curve_png)
         source = resolve_model(model, revision)  # before the probe: a model that is not there fails at once
-        snapshot = _snapshot(hardware, cache_dir)
+        snapshot = load_or_probe(hardware, cache_dir)
         plan = plan_for_model(request, source, workload, snapshot, traced)
         if curve_png is not None and plan.trace is not None:
             write_png(plan, curve_png)
@@ -82,57 +77,6 @@ def register(app: typer.Typer) -> None:
                 render_trace(plan, curve_png)
         if not plan.feasible:
             raise typer.Exit(1)
-
-
-def _request(
-    engine: str,
-    context: str | None,
-    users: int | None,
-    tp: int | None,
-    kv_dtype: str | None,
-    remote: str | None,
-    offload: str,
-    cache_dir: Path | None,
-    utilization: float | None,
-    min_disk_bw: str | None,
-    *,
-    retain: str | None = None,
-    no_disk: bool = False,
-) -> PlanRequest:
-    from kvstack.hardware.checks import DISK_MIN_BW
-    from kvstack.planning.plan import PlanRequest
-    from kvstack.planning.retention import parse_retain
-    from kvstack.planning.schema import ENGINES, OFFLOAD_CHOICES, Engine, OffloadChoice
-    from kvstack.units import parse_bytes, parse_tokens
-
-    opt.choice(engine, ENGINES, "--engine")
-    opt.choice(offload, OFFLOAD_CHOICES, "--offload")
-    retain_factor, retain_bytes = parse_retain(retain) if retain is not None else (None, None)
-    return PlanRequest(
-        retain_factor=retain_factor,
-        retain_bytes=retain_bytes,
-        disk_tier=not no_disk,
-        engine=cast(Engine, engine),
-        context=parse_tokens(context) if context is not None else None,
-        users=users,
-        tp=tp,
-        kv_dtype=kv_dtype,
-        remote_url=remote,
-        offload=cast(OffloadChoice, offload),
-        cache_root=str(cache_dir.expanduser().resolve()) if cache_dir is not None else None,
-        min_disk_bw=float(parse_bytes(min_disk_bw, "--min-disk-bw")) if min_disk_bw else DISK_MIN_BW,
-        gpu_memory_utilization=utilization,
-    )
-
-
-def _snapshot(hardware: Path | None, cache_dir: Path | None) -> HardwareSnapshot:
-    if hardware is not None:
-        from kvstack.hardware.snapshot import load_snapshot
-
-        return load_snapshot(hardware)
-    from kvstack.hardware.probe import probe
-
-    return probe(paths=[cache_dir.expanduser()] if cache_dir is not None else None, fio_seconds=3.0)
 
 
 def _breakeven(kind: str, tokens: int | None, platform: str) -> str:

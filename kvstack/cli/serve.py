@@ -11,7 +11,6 @@ import typer
 
 from kvstack.cli import options as opt
 from kvstack.cli import remote_options as ropt
-from kvstack.cli.options import choice
 from kvstack.errors import InputError
 
 if TYPE_CHECKING:
@@ -23,7 +22,7 @@ if TYPE_CHECKING:
     from kvstack.serving.session import ServeEvents
     from kvstack.validation import ValidationReport
 
-from kvstack.names import ENGINES
+from kvstack.names import ENGINES, choice
 from kvstack.names import OFFLOAD_CHOICES as OFFLOADS
 from kvstack.validation.thresholds import DEFAULT_MIN_SPEEDUP, DEFAULT_MIN_TIER_SPEEDUP
 
@@ -234,6 +233,7 @@ def register(app: typer.Typer) -> None:
         cache_dir: opt.CacheDir = None,
         retain: opt.Retain = None,
         no_disk: opt.NoDisk = False,
+        min_disk_bw: opt.MinDiskBw = None,
         run_dir: Path | None = typer.Option(None, "--run-dir", help="Where configs, logs and reports go"),
         api_key: opt.ApiKey = None,
         api_key_file: opt.ApiKeyFile = None,
@@ -271,10 +271,6 @@ def register(app: typer.Typer) -> None:
             )
         if no_validate and exit_after_validate:
             raise InputError("--no-validate and --exit-after-validate contradict each other", hint="drop one")
-        if retain is not None:
-            from kvstack.planning.retention import parse_retain
-
-            parse_retain(retain)  # bad input fails before the hardware probe
         request = ServeRequest(
             model=model,
             revision=revision,
@@ -289,6 +285,7 @@ def register(app: typer.Typer) -> None:
             workload=workload,
             retain=retain,
             no_disk=no_disk,
+            min_disk_bw=min_disk_bw,
             host=host,
             port=port,
             cache_dir=cache_dir,

@@ -11,7 +11,7 @@ import typer
 from kvstack.cli import options as opt
 from kvstack.cli import remote_options as ropt
 from kvstack.errors import InputError
-from kvstack.names import CONNECTORS, ENGINES
+from kvstack.names import CONNECTORS, ENGINES, choice
 from kvstack.validation.thresholds import (
     DEFAULT_MIN_SPEEDUP,
     DEFAULT_MIN_TIER_SPEEDUP,
@@ -149,12 +149,12 @@ def register(app: typer.Typer) -> None:
         api_key = resolve_api_key(api_key, api_key_file).value
         remote = resolve_remote(remote, remote_file)  # --remote-file, --remote, KVSTACK_REMOTE_URL
         if offload is not None:
-            opt.choice(offload, _CONNECTORS, "--offload")
+            choice(offload, _CONNECTORS, "--offload")
         if engine is not None:
-            opt.choice(engine, ENGINES, "--engine")
+            choice(engine, ENGINES, "--engine")
         kinds: list[str] = []
         for t in tiers:
-            opt.choice(t, _TIERS, "--tier")
+            choice(t, _TIERS, "--tier")
             if t not in kinds:
                 kinds.append(t)
         if cache_dir is not None and "disk" not in kinds:

@@ -17,21 +17,20 @@ from kvstack.clients.control import new_token
 from kvstack.engines.facts import gather_facts
 from kvstack.engines.render import render
 from kvstack.errors import PlanInfeasible
-from kvstack.hardware.snapshot import HardwareSnapshot, load_snapshot
+from kvstack.hardware.snapshot import HardwareSnapshot
 from kvstack.model.source import ModelSource, resolve_model
 from kvstack.planning.plan import PlanRequest
 from kvstack.planning.replicas import device_groups, replica_snapshot
 from kvstack.planning.resolve import plan_for_model
-from kvstack.planning.retention import parse_retain
 from kvstack.planning.schema import Plan
 from kvstack.runtime.preflight import check_port_range
 from kvstack.runtime.specs import LaunchSpec, ServeOptions
 from kvstack.runtime.writable import require_writable_dir
+from kvstack.serving.plan_inputs import load_or_probe, plan_request
 from kvstack.serving.ports import PortLayout, port_layout
 from kvstack.serving.replicas import on_devices, replica_dir, replica_request, replica_warning, visible_gpus
 from kvstack.serving.request import ServeRequest, engine_python
 from kvstack.serving.router import render_router
-from kvstack.units import parse_tokens
 
 
 @dataclass(frozen=True)
@@ -53,42 +52,28 @@ class PreparedServe:
         return {"plan": self.plan.model_dump(mode="json"), **self.spec.public()}
 
 
-def _existing_ancestor(path: Path) -> Path:
-    for candidate in (path, *path.parents):
-        if candidate.exists():
-            return candidate
-    return Path("/")
-
-
-def hardware_snapshot(request: ServeRequest) -> HardwareSnapshot:
-    if request.hardware is not None:
-        return load_snapshot(request.hardware)
-    from kvstack.hardware.probe import probe  # probes run only when no snapshot is given
-
-    return probe(paths=[_existing_ancestor(request.resolved_cache_root())], fio_seconds=request.fio_seconds)
-
-
-def plan_request(request: ServeRequest, snapshot: HardwareSnapshot) -> PlanRequest:
-    retain_factor, retain_bytes = parse_retain(request.retain) if request.retain is not None else (None, None)
-    return PlanRequest(
-        retain_factor=retain_factor,
-        retain_bytes=retain_bytes,
-        disk_tier=not request.no_disk,
+def plan_request_of(request: ServeRequest) -> PlanRequest:
+    """What ``request`` asks the planner for (kvstack/serving/plan_inputs.py checks and parses it)."""
+    return plan_request(
         engine=request.engine,
-        context=parse_tokens(request.context) if request.context is not None else None,
+        offload=request.offload,
+        context=request.context,
         users=request.users,
         tp=request.tp,
         kv_dtype=request.kv_dtype,
-        remote_url=request.remote,
-        offload=request.offload,
-        cache_root=str(request.resolved_cache_root()),
+        remote=request.remote,
+        retain=request.retain,
+        no_disk=request.no_disk,
+        cache_dir=request.resolved_cache_root(),
+        min_disk_bw=request.min_disk_bw,
     )
 
 
-def plan_for(request: ServeRequest, snapshot: HardwareSnapshot, source: ModelSource | None = None) -> Plan:
+def plan_for(
+    asked: PlanRequest, workload: str | None, snapshot: HardwareSnapshot, source: ModelSource
+) -> Plan:
     """The Plan ``serve`` launches; an infeasible one raises PlanInfeasible."""
-    model = source if source is not None else resolve_model(request.model_spec(), request.revision)
-    plan = plan_for_model(plan_request(request, snapshot), model, request.workload, snapshot)
+    plan = plan_for_model(asked, source, workload, snapshot)
     if not plan.feasible:
         raise PlanInfeasible(
             "the plan is infeasible: " + "; ".join(plan.errors),
@@ -168,14 +153,21 @@ def prepare(
     require_writable_dir(request.resolved_cache_root(), "--cache-dir")
     require_writable_dir(request.resolved_run_dir(), "--run-dir")
     layout = port_layout(request.port, request.replicas, request.router)
+    asked = plan_request_of(request)  # bad input (--retain, --context, ...) fails before the probe
     # Before the probe (seconds of fio): a model that is not there fails at once.
     source = resolve_model(request.model_spec(), request.revision)
-    machine = snapshot if snapshot is not None else hardware_snapshot(request)
+    machine = (
+        snapshot
+        if snapshot is not None
+        else load_or_probe(request.hardware, request.resolved_cache_root(), request.fio_seconds)
+    )
     n = request.replicas
     visible = visible_gpus(machine, os.environ if env is None else env)
     gpus_each = len(visible) // n if machine.gpus else 0
     snap = replica_snapshot(machine, n, gpus_each) if n > 1 else machine
-    plan = plan_for(replica_request(request, machine, visible) if n > 1 else request, snap, source)
+    if n > 1:
+        asked = asked.model_copy(update={"users": replica_request(request, machine, visible).users})
+    plan = plan_for(asked, request.workload, snap, source)
     if n > 1:
         plan = plan.model_copy(
             update={"warnings": [*plan.warnings, replica_warning(request, machine, gpus_each)]}

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from kvstack.planning.schema import Engine, OffloadChoice
 from kvstack.profiles import profiles_dir
 from kvstack.rundir import new_run_dir, xdg_dir
+from kvstack.serving.plan_inputs import resolve_dir
 from kvstack.validation.thresholds import DEFAULT_MIN_SPEEDUP, DEFAULT_MIN_TIER_SPEEDUP
 
 ENGINE_PYTHON_ENV = "KVSTACK_ENGINE_PYTHON"
@@ -45,6 +46,7 @@ class ServeRequest(BaseModel):
     workload: str | None = None
     retain: str | None = None  # --retain: a multiple of the working set or a size
     no_disk: bool = False
+    min_disk_bw: str | None = None  # --min-disk-bw: the slowest disk worth a tier (default 1GB/s)
     host: str = "127.0.0.1"
     port: int = 8000
     cache_dir: Path | None = None
@@ -74,7 +76,7 @@ class ServeRequest(BaseModel):
         return self.model if self.model is not None else str(demo_model_dir())
 
     def resolved_cache_root(self) -> Path:
-        return (self.cache_dir or default_cache_root()).expanduser().absolute()
+        return resolve_dir(self.cache_dir or default_cache_root())
 
     def resolved_run_dir(self) -> Path:
         return (self.run_dir or new_run_dir(self.port)).expanduser().absolute()
