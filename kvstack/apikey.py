@@ -14,16 +14,15 @@ deployments ``kvstack export`` writes, where the mount itself keeps other users 
 from __future__ import annotations
 
 import os
-import stat
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from kvstack.errors import InputError, PathError
+from kvstack.errors import InputError
+from kvstack.secretfile import read_secret_file
 
 ENV_VARS = ("KVSTACK_API_KEY", "VLLM_API_KEY")
-MAX_KEY_FILE_BYTES = 64 * 1024  # a key is a line; anything larger is the wrong file
 MIN_KEY_CHARS = 4  # shorter values cannot be masked in output (redact.redact_text)
 ARGV_WARNING = (
     "--api-key on the command line can be read by every local user (ps, /proc/PID/cmdline); "
@@ -78,42 +77,16 @@ def _check(key: str, where: str, hint: str) -> str:
 def read_key_file(path: Path, warn: Callable[[str], None] = _warn_stderr) -> str:
     """The key in ``path``: a regular file, one line (one trailing newline stripped)."""
     hint = f"write the key alone on one line: printf '%s\\n' \"$KEY\" > {path}; chmod 600 {path}"
-    try:
-        # O_NONBLOCK: a FIFO given by mistake must not hang the open; it is refused below.
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except FileNotFoundError as exc:
-        raise PathError(f"--api-key-file {path} does not exist", hint=hint) from exc
-    except OSError as exc:
-        raise PathError(f"--api-key-file {path} cannot be read: {exc.strerror}", hint=hint) from exc
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
-            raise PathError(f"--api-key-file {path} is {kind}", hint="give the file that holds the key")
-        if st.st_size > MAX_KEY_FILE_BYTES:
-            raise PathError(
-                f"--api-key-file {path} is {st.st_size} bytes: too large to hold a key", hint=hint
-            )
-        try:
-            data = os.read(fd, MAX_KEY_FILE_BYTES + 1)
-        except OSError as exc:
-            raise PathError(f"--api-key-file {path} cannot be read: {exc.strerror}", hint=hint) from exc
-    finally:
-        os.close(fd)
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise PathError(f"--api-key-file {path} is not UTF-8 text", hint=hint) from exc
+    secret = read_secret_file(path, "--api-key-file", "key", hint)
+    text = secret.text
     if text.endswith("\r\n"):
         text = text[:-2]
     elif text.endswith("\n"):
         text = text[:-1]
     key = _check(text, f"--api-key-file {path}", hint)
-    if st.st_mode & (stat.S_IRGRP | stat.S_IROTH):
-        warn(
-            f"--api-key-file {path} is readable by group or others (mode {stat.S_IMODE(st.st_mode):04o}): "
-            f"chmod 600 {path}"
-        )
+    if secret.shared:
+        mode = secret.mode_text
+        warn(f"--api-key-file {path} is readable by group or others (mode {mode}): chmod 600 {path}")
     return key
 
 

@@ -10,17 +10,16 @@ server get the password in their environment or a 0600 file (engines/lmcache.py)
 from __future__ import annotations
 
 import os
-import stat
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from kvstack.errors import InputError, KvstackError, PathError
+from kvstack.errors import InputError, KvstackError
 from kvstack.remote.url import parse_remote_url
+from kvstack.secretfile import read_secret_file
 
 REMOTE_URL_ENV = "KVSTACK_REMOTE_URL"
-MAX_FILE_BYTES = 64 * 1024
 ARGV_WARNING = (
     "the password in --remote can be read by every local user (ps, /proc/PID/cmdline); "
     f"use --remote-file FILE or the {REMOTE_URL_ENV} variable instead"
@@ -44,37 +43,16 @@ def has_password(url: str) -> bool:
 def read_remote_file(path: Path, warn: Callable[[str], None] = _warn_stderr) -> str:
     """The URL in ``path``: a regular file, one line (one trailing newline stripped)."""
     hint = f"write the URL alone on one line: printf '%s\\n' \"$URL\" > {path}; chmod 600 {path}"
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except FileNotFoundError as exc:
-        raise PathError(f"--remote-file {path} does not exist", hint=hint) from exc
-    except OSError as exc:
-        raise PathError(f"--remote-file {path} cannot be read: {exc.strerror}", hint=hint) from exc
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise PathError(
-                f"--remote-file {path} is not a regular file", hint="give the file that holds the URL"
-            )
-        if st.st_size > MAX_FILE_BYTES:
-            raise PathError(f"--remote-file {path} is {st.st_size} bytes: too large to hold a URL", hint=hint)
-        data = os.read(fd, MAX_FILE_BYTES + 1)
-    except OSError as exc:
-        raise PathError(f"--remote-file {path} cannot be read: {exc.strerror}", hint=hint) from exc
-    finally:
-        os.close(fd)
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise PathError(f"--remote-file {path} is not UTF-8 text", hint=hint) from exc
+    secret = read_secret_file(path, "--remote-file", "URL", hint)
+    text = secret.text
     url = text[:-1] if text.endswith("\n") else text
     url = url[:-1] if url.endswith("\r") else url
     if not url.strip() or any(ord(c) < 0x20 for c in url):
         raise InputError(f"--remote-file {path} must hold one URL on one line (not shown)", hint=hint)
-    if has_password(url) and st.st_mode & (stat.S_IRGRP | stat.S_IROTH):
+    if has_password(url) and secret.shared:
         warn(
             f"--remote-file {path} holds a password and is readable by group or others "
-            f"(mode {stat.S_IMODE(st.st_mode):04o}): chmod 600 {path}"
+            f"(mode {secret.mode_text}): chmod 600 {path}"
         )
     return url
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kvstack import apikey
+from kvstack import apikey, secretfile
 from kvstack.apikey import ARGV_WARNING, ApiKey, read_key_file, resolve_api_key
 from kvstack.errors import InputError, PathError
 
@@ -115,7 +115,7 @@ def test_a_symlink_to_a_key_file_is_fine(tmp_path: Path) -> None:
 
 def test_large_or_binary_files_are_refused(tmp_path: Path) -> None:
     with pytest.raises(PathError, match="too large"):
-        read_key_file(key_file(tmp_path, "x" * (apikey.MAX_KEY_FILE_BYTES + 1)))
+        read_key_file(key_file(tmp_path, "x" * (secretfile.MAX_BYTES + 1)))
     binary = tmp_path / "bin"
     binary.write_bytes(b"\xff\xfe\x00key")
     binary.chmod(0o600)
