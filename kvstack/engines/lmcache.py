@@ -193,6 +193,19 @@ def render_vllm_lmcache(req: RenderRequest) -> LaunchSpec:
         },
         unset_env_prefixes=[LMCACHE_ENV_PREFIX],
     )
+    return _assemble_vllm_lmcache(
+        req,
+        prep,
+        server,
+        files=[yaml_file(config_path, config)],
+        fresh_dirs=[prom],
+    )
+
+
+def _assemble_vllm_lmcache(
+    req: RenderRequest, prep: LaunchBasics, server: ProcessSpec, **rest: Any
+) -> LaunchSpec:
+    """The LaunchSpec of vLLM with LMCache (either mode): versions and the reset route said once."""
     return assemble(
         req,
         prep,
@@ -200,8 +213,7 @@ def render_vllm_lmcache(req: RenderRequest) -> LaunchSpec:
         connector_version=req.software.lmcache,
         server=server,
         reset_cache_path=reset_path(req),
-        files=[yaml_file(config_path, config)],
-        fresh_dirs=[prom],
+        **rest,
     )
 
 
@@ -339,13 +351,10 @@ def render_vllm_lmcache_mp(req: RenderRequest) -> LaunchSpec:
         kv_transfer_config=mp_connector_config(helper.port),
         unset_env_prefixes=[LMCACHE_ENV_PREFIX],
     ).model_copy(update={"fatal_patterns": ENGINE_MP_FATAL})
-    return assemble(
+    return _assemble_vllm_lmcache(
         req,
         prep,
-        engine_version=req.software.vllm,
-        connector_version=req.software.lmcache,
-        server=server,
-        reset_cache_path=reset_path(req),
+        server,
         helpers=[helper.process],
         helper_ports=[helper.port, helper.http_port],
         helper_metrics=[helper.metrics_url],
