@@ -82,6 +82,17 @@ MinDiskBw = Annotated[
 CacheDir = Annotated[
     Path | None, typer.Option("--cache-dir", help="Root of the disk tier (kept private, 0700).")
 ]
+# The validation pass's thresholds (serve validates after it starts; validate on its own).
+MinSpeedup = Annotated[
+    float, typer.Option("--min-speedup", help="Warm TTFT must beat cold by this factor to pass")
+]
+MinTierSpeedup = Annotated[
+    float,
+    typer.Option(
+        "--min-tier-speedup",
+        help="Each tier step's TTFT must beat recomputing the same prompt by this factor",
+    ),
+]
 ApiKey = Annotated[
     str | None,
     typer.Option(

@@ -239,14 +239,8 @@ def register(app: typer.Typer) -> None:
         api_key_file: opt.ApiKeyFile = None,
         ready_timeout: float = typer.Option(900.0, "--ready-timeout", help="Seconds to wait for readiness"),
         prompt_tokens: int | None = typer.Option(None, "--prompt-tokens", help="Validation prompt length"),
-        min_speedup: float = typer.Option(
-            DEFAULT_MIN_SPEEDUP, "--min-speedup", help="Warm/cold TTFT ratio to pass"
-        ),
-        min_tier_speedup: float = typer.Option(
-            DEFAULT_MIN_TIER_SPEEDUP,
-            "--min-tier-speedup",
-            help="Each tier step's TTFT must beat recomputing the same prompt by this factor",
-        ),
+        min_speedup: opt.MinSpeedup = DEFAULT_MIN_SPEEDUP,
+        min_tier_speedup: opt.MinTierSpeedup = DEFAULT_MIN_TIER_SPEEDUP,
         dry_run: bool = typer.Option(
             False, "--dry-run", help="Print what would run; start and write nothing"
         ),

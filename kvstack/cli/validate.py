@@ -91,14 +91,8 @@ def register(app: typer.Typer) -> None:
         prompt_tokens: int | None = typer.Option(
             None, "--prompt-tokens", help="Prompt length (default 4096, capped by the model's context)"
         ),
-        min_speedup: float = typer.Option(
-            DEFAULT_MIN_SPEEDUP, "--min-speedup", help="Warm must beat cold by this factor"
-        ),
-        min_tier_speedup: float = typer.Option(
-            DEFAULT_MIN_TIER_SPEEDUP,
-            "--min-tier-speedup",
-            help="Each tier step must beat recomputing the same prompt by this factor",
-        ),
+        min_speedup: opt.MinSpeedup = DEFAULT_MIN_SPEEDUP,
+        min_tier_speedup: opt.MinTierSpeedup = DEFAULT_MIN_TIER_SPEEDUP,
         offload: str | None = typer.Option(
             None,
             "--offload",
