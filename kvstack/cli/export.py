@@ -56,9 +56,9 @@ def register(app: typer.Typer) -> None:
         from kvstack.errors import PlanInfeasible
         from kvstack.export import FORMATS, ExportOptions, export_plan
         from kvstack.export.write import write_bundle
-        from kvstack.planning.resolve import plan_from_request
         from kvstack.remote.source import resolve_remote
         from kvstack.serving.plan_inputs import load_or_probe, plan_request
+        from kvstack.serving.planner import plan_from_request
 
         choice(fmt, FORMATS, "--format")
         opt.port(port)

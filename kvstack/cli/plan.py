@@ -61,7 +61,7 @@ def register(app: typer.Typer) -> None:
         )
         from kvstack.cli.plan_trace import read_trace_input, render_trace, write_png
         from kvstack.model.source import resolve_model
-        from kvstack.planning.resolve import plan_for_model
+        from kvstack.serving.planner import plan_for_model
 
         traced = read_trace_input(trace, trace_sample, start, max_requests, offload_cost, curve_png)
         source = resolve_model(model, revision)  # before the probe: a model that is not there fails at once

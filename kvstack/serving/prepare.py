@@ -21,12 +21,12 @@ from kvstack.hardware.snapshot import HardwareSnapshot
 from kvstack.model.source import ModelSource, resolve_model
 from kvstack.planning.plan import PlanRequest
 from kvstack.planning.replicas import device_groups, replica_snapshot
-from kvstack.planning.resolve import plan_for_model
 from kvstack.planning.schema import Plan
 from kvstack.runtime.preflight import check_port_range
 from kvstack.runtime.specs import LaunchSpec, ServeOptions
 from kvstack.runtime.writable import require_writable_dir
 from kvstack.serving.plan_inputs import load_or_probe, plan_request
+from kvstack.serving.planner import plan_for_model
 from kvstack.serving.ports import PortLayout, port_layout
 from kvstack.serving.replicas import on_devices, replica_dir, replica_request, replica_warning, visible_gpus
 from kvstack.serving.request import ServeRequest, engine_python

@@ -40,7 +40,7 @@ def total_users(request: ServeRequest) -> int:
     if request.users is not None:
         return request.users
     if request.workload is not None:
-        from kvstack.planning.workload import load_workload
+        from kvstack.serving.workload_files import load_workload
 
         return load_workload(request.workload).users
     return 1

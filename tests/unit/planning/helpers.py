@@ -10,8 +10,9 @@ from kvstack.model.catalog import find_catalog_entry
 from kvstack.model.geometry import ModelGeometry
 from kvstack.planning.plan import PlanRequest, make_plan
 from kvstack.planning.schema import Plan
-from kvstack.planning.workload import default_workload, load_workload
+from kvstack.planning.workload import default_workload
 from kvstack.profiles import profiles_dir
+from kvstack.serving.workload_files import load_workload
 
 PlanFor = Callable[..., Plan]
 

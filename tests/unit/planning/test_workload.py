@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from kvstack.errors import WorkloadError
-from kvstack.planning.workload import load_workload, parse_workload, workload_names
+from kvstack.planning.workload import parse_workload
+from kvstack.serving.workload_files import load_workload, workload_names
 
 
 @pytest.mark.parametrize(

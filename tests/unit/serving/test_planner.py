@@ -1,4 +1,4 @@
-"""plan_from_request: load the model and the workload, validate the remote URL (planning/resolve.py)."""
+"""plan_from_request: load the model and the workload, validate the remote URL (serving/planner.py)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,8 @@ import pytest
 
 from kvstack.errors import ModelConfigError, NetworkTargetError, WorkloadError
 from kvstack.planning.plan import PlanRequest
-from kvstack.planning.resolve import check_remote_url, plan_from_request
-
-from .helpers import snapshot
+from kvstack.serving.planner import check_remote_url, plan_from_request
+from tests.unit.planning.helpers import snapshot
 
 CONFIGS = Path(__file__).resolve().parents[2] / "fixtures" / "configs"
 

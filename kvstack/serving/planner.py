@@ -1,4 +1,5 @@
-"""The one planning module that reads files: load the model and the workload, then make_plan."""
+"""The planner's I/O side, above planning (which reads no files): resolve the model and load the
+workload they name, check the remote URL, then planning.make_plan."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ from kvstack.hardware.snapshot import HardwareSnapshot
 from kvstack.model.source import ModelSource, resolve_model
 from kvstack.planning.plan import PlanRequest, TraceInput, make_plan
 from kvstack.planning.schema import Plan
-from kvstack.planning.workload import default_workload, load_workload
+from kvstack.planning.workload import default_workload
 from kvstack.redact import redact_url
+from kvstack.serving.workload_files import load_workload
 
 # The remote_url schemes the LMCache in-process YAML accepts (lmcache 0.5.6).
 REMOTE_SCHEMES = ("redis", "rediss", "redis-sentinel", "lm")
