@@ -17,8 +17,9 @@ Flags read in sglang 0.5.23 (sglang/srt/arg_groups/fields/*.py and its hooks):
   the 0700 run dir) so that the key never reaches the command line. With --api-key every route
   but /health*, /ready* and /metrics needs the key (utils/auth.py); without it, all are open,
   the admin ones (/flush_cache, /update_weights_from_disk, /release_memory_occupation, ...,
-  AuthLevel.ADMIN_OPTIONAL) included. --admin-api-key moves those to a second key and refuses
-  --api-key there: kvstack sets a random one, never shown, on any bind that is not loopback.
+  AuthLevel.ADMIN_OPTIONAL) included. --admin-api-key (also read from that YAML) moves those to a
+  second key and refuses --api-key there: kvstack sets the run's control token (kvstack/clients/
+  control.py) as that key on every bind, so they answer kvstack only, loopback or not, key or not.
 """
 
 from __future__ import annotations
@@ -116,8 +117,22 @@ def auth(req: RenderRequest, prep: LaunchBasics) -> tuple[list[str], list[FileSp
                 hint=f"upgrade to sglang >= {MIN_SGLANG_CONFIG} (kvstack locks them), "
                 "or keep --host on loopback",
             )
+        if options.control_token:
+            prep.notes.append(
+                f"sglang {req.software.sglang} takes an admin key only on its command line: its admin "
+                f"endpoints ({', '.join(ADMIN_ROUTES)}, ...) stay open to every local user; "
+                f"sglang >= {MIN_SGLANG_CONFIG} locks them to kvstack"
+            )
         return [], []
-    if public:
+    if options.control_token:
+        # The run's control token is SGLang's admin key: its admin routes answer only a bearer of
+        # it (kvstack: the token is 0600 in the run dir), not the API key, on loopback too.
+        keys["admin-api-key"] = options.control_token
+        prep.notes.append(
+            f"SGLang's admin endpoints ({', '.join(ADMIN_ROUTES)}, ...) answer kvstack only: "
+            "the run's control token is their admin key"
+        )
+    elif public:
         # Nobody knows this key: SGLang's admin routes answer 401 to every client, key or not.
         keys["admin-api-key"] = secrets.token_urlsafe(32)
         prep.notes.append(

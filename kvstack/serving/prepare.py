@@ -95,7 +95,7 @@ def serve_options(request: ServeRequest, **overrides: Any) -> ServeOptions:
         # Dev mode only for the validation pass (its prefix cache reset); a token per engine that
         # kvstack alone holds for whatever control route answers (kvstack/clients/control.py).
         "dev_mode": request.validate_after_start,
-        "control_token": new_token() if request.engine == "vllm" else None,
+        "control_token": new_token() if request.engine in ("vllm", "sglang") else None,
     }
     fields.update(overrides)
     if "run_dir" not in fields:

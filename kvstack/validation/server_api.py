@@ -10,6 +10,7 @@ import httpx
 
 from kvstack.clients import models
 from kvstack.clients.client import auth_headers, make_client
+from kvstack.clients.control import CONTROL_HEADER
 from kvstack.clients.metrics import MetricsSnapshot, scrape
 from kvstack.clients.streaming import RequestResult, StreamClient
 from kvstack.errors import InputError
@@ -126,6 +127,11 @@ class ServerApi:
         while True:
             try:
                 resp = await self.client.post(url, headers=self.headers, timeout=30)
+                token = self.client.headers.get(CONTROL_HEADER)
+                if resp.status_code == 401 and token:
+                    # SGLang's admin routes take the run's control token as their bearer (its admin
+                    # key, kvstack/engines/sglang.py), not the API key.
+                    resp = await self.client.post(url, headers=auth_headers(token), timeout=30)
             except httpx.HTTPError as exc:
                 return False, f"POST {path} failed: {type(exc).__name__}"
             if resp.status_code in (404, 405):

@@ -33,6 +33,23 @@ FIELDS = (
 )
 
 
+def _admin(args: object) -> dict[str, bool]:
+    """SGLang's own decision (utils/auth.py) for an admin route (/flush_cache) of this server:
+    allowed without a bearer, with the API key, with the admin key."""
+    from sglang.srt.utils.auth import AuthLevel, decide_request_auth
+
+    api_key, admin_key = getattr(args, "api_key", None), getattr(args, "admin_api_key", None)
+
+    def allowed(bearer: str | None) -> bool:
+        return decide_request_auth(
+            method="POST", path="/flush_cache", authorization_header=f"Bearer {bearer}" if bearer else None,
+            api_key=api_key, admin_api_key=admin_key, auth_level=AuthLevel.ADMIN_OPTIONAL,
+        ).allowed  # fmt: skip
+
+    return {"none": allowed(None), "api_key": bool(api_key) and allowed(api_key),
+            "admin_key": bool(admin_key) and allowed(admin_key)}  # fmt: skip
+
+
 def main() -> None:
     job_path, result_path = sys.argv[1], sys.argv[2]
     with open(job_path, encoding="utf-8") as fh:
@@ -49,7 +66,11 @@ def main() -> None:
         except Exception as exc:
             result[name] = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
             continue
-        result[name] = {"ok": True, **{f: getattr(args, f, None) for f in FIELDS}}
+        result[name] = {
+            "ok": True,
+            **{f: getattr(args, f, None) for f in FIELDS},
+            "admin_route": _admin(args),
+        }
     with open(result_path, "w", encoding="utf-8") as fh:
         json.dump(result, fh, default=str)
 

@@ -21,13 +21,14 @@ from kvstack.engines.render import render
 from kvstack.runtime.specs import LaunchSpec
 from tests.integration.test_engine_parsers import engine_specs
 from tests.support.deps import ROOT, engine_python, missing
-from tests.unit.engines.cases import API_KEY, HUB_FACTS, SOFTWARE, make_options
+from tests.unit.engines.cases import API_KEY, HUB_FACTS, SOFTWARE, make_options, make_plan
 from tests.unit.planning.helpers import plan_for
 
 pytestmark = pytest.mark.integration
 
 PARSER_DIR = ROOT / ".sglang-parser"
 PROBE = Path(__file__).resolve().parent / "sglang_probe.py"
+TOKEN = "ctl-token-0123456789abcdef0123456789abcdef"
 
 
 def sglang_specs(tmp: Path) -> dict[str, LaunchSpec]:
@@ -39,6 +40,14 @@ def sglang_specs(tmp: Path) -> dict[str, LaunchSpec]:
     )
     options = make_options(run_dir=str(tmp / "run" / "planned"), cache_root="/data/kv", api_key=API_KEY)
     specs["planned-h100-hicache-file"] = render(plan, options, SOFTWARE["sglang"], HUB_FACTS)
+    # What serve renders on loopback: the run's control token as SGLang's admin key.
+    for key in (None, API_KEY):
+        options = make_options(
+            run_dir=str(tmp / "run" / f"ctl-{bool(key)}"), api_key=key, control_token=TOKEN
+        )
+        specs[f"control-token-key-{bool(key)}"] = render(
+            make_plan(engine="sglang", kv_dtype="fp8_e4m3"), options, SOFTWARE["sglang"], HUB_FACTS
+        )
     for spec in specs.values():
         for f in [*spec.files, *spec.server.start_files]:
             Path(f.path).parent.mkdir(parents=True, exist_ok=True)
@@ -116,3 +125,18 @@ def test_the_planned_hicache_layout_keeps_its_file_backend(
     assert res["hicache_storage_backend"] == "file" and res["hicache_size"] > 0
     storage = env["SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR"]
     assert storage.startswith("/data/kv/") and storage.endswith("/hicache-disk")
+
+
+def test_the_control_token_locks_sglangs_admin_routes_by_its_own_auth(
+    parsed: tuple[dict[str, LaunchSpec], dict[str, Any]],
+) -> None:
+    """SGLang's parser reads the token from the YAML as admin_api_key, and its own auth decision
+    then refuses /flush_cache without it and with the API key, and allows it with the token."""
+    _specs, results = parsed
+    for key in (False, True):
+        res = results[f"control-token-key-{key}"]
+        assert res["ok"] and res["admin_api_key"] == TOKEN, res
+        assert res["admin_route"] == {"none": False, "api_key": False, "admin_key": True}, res
+    # Without a token or key (an SGLang kvstack did not start): every admin route is open.
+    open_ = [r for n, r in results.items() if r.get("ok") and not r["api_key"] and not r["admin_api_key"]]
+    assert open_ and all(r["admin_route"]["none"] for r in open_)

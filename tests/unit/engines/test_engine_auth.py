@@ -76,7 +76,7 @@ def test_serve_turns_dev_mode_off_without_validation_and_gives_each_engine_a_tok
     assert on.dev_mode and not off.dev_mode
     assert on.control_token and off.control_token and on.control_token != off.control_token
     sglang_opts = serve_options(ServeRequest(engine="sglang", run_dir=Path("/r"), cache_dir=Path("/c")))
-    assert sglang_opts.control_token is None  # SGLang's admin routes are locked by its own admin key
+    assert sglang_opts.control_token  # SGLang takes it as its admin key (engines/sglang.py)
 
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "0.0.0.0"])
@@ -144,6 +144,28 @@ def test_sglang_on_loopback_keeps_its_admin_routes_and_flush() -> None:
     spec = sglang("127.0.0.1")
     assert spec.server.start_files == [] and "--config" not in spec.server.argv
     assert spec.reset_cache_path == "/flush_cache"
+
+
+@pytest.mark.parametrize(("host", "key"), [("127.0.0.1", None), ("127.0.0.1", API_KEY), ("0.0.0.0", API_KEY)])
+def test_sglang_takes_the_runs_control_token_as_its_admin_key(host: str, key: str | None) -> None:
+    # Its admin routes then answer only a bearer of the token (not the API key), loopback or not;
+    # tests/integration/test_sglang_parser.py checks it with SGLang's own parser and auth decision.
+    token = "ctl-token-0123456789abcdef0123456789abcdef"
+    spec = sglang(host, api_key=key, control_token=token)
+    (auth,) = spec.server.start_files
+    assert flag(spec, "--config") == auth.path and auth.mode == 0o600
+    assert yaml.safe_load(auth.content) == {"admin-api-key": token, **({"api-key": key} if key else {})}
+    assert token in spec.secrets and token not in str(spec.public()) and token not in spec.server.argv
+    assert spec.reset_cache_path == ("/flush_cache" if host == "127.0.0.1" else None)
+
+
+def test_an_sglang_without_config_files_says_its_admin_routes_stay_open_on_loopback() -> None:
+    old = SOFTWARE["sglang"].model_copy(update={"sglang": "0.5.10"})
+    spec = render(
+        make_plan(engine="sglang", kv_dtype="fp8_e4m3"), make_options(control_token="t" * 32), old, HUB_FACTS
+    )
+    assert "t" * 32 not in " ".join(spec.server.argv) and spec.server.start_files == []
+    assert any("stay open to every local user" in n for n in spec.notes)
 
 
 @pytest.mark.parametrize("key", [None, API_KEY])
