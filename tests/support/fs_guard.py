@@ -1,0 +1,107 @@
+"""Assert that a fault changed no file outside the places a run may write.
+
+The fault tests run kvstack with HOME (and every XDG base directory) in a temporary directory, then
+snapshot (path, size, mtime) of that HOME, of the repository's tree (tracked files and untracked
+ones git does not ignore) and of the real HOME's kvstack directories, before and after each fault.
+A change is allowed only under the run's cache dir, its run dir, or one of the engines' own caches
+listed in ``ENGINE_CACHES`` (each with its reason); anything else fails the test.
+
+Not snapshotted: /tmp (shared by every test on this machine; kvstack's own temporary files are
+written next to their target and renamed) and /proc, /sys, /dev.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tests.support.deps import ROOT
+
+# Relative to the temporary HOME: what vLLM, torch and their libraries write there on their own.
+ENGINE_CACHES = {
+    # vLLM's VLLM_CACHE_ROOT (default ~/.cache/vllm): torch.compile artifacts, its own hashes.
+    ".cache/vllm": "vLLM's cache root (VLLM_CACHE_ROOT)",
+    # vLLM's usage-stats file (VLLM_CONFIG_ROOT, default ~/.config/vllm) and its usage_stats.json.
+    ".config/vllm": "vLLM's config root (usage stats)",
+    # torch hub / kernels and inductor's per-user caches (TORCH_HOME, default ~/.cache/torch).
+    ".cache/torch": "torch's cache (TORCH_HOME)",
+    # Triton's kernel cache (TRITON_CACHE_DIR, default ~/.triton), used by torch.compile.
+    ".triton": "Triton's kernel cache",
+    # flashinfer / huggingface modules caches that vLLM's imports create when absent.
+    ".cache/flashinfer": "FlashInfer's JIT cache",
+    ".cache/huggingface": "Hugging Face's cache root (the demo model is local: only bookkeeping)",
+}
+
+Snapshot = dict[str, tuple[int, int]]  # path -> (size, mtime_ns)
+
+
+def isolated_home(base: Path) -> dict[str, str]:
+    """Environment entries that put HOME and the XDG base directories under ``base``."""
+    home = base / "home"
+    home.mkdir(parents=True, exist_ok=True)
+    return {
+        "HOME": str(home),
+        "XDG_CACHE_HOME": str(home / ".cache"),
+        "XDG_CONFIG_HOME": str(home / ".config"),
+        "XDG_DATA_HOME": str(home / ".local" / "share"),
+        "XDG_STATE_HOME": str(home / ".local" / "state"),
+    }
+
+
+def _walk(root: Path, into: Snapshot) -> None:
+    if not root.exists():
+        return
+    for dirpath, _dirs, files in os.walk(root):
+        for name in files:
+            path = os.path.join(dirpath, name)
+            try:
+                st = os.lstat(path)
+            except OSError:
+                continue
+            into[path] = (st.st_size, st.st_mtime_ns)
+
+
+def _repo_files() -> list[str]:
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT, capture_output=True, check=True,
+    ).stdout  # fmt: skip
+    return [str(ROOT / p) for p in listed.decode().split("\0") if p]
+
+
+@dataclass
+class FileGuard:
+    home: Path  # the temporary HOME kvstack runs with
+    allowed: list[Path]  # the run's cache dir and run dir
+    extra_roots: list[Path] = field(
+        default_factory=lambda: [
+            Path.home() / ".cache" / "kvstack",
+            Path.home() / ".local" / "state" / "kvstack",
+            Path.home() / ".config" / "kvstack",
+        ]
+    )
+
+    def snapshot(self) -> Snapshot:
+        snap: Snapshot = {}
+        for root in (self.home, *self.extra_roots):
+            _walk(root, snap)
+        for path in _repo_files():
+            try:
+                st = os.lstat(path)
+            except OSError:
+                continue
+            snap[path] = (st.st_size, st.st_mtime_ns)
+        return snap
+
+    def _allowed(self, path: str) -> bool:
+        p = Path(path)
+        places = [*self.allowed, *(self.home / rel for rel in ENGINE_CACHES)]
+        return any(p.is_relative_to(place) for place in places)
+
+    def changed_since(self, before: Snapshot) -> list[str]:
+        """Files created, removed or changed since ``before`` outside the allowed places."""
+        after = self.snapshot()
+        changed = [p for p in before.keys() | after.keys() if before.get(p) != after.get(p)]
+        return sorted(p for p in changed if not self._allowed(p))
