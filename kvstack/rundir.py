@@ -9,6 +9,7 @@ from pathlib import Path
 
 PLAN_JSON = "plan.json"
 LAUNCH_JSON = "launch.json"
+VALIDATION_JSON = "validation.json"
 
 
 def xdg_dir(var: str, fallback: str) -> Path:

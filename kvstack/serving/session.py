@@ -25,6 +25,7 @@ from kvstack.clients.control import write_control_token
 from kvstack.errors import Interrupted, NetworkTargetError, ValidationFailed
 from kvstack.fsutil import atomic_write, check_private_dir, ensure_private_dir
 from kvstack.model import hub
+from kvstack.rundir import LAUNCH_JSON, PLAN_JSON, VALIDATION_JSON
 from kvstack.runtime.group import SupervisorGroup
 from kvstack.runtime.preflight import check_port_free, preflight_launch
 from kvstack.runtime.specs import LaunchSpec
@@ -170,8 +171,8 @@ def preflight(launch: Launch) -> None:
 def record_run(prepared: PreparedServe) -> None:
     """plan.json and launch.json (secrets masked) in the run dir: what ran, for later reading."""
     run_dir = ensure_private_dir(prepared.run_dir)
-    atomic_write(run_dir / "plan.json", prepared.plan.model_dump_json(indent=2) + "\n")
-    atomic_write(run_dir / "launch.json", json.dumps(prepared.spec.public(), indent=2) + "\n")
+    atomic_write(run_dir / PLAN_JSON, prepared.plan.model_dump_json(indent=2) + "\n")
+    atomic_write(run_dir / LAUNCH_JSON, json.dumps(prepared.spec.public(), indent=2) + "\n")
 
 
 def record(launch: Launch) -> None:
@@ -180,8 +181,8 @@ def record(launch: Launch) -> None:
     if launch.multi:
         run_dir = ensure_private_dir(launch.run_dir)
         doc = launch.dry_run_document()
-        atomic_write(run_dir / "plan.json", json.dumps(doc.pop("plan"), indent=2) + "\n")
-        atomic_write(run_dir / "launch.json", json.dumps(doc, indent=2) + "\n")
+        atomic_write(run_dir / PLAN_JSON, json.dumps(doc.pop("plan"), indent=2) + "\n")
+        atomic_write(run_dir / LAUNCH_JSON, json.dumps(doc, indent=2) + "\n")
     for p in launch.replicas:
         record_run(p)
 
@@ -228,7 +229,7 @@ def validate(launch: Launch, group: SupervisorGroup, events: ServeEvents) -> Val
         report.steps.append(step)
         report.decide()
     alive()  # a death during the last request must not read as a verdict
-    write_report(report, launch.run_dir / "validation.json")
+    write_report(report, launch.run_dir / VALIDATION_JSON)
     events.validation(report)
     return report
 
@@ -395,7 +396,7 @@ def run(launch: Launch, events: ServeEvents | None = None) -> int:
         logs = (
             f"logs under {launch.run_dir}" if launch.multi else f"engine log: {group.members[0].log_path()}"
         )
-        judge(report, req, ev, f"report: {launch.run_dir / 'validation.json'}; {logs}")
+        judge(report, req, ev, f"report: {launch.run_dir / VALIDATION_JSON}; {logs}")
         if req.exit_after_validate:
             return 0
         ev.message(_serving_message(launch))
