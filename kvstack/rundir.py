@@ -1,5 +1,10 @@
-"""Where ``kvstack serve`` keeps its runs and what each run dir holds: serving writes them, top
-reads them, so the names live here once."""
+"""Where kvstack keeps its state, and the layout of a ``kvstack serve`` run dir: serving writes it,
+``top``, ``validate`` and ``bench`` read it, so the names live here once.
+
+A run dir (0700) holds ``plan.json`` and ``launch.json`` (what ran, secrets masked),
+``validation.json`` (the last validation report), ``control-token`` (0600, kvstack's key to the
+engine's control routes) and ``<process>.log`` for each supervised process.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +15,11 @@ from pathlib import Path
 PLAN_JSON = "plan.json"
 LAUNCH_JSON = "launch.json"
 VALIDATION_JSON = "validation.json"
+CONTROL_TOKEN = "control-token"
+
+
+def log_name(process: str) -> str:
+    return f"{process}.log"
 
 
 def xdg_dir(var: str, fallback: str) -> Path:
@@ -25,3 +35,7 @@ def default_runs_root() -> Path:
 def new_run_dir(port: int) -> Path:
     """A fresh run's dir: named for when it started and the port it serves."""
     return default_runs_root() / f"{time.strftime('%Y%m%d-%H%M%S')}-{port}"
+
+
+def default_cache_root() -> Path:
+    return xdg_dir("XDG_CACHE_HOME", ".cache") / "kvstack"

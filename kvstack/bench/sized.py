@@ -17,12 +17,11 @@ from dataclasses import dataclass
 from kvstack.engines.facts import gather_facts
 from kvstack.engines.render import render
 from kvstack.errors import InputError
-from kvstack.planning.schema import Plan
-from kvstack.serving.layouts import check_layout_names
+from kvstack.planning.schema import OFFLOAD_CHOICES, Plan
+from kvstack.serving.lifecycle import ServeEvents, launched
 from kvstack.serving.prepare import Launch, prepare
 from kvstack.serving.request import ServeRequest
 from kvstack.serving.served_layout import Layout, StartLayout
-from kvstack.serving.session import ServeEvents, launched
 from kvstack.units import GIB, fmt_bytes
 
 # LMCache's --l1-size-gb is rendered in steps of 0.01 GiB (engines.launch_basics.gib_floor).
@@ -94,6 +93,16 @@ def resized_launch(launch: Launch, sizes: TierOverrides) -> Launch:
         spec = render(plan, p.options, p.snapshot.software, facts)
         replicas.append(dataclasses.replace(p, plan=plan, spec=spec))
     return dataclasses.replace(launch, plan=plan, replicas=tuple(replicas))
+
+
+def check_layout_names(names: list[str]) -> None:
+    """A layout is an --offload choice."""
+    unknown = [n for n in names if n not in OFFLOAD_CHOICES]
+    if unknown:
+        raise InputError(
+            f"unknown layout {', '.join(map(repr, unknown))}: a layout is an --offload choice",
+            hint=f"choose from {', '.join(OFFLOAD_CHOICES)}, e.g. --compare none lmcache",
+        )
 
 
 def sized_layout_starter(

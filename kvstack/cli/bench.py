@@ -173,9 +173,9 @@ def register(app: typer.Typer) -> None:
         start_layout: StartLayout | None = None
         if not url:
             # No server given: kvstack serves each layout itself (the demo model by default).
+            from kvstack.bench.sized import check_layout_names
             from kvstack.names import ENGINES, choice
             from kvstack.names import OFFLOAD_CHOICES as OFFLOADS
-            from kvstack.serving.layouts import check_layout_names
             from kvstack.serving.request import ServeRequest
 
             names = names or [choice(offload, OFFLOADS, "--offload")]

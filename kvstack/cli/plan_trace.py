@@ -75,7 +75,7 @@ def read_trace_input(
 
 
 def write_png(plan: Plan, path: Path) -> None:
-    from kvstack.traces.plot import write_curve_png
+    from kvstack.cli.curve_png import write_curve_png
 
     assert plan.trace is not None
     title = f"{plan.model.name} ({plan.kv_cache_dtype} KV) on {plan.trace.source}"

@@ -17,9 +17,9 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from kvstack.runtime.status import SupervisorStatus
+    from kvstack.serving.lifecycle import ServeEvents
     from kvstack.serving.prepare import Launch
     from kvstack.serving.request import ServeRequest
-    from kvstack.serving.session import ServeEvents
     from kvstack.validation import ValidationReport
 
 from kvstack.names import ENGINES, choice
@@ -90,7 +90,7 @@ def serve_events(json_mode: bool) -> ServeEvents:
     from rich.markup import escape
 
     from kvstack.runtime.status import format_status
-    from kvstack.serving.session import ServeEvents
+    from kvstack.serving.lifecycle import ServeEvents
 
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     last_phase: dict[str, str] = {}  # per process: replicas report side by side
@@ -170,8 +170,8 @@ def _print_dry_run(launch: Launch, json_mode: bool, events: ServeEvents) -> None
 
 
 def run_serve(request: ServeRequest, dry_run: bool, json_mode: bool) -> int:
+    from kvstack.serving.lifecycle import run
     from kvstack.serving.prepare import prepare
-    from kvstack.serving.session import run
 
     events = serve_events(json_mode)
     if request.uses_demo_model:

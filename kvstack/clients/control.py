@@ -23,10 +23,11 @@ from urllib.parse import urlsplit
 
 from kvstack.fsutil import atomic_write, ensure_private_dir
 from kvstack.names import CONTROL_ENV, CONTROL_HEADER
+from kvstack.rundir import CONTROL_TOKEN
 
 __all__ = ["CONTROL_ENV", "CONTROL_HEADER", "TOKEN_FILE", "control_headers", "read_control_token"]
 
-TOKEN_FILE = "control-token"
+TOKEN_FILE = CONTROL_TOKEN
 _published: dict[str, str] = {}
 
 

@@ -12,38 +12,24 @@ thread that lives as long as the server (the main thread, in the CLI).
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
-import subprocess
-import sys
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
 
 import httpx
 
-from kvstack.errors import EngineError, MissingProgramError
-from kvstack.fsutil import atomic_write, ensure_private_dir
-from kvstack.redact import redact_argv
+from kvstack.fsutil import ensure_private_dir
+from kvstack.rundir import log_name
 from kvstack.runtime.disk_space import low_disk_warning
 from kvstack.runtime.failure import FATAL_LINE, HUNG, ProcessFailed, describe_exit
 from kvstack.runtime.liveness import HangWatch
+from kvstack.runtime.process import Proc, WatchdogLink, launch
 from kvstack.runtime.readiness import probe_ready
 from kvstack.runtime.signals import StopOnSignal
-from kvstack.runtime.spawn import (
-    child_env,
-    child_setup,
-    group_members,
-    load_libc,
-    remove_start_files,
-    watchdog_env,
-)
+from kvstack.runtime.spawn import child_env, remove_start_files
 from kvstack.runtime.specs import LaunchSpec, ProcessSpec
 from kvstack.runtime.status import StatusCallback, SupervisorStatus
-from kvstack.runtime.tee import LogTee
+from kvstack.runtime.stopping import stop_groups
 
 # Re-exported: where callers have always found them.
 __all__ = [
@@ -57,20 +43,6 @@ __all__ = [
 ]
 
 TAIL_LINES = 30
-
-
-@dataclass
-class _Proc:
-    spec: ProcessSpec
-    popen: subprocess.Popen[bytes]
-    log_path: Path
-    log: IO[bytes]
-    tee: LogTee
-    started: float
-
-    @property
-    def pgid(self) -> int:
-        return self.popen.pid  # start_new_session: the child leads its own group
 
 
 class Supervisor:
@@ -104,10 +76,10 @@ class Supervisor:
         # Shown before process names in errors and status ("replica 1 engine") when several
         # supervisors run side by side (kvstack.runtime.group).
         self.label = label
-        self.procs: list[_Proc] = []
+        self.procs: list[Proc] = []
         self.died: tuple[str, int] | None = None
         self.restarts = 0  # of the whole unit, after a critical helper died
-        self._watchdog: subprocess.Popen[bytes] | None = None
+        self._watchdog = WatchdogLink()
         self._signals = StopOnSignal(self.stop, self.hurry, lambda: self._stopping)
         self._stopping = False
         self._stopped = False
@@ -131,7 +103,7 @@ class Supervisor:
             self._signals.install()
         self._t0 = time.monotonic()
         try:
-            self._start_watchdog()
+            self._watchdog.start()
             self._launch_all()
         except BaseException:
             self.stop()  # a failed start leaves nothing running, with or without ``with``
@@ -143,6 +115,9 @@ class Supervisor:
             self._launch(helper)
             self.wait_ready(self.helper_ready_timeout_s, name=helper.name)
         self._launch(self.spec.server)
+
+    def _launch(self, pspec: ProcessSpec) -> None:
+        self.procs.append(launch(pspec, self.run_dir, self.spec.secrets, self.base_env, self._watchdog))
 
     def restartable(self) -> bool:
         """Whether the process found dead is a critical helper, whose death restarts the unit."""
@@ -171,74 +146,16 @@ class Supervisor:
             self.stop()
             raise
 
-    def _start_watchdog(self) -> None:
-        if self._watchdog is not None:
-            return
-        self._watchdog = subprocess.Popen(
-            [sys.executable, "-m", "kvstack.runtime.watchdog", str(os.getpid())],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-            cwd="/",
-            env=watchdog_env(),
-        )
-
-    def _tell_watchdog(self, line: str) -> None:
-        if self._watchdog is not None and self._watchdog.stdin is not None:
-            with contextlib.suppress(OSError, ValueError):
-                self._watchdog.stdin.write(f"{line}\n".encode())
-                self._watchdog.stdin.flush()
-
-    def _launch(self, pspec: ProcessSpec) -> _Proc:
-        log_path = self.run_dir / f"{pspec.name}.log"
-        fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        log = os.fdopen(fd, "ab")
-        shown = " ".join(redact_argv(pspec.argv, self.spec.secrets))
-        with contextlib.suppress(OSError):  # a full run dir must not stop a (re)start: see LogTee
-            log.write(f"# kvstack: starting {pspec.name}: {shown}\n".encode())
-            log.flush()
-        for f in pspec.start_files:
-            atomic_write(Path(f.path), f.content, mode=f.mode)
-        try:
-            popen = subprocess.Popen(
-                pspec.argv,
-                env=child_env(pspec, self.base_env),
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                preexec_fn=child_setup(os.getpid(), load_libc()),
-            )
-        except FileNotFoundError as exc:
-            log.close()
-            remove_start_files(pspec)
-            raise MissingProgramError(
-                f"cannot start {pspec.name}: {pspec.argv[0]} not found",
-                hint="install the engine in the Python environment kvstack uses (see kvstack doctor)",
-            ) from exc
-        except OSError as exc:
-            log.close()
-            remove_start_files(pspec)
-            raise EngineError(f"cannot start {pspec.name}: {exc}", hint=f"check {pspec.argv[0]}") from exc
-        self._tell_watchdog(f"+{popen.pid}")
-        assert popen.stdout is not None
-        tee = LogTee(popen.stdout, log, self.spec.secrets, pspec.fatal_patterns)
-        tee.start()
-        proc = _Proc(pspec, popen, log_path, log, tee, time.monotonic())
-        self.procs.append(proc)
-        return proc
-
     # --- readiness and death ----------------------------------------------------------------
 
-    def _proc(self, name: str) -> _Proc:
+    def _proc(self, name: str) -> Proc:
         for p in self.procs:
             if p.spec.name == name:
                 return p
         raise KeyError(name)
 
     def log_path(self, name: str | None = None) -> Path:
-        return self.run_dir / f"{name or self.spec.server.name}.log"
+        return self.run_dir / log_name(name or self.spec.server.name)
 
     def tail(self, name: str | None = None, n: int = TAIL_LINES) -> list[str]:
         proc = self._proc(name or self.spec.server.name)
@@ -347,7 +264,7 @@ class Supervisor:
         self._became_ready(proc)
         return True
 
-    def _became_ready(self, proc: _Proc) -> None:
+    def _became_ready(self, proc: Proc) -> None:
         if proc.spec.ready_url is not None:  # it answers, so it has read its start files
             remove_start_files(proc.spec)
             if proc.spec.critical:  # from now on, a hang is a death (runtime/liveness.py)
@@ -418,55 +335,15 @@ class Supervisor:
             self._signals.restore()
 
     def _stop_groups(self) -> None:
-        deadline = time.monotonic() + self.stop_timeout_s
-        # The server first (it may flush to its helpers), helpers once it is gone or half the time is up.
-        order = list(reversed(self.procs))
-        server_part = [p for p in order if p.spec is self.spec.server]
-        helper_part = [p for p in order if p.spec is not self.spec.server]
-        self._signal(server_part, signal.SIGTERM)
-        half = time.monotonic() + self.stop_timeout_s / 2
-        self._wait_gone(server_part, half)
-        self._signal(helper_part, signal.SIGTERM)
-        self._wait_gone(order, deadline)
-        alive = [p for p in order if self._alive(p)]
-        if alive:
-            self._signal(alive, signal.SIGKILL)
-            self._wait_gone(alive, time.monotonic() + 3.0)
-
-    def _signal(self, procs: list[_Proc], sig: int) -> None:
-        for p in procs:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(p.pgid, sig)
-                if sig == signal.SIGTERM:  # a stopped (SIGSTOP) process handles it only once continued
-                    os.killpg(p.pgid, signal.SIGCONT)
-
-    def _alive(self, p: _Proc) -> bool:
-        p.popen.poll()  # reap the leader so it does not count as a zombie member
-        return bool(group_members(p.pgid))
-
-    def _wait_gone(self, procs: list[_Proc], deadline: float) -> None:
-        while time.monotonic() < deadline and not self._kill_now:
-            if not any(self._alive(p) for p in procs):
-                return
-            time.sleep(0.05)
+        server = next((p for p in self.procs if p.spec is self.spec.server), None)
+        stop_groups(self.procs, server, self.stop_timeout_s, lambda: self._kill_now)
 
     def _close_procs(self) -> None:
         for p in self.procs:
-            remove_start_files(p.spec)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                p.popen.wait(timeout=1.0)
-            p.tee.join(timeout=2.0)
-            with contextlib.suppress(OSError):
-                p.log.close()
-            self._tell_watchdog(f"-{p.pgid}")
+            p.close()
+            self._watchdog.tell(f"-{p.pgid}")
 
     def _finish(self) -> None:
         self.liveness.close()
         self._close_procs()
-        if self._watchdog is not None:
-            with contextlib.suppress(OSError, ValueError):
-                assert self._watchdog.stdin is not None
-                self._watchdog.stdin.close()  # EOF with no groups left: it exits quietly
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self._watchdog.wait(timeout=5.0)
-            self._watchdog = None
+        self._watchdog.close()

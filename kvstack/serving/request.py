@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from kvstack.planning.schema import Engine, OffloadChoice
 from kvstack.profiles import profiles_dir
-from kvstack.rundir import new_run_dir, xdg_dir
+from kvstack.rundir import default_cache_root, new_run_dir
 from kvstack.serving.plan_inputs import resolve_dir
 from kvstack.validation.thresholds import DEFAULT_MIN_SPEEDUP, DEFAULT_MIN_TIER_SPEEDUP
 
@@ -24,10 +24,6 @@ def demo_model_dir() -> Path:
 def engine_python() -> str:
     """The interpreter that has the engine installed: the one running kvstack, unless overridden."""
     return os.environ.get(ENGINE_PYTHON_ENV) or sys.executable
-
-
-def default_cache_root() -> Path:
-    return xdg_dir("XDG_CACHE_HOME", ".cache") / "kvstack"
 
 
 class ServeRequest(BaseModel):

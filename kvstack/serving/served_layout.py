@@ -1,7 +1,7 @@
 """A layout as the bench measures it: one ``--offload`` choice running behind a URL.
 
-Serving starts layouts (serving/layouts.py) and the bench runs requests against them; both name
-the same two types here, so neither imports the other for them.
+Bench starts layouts through serving (bench/sized.py) and runs requests against them; the types
+live here, below bench, so serving never imports bench for them.
 """
 
 from __future__ import annotations

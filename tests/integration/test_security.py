@@ -18,9 +18,9 @@ import pytest
 
 from kvstack.hardware.snapshot import HardwareSnapshot, load_snapshot
 from kvstack.redact import MASK
+from kvstack.serving.launch_files import record_run, write_launch_files
 from kvstack.serving.prepare import PreparedServe, prepare
 from kvstack.serving.request import ServeRequest
-from kvstack.serving.session import record_run, write_launch_files
 from tests.support.cli_run import isolated_env, run_cli, tree_state
 from tests.support.deps import ROOT
 

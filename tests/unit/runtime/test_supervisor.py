@@ -332,7 +332,7 @@ def test_failed_helper_stops_everything_without_a_with_block(tmp_path: Path) -> 
     with pytest.raises(ProcessFailed, match="lmcache-server exited with code 4 during startup"):
         sup.start()
     assert [p.spec.name for p in sup.procs] == ["lmcache-server"]  # the engine never started
-    assert sup._watchdog is None  # and the watchdog was sent home
+    assert sup._watchdog.popen is None  # and the watchdog was sent home
 
 
 def test_missing_program(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ PASSWORD = "s3cret-redis-pw"
 
 
 def launch(port: int) -> dict[str, object]:
-    """The keys of LaunchSpec.public() that serving.session.record_run writes to launch.json
+    """The keys of LaunchSpec.public() that serving.launch_files.record_run writes to launch.json
     (as `kvstack serve --dry-run --json` prints them for the demo plan here)."""
     return {
         "argv": ["vllm", "serve"],

@@ -9,11 +9,7 @@ SIGINT/SIGTERM stops them all.
 from __future__ import annotations
 
 import contextlib
-import itertools
-import json
-import shutil
 import time
-from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -22,21 +18,18 @@ from typing import Protocol
 
 from kvstack.clients import control
 from kvstack.clients.control import write_control_token
-from kvstack.errors import Interrupted, NetworkTargetError, ValidationFailed
-from kvstack.fsutil import atomic_write, check_private_dir, ensure_private_dir
-from kvstack.model import hub
-from kvstack.rundir import LAUNCH_JSON, PLAN_JSON, VALIDATION_JSON
+from kvstack.errors import Interrupted, ValidationFailed
+from kvstack.rundir import VALIDATION_JSON
 from kvstack.runtime.group import SupervisorGroup
-from kvstack.runtime.preflight import check_port_free, preflight_launch
-from kvstack.runtime.specs import LaunchSpec
 from kvstack.runtime.status import SupervisorStatus
 from kvstack.runtime.supervisor import ProcessFailed, Supervisor
-from kvstack.serving.prepare import Launch, PreparedServe
+from kvstack.serving.launch_checks import launch_notes, preflight
+from kvstack.serving.launch_files import record, write_launch_files
+from kvstack.serving.prepare import Launch
 from kvstack.serving.remote_failover import follow_remote
 from kvstack.serving.remote_watch import RemoteWatch
 from kvstack.serving.request import ServeRequest
 from kvstack.serving.restarts import RestartBudget
-from kvstack.serving.router import require_router
 from kvstack.validation import StepResult, ValidationReport, run_validation, target_from_launch, write_report
 from kvstack.validation.replicas import STEP_NAME, shared_tier_skip_reason, shared_tier_step
 
@@ -86,105 +79,6 @@ def drop_warnings(sup: Supervised, warned: set[str]) -> list[str]:
                 f"({n} lines so far), the engine keeps serving; free space under {log.parent}"
             )
     return out
-
-
-def disk_need_bytes(prepared: PreparedServe) -> int:
-    disk = prepared.plan.tier("disk")
-    return disk.size_bytes if disk is not None else 0
-
-
-def write_launch_files(spec: LaunchSpec) -> None:
-    """Private cache dirs (0700), emptied state dirs, config files (0600) written atomically."""
-    for directory in spec.private_dirs:
-        ensure_private_dir(Path(directory))
-    for directory in spec.fresh_dirs:
-        # Stale files here (e.g. PROMETHEUS_MULTIPROC_DIR) would be summed into this run's counters.
-        shutil.rmtree(directory, ignore_errors=True)
-        ensure_private_dir(Path(directory))
-    for f in spec.files:
-        atomic_write(Path(f.path), f.content, mode=f.mode)
-
-
-def private_dirs(prepared: PreparedServe) -> list[Path]:
-    """Directories that hold users' KV or configs: the cache root, every cache dir below it, the run dir."""
-    root = Path(prepared.options.cache_root)
-    out = [root, prepared.run_dir]
-    for directory in map(Path, prepared.spec.private_dirs):
-        # The namespace directories between the root and the tier directory count too.
-        out += [p for p in (directory, *directory.parents) if p == directory or root in p.parents]
-    return list(dict.fromkeys(out))
-
-
-def require_model_files(prepared: PreparedServe) -> None:
-    """A Hugging Face id's weights are in the cache or the hub answers: else the engine fails late.
-
-    Skipped when the engine arguments ask for dummy weights (the engine then needs none).
-    """
-    model, extra = prepared.plan.model_path, prepared.options.extra_args
-    dummy = "--load-format=dummy" in extra or any(
-        a == "--load-format" and b == "dummy" for a, b in itertools.pairwise(extra)
-    )
-    if hub.is_hub_id(model) and not Path(model).is_dir() and not dummy:
-        hub.require_weights(model, prepared.plan.model_revision)
-
-
-def bound_ports(launch: Launch) -> list[int]:
-    """Every port a process of the launch binds; a port bound twice is an error, not a race."""
-    ports = [port for p in launch.replicas for port in p.spec.ports]
-    ports += launch.router.ports if launch.router is not None else []
-    twice = sorted(port for port, n in Counter(ports).items() if n > 1)
-    if twice:
-        raise NetworkTargetError(
-            f"port {twice[0]} would be bound by two processes of this launch",
-            hint="choose another --port (the layout is in kvstack/serving/ports.py)",
-        )
-    return ports
-
-
-def preflight(launch: Launch) -> None:
-    """Every check before a launch, in the order a user would fix them; nothing is written or started.
-
-    The model first, then local paths, then ports, the router, the engine (runtime.preflight), and
-    last the remote store, whose check is a network round trip.
-    """
-    first = launch.replicas[0]
-    require_model_files(first)
-    check_private_dir(launch.run_dir, "--run-dir")
-    for p in launch.replicas:
-        for directory in private_dirs(p):
-            check_private_dir(directory, "--run-dir" if directory == p.run_dir else "--cache-dir")
-    own = set(first.spec.ports)  # preflight_launch checks the first replica's
-    for port in bound_ports(launch):
-        if port not in own:
-            check_port_free(launch.request.host, port)
-    if launch.router is not None:
-        require_router(first.options.python)
-    # The replicas' disk tiers share one directory: it needs room for all of them.
-    preflight_launch(first.spec, first.options, disk_need_bytes(first) * len(launch.replicas))
-    if first.options.remote_url and launch.plan.tier("remote") is not None:
-        # Lazy: redis-py is needed only when a remote tier is asked for.
-        from kvstack.remote.preflight import require_reachable
-
-        require_reachable(first.options.remote_url)
-
-
-def record_run(prepared: PreparedServe) -> None:
-    """plan.json and launch.json (secrets masked) in the run dir: what ran, for later reading."""
-    run_dir = ensure_private_dir(prepared.run_dir)
-    atomic_write(run_dir / PLAN_JSON, prepared.plan.model_dump_json(indent=2) + "\n")
-    atomic_write(run_dir / LAUNCH_JSON, json.dumps(prepared.spec.public(), indent=2) + "\n")
-
-
-def record(launch: Launch) -> None:
-    """Each replica's plan.json and launch.json in its run dir; with several replicas or a router,
-    the whole launch's at the top of the run dir too (every replica and the router, masked)."""
-    if launch.multi:
-        run_dir = ensure_private_dir(launch.run_dir)
-        doc = launch.dry_run_document()
-        atomic_write(run_dir / PLAN_JSON, json.dumps(doc.pop("plan"), indent=2) + "\n")
-        atomic_write(run_dir / LAUNCH_JSON, json.dumps(doc, indent=2) + "\n")
-    for p in launch.replicas:
-        record_run(p)
 
 
 def _shared_tier(
@@ -302,23 +196,6 @@ def judge(report: ValidationReport | None, request: ServeRequest, events: ServeE
     if request.exit_after_validate:
         raise ValidationFailed("validation FAILED: " + failed_summary(report), hint=where)
     events.warning("validation FAILED: " + failed_summary(report) + " (still serving)")
-
-
-def launch_notes(launch: Launch) -> list[str]:
-    """What the launch leaves off, and why, said once its preflight passed."""
-    req, notes = launch.request, []
-    if not req.validate_after_start and req.engine == "vllm":
-        notes.append(
-            "--no-validate: vLLM's development endpoints (/reset_prefix_cache, /collective_rpc, /sleep, "
-            "...) stay off, nothing in this run needs them; the other control routes answer kvstack only"
-        )
-    if req.validate_after_start and launch.replicas[0].spec.reset_cache_path is None:
-        notes.append(
-            f"--host {req.host} is not loopback: the engine's endpoints that drop its prefix cache "
-            "are off, so validation forces the tiers by overflowing its pool (and, with LMCache's cache "
-            "server, by emptying its DRAM through its loopback-only API)"
-        )
-    return notes
 
 
 @contextmanager

@@ -8,9 +8,9 @@ import pytest
 
 from kvstack.errors import Interrupted, ValidationFailed
 from kvstack.runtime.supervisor import ProcessFailed
+from kvstack.serving.lifecycle import ServeEvents, drop_warnings, judge, serve_until_stopped
 from kvstack.serving.request import ServeRequest
 from kvstack.serving.restarts import RestartBudget
-from kvstack.serving.session import ServeEvents, drop_warnings, judge, serve_until_stopped
 from kvstack.validation import StepResult, ValidationReport
 from kvstack.validation.diagnosis import Diagnosis
 

@@ -1,0 +1,44 @@
+"""What a launch writes before it starts: private dirs, emptied state dirs, config files, and the
+record of what ran (plan.json, launch.json; secrets masked) in the run dir."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from kvstack.fsutil import atomic_write, ensure_private_dir
+from kvstack.rundir import LAUNCH_JSON, PLAN_JSON
+from kvstack.runtime.specs import LaunchSpec
+from kvstack.serving.prepare import Launch, PreparedServe
+
+
+def write_launch_files(spec: LaunchSpec) -> None:
+    """Private cache dirs (0700), emptied state dirs, config files (0600) written atomically."""
+    for directory in spec.private_dirs:
+        ensure_private_dir(Path(directory))
+    for directory in spec.fresh_dirs:
+        # Stale files here (e.g. PROMETHEUS_MULTIPROC_DIR) would be summed into this run's counters.
+        shutil.rmtree(directory, ignore_errors=True)
+        ensure_private_dir(Path(directory))
+    for f in spec.files:
+        atomic_write(Path(f.path), f.content, mode=f.mode)
+
+
+def record_run(prepared: PreparedServe) -> None:
+    """plan.json and launch.json (secrets masked) in the run dir: what ran, for later reading."""
+    run_dir = ensure_private_dir(prepared.run_dir)
+    atomic_write(run_dir / PLAN_JSON, prepared.plan.model_dump_json(indent=2) + "\n")
+    atomic_write(run_dir / LAUNCH_JSON, json.dumps(prepared.spec.public(), indent=2) + "\n")
+
+
+def record(launch: Launch) -> None:
+    """Each replica's plan.json and launch.json in its run dir; with several replicas or a router,
+    the whole launch's at the top of the run dir too (every replica and the router, masked)."""
+    if launch.multi:
+        run_dir = ensure_private_dir(launch.run_dir)
+        doc = launch.dry_run_document()
+        atomic_write(run_dir / PLAN_JSON, json.dumps(doc.pop("plan"), indent=2) + "\n")
+        atomic_write(run_dir / LAUNCH_JSON, json.dumps(doc, indent=2) + "\n")
+    for p in launch.replicas:
+        record_run(p)
