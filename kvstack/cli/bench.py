@@ -195,8 +195,8 @@ def register(app: typer.Typer) -> None:
             )
             model = serve_request.model_spec()
             if serve_request.engine == "vllm":
-                from kvstack.cli.serve import require_guard
                 from kvstack.serving.request import engine_python
+                from kvstack.serving.request_checks import require_guard
 
                 require_guard(engine_python())
             start_layout = layout_starter(serve_request, sizes)

@@ -27,64 +27,6 @@ from kvstack.names import OFFLOAD_CHOICES as OFFLOADS
 from kvstack.validation.thresholds import DEFAULT_MIN_SPEEDUP, DEFAULT_MIN_TIER_SPEEDUP
 
 
-def exposure_warning(request: ServeRequest) -> str | None:
-    """What a bind that is not loopback, without a key, leaves open (None: nothing to say)."""
-    from kvstack.netaddr import is_loopback
-
-    if is_loopback(request.host) or request.api_key:
-        return None
-    where = f"binding {request.host} without an API key: anyone who can reach port {request.port}"
-    fix = "set one with --api-key-file FILE or KVSTACK_API_KEY"
-    if request.engine == "sglang":
-        return (
-            f"{where} can run completions (/v1/*, /generate) and read /get_server_info and /metrics; "
-            "SGLang's admin endpoints (/flush_cache, /update_weights_from_disk, ...) are locked with a "
-            f"random admin key (sglang >= 0.5.23; older ones leave them open) ({fix})"
-        )
-    return (
-        f"{where} can run completions (/v1/*, /invocations), tokenize and read /metrics; vLLM's "
-        "development endpoints stay off and its other control endpoints answer only this machine "
-        f"({fix})"
-    )
-
-
-def require_guard(python: str) -> None:
-    """The engine's interpreter can import the middleware every vLLM kvstack starts loads."""
-    import os
-
-    from kvstack.engines.vllm import GUARD_MIDDLEWARE
-    from kvstack.errors import MissingProgramError
-    from kvstack.runtime.preflight import check_module_importable
-
-    if os.path.abspath(python) == os.path.abspath(sys.executable):
-        return  # this interpreter runs kvstack
-    try:
-        check_module_importable(python, "vllm")
-    except MissingProgramError:
-        return  # the launch preflight names what is missing
-    module = GUARD_MIDDLEWARE.rpartition(".")[0]
-    try:
-        check_module_importable(python, module)
-    except MissingProgramError as exc:
-        raise MissingProgramError(
-            f"the engine's interpreter {python} cannot import {module}, the middleware that keeps "
-            "vLLM's control endpoints closed",
-            hint=f"install kvstack there too ({python} -m pip install kvstack), or run kvstack with it",
-        ) from exc
-
-
-def refuse_public_router(request: ServeRequest) -> None:
-    from kvstack.netaddr import is_loopback
-
-    if request.router and not is_loopback(request.host):
-        raise InputError(
-            f"--router with --host {request.host}: vllm-router's /add_worker, /remove_worker and "
-            "/flush_cache have no authentication (anyone who reaches it could add a worker of theirs "
-            "and read every prompt)",
-            hint="keep --host 127.0.0.1 and put an authenticating proxy in front, or drop --router",
-        )
-
-
 def serve_events(json_mode: bool) -> ServeEvents:
     from rich.console import Console
     from rich.markup import escape
@@ -183,14 +125,10 @@ def run_serve(request: ServeRequest, dry_run: bool, json_mode: bool) -> int:
         events.message(
             f"no --model given: serving the bundled demo model ({request.model_spec()}, {weights})"
         )
-    refuse_public_router(request)
-    exposed = exposure_warning(request)
-    if exposed is not None:
-        events.warning(exposed)
-    if not dry_run and request.engine == "vllm":
-        from kvstack.serving.request import engine_python
+    from kvstack.serving.request_checks import check_request
 
-        require_guard(engine_python())
+    for warning in check_request(request, dry_run=dry_run):
+        events.warning(warning)
     launch = prepare(request)
     if dry_run:
         _print_dry_run(launch, json_mode, events)

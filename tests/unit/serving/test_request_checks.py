@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from kvstack.cli.serve import exposure_warning, refuse_public_router, require_guard
 from kvstack.errors import InputError, MissingProgramError
 from kvstack.serving.request import ServeRequest
+from kvstack.serving.request_checks import exposure_warning, refuse_public_router, require_guard
 
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "localhost", "::1"])

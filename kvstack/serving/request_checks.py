@@ -1,0 +1,72 @@
+"""What a serve request is refused or warned for before anything is planned: a router exposed
+without authentication, a public bind without a key, an engine interpreter that lacks kvstack's guard."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from kvstack.errors import InputError, MissingProgramError
+from kvstack.netaddr import is_loopback
+from kvstack.serving.request import ServeRequest, engine_python
+
+
+def check_request(request: ServeRequest, *, dry_run: bool) -> list[str]:
+    """Refuse what must not launch; return the warnings to show (a dry run starts nothing, so the
+    engine's interpreter is not asked for the guard)."""
+    refuse_public_router(request)
+    exposed = exposure_warning(request)
+    if not dry_run and request.engine == "vllm":
+        require_guard(engine_python())
+    return [exposed] if exposed is not None else []
+
+
+def exposure_warning(request: ServeRequest) -> str | None:
+    """What a bind that is not loopback, without a key, leaves open (None: nothing to say)."""
+    if is_loopback(request.host) or request.api_key:
+        return None
+    where = f"binding {request.host} without an API key: anyone who can reach port {request.port}"
+    fix = "set one with --api-key-file FILE or KVSTACK_API_KEY"
+    if request.engine == "sglang":
+        return (
+            f"{where} can run completions (/v1/*, /generate) and read /get_server_info and /metrics; "
+            "SGLang's admin endpoints (/flush_cache, /update_weights_from_disk, ...) are locked with a "
+            f"random admin key (sglang >= 0.5.23; older ones leave them open) ({fix})"
+        )
+    return (
+        f"{where} can run completions (/v1/*, /invocations), tokenize and read /metrics; vLLM's "
+        "development endpoints stay off and its other control endpoints answer only this machine "
+        f"({fix})"
+    )
+
+
+def require_guard(python: str) -> None:
+    """The engine's interpreter can import the middleware every vLLM kvstack starts loads."""
+    from kvstack.engines.vllm import GUARD_MIDDLEWARE
+    from kvstack.runtime.preflight import check_module_importable
+
+    if os.path.abspath(python) == os.path.abspath(sys.executable):
+        return  # this interpreter runs kvstack
+    try:
+        check_module_importable(python, "vllm")
+    except MissingProgramError:
+        return  # the launch preflight names what is missing
+    module = GUARD_MIDDLEWARE.rpartition(".")[0]
+    try:
+        check_module_importable(python, module)
+    except MissingProgramError as exc:
+        raise MissingProgramError(
+            f"the engine's interpreter {python} cannot import {module}, the middleware that keeps "
+            "vLLM's control endpoints closed",
+            hint=f"install kvstack there too ({python} -m pip install kvstack), or run kvstack with it",
+        ) from exc
+
+
+def refuse_public_router(request: ServeRequest) -> None:
+    if request.router and not is_loopback(request.host):
+        raise InputError(
+            f"--router with --host {request.host}: vllm-router's /add_worker, /remove_worker and "
+            "/flush_cache have no authentication (anyone who reaches it could add a worker of theirs "
+            "and read every prompt)",
+            hint="keep --host 127.0.0.1 and put an authenticating proxy in front, or drop --router",
+        )
