@@ -1,7 +1,7 @@
 """Redis goes away while serving with a remote tier (issue 7), with a real redis-server.
 
 The engine side is the stand-in server (tests/support/stream_server.py): a real engine's remote
-tier needs LMCache on a GPU; tests/e2e/test_serve_faults.py drives the same outage through a
+tier needs LMCache on a GPU; tests/e2e/test_serve_fault_stack.py drives the same outage through a
 real vLLM with LMCache wired (degraded on this CPU-only machine).
 """
 
