@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 
@@ -25,7 +26,27 @@ from tests.e2e.conftest import (
 )
 from tests.e2e.fault_stack import FIGURES, Descendants
 from tests.support.deps import ROOT
+from tests.support.fs_guard import FileGuard, isolated_home
 from tests.support.ports import free_block
+
+
+@pytest.fixture(autouse=True)
+def _no_file_changed(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[None]:
+    """Each fault here runs kvstack with HOME and the XDG dirs in a temporary directory and may change
+    no file outside this test's tmp_path (its cache and run dirs) and the engines' caches
+    (tests/support/fs_guard.py), in that HOME or the repository's tree."""
+    home = isolated_home(tmp_path_factory.mktemp("home"))
+    for name, value in home.items():
+        monkeypatch.setenv(name, value)
+    guard = FileGuard(
+        Path(home["HOME"]), allowed=[tmp_path, Path(home["XDG_STATE_HOME"]) / "kvstack" / "control"]
+    )
+    before = guard.snapshot()
+    yield
+    changed = guard.changed_since(before)
+    assert changed == [], f"files changed outside the cache and run dirs: {changed[:20]}"
 
 
 def _finish(session: ServeSession, timeout_s: float = 600) -> int:
