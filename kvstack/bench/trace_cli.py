@@ -137,19 +137,30 @@ def ttft_table(result: BenchResult) -> Table:
     per_layout = {c["layout"]: c["measured_tokens"] for c in (result.trace or {}).get("layouts", [])}
     by_layout = {lay.name: per_layout.get(lay.name) or lay.cache.tokens_by_source for lay in result.layouts}
     sources = [s for s in ts.SOURCES if any(tokens.get(s) for tokens in by_layout.values())]
-    for col in ["layout", "requests", "TTFT p50 ms", "TTFT p90 ms", *[ts.LABELS[s] for s in sources]]:
+    predicted = {
+        c["layout"]: (c.get("ttft") or {}).get("predicted") or {}
+        for c in (result.trace or {}).get("layouts", [])
+    }
+    columns = ["layout", "requests", "TTFT p50 ms", "TTFT p90 ms", "predicted p50 / p90 ms"]
+    for col in [*columns, *[ts.LABELS[s] for s in sources]]:
         table.add_column(col, justify="left" if col == "layout" else "right")
     for lay in result.layouts:
         t = lay.summary.ttft_s
         tokens = by_layout[lay.name]
+        p = predicted.get(lay.name) or {}
         table.add_row(
             lay.name,
             f"{lay.summary.ok}/{lay.summary.requests}",
             "-" if t is None else f"{t.p50 * 1000:.1f}",
             "-" if t is None else f"{t.p90 * 1000:.1f}",
+            f"{_ms(p.get('p50_s'))} / {_ms(p.get('p90_s'))}",
             *[f"{tokens.get(s, 0.0):,.0f}" for s in sources],
         )
     return table
+
+
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1000:.1f}"
 
 
 def _emit(o: TraceOptions, result: BenchResult) -> None:

@@ -19,7 +19,8 @@ import httpx
 
 from kvstack.bench.schema import BenchResult, LayoutResult, RequestRow
 from kvstack.bench.stats import cache_stats, summarize
-from kvstack.bench.trace_predict import comparison, predict
+from kvstack.bench.trace_calibrate import calibrate, predicted_ttft, summary
+from kvstack.bench.trace_predict import Prediction, comparison, predict
 from kvstack.bench.trace_prompts import BlockTokens, ReplayShape, SentRequest, plan_requests, token_pool
 from kvstack.bench.trace_replay import ReplayRun, replay
 from kvstack.bench.trace_sizes import Hierarchy, cache_server_status, engine_level, lmcache_levels
@@ -253,7 +254,38 @@ def run_layout_replay(
     done = [s for s in shared.sent if s.index in {r.index for r in rows_out}]
     hierarchy = hierarchy_of(layout, run, api_key)
     prediction = predict(layout.name, done, hierarchy, args.block_tokens)
-    return result, rows_out, comparison(prediction, measured_tokens(run, args.concurrency == 1))
+    compared = comparison(prediction, measured_tokens(run, args.concurrency == 1))
+    compared["ttft"] = _ttft_check(layout, shared, hierarchy, prediction, rows_out, model, api_key)
+    return result, rows_out, compared
+
+
+def _ttft_check(
+    layout: Layout,
+    shared: Shared,
+    hierarchy: Hierarchy,
+    prediction: Prediction,
+    rows: list[RequestRow],
+    model: str,
+    api_key: str | None,
+) -> dict[str, Any]:
+    """The plan's TTFT model, with costs calibrated against this layout, on the requests sent,
+    next to what they measured."""
+    assert shared.blocks is not None and shared.shape is not None
+    engine = next((lv for lv in hierarchy.levels if lv.tier == ts.ENGINE_CACHE), None)
+    offload = any(lv.tier != ts.ENGINE_CACHE for lv in hierarchy.levels)
+    pool = engine.unit_tokens * engine.nominal_blocks if engine is not None else None
+    costs = calibrate(
+        layout.base_url,
+        model,
+        shared.blocks,
+        api_key=api_key,
+        max_prompt=shared.shape.max_prompt_tokens,
+        engine_pool_tokens=pool if offload else None,
+    )
+    prompts = [s.prompt_tokens for s in shared.sent if s.index in {r.index for r in rows}]
+    predicted = predicted_ttft(costs, prompts, prediction.per_request)
+    measured = [r.ttft_s for r in rows if r.ok and r.ttft_s is not None]
+    return summary(costs, predicted, measured)
 
 
 def cache_stats_empty() -> Any:

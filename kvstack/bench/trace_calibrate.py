@@ -1,0 +1,136 @@
+"""A short calibration against the served layout, after its replay: the costs the plan's TTFT
+model needs on this machine (planning/served_ttft.py), measured in a few seconds.
+
+Unique prompts (token blocks under hash ids no trace uses: negative ones) at a few lengths give
+the cost of a miss; each sent again gives the cost of a prompt the engine holds whole. On an
+offload layout, one prompt is then pushed out of the engine's pool by other unique prompts (more
+tokens than the pool holds) and sent again: the offload tier's DRAM serves it, which gives the
+fetch cost per token. Run after the replay, so the replay's hit ratios are not disturbed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from typing import Any
+
+from kvstack.bench.trace_prompts import BlockTokens
+from kvstack.clients import token_sources as ts
+from kvstack.clients.streaming import StreamClient
+from kvstack.errors import EngineError
+from kvstack.planning.served_ttft import ServedCosts, fit_costs
+
+LENGTHS = (512, 1024, 2048, 4096)
+REPEATS = 2
+
+
+class _Prompts:
+    """Unique prompts: each from fresh (negative) hash ids, so no trace block and no other prompt
+    shares a prefix with it."""
+
+    def __init__(self, blocks: BlockTokens) -> None:
+        self.blocks = blocks
+        self.next_id = -1
+
+    def unique(self, tokens: int) -> list[int]:
+        out: list[int] = []
+        for _ in range(math.ceil(tokens / self.blocks.block_tokens)):
+            out.extend(self.blocks.block(self.next_id))
+            self.next_id -= 1
+        return out[:tokens]
+
+
+async def _ttft(client: StreamClient, model: str, prompt: list[int], api_key: str | None) -> float:
+    res = await client.completion(model, prompt, 1, api_key=api_key, timeout_s=120)
+    if not res.ok or res.ttft_s is None:
+        raise EngineError(
+            f"a calibration request failed: {res.error or res.status}", hint="see the engine's log"
+        )
+    return res.ttft_s
+
+
+async def _measure(
+    base_url: str,
+    model: str,
+    blocks: BlockTokens,
+    *,
+    api_key: str | None,
+    max_prompt: int,
+    engine_pool_tokens: int | None,
+) -> ServedCosts:
+    prompts = _Prompts(blocks)
+    lengths = [n for n in LENGTHS if n <= max_prompt] or [max(16, max_prompt)]
+    hits: list[float] = []
+    misses: list[tuple[int, float]] = []
+    fetched: list[tuple[str, int, float]] = []
+    async with StreamClient(base_url, 2) as client:
+        await _ttft(client, model, prompts.unique(64), api_key)  # warm the path (first-request costs)
+        longest: list[int] = []
+        for _ in range(REPEATS):
+            for n in lengths:
+                prompt = prompts.unique(n)
+                misses.append((n, await _ttft(client, model, prompt, api_key)))
+                hits.append(await _ttft(client, model, prompt, api_key))
+                longest = prompt
+        if engine_pool_tokens:
+            # Push ``longest`` out of the engine's pool, then ask for it: the offload tier serves it.
+            flushed = 0
+            while flushed <= engine_pool_tokens:
+                await _ttft(client, model, prompts.unique(lengths[-1]), api_key)
+                flushed += lengths[-1]
+            fetched.append((ts.DRAM, len(longest), await _ttft(client, model, longest, api_key)))
+    source = (
+        f"measured on the served layout: {len(misses)} unique prompts of {', '.join(map(str, lengths))} "
+        f"tokens, each sent again" + (", one fetched back from the offload tier's DRAM" if fetched else "")
+    )
+    return fit_costs(hits, misses, fetched, source)
+
+
+def calibrate(
+    base_url: str,
+    model: str,
+    blocks: BlockTokens,
+    *,
+    api_key: str | None,
+    max_prompt: int,
+    engine_pool_tokens: int | None,
+) -> ServedCosts:
+    """The layout's costs; ``engine_pool_tokens`` (the engine's prefix cache, in tokens) only for
+    an offload layout, whose DRAM fetch is measured too."""
+    return asyncio.run(
+        _measure(
+            base_url,
+            model,
+            blocks,
+            api_key=api_key,
+            max_prompt=max_prompt,
+            engine_pool_tokens=engine_pool_tokens,
+        )
+    )
+
+
+def predicted_ttft(costs: ServedCosts, prompts: list[int], per_request: dict[str, list[int]]) -> list[float]:
+    """Per request sent, the TTFT the costs predict for the sources the simulation gave it. A tier
+    without its own fetch figure (the disk tier, whose files sit in the page cache here) is taken
+    at DRAM's."""
+    fetch = dict(costs.fetch_s)
+    for tier in (ts.DISK, ts.REMOTE):
+        fetch.setdefault(tier, fetch.get(ts.DRAM, 0.0))
+    at = ServedCosts(costs.hit_s, costs.miss_s, costs.linear_s, costs.quadratic_s, fetch, costs.source)
+    out = []
+    for i, prompt in enumerate(prompts):
+        engine = per_request.get(ts.ENGINE_CACHE, [0] * len(prompts))[i]
+        tiers = {t: rows[i] for t, rows in per_request.items() if t != ts.ENGINE_CACHE}
+        out.append(at.ttft(prompt, engine, tiers))
+    return out
+
+
+def summary(costs: ServedCosts, predicted: list[float], measured: list[float]) -> dict[str, Any]:
+    from kvstack.planning.served_ttft import percentiles
+
+    p, m = percentiles(predicted), percentiles(measured)
+    ratio = {
+        k: (m[k] / p[k]) if p[k] and m[k] else None  # type: ignore[operator]
+        for k in ("p50_s", "p90_s")
+    }
+    return {"calibration": costs.to_dict(), "predicted": p, "measured": m, "measured_over_predicted": ratio}

@@ -1,0 +1,98 @@
+"""TTFT on the served engine, from costs measured against it. Pure.
+
+The model is planning/trace_sizing.py's, in seconds instead of FLOPs, because on a platform the
+plan has no prefill figure for (vllm-cpu) the only figures are the ones the engine shows:
+
+    TTFT = hit_s + miss_s + linear_s x recomputed + quadratic_s x (prompt^2 - held^2)
+           + sum over offload tiers of fetch_s[tier] x tokens fetched
+
+``hit_s`` is a prompt the engine holds whole (HTTP, scheduling, one forward step); ``miss_s`` what a
+request pays beyond that on the layout's path whether it hits or not (on an offload layout: the
+connector's lookup, store and transfer setup, the issue's "about 15 ms"); the two recompute terms
+are the prefill of the positions no cache held, attention over the whole prefix included. The
+figures come from bench/trace_calibrate.py: a few requests against the served layout.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class ServedCosts:
+    hit_s: float
+    miss_s: float
+    linear_s: float  # seconds per recomputed token
+    quadratic_s: float  # seconds per (token^2), attention over the prefix
+    fetch_s: dict[str, float] = field(default_factory=dict)  # seconds per token, by offload tier
+    source: str = ""
+
+    def ttft(self, prompt: int, engine: int, tiers: Mapping[str, int]) -> float:
+        """Predicted TTFT of a ``prompt``-token request of which the engine holds ``engine`` tokens
+        and each offload tier serves ``tiers[tier]``."""
+        held = min(prompt, engine + sum(tiers.values()))
+        recompute = self.linear_s * (prompt - held) + self.quadratic_s * (prompt**2 - held**2)
+        fetch = sum(self.fetch_s.get(tier, 0.0) * n for tier, n in tiers.items())
+        return self.hit_s + self.miss_s + recompute + fetch
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "hit_s": self.hit_s,
+            "miss_s": self.miss_s,
+            "linear_s_per_token": self.linear_s,
+            "quadratic_s_per_token2": self.quadratic_s,
+            "fetch_s_per_token": self.fetch_s,
+            "source": self.source,
+        }
+
+
+def fit_costs(
+    hits: Sequence[float],
+    misses: Sequence[tuple[int, float]],
+    fetched: Sequence[tuple[str, int, float]] = (),
+    source: str = "",
+) -> ServedCosts:
+    """The costs from measured TTFTs: ``hits`` (whole prompts the engine held), ``misses``
+    ((prompt tokens, TTFT) of prompts no cache held: least squares of ``miss + linear x N +
+    quadratic x N^2`` over ``hit_s``, no term negative) and ``fetched`` ((tier, tokens, TTFT) of
+    prompts one offload tier served whole)."""
+    hit_s = float(np.median(hits))
+    n = np.array([float(t) for t, _ in misses])
+    y = np.array([s for _, s in misses]) - hit_s
+    best: tuple[float, float, float] = (max(0.0, float(y.mean())) if len(y) else 0.0, 0.0, 0.0)
+    best_err = float("inf")
+    # Every subset of the three terms, each fit by least squares; the best with no term negative.
+    for cols in ((0,), (1,), (2,), (0, 1), (0, 2), (1, 2), (0, 1, 2)):
+        design = np.stack([np.ones_like(n), n, n**2], axis=1)[:, cols]
+        coef, *_ = np.linalg.lstsq(design, y, rcond=None)
+        if len(y) == 0 or (coef < 0).any():
+            continue
+        err = float(((design @ coef - y) ** 2).sum())
+        if err < best_err:
+            full = [0.0, 0.0, 0.0]
+            for c, v in zip(cols, coef, strict=True):
+                full[c] = float(v)
+            best, best_err = (full[0], full[1], full[2]), err
+    miss_s, linear_s, quadratic_s = best
+    fetch: dict[str, list[float]] = {}
+    for tier, tokens, seconds in fetched:
+        if tokens > 0:
+            fetch.setdefault(tier, []).append(max(0.0, (seconds - hit_s - miss_s) / tokens))
+    return ServedCosts(
+        hit_s=hit_s,
+        miss_s=miss_s,
+        linear_s=linear_s,
+        quadratic_s=quadratic_s,
+        fetch_s={tier: float(np.median(v)) for tier, v in fetch.items()},
+        source=source,
+    )
+
+
+def percentiles(seconds: Sequence[float]) -> dict[str, float | None]:
+    if not seconds:
+        return {"p50_s": None, "p90_s": None}
+    return {"p50_s": float(np.percentile(seconds, 50)), "p90_s": float(np.percentile(seconds, 90))}

@@ -1,0 +1,41 @@
+"""The TTFT model on costs measured against the served engine (planning/served_ttft.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvstack.planning.served_ttft import ServedCosts, fit_costs, percentiles
+
+
+def test_the_fit_recovers_the_costs_it_was_made_from() -> None:
+    hit, miss, lin, quad = 0.020, 0.015, 2e-5, 3e-9
+    misses = [(n, hit + miss + lin * n + quad * n * n) for n in (512, 1024, 2048, 4096) for _ in range(2)]
+    fetched = [("dram", 4096, hit + miss + 4096 * 1e-6)]
+    costs = fit_costs([hit, hit * 1.1, hit * 0.9], misses, fetched)
+    assert costs.hit_s == pytest.approx(hit)
+    assert costs.miss_s == pytest.approx(miss, rel=1e-6)
+    assert costs.linear_s == pytest.approx(lin, rel=1e-6)
+    assert costs.quadratic_s == pytest.approx(quad, rel=1e-6)
+    assert costs.fetch_s["dram"] == pytest.approx(1e-6, rel=1e-6)
+
+
+def test_no_fitted_term_is_negative() -> None:
+    # A miss that costs less at 4096 tokens than a straight line says (noise): no negative term.
+    misses = [(512, 0.05), (1024, 0.06), (2048, 0.09), (4096, 0.12)]
+    costs = fit_costs([0.02], misses)
+    assert min(costs.miss_s, costs.linear_s, costs.quadratic_s) >= 0
+    assert costs.ttft(4096, 0, {}) == pytest.approx(0.12, rel=0.15)
+
+
+def test_held_tokens_are_not_recomputed_and_fetches_cost_per_tier() -> None:
+    c = ServedCosts(hit_s=0.01, miss_s=0.005, linear_s=1e-5, quadratic_s=0.0, fetch_s={"dram": 1e-6})
+    assert c.ttft(1000, 1000, {}) == pytest.approx(0.015)
+    assert c.ttft(1000, 0, {}) == pytest.approx(0.015 + 0.01)
+    assert c.ttft(1000, 200, {"dram": 800}) == pytest.approx(0.015 + 800e-6)
+    assert c.ttft(1000, 0, {"disk": 1000}) == pytest.approx(0.015)  # no disk figure: no fetch cost
+
+
+def test_percentiles() -> None:
+    assert percentiles([]) == {"p50_s": None, "p90_s": None}
+    got = percentiles([float(i) for i in range(1, 11)])
+    assert got["p50_s"] == pytest.approx(5.5) and got["p90_s"] == pytest.approx(9.1)
