@@ -9,6 +9,11 @@ cut to 136 blocks of 128 tokens (engine arguments after --) and LMCache's DRAM t
 tenth of the slice), so the slice overflows both and the disk tier serves what DRAM lost. The
 replay simulates the requests it sent on the sizes the servers report; each tier's measured share
 of prompt tokens must be within 5 points of the simulation.
+
+The same slice is replayed on ``--offload none`` first (``--compare none,lmcache-mp``): after each
+replay bench calibrates the layout (bench/trace_calibrate.py) and the plan's TTFT model predicts
+every request from its simulated sources; TTFT p50 and p90 must be within 1.5x of the prediction
+for each layout.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from tests.support.deps import ROOT
 
 TRACE = ROOT.parent / "shared" / "traces" / "conversation_trace.jsonl"
 MAX_GAP_POINTS = 5.0
+MAX_TTFT_FACTOR = 1.5
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +45,7 @@ def replay(engine_ready: str, tmp_path_factory: pytest.TempPathFactory) -> dict[
         "--block-tokens", "128",
         "--time-scale", "0",
         "--max-output-tokens", "2",
-        "--offload", "lmcache-mp",
+        "--compare", "none,lmcache-mp",
         "--l1-size", "128MiB",
         "--port", str(free_port()),
         "--run-dir", str(tmp / "run"),
@@ -57,23 +63,26 @@ def replay(engine_ready: str, tmp_path_factory: pytest.TempPathFactory) -> dict[
     return result
 
 
+def layouts(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {c["layout"]: c for c in result["trace"]["layouts"]}
+
+
 def tiers(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    (layout,) = result["trace"]["layouts"]
-    return {t["tier"]: t for t in layout["tiers"]}
+    return {t["tier"]: t for t in layouts(result)["lmcache-mp"]["tiers"]}
 
 
 def test_the_slice_overflows_the_engine_pool_and_dram(replay: dict[str, Any]) -> None:
     trace = replay["trace"]
     assert trace["requests_sent"] >= 300
-    (layout,) = trace["layouts"]
+    layout = layouts(replay)["lmcache-mp"]
     sizes = {lv["tier"]: lv["tokens"] for lv in layout["hierarchy"]["levels"]}
     assert sizes["engine_cache"] == 136 * 128  # as vllm:cache_config_info reports it
     assert sizes["engine_cache"] < sizes["dram"] < trace["prompt_tokens"] // 4
     got = tiers(replay)
     for tier in ("engine_cache", "dram", "disk"):
         assert got[tier]["measured"] > 0.01, f"{tier} served nothing: {got[tier]}"
-    rows = replay["requests"]
-    assert all(r["ok"] for r in rows) and len(rows) == trace["requests_sent"]
+    rows = [r for r in replay["requests"] if r["layout"] == "lmcache-mp"]
+    assert all(r["ok"] for r in replay["requests"]) and len(rows) == trace["requests_sent"]
     # Each request says where its tokens came from, and the sources add up to its prompt.
     for r in rows:
         parts = ("recomputed", "engine_cache", "dram", "disk", "remote", "offload")
@@ -85,3 +94,19 @@ def test_each_tier_is_within_five_points_of_the_simulation(replay: dict[str, Any
     table = {t: (row["predicted"], row["measured"], row["gap_points"]) for t, row in got.items()}
     for tier in ("engine_cache", "dram", "disk"):
         assert abs(got[tier]["gap_points"]) <= MAX_GAP_POINTS, f"{tier}: {table}"
+
+
+def test_each_layouts_ttft_is_within_1_5x_of_the_plans_prediction(replay: dict[str, Any]) -> None:
+    got = layouts(replay)
+    assert set(got) == {"none", "lmcache-mp"}
+    for name, layout in got.items():
+        ttft = layout["ttft"]
+        for q in ("p50_s", "p90_s"):
+            predicted, measured = ttft["predicted"][q], ttft["measured"][q]
+            assert predicted > 0 and measured > 0
+            assert 1 / MAX_TTFT_FACTOR <= measured / predicted <= MAX_TTFT_FACTOR, f"{name} {q}: {ttft}"
+    # The offload layout's calibration measured its DRAM fetch, and its per-request path costs more
+    # than none's (the lookup and store every request pays).
+    lm, none = got["lmcache-mp"]["ttft"]["calibration"], got["none"]["ttft"]["calibration"]
+    assert lm["fetch_s_per_token"]["dram"] >= 0 and not none["fetch_s_per_token"]
+    assert lm["hit_s"] + lm["miss_s"] > none["hit_s"] + none["miss_s"]
