@@ -21,7 +21,7 @@ import httpx
 
 from kvstack.bench.correctness import check_correctness
 from kvstack.bench.schema import CacheStats, CorrectnessResult, LayoutResult, RequestRow, RoundResult
-from kvstack.bench.stats import cache_stats, summarize, tpot
+from kvstack.bench.stats import cache_stats, measured, summarize
 from kvstack.bench.workloads import BenchRequest, RequestSet
 from kvstack.clients.client import make_client
 from kvstack.clients.metrics import MetricsSnapshot, scrape
@@ -154,17 +154,7 @@ def to_row(layout: str, req: BenchRequest, res: RequestResult, started_at: float
         group=req.group,
         prompt_tokens=req.prompt_tokens,
         expected_prefix_tokens=req.shared_prefix_tokens,
-        ok=res.ok,
-        status=res.status,
-        error=res.error,
-        start_s=max(0.0, res.start_time - started_at),
-        ttft_s=res.ttft_s,
-        tpot_s=tpot(res.e2e_s, res.ttft_s, res.output_tokens) if res.ok else None,
-        e2e_s=res.e2e_s,
-        itl_s=res.itl_s,
-        server_prompt_tokens=res.prompt_tokens,
-        output_tokens=res.output_tokens,
-        cached_tokens=res.cached_tokens,
+        **measured(res, started_at),
     )
 
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from kvstack.bench.schema import CacheStats, Distribution, RequestRow, Summary
 from kvstack.clients import metrics as m
 from kvstack.clients import token_sources
 from kvstack.clients.metrics import MetricsSnapshot
+from kvstack.clients.streaming import RequestResult
 
 # LMCache in-process counters (lmcache/observability.py, LMCStatsMonitor's prometheus logger).
 LMCACHE_REQUESTED_TOKENS = "lmcache:num_requested_tokens"
@@ -94,6 +96,24 @@ def tpot(e2e_s: float | None, ttft_s: float | None, output_tokens: int) -> float
     if e2e_s is None or ttft_s is None or output_tokens < 2:
         return None
     return (e2e_s - ttft_s) / (output_tokens - 1)
+
+
+def measured(res: RequestResult, started_at: float) -> dict[str, Any]:
+    """A RequestRow's measured fields, from one request's result (``started_at``: the layout's
+    first request, on the same clock)."""
+    return {
+        "ok": res.ok,
+        "status": res.status,
+        "error": res.error,
+        "start_s": max(0.0, res.start_time - started_at),
+        "ttft_s": res.ttft_s,
+        "tpot_s": tpot(res.e2e_s, res.ttft_s, res.output_tokens) if res.ok else None,
+        "e2e_s": res.e2e_s,
+        "itl_s": res.itl_s,
+        "server_prompt_tokens": res.prompt_tokens,
+        "output_tokens": res.output_tokens,
+        "cached_tokens": res.cached_tokens,
+    }
 
 
 def _ratio(num: float | None, den: float | None) -> float | None:

@@ -24,15 +24,9 @@ PREDICTION_PLOT = "trace_prediction.png"
 
 @dataclass(frozen=True)
 class TraceOptions:
-    path: Path
-    start: int = 0
-    max_requests: int | None = None
-    session_sample: float | None = None
-    block_tokens: int = 64
-    time_scale: float = 1.0
-    max_output_tokens: int = 16
-    concurrency: int = 1
-    seed: int = 0
+    """One ``bench --trace`` run: which requests it replays and how (``replay``), against what."""
+
+    replay: TraceArgs
     url: str | None = None
     model: str | None = None
     api_key: str | None = None
@@ -43,19 +37,6 @@ class TraceOptions:
     as_json: bool = False
     tier_sizes: dict[str, int | None] = field(default_factory=dict)
 
-    def trace_args(self) -> TraceArgs:
-        return TraceArgs(
-            path=self.path,
-            start=self.start,
-            max_requests=self.max_requests,
-            session_sample=self.session_sample,
-            block_tokens=self.block_tokens,
-            time_scale=self.time_scale,
-            max_output_tokens=self.max_output_tokens,
-            concurrency=self.concurrency,
-            seed=self.seed,
-        )
-
 
 def _config(o: TraceOptions, base_url: str | None, model: str, metrics: list[str]) -> dict[str, Any]:
     return {
@@ -63,10 +44,10 @@ def _config(o: TraceOptions, base_url: str | None, model: str, metrics: list[str
         "model": model,
         "api_key": "***" if o.api_key else None,
         "workload": "trace",
-        "trace": str(o.path),
+        "trace": str(o.replay.path),
         "compare": o.compare,
-        "concurrency": o.concurrency,
-        "seed": o.seed,
+        "concurrency": o.replay.concurrency,
+        "seed": o.replay.seed,
         "metrics_urls": [redact_url(u) for u in metrics],
         "timeout_s": o.timeout_s,
         "tier_sizes": o.tier_sizes,
@@ -75,8 +56,8 @@ def _config(o: TraceOptions, base_url: str | None, model: str, metrics: list[str
 
 def run_trace_bench(o: TraceOptions, start_layout: StartLayout | None) -> BenchResult:
     _check_out(o.out)
-    o.trace_args().check()
-    load_slice(o.trace_args())  # a bad trace is named before any server is asked
+    o.replay.check()
+    load_slice(o.replay)  # a bad trace is named before any server is asked
     base_url = normalize_url(o.url) if o.url else None
     metrics = [_metrics_url(u) for u in o.metrics_urls]
     if base_url is not None:
@@ -86,7 +67,7 @@ def run_trace_bench(o: TraceOptions, start_layout: StartLayout | None) -> BenchR
         if not model or start_layout is None:
             raise InputError("a replay needs --url or a layout kvstack serves", hint="add --url URL")
     result, failure = run_trace(
-        o.trace_args(),
+        o.replay,
         url=base_url,
         names=o.compare,
         start_layout=start_layout,

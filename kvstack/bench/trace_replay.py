@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from kvstack.bench.schema import RequestRow
-from kvstack.bench.stats import tpot
+from kvstack.bench.stats import measured
 from kvstack.bench.trace_prompts import BlockTokens, SentRequest
 from kvstack.clients import metrics as m
 from kvstack.clients import token_sources as ts
@@ -95,17 +95,7 @@ def _row(
         group=sent.session,
         prompt_tokens=sent.prompt_tokens,
         expected_prefix_tokens=0,  # filled in by the session from the unbounded simulation
-        ok=res.ok,
-        status=res.status,
-        error=res.error,
-        start_s=max(0.0, res.start_time - started_at),
-        ttft_s=res.ttft_s,
-        tpot_s=tpot(res.e2e_s, res.ttft_s, res.output_tokens) if res.ok else None,
-        e2e_s=res.e2e_s,
-        itl_s=res.itl_s,
-        server_prompt_tokens=res.prompt_tokens,
-        output_tokens=res.output_tokens,
-        cached_tokens=res.cached_tokens,
+        **measured(res, started_at),
         recomputed_tokens=get(ts.RECOMPUTED),
         engine_cache_tokens=get(ts.ENGINE_CACHE),
         dram_tokens=get(ts.DRAM),

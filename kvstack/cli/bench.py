@@ -202,19 +202,22 @@ def register(app: typer.Typer) -> None:
             start_layout = layout_starter(serve_request, sizes)
         if trace is not None:
             from kvstack.bench.trace_cli import TraceOptions, run_trace_bench
+            from kvstack.bench.trace_command import TraceArgs
             from kvstack.traces.sample import parse_ratio
 
             run_trace_bench(
                 TraceOptions(
-                    path=trace,
-                    start=start,
-                    max_requests=max_requests,
-                    session_sample=parse_ratio(session_sample) if session_sample else None,
-                    block_tokens=block_tokens,
-                    time_scale=time_scale,
-                    max_output_tokens=max_output_tokens,
-                    concurrency=concurrency or 1,
-                    seed=seed,
+                    TraceArgs(
+                        path=trace,
+                        start=start,
+                        max_requests=max_requests,
+                        session_sample=parse_ratio(session_sample) if session_sample else None,
+                        block_tokens=block_tokens,
+                        time_scale=time_scale,
+                        max_output_tokens=max_output_tokens,
+                        concurrency=concurrency or 1,
+                        seed=seed,
+                    ),
                     url=url,
                     model=model,
                     api_key=api_key or None,

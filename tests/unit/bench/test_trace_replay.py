@@ -13,6 +13,7 @@ import pytest
 
 from kvstack.bench.report import REQUESTS_CSV, RESULTS_JSON
 from kvstack.bench.trace_cli import TraceOptions, run_trace_bench
+from kvstack.bench.trace_command import TraceArgs
 from kvstack.bench.trace_prompts import BlockTokens, ReplayShape, plan_requests
 from kvstack.bench.trace_replay import request_sources
 from kvstack.clients.metrics import parse_metrics
@@ -105,10 +106,12 @@ def test_a_replay_writes_rows_with_sources_and_predicted_vs_measured(tmp_path: P
         out = tmp_path / "out"
         result = run_trace_bench(
             TraceOptions(
-                path=write_trace(tmp_path / "t.jsonl"),
-                block_tokens=32,
-                time_scale=0.0,
-                max_output_tokens=2,
+                TraceArgs(
+                    path=write_trace(tmp_path / "t.jsonl"),
+                    block_tokens=32,
+                    time_scale=0.0,
+                    max_output_tokens=2,
+                ),
                 url=srv.url,
                 out=out,
                 as_json=True,
@@ -194,4 +197,4 @@ def test_a_bad_trace_is_named_before_any_server_is_asked(tmp_path: Path) -> None
     bad = tmp_path / "t.jsonl"
     bad.write_text('{"timestamp": 0, "input_length": 10}\n')
     with pytest.raises(InputError, match=r"t\.jsonl:1: hash_ids must be a non-empty list"):
-        run_trace_bench(TraceOptions(path=bad, url="http://127.0.0.1:1"), None)
+        run_trace_bench(TraceOptions(TraceArgs(path=bad), url="http://127.0.0.1:1"), None)
