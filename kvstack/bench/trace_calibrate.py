@@ -10,7 +10,6 @@ fetch cost per token. Run after the replay, so the replay's hit ratios are not d
 
 from __future__ import annotations
 
-import asyncio
 import math
 from typing import Any
 
@@ -49,7 +48,7 @@ async def _ttft(client: StreamClient, model: str, prompt: list[int], api_key: st
     return res.ttft_s
 
 
-async def _measure(
+async def calibrate(
     base_url: str,
     model: str,
     blocks: BlockTokens,
@@ -58,6 +57,8 @@ async def _measure(
     max_prompt: int,
     engine_pool_tokens: int | None,
 ) -> ServedCosts:
+    """The layout's costs; ``engine_pool_tokens`` (the engine's prefix cache, in tokens) only for
+    an offload layout, whose DRAM fetch is measured too."""
     prompts = _Prompts(blocks)
     lengths = [n for n in LENGTHS if n <= max_prompt] or [max(16, max_prompt)]
     hits: list[float] = []
@@ -84,29 +85,6 @@ async def _measure(
         f"tokens, each sent again" + (", one fetched back from the offload tier's DRAM" if fetched else "")
     )
     return fit_costs(hits, misses, fetched, source)
-
-
-def calibrate(
-    base_url: str,
-    model: str,
-    blocks: BlockTokens,
-    *,
-    api_key: str | None,
-    max_prompt: int,
-    engine_pool_tokens: int | None,
-) -> ServedCosts:
-    """The layout's costs; ``engine_pool_tokens`` (the engine's prefix cache, in tokens) only for
-    an offload layout, whose DRAM fetch is measured too."""
-    return asyncio.run(
-        _measure(
-            base_url,
-            model,
-            blocks,
-            api_key=api_key,
-            max_prompt=max_prompt,
-            engine_pool_tokens=engine_pool_tokens,
-        )
-    )
 
 
 def predicted_ttft(costs: ServedCosts, prompts: list[int], per_request: dict[str, list[int]]) -> list[float]:

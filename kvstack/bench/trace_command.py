@@ -274,13 +274,15 @@ def _ttft_check(
     engine = next((lv for lv in hierarchy.levels if lv.tier == ts.ENGINE_CACHE), None)
     offload = any(lv.tier != ts.ENGINE_CACHE for lv in hierarchy.levels)
     pool = engine.unit_tokens * engine.nominal_blocks if engine is not None else None
-    costs = calibrate(
-        layout.base_url,
-        model,
-        shared.blocks,
-        api_key=api_key,
-        max_prompt=shared.shape.max_prompt_tokens,
-        engine_pool_tokens=pool if offload else None,
+    costs = asyncio.run(
+        calibrate(
+            layout.base_url,
+            model,
+            shared.blocks,
+            api_key=api_key,
+            max_prompt=shared.shape.max_prompt_tokens,
+            engine_pool_tokens=pool if offload else None,
+        )
     )
     prompts = [s.prompt_tokens for s in shared.sent if s.index in {r.index for r in rows}]
     predicted = predicted_ttft(costs, prompts, prediction.per_request)
