@@ -1,8 +1,8 @@
 """Measured figures for the planner, from a snapshot's calibration (``kvstack doctor --calibrate``).
 
-Pure: each function reads a ``Calibration`` and returns a figure, or None when the calibration
-has none, so that the caller falls back to its table estimate. The ``*_explained`` variants also
-return a sentence saying where the figure came from, for the plan's reasons.
+Pure (reads no files): each function reads a ``Calibration`` and returns a figure, or None when
+the calibration has none, so that the caller falls back to its table estimate. The ``*_explained``
+variants also return a sentence saying where the figure came from, for the plan's reasons.
 """
 
 from __future__ import annotations
@@ -12,17 +12,14 @@ import os
 from pathlib import PurePath
 
 from kvstack.hardware.calibrate.model import Calibration, DiskFigures, PrefillFigures
-from kvstack.model.catalog import find_catalog_entry
 from kvstack.units import fmt_bw, fmt_tokens
 
 
 def _same_model(measured: PrefillFigures, model_name: str) -> bool:
     if measured.scaled_down:
         return False
-    if model_name.strip().lower() == measured.model.lower():
-        return True
-    entry = find_catalog_entry(model_name)
-    return entry is not None and measured.model.lower() in (n.lower() for n in entry.names())
+    wanted = model_name.strip().lower()
+    return wanted in (n.lower() for n in (measured.model, *measured.names))
 
 
 def _seconds_per_token(points: list[tuple[int, float]], context: int) -> tuple[float, str]:
@@ -61,7 +58,7 @@ def prefill_rate_explained(
     """(prefill tokens/s of one GPU at ``context_tokens``, where it comes from), or None.
 
     Another model than the one measured is scaled by active parameters (measured / target);
-    ``active_params`` gives the target's, else it is looked up in the catalog by ``model_name``.
+    without the target's ``active_params`` there is no figure.
     """
     measured = calibration.prefill if calibration is not None else None
     if measured is None or not measured.points or context_tokens <= 0:
@@ -74,9 +71,6 @@ def prefill_rate_explained(
     source = f"calibrated: {measured.model} ({measured.dtype}) prefill {where}"
     if _same_model(measured, model_name):
         return rate, source
-    if active_params is None:
-        entry = find_catalog_entry(model_name)
-        active_params = entry.geometry().active_params if entry is not None else None
     if not active_params or active_params <= 0:
         return None
     kind = "a scaled-down " if measured.scaled_down else ""

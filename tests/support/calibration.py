@@ -10,8 +10,12 @@ LLAMA_8B_PARAMS = 8_030_261_248
 def llama8b_prefill(
     points: list[PrefillPoint], *, scaled_down: bool = False, active_params: int = LLAMA_8B_PARAMS
 ) -> PrefillFigures:
+    from kvstack.model.catalog import find_catalog_entry
+
+    entry = find_catalog_entry("llama-3.1-8b")
     return PrefillFigures(
         model="llama-3.1-8b",
+        names=entry.names() if entry is not None else [],  # as the calibration records them
         dtype="bfloat16",
         scaled_down=scaled_down,
         layers=32,

@@ -89,3 +89,22 @@ def test_the_graph_is_read_at_all() -> None:
     # A reader that found no edges would pass the test above vacuously.
     edges = {(src, dst) for _, src, dst in _edges()}
     assert ("cli", "planning") in edges and ("engines", "runtime") in edges and len(edges) > 60
+
+
+# What planning may not import: file readers (planning is pure; its callers read and pass data).
+READERS = {"yaml", "kvstack.model.catalog", "kvstack.model.hub", "kvstack.model.local", "kvstack.profiles"}
+
+
+def test_planning_reads_no_files() -> None:
+    found = []
+    for path in sorted((ROOT / "planning").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module in READERS:
+                found.append(f"{path.name} imports {node.module}")
+            elif isinstance(node, ast.Import):
+                found += [f"{path.name} imports {a.name}" for a in node.names if a.name in READERS]
+            elif isinstance(node, ast.Call):
+                name = getattr(node.func, "attr", None) or getattr(node.func, "id", None)
+                if name in ("open", "read_text", "read_bytes"):
+                    found.append(f"{path.name}:{node.lineno} calls {name}")
+    assert not found, found

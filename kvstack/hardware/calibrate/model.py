@@ -63,6 +63,9 @@ class PrefillFigures(_Model):
     """One forward pass (batch 1) of a randomly initialised model of a catalog model's shape."""
 
     model: str  # catalog name of the shape
+    # Every name the model goes by (catalog name, repo id, aliases), recorded when measured so that
+    # the planner, which reads no files, can tell the same model under another name.
+    names: list[str] = Field(default_factory=list)
     dtype: str
     scaled_down: bool  # True: a smaller model of the same kind (tests on device cpu)
     layers: int

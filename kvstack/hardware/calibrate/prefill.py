@@ -182,8 +182,10 @@ class LlamaShaped(nn.Module):
 
 
 def _figures(model_name: str, shape: Shape, dtype: torch.dtype, scaled: bool) -> PrefillFigures:
+    entry = find_catalog_entry(model_name)
     return PrefillFigures(
         model=model_name,
+        names=entry.names() if entry is not None else [model_name],
         dtype=str(dtype).removeprefix("torch."),
         scaled_down=scaled,
         layers=shape.layers,

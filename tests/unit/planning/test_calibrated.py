@@ -88,10 +88,13 @@ def test_another_model_is_scaled_by_active_params() -> None:
     assert found is not None
     assert found[0] == pytest.approx(7_500.0 * 8 / 70)
     assert "scaled from llama-3.1-8b by active params 8B / 70B" in found[1]
-    # from the catalog when not given: llama-3.1-70b's published 70,553,706,496 parameters
+    # The planner passes the target's active params (llama-3.1-70b's published 70,553,706,496);
+    # planning reads no catalog itself, so without them there is no figure.
     active_70b = catalog_model("llama-3.1-70b")[0].active_params
     assert active_70b == 70_553_706_496
-    assert prefill_rate_value(CAL, "llama-3.1-70b", 1024) == pytest.approx(10_000.0 * 8e9 / active_70b)
+    found = prefill_rate_explained(CAL, "llama-3.1-70b", 1024, active_params=active_70b)
+    assert found is not None and found[0] == pytest.approx(10_000.0 * 8e9 / active_70b)
+    assert prefill_rate_value(CAL, "llama-3.1-70b", 1024) is None
 
 
 def test_a_scaled_down_measurement_is_always_scaled() -> None:
