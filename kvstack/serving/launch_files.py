@@ -29,7 +29,12 @@ def record_run(prepared: PreparedServe) -> None:
     """plan.json and launch.json (secrets masked) in the run dir: what ran, for later reading."""
     run_dir = ensure_private_dir(prepared.run_dir)
     atomic_write(run_dir / PLAN_JSON, prepared.plan.model_dump_json(indent=2) + "\n")
-    atomic_write(run_dir / LAUNCH_JSON, json.dumps(prepared.spec.public(), indent=2) + "\n")
+    record_spec(run_dir, prepared.spec)
+
+
+def record_spec(run_dir: Path, spec: LaunchSpec) -> None:
+    """launch.json (secrets masked): also rewritten when serving restarts a unit with another spec."""
+    atomic_write(run_dir / LAUNCH_JSON, json.dumps(spec.public(), indent=2) + "\n")
 
 
 def record(launch: Launch) -> None:

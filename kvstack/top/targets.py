@@ -9,7 +9,6 @@ needs one is read only when ``--remote`` gives the URL again.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from kvstack.clients.client import check_http_url
 from kvstack.errors import InputError, PathError
 from kvstack.redact import MASK, redact_url
 from kvstack.rundir import LAUNCH_JSON, PLAN_JSON, default_runs_root
+from kvstack.userfile import read_json_object
 
 
 @dataclass(frozen=True)
@@ -73,17 +73,7 @@ def latest_run_dir(root: Path) -> Path:
 
 
 def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise PathError(f"cannot read {path}: {exc.strerror}", hint="give a kvstack serve --run-dir") from exc
-    except json.JSONDecodeError as exc:
-        raise PathError(
-            f"{path} is not JSON ({exc.msg}, line {exc.lineno})", hint="give a kvstack serve --run-dir"
-        ) from exc
-    if not isinstance(doc, dict):
-        raise PathError(f"{path} is not a kvstack launch record", hint="give a kvstack serve --run-dir")
-    return doc
+    return read_json_object(path, PathError, "give a kvstack serve --run-dir", what="launch record")
 
 
 def _launches(doc: dict[str, Any]) -> list[dict[str, Any]]:

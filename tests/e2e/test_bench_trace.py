@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -33,10 +34,15 @@ MAX_TTFT_FACTOR = 1.5
 
 
 @pytest.fixture(scope="module")
-def replay(engine_ready: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def replay_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("trace")
+
+
+@pytest.fixture(scope="module")
+def replay(engine_ready: str, replay_dir: Path) -> dict[str, Any]:
     if not TRACE.is_file():
         pytest.skip(f"the shared trace is not here ({TRACE})")
-    tmp = tmp_path_factory.mktemp("trace")
+    tmp = replay_dir
     out = tmp / "out"
     cmd = kvstack_cmd(
         "bench",
@@ -110,3 +116,24 @@ def test_each_layouts_ttft_is_within_1_5x_of_the_plans_prediction(replay: dict[s
     lm, none = got["lmcache-mp"]["ttft"]["calibration"], got["none"]["ttft"]["calibration"]
     assert lm["fetch_s_per_token"]["dram"] >= 0 and not none["fetch_s_per_token"]
     assert lm["hit_s"] + lm["miss_s"] > none["hit_s"] + none["miss_s"]
+
+
+def test_plan_takes_the_offload_cost_the_replay_measured(replay: dict[str, Any], replay_dir: Path) -> None:
+    # The user's flow: measure the offload path on this engine with bench --trace, then size from the
+    # trace with that figure instead of the default.
+    got = layouts(replay)
+    lm, none = got["lmcache-mp"]["ttft"]["calibration"], got["none"]["ttft"]["calibration"]
+    cmd = kvstack_cmd(
+        "plan", "--model", "llama-3.1-8b", "--hardware", str(ROOT / "profiles/hardware/h100-sxm.json"),
+        "--context", "128k", "--users", "8", "--trace", str(TRACE), "--trace-sample", "1/40",
+        "--offload-cost-from", str(replay_dir / "out"), "--json",
+    )  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env_for_tests(), cwd=ROOT, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    trace = json.loads(proc.stdout)["trace"]
+    measured = (lm["hit_s"] + lm["miss_s"]) - (none["hit_s"] + none["miss_s"])
+    assert trace["offload_cost_s"] == pytest.approx(measured)
+    assert (
+        "kvstack bench --trace" in trace["offload_cost_source"]
+        and "lmcache-mp" in trace["offload_cost_source"]
+    )

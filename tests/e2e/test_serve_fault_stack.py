@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import json
 import os
 import signal
 import subprocess
@@ -158,6 +159,9 @@ def test_a_stopped_redis_is_dropped_and_serving_goes_on(faulted: Faulted) -> Non
     assert after and same and back is not None, out[-4000:]
     assert session.proc.poll() is None and out.count("without the remote tier;") == 1  # once, no loop
     assert "restart 1/" not in out  # the restart budget (for deaths) is not spent
+    # The run dir's launch record says what runs now (top and a reader of the run dir see no Redis).
+    launch = json.loads((session.run_dir / "launch.json").read_text())
+    assert '"resp"' not in json.dumps(launch["helpers"]) and "remote" not in launch["tier_adapters"], launch
 
 
 def test_the_cache_dirs_filesystem_full(faulted: Faulted) -> None:

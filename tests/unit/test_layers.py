@@ -15,7 +15,7 @@ LAYERS: tuple[frozenset[str], ...] = tuple(
     for names in (
         "kvstack errors",  # the version and the one exception tree
         # leaves: names, sizes, addresses, files, secrets, where state lives
-        "units names redact releases netaddr rundir fsutil secretfile profiles",
+        "units names redact releases netaddr rundir fsutil userfile secretfile profiles",
         "apikey",  # the API key, from a file (secretfile), the command line or the environment
         "model",  # --model: one way in
         "hardware traces",  # probes; traffic traces
@@ -92,7 +92,14 @@ def test_the_graph_is_read_at_all() -> None:
 
 
 # What planning may not import: file readers (planning is pure; its callers read and pass data).
-READERS = {"yaml", "kvstack.model.catalog", "kvstack.model.hub", "kvstack.model.local", "kvstack.profiles"}
+READERS = {
+    "yaml",
+    "kvstack.userfile",
+    "kvstack.model.catalog",
+    "kvstack.model.hub",
+    "kvstack.model.local",
+    "kvstack.profiles",
+}
 
 
 def test_planning_reads_no_files() -> None:

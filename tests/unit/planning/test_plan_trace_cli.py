@@ -81,6 +81,24 @@ def test_offload_cost_overrides_the_measured_figure() -> None:
     assert plan["trace"]["offload_pays"] is False and plan["connector"] == "none"
 
 
+def test_offload_cost_from_needs_a_trace_and_excludes_the_number(tmp_path: Path) -> None:
+    one_line_error(
+        kvstack(*BASE, "--hardware", H100, "--offload-cost-from", str(tmp_path)),
+        "--offload-cost-from needs --trace",
+    )
+    one_line_error(
+        kvstack(
+            *BASE, "--hardware", H100, "--trace", str(FIXTURE), "--offload-cost", "5",
+            "--offload-cost-from", str(tmp_path),
+        ),
+        "--offload-cost and --offload-cost-from",
+    )  # fmt: skip
+    one_line_error(
+        kvstack(*BASE, "--hardware", H100, "--trace", str(FIXTURE), "--offload-cost-from", str(tmp_path)),
+        "cannot read",
+    )
+
+
 def test_bad_traces_are_one_line_errors(tmp_path: Path) -> None:
     one_line_error(
         kvstack(*BASE, "--hardware", H100, "--trace", str(tmp_path / "no.jsonl")), "does not exist"

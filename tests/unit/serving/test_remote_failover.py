@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from kvstack.hardware.snapshot import RemoteInfo
 from kvstack.runtime.specs import LaunchSpec
+from kvstack.serving.launch_files import record_spec
 from kvstack.serving.remote_failover import follow_remote
 from kvstack.serving.remote_watch import RemoteWatch
 from tests.unit.engines.cases import REDIS_URL, REDIS_URL_REDACTED
@@ -19,6 +22,7 @@ HUNG = RemoteInfo(
 @dataclass
 class FakeUnit:
     spec: LaunchSpec
+    run_dir: Path = Path("/nonexistent-run-dir")
     restarted_with: list[LaunchSpec] = field(default_factory=list)
 
     def restart(self, ready_timeout_s: float) -> None:
@@ -37,9 +41,11 @@ def _step(watch: RemoteWatch, group: FakeGroup) -> tuple[list[str], list[str]]:
     return warned, said
 
 
-def test_a_hang_past_the_window_restarts_each_unit_without_redis_once() -> None:
+def test_a_hang_past_the_window_restarts_each_unit_without_redis_once(tmp_path: Path) -> None:
     spec = mp(cpu_gib=8, remote_gib=10, remote_url=REDIS_URL_REDACTED, options={"remote_url": REDIS_URL})
-    group = FakeGroup([FakeUnit(spec), FakeUnit(spec)])
+    assert spec.tier_adapters.get("remote") == "resp"
+    record_spec(tmp_path, spec)  # what serve wrote at launch
+    group = FakeGroup([FakeUnit(spec, tmp_path), FakeUnit(spec)])
     watch = RemoteWatch("redis://unused", grace_s=4)
     for t in (0.0, 2.0, 4.0):  # what the watch's thread does with each probe
         message, drop = watch.outage.observe(HUNG, t)
@@ -53,6 +59,10 @@ def test_a_hang_past_the_window_restarts_each_unit_without_redis_once() -> None:
     for unit in group.members:
         (restarted,) = unit.restarted_with
         assert [a for a in helper_flag(restarted, "--l2-adapter") if '"resp"' in a] == []
+    # The run dir's record says what runs now: no Redis adapter, no remote tier, and why.
+    launch = json.loads((tmp_path / "launch.json").read_text())
+    assert '"resp"' not in json.dumps(launch["helpers"]) and "remote" not in launch["tier_adapters"]
+    assert any("remote tier was dropped while serving" in n for n in launch["notes"])
     assert _step(watch, group) == ([], [])  # nothing more: no second restart
     assert all(len(u.restarted_with) == 1 for u in group.members)
 
