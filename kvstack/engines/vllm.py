@@ -127,6 +127,7 @@ def vllm_server(
         unset.append("VLLM_API_KEY")  # an inherited key would lock kvstack's own client out
     if plan.platform == "cpu":
         child_env["VLLM_CPU_KVCACHE_SPACE"] = str(cpu_kvcache_gib(req))
+        child_env["VLLM_CPU_NUM_OF_RESERVED_CPU"] = str(CPU_RESERVED_PER_RANK * plan.tensor_parallel_size)
     child_env.update(env or {})
     return ProcessSpec(
         name="engine",
@@ -136,6 +137,14 @@ def vllm_server(
         unset_env_prefixes=unset_env_prefixes or [],
         ready_url=f"{prep.base_url}/health",
     )
+
+
+# vLLM's CPU worker leaves cores to the scheduler: one per rank, and one more per rank when a KV
+# connector is configured (vllm/utils/ompmultiprocessing.py, 0.32). kvstack reserves the connector's
+# count on every layout, so layouts compared on one machine compute on the same cores: on 2 cores
+# `--offload none` got one OpenMP thread and lmcache-mp two (where the reservation takes every core
+# vLLM keeps none back), and none's prefill measured 1.66x slower per token for that alone.
+CPU_RESERVED_PER_RANK = 2
 
 
 def cpu_kvcache_gib(req: RenderRequest) -> int:

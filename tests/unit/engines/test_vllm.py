@@ -50,6 +50,20 @@ def test_cpu_platform_sets_whole_gib_kv_space_and_no_gpu_flag() -> None:
     assert tiny.server.env["VLLM_CPU_KVCACHE_SPACE"] == "1"  # at least 1 GiB
 
 
+def test_every_cpu_layout_reserves_the_same_cores() -> None:
+    # vLLM reserves one more core per rank when a KV connector is configured: unless kvstack sets the
+    # count, a layout without offload computes on fewer cores than one with, and a comparison
+    # between them measures the thread count.
+    reserved = set()
+    for connector, cpu_gib in (("none", None), ("lmcache-mp", 2.0), ("lmcache", 2.0)):
+        plan = make_plan(model="demo", platform="cpu", connector=connector, cpu_gib=cpu_gib, disk_gib=None)
+        spec = render(plan, make_options(), SOFTWARE["vllm-cpu"], DEMO_FACTS)
+        reserved.add(spec.server.env["VLLM_CPU_NUM_OF_RESERVED_CPU"])
+    assert reserved == {"2"}  # vLLM's count for a connector on one rank
+    gpu = render(make_plan(), make_options(), SOFTWARE["vllm"], HUB_FACTS)
+    assert "VLLM_CPU_NUM_OF_RESERVED_CPU" not in gpu.server.env
+
+
 def test_dummy_weights_only_for_a_local_dir_without_weights() -> None:
     plan = make_plan(model="demo", platform="cpu")
     assert flag(render(plan, make_options(), SOFTWARE["vllm-cpu"], DEMO_FACTS), "--load-format") == "dummy"
