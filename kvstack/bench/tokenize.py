@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 import httpx
 
-from kvstack.clients.client import auth_headers, trusts_env
+from kvstack.clients.client import IDLE_KEEPALIVE_S, auth_headers, trusts_env
 
 
 class Tokenizer(Protocol):
@@ -82,7 +82,11 @@ class ServerTokenizer:
         self.url = base_url.rstrip("/") + "/tokenize"
         self.model = model
         self._headers = auth_headers(api_key)
-        self._client = httpx.Client(timeout=timeout_s, trust_env=trusts_env(base_url))
+        self._client = httpx.Client(
+            timeout=timeout_s,
+            trust_env=trusts_env(base_url),
+            limits=httpx.Limits(keepalive_expiry=IDLE_KEEPALIVE_S),
+        )
         self._specials: int | None = None
 
     @property

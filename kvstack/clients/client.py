@@ -13,6 +13,13 @@ from kvstack.errors import NetworkTargetError
 from kvstack.netaddr import reaches_local
 from kvstack.redact import redact_url
 
+# How long a client keeps an idle connection for reuse. vLLM's API server (uvicorn) closes a
+# connection idle for VLLM_HTTP_TIMEOUT_KEEP_ALIVE = 5 s, uvicorn's own default too; a client that
+# keeps it longer (aiohttp: 15 s, httpx: 5 s) sometimes sends its next request just as the server
+# closes it, and a POST is not retried: "Server disconnected" on a request the server never read.
+# Reusing only connections idle well below the server's limit closes that window.
+IDLE_KEEPALIVE_S = 2.0
+
 
 def check_http_url(url: str, flag: str, example: str = "http://127.0.0.1:8000") -> None:
     """An http(s) URL with a host and a valid port, or a NetworkTargetError naming ``flag`` (exit 2)."""
@@ -40,7 +47,11 @@ def make_client(base_url: str, max_connections: int = 100) -> httpx.AsyncClient:
     started it (kvstack/clients/control.py), so that kvstack's own resets pass the engine's guard."""
     from kvstack.clients.control import control_headers, token_for
 
-    limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
+    limits = httpx.Limits(
+        max_connections=max_connections,
+        max_keepalive_connections=max_connections,
+        keepalive_expiry=IDLE_KEEPALIVE_S,
+    )
     return httpx.AsyncClient(
         trust_env=trusts_env(base_url),
         limits=limits,

@@ -22,7 +22,7 @@ from typing import Any
 import aiohttp
 from pydantic import BaseModel, Field
 
-from kvstack.clients.client import auth_headers, trusts_env
+from kvstack.clients.client import IDLE_KEEPALIVE_S, auth_headers, trusts_env
 
 
 class RequestResult(BaseModel):
@@ -72,7 +72,9 @@ class StreamClient:
     @property
     def session(self) -> aiohttp.ClientSession:
         if self._session is None:
-            connector = aiohttp.TCPConnector(limit=self.max_connections, limit_per_host=0)
+            connector = aiohttp.TCPConnector(
+                limit=self.max_connections, limit_per_host=0, keepalive_timeout=IDLE_KEEPALIVE_S
+            )
             self._session = aiohttp.ClientSession(
                 connector=connector,
                 timeout=aiohttp.ClientTimeout(total=None),  # each request has its own deadline

@@ -63,6 +63,9 @@ class ServerKnobs:
     metrics: bool = True
     health_status: int = 200
     split_events: bool = False  # send every SSE event in two TCP writes, cut mid-line
+    # A keep-alive connection idle longer than this is closed, unread, when its next request comes
+    # in: the worst case of uvicorn's keep-alive timer (vLLM: 5 s) firing as a request arrives.
+    idle_close_s: float | None = None
     # Generated tokens follow from the prompt (greedy, margin 2 nats); from this position on, a
     # request the tier served gets the runner-up tokens instead: KV served wrong, hits counted.
     corrupt_tier_from: int | None = None
@@ -428,6 +431,20 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:  # keep test output quiet
         return
+
+    def handle_one_request(self) -> None:
+        idle_close_s = self.server_owner.knobs.idle_close_s
+        done = getattr(self, "_answered_at", None)
+        if idle_close_s is not None and done is not None:
+            try:
+                arrived = self.connection.recv(1, socket.MSG_PEEK)  # blocks until the next request
+            except OSError:
+                arrived = b""
+            if not arrived or time.monotonic() - done > idle_close_s:
+                self.close_connection = True
+                return
+        super().handle_one_request()
+        self._answered_at = time.monotonic()
 
     # --- plumbing -----------------------------------------------------------------------
 

@@ -6,7 +6,10 @@ import asyncio
 import socket
 
 import httpx
+import pytest
 
+from kvstack.clients import client as client_module
+from kvstack.clients import streaming
 from kvstack.clients.client import make_client, trusts_env
 from kvstack.clients.streaming import RequestResult, StreamClient
 from tests.support.stream_server import ServerKnobs, StreamServer
@@ -154,3 +157,53 @@ def test_proxies_apply_only_to_remote_hosts() -> None:
     assert not trusts_env("http://localhost:8000")
     assert trusts_env("https://gpu-box.example.com:8000")
     assert isinstance(make_client("http://127.0.0.1:1"), httpx.AsyncClient)
+
+
+def _after_idle(url: str, idle_s: float) -> tuple[RequestResult, RequestResult]:
+    async def go() -> tuple[RequestResult, RequestResult]:
+        async with StreamClient(url) as client:
+            first = await client.completion("demo-model", "a b c", 2)
+            await asyncio.sleep(idle_s)
+            return first, await client.completion("demo-model", "a b c d", 2)
+
+    return asyncio.run(go())
+
+
+def test_a_connection_idle_near_the_servers_keep_alive_is_not_reused(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The server closes a connection idle past its limit as the next request arrives (uvicorn's
+    # keep-alive timer racing the request); the client reuses only connections idle below its own
+    # limit (IDLE_KEEPALIVE_S, well below vLLM's 5 s), so the request goes out on a new connection.
+    monkeypatch.setattr(streaming, "IDLE_KEEPALIVE_S", 0.2)
+    with StreamServer(ServerKnobs(prefill_s_per_token=0.0, idle_close_s=0.4)) as srv:
+        first, second = _after_idle(srv.url, 0.8)
+        assert srv.connections == 2
+    assert first.ok and second.ok, second.error
+
+
+def test_a_client_keeping_connections_past_the_servers_limit_loses_the_request(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The failure the limit prevents (aiohttp's default keeps idle connections 15 s): the request
+    # goes out on the connection the server is closing and comes back "connection lost".
+    monkeypatch.setattr(streaming, "IDLE_KEEPALIVE_S", 15.0)
+    with StreamServer(ServerKnobs(prefill_s_per_token=0.0, idle_close_s=0.4)) as srv:
+        first, second = _after_idle(srv.url, 0.8)
+    assert first.ok and not second.ok
+    assert second.error is not None and second.error.startswith("connection lost")
+
+
+def test_the_json_client_does_not_reuse_a_connection_idle_near_the_servers_limit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(client_module, "IDLE_KEEPALIVE_S", 0.2)
+
+    async def go(url: str) -> tuple[int, int]:
+        async with make_client(url) as client:
+            first = await client.post(url + "/reset_prefix_cache")
+            await asyncio.sleep(0.8)
+            second = await client.post(url + "/reset_prefix_cache")
+            return first.status_code, second.status_code
+
+    with StreamServer(ServerKnobs(idle_close_s=0.4)) as srv:
+        assert asyncio.run(go(srv.url)) == (200, 200)
+        assert srv.connections == 2
