@@ -37,6 +37,32 @@ def record_spec(run_dir: Path, spec: LaunchSpec) -> None:
     atomic_write(run_dir / LAUNCH_JSON, json.dumps(spec.public(), indent=2) + "\n")
 
 
+def record_replica_spec(replica_dir: Path, spec: LaunchSpec) -> None:
+    """A unit restarted with another spec: its launch.json and, when it is one replica of several,
+    its entry in the whole launch's launch.json above it (and the top-level fields, which are the
+    first replica's). Nothing is written where serve wrote no record."""
+    if not (replica_dir / LAUNCH_JSON).is_file():
+        return
+    record_spec(replica_dir, spec)
+    top = replica_dir.parent / LAUNCH_JSON
+    if not top.is_file():
+        return
+    doc = json.loads(top.read_text())
+    replicas = doc.get("replicas")
+    if not isinstance(replicas, list):
+        return
+    new = spec.public()
+    for i, entry in enumerate(replicas):
+        if not isinstance(entry, dict) or Path(str(entry.get("run_dir"))) != replica_dir:
+            continue
+        replicas[i] = {"index": entry.get("index"), "run_dir": entry.get("run_dir"), **new}
+        if entry.get("index") == 0:  # the top level repeats the first replica's fields
+            for key in entry.keys() - {"index", "run_dir"}:
+                doc.pop(key, None)
+            doc.update(new)
+    atomic_write(top, json.dumps(doc, indent=2) + "\n")
+
+
 def record(launch: Launch) -> None:
     """Each replica's plan.json and launch.json in its run dir; with several replicas or a router,
     the whole launch's at the top of the run dir too (every replica and the router, masked)."""

@@ -11,9 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from kvstack.engines.remote_drop import without_remote_tier
-from kvstack.rundir import LAUNCH_JSON
 from kvstack.runtime.supervisor import Supervisor
-from kvstack.serving.launch_files import record_spec
+from kvstack.serving.launch_files import record_replica_spec
 from kvstack.serving.remote_watch import RemoteWatch
 
 
@@ -27,8 +26,8 @@ def units(sup: object) -> Sequence[Supervisor]:
 
 def restart_without_remote(sup: object, ready_timeout_s: float) -> int:
     """Restart every unit that reaches Redis without it; how many were restarted. Each unit's
-    launch.json is rewritten to what now runs (a reader of the run dir, top included, sees no
-    remote tier)."""
+    launch.json is rewritten to what now runs, and a replica run's top-level launch.json with it (a
+    reader of the run dir, top included, sees no remote tier)."""
     n = 0
     for unit in units(sup):
         spec = without_remote_tier(unit.spec)
@@ -36,8 +35,7 @@ def restart_without_remote(sup: object, ready_timeout_s: float) -> int:
             continue
         unit.spec = spec
         unit.restart(ready_timeout_s)
-        if (unit.run_dir / LAUNCH_JSON).is_file():
-            record_spec(unit.run_dir, spec)
+        record_replica_spec(unit.run_dir, spec)
         n += 1
     return n
 

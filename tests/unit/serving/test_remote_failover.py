@@ -8,11 +8,13 @@ from pathlib import Path
 
 from kvstack.hardware.snapshot import RemoteInfo
 from kvstack.runtime.specs import LaunchSpec
-from kvstack.serving.launch_files import record_spec
+from kvstack.serving.launch_files import record, record_spec
 from kvstack.serving.remote_failover import follow_remote
 from kvstack.serving.remote_watch import RemoteWatch
+from kvstack.top.targets import from_run_dir
 from tests.unit.engines.cases import REDIS_URL, REDIS_URL_REDACTED
 from tests.unit.engines.test_lmcache import helper_flag, mp
+from tests.unit.serving.test_replicas import REMOTE, gpu_replicas
 
 HUNG = RemoteInfo(
     url="redis://:***@h:1/0", reachable=False, error="cannot connect: Timeout reading from socket"
@@ -76,3 +78,26 @@ def test_an_engine_without_a_resp_adapter_is_left_alone_and_says_why() -> None:
         "this engine's remote tier cannot be dropped while serving: requests wait for the store"
     ]
     assert group.members[0].restarted_with == []
+
+
+def test_a_replica_runs_top_level_record_follows_the_drop(tmp_path: Path) -> None:
+    # Two lmcache-mp replicas sharing Redis, recorded as serve records them: each replica's
+    # launch.json and the whole launch's above them (the first replica's fields at the top level).
+    launch = gpu_replicas(tmp_path, replicas=2, remote=REMOTE, offload="lmcache-mp")
+    record(launch)
+    top = launch.run_dir / "launch.json"
+    assert json.dumps(json.loads(top.read_text())).count('\\"resp\\"') >= 3  # top level + 2 replicas
+    group = FakeGroup([FakeUnit(p.spec, p.run_dir) for p in launch.replicas])
+    watch = RemoteWatch("redis://unused")
+    watch._drop.set()
+    _, said = _step(watch, group)
+    assert said == ["serving again without the remote tier (2 engine(s) restarted)"]
+    doc = json.loads(top.read_text())
+    assert '\\"resp\\"' not in json.dumps(doc) and "remote" not in doc["tier_adapters"]
+    assert [r["index"] for r in doc["replicas"]] == [0, 1]
+    assert [r["run_dir"] for r in doc["replicas"]] == [str(p.run_dir) for p in launch.replicas]
+    assert doc["run_dir"] == str(launch.run_dir) and doc["front_url"] == launch.front_url
+    # top reads what now runs: no remote adapter (a replica's own record says the same).
+    assert "remote" not in from_run_dir(launch.run_dir).adapters
+    for p in launch.replicas:
+        assert "remote" not in json.loads((p.run_dir / "launch.json").read_text())["tier_adapters"]
