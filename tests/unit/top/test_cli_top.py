@@ -143,6 +143,12 @@ def read_until(fd: int, needles: tuple[str, ...], timeout_s: float) -> str:
     return seen
 
 
+def _ctrl_c_as_on_a_terminal() -> None:
+    # A test run started in the background (`pytest ... &` from a script) has SIGINT ignored, and a
+    # Python started with it ignored keeps it so: Ctrl-C would never reach kvstack top here.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def live(args: list[str], tmp_path: Path) -> tuple[subprocess.Popen[bytes], int]:
     master, slave = pty.openpty()
     env = isolated_env(tmp_path, {"COLUMNS": "200", "LINES": "50", "TERM": "xterm"})
@@ -154,6 +160,7 @@ def live(args: list[str], tmp_path: Path) -> tuple[subprocess.Popen[bytes], int]
         cwd=ROOT,
         env=env,
         start_new_session=True,
+        preexec_fn=_ctrl_c_as_on_a_terminal,
     )
     os.close(slave)
     return proc, master
