@@ -1,5 +1,5 @@
 """A short calibration against the served layout, after its replay: the costs the plan's TTFT
-model needs on this machine (planning/served_ttft.py), measured in a few seconds.
+model needs on this machine (planning/served_ttft.py), measured in under a minute.
 
 Unique prompts (token blocks under hash ids no trace uses: negative ones) at a few lengths give
 the cost of a miss; each sent again gives the cost of a prompt the engine holds whole. On an
@@ -19,8 +19,18 @@ from kvstack.clients.streaming import StreamClient
 from kvstack.errors import EngineError
 from kvstack.planning.served_ttft import ServedCosts, fit_costs
 
-LENGTHS = (512, 1024, 2048, 4096)
+# Up to 8192 where the context allows: the attention term is fitted, not extrapolated, over most of
+# a replay's prompts (a 16K context's longest prompts are 2x past it, not 4x). With 4096 at most, a
+# second of noise on one long miss tripled the fitted term and put a plain layout's predicted p90 at
+# 2.1x the measured.
+LENGTHS = (512, 1024, 2048, 4096, 8192)
 REPEATS = 2
+
+
+def calibration_lengths(max_prompt: int) -> list[int]:
+    """The miss lengths sent: every one of LENGTHS the context allows (the shortest prompt it takes
+    when it allows none)."""
+    return [n for n in LENGTHS if n <= max_prompt] or [max(16, max_prompt)]
 
 
 class _Prompts:
@@ -60,7 +70,7 @@ async def calibrate(
     """The layout's costs; ``engine_pool_tokens`` (the engine's prefix cache, in tokens) only for
     an offload layout, whose DRAM fetch is measured too."""
     prompts = _Prompts(blocks)
-    lengths = [n for n in LENGTHS if n <= max_prompt] or [max(16, max_prompt)]
+    lengths = calibration_lengths(max_prompt)
     hits: list[float] = []
     misses: list[tuple[int, float]] = []
     fetched: list[tuple[str, int, float]] = []

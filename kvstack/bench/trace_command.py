@@ -23,7 +23,13 @@ from kvstack.bench.trace_calibrate import calibrate, predicted_ttft, summary
 from kvstack.bench.trace_predict import Prediction, comparison, predict
 from kvstack.bench.trace_prompts import BlockTokens, ReplayShape, SentRequest, plan_requests, token_pool
 from kvstack.bench.trace_replay import ReplayRun, replay
-from kvstack.bench.trace_sizes import Hierarchy, cache_server_status, engine_level, lmcache_levels
+from kvstack.bench.trace_sizes import (
+    Hierarchy,
+    cache_server_status,
+    engine_level,
+    lmcache_hierarchy,
+    lmcache_levels,
+)
 from kvstack.clients import token_sources as ts
 from kvstack.clients.client import auth_headers, trusts_env
 from kvstack.clients.metrics import scrape_sync
@@ -139,21 +145,16 @@ def _decide(layout: Layout, rows: list[Any], args: TraceArgs, api_key: str | Non
 
 def hierarchy_of(layout: Layout, run: ReplayRun, api_key: str | None) -> Hierarchy:
     assert run.first is not None
-    levels = []
     engine = engine_level(run.first)
-    if engine is not None:
-        levels.append(engine)
-    notes: list[str] = []
     status = _status(layout, api_key)
-    if status is not None:
-        plan = layout.plan
-        per_token = plan.kv_bytes_per_token if plan else _bytes_per_token(status)
-        adapters = _adapters(layout, status)
-        disk = plan.tier("disk") if plan else None
-        lm, lm_notes = lmcache_levels(status, per_token, adapters, disk.size_bytes if disk else None)
-        levels += lm
-        notes += lm_notes
-    return Hierarchy(levels=levels, inclusive=True, notes=notes)
+    if status is None:
+        return Hierarchy(levels=[engine] if engine is not None else [])
+    plan = layout.plan
+    per_token = plan.kv_bytes_per_token if plan else _bytes_per_token(status)
+    adapters = _adapters(layout, status)
+    disk = plan.tier("disk") if plan else None
+    lm, notes = lmcache_levels(status, per_token, adapters, disk.size_bytes if disk else None)
+    return lmcache_hierarchy(engine, lm, notes)
 
 
 def _bytes_per_token(status: dict[str, Any]) -> int:

@@ -1,7 +1,8 @@
 """Predicted vs measured: simulate exactly the requests a replay sent on the sizes the servers report.
 
 The simulation is planning's (``planning.capacity.simulate_hierarchy``): each level an LRU over
-what it sees, inclusive as LMCache's write-through tiers are. Measured shares come from the
+what it sees, inclusive as LMCache's write-through tiers are, and without copying an L2 hit back
+into L1 where LMCache does not (``bench.trace_sizes.lmcache_hierarchy``). Measured shares come from the
 servers' counters (``runtime.token_sources``), so the two columns answer the same question: of all
 prompt tokens sent, what share did each tier serve?
 """
@@ -72,6 +73,7 @@ def predict(layout: str, sent: Sequence[SentRequest], hierarchy: Hierarchy, bloc
         inclusive=hierarchy.inclusive,
         block_tokens=block_tokens,
         unit_tokens=[lv.unit_tokens for lv in hierarchy.levels],
+        readmit=hierarchy.readmit,
     )
     tokens = {lv.tier: int(hit) for lv, hit in zip(hierarchy.levels, result.hit_tokens, strict=True)}
     tokens[ts.RECOMPUTED] = result.recomputed_tokens

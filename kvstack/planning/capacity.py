@@ -22,7 +22,8 @@ above served, so each level is simulated on what it actually sees. How the conne
   block of a request is touched (a hit is reused, a miss computed or loaded and then cached).
 - LMCache (multi-process server): L1 (DRAM) is an LRU (``--eviction-policy LRU``) that sees the
   lookups for what the engine lacked and stores what was computed; L2 adapters (``fs``, Redis)
-  are written through from L1, so they are inclusive, and see what L1 missed.
+  are written through from L1, so they are inclusive, and see what L1 missed. What L2 serves is
+  not kept in L1 (0.5.6's prefetch policy frees it once read): ``readmit=False``.
 - vLLM native offload and SGLang HiCache (write_through) also store every computed block in the
   host tier: inclusive.
 
@@ -239,11 +240,14 @@ def simulate_hierarchy(
     inclusive: bool = True,
     block_tokens: int = 512,
     unit_tokens: Sequence[int] | None = None,
+    readmit: bool = True,
 ) -> HierarchyResult:
     """Prompt tokens each level serves, fastest level first (level 0: the engine's pool).
 
     ``sizes_in_blocks[k]``: level k's capacity in its own blocks of ``unit_tokens[k]`` tokens
     (default: the trace's ``block_tokens``). Exclusive hierarchies need one block size throughout.
+    ``readmit=False``: a block the offload levels serve from below level 1 is not copied back into
+    the levels above it (``_without_readmission``).
     """
     units = list(unit_tokens) if unit_tokens is not None else [block_tokens] * len(sizes_in_blocks)
     if len(units) != len(sizes_in_blocks):
@@ -254,6 +258,11 @@ def simulate_hierarchy(
         if len(set(units)) > 1:
             raise ValueError("an exclusive hierarchy is simulated with one block size for all levels")
         return _exclusive(requests, list(sizes_in_blocks), block_tokens, units[0] if units else block_tokens)
+    if not readmit and len(sizes_in_blocks) > 2:
+        engine = simulate_hierarchy(
+            requests, sizes_in_blocks[:1], block_tokens=block_tokens, unit_tokens=units[:1]
+        )
+        return _without_readmission(requests, engine, list(sizes_in_blocks[1:]), units[1:], block_tokens)
     lengths = np.fromiter((r.input_length for r in requests), dtype=np.int64, count=len(requests))
     counts = np.fromiter((len(r.hash_ids) for r in requests), dtype=np.int64, count=len(requests))
     flat = np.fromiter((i for r in requests for i in r.hash_ids), dtype=np.int64, count=int(counts.sum()))
@@ -269,6 +278,53 @@ def simulate_hierarchy(
         per_level.append((new_reach - reach).tolist())
         reach = new_reach
     return HierarchyResult([sum(x) for x in per_level], int(lengths.sum()), per_level)
+
+
+def _without_readmission(
+    requests: Sequence[TraceRequest],
+    engine: HierarchyResult,
+    sizes: list[int],
+    units: list[int],
+    block_tokens: int,
+) -> HierarchyResult:
+    """Offload levels that do not keep what they read back from below: LMCache 0.5.6's server
+    (DefaultPrefetchPolicy "retains nothing": an L2 hit is loaded into L1 as a temporary object and
+    freed once read). Simulated request by request: the offload levels serve the run of blocks one of
+    them holds from the request's first block (LMCache's lookup is a prefix from token 0), each block
+    from the highest level holding it; the blocks past the engine's reach are touched where they were
+    found (and below), none is copied up; the blocks past that run are stored in every level (L1, and
+    the L2 adapters written through from it)."""
+    if len(set(units)) > 1:
+        raise ValueError("offload levels without readmission are simulated with one block size")
+    unit = units[0]
+    lrus: list[OrderedDict[int, None]] = [OrderedDict() for _ in sizes]
+    per_level: list[list[int]] = [engine.per_request[0], *([0] * len(requests) for _ in sizes)]
+    for i, r in enumerate(requests):
+        keys = _request_units(r, unit, block_tokens)
+        reach = engine.per_request[0][i]
+        found: list[int] = []
+        for key in keys:
+            for level, lru in enumerate(lrus):
+                if key in lru:
+                    found.append(level)
+                    break
+            else:
+                break
+        for j, level in enumerate(found):
+            end = min((j + 1) * unit, r.input_length)
+            if end <= reach:
+                continue
+            per_level[level + 1][i] += end - max(j * unit, reach)
+            for lru in lrus[level:]:
+                if keys[j] in lru:
+                    lru.move_to_end(keys[j])
+        for key in keys[len(found) :]:
+            for lru, size in zip(lrus, sizes, strict=True):
+                lru[key] = None
+                lru.move_to_end(key)
+                if len(lru) > size:
+                    lru.popitem(last=False)
+    return HierarchyResult([sum(x) for x in per_level], engine.total_tokens, per_level)
 
 
 def _request_units(r: TraceRequest, unit: int, block_tokens: int) -> list[int]:

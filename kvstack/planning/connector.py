@@ -11,6 +11,15 @@ _BY_ENGINE: dict[str, tuple[str, ...]] = {
     "sglang": ("hicache",),
 }
 _REMOTE_CAPABLE = frozenset({"lmcache", "lmcache-mp"})
+# Connectors whose DRAM tier does not keep what a lower tier served: LMCache 0.5.6's server frees an
+# L2 hit once read (DefaultPrefetchPolicy retains nothing); in-process LMCache writes it back to
+# its CPU backend (StorageManager.batched_get), vLLM's native offload and HiCache keep host copies.
+_NO_READMIT = frozenset({"lmcache-mp"})
+
+
+def readmits_lower_hits(connector: str) -> bool:
+    """Whether a block served from disk or remote is copied back into the DRAM tier."""
+    return connector not in _NO_READMIT
 
 
 def wanted_connector(engine: Engine, offload: OffloadChoice, remote_url: str | None) -> tuple[Connector, str]:

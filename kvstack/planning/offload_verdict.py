@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 from kvstack.errors import InputError
 from kvstack.planning.capacity import CapacityCurve, capacity_curve
+from kvstack.planning.connector import readmits_lower_hits
 from kvstack.planning.request import PlanRequest
 from kvstack.planning.schema import Plan
 from kvstack.planning.trace_sizing import TraceInput, trace_sizing, trace_target
@@ -53,7 +54,8 @@ def apply_trace(
     per_token = plan.ttft.bytes_per_token if plan.ttft is not None else float(plan.kv_bytes_per_token)
     bb = block_bytes(per_token, curve)
     target, _ = trace_target(curve, bb)
-    sizing = trace_sizing(trace, curve, bb, plan.tiers, target=target, ttft=plan.ttft)
+    readmit = readmits_lower_hits(plan.connector)
+    sizing = trace_sizing(trace, curve, bb, plan.tiers, target=target, ttft=plan.ttft, readmit=readmit)
     reasons = {**plan.reasons, "sizing": _sizing_reason(plan, trace, curve)}
     warnings = list(plan.warnings)
     if sizing.shortfall:

@@ -6,8 +6,9 @@ unbounded one gives. The tiers are then sized top-down to it (planning/layout.py
 DRAM reserve and 80% of free disk) and the hierarchy is simulated at the sizes chosen: the engine
 pool sees every request, each tier below what the tiers above missed (all connectors kvstack wires
 are inclusive: LMCache writes L2 through, vLLM's native offload and HiCache write_through store
-every computed block in the host tier). The engine pool is counted whole as prefix cache (running
-requests hold some of it) and at the trace's block size.
+every computed block in the host tier; LMCache's server alone does not copy a disk or remote hit
+back into DRAM: planning/connector.py ``readmits_lower_hits``). The engine pool is counted whole as
+prefix cache (running requests hold some of it) and at the trace's block size.
 
 TTFT per request, one request at a time on the engine (no queueing; ``prefill_busy`` says how far
 that holds): one forward step, plus recomputing what no tier served (planning/breakeven.py's
@@ -144,6 +145,7 @@ def trace_sizing(
     *,
     target: int,
     ttft: TtftModel | None,
+    readmit: bool = True,
 ) -> TraceSizing:
     """The trace's section of the plan for ``tiers`` (engine pool first), before any verdict is
     applied: the hierarchy simulated at their sizes and TTFT predicted with and without offload."""
@@ -152,7 +154,9 @@ def trace_sizing(
     sizes = [
         unbounded if t.kind == "remote" and t.size_bytes == 0 else t.size_bytes // block_bytes for t in tiers
     ]
-    sim: HierarchyResult = simulate_hierarchy(trace.requests, sizes, block_tokens=trace.block_tokens)
+    sim: HierarchyResult = simulate_hierarchy(
+        trace.requests, sizes, block_tokens=trace.block_tokens, readmit=readmit
+    )
     duration = trace.duration_s
     kinds = ["engine", *(t.kind for t in tiers[1:])]
     shares = [

@@ -23,3 +23,11 @@ def test_the_summary_sets_measured_against_predicted() -> None:
     out = summary(costs, [0.1] * 10, [0.2] * 10)
     assert out["measured_over_predicted"] == {"p50_s": pytest.approx(2.0), "p90_s": pytest.approx(2.0)}
     assert out["calibration"]["hit_s"] == 0.01
+
+
+def test_calibration_covers_the_context_up_to_8192_tokens() -> None:
+    from kvstack.bench.trace_calibrate import calibration_lengths
+
+    assert calibration_lengths(16382) == [512, 1024, 2048, 4096, 8192]  # the demo's 16K context
+    assert calibration_lengths(8190) == [512, 1024, 2048, 4096]
+    assert calibration_lengths(300) == [300]

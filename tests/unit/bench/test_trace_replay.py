@@ -193,6 +193,28 @@ def test_lmcache_levels_come_from_its_status_at_the_middle_of_its_eviction_band(
     assert capped.nominal_blocks == 32 and capped.source.startswith("kvstack's disk cap")
 
 
+def test_lmcache_with_an_l2_is_simulated_without_readmission() -> None:
+    from kvstack.bench.trace_predict import predict
+    from kvstack.bench.trace_prompts import SentRequest
+    from kvstack.bench.trace_sizes import Level, lmcache_hierarchy, lmcache_levels
+
+    levels, notes = lmcache_levels(STATUS, 1024, {"disk": "disk"}, None)
+    engine = Level("engine_cache", 16, 0, 0, "vllm:cache_config_info")
+    hierarchy = lmcache_hierarchy(engine, levels, notes)
+    assert hierarchy.readmit is False and hierarchy.to_dict()["readmit"] is False
+    assert "reads back from L2" in hierarchy.notes[-1]
+    assert lmcache_hierarchy(engine, levels[:1], notes).readmit  # L1 alone: nothing to read back
+    # Blocks a, b, a, b through a 1-chunk L1 over the disk: the third request's chunk is read back
+    # from disk and not kept, so L1 still holds b for the fourth.
+    one_chunk = [Level("dram", 256, 1, 1, "x"), Level("disk", 256, 10, 10, "x")]
+    sent = [
+        SentRequest(i, i, 0.0, (h,), prompt_tokens=256, output_tokens=1, session="s", original_input=256)
+        for i, h in enumerate((1, 2, 1, 2))
+    ]
+    got = predict("lmcache-mp", sent, lmcache_hierarchy(engine, one_chunk, []), 256)
+    assert (got.predicted_tokens["dram"], got.predicted_tokens["disk"]) == (256, 256)
+
+
 def test_a_bad_trace_is_named_before_any_server_is_asked(tmp_path: Path) -> None:
     bad = tmp_path / "t.jsonl"
     bad.write_text('{"timestamp": 0, "input_length": 10}\n')

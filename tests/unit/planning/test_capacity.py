@@ -206,3 +206,33 @@ def test_smaller_engine_blocks_of_a_scaled_trace() -> None:
     requests = [_req([1, 2], 14), _req([1, 2], 14)]
     assert simulate_hierarchy(requests, [4], block_tokens=8, unit_tokens=[4]).hit_tokens == [14]
     assert simulate_hierarchy(requests, [0, 1], block_tokens=8, unit_tokens=[4, 16]).hit_tokens == [0, 14]
+
+
+def test_without_readmission_an_l2_hit_is_not_copied_back_into_l1() -> None:
+    a, b = _req([1]), _req([2])
+    requests = [a, b, a, b]
+    # With readmission the third request's block comes back into the 1-block L1 and pushes the
+    # second one out, so the fourth is served from L2 as well.
+    assert simulate_hierarchy(requests, [0, 1, 10], block_tokens=B).hit_tokens == [0, 0, 2 * B]
+    # LMCache's server frees what it read from L2: L1 still holds the second block for the fourth.
+    got = simulate_hierarchy(requests, [0, 1, 10], block_tokens=B, readmit=False)
+    assert got.hit_tokens == [0, B, B]
+    assert got.per_request == [[0, 0, 0, 0], [0, 0, 0, B], [0, 0, B, 0]]
+
+
+@settings(max_examples=150, deadline=None)
+@given(traces(), st.integers(0, 6), st.integers(0, 6))
+def test_without_readmission_the_same_tokens_are_served_over_an_unbounded_bottom_level(
+    requests: list[TraceRequest], l1: int, engine: int
+) -> None:
+    # Every block first seen is stored in the unbounded bottom level either way, so the offload
+    # levels together reach the same prefix; only which level serves it differs.
+    sizes = [engine, l1, 10_000]
+    with_, without = (
+        simulate_hierarchy(requests, sizes, block_tokens=B, readmit=readmit) for readmit in (True, False)
+    )
+    assert without.hit_tokens[0] == with_.hit_tokens[0]
+    if engine == 0:
+        assert sum(without.hit_tokens) == sum(with_.hit_tokens)
+    assert [sum(x) for x in without.per_request] == without.hit_tokens
+    assert without.recomputed_tokens >= 0
