@@ -7,10 +7,12 @@ import json
 import shutil
 from pathlib import Path
 
+from kvstack.errors import PathError
 from kvstack.fsutil import atomic_write, ensure_private_dir
 from kvstack.rundir import LAUNCH_JSON, PLAN_JSON
 from kvstack.runtime.specs import LaunchSpec
 from kvstack.serving.prepare import Launch, PreparedServe
+from kvstack.userfile import read_json_object
 
 
 def write_launch_files(spec: LaunchSpec) -> None:
@@ -47,7 +49,7 @@ def record_replica_spec(replica_dir: Path, spec: LaunchSpec) -> None:
     top = replica_dir.parent / LAUNCH_JSON
     if not top.is_file():
         return
-    doc = json.loads(top.read_text())
+    doc = read_json_object(top, PathError, "it is kvstack's record of this run: restore it or restart serve")
     replicas = doc.get("replicas")
     if not isinstance(replicas, list):
         return
