@@ -166,9 +166,14 @@ def correctness_lines(result: BenchResult) -> list[str]:
         c = lay.correctness
         if c is None:
             continue
-        line = f"{lay.name}: correctness {c.passed}/{c.checked} cached answers gave recompute's tokens"
+        line = (
+            f"{lay.name}: correctness {c.passed}/{c.checked} cached answers within the engine's own noise "
+            "of recompute's"
+        )
         counts = ((c.failed, "FAILED"), (c.unknown, "NOT CHECKED"))
         lines.append(line + "".join(f", {n} {what}" for n, what in counts if n))
+        if c.noise_floor is not None:
+            lines.append(f"{lay.name}:   {c.noise_floor.line()}")
         lines += [f"{lay.name}:   request {x.request}: {x.detail}" for x in c.checks if x.verdict != "pass"][
             :3
         ]

@@ -11,6 +11,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from kvstack.validation.correctness import CorrectnessCheck
+from kvstack.validation.noise import NoiseFloor
 
 SCHEMA = "kvstack.bench/1"
 
@@ -136,9 +137,10 @@ class CorrectnessResult(BaseModel):
     failed: int
     unknown: int
     checks: list[CorrectnessCheck] = Field(default_factory=list)
+    noise_floor: NoiseFloor | None = None  # measured on the same prompts led by a fresh nonce
 
     @classmethod
-    def of(cls, checks: list[CorrectnessCheck]) -> CorrectnessResult:
+    def of(cls, checks: list[CorrectnessCheck], noise: NoiseFloor | None = None) -> CorrectnessResult:
         def count(v: str) -> int:
             return sum(c.verdict == v for c in checks)
 
@@ -148,6 +150,7 @@ class CorrectnessResult(BaseModel):
             failed=count("fail"),
             unknown=count("unknown"),
             checks=checks,
+            noise_floor=noise,
         )
 
     def first_problem(self) -> CorrectnessCheck | None:

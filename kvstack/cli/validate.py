@@ -15,7 +15,7 @@ from kvstack.names import CONNECTORS, ENGINES, choice
 from kvstack.validation.thresholds import (
     DEFAULT_MIN_SPEEDUP,
     DEFAULT_MIN_TIER_SPEEDUP,
-    DEFAULT_NOISE_NATS,
+    DEFAULT_NOISE_CEILING,
     DEFAULT_TOKENS,
     DEFAULT_TOP_K,
 )
@@ -115,13 +115,14 @@ def register(app: typer.Typer) -> None:
             help="Greedy tokens of each cached answer that a recompute scores, every one judged "
             "(0: the correctness gate is off, and the summary says so)",
         ),
-        noise_margin: float = typer.Option(
-            DEFAULT_NOISE_NATS,
-            "--noise-margin",
-            help="Nats: each served token must be within this of recompute's best token there",
+        noise_ceiling: float = typer.Option(
+            DEFAULT_NOISE_CEILING,
+            "--noise-ceiling",
+            help="Nats: the correctness gate is set from the noise floor measured on the cold answers, "
+            "and never above this",
         ),
         top_k: int = typer.Option(
-            DEFAULT_TOP_K, "--top-k", help="Each served token must be among recompute's top K candidates"
+            DEFAULT_TOP_K, "--top-k", help="Recompute's candidates reported per scored position"
         ),
         model: str | None = typer.Option(
             None, "--model", help="Served model name (default: from /v1/models)"
@@ -188,7 +189,7 @@ def register(app: typer.Typer) -> None:
             chunk_tokens=chunk_tokens,
             repeat=repeat,
             correctness_tokens=correctness_tokens,
-            noise_margin=noise_margin,
+            noise_ceiling=noise_ceiling,
             top_k=top_k,
             secrets=secrets,
         )

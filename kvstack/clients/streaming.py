@@ -39,6 +39,8 @@ class RequestResult(BaseModel):
     # With ``logprobs`` asked for: each generated token and the top candidates' log-probabilities.
     tokens: list[str] = Field(default_factory=list)
     top_logprobs: list[dict[str, float]] = Field(default_factory=list)
+    # The served path's own log-probability of each token it generated (None where not reported).
+    token_logprobs: list[float | None] = Field(default_factory=list)
     # With ``return_token_ids`` asked for (vLLM and SGLang): the generated tokens' ids, per event.
     token_ids: list[int] = Field(default_factory=list)
     prompt_token_ids: list[int] | None = None  # sent in the first event with ``return_token_ids``
@@ -144,12 +146,16 @@ def _usage(result: RequestResult, usage: dict[str, Any]) -> None:
 
 
 def _logprobs(result: RequestResult, lp: Any) -> None:
-    """The OpenAI completions form: parallel lists ``tokens`` and ``top_logprobs`` per event."""
+    """The OpenAI completions form: parallel lists ``tokens``, ``token_logprobs`` and ``top_logprobs``
+    per event."""
     if not isinstance(lp, dict):
         return
     tokens, tops = lp.get("tokens") or [], lp.get("top_logprobs") or []
+    own = lp.get("token_logprobs") or []
     for i, token in enumerate(tokens):
         result.tokens.append(str(token))
+        value = own[i] if i < len(own) else None
+        result.token_logprobs.append(float(value) if isinstance(value, int | float) else None)
         top = tops[i] if i < len(tops) and isinstance(tops[i], dict) else {}
         result.top_logprobs.append({str(k): float(v) for k, v in top.items() if isinstance(v, int | float)})
 

@@ -16,10 +16,11 @@ from kvstack.fsutil import atomic_write
 from kvstack.planning.schema import Engine, Platform, TtftModel
 from kvstack.validation.correctness import CorrectnessCheck
 from kvstack.validation.diagnosis import Diagnosis
+from kvstack.validation.noise import NoiseFloor
 from kvstack.validation.thresholds import (
     DEFAULT_MIN_SPEEDUP,
     DEFAULT_MIN_TIER_SPEEDUP,
-    DEFAULT_NOISE_NATS,
+    DEFAULT_NOISE_CEILING,
     DEFAULT_TOKENS,
     DEFAULT_TOP_K,
 )
@@ -61,10 +62,10 @@ class ValidationTarget(BaseModel):
     timeout_s: float = 300.0
     max_overflow_requests: int = 64
     # The correctness gate (validation/correctness.py): each cached request's greedy tokens scored
-    # by a recompute, every position judged; 0 turns it off.
+    # by a recompute and judged against the noise floor measured on the cold answers; 0 turns it off.
     correctness_tokens: int = DEFAULT_TOKENS
-    noise_margin: float = DEFAULT_NOISE_NATS
-    top_k: int = DEFAULT_TOP_K
+    noise_ceiling: float = DEFAULT_NOISE_CEILING  # the gate never exceeds this, whatever the floor
+    top_k: int = DEFAULT_TOP_K  # recompute's candidates returned per position
     batch_invariant: bool | None = None  # VLLM_BATCH_INVARIANT in the engine's environment; None: unknown
     secrets: list[str] = Field(default_factory=list, repr=False, exclude=True)
     prediction: TtftModel | None = None  # the plan's TTFT model: steps get measured vs predicted
@@ -97,8 +98,10 @@ class ValidationReport(BaseModel):
     repeat: int
     min_tier_speedup: float = DEFAULT_MIN_TIER_SPEEDUP
     correctness_tokens: int = DEFAULT_TOKENS  # 0: the gate was off
-    noise_margin: float = DEFAULT_NOISE_NATS
+    noise_ceiling: float = DEFAULT_NOISE_CEILING
     top_k: int = DEFAULT_TOP_K
+    # The engine's own numeric noise on this model, measured on the cold answers, and the gate set from it.
+    noise_floor: NoiseFloor | None = None
     steps: list[StepResult] = Field(default_factory=list)
     diagnoses: list[Diagnosis] = Field(default_factory=list)
     overall: Literal["PASS", "FAIL"] = "FAIL"
@@ -118,12 +121,15 @@ class ValidationReport(BaseModel):
 
     def thresholds(self) -> str:
         """Every threshold the verdict applied, for the summary line."""
-        gate = (
-            f"correctness: {self.correctness_tokens} tokens each within {self.noise_margin:g} nats "
-            f"and the top {self.top_k} of recompute's"
-            if self.correctness_tokens
-            else "correctness gate OFF (--correctness-tokens 0)"
-        )
+        if not self.correctness_tokens:
+            gate = "correctness gate OFF (--correctness-tokens 0)"
+        elif self.noise_floor is not None and self.noise_floor.threshold is not None:
+            gate = (
+                f"correctness: {self.correctness_tokens} tokens, typical disagreement with recompute "
+                f"<= {self.noise_floor.threshold:.3f} nats (measured floor {self.noise_floor.floor:.3f})"
+            )
+        else:
+            gate = f"correctness: {self.correctness_tokens} tokens, noise floor not measured"
         return (
             f"{self.prompt_tokens}-token prompts, {self.repeat} rounds; warm >= {self.min_speedup:g}x cold, "
             f"each tier >= {self.min_tier_speedup:g}x its recompute and below cold; {gate}"
@@ -168,10 +174,10 @@ def check_target(target: ValidationTarget) -> None:
             f"--correctness-tokens must be between 0 (off) and 256, not {target.correctness_tokens}",
             hint="e.g. --correctness-tokens 16",
         )
-    if not math.isfinite(target.noise_margin) or target.noise_margin < 0:
+    if not math.isfinite(target.noise_ceiling) or not 0 < target.noise_ceiling <= 5:
         raise InputError(
-            f"--noise-margin must be a number of nats >= 0, not {target.noise_margin}",
-            hint="e.g. --noise-margin 0.15",
+            f"--noise-ceiling must be a number of nats above 0 and at most 5, not {target.noise_ceiling}",
+            hint=f"e.g. --noise-ceiling {DEFAULT_NOISE_CEILING:g}",
         )
     if not 1 <= target.repeat <= 50:
         raise InputError(f"--repeat must be between 1 and 50, not {target.repeat}", hint="e.g. --repeat 3")

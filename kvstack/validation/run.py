@@ -149,7 +149,7 @@ async def run_validation_async(
             repeat=target.repeat,
             min_tier_speedup=target.min_tier_speedup,
             correctness_tokens=target.correctness_tokens,
-            noise_margin=target.noise_margin,
+            noise_ceiling=target.noise_ceiling,
             top_k=target.top_k,
         )
         if first.errors and not first.samples:
@@ -163,6 +163,7 @@ async def run_validation_async(
             report.steps.append(StepResult(name="cold", verdict="fail", reason=err))
         else:
             cold, warm = await v.cold_warm()
+            report.noise_floor = v.noise
             report.steps += [cold, warm]
             if cold.verdict != "pass":
                 report.steps += [

@@ -78,6 +78,8 @@ class ServerApi:
         if self.between is not None:
             self.between()
         n = self.target.correctness_tokens if generate else 0
+        # ``logprobs: 1``: the served path's own log-probability of each token it generates, what
+        # the correctness gate compares with recompute's (validation/noise.py).
         return await self.streams.completion(
             self.model,
             prompt.payload,
@@ -85,6 +87,7 @@ class ServerApi:
             self.target.api_key,
             self.target.timeout_s,
             extra_body={"return_token_ids": True} if n else None,
+            logprobs=1 if n else None,
         )
 
     async def score(self, prompt: Prompt, served: RequestResult, engine: str) -> list[PositionScore] | str:

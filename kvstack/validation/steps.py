@@ -19,6 +19,7 @@ from kvstack.validation.cache_server import CacheServer
 from kvstack.validation.correctness import CorrectnessCheck
 from kvstack.validation.evidence import Hits, gpu_block_tokens, gpu_capacity_tokens, prefix_hits
 from kvstack.validation.isolation import covering_tokens
+from kvstack.validation.noise import NoiseFloor, measure
 from kvstack.validation.prompts import Prompt, PromptBuilder
 from kvstack.validation.report import StepResult
 from kvstack.validation.server_api import ServerApi
@@ -59,6 +60,7 @@ class Validation:
         self.progress = progress or (lambda _msg: None)
         self.builder = PromptBuilder(s.tokenize)
         self.cold_ttfts: list[float] = []
+        self.noise: NoiseFloor | None = None  # measured on the cold answers before any cache is judged
         url = s.target.cache_server_url
         self.cache_server = CacheServer(s.client, url) if url else None
 
@@ -80,6 +82,16 @@ class Validation:
             self.builder.calibrate(p.words, r.prompt_tokens)
         return None
 
+    async def measure_noise(self, cold: list[Served]) -> NoiseFloor:
+        """The engine's own noise: the cold answers (nothing cached could serve them) scored by the
+        same recompute that judges every cached answer."""
+        samples = []
+        for i, item in enumerate(cold):
+            self.progress(f"noise floor: scoring cold answer {i + 1}/{len(cold)}")
+            samples.append((item.served, await self.api.score(item.prompt, item.served, self.engine)))
+        method = "cold answers (fresh prompts, decoded by the engine) scored by a recompute prefill"
+        return measure(samples, method, self.target.noise_ceiling)
+
     async def correctness(self, step: StepResult, served: list[Served], source: str) -> list[str]:
         """Score every served request by a recompute, record the checks; the problem, if any."""
         if self.target.correctness_tokens == 0:
@@ -87,19 +99,13 @@ class Validation:
                 "correctness gate off (--correctness-tokens 0): the answers were not checked"
             )
             return []
+        noise = self.noise or NoiseFloor(method="not measured", detail="the cold step measured no floor")
         checks: list[CorrectnessCheck] = []
         for i, item in enumerate(served):
             self.progress(f"{step.name}: scoring served tokens {i + 1}/{len(served)}")
             scores = await self.api.score(item.prompt, item.served, self.engine)
             checks.append(
-                correctness.judge(
-                    item.served,
-                    scores,
-                    self.target.correctness_tokens,
-                    self.target.noise_margin,
-                    self.target.top_k,
-                    item.recompute,
-                )
+                correctness.judge(item.served, scores, self.target.correctness_tokens, noise, item.recompute)
             )
         step.correctness = checks
         line, problem = correctness.summary(checks, source)
@@ -133,6 +139,10 @@ class Validation:
             block = block or gpu_block_tokens(b2)
         cold_step = self.judge_cold(cold, cold_hits)
         warm_step = self.judge_warm(served, warm_hits, block)
+        if self.target.correctness_tokens and not self.failed(cold):
+            answers = [Served(s.prompt, s.recompute, s.recompute) for s in served]
+            self.noise = await self.measure_noise(answers)
+            cold_step.evidence.append(self.noise.line())
         if warm_step.verdict != "skip" and not self.failed([s.served for s in served]):
             problems = await self.correctness(warm_step, served, "the engine's prefix cache")
             if warm_step.correctness:

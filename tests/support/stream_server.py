@@ -76,6 +76,7 @@ class ServerKnobs:
     tier_hit_cap: int | None = None  # the tier serves at most this many tokens of a prompt
     token_ids: bool = True  # honour return_token_ids (token_ids per event, prompt_token_ids first)
     scoring: bool = True  # honour prompt_logprobs (vLLM) and /generate input logprobs (SGLang)
+    served_logprobs: bool = True  # honour logprobs on a generating request (its own view of each token)
     # The connector is LMCache's cache server: its counters (lmcache_mp_*, names and labels as
     # lmcache 0.5.6 exports them) on this server's /metrics too, so one URL serves as --lmcache.
     # ``l2_fraction`` of the tier hits count as L2 hits loaded through adapter ``l2_adapter``.
@@ -112,12 +113,15 @@ def token_text(token: int) -> str:
 
 
 def _logprobs(seed: int, pos: int, token: int, near_tie_at: int | None) -> dict[str, Any]:
-    """The generated token at ``pos`` with its top-2, in OpenAI's completions form."""
+    """The generated token at ``pos`` with its top-2, in OpenAI's completions form, as the served
+    path sees them: greedy picked ``token``, so in its own view ``token`` is the best candidate
+    (KV served wrong makes the path confident in a token recompute ranks 2 nats down)."""
     best, lp_best, second, lp_second = candidates(seed, pos, near_tie_at)
+    other = second if token == best else best
     return {
         "tokens": [token_text(token)],
-        "token_logprobs": [lp_best if token == best else lp_second],
-        "top_logprobs": [{token_text(best): lp_best, token_text(second): lp_second}],
+        "token_logprobs": [lp_best],
+        "top_logprobs": [{token_text(token): lp_best, token_text(other): lp_second}],
         "text_offset": [0],
     }
 
@@ -606,7 +610,7 @@ class _Handler(BaseHTTPRequestHandler):
                 "index": 0,
                 "text": token_text(token),
                 "logprobs": _logprobs(seed, pos, token, k.near_tie_at)
-                if body.get("logprobs") is not None
+                if body.get("logprobs") is not None and k.served_logprobs
                 else None,
                 "finish_reason": finish,
             }

@@ -136,6 +136,7 @@ def test_check_correctness_compares_cached_answers_with_recompute(
         (layout,) = result.layouts
         c = layout.correctness
         assert c is not None and c.checked == 2 and c.passed == 2 and all(x.tokens == 16 for x in c.checks)
+        assert c.noise_floor is not None and (c.noise_floor.answers, c.noise_floor.positions) == (2, 32)
     else:  # the answers the tier served (not those still in the engine's pool) are caught: exit 1
         with pytest.raises(ValidationFailed) as info:
             run_bench(args, start_layout=start)
@@ -147,7 +148,7 @@ def test_check_correctness_compares_cached_answers_with_recompute(
         c = load_result(tmp_path).layouts[0].correctness
         assert c is not None and c.failed >= 1
         bad = next(x for x in c.checks if x.verdict == "fail")
-        assert bad.failed_at[0] == 4 and f"request {bad.request} differs" in info.value.message
-        assert "2.000 nats below recompute's choice" in bad.detail
+        assert bad.over == 13 and f"request {bad.request} differs" in info.value.message
+        assert "(13 of 16 positions over it, first at token 4, largest 2.000" in bad.detail
     back = load_result(tmp_path)
     assert back.layouts[0].correctness == c
