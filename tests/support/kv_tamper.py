@@ -1,0 +1,103 @@
+"""Wrong KV put into a real disk tier while a real validation pass runs: the adversary of the e2e tests.
+
+The validation pass is kvstack's own, unmodified; this module only acts on the files of LMCache's
+`fs_native` L2 adapter at the moment a tier:disk round has stored its prompt and dropped every copy
+above the disk (the pass calls ``between`` before each request it sends: the round's first call
+precedes the prompt's first request, its second the request the disk tier must serve). The adapter
+keeps one raw file per chunk (no header, no checksum: lmcache 0.5.6 fs adapters), named by the
+chunk's hash, so a file holding other bytes is served as that chunk.
+
+Cases:
+- ``swap``: every chunk file of this round's prompt holds the bytes of the previous round's prompt
+  (same length, same number of chunks), in store order: the prompt is served another prompt's KV.
+- ``flip``: one chunk file of the prompt (the middle one in store order) has the sign bit of every
+  bf16 value flipped: finite, wrong KV for that chunk.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+SALTED = "@s-"  # the scoring requests' salted chunks: never a prompt's own
+
+
+def chunk_files(directory: Path) -> dict[str, float]:
+    """Unsalted chunk files under ``directory`` -> mtime."""
+    out: dict[str, float] = {}
+    for root, _dirs, names in os.walk(directory):
+        for name in names:
+            if name.endswith(".data") and SALTED not in name:
+                path = os.path.join(root, name)
+                try:
+                    out[path] = os.stat(path).st_mtime_ns
+                except OSError:
+                    continue
+    return out
+
+
+def flip_signs(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    for i in range(1, len(data), 2):  # little-endian bf16: the sign bit is the high byte's top bit
+        data[i] ^= 0x80
+    path.write_bytes(bytes(data))
+
+
+@dataclass
+class DiskTamper:
+    """Pass ``progress`` as on_progress and ``between`` as between to run_validation."""
+
+    directory: Path
+    case: str  # "swap" | "flip"
+    chunks: int  # chunks a prompt stores (full chunks of the prompt)
+    step: str = "tier:disk"
+    round: int = 0
+    calls: int = 0
+    before: dict[str, float] = field(default_factory=dict)
+    previous: list[str] = field(default_factory=list)  # the last round's prompt's files, store order
+    done: list[str] = field(default_factory=list)  # what was done, for the test's message
+
+    def progress(self, msg: str) -> None:
+        if msg.startswith(f"{self.step}: round "):
+            self.round += 1
+            self.calls = 0
+
+    def between(self) -> None:
+        if not self.round:
+            return
+        self.calls += 1
+        if self.calls == 1:
+            self.before = chunk_files(self.directory)
+        elif self.calls == 2:
+            mine = self._stored()
+            if self.round == 1:
+                self.previous = mine
+            elif not self.done:
+                self._tamper(mine)
+
+    def _stored(self) -> list[str]:
+        """This round's prompt's chunk files, once all of them are on disk (stores are asynchronous)."""
+        deadline = time.monotonic() + 10.0
+        while True:
+            now = chunk_files(self.directory)
+            new = {p: t for p, t in now.items() if p not in self.before}
+            if len(new) >= self.chunks or time.monotonic() > deadline:
+                return sorted(new, key=lambda p: (new[p], p))
+            time.sleep(0.1)
+
+    def _tamper(self, mine: list[str]) -> None:
+        if self.case == "swap":
+            pairs = list(zip(mine, self.previous, strict=False))
+            for a, b in pairs:
+                Path(a).write_bytes(Path(b).read_bytes())
+            self.done.append(
+                f"round {self.round}: {len(pairs)} chunk files replaced by the previous prompt's"
+            )
+        elif self.case == "flip":
+            target = Path(mine[len(mine) // 2])
+            flip_signs(target)
+            self.done.append(f"round {self.round}: sign bits flipped in {target.name} ({len(mine)} chunks)")
+        else:
+            raise ValueError(self.case)
