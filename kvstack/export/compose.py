@@ -10,13 +10,16 @@ process's argv and in ``docker inspect``):
   for it), and the Redis image drops from root to its redis user (docker-library/redis
   docker-entrypoint.sh, gosu), so the file is opened by the entrypoint's root shell and handed to
   redis-server as its stdin, which it reads as configuration (``redis-server ... -``);
-- the API key and HF token come from the caller's environment.
+- vLLM reads its API key from VLLM_API_KEY; SGLang reads no key variable, only ``--config FILE``
+  (sglang >= 0.5.23), so its container writes KVSTACK_API_KEY into a 0600 file and starts SGLang
+  with ``--config`` that file (LAUNCH_SGLANG).
 """
 
 from __future__ import annotations
 
 import yaml
 
+from kvstack.engines.sglang import MIN_SGLANG_CONFIG
 from kvstack.errors import UnsupportedError
 from kvstack.export.bundle import Bundle, ExportFile, ExportOptions
 from kvstack.export.deployment import (
@@ -53,6 +56,21 @@ REDIS_ENTRYPOINT = [
     "redis-entrypoint",
 ]
 ENGINE_PORT = {"vllm": 8000, "sglang": 30000}
+API_KEY_ENV = "KVSTACK_API_KEY"  # SGLang's key, as the caller sets it (vLLM's is VLLM_API_KEY)
+# SGLang's container entrypoint: KVSTACK_API_KEY (taken out of the environment) into a 0600 YAML
+# file (JSON is YAML), then SGLang with "--config FILE" (sglang/srt/server_args.py reads its options
+# from it). Without the variable SGLang starts without a key. No "$" in it (Compose interpolates).
+LAUNCH_SGLANG = (
+    "import json, os, sys, tempfile\n"
+    "argv = [sys.executable, *sys.argv[1:]]\n"
+    f"key = os.environ.pop({API_KEY_ENV!r}, '')\n"
+    "if key:\n"
+    "    fd, path = tempfile.mkstemp(prefix='sglang-auth-', suffix='.yaml')\n"
+    "    with os.fdopen(fd, 'w') as fh:\n"
+    "        json.dump({'api-key': key}, fh)\n"
+    "    argv += ['--config', path]\n"
+    "os.execv(sys.executable, argv)\n"
+)
 
 
 def _esc(value: str) -> str:
@@ -114,8 +132,9 @@ def _engine_command(
 ) -> tuple[list[str], dict[str, str]]:
     if plan.engine == "sglang":
         args, env = sglang_args(plan, disk_dir)
+        # After the entrypoint, python3 -c LAUNCH_SGLANG, which runs them with sys.executable.
         return [
-            "python3", "-m", "sglang.launch_server", "--model-path", model,
+            "-m", "sglang.launch_server", "--model-path", model,
             "--host", "0.0.0.0", "--port", str(port), *args,
         ], env  # fmt: skip
     args = [
@@ -160,11 +179,15 @@ def render_compose(plan: Plan, options: ExportOptions) -> Bundle:
     environment: dict[str, str] = {"HF_TOKEN": "${HF_TOKEN:-}", **env}
     if plan.engine == "vllm":
         environment["VLLM_API_KEY"] = "${VLLM_API_KEY:-}"  # vLLM reads it when --api-key is absent
+    else:
+        environment[API_KEY_ENV] = f"${{{API_KEY_ENV}:-}}"  # LAUNCH_SGLANG moves it into --config
 
     engine: dict[str, object] = {"image": f"{repo}:{tag}"}
     if plan.engine == "vllm":
         # lmcache/vllm-openai keeps vllm in /opt/venv (production-stack deployment-vllm-multi.yaml).
         engine["entrypoint"] = ["/opt/venv/bin/vllm" if repo == "lmcache/vllm-openai" else "vllm", "serve"]
+    else:
+        engine["entrypoint"] = ["python3", "-c", LAUNCH_SGLANG]
     engine["command"] = command
     host = f"[{options.host}]" if ":" in options.host else options.host
     engine["ports"] = [f"{host}:{options.port}:{port}"]
@@ -281,7 +304,15 @@ def render_compose(plan: Plan, options: ExportOptions) -> Bundle:
                 secret=True,
             )
         )
-    key_how = "set VLLM_API_KEY" if plan.engine == "vllm" else "add --api-key to the command"
+    if plan.engine == "vllm":
+        key_how = "set VLLM_API_KEY (in .env or the environment)"
+    else:
+        key_how = (
+            f"set {API_KEY_ENV} (in .env or the environment): the container writes it to a 0600 file "
+            f"that SGLang reads with --config (SGLang reads no key variable; --config needs an image "
+            f"with sglang >= {MIN_SGLANG_CONFIG}). SGLang logs its arguments, the key among them, when "
+            "it starts: keep the container's log private"
+        )
     notes.append(f"the API is published on {options.host}:{options.port}; {key_how} before exposing it")
     return Bundle(format="compose", files=out, notes=notes)
 

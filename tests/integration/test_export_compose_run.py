@@ -4,10 +4,13 @@ exported files written by ``write_bundle``, compose.yaml interpolated with the e
 
 - The bundled Redis: through the redis image's own entrypoint (tests/fixtures/docker), the real
   redis-server. Its password works, and is in neither its argv nor its environment.
+- SGLang: the exported entrypoint, with SGLang's own parser standing in for the server
+  (sglang_launch_probe.py). It takes the key, which is in neither its argv nor its environment.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import pwd
 import shutil
@@ -26,13 +29,14 @@ import yaml
 from kvstack.export import ExportOptions, export_plan
 from kvstack.export.write import write_bundle
 from tests.support.compose import container_argv, healthcheck_argv, interpolate, read_dotenv
-from tests.support.deps import ROOT, missing, require_program
+from tests.support.deps import ROOT, engine_python, missing, require_program
 from tests.support.redis import free_port
 from tests.unit.export.plans import make_plan
 
 pytestmark = pytest.mark.integration
 
 ENTRYPOINT = ROOT / "tests" / "fixtures" / "docker" / "redis-docker-entrypoint.sh"
+PARSER_DIR = ROOT / ".sglang-parser"
 # Quotes, '#', '$', a backslash, a space, '/' and a non-ASCII letter: each a way to get it wrong.
 PASSWORD = 'p w"#$\\é/x-9'
 CALLER_ENV = {"GRAFANA_ADMIN_PASSWORD": "grafana-admin-pw"}  # what the user sets before `compose up`
@@ -147,3 +151,44 @@ def test_the_bundled_redis_takes_its_password_from_the_secret_file_not_its_argv(
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def _run_sglang(tmp_path: Path, caller_env: dict[str, str]) -> dict[str, Any]:
+    if not (PARSER_DIR / "sglang" / "srt" / "server_args.py").is_file():
+        missing("SGLang's parser in .sglang-parser/", "scripts/test installs it")
+    plan = make_plan(engine="sglang", connector="hicache", kv_dtype="fp8_e4m3", tp=1)
+    bundle = export_plan("compose", plan, ExportOptions())
+    doc = interpolate(yaml.safe_load(bundle.main.content), caller_env)
+    service = doc["services"]["sglang"]
+    argv = container_argv(service)
+    assert argv[0] == "python3" and "sglang.launch_server" in argv
+    # The image's python3 is the engine interpreter; the probe stands in for the server module.
+    argv = [engine_python(), *("sglang_launch_probe" if a == "sglang.launch_server" else a for a in argv[1:])]
+    out = tmp_path / "probe.json"
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "PYTHONPATH": f"{PARSER_DIR}:{Path(__file__).parent}",
+        "KVSTACK_PROBE_OUT": str(out),
+        **service["environment"],
+    }
+    proc = subprocess.run(
+        argv, env=env, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    result: dict[str, Any] = json.loads(out.read_text(encoding="utf-8"))
+    assert result["model_path"] == plan.model_path
+    return result
+
+
+def test_sglang_takes_the_exported_key_from_a_0600_config_file_not_its_argv(tmp_path: Path) -> None:
+    key = "sk-compose-key-4711"
+    got = _run_sglang(tmp_path, {"KVSTACK_API_KEY": key})
+    assert got["api_key"] == key  # SGLang's own parser read it, from --config
+    assert got["config_mode"] == 0o600
+    assert not [a for a in got["cmdline"] if key in a]
+    assert not [k for k, v in got["environ"].items() if key in v] and "KVSTACK_API_KEY" not in got["environ"]
+
+
+def test_sglang_without_a_key_starts_without_one(tmp_path: Path) -> None:
+    got = _run_sglang(tmp_path, {})
+    assert got["api_key"] is None and got["config_mode"] is None

@@ -212,6 +212,19 @@ def test_local_redis_reads_its_password_from_a_secret_file_not_its_command() -> 
     assert "ports" not in redis  # reachable by the engine only
 
 
+def test_sglang_gets_its_key_from_a_config_file_not_its_command() -> None:
+    plan, options = CASES["sglang-hicache-disk"]
+    bundle = export_plan("compose", plan, options)
+    engine = engine_of(plan, project(bundle))
+    assert engine["environment"]["KVSTACK_API_KEY"] == "${KVSTACK_API_KEY:-}"
+    assert engine["entrypoint"][:2] == ["python3", "-c"] and "--config" in engine["entrypoint"][2]
+    assert "--api-key" not in engine["command"]
+    (note,) = [n for n in bundle.notes if "KVSTACK_API_KEY" in n]
+    assert (
+        "--config" in note and "--api-key" not in note
+    )  # the export says how, and no longer "add --api-key"
+
+
 def test_external_redis_is_used_as_given_without_a_redis_service() -> None:
     plan, options = CASES["lmcache-external-redis"]
     bundle = export_plan("compose", plan, options)
