@@ -5,14 +5,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
-from urllib.parse import urlsplit
 
 from kvstack.engines.base import RenderRequest
 from kvstack.engines.fingerprint import KvIdentity, fingerprint, namespace
 from kvstack.errors import InputError, PathError
 from kvstack.netaddr import client_host
 from kvstack.planning.schema import Tier, TierKind
-from kvstack.redact import MASK
+from kvstack.redact import MASK, url_secrets
 from kvstack.runtime.specs import FileSpec, LaunchSpec, ProcessSpec
 from kvstack.units import GIB
 
@@ -99,7 +98,8 @@ def need_tier(req: RenderRequest, kind: TierKind) -> Tier | None:
 
 
 def remote_url(req: RenderRequest, prep: LaunchBasics) -> str | None:
-    """The remote store URL with its credentials; the password becomes a secret.
+    """The remote store URL with its credentials; each of them (a password in the userinfo or in
+    the query) becomes a secret.
 
     The plan decides whether there is a remote tier; options.remote_url only supplies the
     credentials that the plan (redacted) never holds.
@@ -113,14 +113,13 @@ def remote_url(req: RenderRequest, prep: LaunchBasics) -> str | None:
             "the plan has a remote tier but no URL for it",
             hint="pass the store's URL with --remote redis://host:port",
         )
-    parts = urlsplit(url)
-    if parts.password == MASK:
+    secrets = url_secrets(url)
+    if MASK in secrets:
         raise InputError(
             f"the remote store URL {url} has a redacted password",
             hint="pass the real URL with --remote (kvstack never stores the password in a plan)",
         )
-    if parts.password:
-        prep.secrets.append(parts.password)
+    prep.secrets.extend(s for s in secrets if s not in prep.secrets)
     return url
 
 

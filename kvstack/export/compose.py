@@ -1,16 +1,25 @@
 """A Compose project (compose-spec) for the Plan: the engine, Redis when the remote tier is local,
 the disk tier as a bind mount, /dev/shm sized for the CPU tier, GPUs reserved, ports on loopback.
 
-Secrets never enter compose.yaml: the Redis password is read by Compose's variable interpolation
-from ``.env`` (written 0600 next to it), the API key and HF token from the caller's environment.
+Secrets never enter compose.yaml, nor any container's command line (Compose puts ``command`` in the
+process's argv and in ``docker inspect``):
+- a remote URL that holds a credential (``user:pw@``, ``?password=``: redact.url_secrets) reaches
+  the engine as ``LMCACHE_REMOTE_URL``, interpolated by Compose from ``.env`` (written 0600);
+- the bundled Redis reads ``requirepass`` from ``redis.conf`` (0600), a Compose secret: a file
+  secret is a bind mount that keeps the host file's owner and mode (Compose ignores uid/gid/mode
+  for it), and the Redis image drops from root to its redis user (docker-library/redis
+  docker-entrypoint.sh, gosu), so the file is opened by the entrypoint's root shell and handed to
+  redis-server as its stdin, which it reads as configuration (``redis-server ... -``);
+- vLLM reads its API key from VLLM_API_KEY; SGLang reads no key variable, only ``--config FILE``
+  (sglang >= 0.5.23), so its container writes KVSTACK_API_KEY into a 0600 file and starts SGLang
+  with ``--config`` that file (LAUNCH_SGLANG).
 """
 
 from __future__ import annotations
 
-from urllib.parse import unquote
-
 import yaml
 
+from kvstack.engines.sglang import MIN_SGLANG_CONFIG
 from kvstack.errors import UnsupportedError
 from kvstack.export.bundle import Bundle, ExportFile, ExportOptions
 from kvstack.export.deployment import (
@@ -28,7 +37,7 @@ from kvstack.export.deployment import (
 )
 from kvstack.export.monitoring import compose_monitoring
 from kvstack.planning.schema import Plan
-from kvstack.remote.url import RemoteURL
+from kvstack.remote.source import REMOTE_URL_ENV
 
 DISK_DIR = "/var/lib/kvstack/kv"
 MODELS_DIR = "/models"
@@ -36,8 +45,32 @@ LMCACHE_CONFIG_PATH = "/etc/kvstack/lmcache.yaml"
 HF_CACHE = "/root/.cache/huggingface"
 REDIS_SERVICE = "redis"
 REDIS_PORT = 6379
-PLAIN_PASSWORD_ENV = f"{PASSWORD_ENV}_PLAIN"
+REDIS_CONF = "redis.conf"  # the file written beside compose.yaml, 0600
+REDIS_CONF_SECRET = "redis-conf"  # its Compose secret: mounted read-only at /run/secrets/redis-conf
+# The image's own entrypoint, run with redis.conf as stdin: it opens the file as root, then drops to
+# the redis user, whose redis-server reads the still-open stdin ("-" as the last argument).
+REDIS_ENTRYPOINT = [
+    "sh",
+    "-c",
+    f'exec docker-entrypoint.sh "$$@" < /run/secrets/{REDIS_CONF_SECRET}',  # $$: Compose's literal $
+    "redis-entrypoint",
+]
 ENGINE_PORT = {"vllm": 8000, "sglang": 30000}
+API_KEY_ENV = "KVSTACK_API_KEY"  # SGLang's key, as the caller sets it (vLLM's is VLLM_API_KEY)
+# SGLang's container entrypoint: KVSTACK_API_KEY (taken out of the environment) into a 0600 YAML
+# file (JSON is YAML), then SGLang with "--config FILE" (sglang/srt/server_args.py reads its options
+# from it). Without the variable SGLang starts without a key. No "$" in it (Compose interpolates).
+LAUNCH_SGLANG = (
+    "import json, os, sys, tempfile\n"
+    "argv = [sys.executable, *sys.argv[1:]]\n"
+    f"key = os.environ.pop({API_KEY_ENV!r}, '')\n"
+    "if key:\n"
+    "    fd, path = tempfile.mkstemp(prefix='sglang-auth-', suffix='.yaml')\n"
+    "    with os.fdopen(fd, 'w') as fh:\n"
+    "        json.dump({'api-key': key}, fh)\n"
+    "    argv += ['--config', path]\n"
+    "os.execv(sys.executable, argv)\n"
+)
 
 
 def _esc(value: str) -> str:
@@ -45,29 +78,53 @@ def _esc(value: str) -> str:
     return value.replace("$", "$$")
 
 
-def _redis_service(plan: Plan, url: RemoteURL) -> dict[str, object]:
+def redis_conf_value(value: str) -> str:
+    """A redis.conf argument in double quotes, as redis reads it (sds.c sdssplitargs: \\, \\" and
+    \\xHH escapes), so that any password is read back byte for byte."""
+    out = []
+    for byte in value.encode("utf-8"):
+        char = chr(byte)
+        if char in '"\\':
+            out.append("\\" + char)
+        elif 0x20 <= byte < 0x7F:
+            out.append(char)
+        else:
+            out.append(f"\\x{byte:02x}")
+    return '"' + "".join(out) + '"'
+
+
+def _redis_service(plan: Plan, password: str | None) -> tuple[dict[str, object], ExportFile | None]:
+    """The bundled Redis, and the 0600 redis.conf that holds its password when it has one."""
     # KV keys have no TTL: without maxmemory and an allkeys-* policy Redis fills up and refuses writes.
     command = ["redis-server", "--port", str(REDIS_PORT), "--save", "", "--appendonly", "no"]
     command += ["--maxmemory-policy", "allkeys-lru"]
     tier = plan.tier("remote")
     if tier is not None:
         command += ["--maxmemory", str(tier.size_bytes)]
-    service: dict[str, object] = {
-        "image": "redis:7",
-        "command": command,
-        "restart": "unless-stopped",
-        "healthcheck": {
-            "test": ["CMD-SHELL", "redis-cli ping | grep -q PONG"],
-            "interval": "5s",
-            "timeout": "3s",
-            "retries": 10,
-        },
+    service: dict[str, object] = {"image": "redis:7"}
+    conf = None
+    if password is not None:
+        service["entrypoint"] = REDIS_ENTRYPOINT
+        command.append("-")  # the rest of the configuration from stdin: redis.conf
+        service["secrets"] = [REDIS_CONF_SECRET]
+        conf = ExportFile(
+            name=REDIS_CONF,
+            content="# The bundled Redis's password (kept 0600; Compose mounts it as a secret)\n"
+            f"requirepass {redis_conf_value(password)}\n",
+            mode=0o600,
+            secret=True,
+        )
+    service["command"] = command
+    service["restart"] = "unless-stopped"
+    service["healthcheck"] = {
+        # Answering at all is health: with a password an unauthenticated PING gets NOAUTH, so the
+        # check needs no copy of the password.
+        "test": ["CMD-SHELL", "redis-cli ping | grep -qE '^(PONG|NOAUTH)'"],
+        "interval": "5s",
+        "timeout": "3s",
+        "retries": 10,
     }
-    if url.password is not None:
-        var = PLAIN_PASSWORD_ENV if unquote(url.password) != url.password else PASSWORD_ENV
-        command += ["--requirepass", f"${{{var}}}"]
-        service["environment"] = {"REDISCLI_AUTH": f"${{{var}}}"}  # redis-cli reads it
-    return service
+    return service, conf
 
 
 def _engine_command(
@@ -75,8 +132,9 @@ def _engine_command(
 ) -> tuple[list[str], dict[str, str]]:
     if plan.engine == "sglang":
         args, env = sglang_args(plan, disk_dir)
+        # After the entrypoint, python3 -c LAUNCH_SGLANG, which runs them with sys.executable.
         return [
-            "python3", "-m", "sglang.launch_server", "--model-path", model,
+            "-m", "sglang.launch_server", "--model-path", model,
             "--host", "0.0.0.0", "--port", str(port), *args,
         ], env  # fmt: skip
     args = [
@@ -121,11 +179,15 @@ def render_compose(plan: Plan, options: ExportOptions) -> Bundle:
     environment: dict[str, str] = {"HF_TOKEN": "${HF_TOKEN:-}", **env}
     if plan.engine == "vllm":
         environment["VLLM_API_KEY"] = "${VLLM_API_KEY:-}"  # vLLM reads it when --api-key is absent
+    else:
+        environment[API_KEY_ENV] = f"${{{API_KEY_ENV}:-}}"  # LAUNCH_SGLANG moves it into --config
 
     engine: dict[str, object] = {"image": f"{repo}:{tag}"}
     if plan.engine == "vllm":
         # lmcache/vllm-openai keeps vllm in /opt/venv (production-stack deployment-vllm-multi.yaml).
         engine["entrypoint"] = ["/opt/venv/bin/vllm" if repo == "lmcache/vllm-openai" else "vllm", "serve"]
+    else:
+        engine["entrypoint"] = ["python3", "-c", LAUNCH_SGLANG]
     engine["command"] = command
     host = f"[{options.host}]" if ":" in options.host else options.host
     engine["ports"] = [f"{host}:{options.port}:{port}"]
@@ -160,27 +222,32 @@ def render_compose(plan: Plan, options: ExportOptions) -> Bundle:
 
     files: list[ExportFile] = []
     services: dict[str, object] = {}
+    top_secrets: dict[str, object] = {}
     dotenv: list[str] = []
     if url is not None:
         if url.is_loopback():
             # A loopback Redis runs in this project; the engine reaches it by service name.
-            services[REDIS_SERVICE] = _redis_service(plan, url)
+            services[REDIS_SERVICE], conf = _redis_service(plan, url.auth_password)
+            if conf is not None:
+                files.append(conf)
+                top_secrets[REDIS_CONF_SECRET] = {"file": f"./{REDIS_CONF}"}
             engine["depends_on"] = {REDIS_SERVICE: {"condition": "service_healthy"}}
-            placeholder = f"${{{PASSWORD_ENV}}}" if url.password is not None else None
-            remote_value = url.with_endpoint(REDIS_SERVICE, REDIS_PORT, placeholder)
+            remote_value = url.with_endpoint(REDIS_SERVICE, REDIS_PORT)
         else:
-            remote_value = url.with_password(f"${{{PASSWORD_ENV}}}") if url.password else _esc(url.raw)
+            remote_value = url.raw
             notes.append(
                 f"the engine uses the Redis at {url.redacted()}: it must be reachable from the container"
             )
-        if url.password is not None:
-            # The URL holds the password percent-encoded; the bundled server needs it decoded.
-            dotenv.append(f"{PASSWORD_ENV}={_dotenv_quote(url.password)}")
-            if url.is_loopback() and unquote(url.password) != url.password:
-                dotenv.append(f"{PLAIN_PASSWORD_ENV}={_dotenv_quote(unquote(url.password))}")
-        # LMCACHE_* variables override the config file (lmcache v1/config.py): the URL, which may
-        # reference the password, is passed this way and kept out of lmcache.yaml.
-        environment["LMCACHE_REMOTE_URL"] = remote_value
+        # LMCACHE_* variables override the config file (lmcache v1/config.py): the URL is passed
+        # this way and kept out of lmcache.yaml; one that holds a credential is read from .env.
+        if url.has_secret:
+            dotenv.append(f"{REMOTE_URL_ENV}={_dotenv_quote(remote_value, 'the Redis URL')}")
+            environment["LMCACHE_REMOTE_URL"] = f"${{{REMOTE_URL_ENV}:?set {REMOTE_URL_ENV} in .env}}"
+        else:
+            environment["LMCACHE_REMOTE_URL"] = _esc(remote_value)
+        if url.auth_password is not None:
+            # The exporter (redis_exporter) needs the password alone, decoded as Redis checks it.
+            dotenv.append(f"{PASSWORD_ENV}={_dotenv_quote(url.auth_password, 'the Redis password')}")
         environment["LMCACHE_REMOTE_SERDE"] = "naive"
 
     config_files: dict[str, object] = {}
@@ -217,6 +284,8 @@ def render_compose(plan: Plan, options: ExportOptions) -> Bundle:
         project["volumes"] = top_volumes
     if config_files:
         project["configs"] = config_files
+    if top_secrets:
+        project["secrets"] = top_secrets
     header = (
         f"# Compose project written by kvstack export for {plan.model.name}\n"
         f"# engine {plan.engine}, connector {plan.connector}, KV dtype {plan.kv_cache_dtype}, "
@@ -235,16 +304,24 @@ def render_compose(plan: Plan, options: ExportOptions) -> Bundle:
                 secret=True,
             )
         )
-    key_how = "set VLLM_API_KEY" if plan.engine == "vllm" else "add --api-key to the command"
+    if plan.engine == "vllm":
+        key_how = "set VLLM_API_KEY (in .env or the environment)"
+    else:
+        key_how = (
+            f"set {API_KEY_ENV} (in .env or the environment): the container writes it to a 0600 file "
+            f"that SGLang reads with --config (SGLang reads no key variable; --config needs an image "
+            f"with sglang >= {MIN_SGLANG_CONFIG}). SGLang logs its arguments, the key among them, when "
+            "it starts: keep the container's log private"
+        )
     notes.append(f"the API is published on {options.host}:{options.port}; {key_how} before exposing it")
     return Bundle(format="compose", files=out, notes=notes)
 
 
-def _dotenv_quote(value: str) -> str:
+def _dotenv_quote(value: str, what: str) -> str:
     # Single quotes: Compose takes the value literally (no interpolation, no escapes).
     if "'" in value:
         raise UnsupportedError(
-            "the Redis password contains a single quote, which a Compose .env file cannot hold literally",
+            f"{what} contains a single quote, which a Compose .env file cannot hold literally",
             hint="use a password without ' (e.g. generated with: openssl rand -hex 24)",
         )
     return f"'{value}'"

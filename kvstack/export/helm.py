@@ -11,6 +11,8 @@ helm/templates/deployment-vllm-multi.yaml, which also reads lmcacheConfig.diskOf
 - it enables the CPU tier only if ``int cpuOffloadingBufferSize > 0`` (so sizes are whole GiB);
 - it sets no LMCache disk path and takes a remote URL only from its own cacheserverSpec (lm://),
   so the disk path and an external Redis go in modelSpec.env (LMCACHE_* variables, lmcache v1/config.py);
+  a URL that holds a credential (``user:pw@``, ``?password=``) goes whole into a Secret that the
+  variable references (env[].valueFrom.secretKeyRef), never into values.yaml or a container's args;
 - it mounts the PVC at /data and /dev/shm (sized by shmSize) when tensorParallelSize is set.
 """
 
@@ -22,7 +24,6 @@ from kvstack.errors import UnsupportedError
 from kvstack.export.bundle import Bundle, ExportFile, ExportOptions
 from kvstack.export.deployment import (
     LMCACHE_HASH,
-    PASSWORD_ENV,
     deployment_name,
     engine_image,
     gib_ceil,
@@ -44,17 +45,19 @@ MODELS_DIR = f"{PVC_MOUNT}/models"
 PVC_MARGIN = 1.10
 
 
-def _secret_manifest(name: str, password: str) -> str:
+SECRET_KEY = "url"  # the key of the Redis Secret that holds the remote tier's whole URL
+
+
+def _secret_manifest(name: str, url: str) -> str:
     doc = {
         "apiVersion": "v1",
         "kind": "Secret",
         "metadata": {"name": name},
         "type": "Opaque",
-        "stringData": {"password": password},
+        "stringData": {SECRET_KEY: url},
     }
-    return "# Redis password for the KV remote tier. Apply once: kubectl apply -f redis-secret.yaml\n" + (
-        yaml.safe_dump(doc, sort_keys=False)
-    )
+    header = "# The KV remote tier's Redis URL, password included: kubectl apply -f redis-secret.yaml\n"
+    return header + yaml.safe_dump(doc, sort_keys=False)
 
 
 def render_helm(plan: Plan, options: ExportOptions) -> Bundle:
@@ -124,30 +127,23 @@ def render_helm(plan: Plan, options: ExportOptions) -> Bundle:
             notes.append("the disk tier lives on the model PVC: give it an NVMe-backed storageClass")
         spec["lmcacheConfig"] = lm
         if url is not None:
-            remote_value = url.raw
-            if url.password is not None:
+            if url.has_secret:
                 secret_name = f"{name}-redis"
-                # Kubernetes expands $(VAR) from variables defined earlier in the same container.
-                env.append(
-                    {
-                        "name": PASSWORD_ENV,
-                        "valueFrom": {"secretKeyRef": {"name": secret_name, "key": "password"}},
-                    }
-                )
-                remote_value = url.with_password(f"$({PASSWORD_ENV})")
+                ref = {"secretKeyRef": {"name": secret_name, "key": SECRET_KEY}}
+                env.append({"name": "LMCACHE_REMOTE_URL", "valueFrom": ref})
                 files.append(
                     ExportFile(
                         name="redis-secret.yaml",
-                        content=_secret_manifest(secret_name, url.password),
+                        content=_secret_manifest(secret_name, url.raw),
                         mode=0o600,
                         secret=True,
                     )
                 )
                 notes.append(
-                    f"create the Redis password secret ({secret_name}) first: "
-                    "kubectl apply -f redis-secret.yaml"
+                    f"create the Redis URL secret ({secret_name}) first: kubectl apply -f redis-secret.yaml"
                 )
-            env.append({"name": "LMCACHE_REMOTE_URL", "value": remote_value})
+            else:
+                env.append({"name": "LMCACHE_REMOTE_URL", "value": url.raw})
             env.append({"name": "LMCACHE_REMOTE_SERDE", "value": "naive"})
             if url.is_loopback():
                 notes.append(

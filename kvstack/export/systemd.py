@@ -1,7 +1,8 @@
 """A systemd unit that runs ``kvstack serve`` for the same Plan and restarts it on failure.
 
 No secret is written into the unit: it reads an EnvironmentFile (0600) that holds the API key
-(KVSTACK_API_KEY) and, when the Redis URL has a password, the whole URL (KVSTACK_REMOTE_URL), which
+(KVSTACK_API_KEY) and, when the Redis URL holds a credential (``user:pw@``, ``?password=``, a token:
+redact.url_secrets), the whole URL (KVSTACK_REMOTE_URL), which
 ``kvstack serve`` reads from its environment: never ``--remote ${VAR}`` in ExecStart, which systemd
 would expand into the command line.
 Quoting follows systemd.service(5) "Command lines": words split on whitespace, double quotes
@@ -69,7 +70,7 @@ def render_systemd(plan: Plan, options: ExportOptions) -> Bundle:
         f"# {API_KEY_ENV}=the key clients must send (kvstack serve --api-key)",
     ]
     if url is not None:
-        if url.password is not None:
+        if url.has_secret:
             # Only the environment: "--remote ${VAR}" would be expanded by systemd into the command
             # line, which every local user reads. `kvstack serve` reads KVSTACK_REMOTE_URL itself.
             env_lines.append(f"{REMOTE_URL_ENV}={env_value(url.raw)}")
@@ -114,7 +115,7 @@ def render_systemd(plan: Plan, options: ExportOptions) -> Bundle:
         name=options.env_file.rsplit("/", 1)[-1],
         content="\n".join(env_lines) + "\n",
         mode=0o600,
-        secret=url is not None and url.password is not None,
+        secret=url is not None and url.has_secret,
     )
     notes = [f"the unit reads {options.env_file}: put the env file there (mode 0600) or edit EnvironmentFile"]
     return Bundle(format="systemd", files=[unit, env_file], notes=notes)

@@ -1,8 +1,9 @@
 """Where the remote store's URL comes from: one resolver for serve, validate, top and bench.
 
-A Redis URL may hold a password, and argv is world-readable (ps, /proc/PID/cmdline). So:
+A Redis URL may hold a password (``user:pw@`` or ``?password=``: redact.url_secrets says which parts
+are credentials), and argv is world-readable (ps, /proc/PID/cmdline). So:
 ``--remote-file FILE`` (the URL alone on one line), then ``--remote URL`` (warns once when it holds
-a password), then the ``KVSTACK_REMOTE_URL`` variable (what ``kvstack export``'s systemd unit sets
+a credential), then the ``KVSTACK_REMOTE_URL`` variable (what ``kvstack export``'s systemd unit sets
 through its EnvironmentFile). The URL is never put back on a command line: the engines and LMCache's
 server get the password in their environment or a 0600 file (engines/lmcache.py).
 """
@@ -13,15 +14,15 @@ import os
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from urllib.parse import urlsplit
 
 from kvstack.errors import InputError, KvstackError
+from kvstack.redact import has_url_secret
 from kvstack.remote.url import parse_remote_url
 from kvstack.secretfile import read_secret_file
 
 REMOTE_URL_ENV = "KVSTACK_REMOTE_URL"
 ARGV_WARNING = (
-    "the password in --remote can be read by every local user (ps, /proc/PID/cmdline); "
+    "the password or token in --remote can be read by every local user (ps, /proc/PID/cmdline); "
     f"use --remote-file FILE or the {REMOTE_URL_ENV} variable instead"
 )
 
@@ -33,13 +34,6 @@ def _warn_stderr(message: str) -> None:
     sys.stderr.flush()
 
 
-def has_password(url: str) -> bool:
-    try:
-        return bool(urlsplit(url).password)
-    except ValueError:
-        return False
-
-
 def read_remote_file(path: Path, warn: Callable[[str], None] = _warn_stderr) -> str:
     """The URL in ``path``: a regular file, one line (one trailing newline stripped)."""
     hint = f"write the URL alone on one line: printf '%s\\n' \"$URL\" > {path}; chmod 600 {path}"
@@ -49,7 +43,7 @@ def read_remote_file(path: Path, warn: Callable[[str], None] = _warn_stderr) -> 
     url = url[:-1] if url.endswith("\r") else url
     if not url.strip() or any(ord(c) < 0x20 for c in url):
         raise InputError(f"--remote-file {path} must hold one URL on one line (not shown)", hint=hint)
-    if has_password(url) and secret.shared:
+    if has_url_secret(url) and secret.shared:
         warn(
             f"--remote-file {path} holds a password and is readable by group or others "
             f"(mode {secret.mode_text}): chmod 600 {path}"
@@ -79,7 +73,7 @@ def resolve_remote(
         return read_remote_file(remote_file, warn)
     if remote is not None:
         # A malformed URL is the caller's error to name (with its flag), not a warning's subject.
-        if has_password(remote) and _parses(remote) and not _argv_warned:
+        if has_url_secret(remote) and _parses(remote) and not _argv_warned:
             _argv_warned = True
             warn(ARGV_WARNING)
         return remote

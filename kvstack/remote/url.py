@@ -8,11 +8,11 @@ The accepted forms are the ones LMCache's remote connectors parse (lmcache 0.5.6
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from urllib.parse import unquote
+from urllib.parse import parse_qs, unquote
 
 from kvstack.errors import NetworkTargetError, UnsupportedError
 from kvstack.netaddr import is_loopback
-from kvstack.redact import redact_url
+from kvstack.redact import redact_url, url_secrets
 
 SCHEMES: tuple[str, ...] = ("redis", "rediss", "redis-sentinel", "lm")
 ACCEPTED_FORMS = (
@@ -35,6 +35,7 @@ class RemoteURL:
     password: str | None = field(default=None, repr=False)
     db: int | None = None  # redis/rediss only
     service: str | None = None  # redis-sentinel only: the master's service name, when given
+    query: str = field(default="", repr=False)  # after "?", as given (may hold ?password=)
     raw: str = field(default="", repr=False)
 
     @property
@@ -51,10 +52,23 @@ class RemoteURL:
 
     @property
     def secrets(self) -> list[str]:
-        """Values to mask in any text that might echo them (the password, raw and decoded)."""
-        if not self.password:
-            return []
-        return sorted({self.password, unquote(self.password)}, key=len, reverse=True)
+        """Every credential in the URL (the userinfo password, secret query values such as
+        ``?password=``), raw and decoded: the values to mask in any text that might echo them."""
+        return url_secrets(self.raw)
+
+    @property
+    def has_secret(self) -> bool:
+        """The URL carries a credential: it goes through an environment or a 0600 file only."""
+        return bool(self.secrets)
+
+    @property
+    def auth_password(self) -> str | None:
+        """The password a Redis client sends (redis-py ``from_url``, which LMCache uses): the
+        userinfo password, decoded, else the ``?password=`` query value."""
+        if self.password is not None:
+            return unquote(self.password)
+        values = parse_qs(self.query).get("password")
+        return values[0] if values and values[0] else None
 
     def redacted(self) -> str:
         return redact_url(self.raw)
@@ -62,34 +76,21 @@ class RemoteURL:
     def is_loopback(self) -> bool:
         return all(is_loopback(h) for h, _ in self.hosts)
 
-    def with_password(self, placeholder: str) -> str:
-        """The URL as given, its password replaced (e.g. by ``$(KVSTACK_REDIS_PASSWORD)``)."""
-        if self.password is None:
-            return self.raw
-        scheme, _sep, rest = self.raw.partition("://")
-        netloc_end = min((i for i in (rest.find("/"), rest.find("?")) if i >= 0), default=len(rest))
-        cred, _at, hosts = rest[:netloc_end].rpartition("@")
-        user = cred.partition(":")[0]
-        return f"{scheme}://{user}:{placeholder}@{hosts}{rest[netloc_end:]}"
-
-    def with_endpoint(self, host: str, port: int, password_placeholder: str | None = None) -> str:
-        """The same URL pointed at ``host:port`` (e.g. a compose service name).
-
-        ``password_placeholder`` replaces the password (e.g. ``${KVSTACK_REDIS_PASSWORD}``) so the
-        URL can be written to a file without the secret in it.
-        """
+    def with_endpoint(self, host: str, port: int) -> str:
+        """The same URL, credentials and query included, pointed at ``host:port`` (e.g. a compose
+        service name)."""
         if self.scheme == "redis-sentinel":
             raise UnsupportedError(
                 "a redis-sentinel:// URL cannot be re-pointed at one host",
                 hint="use redis://host:port for a Redis that the deployment runs itself",
             )
         cred = ""
-        password = password_placeholder if password_placeholder is not None else self.password
-        if self.username or password:
-            cred = (self.username or "") + (f":{password}" if password else "") + "@"
+        if self.username or self.password:
+            cred = (self.username or "") + (f":{self.password}" if self.password else "") + "@"
         hostpart = f"[{host}]" if ":" in host else host
         db = f"/{self.db}" if self.db is not None else ""
-        return f"{self.scheme}://{cred}{hostpart}:{port}{db}"
+        query = f"?{self.query}" if self.query else ""
+        return f"{self.scheme}://{cred}{hostpart}:{port}{db}{query}"
 
 
 def _bad(url_shown: str, why: str) -> NetworkTargetError:
@@ -130,7 +131,7 @@ def parse_remote_url(url: str) -> RemoteURL:
     if "#" in rest:
         raise _bad(shown, "a URL fragment ('#') is not allowed")
     # Query options (redis-py and LMCache accept ?option=value) are kept in ``raw`` as given.
-    main, _q, _query = rest.partition("?")
+    main, _q, query = rest.partition("?")
     netloc, _slash, path = main.partition("/")
     username: str | None = None
     password: str | None = None
@@ -166,6 +167,7 @@ def parse_remote_url(url: str) -> RemoteURL:
         password=password,
         db=db,
         service=service,
+        query=query,
         raw=text,
     )
 

@@ -103,6 +103,23 @@ def test_dry_run_prints_no_secret_and_touches_nothing(
         quiet_listener.accept()  # the dry run never contacted the remote store
 
 
+def test_dry_run_masks_a_password_in_the_remote_urls_query(
+    tmp_path: Path, quiet_listener: socket.socket
+) -> None:
+    """redis-py (LMCache's Redis connector) sends ?password= as AUTH: a credential like user:pw@."""
+    home = tmp_path / "home"
+    home.mkdir()
+    port = quiet_listener.getsockname()[1]
+    remote = f"redis://127.0.0.1:{port}/0?socket_timeout=5&password={REDIS_PASSWORD}"
+    res = run_cli(_dry_run(tmp_path, "--remote", remote, "--json"), tmp_path, isolated_env(home, {}))
+    assert res.code == 0, res.stderr
+    assert REDIS_PASSWORD not in res.stdout + res.stderr
+    assert f"redis://127.0.0.1:{port}/0?socket_timeout=5&password={MASK}" in res.stdout
+    assert "--remote-file" in res.stderr  # the argv warning, as for user:pw@
+    with pytest.raises(BlockingIOError):
+        quiet_listener.accept()
+
+
 def _prepared(tmp_path: Path, model: Path, **kw: object) -> PreparedServe:
     """A real prepare() of a Llama-3.1-8B-shaped local model, sized so that it gets a disk tier."""
     snap: HardwareSnapshot = load_snapshot(H100)

@@ -114,6 +114,21 @@ def test_remote_password_is_written_to_the_file_but_masked_everywhere_else() -> 
 def test_redacted_remote_password_is_refused() -> None:
     with pytest.raises(InputError, match="redacted password"):
         lmcache(cpu_gib=8, remote_gib=10, remote_url=REDIS_URL_REDACTED)
+    with pytest.raises(InputError, match="redacted password"):
+        lmcache(cpu_gib=8, remote_gib=10, remote_url="redis://10.0.0.5:6379?password=***")
+
+
+def test_a_query_password_is_a_secret_written_to_the_file_only() -> None:
+    url = f"redis://10.0.0.5:6379/0?socket_timeout=5&password={REDIS_PASSWORD}"
+    spec = lmcache(
+        cpu_gib=8,
+        remote_gib=10,
+        remote_url="redis://10.0.0.5:6379/0?password=***",
+        options={"remote_url": url},
+    )
+    assert config(spec)["remote_url"] == url  # the 0600 lmcache.yaml: what LMCache's redis-py reads
+    assert REDIS_PASSWORD in spec.secrets
+    assert REDIS_PASSWORD not in " ".join(spec.server.argv) + json.dumps(spec.public())
 
 
 def test_no_offload_tier_is_refused() -> None:

@@ -21,7 +21,9 @@ from kvstack.export import ExportOptions, export_plan
 from kvstack.export.bundle import Bundle
 from kvstack.export.deployment import PASSWORD_ENV
 from kvstack.planning.schema import Plan
+from kvstack.remote.source import REMOTE_URL_ENV
 from kvstack.units import GIB
+from tests.support.compose import container_argv, interpolate, read_dotenv
 from tests.support.deps import require_module
 from tests.unit.export.plans import make_plan
 
@@ -176,7 +178,7 @@ def test_lmcache_config_file_is_mounted_and_sized_per_rank() -> None:
     assert engine["image"].startswith("lmcache/vllm-openai:")  # vllm/vllm-openai has no LMCache
 
 
-def test_local_redis_runs_in_the_project_with_the_password_only_in_dotenv() -> None:
+def test_local_redis_reads_its_password_from_a_secret_file_not_its_command() -> None:
     plan, options = CASES["lmcache-local-redis-password"]
     bundle = export_plan("compose", plan, options)
     doc = project(bundle)
@@ -185,19 +187,42 @@ def test_local_redis_runs_in_the_project_with_the_password_only_in_dotenv() -> N
             assert PASSWORD not in f.content and unquote(PASSWORD) not in f.content, f.name
     dotenv = next(f for f in bundle.files if f.name == ".env")
     assert dotenv.secret and dotenv.mode == 0o600
-    values = dict(line.split("=", 1) for line in dotenv.content.splitlines() if not line.startswith("#"))
-    assert values[PASSWORD_ENV] == f"'{PASSWORD}'"  # as it stands in the URL
+    values = read_dotenv(dotenv.content)
+    # The engine's URL points at the bundled service, credentials as given; the exporter gets the
+    # password decoded, as Redis compares it.
+    assert values[REMOTE_URL_ENV] == f"redis://:{PASSWORD}@redis:6379/0"
+    assert values[PASSWORD_ENV] == unquote(PASSWORD)
+    engine = engine_of(plan, doc)
+    assert interpolate(engine["environment"], values)["LMCACHE_REMOTE_URL"] == values[REMOTE_URL_ENV]
+    assert engine["depends_on"] == {"redis": {"condition": "service_healthy"}}
     redis = doc["services"]["redis"]
-    plain_var = redis["command"][redis["command"].index("--requirepass") + 1].strip("${}")
-    assert values[plain_var] == f"'{unquote(PASSWORD)}'"  # the server needs it decoded
+    # Nothing in the container's argv or environment holds the password, even once interpolated.
+    argv = interpolate(container_argv(redis), values)
+    assert "--requirepass" not in argv and "environment" not in redis
+    assert not [a for a in argv if unquote(PASSWORD) in a or PASSWORD in a]
+    # It is in redis.conf (0600), mounted as a Compose secret and fed to redis-server as its stdin.
+    conf = next(f for f in bundle.files if f.name == "redis.conf")
+    assert conf.secret and conf.mode == 0o600
+    assert doc["secrets"]["redis-conf"] == {"file": "./redis.conf"} and redis["secrets"] == ["redis-conf"]
+    assert "< /run/secrets/redis-conf" in " ".join(redis["entrypoint"]) and redis["command"][-1] == "-"
     remote = plan.tier("remote")
     assert remote is not None
     assert flag(redis["command"], "--maxmemory") == str(remote.size_bytes)
     assert flag(redis["command"], "--maxmemory-policy") == "allkeys-lru"
     assert "ports" not in redis  # reachable by the engine only
-    engine = engine_of(plan, doc)
-    assert engine["environment"]["LMCACHE_REMOTE_URL"] == f"redis://:${{{PASSWORD_ENV}}}@redis:6379/0"
-    assert engine["depends_on"] == {"redis": {"condition": "service_healthy"}}
+
+
+def test_sglang_gets_its_key_from_a_config_file_not_its_command() -> None:
+    plan, options = CASES["sglang-hicache-disk"]
+    bundle = export_plan("compose", plan, options)
+    engine = engine_of(plan, project(bundle))
+    assert engine["environment"]["KVSTACK_API_KEY"] == "${KVSTACK_API_KEY:-}"
+    assert engine["entrypoint"][:2] == ["python3", "-c"] and "--config" in engine["entrypoint"][2]
+    assert "--api-key" not in engine["command"]
+    (note,) = [n for n in bundle.notes if "KVSTACK_API_KEY" in n]
+    assert (
+        "--config" in note and "--api-key" not in note
+    )  # the export says how, and no longer "add --api-key"
 
 
 def test_external_redis_is_used_as_given_without_a_redis_service() -> None:

@@ -9,7 +9,7 @@ import yaml
 
 from kvstack.errors import UnsupportedError
 from kvstack.export import ExportOptions, export_plan
-from kvstack.export.deployment import LMCACHE_HASH, PASSWORD_ENV
+from kvstack.export.deployment import LMCACHE_HASH
 from kvstack.units import GIB
 from tests.unit.export.plans import make_plan
 
@@ -80,22 +80,26 @@ def test_values_parse_and_match_the_plan(tp: int) -> None:
     assert gi(spec["shmSize"]) * GIB >= cpu.size_bytes
 
 
-def test_remote_password_goes_through_a_secret_not_the_values() -> None:
-    plan = make_plan(remote_gib=64, remote_url="redis://kv:***@10.0.0.5:6379/1")
-    bundle = export_plan("helm", plan, ExportOptions(remote_url=f"redis://kv:{PASSWORD}@10.0.0.5:6379/1"))
+@pytest.mark.parametrize(
+    "url",
+    [
+        f"redis://kv:{PASSWORD}@10.0.0.5:6379/1",
+        f"redis://10.0.0.5:6379/1?socket_timeout=5&password={PASSWORD}",
+    ],
+    ids=["userinfo", "query"],
+)
+def test_remote_url_with_a_password_goes_whole_through_a_secret_not_the_values(url: str) -> None:
+    plan = make_plan(remote_gib=64, remote_url="redis://10.0.0.5:6379/1")
+    bundle = export_plan("helm", plan, ExportOptions(remote_url=url))
     main = bundle.main
     assert PASSWORD not in main.content and main.mode == 0o644 and not main.secret
     env = env_of(spec_of(yaml.safe_load(main.content)))
-    assert env["LMCACHE_REMOTE_URL"] == f"redis://kv:$({PASSWORD_ENV})@10.0.0.5:6379/1"
-    ref = env[PASSWORD_ENV]["secretKeyRef"]
-    names = [e["name"] for e in spec_of(yaml.safe_load(main.content))["env"]]
-    # Kubernetes expands $(VAR) only from variables defined earlier in the list.
-    assert names.index(PASSWORD_ENV) < names.index("LMCACHE_REMOTE_URL")
+    ref = env["LMCACHE_REMOTE_URL"]["secretKeyRef"]
     secret_file = next(f for f in bundle.files if f.name == "redis-secret.yaml")
     assert secret_file.secret and secret_file.mode == 0o600
     secret = yaml.safe_load(secret_file.content)
     assert secret["kind"] == "Secret" and secret["metadata"]["name"] == ref["name"]
-    assert secret["stringData"][ref["key"]] == PASSWORD
+    assert secret["stringData"][ref["key"]] == url  # the variable LMCache reads is the URL itself
 
 
 def test_remote_without_password_is_inline_and_loopback_is_flagged() -> None:

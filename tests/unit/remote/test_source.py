@@ -48,6 +48,18 @@ def test_a_password_on_the_command_line_works_and_warns_once() -> None:
     assert len(said) == 1
 
 
+def test_a_password_or_token_in_the_query_on_the_command_line_warns_too(tmp_path: Path) -> None:
+    said: list[str] = []
+    url = "redis://127.0.0.1:6379/0?password=q-s3cret-pw"
+    assert resolve_remote(url, None, env={}, warn=said.append) == url
+    assert len(said) == 1 and "--remote-file" in said[0] and "q-s3cret" not in said[0]
+    f = tmp_path / "remote"
+    f.write_text("rediss://cache:6380/0?token=q-s3cret-tk\n")
+    f.chmod(0o644)
+    assert resolve_remote(None, f, env={}, warn=said.append) == "rediss://cache:6380/0?token=q-s3cret-tk"
+    assert len(said) == 2 and "chmod 600" in said[1] and "q-s3cret" not in said[1]
+
+
 def test_the_environment_is_last() -> None:
     assert resolve_remote(None, None, env={REMOTE_URL_ENV: URL}) == URL
     assert resolve_remote(None, None, env={REMOTE_URL_ENV: ""}) is None

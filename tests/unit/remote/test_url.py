@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import pytest
+from redis.connection import parse_url as redis_parse_url
 
 from kvstack.errors import InputError, NetworkTargetError, UnsupportedError
 from kvstack.remote.url import ACCEPTED_FORMS, REMOTE_CONNECTORS, parse_remote_url, require_remote_support
@@ -90,13 +91,31 @@ def test_redacted_hides_the_password_and_keeps_the_rest() -> None:
     assert parse_remote_url("redis://cache:6379").redacted() == "redis://cache:6379"
 
 
-def test_with_password_and_with_endpoint_rewrite_only_their_part() -> None:
-    url = parse_remote_url("redis://alice:hunter22@cache:6379/3?ssl_cert_reqs=none")
-    assert url.with_password("$(PW)") == "redis://alice:$(PW)@cache:6379/3?ssl_cert_reqs=none"
-    assert url.with_endpoint("redis", 6379, "${PW}") == "redis://alice:${PW}@redis:6379/3"
-    assert parse_remote_url("redis://cache:1").with_password("X") == "redis://cache:1"
+def test_with_endpoint_rewrites_only_the_host_and_keeps_credentials_and_query() -> None:
+    url = parse_remote_url("redis://alice:hunter22@cache:6379/3?ssl_cert_reqs=none&password=q-pw")
+    assert (
+        url.with_endpoint("redis", 6379)
+        == "redis://alice:hunter22@redis:6379/3?ssl_cert_reqs=none&password=q-pw"
+    )
+    assert (
+        parse_remote_url("redis://cache:1?password=q-pw").with_endpoint("::1", 2)
+        == "redis://[::1]:2?password=q-pw"
+    )
     with pytest.raises(UnsupportedError):
         parse_remote_url("redis-sentinel://s1:1").with_endpoint("h", 1)
+
+
+def test_a_password_in_the_query_is_a_secret_redacted_and_sent() -> None:
+    url = parse_remote_url("redis://cache:6379/0?socket_timeout=5&password=hunter22%2Fq")
+    assert url.password is None and url.has_secret
+    assert set(url.secrets) == {"hunter22%2Fq", "hunter22/q"}
+    assert url.redacted() == "redis://cache:6379/0?socket_timeout=5&password=***"
+    assert "hunter22" not in repr(url)
+    # What a Redis client sends: redis-py's own parse_url (from_url, which LMCache uses) decides.
+    assert url.auth_password == "hunter22/q"
+    for raw in (url.raw, "redis://:a%40b@cache:1?password=other", "redis://cache:1?db=0"):
+        assert parse_remote_url(raw).auth_password == redis_parse_url(raw).get("password")
+    assert not parse_remote_url("redis://cache:1?db=0").has_secret
 
 
 @pytest.mark.parametrize(
