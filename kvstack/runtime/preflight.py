@@ -17,19 +17,13 @@ from pathlib import Path
 import psutil
 
 from kvstack.errors import MissingProgramError, NetworkTargetError, PathError
+from kvstack.netaddr import PORT_MAX, check_port
 from kvstack.runtime.specs import LaunchSpec, ServeOptions
 from kvstack.units import fmt_bytes
 
 # Python module to look for -> what to pip-install for it.
 ENGINE_MODULES: dict[str, str] = {"vllm": "vllm", "sglang": "sglang[all]", "lmcache": "lmcache"}
 _CONNECTOR_MODULES: dict[str, str] = {"lmcache": "lmcache", "lmcache-mp": "lmcache"}
-
-
-def check_port_range(port: int, flag: str = "--port") -> None:
-    if not 1 <= port <= 65535:
-        raise NetworkTargetError(
-            f"{flag} {port} is out of range (1-65535)", hint=f"choose a free port, e.g. {flag} 8000"
-        )
 
 
 def _listener(port: int) -> str | None:
@@ -56,13 +50,15 @@ def _bindable(host: str, port: int) -> OSError | None:
 
 
 def check_port_free(host: str, port: int, flag: str = "--port") -> None:
-    check_port_range(port, flag)
+    check_port(port, flag)
     exc = _bindable(host, port)
     if exc is None:
         return
     if exc.errno == errno.EADDRINUSE:
         who = _listener(port)
-        alt = next((p for p in range(port + 1, min(port + 50, 65536)) if _bindable(host, p) is None), None)
+        alt = next(
+            (p for p in range(port + 1, min(port + 50, PORT_MAX + 1)) if _bindable(host, p) is None), None
+        )
         fix = f"or choose another port, e.g. {flag} {alt}" if alt else f"or choose another {flag}"
         raise NetworkTargetError(
             f"port {port} on {host} is already in use" + (f" by {who}" if who else ""),

@@ -66,6 +66,7 @@ def test_sentinel_service_name_is_kept() -> None:
         "redis://cache:0",
         "redis://cache:70000",
         "redis://cache:port",
+        "redis://cache:\u00b2",  # a digit to str.isdigit(), not to int()
         "redis://:6379",
         "redis://cache:6379/zero",
         "redis://a:1,b:2",
