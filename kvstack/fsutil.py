@@ -29,6 +29,19 @@ def atomic_write(path: Path, data: str | bytes, mode: int = 0o600) -> None:
         raise
 
 
+def existing_ancestor(path: Path) -> Path:
+    """``path`` when it exists, else its nearest existing parent: what decides whether it can be made."""
+    for candidate in (path, *path.parents):
+        if candidate.exists():
+            return candidate
+    return Path("/")
+
+
+def may_write_in(directory: Path) -> bool:
+    """This user may create files in ``directory``: a directory with write and search permission."""
+    return directory.is_dir() and os.access(directory, os.W_OK | os.X_OK)
+
+
 def check_private_dir(path: Path, flag: str = "--cache-dir") -> None:
     """Refuse an existing ``path`` that another user owns or may write; a missing one is fine.
 
@@ -86,6 +99,6 @@ def ensure_private_dir(path: Path, flag: str = "--cache-dir / --run-dir") -> Pat
     check_private_dir(path, flag)
     if path.stat().st_mode & 0o077:
         os.chmod(path, 0o700)
-    if not os.access(path, os.W_OK | os.X_OK):
+    if not may_write_in(path):
         raise PathError(f"directory {path} is not writable", hint="choose a writable directory")
     return path

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from kvstack.engines.facts import gather_facts
 from kvstack.engines.render import render
 from kvstack.errors import InputError
-from kvstack.planning.schema import OFFLOAD_CHOICES, Plan
+from kvstack.names import OFFLOAD_CHOICES, choice
+from kvstack.planning.schema import Plan
 from kvstack.serving.lifecycle import ServeEvents, launched
 from kvstack.serving.prepare import Launch, prepare
 from kvstack.serving.request import ServeRequest
@@ -95,16 +96,6 @@ def resized_launch(launch: Launch, sizes: TierOverrides) -> Launch:
     return dataclasses.replace(launch, plan=plan, replicas=tuple(replicas))
 
 
-def check_layout_names(names: list[str]) -> None:
-    """A layout is an --offload choice."""
-    unknown = [n for n in names if n not in OFFLOAD_CHOICES]
-    if unknown:
-        raise InputError(
-            f"unknown layout {', '.join(map(repr, unknown))}: a layout is an --offload choice",
-            hint=f"choose from {', '.join(OFFLOAD_CHOICES)}, e.g. --compare none lmcache",
-        )
-
-
 def sized_layout_starter(
     base: ServeRequest,
     sizes: TierOverrides,
@@ -120,7 +111,7 @@ def sized_layout_starter(
 
     @contextmanager
     def start(name: str) -> Iterator[Layout]:
-        check_layout_names([name])
+        choice(name, OFFLOAD_CHOICES, "--offload")  # a layout is an --offload choice
         # prepare() turns vLLM's dev mode (the reset route) on only for a validation pass; nothing
         # here validates (launched() only starts), so the flag says whether the route is wanted.
         request = base.model_copy(

@@ -173,13 +173,12 @@ def register(app: typer.Typer) -> None:
         start_layout: StartLayout | None = None
         if not url:
             # No server given: kvstack serves each layout itself (the demo model by default).
-            from kvstack.bench.sized import check_layout_names
             from kvstack.names import ENGINES, choice
             from kvstack.names import OFFLOAD_CHOICES as OFFLOADS
             from kvstack.serving.request import ServeRequest
 
-            names = names or [choice(offload, OFFLOADS, "--offload")]
-            check_layout_names(names)
+            flag = "--compare" if names else "--offload"  # a layout is an --offload choice
+            names = [choice(n, OFFLOADS, flag) for n in names or [offload]]
             serve_request = ServeRequest(
                 model=model,
                 engine=choice(engine, ENGINES, "--engine"),  # type: ignore[arg-type]

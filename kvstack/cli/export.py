@@ -56,12 +56,13 @@ def register(app: typer.Typer) -> None:
         from kvstack.errors import PlanInfeasible
         from kvstack.export import FORMATS, ExportOptions, export_plan
         from kvstack.export.write import write_bundle
+        from kvstack.netaddr import check_port
         from kvstack.remote.source import resolve_remote
         from kvstack.serving.plan_inputs import load_or_probe, plan_request
         from kvstack.serving.planner import plan_from_request
 
         choice(fmt, FORMATS, "--format")
-        opt.port(port)
+        check_port(port)
         remote = resolve_remote(remote, remote_file)  # --remote-file, --remote, KVSTACK_REMOTE_URL
         if remote is not None:
             from kvstack.remote.url import parse_remote_url

@@ -8,8 +8,6 @@ from typing import Annotated
 
 import typer
 
-from kvstack.errors import InputError
-
 Model = Annotated[
     str,
     typer.Option(
@@ -151,10 +149,3 @@ CurvePng = Annotated[
     Path | None,
     typer.Option("--curve-png", help="Write the trace's capacity curve, tier boundaries marked, as a PNG."),
 ]
-
-
-def port(value: int, flag: str = "--port") -> int:
-    """The one check of a port number given on the command line."""
-    if not 1 <= value <= 65535:
-        raise InputError(f"{flag} must be from 1 to 65535, not {value}", hint=f"e.g. {flag} 8000")
-    return value

@@ -10,7 +10,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from kvstack.errors import NetworkTargetError
-from kvstack.netaddr import reaches_local
+from kvstack.netaddr import PORT_RANGE, is_port, reaches_local
 from kvstack.redact import redact_url
 
 # How long a client keeps an idle connection for reuse. vLLM's API server (uvicorn) closes a
@@ -22,7 +22,8 @@ IDLE_KEEPALIVE_S = 2.0
 
 
 def check_http_url(url: str, flag: str, example: str = "http://127.0.0.1:8000") -> None:
-    """An http(s) URL with a host and a valid port, or a NetworkTargetError naming ``flag`` (exit 2)."""
+    """An http(s) URL with a host and a port a client can connect to (netaddr.is_port: not 0), or a
+    NetworkTargetError naming ``flag`` (exit 2). No port: the scheme's (80, 443)."""
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise NetworkTargetError(
@@ -30,11 +31,13 @@ def check_http_url(url: str, flag: str, example: str = "http://127.0.0.1:8000") 
             hint=f"e.g. {flag} {example}",
         )
     try:
-        _ = parts.port
-    except ValueError as exc:
+        port = parts.port
+    except ValueError:
+        port = -1  # not a number, or past 65535
+    if port is not None and not is_port(port):
         raise NetworkTargetError(
-            f"{flag} {redact_url(url)!r} has an invalid port", hint="ports are 1-65535"
-        ) from exc
+            f"{flag} {redact_url(url)!r} has an invalid port", hint=f"ports are {PORT_RANGE}"
+        )
 
 
 def trusts_env(base_url: str) -> bool:

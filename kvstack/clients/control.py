@@ -23,6 +23,7 @@ from urllib.parse import urlsplit
 
 from kvstack.fsutil import atomic_write, ensure_private_dir
 from kvstack.names import CONTROL_ENV, CONTROL_HEADER
+from kvstack.netaddr import reaches_local
 from kvstack.rundir import CONTROL_TOKEN
 
 __all__ = ["CONTROL_ENV", "CONTROL_HEADER", "TOKEN_FILE", "control_headers", "read_control_token"]
@@ -67,7 +68,7 @@ def _index_dir() -> Path:
 def _key(base_url: str) -> str:
     parts = urlsplit(base_url)
     host = (parts.hostname or "").lower()
-    if host in ("localhost", "0.0.0.0", "::1", "::"):
+    if reaches_local(host):  # every name of this machine's loopback (netaddr's list) is one server
         host = "127.0.0.1"
     port = parts.port or (443 if parts.scheme == "https" else 80)
     return hashlib.sha256(f"{host}:{port}".encode()).hexdigest()[:24]

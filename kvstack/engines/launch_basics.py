@@ -9,7 +9,7 @@ from pathlib import PurePosixPath
 from kvstack.engines.base import RenderRequest
 from kvstack.engines.fingerprint import KvIdentity, fingerprint, namespace
 from kvstack.errors import InputError, PathError
-from kvstack.netaddr import client_host
+from kvstack.netaddr import client_host, is_port
 from kvstack.planning.schema import Tier, TierKind
 from kvstack.redact import MASK, url_secrets
 from kvstack.runtime.specs import FileSpec, LaunchSpec, ProcessSpec
@@ -130,7 +130,7 @@ def gib_floor(n_bytes: int) -> float:
 
 def derived_port(base: int, offset: int, what: str) -> int:
     port = base + offset
-    if not 0 < port < 65536:
+    if not is_port(port):
         raise InputError(f"cannot derive the {what} port from --port {base}", hint="choose a lower --port")
     return port
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kvstack.errors import PathError
+from kvstack.fsutil import existing_ancestor, may_write_in
 from kvstack.hardware.mounts import Mount, mount_of, read_mounts
 from kvstack.hardware.snapshot import DiskInfo
 
@@ -118,13 +119,6 @@ def candidate_mounts(mounts: list[Mount], root: Path = ROOT) -> list[Mount]:
     return sorted(best.values(), key=lambda m: m.mount_point)
 
 
-def _existing_ancestor(path: Path) -> Path:
-    p = path
-    while not p.exists() and p != p.parent:
-        p = p.parent
-    return p
-
-
 def _writable_dir(mount: Mount, mounts: list[Mount], root: Path) -> Path | None:
     """A directory on ``mount`` this user can write (where a test file or cache would go)."""
     tried = [root / mount.mount_point.lstrip("/")]
@@ -135,7 +129,7 @@ def _writable_dir(mount: Mount, mounts: list[Mount], root: Path) -> Path | None:
     for d in tried:
         real = str(d.resolve()) if root == ROOT else str(d)
         on_mount = root != ROOT or mount_of(real, mounts) is mount
-        if on_mount and d.is_dir() and os.access(d, os.W_OK | os.X_OK):
+        if on_mount and may_write_in(d):
             return d
     return None
 
@@ -186,7 +180,7 @@ def resolve_path(path: Path, mounts: list[Mount]) -> tuple[Path, Mount]:
     p = Path(os.path.abspath(os.path.expanduser(path)))
     if p.exists() and not p.is_dir():
         raise PathError(f"--path {path} is a file, not a directory", hint="give the directory for the cache")
-    real = _existing_ancestor(p).resolve()
+    real = existing_ancestor(p).resolve()
     mount = mount_of(str(real), mounts)
     if mount is None:
         raise PathError(f"cannot find the filesystem holding {path}", hint="check that the path is mounted")
@@ -218,8 +212,8 @@ def probe_disks(paths: Sequence[Path] | None = None, root: Path = ROOT) -> tuple
     if paths:
         for given in paths:
             p, mount = resolve_path(given, mounts)
-            existing = _existing_ancestor(p)
-            ok = existing.is_dir() and os.access(existing, os.W_OK | os.X_OK)
+            existing = existing_ancestor(p)
+            ok = may_write_in(existing)
             disks.append(_info(str(p), mount, existing if ok else None, blocks, root))
             dirs.append(existing)
         return disks, dirs

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from urllib.parse import parse_qs, unquote
 
 from kvstack.errors import NetworkTargetError, UnsupportedError
-from kvstack.netaddr import is_loopback
+from kvstack.netaddr import PORT_RANGE, is_loopback, parse_port
 from kvstack.redact import redact_url, url_secrets
 
 SCHEMES: tuple[str, ...] = ("redis", "rediss", "redis-sentinel", "lm")
@@ -115,9 +115,10 @@ def _host_port(text: str, shown: str) -> tuple[str, int]:
             raise _bad(shown, f"host {text!r} has no port (LMCache requires host:port)")
     if not host:
         raise _bad(shown, "the host is empty")
-    if not port_text.isdigit() or not 0 < int(port_text) < 65536:
-        raise _bad(shown, f"port {port_text!r} is not a number from 1 to 65535")
-    return host, int(port_text)
+    port = parse_port(port_text)
+    if port is None:
+        raise _bad(shown, f"port {port_text!r} is not a number from {PORT_RANGE.replace('-', ' to ')}")
+    return host, port
 
 
 def parse_remote_url(url: str) -> RemoteURL:

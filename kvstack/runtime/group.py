@@ -10,15 +10,13 @@ the members of one stage in parallel, so N engines stop in the time of one.
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 
 import httpx
 
+from kvstack.runtime.readiness import wait_until_ready
 from kvstack.runtime.signals import StopOnSignal
 from kvstack.runtime.supervisor import ProcessFailed, Supervisor
-
-SLICE_S = 0.1  # deaths are looked for this often while waiting, so one is seen well within 2 s
 
 
 class SupervisorGroup:
@@ -72,27 +70,29 @@ class SupervisorGroup:
             raise
 
     def _wait_ready(self, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
         pending = [s for s in self.members if id(s) not in self._ready]
+        if not pending:
+            return
         for sup in pending:
             sup.report("waiting for readiness")
-        pause = SLICE_S
-        with httpx.Client(trust_env=False) as client:
-            while pending:
-                if self.poll_died() is not None:
-                    raise self.death_error(during="startup")
-                for sup in list(pending):
-                    if sup.probe_ready(client):
-                        self._ready.add(id(sup))
-                        pending.remove(sup)
-                if not pending:
-                    return
-                if time.monotonic() >= deadline:
-                    raise pending[0].not_ready_error(timeout_s)
-                wake = min(deadline, time.monotonic() + pause)
-                while time.monotonic() < wake and self.poll_died() is None:
-                    time.sleep(SLICE_S)
-                pause = min(pause * 1.5, 1.0)
+
+        def all_ready(client: httpx.Client) -> bool:
+            for sup in list(pending):
+                if sup.probe_ready(client):
+                    self._ready.add(id(sup))
+                    pending.remove(sup)
+            return not pending
+
+        def waiting() -> None:  # the live status line follows the member waited for (its time, its log)
+            pending[0].report("waiting for readiness")
+
+        outcome = wait_until_ready(
+            all_ready, lambda: self.poll_died() is not None, timeout_s, waiting=waiting
+        )
+        if outcome == "died":
+            raise self.death_error(during="startup")
+        if outcome == "timeout":
+            raise pending[0].not_ready_error(timeout_s)
 
     # --- death ------------------------------------------------------------------------------
 

@@ -8,28 +8,19 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import os
 import socket
 import subprocess
-import tempfile
-from pathlib import Path
 
 import psutil
 
-from kvstack.errors import MissingProgramError, NetworkTargetError, PathError
+from kvstack.errors import MissingProgramError, NetworkTargetError
+from kvstack.netaddr import PORT_MAX, check_port
 from kvstack.runtime.specs import LaunchSpec, ServeOptions
-from kvstack.units import fmt_bytes
+from kvstack.runtime.writable import require_writable_dir
 
 # Python module to look for -> what to pip-install for it.
 ENGINE_MODULES: dict[str, str] = {"vllm": "vllm", "sglang": "sglang[all]", "lmcache": "lmcache"}
 _CONNECTOR_MODULES: dict[str, str] = {"lmcache": "lmcache", "lmcache-mp": "lmcache"}
-
-
-def check_port_range(port: int, flag: str = "--port") -> None:
-    if not 1 <= port <= 65535:
-        raise NetworkTargetError(
-            f"{flag} {port} is out of range (1-65535)", hint=f"choose a free port, e.g. {flag} 8000"
-        )
 
 
 def _listener(port: int) -> str | None:
@@ -56,13 +47,15 @@ def _bindable(host: str, port: int) -> OSError | None:
 
 
 def check_port_free(host: str, port: int, flag: str = "--port") -> None:
-    check_port_range(port, flag)
+    check_port(port, flag)
     exc = _bindable(host, port)
     if exc is None:
         return
     if exc.errno == errno.EADDRINUSE:
         who = _listener(port)
-        alt = next((p for p in range(port + 1, min(port + 50, 65536)) if _bindable(host, p) is None), None)
+        alt = next(
+            (p for p in range(port + 1, min(port + 50, PORT_MAX + 1)) if _bindable(host, p) is None), None
+        )
         fix = f"or choose another port, e.g. {flag} {alt}" if alt else f"or choose another {flag}"
         raise NetworkTargetError(
             f"port {port} on {host} is already in use" + (f" by {who}" if who else ""),
@@ -78,36 +71,6 @@ def check_port_free(host: str, port: int, flag: str = "--port") -> None:
             f"port {port} needs root privileges to bind", hint=f"choose a port above 1023, e.g. {flag} 8000"
         )
     raise NetworkTargetError(f"cannot bind {host}:{port}: {exc.strerror}", hint=f"choose another {flag}")
-
-
-def check_dir_writable(path: str | Path, need_bytes: int = 0, what: str = "cache directory") -> None:
-    """``path`` (or, when missing, its nearest existing parent) is writable and has the space."""
-    target = Path(path)
-    probe = target
-    while not probe.exists():
-        if probe == probe.parent:
-            break
-        probe = probe.parent
-    if not probe.is_dir():
-        raise PathError(f"{what} {target}: {probe} is not a directory", hint="choose a directory path")
-    if not os.access(probe, os.W_OK | os.X_OK):
-        raise PathError(f"{what} {target} is not writable ({probe})", hint="choose a directory you can write")
-    if probe == target:
-        try:  # access() trusts mode bits; a read-only mount or full quota shows only on a write
-            with tempfile.NamedTemporaryFile(dir=target, prefix=".kvstack-probe-"):
-                pass
-        except OSError as exc:
-            raise PathError(
-                f"cannot write to {what} {target}: {exc.strerror}", hint="choose a writable directory"
-            ) from exc
-    if need_bytes > 0:
-        st = os.statvfs(probe)
-        free = st.f_bavail * st.f_frsize
-        if free < need_bytes:
-            raise PathError(
-                f"{what} {target} has {fmt_bytes(free)} free but the plan needs {fmt_bytes(need_bytes)}",
-                hint="free space, choose another --cache-dir, or plan a smaller disk tier",
-            )
 
 
 def check_module_importable(python: str, module: str, package: str | None = None) -> None:
@@ -137,9 +100,11 @@ def preflight_launch(spec: LaunchSpec, options: ServeOptions, disk_need_bytes: i
     """Every check a ``kvstack serve`` launch needs, in the order a user would fix them."""
     for port in spec.ports or [options.port]:  # the server's, then its helpers' (LMCache MP, ...)
         check_port_free(options.host, port)
-    check_dir_writable(options.run_dir, what="run directory")
+    require_writable_dir(options.run_dir, "--run-dir", write_probe=True)
     disk_dir = spec.cache_dirs.get("disk")
-    check_dir_writable(disk_dir or options.cache_root, disk_need_bytes)
+    require_writable_dir(
+        disk_dir or options.cache_root, "--cache-dir", need_bytes=disk_need_bytes, write_probe=True
+    )
     check_module_importable(options.python, spec.engine)
     if spec.connector in _CONNECTOR_MODULES:
         check_module_importable(options.python, _CONNECTOR_MODULES[spec.connector])

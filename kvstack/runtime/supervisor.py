@@ -24,7 +24,7 @@ from kvstack.runtime.disk_space import low_disk_warning
 from kvstack.runtime.failure import FATAL_LINE, HUNG, ProcessFailed, describe_exit
 from kvstack.runtime.liveness import HangWatch
 from kvstack.runtime.process import Proc, WatchdogLink, launch
-from kvstack.runtime.readiness import probe_ready
+from kvstack.runtime.readiness import probe_ready, wait_until_ready
 from kvstack.runtime.signals import StopOnSignal
 from kvstack.runtime.spawn import child_env, remove_start_files
 from kvstack.runtime.specs import LaunchSpec, ProcessSpec
@@ -221,28 +221,22 @@ class Supervisor:
         return probe_ready(client, pspec.ready_url, api_base_url=api, api_key=self.api_key)
 
     def wait_ready(self, timeout_s: float, name: str | None = None) -> None:
-        """Poll the readiness URL with backoff; raise ProcessFailed on death or timeout."""
-        proc = self._proc(name or self.spec.server.name)
-        deadline = time.monotonic() + timeout_s
-        pause = 0.1
-        self._report("waiting for readiness", proc.spec.name)
-        with httpx.Client(trust_env=False) as client:
-            while True:
-                if self.poll_died() is not None:
-                    self._phase = "failed"
-                    raise self.death_error(during="startup")
-                if self._probe(client, proc.spec):
-                    self._became_ready(proc)
-                    return
-                if time.monotonic() >= deadline:
-                    self._phase = "failed"
-                    raise self.not_ready_error(timeout_s, proc.spec.name)
-                # Sleep in short slices so a death is seen well within 2 s of happening.
-                wake = min(deadline, time.monotonic() + pause)
-                while time.monotonic() < wake and self.poll_died() is None:
-                    time.sleep(0.1)
-                    self._report("waiting for readiness", proc.spec.name)
-                pause = min(pause * 1.5, 1.0)
+        """Poll the readiness URL with backoff (runtime/readiness.py); raise ProcessFailed on death
+        or timeout."""
+        target = self._proc(name or self.spec.server.name).spec.name
+        self._report("waiting for readiness", target)
+        outcome = wait_until_ready(
+            lambda client: self.probe_ready(client, target),
+            lambda: self.poll_died() is not None,
+            timeout_s,
+            waiting=lambda: self._report("waiting for readiness", target),
+        )
+        if outcome == "ready":
+            return
+        self._phase = "failed"
+        if outcome == "died":
+            raise self.death_error(during="startup")
+        raise self.not_ready_error(timeout_s, target)
 
     def not_ready_error(self, timeout_s: float, name: str | None = None) -> ProcessFailed:
         """The error for a process that is still running but was not ready after ``timeout_s``."""

@@ -1,19 +1,24 @@
-"""Whether kvstack could create and write a directory, found out without writing anything.
+"""Whether kvstack can create and write a directory: the one check, for every directory flag.
 
 ``--cache-dir`` and ``--run-dir`` are checked before anything is planned or started, the dry run
 included, even when no tier of the plan will use the cache dir: a path under /proc or /sys, on a
-read-only mount, or where this user may not create files is refused with one line. The check reads
-the nearest existing ancestor's mode and the mount table; it creates nothing.
+read-only mount, or where this user may not create files is refused with one line. That check
+reads the nearest existing ancestor's mode and the mount table (hardware/mounts.py); it creates
+nothing. The launch's preflight asks the same check for more: the free space the disk tier needs,
+and a real write where the directory exists (a full quota shows only then).
 """
 
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 from kvstack.errors import PathError
+from kvstack.fsutil import existing_ancestor, may_write_in
+from kvstack.hardware.mounts import mount_of, parse_mountinfo, read_mounts
+from kvstack.units import fmt_bytes
 
-MOUNTINFO = Path("/proc/self/mountinfo")
 # Kernel filesystems that hold no user files: mkdir there fails (ENOENT, EPERM) or means something else.
 PSEUDO_FS = frozenset(
     {
@@ -38,67 +43,56 @@ PSEUDO_FS = frozenset(
 )
 
 
-def _unescape(field: str) -> str:
-    """mountinfo escapes space, tab, newline and backslash as \\ooo."""
-    out, i = [], 0
-    while i < len(field):
-        if field[i] == "\\" and i + 3 < len(field) + 1 and field[i + 1 : i + 4].isdigit():
-            out.append(chr(int(field[i + 1 : i + 4], 8)))
-            i += 4
-        else:
-            out.append(field[i])
-            i += 1
-    return "".join(out)
-
-
-def mount_of(path: Path, mountinfo: str | None = None) -> tuple[str, str, set[str]] | None:
-    """(mount point, filesystem type, mount options) of the mount holding ``path`` (resolved)."""
-    try:
-        text = mountinfo if mountinfo is not None else MOUNTINFO.read_text(encoding="utf-8")
-    except OSError:
-        return None
-    best: tuple[str, str, set[str]] | None = None
-    for line in text.splitlines():
-        left, sep, right = line.partition(" - ")
-        fields, tail = left.split(), right.split()
-        if not sep or len(fields) < 6 or not tail:
-            continue
-        point = _unescape(fields[4])
-        inside = str(path) == point or point == "/" or str(path).startswith(point.rstrip("/") + "/")
-        if inside and (best is None or len(point) >= len(best[0])):
-            best = (point, tail[0], set(fields[5].split(",")))
-    return best
-
-
-def existing_ancestor(path: Path) -> Path:
-    for candidate in (path, *path.parents):
-        if candidate.exists():
-            return candidate
-    return Path("/")
-
-
-def require_writable_dir(path: Path, flag: str, mountinfo: str | None = None) -> None:
-    """Refuse ``path`` when kvstack could not create it (or files in it); writes nothing."""
+def require_writable_dir(
+    path: Path | str,
+    flag: str,
+    *,
+    need_bytes: int = 0,
+    write_probe: bool = False,
+    mountinfo: str | None = None,
+) -> None:
+    """Refuse ``path`` when kvstack could not create it (or files in it), or when its filesystem has
+    less than ``need_bytes`` free. ``write_probe``: where ``path`` exists, also create and remove a
+    file in it (access() trusts mode bits); otherwise nothing is written."""
+    path = Path(path)
     base = existing_ancestor(path)
-    real = base.resolve()
-    mount = mount_of(real, mountinfo)
-    if mount is not None and mount[1] in PSEUDO_FS:
+    mounts = parse_mountinfo(mountinfo) if mountinfo is not None else read_mounts()
+    mount = mount_of(str(base.resolve()), mounts)
+    if mount is not None and mount.fstype in PSEUDO_FS:
+        kind = f"a {mount.fstype} filesystem of the kernel that keeps no files"
         raise PathError(
-            f"{flag} {path} is on {mount[0]}, a {mount[1]} filesystem of the kernel that keeps no files",
+            f"{flag} {path} is on {mount.mount_point}, {kind}",
             hint=f"choose a directory on a disk for {flag}",
         )
-    if mount is not None and "ro" in mount[2]:
+    if mount is not None and mount.read_only:
         raise PathError(
-            f"{flag} {path} is on {mount[0]}, which is mounted read-only",
+            f"{flag} {path} is on {mount.mount_point}, which is mounted read-only",
             hint=f"choose a directory on a writable filesystem for {flag}",
         )
     if not base.is_dir():
         raise PathError(
             f"{flag} {path}: {base} is not a directory", hint=f"choose a directory path for {flag}"
         )
-    if not os.access(base, os.W_OK | os.X_OK):
+    if not may_write_in(base):
         what = "write to" if base == path else f"create {path} in"
         raise PathError(
             f"{flag} {path}: this user cannot {what} {base}",
             hint=f"choose a directory you can write for {flag}",
         )
+    if write_probe and base == path:
+        try:
+            with tempfile.NamedTemporaryFile(dir=path, prefix=".kvstack-probe-"):
+                pass
+        except OSError as exc:
+            raise PathError(
+                f"{flag} {path}: cannot write to it: {exc.strerror}",
+                hint=f"choose a directory you can write for {flag}",
+            ) from exc
+    if need_bytes > 0:
+        st = os.statvfs(base)
+        free = st.f_bavail * st.f_frsize
+        if free < need_bytes:
+            raise PathError(
+                f"{flag} {path} has {fmt_bytes(free)} free but the plan needs {fmt_bytes(need_bytes)}",
+                hint=f"free space, choose another {flag}, or plan a smaller disk tier",
+            )

@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvstack.errors import NetworkTargetError
+from kvstack.netaddr import PORT_MAX, PORT_RANGE, is_port
 
 HELPER_PORTS_PER_REPLICA = 2  # LMCache MP: the ZMQ server and its HTTP API (/healthcheck, /metrics)
 
@@ -64,11 +65,11 @@ def port_layout(port: int, replicas: int, router: bool) -> PortLayout:
     )
     layout = PortLayout(port, engines, helpers, port if router else None, metrics)
     highest = max(layout.all_ports())
-    if port < 1 or highest > 65535:
+    if not (is_port(port) and is_port(highest)):
         span = highest - port
         raise NetworkTargetError(
             f"--port {port} with --replicas {replicas}{' and --router' if router else ''} needs ports "
-            f"{port}-{highest}, beyond 1-65535",
-            hint=f"choose a --port between 1 and {65535 - span}",
+            f"{port}-{highest}, beyond {PORT_RANGE}",
+            hint=f"choose a --port between 1 and {PORT_MAX - span}",
         )
     return layout

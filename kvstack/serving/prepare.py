@@ -19,10 +19,10 @@ from kvstack.engines.render import render
 from kvstack.errors import PlanInfeasible
 from kvstack.hardware.snapshot import HardwareSnapshot
 from kvstack.model.source import ModelSource, resolve_model
+from kvstack.netaddr import check_port
 from kvstack.planning.plan import PlanRequest
 from kvstack.planning.replicas import device_groups, replica_snapshot
 from kvstack.planning.schema import Plan
-from kvstack.runtime.preflight import check_port_range
 from kvstack.runtime.specs import LaunchSpec, ServeOptions
 from kvstack.runtime.writable import require_writable_dir
 from kvstack.serving.plan_inputs import load_or_probe, plan_request
@@ -148,7 +148,7 @@ def prepare(
     request: ServeRequest, snapshot: HardwareSnapshot | None = None, env: Mapping[str, str] | None = None
 ) -> Launch:
     """The launch ``request`` asks for; ``env`` (CUDA_VISIBLE_DEVICES) defaults to this process's."""
-    check_port_range(request.port)
+    check_port(request.port)
     # Before anything else, even when no tier uses it: a dry run must fail as the real run would.
     require_writable_dir(request.resolved_cache_root(), "--cache-dir")
     require_writable_dir(request.resolved_run_dir(), "--run-dir")

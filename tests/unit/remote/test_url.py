@@ -62,10 +62,12 @@ def test_sentinel_service_name_is_kept() -> None:
         "",
         "cache:6379",
         "http://cache:6379",
+        "http://user:hunter22@cache:6379",
         "redis://cache",  # LMCache's parse_remote_url asserts a port
         "redis://cache:0",
         "redis://cache:70000",
         "redis://cache:port",
+        "redis://cache:\u00b2",  # a digit to str.isdigit(), not to int()
         "redis://:6379",
         "redis://cache:6379/zero",
         "redis://a:1,b:2",
@@ -81,6 +83,19 @@ def test_malformed_urls_are_input_errors_naming_the_forms(url: str) -> None:
     assert isinstance(err.value, InputError) and err.value.exit_code == 2
     assert err.value.hint is not None and ACCEPTED_FORMS in err.value.hint
     assert "hunter22" not in err.value.message
+
+
+@pytest.mark.parametrize(
+    ("url", "redacted"),
+    [
+        ("redis://cache:6379", "redis://cache:6379"),
+        ("rediss://user:pw-secret@cache:6380/1", "rediss://user:***@cache:6380/1"),
+        ("redis-sentinel://:pw-secret@s1:26379", "redis-sentinel://:***@s1:26379"),
+        ("lm://lmcache-server:65432", "lm://lmcache-server:65432"),
+    ],
+)
+def test_the_redacted_form_is_what_a_plan_keeps(url: str, redacted: str) -> None:
+    assert parse_remote_url(url).redacted() == redacted
 
 
 def test_redacted_hides_the_password_and_keeps_the_rest() -> None:

@@ -164,15 +164,19 @@ def test_stages_stop_last_first_and_a_stage_in_parallel(tmp_path: Path) -> None:
     group.stop()  # idempotent
 
 
-def test_status_names_carry_the_replica(tmp_path: Path) -> None:
+def test_status_names_carry_the_replica_and_keep_moving_while_the_group_waits(tmp_path: Path) -> None:
+    # serve waits through the group, one engine or several: its live line (elapsed time, last log
+    # line) must follow the start as one supervisor's wait does, not freeze at its first second.
     seen: list[SupervisorStatus] = []
-    sup, _ = serving(tmp_path, 3, 0.1)
+    sup, _ = serving(tmp_path, 3, 1.5)
     sup.on_status = seen.append
     with SupervisorGroup() as group:
         group.launch([sup])
         group.wait_ready(20)
     assert {s.name for s in seen} == {"replica 3 engine"}
     assert [s.phase for s in seen if s.phase == "ready"] == ["ready"]
+    waiting = [s for s in seen if s.phase == "waiting for readiness"]
+    assert max(s.elapsed_s for s in waiting) >= 1.0, [round(s.elapsed_s, 2) for s in waiting]
 
 
 def test_disk_warnings_once_per_shared_directory(tmp_path: Path) -> None:

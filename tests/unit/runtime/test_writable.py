@@ -1,4 +1,5 @@
-"""The writability check reads the mount table and the nearest existing directory; it writes nothing."""
+"""The one writability check (runtime/writable.py): the mount table and the nearest existing directory,
+nothing written; for a launch, also the free space and a real write."""
 
 from __future__ import annotations
 
@@ -8,21 +9,7 @@ from pathlib import Path
 import pytest
 
 from kvstack.errors import PathError
-from kvstack.runtime.writable import mount_of, require_writable_dir
-
-MOUNTINFO = """\
-22 27 0:21 / /proc rw,relatime - proc proc rw
-23 27 0:22 / /sys rw,relatime - sysfs sysfs rw
-27 1 8:1 / / rw,relatime - ext4 /dev/sda1 rw
-40 27 8:2 / /mnt/ro\\040disk ro,relatime - ext4 /dev/sdb1 ro
-41 27 8:3 / /mnt/rw rw,relatime - xfs /dev/sdc1 rw
-"""
-
-
-def test_the_longest_mount_point_holding_the_path_wins() -> None:
-    assert mount_of(Path("/proc/self/x"), MOUNTINFO) == ("/proc", "proc", {"rw", "relatime"})
-    assert mount_of(Path("/procfoo"), MOUNTINFO) == ("/", "ext4", {"rw", "relatime"})
-    assert mount_of(Path("/mnt/ro disk/kv"), MOUNTINFO) == ("/mnt/ro disk", "ext4", {"ro", "relatime"})
+from kvstack.runtime.writable import require_writable_dir
 
 
 @pytest.mark.parametrize(
@@ -57,3 +44,26 @@ def test_a_file_in_the_way_is_refused(tmp_path: Path) -> None:
     (tmp_path / "f").write_text("x")
     with pytest.raises(PathError, match="is not a directory"):
         require_writable_dir(tmp_path / "f" / "cache", "--cache-dir")
+
+
+def test_the_launch_check_writes_where_the_directory_exists_and_leaves_nothing(tmp_path: Path) -> None:
+    require_writable_dir(tmp_path, "--cache-dir", write_probe=True)
+    require_writable_dir(tmp_path / "new" / "deeper", "--cache-dir", write_probe=True)  # its parent decides
+    assert os.listdir(tmp_path) == []
+
+
+def test_too_little_space_names_both_figures(tmp_path: Path) -> None:
+    with pytest.raises(PathError, match=r"^--cache-dir .* GiB free but the plan needs") as err:
+        require_writable_dir(tmp_path / "kv", "--cache-dir", need_bytes=1 << 60)
+    assert err.value.hint is not None and "--cache-dir" in err.value.hint
+
+
+def test_a_directory_without_write_permission_is_refused(tmp_path: Path) -> None:
+    if os.geteuid() == 0:
+        pytest.skip("running as root: permission bits do not restrict root, so no read-only dir exists")
+    ro = tmp_path / "ro"
+    ro.mkdir(mode=0o500)
+    with pytest.raises(PathError, match="this user cannot write to"):
+        require_writable_dir(ro, "--run-dir")
+    with pytest.raises(PathError, match="this user cannot create"):
+        require_writable_dir(ro / "run", "--run-dir")
