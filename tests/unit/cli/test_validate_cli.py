@@ -37,7 +37,7 @@ def test_pass_prints_the_table_and_exits_0() -> None:
     assert summary.startswith(
         "512-token prompts, 1 rounds; warm >= 1.5x cold, each tier >= 1.2x its recompute"
     )
-    assert "correctness: 16 tokens each within 0.15 nats and the top 5 of recompute's" in summary
+    assert "correctness: 16 tokens, typical disagreement with recompute <= 0.050 nats" in summary
 
 
 def test_json_and_out_file(tmp_path: Path) -> None:
