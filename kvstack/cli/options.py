@@ -147,6 +147,15 @@ OffloadCostFrom = Annotated[
         "none,lmcache-mp result (its --out DIR or results.json): measured on your engine and machine.",
     ),
 ]
+Calibration = Annotated[
+    Path | None,
+    typer.Option(
+        "--calibration",
+        help="Predict TTFT from costs measured on your engine: a kvstack bench --trace --compare "
+        "none,lmcache-mp result (its --out DIR or results.json) or a served-ttft.json. Gives the "
+        "trace's TTFT verdict on every platform, the CPU one included.",
+    ),
+]
 CurvePng = Annotated[
     Path | None,
     typer.Option("--curve-png", help="Write the trace's capacity curve, tier boundaries marked, as a PNG."),

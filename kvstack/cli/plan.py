@@ -40,6 +40,7 @@ def register(app: typer.Typer) -> None:
         max_requests: opt.TraceMaxRequests = None,
         offload_cost: opt.OffloadCost = None,
         offload_cost_from: opt.OffloadCostFrom = None,
+        calibration: opt.Calibration = None,
         curve_png: opt.CurvePng = None,
         json_out: bool = typer.Option(False, "--json", help="Print the plan as JSON."),
     ) -> None:
@@ -65,7 +66,13 @@ def register(app: typer.Typer) -> None:
         from kvstack.serving.planner import plan_for_model
 
         traced = read_trace_input(
-            trace, trace_sample, start, max_requests, (offload_cost, offload_cost_from), curve_png
+            trace,
+            trace_sample,
+            start,
+            max_requests,
+            (offload_cost, offload_cost_from),
+            curve_png,
+            calibration,
         )
         source = resolve_model(model, revision)  # before the probe: a model that is not there fails at once
         snapshot = load_or_probe(hardware, cache_dir)

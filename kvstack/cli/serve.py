@@ -177,6 +177,7 @@ def register(app: typer.Typer) -> None:
         trace_sample: opt.TraceSample = None,
         offload_cost: opt.OffloadCost = None,
         offload_cost_from: opt.OffloadCostFrom = None,
+        calibration: opt.Calibration = None,
         run_dir: Path | None = typer.Option(None, "--run-dir", help="Where configs, logs and reports go"),
         api_key: opt.ApiKey = None,
         api_key_file: opt.ApiKeyFile = None,
@@ -240,7 +241,9 @@ def register(app: typer.Typer) -> None:
         )
         from kvstack.cli.plan_trace import read_trace_input
 
-        traced = read_trace_input(trace, trace_sample, 0, None, (offload_cost, offload_cost_from), None)
+        traced = read_trace_input(
+            trace, trace_sample, 0, None, (offload_cost, offload_cost_from), None, calibration
+        )
         code = run_serve(request, dry_run, json_mode, traced)
         if code:
             raise typer.Exit(code)

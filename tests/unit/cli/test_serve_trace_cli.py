@@ -63,3 +63,20 @@ def test_trace_options_are_checked_before_anything_runs(
     assert _error(capsys.readouterr().err)[0] == "error: --trace-sample needs --trace"
     assert cli_app.run(serve(tmp_path, "--trace", str(tmp_path / "none.jsonl"))) == 2
     assert "does not exist" in _error(capsys.readouterr().err)[0]
+
+
+def test_serve_predicts_ttft_from_a_calibration(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    plain = {
+        "hit_s": 0.0411,
+        "miss_s": 0.010,
+        "linear_s_per_token": 1.03e-4,
+        "quadratic_s_per_token2": 3.4e-8,
+    }
+    cal = tmp_path / "served-ttft.json"
+    cal.write_text(json.dumps({"layouts": {"none": {"offload": False, "calibration": plain}}}))
+    assert cli_app.run(serve(tmp_path, "--calibration", str(cal))) == 2
+    assert _error(capsys.readouterr().err)[0] == "error: --calibration needs --trace"
+    assert cli_app.run(serve(tmp_path, "--trace", str(FIXTURE), "--calibration", str(cal))) == 0
+    t = json.loads(capsys.readouterr().out)["plan"]["trace"]
+    assert [d["tiers"] for d in t["by_depth"]] == ["engine", "engine+cpu", "engine+cpu+disk"]
+    assert t["offload_pays"] is False and t["without_offload"]["p50_s"] > 0.0511

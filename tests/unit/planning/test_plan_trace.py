@@ -11,10 +11,11 @@ import pytest
 
 from kvstack.errors import InputError
 from kvstack.hardware.snapshot import HardwareSnapshot
-from kvstack.planning import capacity, offload_verdict, trace_schema, trace_sizing
+from kvstack.planning import capacity, offload_verdict, served_ttft, trace_schema, trace_sizing, trace_ttft
 from kvstack.planning.capacity import capacity_curve, simulate_hierarchy
 from kvstack.planning.plan import PlanRequest, TraceInput, make_plan
 from kvstack.planning.schema import FetchPath, Plan, Tier, TtftModel
+from kvstack.planning.served_ttft import ServedCalibration, ServedCosts
 from kvstack.planning.workload import default_workload
 from kvstack.traces.mooncake import TraceRequest, read_trace
 
@@ -133,6 +134,44 @@ def test_cpu_platform_sizes_from_the_trace_without_a_ttft_verdict() -> None:
     assert plan.trace.offload_pays is None and "no prefill figure" in plan.trace.verdict
 
 
+def _measured(offload_fixed_s: float) -> ServedCalibration:
+    """Costs as bench --trace measured them on the demo (README: 51.1 ms a request on none, 103 us a
+    token recomputed, a DRAM fetch 3.8 us a token), the offload layout's fixed cost as given."""
+    plain = ServedCosts(0.0411, 0.010, 1.03e-4, 3.4e-8, {}, "test")
+    offload = ServedCosts(0.0411, offload_fixed_s - 0.0411, 1.03e-4, 3.4e-8, {"dram": 3.8e-6}, "test")
+    return ServedCalibration(plain, offload, "none", "lmcache-mp", "bench --trace run X")
+
+
+def test_cpu_platform_gives_a_ttft_verdict_from_a_served_calibration() -> None:
+    trace = _fixture(served=_measured(0.0566))
+    plan = _plan(roomy_cpu_host(256), trace=trace, users=1)
+    t = plan.trace
+    assert plan.platform == "cpu" and t is not None and t.with_offload is not None
+    assert t.without_offload is not None
+    assert [d.tiers for d in t.by_depth] == ["engine", "engine+cpu", "engine+cpu+disk"]
+    assert t.offload_pays is True and plan.connector == "lmcache-mp"
+    assert t.offload_cost_s == pytest.approx(0.0055)
+    assert "56.6 ms on lmcache-mp vs 51.1 ms on none, bench --trace run X" in t.offload_cost_source
+    # The prediction is the calibration's, request by request, at the simulated sources.
+    sizes = [x.size_bytes // t.block_bytes for x in plan.tiers]
+    sim = simulate_hierarchy(trace.requests, sizes, readmit=False)
+    assert trace.served is not None and trace.served.offload is not None
+    off = trace.served.offload
+    # The disk tier has no fetch figure of its own: it is taken at DRAM's.
+    expected = [
+        off.ttft(
+            r.input_length, sim.per_request[0][i], {"dram": sim.per_request[1][i] + sim.per_request[2][i]}
+        )
+        for i, r in enumerate(trace.requests)
+    ]
+    assert t.with_offload.mean_s == pytest.approx(sum(expected) / len(expected))
+    assert t.with_offload.recomputed_tokens == sim.recomputed_tokens
+    # An offload path costing seconds a request does not pay: --offload auto plans none.
+    costly = _plan(roomy_cpu_host(256), trace=_fixture(served=_measured(5.0)), users=1)
+    assert costly.trace is not None and costly.trace.offload_pays is False and costly.connector == "none"
+    assert costly.reasons["offload"].startswith("none (--offload auto): offload does not pay on this trace")
+
+
 def _demo_plan(trace: TraceInput, **req: object) -> Plan:
     from kvstack.model.source import resolve_model
     from kvstack.profiles import profiles_dir
@@ -218,7 +257,9 @@ def test_the_conversation_trace_curve_matches_the_issue_figures() -> None:
     assert round(100 * curve.max_ratio, 1) == 37.4
 
 
-@pytest.mark.parametrize("module", [capacity, trace_sizing, offload_verdict, trace_schema])
+@pytest.mark.parametrize(
+    "module", [capacity, trace_sizing, offload_verdict, trace_schema, trace_ttft, served_ttft]
+)
 def test_trace_planning_is_pure(module: object) -> None:
     tree = ast.parse(inspect.getsource(module))  # type: ignore[arg-type]
     imported = {
