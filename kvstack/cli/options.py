@@ -156,6 +156,14 @@ Calibration = Annotated[
         "trace's TTFT verdict on every platform, the CPU one included.",
     ),
 ]
+Tuned = Annotated[
+    Path | None,
+    typer.Option(
+        "--tuned",
+        help="Take the connector, chunk and tier sizes a kvstack tune run chose "
+        "(its --out DIR or tuned.json).",
+    ),
+]
 CurvePng = Annotated[
     Path | None,
     typer.Option("--curve-png", help="Write the trace's capacity curve, tier boundaries marked, as a PNG."),

@@ -41,6 +41,7 @@ def register(app: typer.Typer) -> None:
         offload_cost: opt.OffloadCost = None,
         offload_cost_from: opt.OffloadCostFrom = None,
         calibration: opt.Calibration = None,
+        tuned: opt.Tuned = None,
         curve_png: opt.CurvePng = None,
         json_out: bool = typer.Option(False, "--json", help="Print the plan as JSON."),
     ) -> None:
@@ -60,6 +61,7 @@ def register(app: typer.Typer) -> None:
             cache_dir=cache_dir,
             min_disk_bw=min_disk_bw,
             gpu_memory_utilization=gpu_memory_utilization,
+            tuned=tuned,
         )
         from kvstack.cli.plan_trace import read_trace_input, render_trace, write_png
         from kvstack.model.source import resolve_model

@@ -66,6 +66,7 @@ def plan_request_of(request: ServeRequest) -> PlanRequest:
         no_disk=request.no_disk,
         cache_dir=request.resolved_cache_root(),
         min_disk_bw=request.min_disk_bw,
+        tuned=request.tuned,
     )
 
 
