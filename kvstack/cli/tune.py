@@ -218,12 +218,16 @@ def _run(
             "knobs": knobs,
         },
     )
+    doc["calibration"] = cal.to_dict()
     return result, doc
 
 
 def _write(out: Path, result: TuneResult, doc: dict[str, Any]) -> None:
+    """results.json, tuned.json, and the calibration it ranked with (served-ttft.json: `plan
+    --calibration DIR` reads it back)."""
     import json
 
+    from kvstack.bench.served_calibration import SERVED_TTFT_JSON
     from kvstack.planning.tuned import TUNED_JSON
     from kvstack.tune.report import RESULTS_JSON, tuned_layout
 
@@ -234,6 +238,7 @@ def _write(out: Path, result: TuneResult, doc: dict[str, Any]) -> None:
         out.mkdir(parents=True, exist_ok=True)
         (out / RESULTS_JSON).write_text(json.dumps(doc, indent=2) + "\n")
         (out / TUNED_JSON).write_text(tuned.model_dump_json(indent=2) + "\n")
+        (out / SERVED_TTFT_JSON).write_text(json.dumps(doc["calibration"], indent=2) + "\n")
     except OSError as exc:
         raise InputError(
             f"cannot write --out {out}: {exc.strerror or exc}", hint="choose a writable directory"

@@ -80,6 +80,10 @@ def test_tune_ranks_prints_and_keeps_the_winner(
     assert top["predicted"]["p90_s"] < tuned.predicted["p90_s"]
     assert top["predicted"]["p50_s"] <= tuned.predicted["p50_s"] * 1.01
     assert "ranked above it, modelled only" in text
+    # The calibration is kept beside it: plan --calibration reads it back from the same DIR.
+    from kvstack.bench.served_calibration import served_calibration_from
+
+    assert served_calibration_from(out).offload_layout == "lmcache-mp"
 
 
 def test_serve_and_export_take_the_tuned_layout(
