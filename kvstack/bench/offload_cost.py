@@ -28,7 +28,8 @@ def _path_cost(layout: dict[str, Any]) -> float | None:
     return float(hit) + float(miss)
 
 
-def _offloads(layout: dict[str, Any]) -> bool:
+def offloads(layout: dict[str, Any]) -> bool:
+    """Whether a bench --trace layout has a tier below the engine's own cache."""
     levels = (layout.get("hierarchy") or {}).get("levels") or []
     return any(isinstance(lv, dict) and lv.get("tier") != ENGINE_CACHE for lv in levels)
 
@@ -39,9 +40,9 @@ def offload_cost_from(path: Path) -> tuple[float, str]:
     result = load_result(path)
     layouts = (result.trace or {}).get("layouts") or []
     plain = [
-        (lv.get("layout"), c) for lv in layouts if not _offloads(lv) and (c := _path_cost(lv)) is not None
+        (lv.get("layout"), c) for lv in layouts if not offloads(lv) and (c := _path_cost(lv)) is not None
     ]
-    offload = [(lv.get("layout"), c) for lv in layouts if _offloads(lv) and (c := _path_cost(lv)) is not None]
+    offload = [(lv.get("layout"), c) for lv in layouts if offloads(lv) and (c := _path_cost(lv)) is not None]
     if not plain or not offload:
         raise InputError(
             f"{path} holds no calibrated pair of layouts without and with offload "

@@ -43,6 +43,7 @@ def register(app: typer.Typer) -> None:
         retain: opt.Retain = None,
         no_disk: opt.NoDisk = False,
         min_disk_bw: opt.MinDiskBw = None,
+        tuned: opt.Tuned = None,
         host: str = typer.Option(
             "127.0.0.1", "--host", help="Address the API binds (compose: the published port)."
         ),
@@ -80,6 +81,7 @@ def register(app: typer.Typer) -> None:
             no_disk=no_disk,
             cache_dir=cache_dir,
             min_disk_bw=min_disk_bw,
+            tuned=tuned,
         )
         snapshot = load_or_probe(hardware, cache_dir)
         plan = plan_from_request(request, model, workload, snapshot)
@@ -102,6 +104,7 @@ def register(app: typer.Typer) -> None:
             model_arg=model,
             hardware_path=str(hardware.expanduser().resolve()) if hardware is not None else None,
             workload_name=workload,
+            tuned_path=str(tuned.expanduser().resolve()) if tuned is not None else None,
             user=None if user == "root" else user,
             **({"env_file": str((out / "kvstack.env").expanduser().resolve())} if out is not None else {}),
         )

@@ -145,6 +145,23 @@ OffloadCostFrom = Annotated[
         "none,lmcache-mp result (its --out DIR or results.json): measured on your engine and machine.",
     ),
 ]
+Calibration = Annotated[
+    Path | None,
+    typer.Option(
+        "--calibration",
+        help="Predict TTFT from costs measured on your engine: a kvstack bench --trace --compare "
+        "none,lmcache-mp result (its --out DIR or results.json) or a served-ttft.json. Gives the "
+        "trace's TTFT verdict on every platform, the CPU one included.",
+    ),
+]
+Tuned = Annotated[
+    Path | None,
+    typer.Option(
+        "--tuned",
+        help="Take the connector, chunk and tier sizes a kvstack tune run chose "
+        "(its --out DIR or tuned.json).",
+    ),
+]
 CurvePng = Annotated[
     Path | None,
     typer.Option("--curve-png", help="Write the trace's capacity curve, tier boundaries marked, as a PNG."),

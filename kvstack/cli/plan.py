@@ -40,6 +40,8 @@ def register(app: typer.Typer) -> None:
         max_requests: opt.TraceMaxRequests = None,
         offload_cost: opt.OffloadCost = None,
         offload_cost_from: opt.OffloadCostFrom = None,
+        calibration: opt.Calibration = None,
+        tuned: opt.Tuned = None,
         curve_png: opt.CurvePng = None,
         json_out: bool = typer.Option(False, "--json", help="Print the plan as JSON."),
     ) -> None:
@@ -59,13 +61,20 @@ def register(app: typer.Typer) -> None:
             cache_dir=cache_dir,
             min_disk_bw=min_disk_bw,
             gpu_memory_utilization=gpu_memory_utilization,
+            tuned=tuned,
         )
         from kvstack.cli.plan_trace import read_trace_input, render_trace, write_png
         from kvstack.model.source import resolve_model
         from kvstack.serving.planner import plan_for_model
 
         traced = read_trace_input(
-            trace, trace_sample, start, max_requests, (offload_cost, offload_cost_from), curve_png
+            trace,
+            trace_sample,
+            start,
+            max_requests,
+            (offload_cost, offload_cost_from),
+            curve_png,
+            calibration,
         )
         source = resolve_model(model, revision)  # before the probe: a model that is not there fails at once
         snapshot = load_or_probe(hardware, cache_dir)

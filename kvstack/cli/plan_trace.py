@@ -20,9 +20,11 @@ def read_trace_input(
     max_requests: int | None,
     offload_cost: tuple[float | None, Path | None],
     curve_png: Path | None,
+    calibration: Path | None = None,
 ) -> TraceInput | None:
     """The trace as planning takes it, or None without --trace (options that need one are bad input).
-    ``offload_cost``: (--offload-cost in ms, --offload-cost-from), at most one given."""
+    ``offload_cost``: (--offload-cost in ms, --offload-cost-from), at most one given;
+    ``calibration``: --calibration (served-TTFT costs, the offload path's among them)."""
     offload_cost_ms, offload_cost_from = offload_cost
     if path is None:
         needs = [
@@ -34,6 +36,7 @@ def read_trace_input(
                 ("--offload-cost", offload_cost_ms is not None),
                 ("--offload-cost-from", offload_cost_from is not None),
                 ("--curve-png", curve_png is not None),
+                ("--calibration", calibration is not None),
             )
             if given
         ]
@@ -44,7 +47,18 @@ def read_trace_input(
     from kvstack.traces.mooncake import read_trace
     from kvstack.traces.sample import parse_ratio, sample_sessions
 
+    if calibration is not None and (offload_cost_ms is not None or offload_cost_from is not None):
+        given = "--offload-cost" if offload_cost_ms is not None else "--offload-cost-from"
+        raise InputError(
+            f"--calibration and {given} both give the offload cost",
+            hint=f"drop {given}: the calibration's offload layout measures it",
+        )
     cost = _offload_cost(offload_cost_ms, offload_cost_from)  # before the trace: bad input fails at once
+    served = None
+    if calibration is not None:
+        from kvstack.bench.served_calibration import served_calibration_from
+
+        served = served_calibration_from(calibration)
     ratio = parse_ratio(sample) if sample is not None else None
     trace = read_trace(path, start=start, max_requests=max_requests)
     requests = trace.requests
@@ -65,6 +79,7 @@ def read_trace_input(
         sample="; ".join(how),
         offload_cost_s=cost[0],
         offload_cost_source=cost[1],
+        served=served,
     )
 
 

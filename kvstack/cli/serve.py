@@ -16,6 +16,7 @@ from kvstack.errors import InputError
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from kvstack.planning.trace_sizing import TraceInput
     from kvstack.runtime.status import SupervisorStatus
     from kvstack.serving.lifecycle import ServeEvents
     from kvstack.serving.prepare import Launch
@@ -111,7 +112,7 @@ def _print_dry_run(launch: Launch, json_mode: bool, events: ServeEvents) -> None
     console.print("\n(dry run: nothing was started or written)")
 
 
-def run_serve(request: ServeRequest, dry_run: bool, json_mode: bool) -> int:
+def run_serve(request: ServeRequest, dry_run: bool, json_mode: bool, trace: TraceInput | None = None) -> int:
     from kvstack.serving.lifecycle import run
     from kvstack.serving.prepare import prepare
 
@@ -129,7 +130,7 @@ def run_serve(request: ServeRequest, dry_run: bool, json_mode: bool) -> int:
 
     for warning in check_request(request, dry_run=dry_run):
         events.warning(warning)
-    launch = prepare(request)
+    launch = prepare(request, trace=trace)
     if dry_run:
         _print_dry_run(launch, json_mode, events)
         return 0
@@ -172,6 +173,12 @@ def register(app: typer.Typer) -> None:
         retain: opt.Retain = None,
         no_disk: opt.NoDisk = False,
         min_disk_bw: opt.MinDiskBw = None,
+        trace: opt.Trace = None,
+        trace_sample: opt.TraceSample = None,
+        offload_cost: opt.OffloadCost = None,
+        offload_cost_from: opt.OffloadCostFrom = None,
+        calibration: opt.Calibration = None,
+        tuned: opt.Tuned = None,
         run_dir: Path | None = typer.Option(None, "--run-dir", help="Where configs, logs and reports go"),
         api_key: opt.ApiKey = None,
         api_key_file: opt.ApiKeyFile = None,
@@ -218,6 +225,7 @@ def register(app: typer.Typer) -> None:
             retain=retain,
             no_disk=no_disk,
             min_disk_bw=min_disk_bw,
+            tuned=tuned,
             host=host,
             port=port,
             cache_dir=cache_dir,
@@ -233,6 +241,11 @@ def register(app: typer.Typer) -> None:
             replicas=replicas,
             router=router,
         )
-        code = run_serve(request, dry_run, json_mode)
+        from kvstack.cli.plan_trace import read_trace_input
+
+        traced = read_trace_input(
+            trace, trace_sample, 0, None, (offload_cost, offload_cost_from), None, calibration
+        )
+        code = run_serve(request, dry_run, json_mode, traced)
         if code:
             raise typer.Exit(code)

@@ -22,6 +22,7 @@ class ExportOptions(BaseModel):
     model_arg: str | None = None  # --model as the user gave it (default: plan.model_path)
     hardware_path: str | None = None  # absolute
     workload_name: str | None = None
+    tuned_path: str | None = None  # absolute: the kvstack tune --out DIR the plan took its layout from
     user: str | None = None
     env_file: str = "/etc/kvstack/kvstack.env"  # absolute path of the unit's EnvironmentFile
 

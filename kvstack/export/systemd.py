@@ -58,6 +58,8 @@ def serve_argv(plan: Plan, options: ExportOptions) -> list[str]:
         argv += ["--hardware", options.hardware_path]
     if options.workload_name:
         argv += ["--workload", options.workload_name]
+    if options.tuned_path:
+        argv += ["--tuned", options.tuned_path]
     return argv
 
 

@@ -119,11 +119,17 @@ def cpu_plan(
         Tier(kind="cpu", size_bytes=size, size_bytes_per_rank=size, tokens=kv.tokens(size), reason=reason)
     ]
     connector: Connector = "none"
-    if lmcache:
+    lower = (
+        offload_tiers(snapshot, request, kv, host, size, remote, retention, degraded=not mp, notes=notes)
+        if lmcache
+        else []
+    )
+    if lmcache and not lower:
+        # No tier below the engine's pool: a connector would cost every request and serve nothing.
+        notes.reasons["connector"] = "none: no offload tier fits (cpu_offload_tier says why)"
+    elif lmcache:
         connector = "lmcache-mp" if mp else "lmcache"
-        tiers += offload_tiers(
-            snapshot, request, kv, host, size, remote, retention, degraded=not mp, notes=notes
-        )
+        tiers += lower
         unsized = any(t.kind == "remote" and t.size_bytes == 0 for t in tiers)
         retention_note(retention, max(t.size_bytes for t in tiers), notes, unsized_remote=unsized)
         notes.reasons["connector"] = (
@@ -155,7 +161,7 @@ def cpu_plan(
             retention_target_bytes=retention,
             retained_bytes=min(retention, max(t.size_bytes for t in tiers)),
         ),
-        remote_url=redact_url(remote) if remote else None,
+        remote_url=redact_url(remote) if remote and connector != "none" else None,
         ttft=cpu_ttft(wl.context_tokens, kv, tiers[1:]),
         warnings=notes.warnings,
         reasons=notes.reasons,

@@ -19,6 +19,7 @@ from kvstack.planning.retention import retention_note, retention_target
 from kvstack.planning.schema import Concurrency, Connector, Plan, Tier, Workload
 from kvstack.planning.trace_sizing import TraceInput, trace_target
 from kvstack.planning.ttft import gpu_step, ttft_model
+from kvstack.planning.tuned import apply_tuned
 from kvstack.redact import redact_url
 from kvstack.units import fmt_bytes, fmt_tokens
 
@@ -70,6 +71,13 @@ def make_plan(
     """The plan; with ``trace``, the tiers are sized from its capacity curve (planning/trace_sizing.py)
     instead of the retention rule, and --offload auto drops offload that does not pay on it."""
     validate_request(request)
+    if request.tuned is not None:
+        if trace is not None:
+            raise InputError(
+                "--tuned and --trace both choose the layout", hint="drop --trace (tune read it) or --tuned"
+            )
+        asked = request.model_copy(update={"offload": request.tuned.connector})
+        return apply_tuned(_plan(snapshot, model, model_path, asked, workload, None), request.tuned)
     curve = trace_curve(trace, request)
     plan = _plan(snapshot, model, model_path, request, workload, curve)
     if trace is None or curve is None:

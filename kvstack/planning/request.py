@@ -7,6 +7,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from kvstack.errors import InputError
 from kvstack.hardware.checks import DISK_MIN_BW
 from kvstack.planning.schema import Engine, OffloadChoice
+from kvstack.planning.tuned import TunedLayout
 
 # vLLM's --gpu-memory-utilization default (vllm/config/cache.py: 0.92). SGLang sizes
 # --mem-fraction-static itself by GPU; kvstack passes 0.88, which leaves room for CUDA graphs.
@@ -34,6 +35,7 @@ class PlanRequest(BaseModel):
     retain_bytes: int | None = None
     disk_tier: bool = True  # False: --no-disk
     engine_versions: dict[str, str] = Field(default_factory=dict)  # overrides snapshot.software
+    tuned: TunedLayout | None = None  # --tuned: the connector, chunk and sizes kvstack tune chose
 
 
 def validate_request(request: PlanRequest) -> None:

@@ -20,6 +20,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
+
+FloatArray = npt.NDArray[np.float64]
+# The plan's tier kinds and the calibration's names for the same tiers (clients/token_sources.py).
+TIER_NAMES: dict[str, str] = {"cpu": "dram", "disk": "disk", "remote": "remote"}
 
 
 @dataclass(frozen=True)
@@ -39,6 +44,27 @@ class ServedCosts:
         fetch = sum(self.fetch_s.get(tier, 0.0) * n for tier, n in tiers.items())
         return self.hit_s + self.miss_s + recompute + fetch
 
+    @property
+    def fixed_s(self) -> float:
+        """What every request pays on this layout's path, whether it hits or not."""
+        return self.hit_s + self.miss_s
+
+    def fetch_per_token(self, tier: str) -> float | None:
+        """Seconds per token fetched from ``tier`` (a plan kind or a calibration name); a tier
+        without its own figure is taken at DRAM's (the disk's files sit in the page cache when
+        measured); None when there is no fetch figure at all."""
+        name = TIER_NAMES.get(tier, tier)
+        return self.fetch_s.get(name, self.fetch_s.get("dram"))
+
+    def predict(
+        self, lengths: FloatArray, held: FloatArray, fetched: FloatArray
+    ) -> tuple[FloatArray, FloatArray]:
+        """(TTFT, recompute seconds) per request, vectorised: ``held`` tokens the caches serve
+        (engine and tiers), ``fetched`` the seconds the tier fetches take."""
+        held = np.minimum(held, lengths)
+        recompute = self.linear_s * (lengths - held) + self.quadratic_s * (lengths**2 - held**2)
+        return self.fixed_s + recompute + fetched, recompute
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "hit_s": self.hit_s,
@@ -47,6 +73,59 @@ class ServedCosts:
             "quadratic_s_per_token2": self.quadratic_s,
             "fetch_s_per_token": self.fetch_s,
             "source": self.source,
+        }
+
+    @classmethod
+    def from_dict(cls, doc: Mapping[str, Any]) -> ServedCosts:
+        """The form ``to_dict`` writes (bench's results.json ``ttft.calibration``); KeyError,
+        TypeError or ValueError on anything else."""
+        fetch = doc.get("fetch_s_per_token") or {}
+        if not isinstance(fetch, Mapping):
+            raise TypeError("fetch_s_per_token must be an object")
+        values = [doc["hit_s"], doc["miss_s"], doc["linear_s_per_token"], doc["quadratic_s_per_token2"]]
+        values += list(fetch.values())
+        if not all(isinstance(v, int | float) and not isinstance(v, bool) and 0 <= v < 3600 for v in values):
+            raise ValueError("every cost must be a number of seconds, not negative")
+        return cls(
+            hit_s=float(doc["hit_s"]),
+            miss_s=float(doc["miss_s"]),
+            linear_s=float(doc["linear_s_per_token"]),
+            quadratic_s=float(doc["quadratic_s_per_token2"]),
+            fetch_s={str(k): float(v) for k, v in fetch.items()},
+            source=str(doc.get("source", "")),
+        )
+
+
+@dataclass(frozen=True)
+class ServedCalibration:
+    """Costs measured on the served engine for a layout without offload and, when measured, one
+    with (its fixed cost over the plain one's is the offload path's per-request cost)."""
+
+    plain: ServedCosts
+    offload: ServedCosts | None = None
+    plain_layout: str = "none"
+    offload_layout: str = ""
+    source: str = ""  # where it was measured (a bench --trace result, a tune run)
+
+    def offload_costs(self, cost_s: float, fetch_s: Mapping[str, float]) -> ServedCosts:
+        """The offload layout's costs: measured, else the plain layout's plus ``cost_s`` a request
+        and ``fetch_s`` (seconds per token by calibration tier name) for the tiers' fetches."""
+        if self.offload is not None:
+            return self.offload
+        p = self.plain
+        return ServedCosts(p.hit_s, p.miss_s + cost_s, p.linear_s, p.quadratic_s, dict(fetch_s), p.source)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "layouts": {
+                self.plain_layout: {"offload": False, "calibration": self.plain.to_dict()},
+                **(
+                    {self.offload_layout: {"offload": True, "calibration": self.offload.to_dict()}}
+                    if self.offload is not None
+                    else {}
+                ),
+            },
         }
 
 

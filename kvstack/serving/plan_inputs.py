@@ -13,7 +13,9 @@ from kvstack.names import ENGINES, OFFLOAD_CHOICES, choice
 from kvstack.planning.request import PlanRequest
 from kvstack.planning.retention import parse_retain
 from kvstack.planning.schema import Engine, OffloadChoice
+from kvstack.planning.tuned import TUNED_JSON, TunedLayout
 from kvstack.units import parse_bytes, parse_tokens
+from kvstack.userfile import read_model
 
 
 def resolve_dir(path: Path) -> Path:
@@ -35,8 +37,10 @@ def plan_request(
     cache_dir: Path | None = None,
     min_disk_bw: str | None = None,
     gpu_memory_utilization: float | None = None,
+    tuned: Path | None = None,
 ) -> PlanRequest:
-    """The PlanRequest these options ask for; bad input raises InputError naming the flag."""
+    """The PlanRequest these options ask for; bad input raises InputError naming the flag.
+    ``tuned``: a `kvstack tune` --out DIR (or its tuned.json) whose layout the plan takes."""
     choice(engine, ENGINES, "--engine")
     choice(offload, OFFLOAD_CHOICES, "--offload")
     retain_factor, retain_bytes = parse_retain(retain) if retain is not None else (None, None)
@@ -54,6 +58,15 @@ def plan_request(
         cache_root=str(resolve_dir(cache_dir)) if cache_dir is not None else None,
         min_disk_bw=float(parse_bytes(min_disk_bw, "--min-disk-bw")) if min_disk_bw else DISK_MIN_BW,
         gpu_memory_utilization=gpu_memory_utilization,
+        tuned=read_tuned(tuned) if tuned is not None else None,
+    )
+
+
+def read_tuned(path: Path) -> TunedLayout:
+    """The layout a `kvstack tune` run chose: its --out DIR or the tuned.json in it."""
+    file = path / TUNED_JSON if path.is_dir() else path
+    return read_model(
+        file, TunedLayout, "a kvstack tune result", "pass the --out DIR of kvstack tune", what="--tuned"
     )
 
 

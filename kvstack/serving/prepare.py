@@ -20,7 +20,7 @@ from kvstack.errors import PlanInfeasible
 from kvstack.hardware.snapshot import HardwareSnapshot
 from kvstack.model.source import ModelSource, resolve_model
 from kvstack.netaddr import check_port
-from kvstack.planning.plan import PlanRequest
+from kvstack.planning.plan import PlanRequest, TraceInput
 from kvstack.planning.replicas import device_groups, replica_snapshot
 from kvstack.planning.schema import Plan
 from kvstack.runtime.specs import LaunchSpec, ServeOptions
@@ -66,14 +66,20 @@ def plan_request_of(request: ServeRequest) -> PlanRequest:
         no_disk=request.no_disk,
         cache_dir=request.resolved_cache_root(),
         min_disk_bw=request.min_disk_bw,
+        tuned=request.tuned,
     )
 
 
 def plan_for(
-    asked: PlanRequest, workload: str | None, snapshot: HardwareSnapshot, source: ModelSource
+    asked: PlanRequest,
+    workload: str | None,
+    snapshot: HardwareSnapshot,
+    source: ModelSource,
+    trace: TraceInput | None = None,
 ) -> Plan:
-    """The Plan ``serve`` launches; an infeasible one raises PlanInfeasible."""
-    plan = plan_for_model(asked, source, workload, snapshot)
+    """The Plan ``serve`` launches (sized from ``trace`` when given); an infeasible one raises
+    PlanInfeasible."""
+    plan = plan_for_model(asked, source, workload, snapshot, trace)
     if not plan.feasible:
         raise PlanInfeasible(
             "the plan is infeasible: " + "; ".join(plan.errors),
@@ -145,9 +151,13 @@ class Launch:
 
 
 def prepare(
-    request: ServeRequest, snapshot: HardwareSnapshot | None = None, env: Mapping[str, str] | None = None
+    request: ServeRequest,
+    snapshot: HardwareSnapshot | None = None,
+    env: Mapping[str, str] | None = None,
+    trace: TraceInput | None = None,
 ) -> Launch:
-    """The launch ``request`` asks for; ``env`` (CUDA_VISIBLE_DEVICES) defaults to this process's."""
+    """The launch ``request`` asks for; ``env`` (CUDA_VISIBLE_DEVICES) defaults to this process's;
+    ``trace`` (serve --trace, read by the CLI) sizes the tiers and decides --offload auto."""
     check_port(request.port)
     # Before anything else, even when no tier uses it: a dry run must fail as the real run would.
     require_writable_dir(request.resolved_cache_root(), "--cache-dir")
@@ -167,7 +177,7 @@ def prepare(
     snap = replica_snapshot(machine, n, gpus_each) if n > 1 else machine
     if n > 1:
         asked = asked.model_copy(update={"users": replica_request(request, machine, visible).users})
-    plan = plan_for(asked, request.workload, snap, source)
+    plan = plan_for(asked, request.workload, snap, source, trace)
     if n > 1:
         plan = plan.model_copy(
             update={"warnings": [*plan.warnings, replica_warning(request, machine, gpus_each)]}

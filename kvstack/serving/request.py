@@ -43,6 +43,7 @@ class ServeRequest(BaseModel):
     retain: str | None = None  # --retain: a multiple of the working set or a size
     no_disk: bool = False
     min_disk_bw: str | None = None  # --min-disk-bw: the slowest disk worth a tier (default 1GB/s)
+    tuned: Path | None = None  # --tuned: a kvstack tune --out DIR whose layout the plan takes
     host: str = "127.0.0.1"
     port: int = 8000
     cache_dir: Path | None = None

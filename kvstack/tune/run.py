@@ -1,0 +1,103 @@
+"""One tune ranking, from inputs already read: the trace's requests, the machine's limits and the
+served engine's costs in, the ranked candidates and the winner out. Pure.
+
+``--connector`` keeps one connector's candidates (and ``none``, the baseline); ``--knob NAME=VALUE``
+fixes one of its knobs, checked against what the installed connector accepts (knobs.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from kvstack.errors import InputError
+from kvstack.planning.capacity import capacity_curve
+from kvstack.planning.served_ttft import ServedCalibration
+from kvstack.planning.trace_sizing import OFFLOAD_REQUEST_COST_S
+from kvstack.traces.mooncake import TraceRequest
+from kvstack.tune.knobs import check_connector, check_knobs
+from kvstack.tune.rank import Costs, Objective, Prediction, rank
+from kvstack.tune.simulate import TraceSim
+from kvstack.tune.space import Candidate, CurveSizes, Gate, Limits, candidate_space, curve_sizes
+from kvstack.units import GIB
+
+# Knob name -> the candidate field it sets (GB knobs in bytes).
+_FIELDS: dict[str, str] = {
+    "--chunk-size": "chunk_tokens",
+    "chunk_size": "chunk_tokens",
+    "--l1-size-gb": "dram_bytes",
+    "max_local_cpu_size": "dram_bytes",
+    "--kv-offloading-size": "dram_bytes",
+    "max_capacity_gb": "disk_bytes",
+}
+
+
+@dataclass(frozen=True)
+class TuneResult:
+    ranked: list[Prediction]
+    sizes: CurveSizes
+    limits: Limits
+    objective: Objective
+
+    @property
+    def winner(self) -> Prediction:
+        """The best candidate the installed connector can run as modelled."""
+        return next(p for p in self.ranked if not p.candidate.not_settable)
+
+    @property
+    def baseline(self) -> Prediction:
+        return next(p for p in self.ranked if not p.candidate.offloads)
+
+
+def with_knobs(candidate: Candidate, values: Mapping[str, float]) -> Candidate:
+    """``candidate`` with the given knobs fixed (names as its connector spells them)."""
+    out = candidate
+    for name, value in values.items():
+        if name == "min_retrieve_tokens":
+            out = replace(out, gate=Gate("load", int(value), "--knob") if value > 0 else None)
+            continue
+        field = _FIELDS.get(name)
+        if field == "chunk_tokens":
+            out = replace(out, chunk_tokens=int(value))
+        elif field == "dram_bytes":
+            out = replace(out, dram_bytes=int(value * GIB))
+        elif field == "disk_bytes":
+            out = replace(out, disk_bytes=int(value * GIB))
+        else:
+            raise InputError(f"tune does not model {name} yet", hint="leave it at its default")
+    return out
+
+
+def tune(
+    requests: Sequence[TraceRequest],
+    block_tokens: int,
+    limits: Limits,
+    calibration: ServedCalibration,
+    *,
+    objective: Objective = "p50",
+    connector: str | None = None,
+    knobs: Mapping[str, float] | None = None,
+) -> TuneResult:
+    """Every candidate of the space (restricted as asked) ranked on ``requests``."""
+    if knobs and connector is None:
+        raise InputError("--knob needs --connector (whose knob it is)", hint="e.g. --connector lmcache-mp")
+    if connector is not None:
+        spec = check_connector(connector, limits.platform)
+        check_knobs(spec, knobs or {}, limits.engine_block_tokens)
+    offload = calibration.offload_costs(OFFLOAD_REQUEST_COST_S, {})
+    curve = capacity_curve(requests, block_tokens)
+    sizes = curve_sizes(curve, int(limits.bytes_per_token * block_tokens))
+    lengths = [r.input_length for r in requests]
+    space = candidate_space(limits, sizes, lengths, calibration.plain, offload)
+    if connector is not None:
+        space = [c for c in space if c.connector in ("none", connector)]
+        fixed = [with_knobs(c, knobs or {}) if c.offloads else c for c in space]
+        space = list(dict.fromkeys(fixed))  # fixing a knob makes candidates equal: once each
+    sim = TraceSim(
+        requests,
+        block_tokens=block_tokens,
+        engine_block_tokens=limits.engine_block_tokens,
+        engine_pool_tokens=limits.engine_pool_tokens,
+    )
+    ranked = rank(sim, space, Costs(calibration.plain, offload), limits.bytes_per_token, objective)
+    return TuneResult(ranked, sizes, limits, objective)

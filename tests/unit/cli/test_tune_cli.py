@@ -1,0 +1,154 @@
+"""`kvstack tune` through the real CLI: the ranking on the bundled trace sample, what it writes, the
+layout serve and export take from it (dry runs), and bad input as one line with exit 2."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kvstack.cli import app as cli_app
+from kvstack.planning.tuned import TUNED_JSON, TunedLayout
+from tests.support.deps import ROOT
+
+NO_GPU = str(ROOT / "profiles" / "hardware" / "no-gpu.json")
+FIXTURE = str(ROOT / "tests" / "fixtures" / "traces" / "conversation_1in40.jsonl")
+DEMO_POOL = str(136 * 128)
+
+
+@pytest.fixture(autouse=True)
+def _wide(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "250")
+
+
+@pytest.fixture
+def calibration(tmp_path: Path) -> Path:
+    """The demo's costs as bench --trace measured them (README), the offload path 15 ms a request."""
+    plain = {
+        "hit_s": 0.0411,
+        "miss_s": 0.010,
+        "linear_s_per_token": 1.03e-4,
+        "quadratic_s_per_token2": 3.4e-8,
+    }
+    offload = {**plain, "hit_s": 0.0561, "fetch_s_per_token": {"dram": 3.8e-6}}
+    path = tmp_path / "served-ttft.json"
+    layouts = {"none": {"calibration": plain}, "lmcache-mp": {"offload": True, "calibration": offload}}
+    path.write_text(json.dumps({"source": "test", "layouts": layouts}))
+    return path
+
+
+def tune(calibration: Path, *args: str, block_tokens: int = 32) -> list[str]:
+    """The issue's mixed traffic by default: prompts scaled to 32-token blocks, the demo's pool."""
+    return [
+        "tune", "--trace", FIXTURE, "--block-tokens", str(block_tokens), "--engine-pool-tokens", DEMO_POOL,
+        "--calibration", str(calibration), "--hardware", NO_GPU, *args,
+    ]  # fmt: skip
+
+
+def error_line(err: str) -> str:
+    lines = err.strip().splitlines()
+    assert "Traceback" not in err and len(lines) <= 2, lines
+    assert lines[0].startswith("error: ") and (len(lines) == 1 or lines[1].startswith("hint: ")), lines
+    return lines[0]
+
+
+def test_tune_ranks_prints_and_keeps_the_winner(
+    tmp_path: Path, calibration: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "tuned"
+    assert cli_app.run(tune(calibration, "--out", str(out))) == 0
+    text = capsys.readouterr().out
+    assert "candidates ranked by predicted TTFT p50" in text and "│ none" in text
+    assert f"serve it: kvstack serve --tuned {out}" in text
+    doc = json.loads((out / "results.json").read_text())
+    rows = doc["candidates"]
+    assert rows[0]["rank"] == 1 and {r["connector"] for r in rows} == {"none", "lmcache-mp"}
+    assert doc["source"]["requests"] == 342 and doc["source"]["block_tokens"] == 32
+    for r in rows:
+        assert sum(r["prompt_tokens"].values()) == sum(rows[0]["prompt_tokens"].values())
+    tuned = TunedLayout.model_validate_json((out / TUNED_JSON).read_text())
+    winner = next(r for r in rows if not r["not_settable"])
+    assert tuned.connector == winner["connector"] and tuned.knobs == winner["knobs"]
+    assert tuned.predicted["p50_s"] == winner["predicted"]["p50_s"] and tuned.not_settable == ""
+    # The issue's mixed traffic: offload alone loses the median, so the installed connectors' best is
+    # none; a per-request gate would keep the median and win the tail, and is ranked first, as
+    # modelled only (LMCache's server cannot set it).
+    assert tuned.connector == "none" and doc["winner"] == "none"
+    top = rows[0]
+    assert top["gate"] is not None and "lmcache 0.5.6" in top["not_settable"]
+    assert top["predicted"]["p90_s"] < tuned.predicted["p90_s"]
+    assert top["predicted"]["p50_s"] <= tuned.predicted["p50_s"] * 1.01
+    assert "ranked above it, modelled only" in text
+    # The calibration is kept beside it: plan --calibration reads it back from the same DIR.
+    from kvstack.bench.served_calibration import served_calibration_from
+
+    assert served_calibration_from(out).offload_layout == "lmcache-mp"
+
+
+def test_serve_and_export_take_the_tuned_layout(
+    tmp_path: Path, calibration: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "tuned"
+    # 4x longer prompts (64-token blocks): offload pays, at the chunk fixed by --knob.
+    fixed = ("--connector", "lmcache-mp", "--knob", "chunk-size=512")
+    assert cli_app.run(tune(calibration, "--out", str(out), *fixed, block_tokens=64)) == 0
+    capsys.readouterr()
+    tuned = TunedLayout.model_validate_json((out / TUNED_JSON).read_text())
+    assert tuned.connector == "lmcache-mp" and tuned.chunk_tokens == 512
+    dirs = ("--cache-dir", str(tmp_path / "c"), "--run-dir", str(tmp_path / "r"))
+    assert (
+        cli_app.run(["serve", "--hardware", NO_GPU, *dirs, "--tuned", str(out), "--dry-run", "--json"]) == 0
+    )
+    doc = json.loads(capsys.readouterr().out)
+    plan = doc["plan"]
+    assert plan["connector"] == "lmcache-mp" and plan["chunk_size"] == 512
+    assert [t["size_bytes"] for t in plan["tiers"][1:] if t["kind"] == "cpu"] == [tuned.dram_bytes]
+    assert "chosen by kvstack tune" in plan["reasons"]["tuned"]
+    server = " ".join(doc["helpers"][0]["argv"])
+    assert "--chunk-size 512" in server and f"--l1-size-gb {round(tuned.dram_bytes / 2**30, 2):g}" in server
+    model = str(ROOT / "profiles" / "demo")
+    assert (
+        cli_app.run(
+            ["export", "--format", "systemd", "--model", model, "--hardware", NO_GPU, "--tuned", str(out)]
+        )
+        == 0
+    )
+    unit = capsys.readouterr().out
+    assert f"--tuned {out.resolve()}" in unit and "--offload lmcache-mp" in unit
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--connector", "native"], "error: connector native does not run on the cpu platform"),
+        (
+            ["--connector", "lmcache-mp", "--knob", "chunk-size=200"],
+            "is not a multiple of the engine's 128-token KV block",
+        ),
+        (["--connector", "lmcache-mp", "--knob", "l1-size-gb=-2"], "--l1-size-gb must be at least 0"),
+        (["--knob", "chunk-size=256"], "--knob needs --connector"),
+        (["--connector", "lmcache-mp", "--knob", "chunk-size"], "is not NAME=VALUE with a number"),
+        (["--objective", "p99"], "--objective"),
+    ],
+)
+def test_bad_input_is_one_line(
+    calibration: Path, capsys: pytest.CaptureFixture[str], args: list[str], needle: str
+) -> None:
+    assert cli_app.run(tune(calibration, *args)) == 2
+    assert needle in error_line(capsys.readouterr().err)
+
+
+def test_an_unreadable_trace_or_calibration_is_one_line(
+    tmp_path: Path, calibration: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"oops"\n')
+    args = tune(calibration)
+    args[args.index(FIXTURE)] = str(bad)
+    assert cli_app.run(args) == 2
+    assert f"{bad}:1: not JSON" in error_line(capsys.readouterr().err)
+    assert cli_app.run(["tune", "--trace", FIXTURE, "--hardware", NO_GPU]) == 2
+    assert "--calibration" in error_line(capsys.readouterr().err)
+    assert cli_app.run(tune(tmp_path / "nothing-here")) == 2
+    assert "nothing-here" in error_line(capsys.readouterr().err)

@@ -1,0 +1,57 @@
+"""A layout kvstack tune chose, taken by the plan (planning/tuned.py): connector, chunk, sizes."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvstack.errors import InputError
+from kvstack.model.source import resolve_model
+from kvstack.planning.plan import PlanRequest, TraceInput, make_plan
+from kvstack.planning.schema import Plan
+from kvstack.planning.tuned import TunedLayout
+from kvstack.planning.workload import default_workload
+from kvstack.profiles import profiles_dir
+from kvstack.traces.mooncake import TraceRequest
+
+from .helpers import snapshot
+
+GIB = 1 << 30
+
+
+def _plan(tuned: TunedLayout, hw: str = "no-gpu", trace: TraceInput | None = None) -> Plan:
+    demo = resolve_model(str(profiles_dir() / "demo"))
+    wl = default_workload(demo.geometry.max_context)
+    return make_plan(snapshot(hw), demo.geometry, demo.path, PlanRequest(tuned=tuned), wl, trace)
+
+
+def test_the_plan_takes_the_tuned_chunk_and_sizes() -> None:
+    tuned = TunedLayout(
+        connector="lmcache-mp", chunk_tokens=512, dram_bytes=3 * GIB, disk_bytes=5 * GIB, source="t"
+    )
+    plan = _plan(tuned)
+    assert (plan.connector, plan.chunk_size) == ("lmcache-mp", 512)
+    l1, disk = plan.tier("cpu"), plan.tier("disk")
+    assert l1 is not None and disk is not None
+    assert (l1.size_bytes, disk.size_bytes) == (3 * GIB, 5 * GIB)
+    assert l1.tokens == 3 * GIB // 1024 and "kvstack tune" in l1.reason
+    assert plan.reasons["tuned"].startswith(
+        "lmcache-mp, chunk 512, DRAM 3.0 GiB, disk 5.0 GiB: chosen by kvstack tune"
+    )
+    # No disk in the tuned layout: none planned.
+    no_disk = _plan(tuned.model_copy(update={"disk_bytes": 0}))
+    assert no_disk.tier("disk") is None and no_disk.reasons["disk_tier"].startswith("off:")
+
+
+def test_tuned_none_plans_no_offload_and_a_modelled_gate_is_only_said() -> None:
+    plan = _plan(TunedLayout(connector="none", source="t"))
+    assert plan.connector == "none" and [t.kind for t in plan.tiers] == ["cpu"]
+    gated = TunedLayout(
+        connector="lmcache-mp", chunk_tokens=256, dram_bytes=GIB, gate_tokens=600, not_settable="no such knob"
+    )
+    assert any("tune modelled a gate at 600 prompt tokens: no such knob" in w for w in _plan(gated).warnings)
+
+
+def test_a_tuned_layout_and_a_trace_together_are_bad_input() -> None:
+    trace = TraceInput([TraceRequest(0.0, 512, 1, [1])], 512, "t")
+    with pytest.raises(InputError, match="--tuned and --trace both choose the layout"):
+        _plan(TunedLayout(connector="none"), trace=trace)
