@@ -283,6 +283,8 @@ def _ttft_check(
             api_key=api_key,
             max_prompt=shared.shape.max_prompt_tokens,
             engine_pool_tokens=pool if offload else None,
+            metrics_urls=layout.metrics_urls,
+            align=shared.shape.align,
         )
     )
     prompts = [s.prompt_tokens for s in shared.sent if s.index in {r.index for r in rows}]
