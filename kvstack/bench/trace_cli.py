@@ -36,6 +36,8 @@ class TraceOptions:
     out: Path | None = None
     as_json: bool = False
     tier_sizes: dict[str, int | None] = field(default_factory=dict)
+    lmcache: str | None = None  # --url: LMCache's cache server, as validate and top take it
+    run_dir: Path | None = None  # --url: the kvstack serve run behind it (default: the newest serving it)
 
 
 def _config(o: TraceOptions, base_url: str | None, model: str, metrics: list[str]) -> dict[str, Any]:
@@ -51,6 +53,7 @@ def _config(o: TraceOptions, base_url: str | None, model: str, metrics: list[str
         "metrics_urls": [redact_url(u) for u in metrics],
         "timeout_s": o.timeout_s,
         "tier_sizes": o.tier_sizes,
+        "lmcache": redact_url(o.lmcache) if o.lmcache else None,
     }
 
 
@@ -77,6 +80,8 @@ def run_trace_bench(o: TraceOptions, start_layout: StartLayout | None) -> BenchR
         timeout_s=o.timeout_s,
         config=_config(o, base_url, model, metrics),
         environment=environment(),
+        lmcache=o.lmcache,
+        run_dir=o.run_dir if base_url is not None else None,
     )
     _emit(o, result)
     if failure is not None:

@@ -30,6 +30,8 @@ from kvstack.bench.trace_sizes import (
     lmcache_hierarchy,
     lmcache_levels,
 )
+from kvstack.bench.trace_target import url_layout
+from kvstack.clients import metrics as m
 from kvstack.clients import token_sources as ts
 from kvstack.clients.client import auth_headers, trusts_env
 from kvstack.clients.metrics import scrape_sync
@@ -41,6 +43,7 @@ from kvstack.traces.mooncake import read_trace
 from kvstack.traces.sample import sample_sessions, scale_blocks, session_key, with_requests
 
 UNBOUNDED = 1 << 40
+OFFLOADED = (ts.DRAM, ts.DISK, ts.REMOTE, ts.OFFLOAD)
 
 
 @dataclass(frozen=True)
@@ -177,7 +180,9 @@ def _adapters(layout: Layout, status: dict[str, Any]) -> dict[str, str]:
     return out
 
 
-def measured_tokens(run: ReplayRun, per_request: bool) -> dict[str, float]:
+def measured_tokens(run: ReplayRun, per_request: bool) -> ts.Sources:
+    """Prompt tokens by source over the replay: the rows' own (one request per scrape) summed, else
+    the run's counters, by clients/token_sources.py's one rule either way."""
     if per_request and all(r.recomputed_tokens is not None for r in run.rows):
         keys = {
             ts.RECOMPUTED: "recomputed_tokens",
@@ -187,9 +192,31 @@ def measured_tokens(run: ReplayRun, per_request: bool) -> dict[str, float]:
             ts.REMOTE: "remote_tokens",
             ts.OFFLOAD: "offload_tokens",
         }
-        return {k: float(sum(getattr(r, f) or 0.0 for r in run.rows)) for k, f in keys.items()}
+        tokens = {k: float(sum(getattr(r, f) or 0.0 for r in run.rows)) for k, f in keys.items()}
+        return ts.Sources(tokens, dict(run.derived))
     assert run.first is not None and run.last is not None
-    return ts.by_source(run.first, run.last)
+    return ts.sources(run.first, run.last)
+
+
+def unknown_tiers(layout: Layout, hierarchy: Hierarchy, measured: ts.Sources, connector: bool) -> str | None:
+    """Why the replay cannot be predicted: the server offloads to tiers whose sizes are not known."""
+    levels = {lv.tier for lv in hierarchy.levels}
+    offloaded = {t: v for t, v in measured.tokens.items() if t in OFFLOADED and v > 0}
+    missing = [t for t in offloaded if t not in levels and (t != ts.OFFLOAD or levels <= {ts.ENGINE_CACHE})]
+    if not missing and not (connector and levels <= {ts.ENGINE_CACHE}):
+        return None
+    served = ", ".join(f"{ts.LABELS[t]} {v:,.0f} tokens" for t, v in offloaded.items()) or "a KV connector"
+    head = (
+        f"{layout.name} serves prompt tokens from offload tiers ({served}) whose sizes kvstack cannot read: "
+    )
+    if layout.cache_server_url:
+        return head + f"its cache server {redact_url(layout.cache_server_url)} reports none for them"
+    if layout.plan is not None:
+        return head + f"kvstack sizes LMCache's cache server's tiers, not {layout.plan.connector}'s"
+    return (
+        head + "no --lmcache URL names its cache server and no kvstack serve run serves it "
+        "(give --lmcache URL or the serve run's --run-dir)"
+    )
 
 
 def ideal_prefixes(sent: list[SentRequest], block_tokens: int) -> list[int]:
@@ -254,9 +281,19 @@ def run_layout_replay(
         )
     done = [s for s in shared.sent if s.index in {r.index for r in rows_out}]
     hierarchy = hierarchy_of(layout, run, api_key)
+    measured = measured_tokens(run, args.concurrency == 1)
+    assert run.first is not None and run.last is not None
+    connector = (m.increase(run.first, run.last, m.VLLM_EXTERNAL_QUERIES) or 0.0) > 0
+    why_not = unknown_tiers(layout, hierarchy, measured, connector)
     prediction = predict(layout.name, done, hierarchy, args.block_tokens)
-    compared = comparison(prediction, measured_tokens(run, args.concurrency == 1))
-    compared["ttft"] = _ttft_check(layout, shared, hierarchy, prediction, rows_out, model, api_key)
+    compared = comparison(prediction, measured.tokens, why_not)
+    compared["measured_derived"] = measured.derived
+    compared["measured_from"] = (
+        "each request's counters (one in flight)"
+        if args.concurrency == 1
+        else "the replay's counters, in total"
+    )
+    compared["ttft"] = _ttft_check(layout, shared, hierarchy, prediction, rows_out, model, api_key, why_not)
     return result, rows_out, compared
 
 
@@ -268,9 +305,10 @@ def _ttft_check(
     rows: list[RequestRow],
     model: str,
     api_key: str | None,
+    why_not: str | None = None,
 ) -> dict[str, Any]:
     """The plan's TTFT model, with costs calibrated against this layout, on the requests sent,
-    next to what they measured."""
+    next to what they measured (no prediction where ``why_not`` says the tiers are unknown)."""
     assert shared.blocks is not None and shared.shape is not None
     engine = next((lv for lv in hierarchy.levels if lv.tier == ts.ENGINE_CACHE), None)
     offload = any(lv.tier != ts.ENGINE_CACHE for lv in hierarchy.levels)
@@ -288,7 +326,7 @@ def _ttft_check(
         )
     )
     prompts = [s.prompt_tokens for s in shared.sent if s.index in {r.index for r in rows}]
-    predicted = predicted_ttft(costs, prompts, prediction.per_request)
+    predicted = [] if why_not else predicted_ttft(costs, prompts, prediction.per_request)
     measured = [r.ttft_s for r in rows if r.ok and r.ttft_s is not None]
     return summary(costs, predicted, measured)
 
@@ -311,6 +349,8 @@ def run_trace(
     timeout_s: float,
     config: dict[str, Any],
     environment: dict[str, Any],
+    lmcache: str | None = None,
+    run_dir: Path | None = None,
 ) -> tuple[BenchResult, KvstackError | None]:
     """Replay per layout; the result holds whatever was measured, the error (if any) is returned."""
     args.check()
@@ -320,6 +360,7 @@ def run_trace(
     requests: list[RequestRow] = []
     compared: list[dict[str, Any]] = []
     failure: KvstackError | None = None
+    target_notes: list[str] = []
 
     def keep(res: LayoutResult, out: list[RequestRow], cmp_: dict[str, Any]) -> None:
         layouts.append(res)
@@ -328,7 +369,8 @@ def run_trace(
 
     try:
         if url is not None:
-            layout = Layout("server", url, tuple([url + "/metrics", *metrics_urls]))
+            layout, where = url_layout(url, metrics_urls, lmcache, run_dir)
+            target_notes += where
             res, out, cmp_ = run_layout_replay(
                 layout, rows, args, shared, model=model, api_key=api_key, timeout_s=timeout_s
             )
@@ -348,7 +390,15 @@ def run_trace(
             "requests_sent": len(shared.sent),
             "prompt_tokens": sum(s.prompt_tokens for s in shared.sent),
             "align_tokens": shared.shape.align if shared.shape else None,
-            "notes": shared.notes,
+            "notes": [
+                *target_notes,
+                *shared.notes,
+                *(
+                    f"{c['layout']}: no prediction: {c['no_prediction']}"
+                    for c in compared
+                    if c.get("no_prediction")
+                ),
+            ],
             "unbounded_hit_ratio": _unbounded(shared.sent, args.block_tokens),
             "layouts": compared,
         }
