@@ -10,8 +10,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from kvstack.bench.command import _check_out, _metrics_url, normalize_url, served_model
-from kvstack.bench.report import environment, write_report
+from kvstack.bench.command import _check_out, _metrics_url, normalize_url, raise_on_correctness, served_model
+from kvstack.bench.report import correctness_lines, environment, write_report
 from kvstack.bench.schema import BenchResult
 from kvstack.bench.trace_command import TraceArgs, load_slice, run_trace
 from kvstack.clients import token_sources as ts
@@ -54,6 +54,7 @@ def _config(o: TraceOptions, base_url: str | None, model: str, metrics: list[str
         "timeout_s": o.timeout_s,
         "tier_sizes": o.tier_sizes,
         "lmcache": redact_url(o.lmcache) if o.lmcache else None,
+        "check_correctness": o.replay.check_correctness,
     }
 
 
@@ -86,6 +87,7 @@ def run_trace_bench(o: TraceOptions, start_layout: StartLayout | None) -> BenchR
     _emit(o, result)
     if failure is not None:
         raise failure
+    raise_on_correctness(result)
     if result.requests and not any(r.ok for r in result.requests):
         raise EngineError(
             f"no request of the replay succeeded ({len(result.requests)} failed)",
@@ -173,6 +175,8 @@ def _emit(o: TraceOptions, result: BenchResult) -> None:
         console.print(f"note: {note}", markup=False, highlight=False)
     console.print(ttft_table(result))
     console.print(prediction_table(result))
+    for line in correctness_lines(result):
+        console.print(line, markup=False, highlight=False)
     err = Console(stderr=True)
     for path in written:
         err.print(f"wrote {path}", markup=False, highlight=False)

@@ -17,7 +17,8 @@ from typing import Any
 
 import httpx
 
-from kvstack.bench.schema import BenchResult, LayoutResult, RequestRow
+from kvstack.bench.correctness import Answer, cached_first, check_replayed, engine_of
+from kvstack.bench.schema import BenchResult, CorrectnessResult, LayoutResult, RequestRow
 from kvstack.bench.stats import cache_stats, summarize
 from kvstack.bench.trace_calibrate import calibrate, predicted_ttft, summary
 from kvstack.bench.trace_predict import Prediction, comparison, predict
@@ -57,6 +58,7 @@ class TraceArgs:
     max_output_tokens: int = 16
     concurrency: int = 1
     seed: int = 0
+    check_correctness: int = 0  # replayed requests whose answers a recompute judges
 
     def check(self) -> None:
         if self.time_scale < 0:
@@ -65,6 +67,11 @@ class TraceArgs:
             raise InputError("--max-output-tokens must be at least 1", hint="e.g. --max-output-tokens 16")
         if self.concurrency < 1:
             raise InputError(f"--concurrency must be at least 1, not {self.concurrency}", hint="e.g. 1")
+        if not 0 <= self.check_correctness <= 1000:
+            raise InputError(
+                f"--check-correctness must be between 0 and 1000 requests, not {self.check_correctness}",
+                hint="e.g. --check-correctness 4",
+            )
 
 
 @dataclass
@@ -219,6 +226,14 @@ def unknown_tiers(layout: Layout, hierarchy: Hierarchy, measured: ts.Sources, co
     )
 
 
+def _may_hit(shared: Shared, args: TraceArgs) -> set[int]:
+    """--check-correctness: the requests a cache can serve any of (an unbounded one would)."""
+    if not args.check_correctness:
+        return set()
+    ideal = ideal_prefixes(shared.sent, args.block_tokens)
+    return {s.index for s in shared.sent if ideal[s.index] > 0}
+
+
 def ideal_prefixes(sent: list[SentRequest], block_tokens: int) -> list[int]:
     """Per request, the prompt tokens an unbounded prefix cache holds when it is sent."""
     result = simulate_hierarchy([s.as_trace() for s in sent], [UNBOUNDED], block_tokens=block_tokens)
@@ -254,6 +269,7 @@ def run_layout_replay(
                 layout.name, layout.base_url, layout.metrics_urls, model, shared.sent, shared.blocks,
                 api_key=api_key, concurrency=args.concurrency, timeout_s=timeout_s,
                 check_alive=layout.check_alive, on_row=on_row, run=run,
+                keep_ids=_may_hit(shared, args),
             )
         )  # fmt: skip
         aborted = None
@@ -279,6 +295,10 @@ def run_layout_replay(
             summary=summarize(rows_out),
             cache=cache_stats(first, last) if first is not None and last is not None else cache_stats_empty(),
         )
+    if args.check_correctness:
+        result.correctness = _check_answers(
+            layout, run, rows_out, shared, args.check_correctness, model, api_key, timeout_s
+        )
     done = [s for s in shared.sent if s.index in {r.index for r in rows_out}]
     hierarchy = hierarchy_of(layout, run, api_key)
     measured = measured_tokens(run, args.concurrency == 1)
@@ -295,6 +315,38 @@ def run_layout_replay(
     )
     compared["ttft"] = _ttft_check(layout, shared, hierarchy, prediction, rows_out, model, api_key, why_not)
     return result, rows_out, compared
+
+
+def _check_answers(
+    layout: Layout,
+    run: ReplayRun,
+    rows: list[RequestRow],
+    shared: Shared,
+    k: int,
+    model: str,
+    api_key: str | None,
+    timeout_s: float,
+) -> CorrectnessResult:
+    """--check-correctness: the ``k`` replayed answers the caches served most of, judged by recompute."""
+    assert shared.blocks is not None
+    by_index = {s.index: s for s in shared.sent}
+    answers = [
+        Answer(
+            r.index,
+            shared.blocks.prompt(by_index[r.index]),
+            run.served[r.index],
+            by_index[r.index].output_tokens,
+        )
+        for r in cached_first([r for r in rows if r.index in run.served], k)
+    ]
+    engine = engine_of(layout.plan, run.first)
+    blocks = shared.blocks
+    return asyncio.run(
+        check_replayed(
+            layout.base_url, api_key, engine, model, answers, blocks.pool, blocks.block_tokens, timeout_s,
+            f"{layout.name}'s caches",
+        )
+    )  # fmt: skip
 
 
 def _ttft_check(

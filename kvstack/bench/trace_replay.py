@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
+from kvstack.bench.correctness import CHECKED, CHECKED_LOGPROBS
 from kvstack.bench.schema import RequestRow
 from kvstack.bench.stats import measured
 from kvstack.bench.trace_prompts import BlockTokens, SentRequest
@@ -34,6 +36,8 @@ class ReplayRun:
     last: MetricsSnapshot | None = None
     started_at: float = 0.0
     derived: dict[str, str] = field(default_factory=dict)  # source -> how a row's figure was had
+    # --check-correctness: the answers of the requests asked for their token ids, by request index.
+    served: dict[int, RequestResult] = field(default_factory=dict)
 
 
 def _row(
@@ -76,8 +80,12 @@ async def replay(
     check_alive: Callable[[], None] | None = None,
     on_row: Callable[[RequestRow], None] | None = None,
     run: ReplayRun | None = None,
+    keep_ids: Collection[int] = (),
 ) -> ReplayRun:
-    """Send ``sent`` on its schedule; rows land in ``run`` as they finish (kept if interrupted)."""
+    """Send ``sent`` on its schedule; rows land in ``run`` as they finish (kept if interrupted).
+    The requests whose index is in ``keep_ids`` ask for their token ids and log-probabilities (as
+    bench/correctness.py's checked requests do), and their answers are kept in ``run.served`` for
+    --check-correctness."""
     run = run if run is not None else ReplayRun()
     per_request = concurrency == 1
     free = asyncio.Semaphore(concurrency)
@@ -92,9 +100,24 @@ async def replay(
         async def one(req: SentRequest) -> None:
             try:
                 try:
+                    keep = req.index in keep_ids
                     res = await client.completion(
-                        model, blocks.prompt(req), req.output_tokens, api_key=api_key, timeout_s=timeout_s
+                        model,
+                        blocks.prompt(req),
+                        req.output_tokens,
+                        api_key=api_key,
+                        timeout_s=timeout_s,
+                        extra_body=CHECKED if keep else None,
+                        logprobs=CHECKED_LOGPROBS if keep else None,
                     )
+                    if keep:
+                        slim: dict[str, Any] = {
+                            "itl_s": [],
+                            "prompt_token_ids": None,
+                            "tokens": [],
+                            "top_logprobs": [],
+                        }
+                        run.served[req.index] = res.model_copy(update=slim)
                 except Exception as exc:  # a row, never an exception (as bench's runner)
                     res = RequestResult(
                         start_time=time.time(), error=f"client error: {type(exc).__name__}: {exc}"

@@ -80,7 +80,8 @@ def register(app: typer.Typer) -> None:
             0,
             "--check-correctness",
             help="After each layout: generate K of the last round's prompts greedily as served from "
-            "cache and recomputed (a fresh cache_salt), and compare the tokens",
+            "cache (--trace: K of the replayed answers the caches served most of) and have a recompute "
+            "score every token, in the engine's own request; a token outside its margin fails (exit 1)",
             metavar="K",
         ),
         out: Path | None = typer.Option(
@@ -240,6 +241,7 @@ def register(app: typer.Typer) -> None:
                         max_output_tokens=max_output_tokens,
                         concurrency=concurrency or 1,
                         seed=seed,
+                        check_correctness=check_correctness,
                     ),
                     url=url,
                     model=model,
