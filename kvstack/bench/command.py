@@ -232,7 +232,7 @@ def run_bench(args: BenchArgs, start_layout: StartLayout | None = None) -> Bench
     _emit(args, result)
     if failure is not None:
         raise failure
-    _check_correctness(result)
+    raise_on_correctness(result)
     if result.requests and not any(r.ok for r in result.requests):
         kinds = result.layouts[0].summary.error_kinds if result.layouts else {}
         top = next(iter(kinds), "unknown error")
@@ -245,7 +245,7 @@ def run_bench(args: BenchArgs, start_layout: StartLayout | None = None) -> Bench
     return result
 
 
-def _check_correctness(result: BenchResult) -> None:
+def raise_on_correctness(result: BenchResult) -> None:
     """--check-correctness: a cached answer that is not recompute's, or could not be checked, fails."""
     for lay in result.layouts:
         c = lay.correctness

@@ -172,6 +172,8 @@ def correctness_lines(result: BenchResult) -> list[str]:
         )
         counts = ((c.failed, "FAILED"), (c.unknown, "NOT CHECKED"))
         lines.append(line + "".join(f", {n} {what}" for n, what in counts if n))
+        if c.summary:
+            lines.append(f"{lay.name}:   {c.summary}")
         if c.noise_floor is not None:
             lines.append(f"{lay.name}:   {c.noise_floor.line()}")
         lines += [f"{lay.name}:   request {x.request}: {x.detail}" for x in c.checks if x.verdict != "pass"][

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 
 import httpx
 
-from kvstack.bench.correctness import check_correctness
+from kvstack.bench.correctness import check_correctness, engine_of
 from kvstack.bench.schema import CacheStats, CorrectnessResult, LayoutResult, RequestRow, RoundResult
 from kvstack.bench.stats import cache_stats, measured, summarize
 from kvstack.bench.workloads import BenchRequest, RequestSet
@@ -300,8 +300,9 @@ async def run_layout(
         ):
             await _rounds(layout, workload, opts, cur, client, scraper, on_progress)
             if opts.check_correctness:
+                engine = engine_of(layout.plan, cur.snapshots[0] if cur.snapshots else None)
                 cur.correctness = await check_correctness(
-                    client, workload, opts.model, opts.api_key, opts.timeout_s, opts.check_correctness
+                    client, workload, opts.model, opts.api_key, opts.timeout_s, opts.check_correctness, engine
                 )
         aborted = None
     except KvstackError as exc:

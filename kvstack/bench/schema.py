@@ -114,6 +114,8 @@ class CacheStats(BaseModel):
     # Prompt tokens by where they came from: recomputed, engine_cache, dram, disk, remote, offload
     # (clients/token_sources.py; the same figures `kvstack top` shows). The prompt_sources plot.
     tokens_by_source: dict[str, float] = Field(default_factory=dict)
+    # The figures of tokens_by_source not read off their tier's own counter, and how they were had.
+    tokens_by_source_derived: dict[str, str] = Field(default_factory=dict)
     sglang_tokens_by_mode: dict[str, float] = Field(default_factory=dict)
     scrape_errors: list[str] = Field(default_factory=list)
 
@@ -138,9 +140,12 @@ class CorrectnessResult(BaseModel):
     unknown: int
     checks: list[CorrectnessCheck] = Field(default_factory=list)
     noise_floor: NoiseFloor | None = None  # measured on the same prompts led by a fresh nonce
+    summary: str = ""  # validation's evidence line for these checks (validation/correctness.py)
 
     @classmethod
-    def of(cls, checks: list[CorrectnessCheck], noise: NoiseFloor | None = None) -> CorrectnessResult:
+    def of(
+        cls, checks: list[CorrectnessCheck], noise: NoiseFloor | None = None, summary: str = ""
+    ) -> CorrectnessResult:
         def count(v: str) -> int:
             return sum(c.verdict == v for c in checks)
 
@@ -151,6 +156,7 @@ class CorrectnessResult(BaseModel):
             unknown=count("unknown"),
             checks=checks,
             noise_floor=noise,
+            summary=summary,
         )
 
     def first_problem(self) -> CorrectnessCheck | None:

@@ -168,7 +168,8 @@ def cache_stats(before: MetricsSnapshot, after: MetricsSnapshot) -> CacheStats:
     # SGLang (python/sglang/srt/metrics/collector.py): mode=input is what was computed.
     stats.sglang_tokens_by_mode = d.by_label(m.SGLANG_EFFECTIVE_TOKENS, "mode", SGLANG_MODES)
     stats.token_hit_rate = _headline_hit_rate(stats)
-    stats.tokens_by_source = token_sources.by_source(before, after)
+    split = token_sources.sources(before, after)
+    stats.tokens_by_source, stats.tokens_by_source_derived = split.tokens, split.derived
     return stats
 
 

@@ -5,16 +5,26 @@ Unique prompts (token blocks under hash ids no trace uses: negative ones) at a f
 the cost of a miss; each sent again gives the cost of a prompt the engine holds whole. On an
 offload layout, one prompt is then pushed out of the engine's pool by other unique prompts (more
 tokens than the pool holds) and sent again: the offload tier's DRAM serves it, which gives the
-fetch cost per token. Run after the replay, so the replay's hit ratios are not disturbed.
+fetch cost per token, but only where the counters say so: the servers' counters are read around
+that request (clients/token_sources.py's one rule, per request), and a sample the DRAM tier did
+not serve whole (L1 had evicted it too, so disk served it; or part was recomputed) is discarded,
+and the costs' source says why. Run after the replay, so the replay's hit ratios are not disturbed.
 """
 
 from __future__ import annotations
 
+import asyncio
 import math
+import time
+from collections.abc import Sequence
 from typing import Any
+
+import httpx
 
 from kvstack.bench.trace_prompts import BlockTokens
 from kvstack.clients import token_sources as ts
+from kvstack.clients.client import make_client
+from kvstack.clients.metrics import MetricsSnapshot, scrape
 from kvstack.clients.streaming import StreamClient
 from kvstack.errors import EngineError
 from kvstack.planning.served_ttft import ServedCosts, fit_costs
@@ -66,15 +76,19 @@ async def calibrate(
     api_key: str | None,
     max_prompt: int,
     engine_pool_tokens: int | None,
+    metrics_urls: Sequence[str] = (),
+    align: int = 1,
 ) -> ServedCosts:
     """The layout's costs; ``engine_pool_tokens`` (the engine's prefix cache, in tokens) only for
-    an offload layout, whose DRAM fetch is measured too."""
+    an offload layout, whose DRAM fetch is measured too (read from ``metrics_urls``; prompts are
+    held in whole units of ``align`` tokens)."""
     prompts = _Prompts(blocks)
     lengths = calibration_lengths(max_prompt)
     hits: list[float] = []
     misses: list[tuple[int, float]] = []
     fetched: list[tuple[str, int, float]] = []
-    async with StreamClient(base_url, 2) as client:
+    fetch_note = ""
+    async with StreamClient(base_url, 2) as client, make_client(base_url, max_connections=2) as scraper:
         await _ttft(client, model, prompts.unique(64), api_key)  # warm the path (first-request costs)
         longest: list[int] = []
         for _ in range(REPEATS):
@@ -89,12 +103,54 @@ async def calibrate(
             while flushed <= engine_pool_tokens:
                 await _ttft(client, model, prompts.unique(lengths[-1]), api_key)
                 flushed += lengths[-1]
-            fetched.append((ts.DRAM, len(longest), await _ttft(client, model, longest, api_key)))
+            before = await _counted(scraper, metrics_urls, api_key, None, 0)
+            seconds = await _ttft(client, model, longest, api_key)
+            after = await _counted(scraper, metrics_urls, api_key, before, len(longest))
+            sources = ts.by_source(before, after, one_request=True)
+            fetch_note = dram_fetch_problem(sources, len(longest), align)
+            if not fetch_note:
+                fetched.append((ts.DRAM, round(sources[ts.DRAM]), seconds))
     source = (
         f"measured on the served layout: {len(misses)} unique prompts of {', '.join(map(str, lengths))} "
-        f"tokens, each sent again" + (", one fetched back from the offload tier's DRAM" if fetched else "")
+        f"tokens, each sent again"
+        + (", one fetched back from the offload tier's DRAM" if fetched else "")
+        + (f"; the DRAM fetch sample was discarded: {fetch_note}" if fetch_note else "")
     )
     return fit_costs(hits, misses, fetched, source)
+
+
+def dram_fetch_problem(sources: dict[str, float], prompt: int, align: int) -> str:
+    """Why a request is no sample of the DRAM tier's fetch ("" when it is): the DRAM tier must have
+    served it, nothing below DRAM any of it, and no more than one unit of ``align`` tokens recomputed."""
+    if not sources:
+        return "the counters do not say where its tokens came from"
+    below = {t: v for t, v in sources.items() if t in (ts.DISK, ts.REMOTE, ts.OFFLOAD) and v > 0}
+    shown = ", ".join(f"{ts.LABELS[t]} {v:,.0f}" for t, v in sources.items() if v > 0)
+    if below or not sources.get(ts.DRAM):
+        return f"the counters say DRAM did not serve it ({shown} of {prompt:,} tokens)"
+    if sources.get(ts.RECOMPUTED, 0.0) > max(align, 1):
+        return f"part of it was recomputed ({shown} of {prompt:,} tokens)"
+    return ""
+
+
+async def _counted(
+    scraper: httpx.AsyncClient,
+    urls: Sequence[str],
+    api_key: str | None,
+    before: MetricsSnapshot | None,
+    prompt: int,
+    wait_s: float = 2.0,
+) -> MetricsSnapshot:
+    """A scrape; after a request (``before`` given), once the engine has counted its ``prompt``
+    tokens (engines update their counters just after the response), or after ``wait_s``."""
+    snap = await scrape(scraper, urls, api_key)
+    deadline = time.monotonic() + wait_s
+    while before is not None and time.monotonic() < deadline:
+        if sum(ts.by_source(before, snap).values()) >= prompt:
+            break
+        await asyncio.sleep(0.05)
+        snap = await scrape(scraper, urls, api_key)
+    return snap
 
 
 def predicted_ttft(costs: ServedCosts, prompts: list[int], per_request: dict[str, list[int]]) -> list[float]:

@@ -10,8 +10,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from kvstack.bench.command import _check_out, _metrics_url, normalize_url, served_model
-from kvstack.bench.report import environment, write_report
+from kvstack.bench.command import _check_out, _metrics_url, normalize_url, raise_on_correctness, served_model
+from kvstack.bench.report import correctness_lines, environment, write_report
 from kvstack.bench.schema import BenchResult
 from kvstack.bench.trace_command import TraceArgs, load_slice, run_trace
 from kvstack.clients import token_sources as ts
@@ -36,6 +36,8 @@ class TraceOptions:
     out: Path | None = None
     as_json: bool = False
     tier_sizes: dict[str, int | None] = field(default_factory=dict)
+    lmcache: str | None = None  # --url: LMCache's cache server, as validate and top take it
+    run_dir: Path | None = None  # --url: the kvstack serve run behind it (default: the newest serving it)
 
 
 def _config(o: TraceOptions, base_url: str | None, model: str, metrics: list[str]) -> dict[str, Any]:
@@ -51,6 +53,8 @@ def _config(o: TraceOptions, base_url: str | None, model: str, metrics: list[str
         "metrics_urls": [redact_url(u) for u in metrics],
         "timeout_s": o.timeout_s,
         "tier_sizes": o.tier_sizes,
+        "lmcache": redact_url(o.lmcache) if o.lmcache else None,
+        "check_correctness": o.replay.check_correctness,
     }
 
 
@@ -77,10 +81,13 @@ def run_trace_bench(o: TraceOptions, start_layout: StartLayout | None) -> BenchR
         timeout_s=o.timeout_s,
         config=_config(o, base_url, model, metrics),
         environment=environment(),
+        lmcache=o.lmcache,
+        run_dir=o.run_dir if base_url is not None else None,
     )
     _emit(o, result)
     if failure is not None:
         raise failure
+    raise_on_correctness(result)
     if result.requests and not any(r.ok for r in result.requests):
         raise EngineError(
             f"no request of the replay succeeded ({len(result.requests)} failed)",
@@ -168,6 +175,8 @@ def _emit(o: TraceOptions, result: BenchResult) -> None:
         console.print(f"note: {note}", markup=False, highlight=False)
     console.print(ttft_table(result))
     console.print(prediction_table(result))
+    for line in correctness_lines(result):
+        console.print(line, markup=False, highlight=False)
     err = Console(stderr=True)
     for path in written:
         err.print(f"wrote {path}", markup=False, highlight=False)

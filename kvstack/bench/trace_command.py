@@ -17,7 +17,8 @@ from typing import Any
 
 import httpx
 
-from kvstack.bench.schema import BenchResult, LayoutResult, RequestRow
+from kvstack.bench.correctness import Answer, cached_first, check_replayed, engine_of
+from kvstack.bench.schema import BenchResult, CorrectnessResult, LayoutResult, RequestRow
 from kvstack.bench.stats import cache_stats, summarize
 from kvstack.bench.trace_calibrate import calibrate, predicted_ttft, summary
 from kvstack.bench.trace_predict import Prediction, comparison, predict
@@ -30,6 +31,8 @@ from kvstack.bench.trace_sizes import (
     lmcache_hierarchy,
     lmcache_levels,
 )
+from kvstack.bench.trace_target import url_layout
+from kvstack.clients import metrics as m
 from kvstack.clients import token_sources as ts
 from kvstack.clients.client import auth_headers, trusts_env
 from kvstack.clients.metrics import scrape_sync
@@ -41,6 +44,7 @@ from kvstack.traces.mooncake import read_trace
 from kvstack.traces.sample import sample_sessions, scale_blocks, session_key, with_requests
 
 UNBOUNDED = 1 << 40
+OFFLOADED = (ts.DRAM, ts.DISK, ts.REMOTE, ts.OFFLOAD)
 
 
 @dataclass(frozen=True)
@@ -54,6 +58,7 @@ class TraceArgs:
     max_output_tokens: int = 16
     concurrency: int = 1
     seed: int = 0
+    check_correctness: int = 0  # replayed requests whose answers a recompute judges
 
     def check(self) -> None:
         if self.time_scale < 0:
@@ -62,6 +67,11 @@ class TraceArgs:
             raise InputError("--max-output-tokens must be at least 1", hint="e.g. --max-output-tokens 16")
         if self.concurrency < 1:
             raise InputError(f"--concurrency must be at least 1, not {self.concurrency}", hint="e.g. 1")
+        if not 0 <= self.check_correctness <= 1000:
+            raise InputError(
+                f"--check-correctness must be between 0 and 1000 requests, not {self.check_correctness}",
+                hint="e.g. --check-correctness 4",
+            )
 
 
 @dataclass
@@ -177,7 +187,9 @@ def _adapters(layout: Layout, status: dict[str, Any]) -> dict[str, str]:
     return out
 
 
-def measured_tokens(run: ReplayRun, per_request: bool) -> dict[str, float]:
+def measured_tokens(run: ReplayRun, per_request: bool) -> ts.Sources:
+    """Prompt tokens by source over the replay: the rows' own (one request per scrape) summed, else
+    the run's counters, by clients/token_sources.py's one rule either way."""
     if per_request and all(r.recomputed_tokens is not None for r in run.rows):
         keys = {
             ts.RECOMPUTED: "recomputed_tokens",
@@ -187,9 +199,39 @@ def measured_tokens(run: ReplayRun, per_request: bool) -> dict[str, float]:
             ts.REMOTE: "remote_tokens",
             ts.OFFLOAD: "offload_tokens",
         }
-        return {k: float(sum(getattr(r, f) or 0.0 for r in run.rows)) for k, f in keys.items()}
+        tokens = {k: float(sum(getattr(r, f) or 0.0 for r in run.rows)) for k, f in keys.items()}
+        return ts.Sources(tokens, dict(run.derived))
     assert run.first is not None and run.last is not None
-    return ts.by_source(run.first, run.last)
+    return ts.sources(run.first, run.last)
+
+
+def unknown_tiers(layout: Layout, hierarchy: Hierarchy, measured: ts.Sources, connector: bool) -> str | None:
+    """Why the replay cannot be predicted: the server offloads to tiers whose sizes are not known."""
+    levels = {lv.tier for lv in hierarchy.levels}
+    offloaded = {t: v for t, v in measured.tokens.items() if t in OFFLOADED and v > 0}
+    missing = [t for t in offloaded if t not in levels and (t != ts.OFFLOAD or levels <= {ts.ENGINE_CACHE})]
+    if not missing and not (connector and levels <= {ts.ENGINE_CACHE}):
+        return None
+    served = ", ".join(f"{ts.LABELS[t]} {v:,.0f} tokens" for t, v in offloaded.items()) or "a KV connector"
+    head = (
+        f"{layout.name} serves prompt tokens from offload tiers ({served}) whose sizes kvstack cannot read: "
+    )
+    if layout.cache_server_url:
+        return head + f"its cache server {redact_url(layout.cache_server_url)} reports none for them"
+    if layout.plan is not None:
+        return head + f"kvstack sizes LMCache's cache server's tiers, not {layout.plan.connector}'s"
+    return (
+        head + "no --lmcache URL names its cache server and no kvstack serve run serves it "
+        "(give --lmcache URL or the serve run's --run-dir)"
+    )
+
+
+def _may_hit(shared: Shared, args: TraceArgs) -> set[int]:
+    """--check-correctness: the requests a cache can serve any of (an unbounded one would)."""
+    if not args.check_correctness:
+        return set()
+    ideal = ideal_prefixes(shared.sent, args.block_tokens)
+    return {s.index for s in shared.sent if ideal[s.index] > 0}
 
 
 def ideal_prefixes(sent: list[SentRequest], block_tokens: int) -> list[int]:
@@ -227,6 +269,7 @@ def run_layout_replay(
                 layout.name, layout.base_url, layout.metrics_urls, model, shared.sent, shared.blocks,
                 api_key=api_key, concurrency=args.concurrency, timeout_s=timeout_s,
                 check_alive=layout.check_alive, on_row=on_row, run=run,
+                keep_ids=_may_hit(shared, args),
             )
         )  # fmt: skip
         aborted = None
@@ -252,12 +295,58 @@ def run_layout_replay(
             summary=summarize(rows_out),
             cache=cache_stats(first, last) if first is not None and last is not None else cache_stats_empty(),
         )
+    if args.check_correctness:
+        result.correctness = _check_answers(
+            layout, run, rows_out, shared, args.check_correctness, model, api_key, timeout_s
+        )
     done = [s for s in shared.sent if s.index in {r.index for r in rows_out}]
     hierarchy = hierarchy_of(layout, run, api_key)
+    measured = measured_tokens(run, args.concurrency == 1)
+    assert run.first is not None and run.last is not None
+    connector = (m.increase(run.first, run.last, m.VLLM_EXTERNAL_QUERIES) or 0.0) > 0
+    why_not = unknown_tiers(layout, hierarchy, measured, connector)
     prediction = predict(layout.name, done, hierarchy, args.block_tokens)
-    compared = comparison(prediction, measured_tokens(run, args.concurrency == 1))
-    compared["ttft"] = _ttft_check(layout, shared, hierarchy, prediction, rows_out, model, api_key)
+    compared = comparison(prediction, measured.tokens, why_not)
+    compared["measured_derived"] = measured.derived
+    compared["measured_from"] = (
+        "each request's counters (one in flight)"
+        if args.concurrency == 1
+        else "the replay's counters, in total"
+    )
+    compared["ttft"] = _ttft_check(layout, shared, hierarchy, prediction, rows_out, model, api_key, why_not)
     return result, rows_out, compared
+
+
+def _check_answers(
+    layout: Layout,
+    run: ReplayRun,
+    rows: list[RequestRow],
+    shared: Shared,
+    k: int,
+    model: str,
+    api_key: str | None,
+    timeout_s: float,
+) -> CorrectnessResult:
+    """--check-correctness: the ``k`` replayed answers the caches served most of, judged by recompute."""
+    assert shared.blocks is not None
+    by_index = {s.index: s for s in shared.sent}
+    answers = [
+        Answer(
+            r.index,
+            shared.blocks.prompt(by_index[r.index]),
+            run.served[r.index],
+            by_index[r.index].output_tokens,
+        )
+        for r in cached_first([r for r in rows if r.index in run.served], k)
+    ]
+    engine = engine_of(layout.plan, run.first)
+    blocks = shared.blocks
+    return asyncio.run(
+        check_replayed(
+            layout.base_url, api_key, engine, model, answers, blocks.pool, blocks.block_tokens, timeout_s,
+            f"{layout.name}'s caches",
+        )
+    )  # fmt: skip
 
 
 def _ttft_check(
@@ -268,9 +357,10 @@ def _ttft_check(
     rows: list[RequestRow],
     model: str,
     api_key: str | None,
+    why_not: str | None = None,
 ) -> dict[str, Any]:
     """The plan's TTFT model, with costs calibrated against this layout, on the requests sent,
-    next to what they measured."""
+    next to what they measured (no prediction where ``why_not`` says the tiers are unknown)."""
     assert shared.blocks is not None and shared.shape is not None
     engine = next((lv for lv in hierarchy.levels if lv.tier == ts.ENGINE_CACHE), None)
     offload = any(lv.tier != ts.ENGINE_CACHE for lv in hierarchy.levels)
@@ -283,10 +373,12 @@ def _ttft_check(
             api_key=api_key,
             max_prompt=shared.shape.max_prompt_tokens,
             engine_pool_tokens=pool if offload else None,
+            metrics_urls=layout.metrics_urls,
+            align=shared.shape.align,
         )
     )
     prompts = [s.prompt_tokens for s in shared.sent if s.index in {r.index for r in rows}]
-    predicted = predicted_ttft(costs, prompts, prediction.per_request)
+    predicted = [] if why_not else predicted_ttft(costs, prompts, prediction.per_request)
     measured = [r.ttft_s for r in rows if r.ok and r.ttft_s is not None]
     return summary(costs, predicted, measured)
 
@@ -309,6 +401,8 @@ def run_trace(
     timeout_s: float,
     config: dict[str, Any],
     environment: dict[str, Any],
+    lmcache: str | None = None,
+    run_dir: Path | None = None,
 ) -> tuple[BenchResult, KvstackError | None]:
     """Replay per layout; the result holds whatever was measured, the error (if any) is returned."""
     args.check()
@@ -318,6 +412,7 @@ def run_trace(
     requests: list[RequestRow] = []
     compared: list[dict[str, Any]] = []
     failure: KvstackError | None = None
+    target_notes: list[str] = []
 
     def keep(res: LayoutResult, out: list[RequestRow], cmp_: dict[str, Any]) -> None:
         layouts.append(res)
@@ -326,7 +421,8 @@ def run_trace(
 
     try:
         if url is not None:
-            layout = Layout("server", url, tuple([url + "/metrics", *metrics_urls]))
+            layout, where = url_layout(url, metrics_urls, lmcache, run_dir)
+            target_notes += where
             res, out, cmp_ = run_layout_replay(
                 layout, rows, args, shared, model=model, api_key=api_key, timeout_s=timeout_s
             )
@@ -346,7 +442,15 @@ def run_trace(
             "requests_sent": len(shared.sent),
             "prompt_tokens": sum(s.prompt_tokens for s in shared.sent),
             "align_tokens": shared.shape.align if shared.shape else None,
-            "notes": shared.notes,
+            "notes": [
+                *target_notes,
+                *shared.notes,
+                *(
+                    f"{c['layout']}: no prediction: {c['no_prediction']}"
+                    for c in compared
+                    if c.get("no_prediction")
+                ),
+            ],
             "unbounded_hit_ratio": _unbounded(shared.sent, args.block_tokens),
             "layouts": compared,
         }

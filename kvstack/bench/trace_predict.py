@@ -18,7 +18,7 @@ from kvstack.bench.trace_sizes import Hierarchy
 from kvstack.clients import token_sources as ts
 from kvstack.planning.capacity import simulate_hierarchy
 
-TIERS: tuple[str, ...] = (ts.ENGINE_CACHE, ts.DRAM, ts.DISK, ts.REMOTE, ts.RECOMPUTED)
+TIERS: tuple[str, ...] = (ts.ENGINE_CACHE, ts.DRAM, ts.DISK, ts.REMOTE, ts.OFFLOAD, ts.RECOMPUTED)
 
 
 @dataclass(frozen=True)
@@ -50,14 +50,20 @@ class Prediction:
     predicted_tokens: dict[str, int] = field(default_factory=dict)
     per_request: dict[str, list[int]] = field(default_factory=dict)  # tier -> tokens per sent request
 
-    def rows(self, measured_tokens: dict[str, float], measured_total: float) -> list[TierRow]:
+    def rows(
+        self, measured_tokens: dict[str, float], measured_total: float, predicted: bool = True
+    ) -> list[TierRow]:
+        """A row per tier simulated or measured (a tier only measured has no predicted share)."""
         out: list[TierRow] = []
         for tier in TIERS:
-            if tier not in self.predicted_tokens:
+            simulated = predicted and tier in self.predicted_tokens
+            if not simulated and not measured_tokens.get(tier):
                 continue
-            predicted = self.predicted_tokens[tier] / self.prompt_tokens if self.prompt_tokens else None
+            share = (
+                self.predicted_tokens[tier] / self.prompt_tokens if simulated and self.prompt_tokens else None
+            )
             measured = measured_tokens.get(tier, 0.0) / measured_total if measured_total > 0 else None
-            out.append(TierRow(tier, predicted, measured))
+            out.append(TierRow(tier, share, measured))
         return out
 
 
@@ -81,18 +87,25 @@ def predict(layout: str, sent: Sequence[SentRequest], hierarchy: Hierarchy, bloc
     return Prediction(layout, hierarchy, total, tokens, per_request)
 
 
-def comparison(prediction: Prediction, measured_tokens: dict[str, float]) -> dict[str, Any]:
-    """results.json's per-layout comparison: sizes simulated, both columns, the gap per tier."""
+def comparison(
+    prediction: Prediction, measured_tokens: dict[str, float], no_prediction: str | None = None
+) -> dict[str, Any]:
+    """results.json's per-layout comparison: sizes simulated, both columns, the gap per tier.
+    ``no_prediction``: why the simulation cannot stand for this layout (its tiers are unknown):
+    the measured column alone, and the reason."""
     total = sum(measured_tokens.values())
-    rows = prediction.rows(measured_tokens, total)
+    rows = prediction.rows(measured_tokens, total, predicted=no_prediction is None)
     gaps = [abs(r.gap_points) for r in rows if r.gap_points is not None]
-    return {
+    out = {
         "layout": prediction.layout,
         "hierarchy": prediction.hierarchy.to_dict(),
         "prompt_tokens_sent": prediction.prompt_tokens,
         "prompt_tokens_measured": total,
-        "predicted_tokens": prediction.predicted_tokens,
+        "predicted_tokens": prediction.predicted_tokens if no_prediction is None else {},
         "measured_tokens": measured_tokens,
         "tiers": [r.to_dict() for r in rows],
         "max_gap_points": max(gaps) if gaps else None,
     }
+    if no_prediction is not None:
+        out["no_prediction"] = no_prediction
+    return out

@@ -4,31 +4,29 @@ Requests go out in trace order at ``arrival_s`` (the trace's timestamps x --time
 ``concurrency`` in flight. With one in flight (the default) the counters are scraped after every
 request, so each row says where its prompt tokens came from; with more, only the run's totals do.
 
-Sources per request (vLLM): ``prompt_tokens_by_source`` gives recomputed, engine-cache and
-offloaded tokens. Which offload tier served them is read from LMCache's lookup counters: its L2
-hit tokens are tokens L1 lacked, so the disk/remote share is ``min(offloaded, L2 hits)`` (split
-over the L2 adapters by their loads) and the rest came from DRAM. LMCache's L1 counter is not
-used for the split: its lookups cover the whole prefix, the part the engine already held too.
+Sources per request: clients/token_sources.py's one rule over the two scrapes around the request
+(``one_request``: LMCache's L1 count is cleared of the prefix the engine held itself, so each tier's
+tokens come from its own counter). Figures the rule derives rather than reads are collected in
+``ReplayRun.derived``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
+from kvstack.bench.correctness import CHECKED, CHECKED_LOGPROBS
 from kvstack.bench.schema import RequestRow
 from kvstack.bench.stats import measured
 from kvstack.bench.trace_prompts import BlockTokens, SentRequest
-from kvstack.clients import metrics as m
 from kvstack.clients import token_sources as ts
 from kvstack.clients.client import make_client
 from kvstack.clients.metrics import MetricsSnapshot, scrape
 from kvstack.clients.streaming import RequestResult, StreamClient
 from kvstack.errors import KvstackError
-
-LMCACHE_ADAPTER_TIERS = {"fs": ts.DISK, "fs_native": ts.DISK, "resp": ts.REMOTE, "redis": ts.REMOTE}
 
 
 @dataclass
@@ -37,46 +35,9 @@ class ReplayRun:
     first: MetricsSnapshot | None = None
     last: MetricsSnapshot | None = None
     started_at: float = 0.0
-
-
-def request_sources(before: MetricsSnapshot, after: MetricsSnapshot) -> dict[str, float]:
-    """Prompt tokens of the request(s) between two scrapes, by source (see the module doc)."""
-    delta, label_values = ts.snapshot_accessors(before, after)
-    src = m.VLLM_PROMPT_TOKENS_BY_SOURCE
-    if not label_values(src, "source"):
-        return ts.prompt_tokens_by_source(delta, label_values)  # SGLang and others: their own split
-    out = {
-        ts.RECOMPUTED: delta(src, source="local_compute") or 0.0,
-        ts.ENGINE_CACHE: delta(src, source="local_cache_hit") or 0.0,
-    }
-    external = sum(
-        delta(src, source=s) or 0.0
-        for s in label_values(src, "source")
-        if s not in ("local_compute", "local_cache_hit")
-    )
-    if external <= 0:
-        return out
-    l2 = delta(m.LMCACHE_MP_L2_HIT_TOKENS) or 0.0
-    if l2 <= 0 and (delta(m.LMCACHE_MP_L1_HIT_TOKENS) or 0.0) <= 0:
-        for tier, tokens in ts.prompt_tokens_by_source(delta, label_values).items():
-            if tier not in (ts.RECOMPUTED, ts.ENGINE_CACHE):
-                out[tier] = tokens  # native offload and others: token_sources' split
-        return out
-    below = min(external, l2)
-    loads = {
-        LMCACHE_ADAPTER_TIERS.get(name, ts.OFFLOAD): delta(m.LMCACHE_MP_L2_LOADS, l2_name=name) or 0.0
-        for name in label_values(m.LMCACHE_MP_L2_LOADS, "l2_name")
-    }
-    weight = sum(loads.values())
-    if below > 0:
-        if weight > 0:
-            for tier, w in loads.items():
-                if w > 0:
-                    out[tier] = out.get(tier, 0.0) + below * w / weight
-        else:
-            out[ts.OFFLOAD] = below
-    out[ts.DRAM] = external - below
-    return out
+    derived: dict[str, str] = field(default_factory=dict)  # source -> how a row's figure was had
+    # --check-correctness: the answers of the requests asked for their token ids, by request index.
+    served: dict[int, RequestResult] = field(default_factory=dict)
 
 
 def _row(
@@ -119,8 +80,12 @@ async def replay(
     check_alive: Callable[[], None] | None = None,
     on_row: Callable[[RequestRow], None] | None = None,
     run: ReplayRun | None = None,
+    keep_ids: Collection[int] = (),
 ) -> ReplayRun:
-    """Send ``sent`` on its schedule; rows land in ``run`` as they finish (kept if interrupted)."""
+    """Send ``sent`` on its schedule; rows land in ``run`` as they finish (kept if interrupted).
+    The requests whose index is in ``keep_ids`` ask for their token ids and log-probabilities (as
+    bench/correctness.py's checked requests do), and their answers are kept in ``run.served`` for
+    --check-correctness."""
     run = run if run is not None else ReplayRun()
     per_request = concurrency == 1
     free = asyncio.Semaphore(concurrency)
@@ -135,9 +100,24 @@ async def replay(
         async def one(req: SentRequest) -> None:
             try:
                 try:
+                    keep = req.index in keep_ids
                     res = await client.completion(
-                        model, blocks.prompt(req), req.output_tokens, api_key=api_key, timeout_s=timeout_s
+                        model,
+                        blocks.prompt(req),
+                        req.output_tokens,
+                        api_key=api_key,
+                        timeout_s=timeout_s,
+                        extra_body=CHECKED if keep else None,
+                        logprobs=CHECKED_LOGPROBS if keep else None,
                     )
+                    if keep:
+                        slim: dict[str, Any] = {
+                            "itl_s": [],
+                            "prompt_token_ids": None,
+                            "tokens": [],
+                            "top_logprobs": [],
+                        }
+                        run.served[req.index] = res.model_copy(update=slim)
                 except Exception as exc:  # a row, never an exception (as bench's runner)
                     res = RequestResult(
                         start_time=time.time(), error=f"client error: {type(exc).__name__}: {exc}"
@@ -146,7 +126,9 @@ async def replay(
                 if per_request:
                     after = await scrape(scraper, metrics_urls, api_key)
                     assert run.last is not None
-                    sources = request_sources(run.last, after)
+                    split = ts.sources(run.last, after, one_request=True)
+                    sources = split.tokens
+                    run.derived.update(split.derived)
                     run.last = after
                 row = _row(layout, req, res, run.started_at, sources)
                 run.rows.append(row)

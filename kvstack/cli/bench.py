@@ -80,7 +80,8 @@ def register(app: typer.Typer) -> None:
             0,
             "--check-correctness",
             help="After each layout: generate K of the last round's prompts greedily as served from "
-            "cache and recomputed (a fresh cache_salt), and compare the tokens",
+            "cache (--trace: K of the replayed answers the caches served most of) and have a recompute "
+            "score every token, in the engine's own request; a token outside its margin fails (exit 1)",
             metavar="K",
         ),
         out: Path | None = typer.Option(
@@ -93,7 +94,20 @@ def register(app: typer.Typer) -> None:
         context: opt.Context = None,
         port: int = typer.Option(8000, "--port", help="Without --url: the port of the server it starts"),
         cache_dir: opt.CacheDir = None,
-        run_dir: Path | None = typer.Option(None, "--run-dir", help="Without --url: logs of each layout"),
+        run_dir: Path | None = typer.Option(
+            None,
+            "--run-dir",
+            help="Without --url: where each layout's logs go; --trace with --url: the kvstack serve run "
+            "behind it, whose tiers the replay predicts (default: the newest run serving --url)",
+        ),
+        lmcache: str | None = typer.Option(
+            None,
+            "--lmcache",
+            help="With --url: LMCache's cache server HTTP address (lmcache server --http-port), e.g. "
+            "http://127.0.0.1:8002: its counters say which tier served each token, and --trace sizes "
+            "the tiers from its /status",
+            show_default=False,
+        ),
         ready_timeout: float = typer.Option(900.0, "--ready-timeout", help="Without --url: readiness wait"),
         trace: Path | None = typer.Option(
             None, "--trace", help="Replay a Mooncake-format trace (JSONL: timestamp, input_length, hash_ids)"
@@ -164,6 +178,17 @@ def register(app: typer.Typer) -> None:
             cpu_bytes=parse_bytes(l1_size, "--l1-size") if l1_size else None,
             disk_bytes=parse_bytes(disk_size, "--disk-size") if disk_size else None,
         )
+        if lmcache and not url:
+            raise InputError(
+                "--lmcache names the cache server of a running server (--url); a layout kvstack "
+                "serves is known already",
+                hint="drop --lmcache, or add --url",
+            )
+        if url and run_dir is not None and trace is None:
+            raise InputError(
+                "--run-dir with --url is read by --trace only (the serve run behind the server)",
+                hint="drop --run-dir, or add --trace FILE",
+            )
         if url and not sizes.empty:
             raise InputError(
                 "--l1-size/--disk-size size the tiers of a server kvstack starts, not --url",
@@ -216,6 +241,7 @@ def register(app: typer.Typer) -> None:
                         max_output_tokens=max_output_tokens,
                         concurrency=concurrency or 1,
                         seed=seed,
+                        check_correctness=check_correctness,
                     ),
                     url=url,
                     model=model,
@@ -226,6 +252,8 @@ def register(app: typer.Typer) -> None:
                     out=out,
                     as_json=as_json,
                     tier_sizes=sizes.to_dict(),
+                    lmcache=lmcache,
+                    run_dir=run_dir if url else None,
                 ),
                 start_layout,
             )
@@ -243,7 +271,7 @@ def register(app: typer.Typer) -> None:
             seed=seed,
             compare=names,
             plan_file=plan_file,
-            metrics_urls=metrics_urls,
+            metrics_urls=[*metrics_urls, *([lmcache] if lmcache else [])],
             timeout_s=timeout_s,
             check_correctness=check_correctness,
             out=out,

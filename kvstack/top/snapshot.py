@@ -34,7 +34,9 @@ class ServerView(_Model):
     ttft_p90_s: float | None = None
     prompt_tokens: float | None = None
     prompt_tokens_per_s: float | None = None
-    sources: dict[str, SourceShare] = Field(default_factory=dict)  # keys: runtime.token_sources.SOURCES
+    sources: dict[str, SourceShare] = Field(default_factory=dict)  # keys: clients.token_sources.SOURCES
+    # Sources whose figure is derived, not read off the tier's own counter: how (token_sources).
+    derived: dict[str, str] = Field(default_factory=dict)
 
 
 class AdapterView(_Model):

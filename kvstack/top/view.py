@@ -32,7 +32,7 @@ def _sources(s: ServerView) -> Text:
     if not any(v.tokens > 0 for v in s.sources.values()):
         return Text("no prompts in this window", style="dim")
     parts = [
-        f"{ts.LABELS.get(k, k)} {_pct(v.share)} ({v.per_s:,.0f}/s)"
+        f"{ts.LABELS.get(k, k)}{'*' if k in s.derived else ''} {_pct(v.share)} ({v.per_s:,.0f}/s)"
         for k, v in s.sources.items()
         if v.tokens > 0 or k == ts.RECOMPUTED
     ]
@@ -139,6 +139,11 @@ def render(snap: TopSnapshot) -> RenderableType:
         head.append(f"  run {snap.run_dir}", style="dim")
     head.append("  (q or Ctrl-C to leave)", style="dim")
     parts: list[RenderableType] = [head, servers_table(snap)]
+    derived = dict.fromkeys(
+        f"{ts.LABELS.get(k, k)}: {how}" for s in snap.servers for k, how in s.derived.items()
+    )
+    for line in derived:
+        parts.append(Text(f"* {line}", style="dim"))
     if snap.lmcache or snap.remote is not None or snap.disk is not None:
         parts.append(tiers_table(snap))
     for w in snap.warnings:

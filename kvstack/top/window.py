@@ -144,7 +144,8 @@ def server_view(
     prompt = counter_delta(before, after, m.SGLANG_PROMPT_TOKENS if sg else m.VLLM_PROMPT_TOKENS)
     # The engine's counters say recomputed / engine cache / offloaded; LMCache's which tier.
     eb, ea = (with_lmcache(before, lm[0]), with_lmcache(after, lm[1])) if lm else (before, after)
-    sources = ts.prompt_tokens_by_source(*ts.snapshot_accessors(eb, ea))
+    split = ts.sources(eb, ea)
+    sources = split.tokens
     total = sum(sources.values())
     return gauges.model_copy(
         update={
@@ -157,6 +158,7 @@ def server_view(
                 k: SourceShare(tokens=v, share=_ratio(v, total), per_s=v / window_s if window_s > 0 else 0.0)
                 for k, v in sources.items()
             },
+            "derived": split.derived,
         }
     )
 

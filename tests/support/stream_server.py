@@ -20,6 +20,7 @@ import sys
 import threading
 import time
 import zlib
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -28,6 +29,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 BOS = 1
+BYTES_PER_TOKEN = 64  # the toy model's KV per token (LMCache's usage gauges and /status)
 
 
 def tokenize(text: str) -> list[int]:
@@ -77,18 +79,25 @@ class ServerKnobs:
     token_ids: bool = True  # honour return_token_ids (token_ids per event, prompt_token_ids first)
     scoring: bool = True  # honour prompt_logprobs (vLLM) and /generate input logprobs (SGLang)
     served_logprobs: bool = True  # honour logprobs on a generating request (its own view of each token)
-    # The connector is LMCache's cache server: its counters (lmcache_mp_*, names and labels as
-    # lmcache 0.5.6 exports them) on this server's /metrics too, so one URL serves as --lmcache.
-    # ``l2_fraction`` of the tier hits count as L2 hits loaded through adapter ``l2_adapter``.
+    # The connector is LMCache's cache server (``_LmcacheTiers``): chunks of ``chunk_tokens``
+    # (default: the block size) in an LRU L1 of ``l1_tokens`` (None: unbounded) over an L2 that
+    # keeps every chunk (write-through) behind adapter ``l2_adapter``. Its counters (lmcache_mp_*,
+    # names and labels as lmcache 0.5.6 exports them, L1's lookups covering the prefix the engine
+    # held too) are on this server's /metrics, so one URL serves as --lmcache. ``l2_fraction``
+    # instead: that share of each request's tier hits counts as L2 hits, whatever L1 holds.
     lmcache_mp: bool = False
     l2_adapter: str = "fs"
     l2_fraction: float = 0.0
+    chunk_tokens: int | None = None
+    l1_tokens: int | None = None
+    l2_s_per_token: float | None = None  # cost of loading a token from L2 (None: tier_s_per_token)
 
 
 @dataclass
 class _State:
     gpu: list[tuple[int, ...]] = field(default_factory=list)
     tier: list[tuple[int, ...]] = field(default_factory=list)
+    lmcache: _LmcacheTiers | None = None
     requests: list[dict[str, Any]] = field(default_factory=list)
     resets: int = 0
     connections: int = 0  # TCP connections accepted
@@ -164,6 +173,56 @@ def _common_prefix(a: tuple[int, ...], b: tuple[int, ...]) -> int:
             break
         n += 1
     return n
+
+
+class _LmcacheTiers:
+    """LMCache's cache server as the engine meets it (lmcache/v1/multiprocess/modules/lookup.py):
+    a prompt's whole chunks keyed by a hash chain; a lookup finds the contiguous prefix held in
+    L1 or L2, L1 credited with the prefix its own chunks serve and L2 with the rest; what L2 served
+    is not kept in L1 (its prefetch policy retains nothing); new chunks go to L1 and L2."""
+
+    def __init__(self, chunk: int, l1_chunks: int | None) -> None:
+        self.chunk = chunk
+        self.l1_chunks = l1_chunks
+        self.l1: OrderedDict[int, None] = OrderedDict()
+        self.l2: set[int] = set()
+
+    def keys(self, tokens: tuple[int, ...]) -> list[int]:
+        out: list[int] = []
+        key = 0
+        for end in range(self.chunk, len(tokens) + 1, self.chunk):
+            key = hash((key, tokens[end - self.chunk : end]))
+            out.append(key)
+        return out
+
+    def lookup(self, keys: list[int]) -> tuple[int, int]:
+        """(chunks L1 serves, chunks L1 and L2 serve together), both from the first chunk."""
+        l1 = 0
+        while l1 < len(keys) and keys[l1] in self.l1:
+            l1 += 1
+        hit = l1
+        while hit < len(keys) and (keys[hit] in self.l1 or keys[hit] in self.l2):
+            hit += 1
+        return l1, hit
+
+    def store(self, keys: list[int], l1: int, hit: int) -> None:
+        for key in keys[:l1]:
+            self.l1.move_to_end(key)
+        for key in keys[hit:]:
+            self.l1[key] = None
+            self.l1.move_to_end(key)
+            self.l2.add(key)
+        while self.l1_chunks is not None and len(self.l1) > self.l1_chunks:
+            self.l1.popitem(last=False)
+
+
+@dataclass(frozen=True)
+class _Lookup:
+    """One request's LMCache lookup: tokens looked up, found in L1, found in L1 and L2."""
+
+    requested: int = 0
+    l1: int = 0
+    hit: int = 0
 
 
 class _Metrics:
@@ -265,7 +324,7 @@ class _Metrics:
         if self.k.engine == "vllm":
             self.ttft.labels(*self.lv).observe(seconds)
 
-    def record(self, total: int, gpu_hit: int, tier_hit: int) -> None:
+    def record(self, total: int, gpu_hit: int, tier_hit: int, lookup: _Lookup | None = None) -> None:
         computed = total - gpu_hit - tier_hit
         if self.k.engine == "vllm":
             self.queries.labels(*self.lv).inc(total)
@@ -283,7 +342,7 @@ class _Metrics:
                     source = "external_unspecified" if self.k.lmcache_mp else "host"
                     self.cached_by_source.labels(*self.lv, source).inc(tier_hit)
             if self.k.lmcache_mp:
-                self._record_mp(total, gpu_hit, tier_hit)
+                self._record_mp(total, lookup or _Lookup())
             if self.k.connector == "lmcache":
                 self.lm_hits.labels(*self.llv).inc(tier_hit)
                 if not self.k.degraded:
@@ -294,17 +353,17 @@ class _Metrics:
             self.effective.labels(*self.lv, "host_hit").inc(tier_hit)
             self.hit_rate.labels(*self.lv).set((gpu_hit + tier_hit) / total if total else 0)
 
-    def _record_mp(self, total: int, gpu_hit: int, tier_hit: int) -> None:
-        l2 = round(tier_hit * self.k.l2_fraction)
-        self.mp_requested.labels(*self.mlv).inc(total - gpu_hit)
-        self.mp_hit.labels(*self.mlv).inc(tier_hit)
-        self.mp_l1.labels(*self.mlv).inc(tier_hit - l2)
+    def _record_mp(self, total: int, lookup: _Lookup) -> None:
+        l2 = lookup.hit - lookup.l1
+        self.mp_requested.labels(*self.mlv).inc(lookup.requested)
+        self.mp_hit.labels(*self.mlv).inc(lookup.hit)
+        self.mp_l1.labels(*self.mlv).inc(lookup.l1)
         self.mp_l2.labels(*self.mlv).inc(l2)
         if l2:
             self.mp_loads.labels(self.k.l2_adapter).inc()
         if not self.k.degraded:
             self.mp_stores.labels(self.k.l2_adapter).inc()
-            self.mp_l1_bytes += total * 64
+            self.mp_l1_bytes += total * BYTES_PER_TOKEN
             self.mp_l1_usage.labels("dram", "_default").set(self.mp_l1_bytes)
             self.mp_l1_ratio.labels("dram", "_default").set(self.mp_l1_bytes / (1 << 30))  # a 1 GiB L1
             self.mp_l2_usage.labels(self.k.l2_adapter).set(self.mp_l1_bytes)
@@ -379,11 +438,13 @@ class StreamServer:
 
     # --- the toy engine -----------------------------------------------------------------
 
-    def prefill(self, tokens: tuple[int, ...], read_cache: bool = True) -> tuple[int, int]:
-        """Cache lookup + insert; returns (gpu_hit_tokens, tier_hit_tokens) and records metrics.
+    def prefill(self, tokens: tuple[int, ...], read_cache: bool = True) -> tuple[int, int, int]:
+        """Cache lookup + insert; returns (gpu_hit_tokens, tier_hit_tokens, of those the tokens
+        LMCache's L2 served) and records metrics.
 
         ``read_cache=False``: a request that must recompute (prompt log-probabilities) still
-        stores what it computed, as vLLM's does, but reads nothing."""
+        stores what it computed, as vLLM's does, but reads nothing (LMCache still counts the
+        lookup: vLLM asks its connector and then drops the answer)."""
         k = self.knobs
         bs = k.block_size
         # Like vLLM: whole blocks only, and the last token is always recomputed.
@@ -391,8 +452,11 @@ class StreamServer:
         with self.lock:
             gpu = max((_common_prefix(tokens, c) for c in self.state.gpu), default=0) if read_cache else 0
             gpu_hit = min((gpu // bs) * bs, cap)
-            tier_hit = 0
-            if k.connector and not k.degraded and read_cache:
+            tier_hit = l2_hit = 0
+            lookup: _Lookup | None = None
+            if k.connector and k.lmcache_mp:
+                tier_hit, l2_hit, lookup = self._lmcache(tokens, gpu_hit, read_cache)
+            elif k.connector and not k.degraded and read_cache:
                 tier = max((_common_prefix(tokens, c) for c in self.state.tier), default=0)
                 tier_hit = max(0, min((tier // bs) * bs, cap) - gpu_hit)
                 if k.tier_hit_cap is not None:
@@ -407,9 +471,66 @@ class StreamServer:
                 if k.disk_dir:
                     name = f"{zlib.crc32(repr(tokens).encode()):08x}.kv"
                     (Path(k.disk_dir) / name).write_bytes(b"\0" * (len(tokens) * 64))
-            self.state.requests.append({"tokens": len(tokens), "gpu_hit": gpu_hit, "tier_hit": tier_hit})
-            self.metrics.record(len(tokens), gpu_hit, tier_hit)
-        return gpu_hit, tier_hit
+            self.state.requests.append(
+                {
+                    "tokens": len(tokens),
+                    "gpu_hit": gpu_hit,
+                    "tier_hit": tier_hit,
+                    "dram_hit": tier_hit - l2_hit,
+                    "l2_hit": l2_hit,
+                }
+            )
+            self.metrics.record(len(tokens), gpu_hit, tier_hit, lookup)
+        return gpu_hit, tier_hit, l2_hit
+
+    def _lmcache(self, tokens: tuple[int, ...], gpu_hit: int, read_cache: bool) -> tuple[int, int, _Lookup]:
+        """LMCache's lookup and store for one request: (tokens loaded, of those from L2, the lookup)."""
+        k = self.knobs
+        if self.state.lmcache is None:
+            chunk = k.chunk_tokens or k.block_size
+            self.state.lmcache = _LmcacheTiers(
+                chunk, k.l1_tokens // chunk if k.l1_tokens is not None else None
+            )
+        lm = self.state.lmcache
+        keys = lm.keys(tokens)
+        l1_chunks, hit_chunks = (0, 0) if k.degraded else lm.lookup(keys)
+        hit, l1 = hit_chunks * lm.chunk, l1_chunks * lm.chunk
+        if k.l2_fraction:
+            l1 = hit - round(max(0, hit - gpu_hit) * k.l2_fraction)
+        tier_hit = max(0, hit - gpu_hit) if read_cache else 0
+        if k.tier_hit_cap is not None:
+            tier_hit = min(tier_hit, k.tier_hit_cap)
+        dram = min(tier_hit, max(0, l1 - gpu_hit))
+        if not k.degraded:
+            lm.store(keys, l1_chunks, hit_chunks)
+        return tier_hit, tier_hit - dram, _Lookup(len(keys) * lm.chunk, l1, hit)
+
+    def lmcache_status(self) -> dict[str, Any]:
+        """LMCache's ``GET /status`` (lmcache 0.5.6's keys, trimmed): chunk size, L1 (64 bytes per
+        token, as the counters' usage gauges), its exact-capacity LRU, and the L2 adapter."""
+        k = self.knobs
+        chunk = k.chunk_tokens or k.block_size
+        with self.lock:
+            held = len(self.state.lmcache.l1) if self.state.lmcache else 0
+        total = (k.l1_tokens if k.l1_tokens is not None else 1 << 24) * BYTES_PER_TOKEN
+        kind = {"fs": "FSL2Adapter", "fs_native": "FSNativeL2Adapter", "resp": "RESPL2Adapter"}
+        return {
+            "chunk_size": chunk,
+            "storage_manager": {
+                "l1_manager": {
+                    "total_object_count": held,
+                    "memory_used_bytes": held * chunk * BYTES_PER_TOKEN,
+                    "memory_total_bytes": total,
+                },
+                "l1_eviction_controller": {
+                    "eviction_policy": "LRU",
+                    "trigger_watermark": 1.0,
+                    "eviction_ratio": 0.0,
+                },
+                "l2_eviction_controller": {"adapters": []},
+                "l2_adapters": [{"type": kind.get(k.l2_adapter, k.l2_adapter)}],
+            },
+        }
 
     def reset_gpu(self) -> bool:
         with self.lock:
@@ -497,6 +618,8 @@ class _Handler(BaseHTTPRequestHandler):
             if self._authorized():
                 card = {"id": k.model, "object": "model", "max_model_len": k.max_model_len}
                 self._json(200, {"object": "list", "data": [card]})
+        elif self.path == "/status" and k.lmcache_mp:
+            self._json(200, srv.lmcache_status())
         elif self.path == "/metrics" and k.metrics:
             with srv.lock:
                 body = srv.metrics.text()
@@ -521,8 +644,11 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(200, {"success": ok})
         elif self.path == "/v1/completions":
             if self._authorized():
-                if body.get("prompt_logprobs") is not None and not body.get("stream"):
+                scoring = body.get("prompt_logprobs") is not None and not body.get("stream")
+                if scoring and k.engine == "vllm":
                     self._score(body)
+                elif scoring:
+                    self._plain(body)
                 else:
                     self._complete(body)
         elif self.path == "/generate" and k.engine == "sglang":
@@ -543,6 +669,19 @@ class _Handler(BaseHTTPRequestHandler):
         if k.scoring:
             choice["prompt_logprobs"] = prompt_logprobs(tokens, int(body["prompt_logprobs"]), k.near_tie_at)
         self._json(200, {"id": "cmpl-score", "object": "text_completion", "choices": [choice]})
+
+    def _plain(self, body: dict[str, Any]) -> None:
+        """SGLang's non-streamed completion: one JSON answer. Its CompletionRequest has no
+        ``prompt_logprobs`` (pydantic drops the unknown field), so vLLM's scoring request gets an
+        ordinary completion back."""
+        k = self.server_owner.knobs
+        prompt = body.get("prompt", "")
+        tokens = tuple(prompt) if isinstance(prompt, list) else tuple(tokenize(str(prompt)))
+        self.server_owner.prefill(tokens)
+        choice = {"index": 0, "text": " x", "finish_reason": "length"}
+        usage = {"prompt_tokens": len(tokens), "completion_tokens": 1, "total_tokens": len(tokens) + 1}
+        self._json(200, {"id": "cmpl-plain", "object": "text_completion", "model": k.model,
+                         "choices": [choice], "usage": usage})  # fmt: skip
 
     def _generate(self, body: dict[str, Any]) -> None:
         """SGLang's native /generate with input log-probabilities (logprob_start_len 0: no cache read)."""
@@ -578,9 +717,11 @@ class _Handler(BaseHTTPRequestHandler):
             self._event({"id": "cmpl-test", "object": "text_completion", "model": k.model, "choices": []})
         # vLLM keys cached blocks by cache_salt too: a salted prompt shares nothing with an unsalted one.
         salt = body.get("cache_salt")
-        gpu_hit, tier_hit = srv.prefill((zlib.crc32(str(salt).encode()), *tokens) if salt else tokens)
+        gpu_hit, tier_hit, l2_hit = srv.prefill((zlib.crc32(str(salt).encode()), *tokens) if salt else tokens)
         computed = len(tokens) - gpu_hit - tier_hit
-        ttft = k.base_ttft_s + computed * k.prefill_s_per_token + tier_hit * k.tier_s_per_token
+        l2_s = k.tier_s_per_token if k.l2_s_per_token is None else k.l2_s_per_token
+        fetch = (tier_hit - l2_hit) * k.tier_s_per_token + l2_hit * l2_s
+        ttft = k.base_ttft_s + computed * k.prefill_s_per_token + fetch
         time.sleep(ttft)
         with srv.lock:
             srv.metrics.record_ttft(ttft)

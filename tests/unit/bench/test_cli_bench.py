@@ -147,3 +147,10 @@ def test_progress_bar_shows_live_counts() -> None:
         view.update(Progress("none", 0, "warm-up", 3, 4, 2, 1, 1))
     text = buf.getvalue()
     assert "none warm-up" in text and "3/4" in text and "errors 1" in text
+
+
+def test_lmcache_needs_url_and_run_dir_with_url_needs_trace(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(["bench", "--lmcache", "http://127.0.0.1:8002"]) == 2
+    assert "--lmcache names the cache server of a running server (--url)" in capsys.readouterr().err
+    assert run(["bench", "--url", "http://127.0.0.1:1", "--run-dir", "/tmp"]) == 2
+    assert "--run-dir with --url is read by --trace only" in capsys.readouterr().err

@@ -28,6 +28,8 @@ def test_cache_stats_split_prompt_tokens_by_tier_from_the_lmcache_counters() -> 
     stats = cache_stats(before, after)
     # 2 x 201 tokens: the first recomputed, the second 192 from LMCache (96 L1, 96 L2 through resp).
     assert stats.tokens_by_source == {"recomputed": 201 + 9, "engine_cache": 0, "dram": 96, "remote": 96}
+    # Over a run DRAM is what the L2 tiers leave (LMCache's L1 count includes the engine's prefix).
+    assert set(stats.tokens_by_source_derived) == {"dram"}
     assert stats.lmcache_mp_l2_loads == {"resp": 1}
     assert sum(stats.tokens_by_source.values()) == sum(stats.prompt_tokens_by_source.values())
 

@@ -1,11 +1,16 @@
-"""Predicted TTFT per request sent, from the calibrated costs and the simulated sources."""
+"""The calibration against a served layout, and predicted TTFT per request sent from its costs."""
 
 from __future__ import annotations
 
+import asyncio
+from dataclasses import replace
+
 import pytest
 
-from kvstack.bench.trace_calibrate import predicted_ttft, summary
+from kvstack.bench.trace_calibrate import calibrate, dram_fetch_problem, predicted_ttft, summary
+from kvstack.bench.trace_prompts import BlockTokens
 from kvstack.planning.served_ttft import ServedCosts
+from tests.support.stream_server import ServerKnobs, StreamServer
 
 
 def test_each_request_is_predicted_from_its_own_sources() -> None:
@@ -31,3 +36,58 @@ def test_calibration_covers_the_context_up_to_8192_tokens() -> None:
     assert calibration_lengths(16382) == [512, 1024, 2048, 4096, 8192]  # the demo's 16K context
     assert calibration_lengths(8190) == [512, 1024, 2048, 4096]
     assert calibration_lengths(300) == [300]
+
+
+# The stand-in engine (a real HTTP server) with LMCache's cache server behind it: its engine pool
+# holds 1,024 tokens, a miss costs 4e-5 s per token, a token from LMCache's DRAM 1e-4 s and one from
+# its disk (L2) 4e-4 s: the calibration's fetch figure has a known right answer.
+DRAM_S, DISK_S = 1e-4, 4e-4
+FETCHING = ServerKnobs(
+    connector="lmcache",
+    lmcache_mp=True,
+    block_size=16,
+    num_gpu_blocks=64,
+    chunk_tokens=64,
+    tier_s_per_token=DRAM_S,
+    l2_s_per_token=DISK_S,
+)
+
+
+def _calibrate(knobs: ServerKnobs) -> ServedCosts:
+    with StreamServer(knobs) as srv:
+        return asyncio.run(
+            calibrate(
+                srv.url,
+                "demo-model",
+                BlockTokens(list(range(100, 400)), 64, seed=0),
+                api_key=None,
+                max_prompt=2048,
+                engine_pool_tokens=knobs.num_gpu_blocks * knobs.block_size,
+                metrics_urls=[srv.url + "/metrics"],
+                align=64,
+            )
+        )
+
+
+def test_the_dram_fetch_figure_is_the_dram_tiers_cost() -> None:
+    costs = _calibrate(FETCHING)  # L1 unbounded: the prompt pushed out of the engine is in DRAM
+    assert costs.fetch_s["dram"] == pytest.approx(DRAM_S, rel=0.25)
+    assert "fetched back from the offload tier's DRAM" in costs.source
+
+
+def test_a_fetch_the_dram_tier_did_not_serve_is_discarded() -> None:
+    # L1 holds 2,048 tokens: the prompt that pushes the sample out of the engine's pool pushes it out
+    # of DRAM too, so the disk serves it. Recorded as a DRAM fetch it would say ~4x DRAM's cost.
+    costs = _calibrate(replace(FETCHING, l1_tokens=2048))
+    assert "dram" not in costs.fetch_s
+    assert "DRAM fetch sample was discarded: the counters say DRAM did not serve it" in costs.source
+    assert "disk tier 2,048 of 2,048 tokens" in costs.source
+
+
+def test_a_request_is_a_dram_fetch_sample_only_when_dram_served_it_whole() -> None:
+    assert dram_fetch_problem({"recomputed": 1, "engine_cache": 0, "dram": 2047}, 2048, 64) == ""
+    assert "DRAM did not serve it" in dram_fetch_problem(
+        {"recomputed": 0, "dram": 1024, "disk": 1024}, 2048, 64
+    )
+    assert "part of it was recomputed" in dram_fetch_problem({"recomputed": 1024, "dram": 1024}, 2048, 64)
+    assert "do not say" in dram_fetch_problem({}, 2048, 64)

@@ -7,16 +7,17 @@ tier behind real HTTP), so the counters move the way an engine's do.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from kvstack.bench.report import REQUESTS_CSV, RESULTS_JSON
+from kvstack.bench.schema import BenchResult
 from kvstack.bench.trace_cli import TraceOptions, run_trace_bench
 from kvstack.bench.trace_command import TraceArgs
 from kvstack.bench.trace_prompts import BlockTokens, ReplayShape, plan_requests
-from kvstack.bench.trace_replay import request_sources
-from kvstack.clients.metrics import parse_metrics
 from kvstack.errors import InputError
 from kvstack.traces.mooncake import TraceRequest
 from tests.support.stream_server import ServerKnobs, StreamServer
@@ -59,30 +60,6 @@ def test_too_few_word_tokens_is_refused() -> None:
         BlockTokens([1, 2, 3], 64, seed=0)
 
 
-def _metrics(compute: float, local: float, external: float, l1: float, l2: float, fs_loads: float) -> str:
-    return (
-        f'vllm:prompt_tokens_by_source_total{{source="local_compute"}} {compute}\n'
-        f'vllm:prompt_tokens_by_source_total{{source="local_cache_hit"}} {local}\n'
-        f'vllm:prompt_tokens_by_source_total{{source="external_kv_transfer"}} {external}\n'
-        f"lmcache_mp_lookup_hit_l1_tokens_total {l1}\n"
-        f"lmcache_mp_lookup_hit_l2_tokens_total {l2}\n"
-        f'lmcache_mp_l2_load_completed_requests_total{{l2_name="fs_native"}} {fs_loads}\n'
-    )
-
-
-def test_sources_of_one_request_split_the_offloaded_tokens_by_lmcaches_l2_hits() -> None:
-    before = parse_metrics(_metrics(0, 0, 0, 0, 0, 0))
-    # 1,024 offloaded: LMCache's lookup found 512 in L2 (the disk) and counted 1,280 L1 tokens,
-    # the engine's own 768 among them: DRAM served the 512 the disk did not.
-    after = parse_metrics(_metrics(256, 768, 1024, 1280, 512, 1))
-    assert request_sources(before, after) == {
-        "recomputed": 256,
-        "engine_cache": 768,
-        "disk": 512,
-        "dram": 512,
-    }
-
-
 def write_trace(path: Path) -> Path:
     rows = []
     for turn in range(4):  # two sessions of four turns: each turn extends the last
@@ -100,7 +77,10 @@ def write_trace(path: Path) -> Path:
     return path
 
 
-def test_a_replay_writes_rows_with_sources_and_predicted_vs_measured(tmp_path: Path) -> None:
+def test_a_replay_writes_rows_with_sources_and_predicted_vs_measured(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))  # no serve run knows the stand-in
     knobs = ServerKnobs(connector="lmcache", lmcache_mp=True, block_size=16, num_gpu_blocks=64)
     with StreamServer(knobs) as srv:
         out = tmp_path / "out"
@@ -113,6 +93,7 @@ def test_a_replay_writes_rows_with_sources_and_predicted_vs_measured(tmp_path: P
                     max_output_tokens=2,
                 ),
                 url=srv.url,
+                lmcache=srv.url,  # the stand-in is its own cache server (/status, lmcache_mp_*)
                 out=out,
                 as_json=True,
             ),
@@ -133,6 +114,8 @@ def test_a_replay_writes_rows_with_sources_and_predicted_vs_measured(tmp_path: P
     (layout,) = trace["layouts"]
     tiers = {t["tier"]: t for t in layout["tiers"]}
     assert tiers["engine_cache"]["measured"] > 0 and tiers["engine_cache"]["predicted"] > 0
+    assert [lv["tier"] for lv in layout["hierarchy"]["levels"]] == ["engine_cache", "dram", "disk"]
+    assert layout["measured_derived"] == {} and "one in flight" in layout["measured_from"]
     assert layout["hierarchy"]["levels"][0] == {
         "tier": "engine_cache",
         "unit_tokens": 16,
@@ -220,3 +203,86 @@ def test_a_bad_trace_is_named_before_any_server_is_asked(tmp_path: Path) -> None
     bad.write_text('{"timestamp": 0, "input_length": 10}\n')
     with pytest.raises(InputError, match=r"t\.jsonl:1: hash_ids must be a non-empty list"):
         run_trace_bench(TraceOptions(TraceArgs(path=bad), url="http://127.0.0.1:1"), None)
+
+
+def _replay(
+    tmp_path: Path, knobs: ServerKnobs, concurrency: int = 1
+) -> tuple[BenchResult, list[dict[str, Any]]]:
+    with StreamServer(knobs) as srv:
+        result = run_trace_bench(
+            TraceOptions(
+                TraceArgs(
+                    path=write_trace(tmp_path / "t.jsonl"),
+                    block_tokens=32,
+                    time_scale=0.0,
+                    max_output_tokens=2,
+                    concurrency=concurrency,
+                ),
+                url=srv.url,  # its /metrics has the cache server's counters too
+                as_json=True,
+            ),
+            None,
+        )
+        return result, srv.requests[: len(result.requests)]
+
+
+# LMCache's L1 holds 8 chunks of 32 tokens over a disk that keeps every chunk; the engine's pool
+# holds 128 tokens: the replay's sessions overflow both, so requests are served by the engine with
+# DRAM or with disk, and LMCache's L1 lookups count the engine's prefix too.
+TIERED = ServerKnobs(
+    connector="lmcache", lmcache_mp=True, block_size=16, num_gpu_blocks=8, chunk_tokens=32, l1_tokens=256
+)
+
+
+def test_each_rows_dram_and_disk_tokens_are_the_tiers_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    result, truth = _replay(tmp_path, TIERED)
+    capsys.readouterr()
+    rows = sorted(result.requests, key=lambda r: r.index)
+    assert [(r.engine_cache_tokens, r.dram_tokens, r.disk_tokens) for r in rows] == [
+        (t["gpu_hit"], t["dram_hit"], t["l2_hit"]) for t in truth
+    ]
+    assert sum(t["dram_hit"] for t in truth) > 0 and sum(t["l2_hit"] for t in truth) > 0
+    assert all(r.offload_tokens == 0 for r in rows)
+
+
+def test_counters_that_place_more_than_the_engine_loaded_show_in_the_rows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The engine loads at most 64 tokens of a prompt from LMCache while LMCache's lookups count all
+    # they found: DRAM and disk are each read from their own counter, so the row's sources add up to
+    # more than its prompt instead of DRAM absorbing the difference.
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    knobs = replace(TIERED, tier_hit_cap=64)
+    result, truth = _replay(tmp_path, knobs)
+    capsys.readouterr()
+    parts = ("recomputed", "engine_cache", "dram", "disk", "remote", "offload")
+    over = [
+        r for r in result.requests if sum(getattr(r, f"{p}_tokens") or 0.0 for p in parts) > r.prompt_tokens
+    ]
+    capped = [t for t in truth if t["tier_hit"] == 64]
+    assert capped and len(over) == len(capped)
+
+
+def test_with_several_in_flight_the_runs_split_holds_and_dram_is_marked_derived(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Several in flight: only the run's totals are read. L2 hits are counted on the part the engine
+    # did not hold (half of each tier hit, through fs), so the run's disk and DRAM tokens are exact;
+    # LMCache's L1 count, which includes the engine's prefix, is not a DRAM figure over a run.
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    knobs = ServerKnobs(
+        connector="lmcache", lmcache_mp=True, block_size=16, num_gpu_blocks=8, l2_fraction=0.5
+    )
+    result, truth = _replay(tmp_path, knobs, concurrency=2)
+    capsys.readouterr()
+    assert result.trace is not None
+    (layout,) = result.trace["layouts"]
+    measured = layout["measured_tokens"]
+    assert sum(t["gpu_hit"] for t in truth) > 0  # the engine's prefix is in LMCache's L1 count
+    assert measured["engine_cache"] == sum(t["gpu_hit"] for t in truth)
+    assert measured["dram"] == pytest.approx(sum(t["dram_hit"] for t in truth))
+    assert measured["disk"] == pytest.approx(sum(t["l2_hit"] for t in truth))
+    assert set(layout["measured_derived"]) == {"dram"} and "in total" in layout["measured_from"]

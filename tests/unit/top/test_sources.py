@@ -6,6 +6,7 @@ from pathlib import Path
 
 import httpx
 
+from kvstack.clients.token_sources import DERIVED_DRAM
 from kvstack.top.live import snapshot_once
 from kvstack.top.sources import collect, disk_stats, redis_stats
 from kvstack.top.targets import Targets
@@ -42,13 +43,17 @@ def test_a_window_of_a_real_server_with_lmcache_tiers() -> None:
     assert server.prompt_tokens == 802
     src = {k: v.tokens for k, v in server.sources.items()}
     assert src["engine_cache"] == 400
-    assert src["dram"] == 300 and src["disk"] == 100  # LMCache's L1 : L2 = 3 : 1, L2 through fs
+    # The offloaded 400: L2 (through fs) counted 100 of them, DRAM served the rest. LMCache's L1
+    # count is 700: its lookup of the third request found the 400 tokens the engine held too, so
+    # L1 : L2 is no DRAM : disk split (a proportional one would say 350 : 50).
+    assert src["dram"] == 300 and src["disk"] == 100
+    assert server.derived == {"dram": DERIVED_DRAM}
     assert src["recomputed"] == 2
     assert server.ttft_p50_s is not None and server.ttft_p90_s is not None
     [lm] = snap.lmcache
     assert lm.up
-    assert (lm.l1_hit_tokens, lm.l2_hit_tokens) == (300, 100)
-    assert lm.l1_hit_tokens_total == 300
+    assert (lm.l1_hit_tokens, lm.l2_hit_tokens) == (700, 100)
+    assert lm.l1_hit_tokens_total == 700
     assert [(a.name, a.tier, a.loads) for a in lm.adapters] == [("fs", "disk", 1)]
     assert snap.warnings == []
 
@@ -156,6 +161,7 @@ def test_replicas_are_attributed_with_their_own_cache_server() -> None:
     assert set(sb.sources) == {"recomputed", "engine_cache", "disk"}
     assert [lm.url for lm in snap.lmcache] == [a.url, b.url]
     assert [(lm.l1_hit_tokens, lm.l2_hit_tokens) for lm in snap.lmcache] == [(96, 0), (0, 96)]
+    assert (sa.sources["dram"].tokens, sb.sources["disk"].tokens) == (96, 96)
 
 
 def test_credentials_in_a_url_are_never_shown() -> None:

@@ -111,3 +111,20 @@ def test_several_cache_servers_are_named_and_a_down_one_is_marked() -> None:
     assert "LMCache http://127.0.0.1:8003" in screen
     assert "LMCache http://127.0.0.1:8006 DOWN" in screen
     assert "512" in screen
+
+
+def test_a_derived_source_is_marked_and_says_how() -> None:
+    how = "the offloaded tokens less the L2 tiers'"
+    server = ServerView(
+        url="http://127.0.0.1:8000",
+        up=True,
+        sources={
+            "recomputed": SourceShare(tokens=100, share=0.5, per_s=50),
+            "dram": SourceShare(tokens=60, share=0.3, per_s=30),
+            "disk": SourceShare(tokens=40, share=0.2, per_s=20),
+        },
+        derived={"dram": how},
+    )
+    screen = text_of(TopSnapshot(time=0.0, window_s=2.0, servers=[server]))
+    assert "DRAM tier* 30% (30/s)" in screen and "disk tier 20% (20/s)" in screen
+    assert f"* DRAM tier: {how}" in screen
