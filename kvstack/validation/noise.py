@@ -25,7 +25,7 @@ floor of every 3 of the 12 cold answers (220 draws, what one pass measures) put 
 answer at 0.81 of the gate and the mildest wrong one at 1.35x it, none on the wrong side (3x: 0.91
 and 1.81; 5x: 0.65 and 1.08). With the validation prompts (a repeated passage of random numbers,
 validation/prompts.py; 2048 tokens) correct answers sit at 0.0002-0.007 (floor ~0.001, so the gate
-is its 0.05 minimum), another prompt's KV at 1.9 and one chunk's signs flipped at 11-14. More
+is its 0.05 minimum), another prompt's KV at 1.6-2.5 and one chunk's signs flipped at 4.1-15.1. More
 generated tokens would not help: KV served wrong moves the first positions most, and the served
 path recovers as its own tokens fill the context.
 """
