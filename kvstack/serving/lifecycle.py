@@ -62,6 +62,8 @@ class Supervised(Protocol):
 
     def restartable(self) -> bool: ...
 
+    def restart_what(self) -> str: ...
+
     def restart(self, ready_timeout_s: float) -> None: ...
 
     def log_drops(self) -> list[tuple[str, int, str | None, Path]]: ...
@@ -147,7 +149,8 @@ def serve_until_stopped(
 
     A dead critical helper (LMCache's cache server) restarts its unit, at most ``budget`` allows
     (3 within 10 minutes): an engine whose cache server died hangs every request and never
-    re-registers its KV caches with a new one.
+    re-registers its KV caches with a new one. A hung one (runtime/liveness.py), or a hung engine,
+    likewise.
     """
     budget = budget or RestartBudget()
     warned: set[str] = set()
@@ -165,7 +168,7 @@ def serve_until_stopped(
                     raise error
                 n = budget.spend()
                 events.warning(
-                    f"{error.message.splitlines()[0]}: restarting the cache server, then the engine "
+                    f"{error.message.splitlines()[0]}: restarting {sup.restart_what()} "
                     f"(restart {n}/{budget.max_restarts} within {budget.window_s / 60:g} min; the disk tier "
                     f"keeps its KV; log: {error.log_path})"
                 )

@@ -237,6 +237,34 @@ def test_kill9_of_the_cache_server_restarts_the_unit(faulted: Faulted) -> None:
     assert FIGURES["cache server kill -9"]["answers_unchanged"]
 
 
+def test_a_stopped_engine_is_restarted(faulted: Faulted) -> None:
+    """The engine's API server alive but not answering (SIGSTOP): noticed within the helpers'
+    bound (runtime/liveness.py) and handled as a hung cache server is: the unit restarts."""
+    session = faulted.session
+    pid = faulted.tree.listener(session.port)  # the engine's API server: /health
+    since = len(session.output())
+    t0 = time.monotonic()
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        noticed = _wait_output(session, "engine stopped answering", since, 60)
+        restarted = _wait_output(session, "restarted: serving again", since, 420)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
+    total = round(time.monotonic() - t0, 1)
+    FIGURES["engine SIGSTOP"] = {
+        "noticed_s": noticed, "serving_again_s": restarted and total,
+        "answered_after": _requests(session, 2, "after-engine-stop"),
+        "answers_unchanged": _same_answer(faulted),
+    }  # fmt: skip
+    assert noticed is not None and noticed <= 12.0, session.output()[-4000:]
+    assert restarted is not None, session.output()[-4000:]
+    assert "(hung, not dead)" in session.output()[since:]
+    assert "restarting the cache server, then the engine" in session.output()[since:]
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    assert FIGURES["engine SIGSTOP"]["answers_unchanged"]
+
+
 def test_no_secret_on_any_command_line(faulted: Faulted) -> None:
     token = (faulted.session.run_dir / "control-token").read_text().strip()
     lines = {line for cmds in faulted.tree.seen.values() for line in cmds}
