@@ -23,7 +23,7 @@ from kvstack.rundir import VALIDATION_JSON
 from kvstack.runtime.group import SupervisorGroup
 from kvstack.runtime.status import SupervisorStatus
 from kvstack.runtime.supervisor import ProcessFailed, Supervisor
-from kvstack.serving.launch_checks import launch_notes, preflight
+from kvstack.serving.launch_checks import launch_notes, launch_warnings, preflight
 from kvstack.serving.launch_files import record, write_launch_files
 from kvstack.serving.prepare import Launch
 from kvstack.serving.remote_failover import follow_remote
@@ -209,7 +209,7 @@ def launched(launch: Launch, events: ServeEvents | None = None) -> Iterator[Supe
     req = launch.request
     preflight(launch)
     # After the preflight: a launch refused for a missing model or a busy port says only why.
-    for warning in launch.plan.warnings:
+    for warning in launch_warnings(launch):
         ev.warning(warning)
     for note in launch_notes(launch):
         ev.message(note)
