@@ -37,6 +37,7 @@ import hmac
 import ipaddress
 import json
 import os
+from collections.abc import Callable
 from typing import Any
 
 PROBE_PATHS = frozenset({"/health", "/ping", "/metrics", "/version", "/load"})
@@ -72,8 +73,11 @@ CONTROL_HEADER = "X-Kvstack-Control"
 _CONTROL_HEADER = CONTROL_HEADER.lower().encode()
 
 
+Classify = Callable[[str], str]  # a request path -> 'probe', 'client' or 'control'
+
+
 def classify(path: str) -> str:
-    """'probe', 'client' or 'control'."""
+    """vLLM's routes: 'probe', 'client' or 'control'."""
     if path in PROBE_PATHS or path.startswith("/metrics/"):
         return "probe"
     if path in CONTROL_PATHS:
@@ -129,9 +133,11 @@ def decide(
     local: bool,
     key_hash: bytes | None,
     control_hash: bytes | None = None,
+    kind_of: Classify = classify,
 ) -> tuple[int, str] | None:
-    """None to let the request through, else (status, message)."""
-    kind = classify(path)
+    """None to let the request through, else (status, message). ``kind_of`` sorts the server's
+    routes (vLLM's by default; kvstack's other guarded servers pass their own)."""
+    kind = kind_of(path)
     if kind == "probe":
         return None
     if kind == "control":
@@ -160,13 +166,25 @@ def decide(
 
 class ControlGuard:
     """``--middleware kvstack.engines.vllm_guard.ControlGuard``: vLLM adds it with
-    ``app.add_middleware(ControlGuard)``, last, so it runs before every other middleware."""
+    ``app.add_middleware(ControlGuard)``, last, so it runs before every other middleware.
 
-    def __init__(self, app: Any) -> None:
+    kvstack's other guarded servers (LMCache's cache server: engines/lmcache_guard.py; the router's
+    front: serving/router_front.py) add it with their own ``kind_of`` and, where the environment
+    must not keep it, the ``token`` itself; the key and the token are otherwise read from the
+    environment, as vLLM's own check reads the key (``key_env`` None: a server without one)."""
+
+    def __init__(
+        self,
+        app: Any,
+        kind_of: Classify = classify,
+        token: str | None = None,
+        key_env: str | None = KEY_ENV,
+    ) -> None:
         self.app = app
-        key = os.environ.get(KEY_ENV) or ""
+        self.kind_of = kind_of
+        key = (os.environ.get(key_env) if key_env else None) or ""
         self.key_hash = hashlib.sha256(key.encode("utf-8")).digest() if key else None
-        token = os.environ.get(CONTROL_ENV) or ""
+        token = token if token is not None else os.environ.get(CONTROL_ENV) or ""
         self.control_hash = _hash(token.encode("latin-1", "replace")) if token else None
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -179,7 +197,13 @@ class ControlGuard:
             path = path[len(root) :] or "/"
         headers = dict(scope.get("headers") or [])
         denied = decide(
-            path, scope.get("method", "GET"), headers, peer_is_local(scope), self.key_hash, self.control_hash
+            path,
+            scope.get("method", "GET"),
+            headers,
+            peer_is_local(scope),
+            self.key_hash,
+            self.control_hash,
+            self.kind_of,
         )
         if denied is None:
             await self.app(scope, receive, send)

@@ -244,8 +244,15 @@ def launched(launch: Launch, events: ServeEvents | None = None) -> Iterator[Supe
 
 @contextmanager
 def published(launch: Launch) -> Iterator[None]:
-    """This user's kvstack clients send each engine its control token while the launch runs."""
-    tokens = [(p.spec.base_url, p.options.control_token) for p in launch.replicas if p.options.control_token]
+    """This user's kvstack clients send each engine, and its cache server, its control token while
+    the launch runs."""
+    tokens = [
+        (url, p.options.control_token)
+        for p in launch.replicas
+        if p.options.control_token
+        for url in (p.spec.base_url, p.spec.cache_server_url)
+        if url
+    ]
     for url, token in tokens:
         control.publish(url, token)
     try:

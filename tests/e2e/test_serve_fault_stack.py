@@ -72,6 +72,26 @@ def test_control_routes_answer_only_kvstack(faulted: Faulted) -> None:
     FIGURES["control routes"] = {"routes refused without the token": len(statuses), "with the token": 200}
 
 
+def test_the_cache_servers_control_routes_answer_only_kvstack(faulted: Faulted) -> None:
+    """LMCache's HTTP API behind kvstack's guard (engines/lmcache_guard.py), in the served stack."""
+    from tests.support.other_user import send_as_other_user
+
+    url = f"http://127.0.0.1:{faulted.session.port + 2}"
+    token = (faulted.session.run_dir / "control-token").read_text().strip()
+    routes = [("POST", "/cache/clear"), ("GET", "/env"), ("GET", "/status"), ("POST", "/metrics/reset")]
+    mine = [httpx.request(m, url + p, json={"tier": "l1"}, timeout=10).status_code for m, p in routes]
+    theirs = send_as_other_user([(m, url + p, {}, None) for m, p in routes])
+    probes = send_as_other_user(
+        [("GET", url + "/healthcheck", {}, None), ("GET", url + "/metrics", {}, None)]
+    )
+    env = httpx.get(url + "/env", headers={"X-Kvstack-Control": token}, timeout=10)
+    assert set(mine) == {403} and set(theirs) == {403} and probes == [200, 200], (mine, theirs, probes)
+    assert (
+        env.status_code == 200 and token not in env.text and REDIS_PASSWORD in env.text
+    )  # only kvstack reads it
+    FIGURES["cache server control routes"] = {"refused without the token": len(routes), "probes": probes}
+
+
 SYSTEM_PYTHON = "/usr/bin/python3"  # one that uid 65534 may run (the venv's lives under /root)
 
 
