@@ -34,13 +34,18 @@ class Health(http.server.ThreadingHTTPServer):
     def __init__(self) -> None:
         self.hang = threading.Event()
         self.release = threading.Event()
+        self.hang_next = 0  # this many requests more get no answer, then it answers again
         self.delay_s = 0.0
         self.answered = 0
+        lock = threading.Lock()
         outer = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_GET(self) -> None:
-                if outer.hang.is_set():
+                with lock:
+                    silent = outer.hang.is_set() or outer.hang_next > 0
+                    outer.hang_next = max(0, outer.hang_next - 1)
+                if silent:
                     outer.release.wait(60)
                     return
                 time.sleep(outer.delay_s)
@@ -95,23 +100,23 @@ def test_a_server_that_stops_answering_is_hung_within_the_bound(health: Health) 
 
 
 def test_a_slow_answer_or_fewer_misses_than_the_limit_is_not_a_hang(health: Health) -> None:
-    watch = HangWatch(every_s=0.05, timeout_s=0.3, misses=3)
+    watch = HangWatch(every_s=0.05, timeout_s=1.0, misses=3)
     try:
-        health.delay_s = 0.2  # slow, within the timeout
+        health.delay_s = 0.3  # slow, within the timeout
         watch.watch("engine", health.url)
-        time.sleep(1.5)
+        time.sleep(2.0)
         assert watch.hung("engine") is None and health.answered >= 3
         health.delay_s = 0.0
-        health.hang.set()  # two misses (0.3 s each), then it answers again
-        time.sleep(0.05 + 2 * 0.3 + 0.1)
-        health.hang.clear()
-        health.release.set()
-        time.sleep(1.0)
+        answered = health.answered
+        health.hang_next = 2  # two misses in a row, then it answers again
+        deadline = time.monotonic() + 10
+        while health.answered <= answered + 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert health.hang_next == 0 and health.answered > answered + 2
         assert watch.hung("engine") is None
-        health.release.clear()
         health.hang.set()  # now for good: three in a row
-        noticed = _until_hung(watch, "engine", 5)
-        assert noticed is not None and noticed <= 3 * 0.05 + 3 * 0.3 + 0.5, noticed
+        noticed = _until_hung(watch, "engine", 10)
+        assert noticed is not None and noticed <= 3 * 0.05 + 3 * 1.0 + 1.0, noticed
     finally:
         watch.close()
 
