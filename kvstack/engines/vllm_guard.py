@@ -28,6 +28,11 @@ What it does, per request path:
   the engine a per-run control token (``KVSTACK_CONTROL_TOKEN``), that token in the
   ``X-Kvstack-Control`` header: another local user, who can reach loopback too, has no way to read
   it (it is in the engine's environment and a 0600 file of the 0700 run dir); then the key when set.
+
+Wherever the key is asked for, the run's control token as the bearer stands in for it: that is
+kvstack itself, through the router it puts in front of its engines (serving/router_front.py), which
+passes the token on as the bearer of everything it forwards. What runs behind the guard (vLLM's own
+key check) then sees the key in its place.
 """
 
 from __future__ import annotations
@@ -159,9 +164,20 @@ def decide(
         return None
     scheme, _, token = headers.get(b"authorization", b"").decode("latin-1").partition(" ")
     given = hashlib.sha256(token.encode("utf-8", "surrogateescape")).digest()
-    if scheme.lower() == "bearer" and hmac.compare_digest(given, key_hash):
+    if scheme.lower() == "bearer" and (
+        hmac.compare_digest(given, key_hash) or bearer_is_token(headers, control_hash)
+    ):
         return None
     return 401, "Unauthorized"
+
+
+def bearer_is_token(headers: dict[bytes, bytes], control_hash: bytes | None) -> bool:
+    """The request's bearer is the run's control token: kvstack itself (its router passes the
+    token on as the bearer of every request it forwards: serving/router_front.py)."""
+    if control_hash is None:
+        return False
+    scheme, _, token = headers.get(b"authorization", b"").partition(b" ")
+    return scheme.lower() == b"bearer" and hmac.compare_digest(_hash(token), control_hash)
 
 
 class ControlGuard:
@@ -184,6 +200,7 @@ class ControlGuard:
         self.kind_of = kind_of
         key = (os.environ.get(key_env) if key_env else None) or ""
         self.key_hash = hashlib.sha256(key.encode("utf-8")).digest() if key else None
+        self.key_env = key_env if key else None  # where the key is read again, never kept here
         token = token if token is not None else os.environ.get(CONTROL_ENV) or ""
         self.control_hash = _hash(token.encode("latin-1", "replace")) if token else None
 
@@ -206,6 +223,13 @@ class ControlGuard:
             self.kind_of,
         )
         if denied is None:
+            if self.key_env is not None and bearer_is_token(headers, self.control_hash):
+                # kvstack's token in place of the key: what runs behind (vLLM's own check) gets the key.
+                bearer = f"Bearer {os.environ.get(self.key_env, '')}".encode("utf-8", "surrogateescape")
+                scope = dict(scope)
+                scope["headers"] = [
+                    (k, bearer if k.lower() == b"authorization" else v) for k, v in scope.get("headers") or []
+                ]
             await self.app(scope, receive, send)
             return
         status, message = denied

@@ -218,6 +218,9 @@ def launched(launch: Launch, events: ServeEvents | None = None) -> Iterator[Supe
         write_launch_files(p.spec)
         if p.options.control_token:
             write_control_token(p.run_dir, p.options.control_token)
+    token = launch.replicas[0].options.control_token
+    if launch.router is not None and token:
+        write_control_token(launch.run_dir, token)  # the router's (the launch's one token)
     engines = [
         Supervisor(
             p.spec,
@@ -244,8 +247,8 @@ def launched(launch: Launch, events: ServeEvents | None = None) -> Iterator[Supe
 
 @contextmanager
 def published(launch: Launch) -> Iterator[None]:
-    """This user's kvstack clients send each engine, and its cache server, its control token while
-    the launch runs."""
+    """This user's kvstack clients send each engine, its cache server and the router the launch's
+    control token while the launch runs."""
     tokens = [
         (url, p.options.control_token)
         for p in launch.replicas
@@ -253,6 +256,8 @@ def published(launch: Launch) -> Iterator[None]:
         for url in (p.spec.base_url, p.spec.cache_server_url)
         if url
     ]
+    if launch.router is not None and tokens:
+        tokens.append((launch.router.base_url, tokens[0][1]))
     for url, token in tokens:
         control.publish(url, token)
     try:
