@@ -20,6 +20,7 @@ from typing import Any
 import httpx
 
 from kvstack.clients.client import auth_headers, trusts_env
+from kvstack.clients.control import control_headers, token_for
 from kvstack.clients.metrics import SGLANG_MAX_TOTAL_TOKENS, VLLM_CACHE_CONFIG_INFO, MetricsSnapshot
 
 DEFAULT_WATERMARK, DEFAULT_RATIO = 0.8, 0.2
@@ -93,7 +94,9 @@ def cache_server_status(url: str, api_key: str | None = None) -> dict[str, Any] 
     """LMCache's ``/status`` document, or None when ``url`` is not an LMCache cache server."""
     try:
         with httpx.Client(timeout=10, trust_env=trusts_env(url)) as client:
-            resp = client.get(url.rstrip("/") + "/status", headers=auth_headers(api_key))
+            # /status is a control route of the guarded server (engines/lmcache_guard.py).
+            headers = {**auth_headers(api_key), **control_headers(token_for(url))}
+            resp = client.get(url.rstrip("/") + "/status", headers=headers)
         data = resp.json() if resp.status_code == 200 else None
     except (httpx.HTTPError, ValueError):
         return None

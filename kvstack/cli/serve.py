@@ -86,7 +86,9 @@ def _print_launch(console: Console, doc: dict[str, Any], title: str = "") -> Non
 
 
 def _print_dry_run(launch: Launch, json_mode: bool, events: ServeEvents) -> None:
-    for warning in launch.plan.warnings:
+    from kvstack.serving.launch_checks import launch_warnings
+
+    for warning in launch_warnings(launch):
         events.warning(warning)
     doc = launch.dry_run_document()
     if json_mode:

@@ -17,12 +17,14 @@ it too; it also exits once its parent, the server, is gone) that deletes the old
 files whenever the directory passes the cap: a backstop for when LMCache's pass (20% of its
 objects a second) is slower than the engine writes, which happens with caps of a few megabytes,
 not gigabytes. The watcher deletes through the server (``DELETE /cache/objects`` on its HTTP
-port, the file names decoded as fs_l2_adapter._filename_to_object_key does), so LMCache's usage
-and LRU order drop the objects too; a file LMCache did not take (the server not up yet) is
+port, with the run's control token from KVSTACK_CONTROL_TOKEN, which the server's guard asks for:
+engines/lmcache_guard.py; the file names decoded as fs_l2_adapter._filename_to_object_key does),
+so LMCache's usage and LRU order drop the objects too; a file LMCache did not take (the server not up yet) is
 unlinked directly, which LMCache sees as a miss at lookup, never an error. Imports only the
-standard library: it runs in the engine's interpreter.
+standard library (and the stdlib-only guard's names): it runs in the engine's interpreter.
 
-    python -m kvstack.engines.disk_bound --dir D --cap-bytes N -- python -m lmcache.cli.main server ...
+    python -m kvstack.engines.disk_bound --dir D --cap-bytes N -- \
+        python -m kvstack.engines.lmcache_guard server ...
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from kvstack.engines.vllm_guard import CONTROL_ENV, CONTROL_HEADER
 
 GIB = 1024**3
 KEEP_FRACTION = 0.5  # of the cap, at most, for the files an earlier server left
@@ -115,9 +119,13 @@ def object_key(name: str) -> dict[str, object] | None:
         return None
 
 
-def server_remove(http_url: str, adapter: str, batch: int = 1000) -> Remove:
-    """Delete files through LMCache's ``DELETE /cache/objects`` (its accounting follows)."""
+def server_remove(http_url: str, adapter: str, token: str | None = None, batch: int = 1000) -> Remove:
+    """Delete files through LMCache's ``DELETE /cache/objects`` (its accounting follows), with the
+    run's control token: kvstack's guard lets nothing else through (engines/lmcache_guard.py)."""
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: never a proxy
+    headers = {"Content-Type": "application/json"}
+    if token:
+        headers[CONTROL_HEADER] = token
 
     def remove(paths: list[Path]) -> None:
         keys = [k for k in (object_key(p.name) for p in paths) if k is not None]
@@ -127,7 +135,7 @@ def server_remove(http_url: str, adapter: str, batch: int = 1000) -> Remove:
                 http_url + "/cache/objects",
                 data=body,
                 method="DELETE",
-                headers={"Content-Type": "application/json"},
+                headers=headers,
             )
             with opener.open(req, timeout=10) as resp:
                 resp.read()
@@ -186,7 +194,7 @@ def server_remover(argv: Sequence[str], base_path: str) -> Remove | None:
                 spec = json.loads(argv[i + 1])
                 if isinstance(spec, dict) and spec.get("base_path") == base_path:
                     adapter = str(spec.get("type", adapter))
-    return server_remove(f"http://{host}:{port}", adapter)
+    return server_remove(f"http://{host}:{port}", adapter, os.environ.get(CONTROL_ENV) or None)
 
 
 def server_argv(argv: Sequence[str]) -> list[str]:

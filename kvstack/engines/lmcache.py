@@ -13,7 +13,9 @@ Keys, flags and units were read in lmcache 0.5.6:
 - `lmcache server`: lmcache/cli/commands/server.py; --l1-size-gb is GiB for the whole server
   (v1/distributed/config.py), --l2-adapter JSON types "fs_native" (base_path, max_capacity_gb,
   eviction; parsed by LMCache's own CLI in tests/integration) and "resp" (host, port; credentials
-  from LMCACHE_RESP_USERNAME/PASSWORD), /healthcheck and /metrics on --http-port.
+  from LMCACHE_RESP_USERNAME/PASSWORD), /healthcheck and /metrics on --http-port. Its HTTP API has
+  no authentication: kvstack runs it through engines/lmcache_guard.py, which puts kvstack's guard
+  in front of every route but those two (the run's control token, on loopback too).
 - vLLM's LMCacheMPConnector on the CPU platform registers its KV caches with the engine-driven
   transfer mode (register_kv_cache_engine_driven_context); the server's default
   --supported-transfer-mode lmcache_driven has no handler for it ("No handler registered for
@@ -58,6 +60,7 @@ from kvstack.engines.launch_basics import (
 )
 from kvstack.engines.vllm import prepare_vllm, reset_path, vllm_server
 from kvstack.errors import NetworkTargetError, PathError, UnsupportedError
+from kvstack.names import CONTROL_ENV
 from kvstack.redact import redact_url
 from kvstack.runtime.specs import FileSpec, LaunchSpec, ProcessSpec
 from kvstack.units import GIB
@@ -84,6 +87,8 @@ FS_ADAPTER, RESP_ADAPTER = "fs_native", "resp"
 # LMCache's own L2 eviction (its EvictionConfig defaults, spelled out so a plan reader sees them).
 DISK_EVICTION = {"eviction_policy": "LRU", "trigger_watermark": 0.8, "eviction_ratio": 0.2}
 DISK_BOUND_MODULE = "kvstack.engines.disk_bound"
+# `lmcache server` run by kvstack's launcher, which guards its HTTP API (engines/lmcache_guard.py).
+GUARD_MODULE = "kvstack.engines.lmcache_guard"
 L2_ADAPTERS = {"disk": FS_ADAPTER, "remote": RESP_ADAPTER}
 # The fs adapters (lmcache 0.5.6, fs_l2_adapter._object_key_to_filename; fs_native's C++ connector
 # writes the same names, seen on this machine) name each object file
@@ -278,8 +283,13 @@ def mp_server(req: RenderRequest, prep: LaunchBasics) -> MpServer:
         l1 = STAGING_BUFFER_GIB
         prep.notes.append(f"no CPU tier planned: the LMCache server gets a {l1:g} GiB L1 staging buffer")
     env: dict[str, str] = {}
+    if options.control_token:
+        # Its HTTP API answers only this token on its control routes (engines/lmcache_guard.py).
+        env[CONTROL_ENV] = options.control_token
+        if options.control_token not in prep.secrets:
+            prep.secrets.append(options.control_token)
     argv = [
-        options.python, "-m", "lmcache.cli.main", "server",
+        options.python, "-m", GUARD_MODULE, "server",
         "--host", MP_HOST,
         "--port", str(port),
         "--chunk-size", str(req.plan.chunk_size),

@@ -87,10 +87,25 @@ def check_extra_args(req: RenderRequest, *, hicache: bool, lmcache: bool) -> Non
         )
 
 
+def takes_config_file(version: str | None) -> bool:
+    """This SGLang takes --config (None, not installed: render for the newest verified one)."""
+    return version is None or at_least(version, MIN_SGLANG_CONFIG)
+
+
 def uses_config_file(req: RenderRequest) -> bool:
-    """The installed SGLang takes --config (not installed: render for the newest verified one)."""
-    sw = req.software
-    return sw.sglang is None or at_least(sw.sglang, MIN_SGLANG_CONFIG)
+    return takes_config_file(req.software.sglang)
+
+
+def open_admin_warning(version: str | None) -> str | None:
+    """What an SGLang too old for --config leaves open on a loopback bind (on any other bind it is
+    refused), said as a warning by serve; None when its admin routes are locked to kvstack."""
+    if takes_config_file(version):
+        return None
+    return (
+        f"sglang {version} takes an admin key only on its command line: its admin endpoints "
+        f"({', '.join(ADMIN_ROUTES)}, ...) stay open to every local user on this machine; "
+        f"sglang >= {MIN_SGLANG_CONFIG} locks them to kvstack"
+    )
 
 
 def auth(req: RenderRequest, prep: LaunchBasics) -> tuple[list[str], list[FileSpec]]:
@@ -117,12 +132,9 @@ def auth(req: RenderRequest, prep: LaunchBasics) -> tuple[list[str], list[FileSp
                 hint=f"upgrade to sglang >= {MIN_SGLANG_CONFIG} (kvstack locks them), "
                 "or keep --host on loopback",
             )
-        if options.control_token:
-            prep.notes.append(
-                f"sglang {req.software.sglang} takes an admin key only on its command line: its admin "
-                f"endpoints ({', '.join(ADMIN_ROUTES)}, ...) stay open to every local user; "
-                f"sglang >= {MIN_SGLANG_CONFIG} locks them to kvstack"
-            )
+        warning = open_admin_warning(req.software.sglang)
+        if options.control_token and warning is not None:
+            prep.notes.append(warning)  # recorded in launch.json; serve says it as a warning
         return [], []
     if options.control_token:
         # The run's control token is SGLang's admin key: its admin routes answer only a bearer of

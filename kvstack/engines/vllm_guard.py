@@ -28,6 +28,11 @@ What it does, per request path:
   the engine a per-run control token (``KVSTACK_CONTROL_TOKEN``), that token in the
   ``X-Kvstack-Control`` header: another local user, who can reach loopback too, has no way to read
   it (it is in the engine's environment and a 0600 file of the 0700 run dir); then the key when set.
+
+Wherever the key is asked for, the run's control token as the bearer stands in for it: that is
+kvstack itself, through the router it puts in front of its engines (serving/router_front.py), which
+passes the token on as the bearer of everything it forwards. What runs behind the guard (vLLM's own
+key check) then sees the key in its place.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ import hmac
 import ipaddress
 import json
 import os
+from collections.abc import Callable
 from typing import Any
 
 PROBE_PATHS = frozenset({"/health", "/ping", "/metrics", "/version", "/load"})
@@ -72,8 +78,11 @@ CONTROL_HEADER = "X-Kvstack-Control"
 _CONTROL_HEADER = CONTROL_HEADER.lower().encode()
 
 
+Classify = Callable[[str], str]  # a request path -> 'probe', 'client' or 'control'
+
+
 def classify(path: str) -> str:
-    """'probe', 'client' or 'control'."""
+    """vLLM's routes: 'probe', 'client' or 'control'."""
     if path in PROBE_PATHS or path.startswith("/metrics/"):
         return "probe"
     if path in CONTROL_PATHS:
@@ -129,9 +138,11 @@ def decide(
     local: bool,
     key_hash: bytes | None,
     control_hash: bytes | None = None,
+    kind_of: Classify = classify,
 ) -> tuple[int, str] | None:
-    """None to let the request through, else (status, message)."""
-    kind = classify(path)
+    """None to let the request through, else (status, message). ``kind_of`` sorts the server's
+    routes (vLLM's by default; kvstack's other guarded servers pass their own)."""
+    kind = kind_of(path)
     if kind == "probe":
         return None
     if kind == "control":
@@ -153,20 +164,44 @@ def decide(
         return None
     scheme, _, token = headers.get(b"authorization", b"").decode("latin-1").partition(" ")
     given = hashlib.sha256(token.encode("utf-8", "surrogateescape")).digest()
-    if scheme.lower() == "bearer" and hmac.compare_digest(given, key_hash):
+    if scheme.lower() == "bearer" and (
+        hmac.compare_digest(given, key_hash) or bearer_is_token(headers, control_hash)
+    ):
         return None
     return 401, "Unauthorized"
 
 
+def bearer_is_token(headers: dict[bytes, bytes], control_hash: bytes | None) -> bool:
+    """The request's bearer is the run's control token: kvstack itself (its router passes the
+    token on as the bearer of every request it forwards: serving/router_front.py)."""
+    if control_hash is None:
+        return False
+    scheme, _, token = headers.get(b"authorization", b"").partition(b" ")
+    return scheme.lower() == b"bearer" and hmac.compare_digest(_hash(token), control_hash)
+
+
 class ControlGuard:
     """``--middleware kvstack.engines.vllm_guard.ControlGuard``: vLLM adds it with
-    ``app.add_middleware(ControlGuard)``, last, so it runs before every other middleware."""
+    ``app.add_middleware(ControlGuard)``, last, so it runs before every other middleware.
 
-    def __init__(self, app: Any) -> None:
+    kvstack's other guarded servers (LMCache's cache server: engines/lmcache_guard.py; the router's
+    front: serving/router_front.py) add it with their own ``kind_of`` and, where the environment
+    must not keep it, the ``token`` itself; the key and the token are otherwise read from the
+    environment, as vLLM's own check reads the key (``key_env`` None: a server without one)."""
+
+    def __init__(
+        self,
+        app: Any,
+        kind_of: Classify = classify,
+        token: str | None = None,
+        key_env: str | None = KEY_ENV,
+    ) -> None:
         self.app = app
-        key = os.environ.get(KEY_ENV) or ""
+        self.kind_of = kind_of
+        key = (os.environ.get(key_env) if key_env else None) or ""
         self.key_hash = hashlib.sha256(key.encode("utf-8")).digest() if key else None
-        token = os.environ.get(CONTROL_ENV) or ""
+        self.key_env = key_env if key else None  # where the key is read again, never kept here
+        token = token if token is not None else os.environ.get(CONTROL_ENV) or ""
         self.control_hash = _hash(token.encode("latin-1", "replace")) if token else None
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -179,9 +214,22 @@ class ControlGuard:
             path = path[len(root) :] or "/"
         headers = dict(scope.get("headers") or [])
         denied = decide(
-            path, scope.get("method", "GET"), headers, peer_is_local(scope), self.key_hash, self.control_hash
+            path,
+            scope.get("method", "GET"),
+            headers,
+            peer_is_local(scope),
+            self.key_hash,
+            self.control_hash,
+            self.kind_of,
         )
         if denied is None:
+            if self.key_env is not None and bearer_is_token(headers, self.control_hash):
+                # kvstack's token in place of the key: what runs behind (vLLM's own check) gets the key.
+                bearer = f"Bearer {os.environ.get(self.key_env, '')}".encode("utf-8", "surrogateescape")
+                scope = dict(scope)
+                scope["headers"] = [
+                    (k, bearer if k.lower() == b"authorization" else v) for k, v in scope.get("headers") or []
+                ]
             await self.app(scope, receive, send)
             return
         status, message = denied

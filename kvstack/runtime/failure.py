@@ -10,8 +10,8 @@ from kvstack.errors import EngineError
 # poll_died's code for a process that is alive but logged a line after which it cannot serve
 # (ProcessSpec.fatal_patterns): to everything watching, it is as good as dead.
 FATAL_LINE = -(1 << 16)
-# poll_died's code for a critical helper that is alive but stopped answering its health URL
-# (SIGSTOP, a stuck disk: runtime/liveness.py): handled like its death.
+# poll_died's code for a critical helper or a server that is alive but stopped answering its health
+# URL (SIGSTOP, a stuck disk, a deadlock: runtime/liveness.py): the unit restarts, as for a death.
 HUNG = -(1 << 17)
 
 

@@ -115,8 +115,13 @@ class SupervisorGroup:
     def restartable(self) -> bool:
         return self.died is not None and self.died.restartable()
 
+    def restart_what(self) -> str:
+        assert self.died is not None
+        what = self.died.restart_what()
+        return f"{what} of {self.died.label}" if self.died.label else what
+
     def restart(self, ready_timeout_s: float) -> None:
-        """Restart the member whose critical helper died; the other members keep serving."""
+        """Restart the member whose critical helper died or which hung; the others keep serving."""
         assert self.died is not None
         member, self.died = self.died, None
         member.restart(ready_timeout_s)

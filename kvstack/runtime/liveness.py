@@ -1,9 +1,10 @@
-"""Notice a helper that is alive but no longer answers: stopped (SIGSTOP), stuck on a disk, deadlocked.
+"""Notice a process that is alive but no longer answers: stopped (SIGSTOP), stuck on a disk, deadlocked.
 
-A dead process is seen by ``poll``; a hung one is not, and an engine whose cache server hangs hangs
-every request. So each critical helper's health URL is probed from a daemon thread every
-``every_s`` with a ``timeout_s`` timeout; ``misses`` failures in a row make it hung, which the
-supervisor then handles like a death (kvstack/runtime/supervisor.py: the unit restarts). With the
+A dead process is seen by ``poll``; a hung one is not: an engine whose cache server hangs hangs
+every request, and so does an engine that hangs itself. So the health URL of each critical helper
+and of the server (the engine, or the router) is probed from a daemon thread every ``every_s``
+with a ``timeout_s`` timeout; ``misses`` failures in a row make it hung, which the supervisor then
+handles like a critical helper's death (kvstack/runtime/supervisor.py: the unit restarts). With the
 defaults a hang is noticed within about 8 to 11 seconds.
 """
 
@@ -57,7 +58,7 @@ class HangWatch:
             return self._hung.get(name)
 
     def answers_now(self, name: str, timeout_s: float = TIMEOUT_S) -> bool:
-        """One probe of ``name`` right now; a helper no longer answering is marked hung."""
+        """One probe of ``name`` right now; a process no longer answering is marked hung."""
         url = self.url(name)
         if url is None:
             return True

@@ -120,16 +120,26 @@ class Supervisor:
         self.procs.append(launch(pspec, self.run_dir, self.spec.secrets, self.base_env, self._watchdog))
 
     def restartable(self) -> bool:
-        """Whether the process found dead is a critical helper, whose death restarts the unit."""
+        """Whether what was found dead restarts the unit: a critical helper's death, or a server that
+        hangs (it answers nothing, so only a restart brings it back, as for a hung cache server)."""
         if self.died is None:
             return False
-        return any(h.critical and h.name == self.died[0] for h in self.spec.helpers)
+        name, rc = self.died
+        if rc == HUNG and name == self.spec.server.name:
+            return True
+        return any(h.critical and h.name == name for h in self.spec.helpers)
+
+    def restart_what(self) -> str:
+        """What ``restart`` restarts, in words: "the cache server, then the engine"."""
+        server = self.spec.server.name
+        return f"the cache server, then the {server}" if self.spec.helpers else f"the {server}"
 
     def restart(self, ready_timeout_s: float) -> None:
         """Stop what is left of the unit, start helpers then the server again, wait until ready.
 
         For a critical helper's death (LMCache's server): the engine cannot recover by itself,
-        so both restart; the disk tier's files are kept, so its KV serves again after.
+        so both restart; the disk tier's files are kept, so its KV serves again after. For a hung
+        server (runtime/liveness.py), likewise.
         """
         self.restarts += 1
         self._report("restarting", self.spec.server.name)
@@ -261,7 +271,9 @@ class Supervisor:
     def _became_ready(self, proc: Proc) -> None:
         if proc.spec.ready_url is not None:  # it answers, so it has read its start files
             remove_start_files(proc.spec)
-            if proc.spec.critical:  # from now on, a hang is a death (runtime/liveness.py)
+            if proc.spec.critical or proc.spec is self.spec.server:
+                # From now on, a hang is a death (runtime/liveness.py): the server's (an engine
+                # alive but not answering /health) and a critical helper's.
                 self.liveness.watch(proc.spec.name, proc.spec.ready_url)
         self._report("ready", proc.spec.name)
 

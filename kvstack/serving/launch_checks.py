@@ -1,7 +1,8 @@
 """Every check before a launch, in one place: nothing is written or started until all pass.
 
 The model first, then local paths, then ports, the router, the engine (runtime.preflight), and last
-the remote store, whose check is a network round trip; then the notes a launch that passed says.
+the remote store, whose check is a network round trip; then the warnings and notes a launch that
+passed says.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import itertools
 from collections import Counter
 from pathlib import Path
 
+from kvstack.engines.sglang import open_admin_warning
 from kvstack.errors import NetworkTargetError
 from kvstack.fsutil import check_private_dir
 from kvstack.model import hub
@@ -84,6 +86,18 @@ def preflight(launch: Launch) -> None:
         from kvstack.remote.preflight import require_reachable
 
         require_reachable(first.options.remote_url)
+
+
+def launch_warnings(launch: Launch) -> list[str]:
+    """The plan's warnings, then what the launch leaves open that a user must know about."""
+    warnings = list(launch.plan.warnings)
+    if launch.request.engine == "sglang":
+        # An SGLang too old to lock its admin routes: refused on a public bind (rendering),
+        # served on loopback with this said.
+        open_admin = open_admin_warning(launch.snapshot.software.sglang)
+        if open_admin is not None:
+            warnings.append(open_admin)
+    return warnings
 
 
 def launch_notes(launch: Launch) -> list[str]:

@@ -23,7 +23,7 @@ from kvstack.rundir import VALIDATION_JSON
 from kvstack.runtime.group import SupervisorGroup
 from kvstack.runtime.status import SupervisorStatus
 from kvstack.runtime.supervisor import ProcessFailed, Supervisor
-from kvstack.serving.launch_checks import launch_notes, preflight
+from kvstack.serving.launch_checks import launch_notes, launch_warnings, preflight
 from kvstack.serving.launch_files import record, write_launch_files
 from kvstack.serving.prepare import Launch
 from kvstack.serving.remote_failover import follow_remote
@@ -61,6 +61,8 @@ class Supervised(Protocol):
     def disk_warnings(self, min_free_bytes: int | None = None) -> list[str]: ...
 
     def restartable(self) -> bool: ...
+
+    def restart_what(self) -> str: ...
 
     def restart(self, ready_timeout_s: float) -> None: ...
 
@@ -147,7 +149,8 @@ def serve_until_stopped(
 
     A dead critical helper (LMCache's cache server) restarts its unit, at most ``budget`` allows
     (3 within 10 minutes): an engine whose cache server died hangs every request and never
-    re-registers its KV caches with a new one.
+    re-registers its KV caches with a new one. A hung one (runtime/liveness.py), or a hung engine,
+    likewise.
     """
     budget = budget or RestartBudget()
     warned: set[str] = set()
@@ -165,7 +168,7 @@ def serve_until_stopped(
                     raise error
                 n = budget.spend()
                 events.warning(
-                    f"{error.message.splitlines()[0]}: restarting the cache server, then the engine "
+                    f"{error.message.splitlines()[0]}: restarting {sup.restart_what()} "
                     f"(restart {n}/{budget.max_restarts} within {budget.window_s / 60:g} min; the disk tier "
                     f"keeps its KV; log: {error.log_path})"
                 )
@@ -206,7 +209,7 @@ def launched(launch: Launch, events: ServeEvents | None = None) -> Iterator[Supe
     req = launch.request
     preflight(launch)
     # After the preflight: a launch refused for a missing model or a busy port says only why.
-    for warning in launch.plan.warnings:
+    for warning in launch_warnings(launch):
         ev.warning(warning)
     for note in launch_notes(launch):
         ev.message(note)
@@ -215,6 +218,9 @@ def launched(launch: Launch, events: ServeEvents | None = None) -> Iterator[Supe
         write_launch_files(p.spec)
         if p.options.control_token:
             write_control_token(p.run_dir, p.options.control_token)
+    token = launch.replicas[0].options.control_token
+    if launch.router is not None and token:
+        write_control_token(launch.run_dir, token)  # the router's (the launch's one token)
     engines = [
         Supervisor(
             p.spec,
@@ -241,8 +247,17 @@ def launched(launch: Launch, events: ServeEvents | None = None) -> Iterator[Supe
 
 @contextmanager
 def published(launch: Launch) -> Iterator[None]:
-    """This user's kvstack clients send each engine its control token while the launch runs."""
-    tokens = [(p.spec.base_url, p.options.control_token) for p in launch.replicas if p.options.control_token]
+    """This user's kvstack clients send each engine, its cache server and the router the launch's
+    control token while the launch runs."""
+    tokens = [
+        (url, p.options.control_token)
+        for p in launch.replicas
+        if p.options.control_token
+        for url in (p.spec.base_url, p.spec.cache_server_url)
+        if url
+    ]
+    if launch.router is not None and tokens:
+        tokens.append((launch.router.base_url, tokens[0][1]))
     for url, token in tokens:
         control.publish(url, token)
     try:

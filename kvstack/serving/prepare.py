@@ -88,6 +88,12 @@ def plan_for(
     return plan
 
 
+def run_token(request: ServeRequest) -> str | None:
+    """A fresh control token for a launch: one for all its replicas, their cache servers and its
+    router (the router passes it to the replicas as the bearer of what it forwards)."""
+    return new_token() if request.engine in ("vllm", "sglang") else None
+
+
 def serve_options(request: ServeRequest, **overrides: Any) -> ServeOptions:
     """The options of one launch; ``overrides`` (port, run_dir, lmcache ports) for a replica."""
     fields: dict[str, Any] = {
@@ -98,10 +104,10 @@ def serve_options(request: ServeRequest, **overrides: Any) -> ServeOptions:
         "python": engine_python(),
         "extra_args": list(request.extra_args),
         "remote_url": request.remote,
-        # Dev mode only for the validation pass (its prefix cache reset); a token per engine that
+        # Dev mode only for the validation pass (its prefix cache reset); a token per launch that
         # kvstack alone holds for whatever control route answers (kvstack/clients/control.py).
         "dev_mode": request.validate_after_start,
-        "control_token": new_token() if request.engine in ("vllm", "sglang") else None,
+        "control_token": run_token(request),
     }
     fields.update(overrides)
     if "run_dir" not in fields:
@@ -188,6 +194,7 @@ def prepare(
     run_root = request.resolved_run_dir()
     facts = gather_facts(plan.model_path, snap.memory, revision=plan.model_revision)
     replicas: list[PreparedServe] = []
+    token = run_token(request)
     for i, port in enumerate(layout.engine_ports):
         run_dir = replica_dir(run_root, i, request.multi)
         lmcache_port, lmcache_http_port = layout.helper_ports[i]
@@ -197,6 +204,7 @@ def prepare(
             run_dir=str(run_dir),
             lmcache_port=lmcache_port,
             lmcache_http_port=lmcache_http_port,
+            control_token=token,
         )
         spec = render(plan, options, snap.software, facts)
         if devices is not None:
@@ -212,6 +220,7 @@ def prepare(
             worker_urls=[p.spec.base_url for p in replicas],
             served_model_name=replicas[0].spec.served_model_name,
             api_key=request.api_key,
+            control_token=token,
         )
     return Launch(
         request=request,

@@ -1,5 +1,5 @@
-"""What a serve request is refused or warned for before anything is planned: a router exposed
-without authentication, a public bind without a key, an engine interpreter that lacks kvstack's guard."""
+"""What a serve request is refused or warned for before anything is planned: a router its engines
+would refuse, a public bind without a key, an engine interpreter that lacks kvstack's guard."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from kvstack.serving.request import ServeRequest, engine_python
 def check_request(request: ServeRequest, *, dry_run: bool) -> list[str]:
     """Refuse what must not launch; return the warnings to show (a dry run starts nothing, so the
     engine's interpreter is not asked for the guard)."""
-    refuse_public_router(request)
+    refuse_keyed_sglang_router(request)
     exposed = exposure_warning(request)
     if not dry_run and request.engine == "vllm":
         require_guard(engine_python())
@@ -62,11 +62,13 @@ def require_guard(python: str) -> None:
         ) from exc
 
 
-def refuse_public_router(request: ServeRequest) -> None:
-    if request.router and not is_loopback(request.host):
+def refuse_keyed_sglang_router(request: ServeRequest) -> None:
+    """vllm-router runs behind kvstack's guard and reaches its engines with the run's control token
+    as the bearer (serving/router_front.py): vLLM's guard takes it in place of the key, SGLang, with
+    an API key, takes nothing but that key on its client routes (utils/auth.py, NORMAL level)."""
+    if request.router and request.engine == "sglang" and request.api_key:
         raise InputError(
-            f"--router with --host {request.host}: vllm-router's /add_worker, /remove_worker and "
-            "/flush_cache have no authentication (anyone who reaches it could add a worker of theirs "
-            "and read every prompt)",
-            hint="keep --host 127.0.0.1 and put an authenticating proxy in front, or drop --router",
+            "--router with --engine sglang and an API key: the router reaches the engines with "
+            "kvstack's run token, which SGLang refuses where it asks for the key",
+            hint="drop --router (clients use each replica), drop the key on loopback, or use --engine vllm",
         )

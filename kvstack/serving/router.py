@@ -6,23 +6,28 @@ worker: a repeated prefix goes back to the replica that holds its KV, until the 
 of balance), ``--prometheus-port`` (its CLI default is 29000 and it always binds it, so
 kvstack gives it a port of the layout), ``--worker-startup-check-interval`` (default 30 s: a
 first health check that misses would cost half a minute). The router forwards the client's
-``Authorization`` header to the workers, which check it; its own ``--api-key`` is what it
-sends to workers for data-parallel routing, so kvstack does not pass the key (argv is public).
-It answers ``GET /health`` once its workers are healthy and proxies ``/v1/*``.
+headers, ``Authorization`` included, to the workers, which check it; its own ``--api-key`` is
+what it sends to workers on its own calls. It answers ``GET /health`` once its workers are
+healthy and proxies ``/v1/*``; its admin routes (``/add_worker``, ``/remove_worker``,
+``/flush_cache``, ...) have no authentication, so kvstack runs it behind its guard
+(serving/router_front.py): the admin routes answer only the run's control token, the OpenAI
+routes the user's key, and the router's own port only the token.
 """
 
 from __future__ import annotations
 
 from importlib import metadata
 
+from kvstack.engines.vllm_guard import KEY_ENV
 from kvstack.errors import MissingProgramError
+from kvstack.names import CONTROL_ENV
 from kvstack.netaddr import client_host
 from kvstack.runtime.preflight import check_module_importable
 from kvstack.runtime.specs import LaunchSpec, ProcessSpec
 from kvstack.serving.ports import PortLayout
 
 ROUTER_PACKAGE = "vllm-router"
-ROUTER_MODULE = "vllm_router.launch_router"  # has a __main__ guard: runs under any interpreter
+FRONT_MODULE = "kvstack.serving.router_front"  # the router behind kvstack's guard
 ROUTER_POLICY = "cache_aware"
 ROUTER_METRICS_HOST = "127.0.0.1"
 
@@ -42,21 +47,33 @@ def render_router(
     worker_urls: list[str],
     served_model_name: str,
     api_key: str | None = None,
+    control_token: str | None = None,
 ) -> LaunchSpec:
-    """The router as a LaunchSpec of its own (a server, no helpers), supervised like an engine."""
+    """The router as a LaunchSpec of its own (a server, no helpers), supervised like an engine:
+    kvstack's guard on ``--host``/``--port``, the router itself on loopback behind it."""
     assert layout.router_port is not None and layout.router_metrics_port is not None
     base_url = f"http://{client_host(host)}:{layout.router_port}"
     argv = [
-        python, "-m", ROUTER_MODULE,
+        python, "-m", FRONT_MODULE,
         "--host", host,
         "--port", str(layout.router_port),
+        "--",
         "--worker-urls", *worker_urls,
         "--policy", ROUTER_POLICY,
         "--prometheus-host", ROUTER_METRICS_HOST,
         "--prometheus-port", str(layout.router_metrics_port),
         "--worker-startup-check-interval", "1",
     ]  # fmt: skip
-    server = ProcessSpec(name="router", argv=argv, ready_url=f"{base_url}/health")
+    # The environment, never argv: the guard's token and key (engines/vllm_guard.py reads them).
+    env: dict[str, str] = {}
+    unset = ["KVSTACK_API_KEY"]
+    if control_token:
+        env[CONTROL_ENV] = control_token
+    if api_key:
+        env[KEY_ENV] = api_key
+    else:
+        unset.append(KEY_ENV)  # an inherited key would lock clients, and kvstack, out
+    server = ProcessSpec(name="router", argv=argv, env=env, unset_env=unset, ready_url=f"{base_url}/health")
     return LaunchSpec(
         engine="vllm-router",
         connector="none",
@@ -68,7 +85,7 @@ def render_router(
         api_key_set=api_key is not None,
         metrics_urls=[f"http://{ROUTER_METRICS_HOST}:{layout.router_metrics_port}/metrics"],
         notes=[f"{ROUTER_POLICY} routing over {len(worker_urls)} replicas: {', '.join(worker_urls)}"],
-        secrets=[api_key] if api_key else [],
+        secrets=[s for s in (api_key, control_token) if s],
     )
 
 

@@ -1,11 +1,13 @@
 """LMCache's cache server as validation drives it: health, emptying L1, hiding an L2 tier's objects.
 
 The server's HTTP API (lmcache/v1/multiprocess/http_apis, lmcache 0.5.6) has no authentication
-and listens on loopback only. ``POST /cache/clear`` empties L1 (DRAM) and keeps the L2 adapters,
-which is what proves a disk or remote tier. The fs adapter finds an object by its file
-(``_key_exists_on_disk``) and cannot list its keys over HTTP, so to prove the remote tier where a
-disk tier also holds the prompt (the lowest-indexed adapter serves first), the prompt's new files
-are moved aside for one request and put back.
+and listens on loopback only; kvstack runs it behind its guard (engines/lmcache_guard.py), so every
+route but /healthcheck and /metrics wants the run's control token, which this client sends when
+this user's serve started the server (clients/control.py). ``POST /cache/clear`` empties L1 (DRAM)
+and keeps the L2 adapters, which is what proves a disk or remote tier. The fs adapter finds an
+object by its file (``_key_exists_on_disk``) and cannot list its keys over HTTP, so to prove the
+remote tier where a disk tier also holds the prompt (the lowest-indexed adapter serves first),
+the prompt's new files are moved aside for one request and put back.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from pathlib import Path
 
 import httpx
 
+from kvstack.clients.control import control_headers, token_for
+
 HEALTH_TIMEOUT_S = 3.0
 
 
@@ -24,6 +28,7 @@ class CacheServer:
     def __init__(self, client: httpx.AsyncClient, url: str) -> None:
         self.client = client
         self.url = url.rstrip("/")
+        self.headers = control_headers(token_for(self.url))
 
     async def problem(self) -> str | None:
         """Why the server cannot serve, or None when /healthcheck says healthy."""
@@ -41,7 +46,9 @@ class CacheServer:
 
     async def clear_l1(self) -> tuple[bool, str]:
         try:
-            resp = await self.client.post(self.url + "/cache/clear", json={"tier": "l1"}, timeout=30.0)
+            resp = await self.client.post(
+                self.url + "/cache/clear", json={"tier": "l1"}, headers=self.headers, timeout=30.0
+            )
         except httpx.HTTPError as exc:
             return False, f"POST {self.url}/cache/clear failed: {type(exc).__name__}"
         if resp.status_code != 200:

@@ -72,6 +72,26 @@ def test_control_routes_answer_only_kvstack(faulted: Faulted) -> None:
     FIGURES["control routes"] = {"routes refused without the token": len(statuses), "with the token": 200}
 
 
+def test_the_cache_servers_control_routes_answer_only_kvstack(faulted: Faulted) -> None:
+    """LMCache's HTTP API behind kvstack's guard (engines/lmcache_guard.py), in the served stack."""
+    from tests.support.other_user import send_as_other_user
+
+    url = f"http://127.0.0.1:{faulted.session.port + 2}"
+    token = (faulted.session.run_dir / "control-token").read_text().strip()
+    routes = [("POST", "/cache/clear"), ("GET", "/env"), ("GET", "/status"), ("POST", "/metrics/reset")]
+    mine = [httpx.request(m, url + p, json={"tier": "l1"}, timeout=10).status_code for m, p in routes]
+    theirs = send_as_other_user([(m, url + p, {}, None) for m, p in routes])
+    probes = send_as_other_user(
+        [("GET", url + "/healthcheck", {}, None), ("GET", url + "/metrics", {}, None)]
+    )
+    env = httpx.get(url + "/env", headers={"X-Kvstack-Control": token}, timeout=10)
+    assert set(mine) == {403} and set(theirs) == {403} and probes == [200, 200], (mine, theirs, probes)
+    assert (
+        env.status_code == 200 and token not in env.text and REDIS_PASSWORD in env.text
+    )  # only kvstack reads it
+    FIGURES["cache server control routes"] = {"refused without the token": len(routes), "probes": probes}
+
+
 SYSTEM_PYTHON = "/usr/bin/python3"  # one that uid 65534 may run (the venv's lives under /root)
 
 
@@ -235,6 +255,34 @@ def test_kill9_of_the_cache_server_restarts_the_unit(faulted: Faulted) -> None:
     }  # fmt: skip
     assert noticed is not None and restarted is not None, session.output()[-4000:]
     assert FIGURES["cache server kill -9"]["answers_unchanged"]
+
+
+def test_a_stopped_engine_is_restarted(faulted: Faulted) -> None:
+    """The engine's API server alive but not answering (SIGSTOP): noticed within the helpers'
+    bound (runtime/liveness.py) and handled as a hung cache server is: the unit restarts."""
+    session = faulted.session
+    pid = faulted.tree.listener(session.port)  # the engine's API server: /health
+    since = len(session.output())
+    t0 = time.monotonic()
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        noticed = _wait_output(session, "engine stopped answering", since, 60)
+        restarted = _wait_output(session, "restarted: serving again", since, 420)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
+    total = round(time.monotonic() - t0, 1)
+    FIGURES["engine SIGSTOP"] = {
+        "noticed_s": noticed, "serving_again_s": restarted and total,
+        "answered_after": _requests(session, 2, "after-engine-stop"),
+        "answers_unchanged": _same_answer(faulted),
+    }  # fmt: skip
+    assert noticed is not None and noticed <= 12.0, session.output()[-4000:]
+    assert restarted is not None, session.output()[-4000:]
+    assert "(hung, not dead)" in session.output()[since:]
+    assert "restarting the cache server, then the engine" in session.output()[since:]
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    assert FIGURES["engine SIGSTOP"]["answers_unchanged"]
 
 
 def test_no_secret_on_any_command_line(faulted: Faulted) -> None:

@@ -76,6 +76,15 @@ def test_two_replicas_share_redis_behind_the_router_and_stop_together(
         answer = routed.json()
         assert isinstance(answer["choices"][0]["text"], str), answer
         assert answer["usage"]["completion_tokens"] >= 1, answer
+        # The router's admin routes answer kvstack alone (serving/router_front.py); the engines take
+        # the run's token it passes on as the bearer, so validation and the completion above went through.
+        token = (session.run_dir / "control-token").read_text().strip()
+        refused = httpx.post(session.base_url + "/add_worker?url=http://127.0.0.1:9", timeout=10)
+        listed = httpx.get(
+            session.base_url + "/list_workers", headers={"X-Kvstack-Control": token}, timeout=10
+        )
+        assert refused.status_code == 403 and listed.status_code == 200, (refused.text, listed.text)
+        assert sorted(listed.json()["urls"]) == [f"http://127.0.0.1:{p}" for p in engines]
         names = {" ".join(p.cmdline()) for p in tree}
         assert sum("vllm.entrypoints.openai.api_server" in n and "--port" in n for n in names) >= 2
         assert any(n.startswith("vllm::router") for n in names)  # its setproctitle name

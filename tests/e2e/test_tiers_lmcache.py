@@ -117,7 +117,7 @@ def counter(url: str, name: str, **labels: str) -> float:
 def cache_server_pid(session: ServeSession) -> int:
     for p in psutil.Process(session.proc.pid).children(recursive=True):
         cmd = " ".join(p.cmdline())
-        if "lmcache.cli.main server" in cmd and f"--http-port {session.port + 2}" in cmd:
+        if "kvstack.engines.lmcache_guard server" in cmd and f"--http-port {session.port + 2}" in cmd:
             return p.pid
     raise AssertionError("no LMCache cache server among kvstack's children")
 

@@ -90,6 +90,10 @@ def writes(rel: str, text: str) -> Setup:
     return setup
 
 
+def private_key_file(s: Scene) -> None:
+    s.file("api.key", "sk-bad-input-key\n").chmod(0o600)
+
+
 def model_without_layers(s: Scene) -> None:
     cfg = demo_config()
     del cfg["num_hidden_layers"]
@@ -501,11 +505,13 @@ CASES = [
         ("--api-key-file",),
     ),
     Case(
-        "serve-router-on-public-host",
-        serve("--replicas", "2", "--router", "--host", "0.0.0.0"),
+        # The router reaches its engines with kvstack's run token, which a keyed SGLang refuses.
+        "serve-router-before-keyed-sglang",
+        serve("--engine", "sglang", "--replicas", "2", "--router", "--api-key-file", "{tmp}/api.key"),
         2,
-        ("vllm-router", "/add_worker", "no authentication"),
-        ("127.0.0.1",),
+        ("--router with --engine sglang and an API key", "SGLang refuses"),
+        ("--engine vllm",),
+        private_key_file,
     ),
     Case(
         "validate-api-key-file-empty",

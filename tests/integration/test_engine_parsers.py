@@ -113,7 +113,7 @@ def probed(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, LaunchSp
                 job["lmcache_yaml"][name] = f.path
         for helper in spec.helpers:
             argv = server_argv(helper.argv)  # the server's own argv inside kvstack's disk bound
-            assert argv[1:4] == ["-m", "lmcache.cli.main", "server"]
+            assert argv[1:4] == ["-m", "kvstack.engines.lmcache_guard", "server"]
             job["lmcache_server_argv"][name] = argv[4:]
     config = tmp / "engine-config.yaml"  # what a user's --config may hold
     config.write_text("host: 0.0.0.0\napi_key: sk-in-a-config\n", encoding="utf-8")

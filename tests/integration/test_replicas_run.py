@@ -8,8 +8,10 @@ preflight, run dirs, the SupervisorGroup, the real vllm-router, validation, stop
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 import signal
 import socket
 import sys
@@ -25,6 +27,7 @@ import pytest
 from kvstack.clients.metrics import parse_metrics
 from kvstack.errors import NetworkTargetError
 from kvstack.hardware.snapshot import load_snapshot
+from kvstack.names import CONTROL_ENV, CONTROL_HEADER
 from kvstack.runtime.specs import ProcessSpec
 from kvstack.runtime.supervisor import ProcessFailed
 from kvstack.serving.lifecycle import ServeEvents, launched
@@ -33,6 +36,7 @@ from kvstack.serving.prepare import Launch, prepare
 from kvstack.serving.request import ServeRequest
 from tests.support.cli_run import isolated_env, run_cli
 from tests.support.deps import ROOT, missing, require_engine_module
+from tests.support.other_user import can_read_as_other_user, send_as_other_user
 from tests.support.ports import free_block
 from tests.support.stream_server import tokenize
 
@@ -47,7 +51,11 @@ sys.path.insert(0, {root!r})
 from tests.support.stream_server import ServerKnobs, StreamServer, _QuietServer
 port, die_after = int(sys.argv[1]), float(sys.argv[2])
 # The key where vLLM reads it: kvstack passes it in the environment, never in argv.
-srv = StreamServer(ServerKnobs(model="demo", api_key=os.environ.get("VLLM_API_KEY")))
+# ... and the run's control token, which its guard takes in place of the key (the router's bearer).
+srv = StreamServer(ServerKnobs(
+    model="demo", api_key=os.environ.get("VLLM_API_KEY"),
+    control_token=os.environ.get("KVSTACK_CONTROL_TOKEN"),
+))
 handler = srv.httpd.RequestHandlerClass
 srv.httpd.server_close()
 srv.httpd = _QuietServer(("127.0.0.1", port), handler)
@@ -185,7 +193,7 @@ def test_the_router_routes_by_prefix_and_passes_the_key(tmp_path: Path) -> None:
                     == 200
                 )
         refused = httpx.post(url + "/v1/completions", json={"model": "demo", "prompt": "x"}, timeout=30)
-        assert refused.status_code == 401  # the engines check the key the router forwards
+        assert refused.status_code == 401  # the key, as the engines ask for it
         hits = [
             parse_metrics(httpx.get(p.spec.base_url + "/metrics").text).value("vllm:prefix_cache_hits")
             for p in rs.replicas
@@ -198,6 +206,102 @@ def test_the_router_routes_by_prefix_and_passes_the_key(tmp_path: Path) -> None:
         assert "vllm_router_requests_total" in metrics
         assert group.poll_died() is None
     assert gone(tree) == []
+
+
+# vllm-router 0.1.17's routes besides the OpenAI ones (read in its binary and answered by it,
+# run against a worker on this machine), and one a later version may add.
+ROUTER_ADMIN = [
+    ("POST", "/add_worker?url=http://127.0.0.1:9"),
+    ("POST", "/remove_worker?url=http://127.0.0.1:9"),
+    ("GET", "/list_workers"),
+    ("POST", "/flush_cache"),
+    ("GET", "/get_loads"),
+    ("GET", "/workers"),
+    ("POST", "/workers"),
+    ("DELETE", "/workers/http%3A%2F%2F127.0.0.1%3A9"),
+    ("POST", "/start_profile"),
+    ("POST", "/stop_profile"),
+    ("POST", "/finish_session?session_id=s"),
+    ("GET", "/get_server_info"),
+    ("GET", "/get_model_info"),
+    ("GET", "/health_generate"),
+    ("GET", "/liveness"),
+    ("GET", "/readiness"),
+    ("GET", "/scheduling/diagnostics"),
+    ("POST", "/generate"),
+    ("GET", "/"),
+    ("POST", "/a_route_a_later_router_adds"),
+]
+
+
+def test_the_routers_admin_routes_answer_only_kvstack_its_openai_routes_the_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """vllm-router behind kvstack's guard (serving/router_front.py): every admin route refused
+    without the run's token, from this user and from another local user, at the front and at the
+    router's own port; the OpenAI routes with the key; kvstack's readiness through it works."""
+    try:
+        import vllm_router  # noqa: F401
+    except ImportError:
+        missing("python package vllm-router", "pip install vllm-router (the test extra has it)")
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))  # serve's control index, this test's
+    rs = fake_set(tmp_path, router=True)
+    assert rs.router is not None
+    token = rs.replicas[0].options.control_token
+    assert token and {p.options.control_token for p in rs.replicas} == {token}  # one per launch
+    assert token not in " ".join(rs.router.server.argv) and rs.router.server.env[CONTROL_ENV] == token
+    key = {"Authorization": f"Bearer {API_KEY}"}
+    with launched(rs, recording_events()[0]) as group:  # ready: its /health answered through the guard
+        front = rs.router.base_url
+        log = (tmp_path / "run" / "router.log").read_text()
+        found = re.search(r"kvstack: vllm-router on 127\.0\.0\.1:(\d+) ", log)
+        assert found, log
+        inside = f"http://127.0.0.1:{found.group(1)}"
+        # A body each handler would take (without one, the JSON routes answer 415 before anything).
+        body = {"url": "http://127.0.0.1:9", "text": "x", "model": "demo", "prompt": "x"}
+
+        def ask(client: httpx.Client, base: str) -> dict[tuple[str, str], int]:
+            return {
+                (m, p): client.request(
+                    m, base + p, headers=key, json=body if m != "GET" else None
+                ).status_code
+                for m, p in ROUTER_ADMIN
+            }
+
+        with httpx.Client(trust_env=False, timeout=30) as client:
+            mine, direct = ask(client, front), ask(client, inside)
+            guessed = client.get(inside + "/list_workers", headers={"Authorization": "Bearer guess"})
+            listed = client.get(front + "/list_workers", headers={**key, CONTROL_HEADER: token})
+            completion = client.post(
+                front + "/v1/completions",
+                json={"model": "demo", "prompt": "a b c", "max_tokens": 2},
+                headers=key,
+            )
+            health = client.get(front + "/health")
+        assert set(mine.values()) == {403}, mine  # the front: this machine and the token
+        assert set(direct.values()) == {401}, direct  # the router's own port: the token as the bearer
+        assert guessed.status_code == 401
+        assert listed.status_code == 200 and len(listed.json()["urls"]) == 2  # kvstack, with the token
+        assert completion.status_code == 200 and health.status_code == 200
+        sent = json.dumps(body)
+        theirs = send_as_other_user(
+            [
+                (m, base + p, {**key, "Content-Type": "application/json"}, sent if m != "GET" else None)
+                for base in (front, inside)
+                for m, p in ROUTER_ADMIN
+            ]
+            + [("GET", front + "/list_workers", {CONTROL_HEADER: "guess"}, None)]
+        )
+        n = len(ROUTER_ADMIN)
+        assert set(theirs[:n]) == {403} and set(theirs[n : 2 * n]) == {401} and theirs[-1] == 403, theirs
+        assert not can_read_as_other_user(str(tmp_path / "run" / "control-token"))
+        names = []
+        for proc in psutil.Process().children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                names.append(" ".join(proc.cmdline()))
+                assert token not in names[-1] and API_KEY not in names[-1]
+        assert any(n.startswith("vllm::router") for n in names)  # vllm-router's own process name
+        assert group.poll_died() is None
 
 
 def test_a_replica_dying_while_serving_stops_everything_and_names_it(tmp_path: Path) -> None:

@@ -263,14 +263,32 @@ def test_sglang_gets_its_key_in_a_private_file_and_its_admin_routes_locked(tmp_p
     assert doc["reset_cache_path"] is None
 
 
-def test_a_router_on_a_public_address_is_refused(tmp_path: Path) -> None:
+def test_a_router_on_a_public_address_serves_behind_kvstacks_guard_with_no_secret_shown(
+    tmp_path: Path,
+) -> None:
+    """vllm-router's admin routes have no authentication; kvstack serves it behind its guard
+    (serving/router_front.py), so a public --host is served: the key and the run's token reach the
+    front through its environment, masked in what is shown."""
     home = tmp_path / "home"
     home.mkdir()
-    argv = _dry_run(tmp_path, "--replicas", "2", "--router", "--host", "0.0.0.0", "--api-key", API_KEY)
-    res = run_cli(argv, tmp_path, isolated_env(home))
+    argv = _dry_run(tmp_path, "--replicas", "1", "--router", "--host", "0.0.0.0", "--json")
+    res = run_cli(argv, tmp_path, isolated_env(home, {"KVSTACK_API_KEY": API_KEY}))
+    assert res.code == 0, res.stderr
+    router = json.loads(res.stdout)["router"]
+    assert router["argv"][1:5] == ["-m", "kvstack.serving.router_front", "--host", "0.0.0.0"]
+    assert router["env"] == {"KVSTACK_CONTROL_TOKEN": MASK, "VLLM_API_KEY": MASK}
+    assert API_KEY not in res.stdout + res.stderr
+
+
+def test_a_router_in_front_of_sglang_with_a_key_is_refused_in_one_line(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    argv = _dry_run(tmp_path, "--engine", "sglang", "--replicas", "1", "--router")
+    res = run_cli(argv, tmp_path, isolated_env(home, {"KVSTACK_API_KEY": API_KEY}))
     assert res.code == 2, res.stderr
-    error = [line for line in res.err_lines if line.startswith("error:")]
-    assert error and "/add_worker" in error[0] and "no authentication" in error[0], res.stderr
+    error = [line for line in res.err_lines if line.startswith(("error:", "hint:"))]
+    assert error[0].startswith("error: --router with --engine sglang and an API key"), res.stderr
+    assert error[1].startswith("hint: ") and len(error) == 2 and "Traceback" not in res.stderr
     assert API_KEY not in res.stdout + res.stderr
 
 

@@ -25,10 +25,11 @@ KEY = "sk-guard-app-4242"
 DENIED = (401, 403)
 
 
-def probe(tmp_path: Path, dev: bool) -> dict[str, Any]:
+def probe(tmp_path: Path, dev: bool, token: str | None = None) -> dict[str, Any]:
     py = require_engine_module("vllm")
-    out = tmp_path / f"guard-{dev}.json"
-    argv = [py, str(PROBE), str(ROOT / "profiles" / "demo"), KEY, str(out), *(["dev"] if dev else [])]
+    out = tmp_path / f"guard-{dev}-{token is not None}.json"
+    argv = [py, str(PROBE), str(ROOT / "profiles" / "demo"), KEY, str(out), "dev" if dev else "plain"]
+    argv += [token] if token else []
     proc = subprocess.run(
         argv, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL, cwd=ROOT
     )
@@ -83,3 +84,20 @@ def test_without_the_guard_vllm_would_answer_these_without_a_key(apps: dict[bool
     """Why the guard exists: vLLM's own check covers /v1, /v2, /inference and /cohere only."""
     unguarded = {p for p in apps[True]["routes"] if not p.startswith(("/v1", "/v2", "/inference", "/cohere"))}
     assert {"/invocations", "/scale_elastic_ep", "/tokenize", "/collective_rpc", "/sleep"} <= unguarded
+
+
+TOKEN = "run-token-" + "r" * 32
+
+
+def test_the_run_token_as_the_bearer_passes_vllms_own_key_check_on_client_routes(tmp_path: Path) -> None:
+    """kvstack's router passes the run's token on as the bearer (serving/router_front.py): the guard
+    takes it for the key and hands vLLM's own AuthenticationMiddleware the key, so the request is
+    let through; on a control route it opens nothing without the X-Kvstack-Control header."""
+    results = probe(tmp_path, dev=True, token=TOKEN)["results"]
+    for path, got in results.items():
+        kind = classify(path)
+        if kind == "client":
+            assert got["local_token"] not in DENIED, (path, got)
+            assert got["remote_token"] not in DENIED, (path, got)
+        elif kind == "control":
+            assert got["local_token"] == 403 and got["remote_token"] == 403, (path, got)

@@ -8,7 +8,10 @@ from vLLM), which is the point: it was let through. A 403 that vLLM answers itse
 disabled scale-out routes) is recorded as 0, so that 401 and 403 mean kvstack's guard or vLLM's
 key check.
 
-Usage: python vllm_guard_probe.py MODEL_DIR KEY RESULT.json [dev]
+With a TOKEN (kvstack's run token in KVSTACK_CONTROL_TOKEN), each route is also asked with the
+token as the bearer, as kvstack's router passes it on ("<who>_token").
+
+Usage: python vllm_guard_probe.py MODEL_DIR KEY RESULT.json [dev|plain] [TOKEN]
 """
 
 from __future__ import annotations
@@ -24,6 +27,9 @@ if DEV:
 else:
     os.environ.pop("VLLM_SERVER_DEV_MODE", None)
 os.environ["VLLM_API_KEY"] = KEY
+TOKEN = sys.argv[5] if len(sys.argv) > 5 else None
+if TOKEN:
+    os.environ["KVSTACK_CONTROL_TOKEN"] = TOKEN
 
 from starlette.routing import Mount  # noqa: E402
 from starlette.testclient import TestClient  # noqa: E402
@@ -49,14 +55,14 @@ for who, addr in (("local", ("127.0.0.1", 50000)), ("remote", ("203.0.113.7", 50
     for path, methods in routes.items():
         method = "POST" if "POST" in methods else (methods[0] if methods else "GET")
         url = path.replace("{response_id}", "resp-1")
-        for keyed in (False, True):
-            headers = {"Authorization": f"Bearer {KEY}"} if keyed else {}
+        for bearer, name in ((None, "nokey"), (KEY, "key"), *([(TOKEN, "token")] if TOKEN else [])):
+            headers = {"Authorization": f"Bearer {bearer}"} if bearer else {}
             resp = client.request(method, url, headers=headers, json={})
             # 403 from vLLM itself (its disabled scale-out routes) is told apart from the guard's.
             status = (
                 0 if resp.status_code == 403 and "control endpoints" not in resp.text else resp.status_code
             )
-            results.setdefault(path, {})[f"{who}_{'key' if keyed else 'nokey'}"] = status
+            results.setdefault(path, {})[f"{who}_{name}"] = status
 
 doc = {
     "routes": routes,

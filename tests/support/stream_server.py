@@ -14,6 +14,7 @@ disconnects, malformed events, an error event, a connector in "degraded mode" th
 
 from __future__ import annotations
 
+import hashlib
 import json
 import socket
 import sys
@@ -27,6 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from kvstack.engines import vllm_guard
 
 BOS = 1
 BYTES_PER_TOKEN = 64  # the toy model's KV per token (LMCache's usage gauges and /status)
@@ -43,6 +46,9 @@ class ServerKnobs:
     model: str = "demo-model"
     max_model_len: int = 8192  # in the /v1/models card, as vLLM reports it
     api_key: str | None = None
+    # The run's control token, which kvstack's guard takes in place of the key (its router passes
+    # it on as the bearer): the key check below is the guard's own rule (engines/vllm_guard.py).
+    control_token: str | None = None
     connector: str | None = None  # None | "native" | "lmcache" | "hicache": an offload tier
     degraded: bool = False  # the connector exists but never stores or hits (LMCache degraded mode)
     disk_dir: str | None = None  # the tier writes a file per stored prompt here
@@ -588,9 +594,18 @@ class _Handler(BaseHTTPRequestHandler):
         return data if isinstance(data, dict) else {}
 
     def _authorized(self) -> bool:
-        key = self.server_owner.knobs.api_key
-        if key and self.headers.get("Authorization") != f"Bearer {key}":
-            self._json(401, {"error": "Unauthorized"})
+        """The key as kvstack's guard in front of vLLM checks it on a client route."""
+        knobs = self.server_owner.knobs
+        key_hash = hashlib.sha256(knobs.api_key.encode()).digest() if knobs.api_key else None
+        token = knobs.control_token
+        control_hash = hashlib.sha256(token.encode()).digest() if token else None
+        headers = {k.lower().encode("latin-1"): v.encode("latin-1") for k, v in self.headers.items()}
+        path = self.path.split("?", 1)[0]
+        denied = vllm_guard.decide(
+            path, self.command, headers, True, key_hash, control_hash, kind_of=lambda _: "client"
+        )
+        if denied is not None:
+            self._json(denied[0], {"error": denied[1]})
             return False
         return True
 

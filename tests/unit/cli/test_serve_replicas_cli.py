@@ -64,7 +64,8 @@ def test_dry_run_text_shows_each_replica_and_the_router(
         at = lines.index(f"replica {i} engine command")
         assert f"--port {port} " in lines[at + 1] and "VLLM_CPU_KVCACHE_SPACE=1" in lines[at + 1]
     router = lines[lines.index("router command") + 1]
-    assert "-m vllm_router.launch_router --host 127.0.0.1 --port 8200 --worker-urls" in router
+    assert router.startswith("KVSTACK_CONTROL_TOKEN=*** ")  # masked, and never in argv
+    assert "-m kvstack.serving.router_front --host 127.0.0.1 --port 8200 -- --worker-urls" in router
     assert "http://127.0.0.1:8201 http://127.0.0.1:8202 --policy cache_aware" in router
     assert out.rstrip().endswith("(dry run: nothing was started or written)")
     assert not (tmp_path / "r").exists() and not (tmp_path / "c").exists()

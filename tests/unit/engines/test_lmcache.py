@@ -192,7 +192,7 @@ def test_mp_server_holds_total_l1_and_the_l2_adapters() -> None:
     # Launched through kvstack's disk bound, which then becomes the server (os.execv).
     launcher = [helper.argv[0], "-m", "kvstack.engines.disk_bound", "--dir", disk, "--cap-bytes"]
     assert helper.argv[:6] == launcher and helper.argv[6] == str(200 * GIB) and helper.argv[7] == "--"
-    assert helper.argv[9:12] == ["-m", "lmcache.cli.main", "server"]
+    assert helper.argv[9:12] == ["-m", "kvstack.engines.lmcache_guard", "server"]  # LMCache behind the guard
     assert server_argv(helper.argv)[0] == helper.argv[0]
     assert helper_flag(spec, "--l1-size-gb") == ["64"]  # both ranks' CPU tier in one server
     assert helper_flag(spec, "--eviction-policy") == ["LRU"]

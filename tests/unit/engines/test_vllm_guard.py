@@ -376,3 +376,61 @@ def test_the_run_token_changes_nothing_for_probes_and_the_client_api(
 ) -> None:
     monkeypatch.setenv(CONTROL_ENV, TOKEN)
     assert call(path, server_key=None, monkeypatch=monkeypatch)[0] is None
+
+
+def _through(
+    path: str, bearer: str | None, monkeypatch: pytest.MonkeyPatch, token: str | None = TOKEN
+) -> tuple[int | None, list[tuple[bytes, bytes]]]:
+    """What the guard answers a loopback request with ``bearer`` (None: it passed it on), and the
+    headers what runs behind it (vLLM's own key check) then sees."""
+    monkeypatch.setenv("VLLM_API_KEY", KEY)
+    if token is None:
+        monkeypatch.delenv(CONTROL_ENV, raising=False)
+    else:
+        monkeypatch.setenv(CONTROL_ENV, token)
+    seen: list[tuple[bytes, bytes]] = []
+    sent: list[dict[str, Any]] = []
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        seen.extend(scope["headers"])
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b""}
+
+    headers = [(b"host", b"127.0.0.1:8001"), (b"x-request-id", b"r1")]
+    if bearer is not None:
+        headers.append((b"authorization", f"Bearer {bearer}".encode()))
+    scope = {
+        "type": "http", "method": "POST", "path": path, "headers": headers,
+        "client": LOCAL, "server": ("127.0.0.1", 8001),
+    }  # fmt: skip
+    asyncio.run(ControlGuard(app)(scope, receive, send))
+    return (None if seen else sent[0]["status"]), seen
+
+
+@pytest.mark.parametrize("path", ["/v1/completions", "/v1/models", "/v1/completions/render", "/tokenize"])
+def test_the_run_token_as_the_bearer_stands_in_for_the_key_and_vllm_sees_the_key(
+    path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """kvstack's router passes the run's token on as the bearer of what it forwards: the guard takes
+    it for the key, and hands what runs behind it the key itself (vLLM checks it again)."""
+    status, seen = _through(path, TOKEN, monkeypatch)
+    assert status is None
+    assert dict(seen)[b"authorization"] == f"Bearer {KEY}".encode() and dict(seen)[b"x-request-id"] == b"r1"
+    # The key itself passes as it always did, untouched; anything else is 401.
+    status, seen = _through(path, KEY, monkeypatch)
+    assert status is None and dict(seen)[b"authorization"] == f"Bearer {KEY}".encode()
+    assert _through(path, TOKEN[:-1], monkeypatch)[0] == 401
+    assert _through(path, None, monkeypatch)[0] == 401
+    # No run token (a vLLM kvstack did not start with one): nothing stands in for the key.
+    assert _through(path, TOKEN, monkeypatch, token=None)[0] == 401
+
+
+def test_the_run_token_as_the_bearer_opens_no_control_route_without_the_header(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert _through("/collective_rpc", TOKEN, monkeypatch)[0] == 403
+    assert _through("/reset_prefix_cache", KEY, monkeypatch)[0] == 403

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import os
+import signal
 from pathlib import Path
 
 import pytest
 
 from kvstack.errors import Interrupted, ValidationFailed
-from kvstack.runtime.supervisor import ProcessFailed
+from kvstack.runtime.specs import ProcessSpec
+from kvstack.runtime.supervisor import ProcessFailed, Supervisor
 from kvstack.serving.lifecycle import ServeEvents, drop_warnings, judge, serve_until_stopped
 from kvstack.serving.request import ServeRequest
 from kvstack.serving.restarts import RestartBudget
 from kvstack.validation import StepResult, ValidationReport
 from kvstack.validation.diagnosis import Diagnosis
+from tests.unit.runtime.test_supervisor import PY, SERVE, free_port, script, spec
 
 
 def report(overall: str) -> ValidationReport:
@@ -91,6 +95,9 @@ class FlakyUnit:
     def restartable(self) -> bool:
         return self._restartable
 
+    def restart_what(self) -> str:
+        return "the cache server, then the engine"
+
     def restart(self, ready_timeout_s: float) -> None:
         self.deaths -= 1
         self.restarts += 1
@@ -138,3 +145,31 @@ def test_a_log_that_cannot_be_written_is_warned_about_once() -> None:
     assert "(7 lines so far)" in first[0] and "No space left on device" in first[0]
     unit.drops = [("engine", 70, "OSError: No space left on device", Path("/run/engine.log"))]
     assert drop_warnings(unit, warned) == []
+
+
+def test_a_hung_engine_restarts_its_unit_as_a_hung_cache_server_does(tmp_path: Path) -> None:
+    """Real processes: the engine SIGSTOPped while serving is found hung and its unit restarts,
+    said as for a hung cache server, within the restart budget."""
+    port = free_port()
+    serve = script(tmp_path, "serve.py", SERVE)
+    server = ProcessSpec(
+        name="engine", argv=[PY, serve, str(port), "0"], ready_url=f"http://127.0.0.1:{port}/health"
+    )
+    warnings: list[str] = []
+
+    def restarted(message: str) -> None:
+        raise Interrupted(message)  # ends serve_until_stopped once it restarted the unit
+
+    events = ServeEvents(warning=warnings.append, message=restarted)
+    with Supervisor(spec(server, port=port), tmp_path / "run") as sup:
+        sup.start()
+        sup.wait_ready(20)
+        first = sup.procs[0].popen.pid
+        os.kill(first, signal.SIGSTOP)
+        with pytest.raises(Interrupted, match="restarted: serving again"):
+            serve_until_stopped(sup, events, ready_timeout_s=20)
+        assert sup.procs[0].popen.pid != first and sup.poll_died() is None
+    (warning,) = warnings
+    assert warning.startswith(f"engine stopped answering http://127.0.0.1:{port}/health for ")
+    assert "(hung, not dead) during serving" in warning
+    assert ": restarting the engine (restart 1/3 within 10 min;" in warning

@@ -144,21 +144,32 @@ def test_router_argv_and_spec(tmp_path: Path) -> None:
     assert router is not None
     py = rs.replicas[0].options.python
     assert router.server.argv == [
-        py, "-m", "vllm_router.launch_router",
+        py, "-m", "kvstack.serving.router_front",  # kvstack's guard in front, the router behind
         "--host", "0.0.0.0",
         "--port", "8000",
+        "--",
         "--worker-urls", "http://127.0.0.1:8001", "http://127.0.0.1:8002",
         "--policy", "cache_aware",
         "--prometheus-host", "127.0.0.1",
         "--prometheus-port", "8003",
         "--worker-startup-check-interval", "1",
     ]  # fmt: skip
-    assert API_KEY not in " ".join(router.server.argv)  # the workers check the forwarded header
+    token = rs.replicas[0].options.control_token
+    assert token and all(p.options.control_token == token for p in rs.replicas)  # one per launch
+    assert API_KEY not in " ".join(router.server.argv) and token not in " ".join(router.server.argv)
+    # The guard's key and token, in the environment (argv is every local user's to read).
+    assert router.server.env == {"KVSTACK_CONTROL_TOKEN": token, "VLLM_API_KEY": API_KEY}
     assert router.server.ready_url == "http://127.0.0.1:8000/health"
     assert router.base_url == rs.front_url == "http://127.0.0.1:8000"
     assert router.served_model_name == rs.replicas[0].spec.served_model_name
-    assert router.api_key_set and router.secrets == [API_KEY]
+    assert router.api_key_set and router.secrets == [API_KEY, token]
     assert router.metrics_urls == ["http://127.0.0.1:8003/metrics"]
+
+
+def test_a_router_without_a_key_unsets_an_inherited_one(tmp_path: Path) -> None:
+    rs = gpu_replicas(tmp_path, replicas=2, router=True)
+    assert rs.router is not None and "VLLM_API_KEY" in rs.router.server.unset_env
+    assert set(rs.router.server.env) == {"KVSTACK_CONTROL_TOKEN"} and not rs.router.api_key_set
 
 
 def test_one_replica_behind_a_router(tmp_path: Path) -> None:
@@ -179,7 +190,8 @@ def test_dry_run_document_lists_every_replica_and_masks_secrets(tmp_path: Path) 
         assert doc[key] == first[key]  # the first replica at the top level, as for one engine
     assert [r["index"] for r in doc["replicas"]] == [0, 1]
     assert [r["run_dir"] for r in doc["replicas"]] == [str(tmp_path / "run" / f"replica-{i}") for i in (0, 1)]
-    assert doc["router"]["argv"][:3] == [rs.replicas[0].options.python, "-m", "vllm_router.launch_router"]
+    assert doc["router"]["argv"][:3] == [rs.replicas[0].options.python, "-m", "kvstack.serving.router_front"]
+    assert doc["router"]["env"] == {"KVSTACK_CONTROL_TOKEN": "***", "VLLM_API_KEY": "***"}
     assert doc["port_layout"]["engines"] == [8001, 8002]
     assert doc["front_url"] == "http://127.0.0.1:8000"
     assert doc["plan"]["tensor_parallel_size"] == rs.plan.tensor_parallel_size

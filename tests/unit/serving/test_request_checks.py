@@ -1,5 +1,5 @@
 """serve's checks around the key and the bind address: what a public bind exposes, the guard's
-importability in the engine's interpreter, and a router nobody should reach unauthenticated."""
+importability in the engine's interpreter, and a router its engines would refuse."""
 
 from __future__ import annotations
 
@@ -10,7 +10,12 @@ import pytest
 
 from kvstack.errors import InputError, MissingProgramError
 from kvstack.serving.request import ServeRequest
-from kvstack.serving.request_checks import exposure_warning, refuse_public_router, require_guard
+from kvstack.serving.request_checks import (
+    check_request,
+    exposure_warning,
+    refuse_keyed_sglang_router,
+    require_guard,
+)
 
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "localhost", "::1"])
@@ -43,11 +48,17 @@ def test_sglang_public_without_a_key_names_its_admin_routes() -> None:
     assert "random admin key" in text
 
 
-def test_a_router_is_refused_on_a_public_address_only() -> None:
-    refuse_public_router(ServeRequest(host="127.0.0.1", replicas=2, router=True))
-    refuse_public_router(ServeRequest(host="0.0.0.0", replicas=2))  # no router: each engine has its guard
-    with pytest.raises(InputError, match="/add_worker"):
-        refuse_public_router(ServeRequest(host="0.0.0.0", replicas=2, router=True))
+def test_a_router_is_served_on_any_bind_behind_the_guard_but_not_before_keyed_sglang() -> None:
+    for host in ("127.0.0.1", "0.0.0.0"):  # its front is kvstack's guard, its own port the token's
+        for engine in ("vllm", "sglang"):
+            check_request(ServeRequest(host=host, engine=engine, replicas=2, router=True), dry_run=True)
+    check_request(ServeRequest(api_key="sk-k", replicas=2, router=True), dry_run=True)
+    check_request(ServeRequest(engine="sglang", api_key="sk-k", replicas=2), dry_run=True)  # no router
+    with pytest.raises(InputError) as err:
+        refuse_keyed_sglang_router(ServeRequest(engine="sglang", api_key="sk-k", replicas=2, router=True))
+    assert "sk-k" not in err.value.message + str(err.value.hint) and "\n" not in err.value.message
+    assert err.value.message.startswith("--router with --engine sglang and an API key")
+    assert err.value.exit_code == 2
 
 
 def fake_python(tmp_path: Path, importable: str) -> str:

@@ -1,0 +1,105 @@
+"""kvstack's guard in front of LMCache's cache server: the routes it sorts, the token it takes.
+
+The guard itself is vLLM's (engines/vllm_guard.py), driven here as the ASGI app it wraps with
+LMCache's sorting; tests/integration/test_lmcache_guard.py runs it in a real `lmcache server`
+against every route LMCache's app serves."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from kvstack.engines import lmcache_guard
+from kvstack.engines.lmcache_guard import kind_of, take_token
+from kvstack.engines.render import render
+from kvstack.engines.vllm_guard import ControlGuard
+from kvstack.names import CONTROL_ENV, CONTROL_HEADER
+from tests.unit.engines.cases import HUB_FACTS, SOFTWARE, make_options, make_plan
+
+TOKEN = "tok-" + "t" * 40
+# Some of lmcache 0.5.6's routes (the integration test lists them all from the app).
+CONTROL = [
+    "/cache/clear",
+    "/cache/objects",
+    "/cache/prefetches",
+    "/cache/prefetches/r1",
+    "/cache/checksums",
+    "/env",
+    "/loglevel",
+    "/metrics/reset",
+    "/run_script",
+    "/status",
+    "/quota/salt",
+    "/reconfigure/fs/l2/add",
+    "/docs",
+    "/",
+    "/a_route_a_later_lmcache_adds",
+]
+
+
+def status(
+    path: str, headers: dict[str, str], monkeypatch: pytest.MonkeyPatch, method: str = "POST"
+) -> int | None:
+    """What the guard LMCache runs behind answers from loopback (None: passed on to LMCache)."""
+    monkeypatch.setenv("VLLM_API_KEY", "sk-not-lmcaches")  # an inherited key: not LMCache's concern
+    passed: list[str] = []
+    sent: list[dict[str, Any]] = []
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        passed.append(scope["path"])
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b""}
+
+    scope = {
+        "type": "http",
+        "method": method,
+        "path": path,
+        "headers": [(k.lower().encode(), v.encode()) for k, v in headers.items()],
+        "client": ("127.0.0.1", 40000),
+        "server": ("127.0.0.1", 8002),
+    }
+    guard = ControlGuard(app, kind_of=kind_of, token=TOKEN, key_env=None)
+    asyncio.run(guard(scope, receive, send))
+    return None if passed else int(sent[0]["status"])
+
+
+@pytest.mark.parametrize("path", ["/healthcheck", "/metrics"])
+def test_health_and_metrics_are_open(path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert kind_of(path) == "probe"
+    assert status(path, {}, monkeypatch, method="GET") is None
+
+
+@pytest.mark.parametrize("path", CONTROL)
+def test_every_other_route_wants_the_token_on_loopback_too(
+    path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert kind_of(path) == "control"
+    assert status(path, {}, monkeypatch) == 403
+    assert status(path, {CONTROL_HEADER: TOKEN[:-1]}, monkeypatch) == 403
+    assert status(path, {CONTROL_HEADER: TOKEN, "Origin": "http://evil.example"}, monkeypatch) == 403
+    # The run's token is all it takes: LMCache has no key, an inherited VLLM_API_KEY is not asked for.
+    assert status(path, {CONTROL_HEADER: TOKEN}, monkeypatch) is None
+
+
+def test_the_token_leaves_the_environment_and_none_closes_the_routes_to_everyone() -> None:
+    env = {CONTROL_ENV: TOKEN, "PATH": "/bin"}
+    assert take_token(env) == (TOKEN, True) and env == {"PATH": "/bin"}
+    first, given = take_token({})
+    second, _ = take_token({"PATH": "/bin"})
+    assert not given and len(first) >= 32 and first != second
+
+
+def test_serve_starts_the_cache_server_through_the_guard_with_the_token_in_its_environment() -> None:
+    plan = make_plan(connector="lmcache-mp", cpu_gib=8)
+    out = render(plan, make_options(control_token=TOKEN), SOFTWARE["vllm"], HUB_FACTS)
+    (helper,) = out.helpers
+    assert helper.argv[1:4] == ["-m", lmcache_guard.__name__, "server"]
+    assert helper.env[CONTROL_ENV] == TOKEN and TOKEN not in " ".join(helper.argv)
+    assert TOKEN in out.secrets and TOKEN not in str(out.public())
+    assert helper.ready_url is not None and helper.ready_url.endswith("/healthcheck")  # a probe: open
