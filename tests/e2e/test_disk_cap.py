@@ -137,14 +137,16 @@ def test_the_disk_tier_stays_within_its_cap_and_keeps_the_recent_prefixes(capped
     assert lmcache_counter(capped, LMCACHE_MP_L2_EVICTED) > evicted_before  # LMCache evicted, too
     # The bound deletes through the server, so LMCache's own count of the tier follows the directory.
     assert capped.cache_server_url is not None
-    status = httpx.get(capped.cache_server_url + "/status", timeout=10).json()
+    # The cache server's routes other than its probes answer kvstack alone (the run's control token).
+    status = httpx.get(capped.cache_server_url + "/status", headers=control(capped), timeout=10).json()
     (counted,) = status["storage_manager"]["l2_eviction_controller"]["adapters"]
     print(f"LMCache counts {counted['total_bytes_used']} B of {counted['total_capacity_bytes']} B")
     assert counted["total_bytes_used"] <= CAP + CHUNK, counted
 
     assert capped.cache_server_url is not None
     for newest_first, i in ((True, PROMPTS - 1), (False, 0)):
-        assert httpx.post(capped.cache_server_url + "/cache/clear", timeout=10).status_code == 200
+        cleared = httpx.post(capped.cache_server_url + "/cache/clear", headers=control(capped), timeout=10)
+        assert cleared.status_code == 200, cleared.text
         reset = httpx.post(capped.base_url + "/reset_prefix_cache", headers=control(capped), timeout=10)
         assert reset.status_code == 200 and reset.json().get("success", True) is not False
         before = lmcache_counter(capped, LMCACHE_MP_L2_HIT_TOKENS)

@@ -62,7 +62,8 @@ def drop_engine_cache(session: ServeSession) -> None:
 
 def empty_dram_tier(session: ServeSession) -> None:
     url = launch_of(session)["cache_server_url"]
-    r = httpx.post(url + "/cache/clear", json={"tier": "l1"}, timeout=30)
+    headers = control_headers(read_control_token(session.run_dir))  # its routes answer kvstack only
+    r = httpx.post(url + "/cache/clear", json={"tier": "l1"}, headers=headers, timeout=30)
     assert r.status_code == 200, r.text
 
 
