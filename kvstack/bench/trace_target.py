@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from kvstack.clients import control
 from kvstack.errors import InputError, KvstackError
 from kvstack.planning.schema import Plan
 from kvstack.redact import redact_url
@@ -105,6 +106,12 @@ def url_layout(
         if cache_server is None:
             named = targets.cache_servers_of(url)
             cache_server = named[0] if named else None
+        # The run's control token, from the run dir itself: the cache server's /status (its sizes)
+        # answers kvstack alone, and this user's token index may live elsewhere (XDG_STATE_HOME).
+        token = control.read_control_token(where)
+        if token:
+            for known in filter(None, (url, cache_server)):
+                control.remember(known, token)
         notes.append(
             f"the tiers of {redact_url(url)} are read from the kvstack serve run in {where}"
             + (f" (cache server {redact_url(cache_server)})" if cache_server else " (no cache server)")

@@ -82,6 +82,12 @@ def publish(base_url: str, token: str) -> None:
         atomic_write(ensure_private_dir(_index_dir()) / key, token + "\n", mode=0o600)
 
 
+def remember(base_url: str, token: str) -> None:
+    """This process's clients of ``base_url`` send ``token`` (read from a run dir the user named);
+    nothing is written."""
+    _published[_key(base_url)] = token
+
+
 def withdraw(base_url: str, token: str) -> None:
     key = _key(base_url)
     if _published.get(key) == token:

@@ -93,3 +93,22 @@ def test_a_remote_host_never_gets_a_local_servers_token() -> None:
     control.publish(URL, new_token())
     assert control.token_for("http://10.0.0.5:8123") is None
     assert control.token_for("http://engine.example:8123") is None
+
+
+def test_a_token_read_from_a_run_dir_is_remembered_in_process_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """bench --url --run-dir: the run dir's token reaches this process's clients of the cache server,
+    wherever this user's token index lives, and nothing is written."""
+    from kvstack.clients import control
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    url = "http://127.0.0.1:41999"
+    assert control.token_for(url) is None
+    control.remember(url, "tok-from-run-dir")
+    try:
+        assert control.token_for("http://localhost:41999") == "tok-from-run-dir"
+        assert not (tmp_path / "state").exists()
+    finally:
+        control.withdraw(url, "tok-from-run-dir")
+    assert control.token_for(url) is None
