@@ -30,6 +30,9 @@ from kvstack.validation.server_api import ServerApi
 # proven by overflowing the GPU pool instead.
 RESET_PATHS = {"vllm": "/reset_prefix_cache", "sglang": "/flush_cache"}
 Progress = Callable[[str], None]
+# Where the engine does not report its KV block size, the warm rule assumes the coarsest unit a
+# prefix cache matches in (LMCache's chunk, vLLM's largest block size): full 256-token units less one.
+UNKNOWN_BLOCK_TOKENS = 256
 
 
 def median(xs: list[float]) -> float | None:
@@ -194,35 +197,47 @@ class Validation:
         problems = []
         if step.speedup < need:
             problems.append(f"warm is only {step.speedup:.2f}x faster than cold (need {need:g}x)")
-        problems += self._warm_coverage(step, hits, cached, block)
+        problems += self._warm_coverage(step, hits, warm, block)
         if problems:
             step.verdict, step.reason = "fail", "; ".join(problems)
         return step
 
     def _warm_coverage(
-        self, step: StepResult, hits: list[Hits], cached: list[int], block: int | None
+        self, step: StepResult, hits: list[Hits], warm: list[RequestResult], block: int | None
     ) -> list[str]:
-        """Each round's warm request must have been served by the prefix cache, its full blocks less one."""
-        counted = [
-            h.tokens if h.tokens is not None else cached[i] if i < len(cached) else None
-            for i, h in enumerate(hits)
-        ]
+        """Each round's warm request must have been served by the prefix cache, its full blocks less one.
+
+        A round's count is the engine's own per-request figure where it reports one
+        (``usage.prompt_tokens_details.cached_tokens``), else the counters' delta around the request.
+        A hit-rate gauge is no count (an absolute ratio over the server's life), and an unknown block
+        size is no licence to accept a one-token hit: the rule then assumes the coarsest unit.
+        """
+        counted: list[float | None] = []
+        for i, h in enumerate(hits):
+            own = warm[i].cached_tokens if i < len(warm) else None
+            counted.append(float(own) if own is not None else h.tokens)
         if all(c is None for c in counted):
-            if any(h.indicated for h in hits):
-                step.evidence.append("only a hit-rate gauge moved: the hit's size cannot be counted")
-                return []
-            return [
-                "the server shows no prefix-cache counters at /metrics (SGLang: --enable-metrics) "
-                "and no cached_tokens in its usage: the hit cannot be proven"
-            ]
-        need = covering_tokens(self.n_tokens, block) if block else 1
+            what = (
+                "only a hit-rate gauge moved (a ratio over the server's life, not this request's count)"
+                if any(h.indicated for h in hits)
+                else "the server shows no prefix-cache counters at /metrics (SGLang: --enable-metrics)"
+            )
+            return [f"the warm hit cannot be proven: {what}, and no cached_tokens in its usage"]
+        unit = block or UNKNOWN_BLOCK_TOKENS
+        need = covering_tokens(self.n_tokens, unit)
         figures = ", ".join("n/a" if c is None else f"{c:.0f}" for c in counted)
-        rule = f"the prompt's full {block}-token blocks less one" if block else "any"
+        rule = (
+            f"the prompt's full {block}-token blocks less one"
+            if block
+            else f"the block size is not reported: the prompt's full {unit}-token units less one"
+        )
         step.evidence.append(f"prefix-cache hit tokens per round: {figures} (need >= {need}: {rule})")
         short = [c for c in counted if c is None or c < need]
         if not short:
             return []
-        worst = min((c for c in short if c is not None), default=0.0)
+        if any(c is None for c in short):
+            return [f"the warm hit of a round could not be counted (per round: {figures}; need >= {need})"]
+        worst = min(c for c in short if c is not None)
         return [
             f"the prefix cache served {worst:.0f} of {self.n_tokens} prompt tokens in a round "
             f"(need >= {need})"

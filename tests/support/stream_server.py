@@ -54,6 +54,10 @@ class ServerKnobs:
     disk_dir: str | None = None  # the tier writes a file per stored prompt here
     block_size: int = 16
     num_gpu_blocks: int = 4096
+    cache_config_info: bool = True  # vLLM's vllm:cache_config_info (the block size) on /metrics
+    gpu_hit_cap: int | None = None  # the engine's prefix cache serves at most this many tokens of a prompt
+    # SGLang's sglang:prefill_effective_tokens counter (older SGLang had only the cache_hit_rate gauge)
+    sglang_effective_tokens: bool = True
     base_ttft_s: float = 0.002
     prefill_s_per_token: float = 4e-5  # recompute cost
     tier_s_per_token: float = 4e-6  # cost of loading a token's KV from the tier
@@ -261,7 +265,8 @@ class _Metrics:
                 ["block_size", "num_gpu_blocks", "enable_prefix_caching", "engine"],
                 registry=reg,
             )
-            info.labels(str(knobs.block_size), str(knobs.num_gpu_blocks), "True", "0").set(1)
+            if knobs.cache_config_info:
+                info.labels(str(knobs.block_size), str(knobs.num_gpu_blocks), "True", "0").set(1)
             for q in (self.queries, self.hits, self.ext_queries, self.ext_hits, self.prompt_tokens):
                 q.labels(*self.lv)
             for src in ("local_compute", "local_cache_hit", "external_kv_transfer"):
@@ -295,8 +300,9 @@ class _Metrics:
             self.effective = Counter(
                 "sglang:prefill_effective_tokens", "Effective prefill tokens", [*lab, "mode"], registry=reg
             )
-            for mode in ("input", "device_hit", "host_hit", "storage_hit"):
-                self.effective.labels(*self.lv, mode)
+            if knobs.sglang_effective_tokens:
+                for mode in ("input", "device_hit", "host_hit", "storage_hit"):
+                    self.effective.labels(*self.lv, mode)
             self.hit_rate = Gauge("sglang:cache_hit_rate", "The cache hit rate", lab, registry=reg)
             self.hit_rate.labels(*self.lv).set(0)
             Gauge("sglang:max_total_num_tokens", "Max tokens", lab, registry=reg).labels(*self.lv).set(
@@ -354,9 +360,10 @@ class _Metrics:
                 if not self.k.degraded:
                     self.lm_stored.labels(*self.llv).inc(total)
         else:
-            self.effective.labels(*self.lv, "input").inc(computed)
-            self.effective.labels(*self.lv, "device_hit").inc(gpu_hit)
-            self.effective.labels(*self.lv, "host_hit").inc(tier_hit)
+            if self.k.sglang_effective_tokens:
+                self.effective.labels(*self.lv, "input").inc(computed)
+                self.effective.labels(*self.lv, "device_hit").inc(gpu_hit)
+                self.effective.labels(*self.lv, "host_hit").inc(tier_hit)
             self.hit_rate.labels(*self.lv).set((gpu_hit + tier_hit) / total if total else 0)
 
     def _record_mp(self, total: int, lookup: _Lookup) -> None:
@@ -458,6 +465,8 @@ class StreamServer:
         with self.lock:
             gpu = max((_common_prefix(tokens, c) for c in self.state.gpu), default=0) if read_cache else 0
             gpu_hit = min((gpu // bs) * bs, cap)
+            if k.gpu_hit_cap is not None:
+                gpu_hit = min(gpu_hit, k.gpu_hit_cap)
             tier_hit = l2_hit = 0
             lookup: _Lookup | None = None
             if k.connector and k.lmcache_mp:

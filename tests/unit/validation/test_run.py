@@ -220,6 +220,41 @@ def test_hit_without_metrics_needs_usage_cached_tokens() -> None:
     assert "usage.prompt_tokens_details.cached_tokens 1008" in warm.evidence
 
 
+def test_a_hit_rate_gauge_alone_does_not_prove_the_warm_hit() -> None:
+    """An SGLang with only sglang:cache_hit_rate: a ratio over the server's life, not this request's
+    count (it passed on the gauge alone before)."""
+    with StreamServer(ServerKnobs(engine="sglang", sglang_effective_tokens=False)) as srv:
+        report = run_validation(target(srv.url, repeat=1))
+    warm = report.step("warm")
+    assert warm is not None and warm.verdict == "fail", warm
+    assert "the warm hit cannot be proven: only a hit-rate gauge moved" in warm.reason
+
+
+def test_an_unknown_block_size_does_not_accept_a_one_block_hit() -> None:
+    """No vllm:cache_config_info: the rule assumes 256-token units (it needed 1 token before)."""
+    with StreamServer(ServerKnobs(cache_config_info=False, gpu_hit_cap=16)) as srv:
+        report = run_validation(target(srv.url, repeat=1))
+    warm = report.step("warm")
+    assert warm is not None and warm.verdict == "fail", warm
+    assert "the prefix cache served 16 of 1024 prompt tokens in a round (need >= 768)" in warm.reason
+    assert any(
+        "the block size is not reported: the prompt's full 256-token units less one" in e
+        for e in warm.evidence
+    )
+    with StreamServer(ServerKnobs(cache_config_info=False)) as srv:
+        report = run_validation(target(srv.url, repeat=1))
+    assert report.step("warm").verdict == "pass"  # type: ignore[union-attr]
+
+
+def test_the_per_request_cached_count_decides_each_round() -> None:
+    """The counters say nothing (metrics off); each round's own usage.cached_tokens is the count."""
+    with StreamServer(ServerKnobs(metrics=False, usage_cached_tokens=True, gpu_hit_cap=16)) as srv:
+        report = run_validation(target(srv.url, repeat=2))
+    warm = report.step("warm")
+    assert warm is not None and warm.verdict == "fail"
+    assert "prefix-cache hit tokens per round: 16, 16" in " ".join(warm.evidence)
+
+
 def test_server_errors_become_a_failed_step() -> None:
     with StreamServer(ServerKnobs(status=500)) as srv:
         report = run_validation(target(srv.url, tiers=[TierTarget(kind="cpu")]))
