@@ -26,7 +26,7 @@ from typing import Literal
 from pydantic import BaseModel
 
 from kvstack.clients.streaming import RequestResult
-from kvstack.validation.noise import NoiseFloor, disagreements, typical
+from kvstack.validation.noise import NoiseFloor, disagreements, flips, typical
 from kvstack.validation.scoring import PositionScore
 
 
@@ -77,7 +77,7 @@ def judge(
     worst = max(range(len(values)), key=lambda i: values[i])
     check.worst_at, check.worst = worst + 1, round(values[worst], 4)
     check.worst_deficit = round(max(s.deficit for s in scores), 4)
-    check.flips = sum(s.deficit > 0 for s in scores)
+    check.flips = flips(scores)
     check.typical = round(typical(values), 4)
     if noise.threshold is None:
         check.detail = f"the noise floor could not be measured: {noise.detail}"

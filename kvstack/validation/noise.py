@@ -64,6 +64,11 @@ def disagreements(served: RequestResult, scores: list[PositionScore]) -> list[fl
     return out
 
 
+def flips(scores: list[PositionScore]) -> int:
+    """Positions whose served token is below recompute's own choice (a near tie that flipped)."""
+    return sum(s.deficit > 0 for s in scores)
+
+
 def typical(values: Sequence[float], trim: float = TRIM_FRACTION) -> float:
     """The mean with the largest ``trim`` fraction left out (at least one value kept)."""
     ordered = sorted(values)
@@ -124,7 +129,7 @@ def measure(
             continue
         values += d
         noise.answers += 1
-        noise.flips += sum(s.rank != 1 and s.deficit > 0 for s in scores)
+        noise.flips += flips(scores)
     if not values:
         noise.detail = problems[0] if problems else "no correct answer was scored"
         return noise
