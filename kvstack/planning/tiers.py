@@ -16,7 +16,12 @@ from kvstack.planning.schema import Connector, Tier
 from kvstack.units import GIB, fmt_bw, fmt_bytes
 
 DISK_FREE_FRACTION = 0.8
-MIN_DISK_TIER = 10 * GIB
+# A disk tier is sized to the retention target and at least PREFERRED_DISK_TIER when the disk has
+# room (files cost space only when written); with less room it takes 80% of what is free, down to
+# MIN_DISK_TIER and one session. (A 10 GiB floor for the tier to exist at all dropped it on a CI
+# disk with under 12.5 GiB free, where the demo's 160 MiB target needed 1 GiB.)
+PREFERRED_DISK_TIER = 10 * GIB
+MIN_DISK_TIER = GIB
 ASSUMED_REMOTE_BW = 1.25e9  # 10 Gb/s Ethernet
 ASSUMED_REMOTE_LATENCY = 5e-4
 DISK_LATENCY = 1e-4  # one NVMe read
@@ -263,29 +268,35 @@ def staging_cpu_tier(
 def disk_tier(
     disks: Sequence[DiskInfo], kv: KvFootprint, min_bw: float, cache_root: str | None, target: int
 ) -> tuple[Tier | None, str]:
-    """A disk tier sized to ``target`` (the retention target), at least one session and
-    MIN_DISK_TIER, never above 80% of the disk's free space."""
+    """A disk tier sized to ``target`` (the retention target) and at least PREFERRED_DISK_TIER,
+    within 80% of the disk's free space; dropped only when that room holds less than one session
+    or MIN_DISK_TIER."""
     disk, rejected = pick_disk(disks, min_bw, cache_root)
     if disk is None:
         return None, "no disk tier: " + "; ".join(rejected)
     room = _gib_floor((disk.free_bytes or 0) * DISK_FREE_FRACTION)
-    floor = max(MIN_DISK_TIER, kv.session_bytes)
+    floor = _gib_ceil(max(MIN_DISK_TIER, kv.session_bytes))
     if room < floor:
         return None, (
             f"no disk tier: {disk.path} has {fmt_bytes(disk.free_bytes)} free; 80% of it is less than "
             f"{fmt_bytes(floor)} (one {kv.context}-token session, at least {fmt_bytes(MIN_DISK_TIER)})"
         )
-    wanted = _gib_ceil(max(target, floor))
+    needed = _gib_ceil(max(target, floor))
+    wanted = max(needed, PREFERRED_DISK_TIER)
     size = min(room, wanted)
     per_rank = _gib_floor(size / kv.tp)
     method = f" ({disk.read_bw_method})" if disk.read_bw_method else ""
     kind = "NVMe" if disk.nvme else "marked rotational, measured fast" if disk.rotational else "SSD"
-    if size < wanted:
+    free = fmt_bytes(disk.free_bytes)
+    if size < needed:
+        sized = f"80% of its {free} free, {fmt_bytes(needed - size)} short of the target"
+    elif size < wanted:
         sized = (
-            f"80% of its {fmt_bytes(disk.free_bytes)} free, {fmt_bytes(wanted - size)} short of the target"
+            f"80% of its {free} free: holds the {fmt_bytes(needed)} the target needs, below the "
+            f"{fmt_bytes(PREFERRED_DISK_TIER)} kvstack prefers"
         )
     else:
-        sized = f"to the retention target, within 80% of its {fmt_bytes(disk.free_bytes)} free"
+        sized = f"to the retention target, within 80% of its {free} free"
     reason = (
         f"{fmt_bytes(size)} on {disk.path} ({disk.fstype}, {kind}, reads at "
         f"{fmt_bw(disk.read_bw_bytes_per_s)}{method}): sized {sized}"

@@ -98,9 +98,19 @@ def test_disk_tier_is_the_target_within_80_percent_of_free_and_never_tiny() -> N
     assert capped is not None and capped.size_bytes <= 0.8 * 3500 * 10**9
     assert capped.size_bytes > 0.8 * 3500 * 10**9 - GIB and "short of the target" in why
     small, _ = tr.disk_tier(disks, KV_8B, 1e9, None, GIB)
-    assert small is not None and small.size_bytes == tr.MIN_DISK_TIER  # never below 10 GiB
+    assert small is not None and small.size_bytes == tr.PREFERRED_DISK_TIER  # 10 GiB where there is room
     full, why = tr.disk_tier(snapshot("nearly-full-disk").disks, KV_8B, 1e9, None, 640 * GIB)
-    assert full is None and "9.0 GiB free" in why
+    assert full is None and "9.0 GiB free" in why and "-token session" in why  # 80% holds no session
+
+
+def test_a_disk_with_little_room_still_holds_a_small_target_and_drops_below_one_gib() -> None:
+    disk = snapshot("h100-sxm").disks[0].model_copy(update={"free_bytes": 12 * GIB})
+    tier, why = tr.disk_tier([disk], KV_8B, 1e9, None, 160 * 2**20)
+    assert tier is not None and tier.size_bytes == 9 * GIB, why
+    assert "holds the 8.0 GiB the target needs" in why  # one 128K-token session and "below the 10.0 GiB kvstack prefers" in why
+    full = disk.model_copy(update={"free_bytes": GIB})
+    none, why = tr.disk_tier([full], KV_8B, 1e9, None, 160 * 2**20)
+    assert none is None and "less than" in why
 
 
 def test_a_50_gib_free_disk_gets_at_most_40_gib() -> None:
