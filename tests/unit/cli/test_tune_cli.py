@@ -38,11 +38,12 @@ def calibration(tmp_path: Path) -> Path:
     return path
 
 
-def tune(calibration: Path, *args: str, block_tokens: int = 32) -> list[str]:
-    """The issue's mixed traffic by default: prompts scaled to 32-token blocks, the demo's pool."""
+def tune(calibration: Path, *args: str, block_tokens: int = 32, budget: str = "0") -> list[str]:
+    """The issue's mixed traffic by default: prompts scaled to 32-token blocks, the demo's pool;
+    ranked only (--budget 0) unless a budget is given."""
     return [
         "tune", "--trace", FIXTURE, "--block-tokens", str(block_tokens), "--engine-pool-tokens", DEMO_POOL,
-        "--calibration", str(calibration), "--hardware", NO_GPU, *args,
+        "--calibration", str(calibration), "--hardware", NO_GPU, "--budget", budget, *args,
     ]  # fmt: skip
 
 
@@ -130,6 +131,10 @@ def test_serve_and_export_take_the_tuned_layout(
         (["--knob", "chunk-size=256"], "--knob needs --connector"),
         (["--connector", "lmcache-mp", "--knob", "chunk-size"], "is not NAME=VALUE with a number"),
         (["--objective", "p99"], "--objective"),
+        (["--objective", "goodput"], "--objective goodput needs a TTFT SLO"),
+        (["--objective", "goodput", "--slo-ms", "-5"], "--slo-ms must be positive"),
+        (["--resume", "/tmp"], "--resume continues measuring: --budget 0 measures nothing"),
+        (["--", "--num-gpu-blocks-override", "136"], "are for the engines tune serves: --budget 0"),
     ],
 )
 def test_bad_input_is_one_line(
@@ -152,3 +157,49 @@ def test_an_unreadable_trace_or_calibration_is_one_line(
     assert "--calibration" in error_line(capsys.readouterr().err)
     assert cli_app.run(tune(tmp_path / "nothing-here")) == 2
     assert "nothing-here" in error_line(capsys.readouterr().err)
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--budget", "soon"], "error: --budget 'soon' is not a duration"),
+        (["--budget", "5m", "--check-correctness", "0"], "--check-correctness must be at least 1"),
+        (["--budget", "5m", "--replay-requests", "0"], "--replay-requests must be at least 1"),
+    ],
+)
+def test_bad_measuring_options_are_one_line(
+    calibration: Path, capsys: pytest.CaptureFixture[str], args: list[str], needle: str
+) -> None:
+    assert cli_app.run(tune(calibration, *args)) == 2
+    assert needle in error_line(capsys.readouterr().err)
+
+
+def test_a_budget_too_small_for_one_candidate_is_one_line_before_anything_starts(
+    tmp_path: Path, calibration: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "tuned"
+    assert cli_app.run(tune(calibration, "--out", str(out), budget="2m")) == 2
+    line = error_line(capsys.readouterr().err)
+    assert line.startswith("error: --budget 2 min is too small for one candidate: one takes about ")
+    assert "(engine start ~1 min 20 s, replay of 342 requests ~" in line and "none and one candidate" in line
+    assert not out.exists()
+
+
+def test_a_measured_tune_prints_predicted_vs_measured_and_the_measured_winner(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from kvstack.cli.tune import render
+    from kvstack.tune.command import run_tune
+    from tests.unit.tune.helpers import StandIn, options
+
+    run = run_tune(options(tmp_path, 128, replay_requests=36), start=StandIn())
+    render(run, 5, None)
+    text = capsys.readouterr().out
+    assert "measured: 2 candidates replayed (36 requests each" in text
+    for col in ("p50 pred", "p50 meas", "p90 pred", "p90 meas", "meas/pred p50", "correct", "verdict"):
+        assert col in text
+    assert run.proof is not None and run.proof.verdict is not None
+    winner = run.proof.verdict.winner
+    assert f"winner (measured, p50): {winner}" in text and "│ winner" in text
+    assert f"serve it: kvstack serve --tuned {run.out}" in text
+    assert "model's order held" in text or "the model ranked" in text
