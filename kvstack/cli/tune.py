@@ -333,8 +333,9 @@ def register(app: typer.Typer) -> None:
             )
         from kvstack.tune.progress import ProofView
 
-        with ProofView(enabled=budget_s > 0 and not json_out and sys.stderr.isatty()) as view:
-            run = run_tune(options, serve=serve, view=view if budget_s > 0 else None)
+        live = budget_s > 0 and not json_out and sys.stderr.isatty()
+        with ProofView(enabled=live) as view:  # without it, each engine start is told on stderr
+            run = run_tune(options, serve=serve, view=view if live else None)
         if json_out:
             typer.echo(json.dumps(run.doc, indent=2))
         else:

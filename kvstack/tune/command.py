@@ -194,9 +194,17 @@ def _previous(o: TuneOptions, doc: dict[str, Any], setup: ReplaySetup) -> Proof 
                 hint="resume with the options of the stopped tune, or start a new --out DIR",
             )
     try:
-        return previous_proof(measured, o.budget_s)
+        proof = previous_proof(measured, o.budget_s)
     except (KeyError, TypeError, ValueError) as exc:
         raise InputError(f"{path}: the candidates measured cannot be read ({exc})", hint=hint) from exc
+    ranked = {c["label"] for c in doc["candidates"]}
+    unknown = [m.label for m in proof.measured if m.label not in ranked]
+    if unknown:
+        raise InputError(
+            f"--resume {o.resume}: {unknown[0]} was measured but is not a candidate of this ranking",
+            hint="resume with the kvstack that started the tune, or start a new --out DIR",
+        )
+    return proof
 
 
 def _now() -> str:
@@ -218,9 +226,10 @@ def _source_line(doc: dict[str, Any]) -> str:
     return f"trace {src['trace']} ({src['requests']} requests), calibration {src['calibration']}"
 
 
-def write_ranking(out: Path, result: TuneResult, doc: dict[str, Any]) -> list[Path]:
-    """results.json, tuned.json (the model's best), served-ttft.json (the calibration it ranked with:
-    `plan --calibration DIR` reads it back)."""
+def write_ranking(out: Path, result: TuneResult, doc: dict[str, Any], tuned: bool = True) -> list[Path]:
+    """results.json, tuned.json (the model's best; not when measuring: the measured winner's is
+    written once the replays chose it), served-ttft.json (the calibration it ranked with: `plan
+    --calibration DIR` reads it back)."""
     from kvstack.bench.served_calibration import SERVED_TTFT_JSON
     from kvstack.planning.tuned import TUNED_JSON
     from kvstack.tune.report import RESULTS_JSON, tuned_layout
@@ -231,12 +240,11 @@ def write_ranking(out: Path, result: TuneResult, doc: dict[str, Any]) -> list[Pa
         raise InputError(
             f"cannot write --out {out}: {exc.strerror or exc}", hint="choose a writable directory"
         ) from exc
-    tuned = tuned_layout(result.winner, result.objective, _source_line(doc), created=_now())
-    return [
-        write_json(out / RESULTS_JSON, doc),
-        write_json(out / TUNED_JSON, tuned.model_dump(mode="json")),
-        write_json(out / SERVED_TTFT_JSON, doc["calibration"]),
-    ]
+    written = [write_json(out / RESULTS_JSON, doc)]
+    if tuned:
+        layout = tuned_layout(result.winner, result.objective, _source_line(doc), created=_now())
+        written.append(write_json(out / TUNED_JSON, layout.model_dump(mode="json")))
+    return [*written, write_json(out / SERVED_TTFT_JSON, doc["calibration"])]
 
 
 def serve_starter(
@@ -314,7 +322,9 @@ def run_tune(
     engine = EngineSize(result.limits.engine_block_tokens, result.limits.engine_pool_tokens)
     assert result.costs is not None
     preflight(result.ranked, setup, settings, result.costs, engine, previous)  # before anything is written
-    written = write_ranking(out, result, doc)
+    if previous is not None:
+        doc["measured"] = proof_document(previous, settings, _setup_info(setup))  # kept until the next save
+    written = write_ranking(out, result, doc, tuned=False)
     by_label = {p.candidate.label: p for p in result.ranked}
 
     def save(proof: Proof) -> None:
@@ -339,5 +349,6 @@ def run_tune(
     )  # fmt: skip
     from kvstack.tune.plots import CANDIDATES, PREDICTED_VS_MEASURED
 
-    written += [out / PREDICTED_VS_MEASURED, out / CANDIDATES] if proof.verdict is not None else []
+    if proof.verdict is not None:
+        written += [out / TUNED_JSON, out / PREDICTED_VS_MEASURED, out / CANDIDATES]
     return TuneRun(result, doc, out, proof, written)

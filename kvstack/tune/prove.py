@@ -260,7 +260,7 @@ def prove(
             save(proof)
             if m.baseline and (m.error or m.stats is None):
                 raise _baseline_failed(m)
-    except KeyboardInterrupt as exc:
+    except (KeyboardInterrupt, Interrupted) as exc:
         proof.stopped = "interrupted"
         proof.elapsed_s = clock() - t0
         save(proof)
@@ -337,6 +337,8 @@ def _one(
                 view.phase("checking correctness")
             correctness = check(layout, setup, shared, rows)
             walls["check"] = clock() - t_replayed
+    except Interrupted:
+        raise  # Ctrl-C during a replay (bench's replay says so): the tune stops, not the candidate
     except KvstackError as exc:
         if not c.offloads:
             raise

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from kvstack.errors import EngineError, Interrupted
 from kvstack.planning.served_ttft import ServedCosts
 from kvstack.serving.served_layout import Layout
 from kvstack.traces.mooncake import Trace, read_trace
@@ -104,10 +105,15 @@ class StandIn:
     ``start_s``: how long each start takes on ``clock`` (a clock that only the starts move)."""
 
     def __init__(
-        self, corrupt: frozenset[str] = frozenset(), interrupt_at: int | None = None, start_s: float = 0.0
+        self,
+        corrupt: frozenset[str] = frozenset(),
+        interrupt_at: int | None = None,
+        start_s: float = 0.0,
+        die_at: int | None = None,
     ) -> None:
         self.corrupt = corrupt
         self.interrupt_at = interrupt_at
+        self.die_at = die_at
         self.start_s = start_s
         self.now = 0.0
         self.started: list[str] = []
@@ -116,10 +122,25 @@ class StandIn:
     def clock(self) -> float:
         return self.now
 
+    def _alive(self, index: int) -> Callable[[], None] | None:
+        """Ten requests into the replay of the ``interrupt_at``-th candidate, Ctrl-C (bench's replay
+        turns it into Interrupted, as it does a real Ctrl-C); of the ``die_at``-th, its engine dies."""
+        if index not in (self.interrupt_at, self.die_at):
+            return None
+        sent = [0]
+
+        def check() -> None:
+            sent[0] += 1
+            if sent[0] <= 10:
+                return
+            if index == self.interrupt_at:
+                raise Interrupted("interrupted: the rows measured so far are kept in the report")
+            raise EngineError("vllm exited with code 1 during the bench of layout x", hint="see its log")
+
+        return check
+
     @contextlib.contextmanager
     def __call__(self, candidate: Candidate, index: int) -> Iterator[Layout]:
-        if index == self.interrupt_at:
-            raise KeyboardInterrupt
         self.started.append(candidate.label)
         self.now += self.start_s
         knobs = ServerKnobs(
@@ -134,7 +155,9 @@ class StandIn:
             corrupt_tier_from=0 if candidate.label in self.corrupt else None,
         )
         with StreamServer(knobs) as srv:
-            yield Layout(candidate.connector, srv.url, (srv.url + "/metrics",))
+            yield Layout(
+                candidate.connector, srv.url, (srv.url + "/metrics",), check_alive=self._alive(index)
+            )
             self.sent[candidate.label] = [r["tokens"] for r in srv.requests[:REQUESTS]]
 
 

@@ -89,18 +89,21 @@ def test_a_candidate_serving_wrong_kv_is_out_whatever_its_speed(tmp_path: Path) 
 
 
 def test_a_stopped_tune_resumes_from_the_candidates_measured(tmp_path: Path) -> None:
-    stopped = StandIn(interrupt_at=2)  # Ctrl-C while the second candidate's engine starts
+    stopped = StandIn(interrupt_at=2)  # Ctrl-C in the middle of the second candidate's replay
     with pytest.raises(Interrupted, match="--resume continues"):
         run_tune(options(tmp_path, 128, max_candidates=2), start=stopped)
     doc = measured(tmp_path / "tune")
     assert [c["label"] for c in doc["measured"]["candidates"]] == ["none"]  # type: ignore[index]
     assert doc["measured"]["stopped"] == "interrupted"  # type: ignore[index]
+    assert not (tmp_path / "tune" / "tuned.json").exists()  # nothing chosen yet
     resumed = StandIn()
     run = run_tune(
         options(tmp_path, 128, max_candidates=2, out=None, resume=tmp_path / "tune"), start=resumed
     )
     assert run.proof is not None and run.proof.verdict is not None
+    # none is not measured again; the interrupted candidate is, from the start.
     assert "none" not in resumed.started and len(resumed.started) == 2
+    assert resumed.started[0] == stopped.started[1]
     assert run.proof.measured[0].label == "none" and len(run.proof.measured) == 3
     # The resumed engines were sent the prompts the first one was.
     assert all(sent == stopped.sent["none"] for sent in resumed.sent.values())
@@ -133,3 +136,13 @@ def test_the_budget_stops_before_a_candidate_it_cannot_hold(tmp_path: Path) -> N
     doc = measured(run.out)  # type: ignore[arg-type]
     assert doc["measured"]["stopped"] == run.proof.stopped  # type: ignore[index]
     assert doc["measured"]["estimate"]["from"] in {m.label for m in run.proof.measured}  # type: ignore[index]
+
+
+def test_a_candidate_whose_engine_dies_is_out_and_the_tune_goes_on(tmp_path: Path) -> None:
+    engines = StandIn(die_at=2)
+    run = run_tune(options(tmp_path, 32, max_candidates=2, replay_requests=24), start=engines)
+    assert run.proof is not None and run.proof.verdict is not None and len(engines.started) == 3
+    dead = run.proof.measured[1]
+    assert dead.error == "vllm exited with code 1 during the bench of layout x" and dead.stats is None
+    assert run.proof.verdict.excluded[dead.label] == f"not measured: {dead.error}"
+    assert run.proof.measured[2].stats is not None
