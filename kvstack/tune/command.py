@@ -247,25 +247,36 @@ def write_ranking(out: Path, result: TuneResult, doc: dict[str, Any], tuned: boo
     return [*written, write_json(out / SERVED_TTFT_JSON, doc["calibration"])]
 
 
+def candidate_request(base: Any, root: Path, p: Prediction, index: int, objective: str) -> Any:
+    """``base`` (a ServeRequest) with ``p``'s candidate as its tuned layout: the candidate's
+    tuned.json written in the ``index``-th run dir, which the request serves from (and records in
+    its launch.json), exactly as `serve --tuned` serves a winner."""
+    from kvstack.planning.tuned import TUNED_JSON
+    from kvstack.tune.report import tuned_layout
+
+    run_dir = candidate_run_dir(root, index)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(
+            f"cannot write {run_dir}: {exc.strerror or exc}", hint="choose a writable --out"
+        ) from exc
+    why = f"kvstack tune {root.parent}: candidate {index}, measured"
+    write_json(run_dir / TUNED_JSON, tuned_layout(p, objective, why, created=_now()).model_dump(mode="json"))
+    return base.model_copy(update={"tuned": run_dir / TUNED_JSON, "run_dir": run_dir})
+
+
 def serve_starter(
     base: Any, root: Path, events: Any, ranked: Sequence[Prediction], objective: str
 ) -> StartCandidate:
-    """``start(candidate, n)``: ``base`` (a ServeRequest) served with the candidate as a tuned layout
-    (its tuned.json in the n-th run dir), exactly as `serve --tuned` serves a winner, one engine,
-    through bench's layout starter."""
+    """``start(candidate, n)``: ``candidate_request`` served, one engine, through bench's layout
+    starter (as bench --compare serves its layouts)."""
     from kvstack.bench.sized import TierOverrides, sized_layout_starter
-    from kvstack.planning.tuned import TUNED_JSON
-    from kvstack.tune.report import tuned_layout
 
     by_label = {p.candidate.label: p for p in ranked}
 
     def start(candidate: Candidate, index: int) -> AbstractContextManager[Layout]:
-        run_dir = candidate_run_dir(root, index)
-        run_dir.mkdir(parents=True, exist_ok=True)
-        why = f"kvstack tune {root.parent}: candidate {index}, measuring"
-        layout = tuned_layout(by_label[candidate.label], objective, why, created=_now())
-        write_json(run_dir / TUNED_JSON, layout.model_dump(mode="json"))
-        request = base.model_copy(update={"tuned": run_dir / TUNED_JSON, "run_dir": run_dir})
+        request = candidate_request(base, root, by_label[candidate.label], index, objective)
         return sized_layout_starter(request, TierOverrides(), events)(candidate.connector)
 
     return start

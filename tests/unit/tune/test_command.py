@@ -146,3 +146,25 @@ def test_a_candidate_whose_engine_dies_is_out_and_the_tune_goes_on(tmp_path: Pat
     assert dead.error == "vllm exited with code 1 during the bench of layout x" and dead.stats is None
     assert run.proof.verdict.excluded[dead.label] == f"not measured: {dead.error}"
     assert run.proof.measured[2].stats is not None
+
+
+def test_each_candidate_is_served_as_serve_tuned_serves_a_winner(tmp_path: Path) -> None:
+    """What an engine would be started with for a candidate (a dry run: no engine here)."""
+    from kvstack.serving.prepare import prepare
+    from kvstack.serving.request import ServeRequest
+    from kvstack.tune.command import candidate_request
+    from tests.unit.tune.helpers import NO_GPU
+
+    opts = options(tmp_path, 128, knobs={"--l1-size-gb": 0.5, "--chunk-size": 512})
+    ranked = rank_inputs(opts)[0].ranked
+    pick = next(p for p in ranked if p.candidate.offloads and not p.candidate.not_settable)
+    base = ServeRequest(hardware=NO_GPU, cache_dir=tmp_path / "cache", validate_after_start=False)
+    request = candidate_request(base, tmp_path / "tune" / "runs", pick, 3, "p50")
+    assert request.tuned == tmp_path / "tune" / "runs" / "03" / TUNED_JSON
+    launch = prepare(request.model_copy(update={"offload": pick.candidate.connector}))
+    plan = launch.plan
+    assert plan.connector == "lmcache-mp" and plan.chunk_size == 512
+    assert [t.size_bytes for t in plan.offload_tiers if t.kind == "cpu"] == [pick.candidate.dram_bytes]
+    server = " ".join(launch.replicas[0].spec.helpers[0].argv)
+    assert "--chunk-size 512" in server and "--l1-size-gb 0.5" in server
+    assert launch.replicas[0].record()["tuned"]["winner"] == pick.candidate.label
