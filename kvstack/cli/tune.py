@@ -123,7 +123,9 @@ def render_measured(doc: dict[str, Any], console: Console) -> None:
         f"({(measured.get('setup') or {}).get('requests')} requests each; TTFT in ms, predicted for the "
         "requests sent, measured ± its noise: 95% bootstrap; prompt tokens by source measured)"
     )
+    slo = measured.get("slo_ms")
     cols = ["#", "candidate", "p50 pred", "p50 meas", "p90 pred", "p90 meas", "meas/pred p50"]
+    cols += [f"within {slo:g} ms"] if slo is not None else []
     cols += ["engine", "DRAM", "disk", "recomputed", "correct", "verdict"]
     for col in cols:
         table.add_column(col, justify="left" if col in ("candidate", "verdict") else "right")
@@ -138,6 +140,8 @@ def render_measured(doc: dict[str, Any], console: Console) -> None:
             verdict_text = "out"
         else:
             verdict_text = "kept" if c["connector"] == "none" else "not better"
+        good = (m or {}).get("goodput")
+        within = [f"{good['value'] * 100:.1f}% ± {good['noise'] * 100:.1f}" if good else "-"]
         table.add_row(
             str(c["rank"]),
             escape(c["label"]),
@@ -146,6 +150,7 @@ def render_measured(doc: dict[str, Any], console: Console) -> None:
             _ms_value(pred.get("p90_s")),
             _ms(m["p90"]) if m else "-",
             "-" if ratio is None else f"{ratio:.2f}x",
+            *(within if slo is not None else []),
             _pct(tokens.get("engine_cache", 0.0), total),
             _pct(tokens.get("dram", 0.0), total),
             _pct(tokens.get("disk", 0.0), total),
@@ -179,7 +184,16 @@ def render_measured(doc: dict[str, Any], console: Console) -> None:
     )
 
 
-def render(run: TuneRun, top: int, model: str | None) -> None:
+def serve_command(out: Path, model: str | None, extra_args: list[str]) -> str:
+    """The exact command that serves what tune measured: its layout, the model, the engine arguments."""
+    import shlex
+
+    where = f"--model {shlex.quote(model)} " if model else ""
+    engine = (" -- " + shlex.join(extra_args)) if extra_args else ""
+    return f"kvstack serve {where}--tuned {shlex.quote(str(out))}{engine}"
+
+
+def render(run: TuneRun, top: int, model: str | None, extra_args: list[str] | None = None) -> None:
     console = _console()
     render_ranking(run.result, top, console)
     if run.proof is None:
@@ -189,8 +203,7 @@ def render(run: TuneRun, top: int, model: str | None) -> None:
     else:
         render_measured(run.doc, console)
     if run.out is not None:
-        where = f"--model {model} " if model else ""
-        console.print(f"  serve it: kvstack serve {where}--tuned {run.out}", markup=False)
+        console.print(f"  serve it: {serve_command(run.out, model, extra_args or [])}", markup=False)
     else:
         console.print(
             "  keep it: --out DIR writes results.json and tuned.json (serve --tuned DIR)", markup=False
@@ -339,7 +352,7 @@ def register(app: typer.Typer) -> None:
         if json_out:
             typer.echo(json.dumps(run.doc, indent=2))
         else:
-            render(run, top, model)
+            render(run, top, model, extra_args or [])
         _fail_on_baseline(run)
 
 

@@ -338,13 +338,13 @@ def run_tune(
     preflight(result.ranked, setup, settings, result.costs, engine, previous)  # before anything is written
     if previous is not None:
         doc["measured"] = proof_document(previous, settings, _setup_info(setup))  # kept until the next save
+    doc["predicted_winner"], doc["winner"] = result.winner.candidate.label, None  # until the replays choose
     written = write_ranking(out, result, doc, tuned=False)
     by_label = {p.candidate.label: p for p in result.ranked}
 
     def save(proof: Proof) -> None:
         doc["measured"] = proof_document(proof, settings, _setup_info(setup))
         if proof.verdict is not None:
-            doc["predicted_winner"] = result.winner.candidate.label
             doc["winner"] = proof.verdict.winner
             win = next(m for m in proof.measured if m.label == proof.verdict.winner)
             tuned = tuned_layout(

@@ -190,16 +190,29 @@ def test_a_measured_tune_prints_predicted_vs_measured_and_the_measured_winner(
 ) -> None:
     from kvstack.cli.tune import render
     from kvstack.tune.command import run_tune
-    from tests.unit.tune.helpers import StandIn, options
+    from tests.unit.tune.helpers import REQUESTS, StandIn, options
 
-    run = run_tune(options(tmp_path, 128, replay_requests=36), start=StandIn())
-    render(run, 5, None)
+    # Goodput: the share of requests within a 70 ms TTFT SLO (none's long prompts miss it).
+    opts = options(tmp_path, 128, objective="goodput", slo_ms=70.0)
+    run = run_tune(opts, start=StandIn())
+    render(run, 5, None, ["--num-gpu-blocks-override", "136"])
     text = capsys.readouterr().out
-    assert "measured: 2 candidates replayed (36 requests each" in text
-    for col in ("p50 pred", "p50 meas", "p90 pred", "p90 meas", "meas/pred p50", "correct", "verdict"):
+    assert f"measured: 2 candidates replayed ({REQUESTS} requests each" in text
+    cols = (
+        "p50 pred",
+        "p50 meas",
+        "p90 pred",
+        "p90 meas",
+        "meas/pred p50",
+        "within 70 ms",
+        "correct",
+        "verdict",
+    )
+    for col in cols:
         assert col in text
     assert run.proof is not None and run.proof.verdict is not None
     winner = run.proof.verdict.winner
-    assert f"winner (measured, p50): {winner}" in text and "│ winner" in text
-    assert f"serve it: kvstack serve --tuned {run.out}" in text
+    assert winner != "none" and f"winner (measured, goodput): {winner}: measured goodput " in text
+    assert "│ winner" in text
+    assert f"serve it: kvstack serve --tuned {run.out} -- --num-gpu-blocks-override 136" in text
     assert "model's order held" in text or "the model ranked" in text
