@@ -331,6 +331,10 @@ def register(app: typer.Typer) -> None:
             seed=seed, check_k=check_correctness, timeout_s=timeout_s,
         )  # fmt: skip
         options.check()
+        from kvstack.cli.plan_trace import read_trace_input
+
+        traced = read_trace_input(trace, trace_sample, start, max_requests, (None, None), None)
+        assert traced is not None
         serve = None
         if budget_s > 0:
             serve, key = _serve_request(
@@ -347,8 +351,11 @@ def register(app: typer.Typer) -> None:
         from kvstack.tune.progress import ProofView
 
         live = budget_s > 0 and not json_out and sys.stderr.isatty()
+        from kvstack.cli.serve import serve_events
+
+        events = serve_events(json_mode=True) if budget_s > 0 and not live else None
         with ProofView(enabled=live) as view:  # without it, each engine start is told on stderr
-            run = run_tune(options, serve=serve, view=view if live else None)
+            run = run_tune(options, traced, serve=serve, view=view if live else None, events=events)
         if json_out:
             typer.echo(json.dumps(run.doc, indent=2))
         else:

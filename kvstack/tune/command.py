@@ -19,6 +19,7 @@ from typing import Any
 from kvstack.bench.trace_command import TraceArgs
 from kvstack.errors import InputError
 from kvstack.fsutil import atomic_write
+from kvstack.planning.trace_sizing import TraceInput
 from kvstack.serving.served_layout import Layout
 from kvstack.tune.measure import DEFAULT_CHECKS, EngineSize, ReplaySetup
 from kvstack.tune.prove import (
@@ -110,10 +111,10 @@ class TuneRun:
     written: list[Path] = field(default_factory=list)
 
 
-def rank_inputs(o: TuneOptions) -> tuple[TuneResult, dict[str, Any], list[Any], int]:
-    """The ranking: (result, results.json document, the trace's requests as ranked, their block)."""
+def rank_inputs(o: TuneOptions, traced: TraceInput) -> tuple[TuneResult, dict[str, Any], list[Any], int]:
+    """The ranking of ``traced`` (``o.trace`` as the CLI read it: its sample, start and first
+    requests): (result, results.json document, the trace's requests as ranked, their block)."""
     from kvstack.bench.served_calibration import served_calibration_from
-    from kvstack.cli.plan_trace import read_trace_input
     from kvstack.model.source import resolve_model
     from kvstack.planning.plan import PlanRequest
     from kvstack.planning.workload import default_workload
@@ -124,8 +125,6 @@ def rank_inputs(o: TuneOptions) -> tuple[TuneResult, dict[str, Any], list[Any], 
     from kvstack.tune.report import results_document
     from kvstack.tune.run import tune
 
-    traced = read_trace_input(o.trace, o.sample, o.start, o.max_requests, (None, None), None)
-    assert traced is not None
     cal = served_calibration_from(o.calibration)  # before the probe: bad input fails at once
     source = resolve_model(o.model or str(demo_model_dir()), o.revision)
     snapshot = load_or_probe(o.hardware, None)
@@ -287,21 +286,24 @@ def serve_starter(
 
 def run_tune(
     o: TuneOptions,
+    traced: TraceInput,
     *,
     start: StartCandidate | None = None,
     serve: Any = None,
     view: View | None = None,
+    events: Any = None,
     clock: Callable[[], float] = time.monotonic,
 ) -> TuneRun:
-    """Rank, then (``o.budget_s`` > 0) measure with ``start`` (tests: a stand-in engine) or by
-    serving ``serve`` (a ServeRequest: kvstack's own serving path)."""
+    """Rank ``traced``, then (``o.budget_s`` > 0) measure with ``start`` (tests: a stand-in engine)
+    or by serving ``serve`` (a ServeRequest: kvstack's own serving path; ``events``: what its starts
+    report, serve's ServeEvents)."""
     from kvstack.planning.tuned import TUNED_JSON
     from kvstack.rundir import default_runs_root
     from kvstack.tune.plots import write_plots
     from kvstack.tune.report import RESULTS_JSON, proof_document, tuned_layout
 
     o.check()
-    result, doc, requests, bt = rank_inputs(o)
+    result, doc, requests, bt = rank_inputs(o, traced)
     out = o.directory
     if o.budget_s == 0:
         written = write_ranking(out, result, doc) if out is not None else []
@@ -329,9 +331,6 @@ def run_tune(
     if start is None:
         if serve is None:
             raise InputError("tune measures on an engine kvstack serves", hint="pass --budget 0 to rank only")
-        from kvstack.cli.serve import serve_events
-
-        events = serve_events(json_mode=True) if view is None else None
         start = serve_starter(serve, out / RUNS, events, result.ranked, o.objective)
     engine = EngineSize(result.limits.engine_block_tokens, result.limits.engine_pool_tokens)
     assert result.costs is not None

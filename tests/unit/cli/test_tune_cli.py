@@ -189,8 +189,8 @@ def test_a_measured_tune_prints_predicted_vs_measured_and_the_measured_winner(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from kvstack.cli.tune import render
-    from kvstack.tune.command import run_tune
     from tests.unit.tune.helpers import REQUESTS, StandIn, options
+    from tests.unit.tune.helpers import tune as run_tune
 
     # Goodput: the share of requests within a 70 ms TTFT SLO (none's long prompts miss it).
     opts = options(tmp_path, 128, objective="goodput", slo_ms=70.0)

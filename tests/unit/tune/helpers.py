@@ -7,13 +7,15 @@ import contextlib
 import dataclasses
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 from kvstack.errors import EngineError, Interrupted
 from kvstack.planning.served_ttft import ServedCosts
+from kvstack.planning.trace_sizing import TraceInput
 from kvstack.serving.served_layout import Layout
 from kvstack.traces.mooncake import Trace, read_trace
 from kvstack.traces.sample import scale_blocks
-from kvstack.tune.command import TuneOptions
+from kvstack.tune.command import TuneOptions, TuneRun, run_tune
 from kvstack.tune.space import Candidate
 from tests.support.stream_server import ServerKnobs, StreamServer
 
@@ -180,3 +182,17 @@ def options(tmp_path: Path, block_tokens: int, **changes: object) -> TuneOptions
         check_k=2,
     )
     return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
+
+
+def read(o: TuneOptions) -> TraceInput:
+    """``o``'s trace as the CLI reads it (its sample, start and first requests)."""
+    from kvstack.cli.plan_trace import read_trace_input
+
+    traced = read_trace_input(o.trace, o.sample, o.start, o.max_requests, (None, None), None)
+    assert traced is not None
+    return traced
+
+
+def tune(o: TuneOptions, **kw: Any) -> TuneRun:
+    """``run_tune`` on ``o``'s trace."""
+    return run_tune(o, read(o), **kw)

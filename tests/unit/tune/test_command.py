@@ -16,9 +16,9 @@ import pytest
 
 from kvstack.errors import InputError, Interrupted
 from kvstack.planning.tuned import TUNED_JSON, TunedLayout
-from kvstack.tune.command import rank_inputs, run_tune
+from kvstack.tune.command import rank_inputs
 from kvstack.tune.prove import queue
-from tests.unit.tune.helpers import REQUESTS, StandIn, options
+from tests.unit.tune.helpers import REQUESTS, StandIn, options, read, tune
 
 
 def measured(out: Path) -> dict[str, object]:
@@ -29,7 +29,7 @@ def measured(out: Path) -> dict[str, object]:
 
 def test_short_prompts_none_wins_by_measurement(tmp_path: Path) -> None:
     engines = StandIn()
-    run = run_tune(options(tmp_path, 32), start=engines)
+    run = tune(options(tmp_path, 32), start=engines)
     assert run.proof is not None and run.proof.verdict is not None
     assert engines.started[0] == "none" and len(engines.started) == 2
     none, offload = run.proof.measured
@@ -49,7 +49,7 @@ def test_short_prompts_none_wins_by_measurement(tmp_path: Path) -> None:
 
 def test_long_prompts_offload_wins_by_measurement(tmp_path: Path) -> None:
     engines = StandIn()
-    run = run_tune(options(tmp_path, 128), start=engines)
+    run = tune(options(tmp_path, 128), start=engines)
     assert run.proof is not None and run.proof.verdict is not None
     none, offload = run.proof.measured
     assert none.stats is not None and offload.stats is not None
@@ -74,10 +74,10 @@ def test_long_prompts_offload_wins_by_measurement(tmp_path: Path) -> None:
 
 def test_a_candidate_serving_wrong_kv_is_out_whatever_its_speed(tmp_path: Path) -> None:
     opts = options(tmp_path, 128, max_candidates=2)
-    ranked = rank_inputs(opts)[0].ranked
+    ranked = rank_inputs(opts, read(opts))[0].ranked
     best, second = (p.candidate.label for p in queue(ranked, 2)[0][1:])
     # The model's best offload candidate serves wrong KV from its tier (hits counted, other tokens).
-    run = run_tune(opts, start=StandIn(corrupt=frozenset({best})))
+    run = tune(opts, start=StandIn(corrupt=frozenset({best})))
     assert run.proof is not None and run.proof.verdict is not None
     by_label = {m.label: m for m in run.proof.measured}
     assert not by_label[best].correct and by_label[second].correct
@@ -91,15 +91,13 @@ def test_a_candidate_serving_wrong_kv_is_out_whatever_its_speed(tmp_path: Path) 
 def test_a_stopped_tune_resumes_from_the_candidates_measured(tmp_path: Path) -> None:
     stopped = StandIn(interrupt_at=2)  # Ctrl-C in the middle of the second candidate's replay
     with pytest.raises(Interrupted, match="--resume continues"):
-        run_tune(options(tmp_path, 128, max_candidates=2), start=stopped)
+        tune(options(tmp_path, 128, max_candidates=2), start=stopped)
     doc = measured(tmp_path / "tune")
     assert [c["label"] for c in doc["measured"]["candidates"]] == ["none"]  # type: ignore[index]
     assert doc["measured"]["stopped"] == "interrupted"  # type: ignore[index]
     assert not (tmp_path / "tune" / "tuned.json").exists()  # nothing chosen yet
     resumed = StandIn()
-    run = run_tune(
-        options(tmp_path, 128, max_candidates=2, out=None, resume=tmp_path / "tune"), start=resumed
-    )
+    run = tune(options(tmp_path, 128, max_candidates=2, out=None, resume=tmp_path / "tune"), start=resumed)
     assert run.proof is not None and run.proof.verdict is not None
     # none is not measured again; the interrupted candidate is, from the start.
     assert "none" not in resumed.started and len(resumed.started) == 2
@@ -109,15 +107,13 @@ def test_a_stopped_tune_resumes_from_the_candidates_measured(tmp_path: Path) -> 
     assert all(sent == stopped.sent["none"] for sent in resumed.sent.values())
     # Another trace slice is not the stopped tune: refused, one line.
     with pytest.raises(InputError, match="that tune ran with another replay"):
-        run_tune(
-            options(tmp_path, 128, resume=tmp_path / "tune", out=None, replay_requests=10), start=StandIn()
-        )
+        tune(options(tmp_path, 128, resume=tmp_path / "tune", out=None, replay_requests=10), start=StandIn())
 
 
 def test_a_budget_too_small_for_one_candidate_is_refused_before_any_engine_starts(tmp_path: Path) -> None:
     engines = StandIn()
     with pytest.raises(InputError) as info:
-        run_tune(options(tmp_path, 128, budget_s=60.0), start=engines)
+        tune(options(tmp_path, 128, budget_s=60.0), start=engines)
     msg = info.value.message
     assert msg.startswith("--budget 1 min is too small for one candidate: one takes about ")
     assert "engine start ~1 min 20 s" in msg and f"replay of {REQUESTS} requests" in msg
@@ -128,7 +124,7 @@ def test_the_budget_stops_before_a_candidate_it_cannot_hold(tmp_path: Path) -> N
     # Each engine start takes 5 min on this clock; the budget holds two candidates' 10 min, not a third.
     engines = StandIn(start_s=300.0)
     opts = options(tmp_path, 32, budget_s=660.0, max_candidates=3, replay_requests=24)
-    run = run_tune(opts, start=engines, clock=engines.clock)
+    run = tune(opts, start=engines, clock=engines.clock)
     assert run.proof is not None and len(engines.started) == 2
     nxt = [p.candidate.label for p in queue(run.result.ranked, 3)[0]][2]
     assert run.proof.stopped == f"budget: 2 measured; the next, {nxt}, needs about 5 min and 1 min is left"
@@ -140,7 +136,7 @@ def test_the_budget_stops_before_a_candidate_it_cannot_hold(tmp_path: Path) -> N
 
 def test_a_candidate_whose_engine_dies_is_out_and_the_tune_goes_on(tmp_path: Path) -> None:
     engines = StandIn(die_at=2)
-    run = run_tune(options(tmp_path, 32, max_candidates=2, replay_requests=24), start=engines)
+    run = tune(options(tmp_path, 32, max_candidates=2, replay_requests=24), start=engines)
     assert run.proof is not None and run.proof.verdict is not None and len(engines.started) == 3
     dead = run.proof.measured[1]
     assert dead.error == "vllm exited with code 1 during the bench of layout x" and dead.stats is None
@@ -156,7 +152,7 @@ def test_each_candidate_is_served_as_serve_tuned_serves_a_winner(tmp_path: Path)
     from tests.unit.tune.helpers import NO_GPU
 
     opts = options(tmp_path, 128, knobs={"--l1-size-gb": 0.5, "--chunk-size": 512})
-    ranked = rank_inputs(opts)[0].ranked
+    ranked = rank_inputs(opts, read(opts))[0].ranked
     pick = next(p for p in ranked if p.candidate.offloads and not p.candidate.not_settable)
     base = ServeRequest(hardware=NO_GPU, cache_dir=tmp_path / "cache", validate_after_start=False)
     request = candidate_request(base, tmp_path / "tune" / "runs", pick, 3, "p50")
