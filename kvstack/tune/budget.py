@@ -28,8 +28,8 @@ _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0}
 @dataclass(frozen=True)
 class Estimate:
     start_s: float
-    replay_s: float
-    check_s: float
+    replay_s: float  # the replay, up to its last answer
+    check_s: float  # the correctness check after it
     source: str  # "estimated" or what it was measured on
 
     @property
@@ -84,8 +84,9 @@ def first_estimate(
 ) -> Estimate:
     """Before anything was measured. ``miss_of_mean_s``: a miss of the mean prompt (calibrated)."""
     replay = replay_seconds(ttfts, outputs, arrivals, DECODE_S_PER_TOKEN)
-    # Each checked prompt: answered cached and cold, both scored by a recompute (4 prefills).
-    check = check_k * (4 * miss_of_mean_s + 2 * check_tokens * DECODE_S_PER_TOKEN)
+    # Each checked answer (the replay's own): scored by a recompute, then its fresh-led twin answered
+    # and scored (3 prefills, one decode).
+    check = check_k * (3 * miss_of_mean_s + check_tokens * DECODE_S_PER_TOKEN)
     return Estimate(ENGINE_START_S, replay, check, "estimated")
 
 

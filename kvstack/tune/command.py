@@ -166,7 +166,7 @@ def _setup_info(setup: ReplaySetup) -> dict[str, Any]:
         "time_scale": a.time_scale,
         "max_output_tokens": a.max_output_tokens,
         "seed": a.seed,
-        "check_correctness": setup.check_k,
+        "check_correctness": a.check_correctness,
     }
 
 
@@ -312,14 +312,12 @@ def run_tune(
     rows = requests[: o.replay_requests]
     args = TraceArgs(
         path=o.trace, block_tokens=bt, time_scale=o.time_scale, max_output_tokens=o.max_output_tokens,
-        concurrency=1, seed=o.seed,
+        concurrency=1, seed=o.seed, check_correctness=o.check_k,
     )  # fmt: skip
     from kvstack.serving.request import demo_model_dir
 
     model = serve.model_spec() if serve is not None else (o.model or str(demo_model_dir()))
-    setup = ReplaySetup(
-        rows, args, model, o.api_key, o.timeout_s, o.check_k, getattr(serve, "engine", "vllm")
-    )
+    setup = ReplaySetup(rows, args, model, o.api_key, o.timeout_s)
     previous = _previous(o, doc, setup)
     settings = Settings(
         objective=o.objective,

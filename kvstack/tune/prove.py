@@ -25,13 +25,12 @@ from kvstack.bench.trace_command import Shared
 from kvstack.errors import InputError, Interrupted, KvstackError
 from kvstack.serving.served_layout import Layout
 from kvstack.tune import budget as bud
-from kvstack.tune.measure import EngineSize, ReplaySetup, check, engine_size, replay, restore, shared_state
+from kvstack.tune.measure import EngineSize, ReplaySetup, engine_size, replay, restore, shared_state
 from kvstack.tune.noise import Stat, measure
 from kvstack.tune.rank import Costs, Prediction, predict
 from kvstack.tune.simulate import TraceSim
 from kvstack.tune.space import Candidate
 from kvstack.tune.verdict import BASELINE, MeasuredCandidate, Verdict, decide
-from kvstack.validation.thresholds import DEFAULT_TOKENS
 
 # start(candidate, n): a context manager that serves ``candidate`` on a fresh engine (the n-th
 # measured: its run dir) and stops it on exit.
@@ -114,7 +113,12 @@ def _first_estimate(setup: ReplaySetup, costs: Costs, engine: EngineSize) -> bud
     outputs = [max(1, min(r.output_length, setup.args.max_output_tokens)) for r in rows]
     mean = int(lengths.mean()) if len(lengths) else 0
     return bud.first_estimate(
-        ttfts.tolist(), outputs, arrivals, costs.plain.ttft(mean, 0, {}), setup.check_k, DEFAULT_TOKENS
+        ttfts.tolist(),
+        outputs,
+        arrivals,
+        costs.plain.ttft(mean, 0, {}),
+        setup.args.check_correctness,
+        setup.args.max_output_tokens,
     )
 
 
@@ -309,12 +313,16 @@ def _one(
     walls: dict[str, float] = {}
     rows: list[RequestRow] = []
     counted = 0
+    last_row = [0.0]  # when the replay's last answer came: the correctness check follows it
 
     def on_row(_: RequestRow) -> None:
         nonlocal counted
         counted += 1
+        last_row[0] = clock()
         if view is not None:
             view.row(counted)
+            if counted == len(shared.sent) and setup.args.check_correctness:
+                view.phase("checking correctness")
 
     run_dir = str(candidate_run_dir(settings.run_root, index)) if settings.run_root else None
     try:
@@ -326,17 +334,15 @@ def _one(
             layout = dataclasses.replace(layout, name=c.label)
             if view is not None:
                 view.phase("replaying the trace")
-            _, rows, compared = replay(layout, setup, shared, on_row)
-            t_replayed = clock()
-            walls["replay"] = t_replayed - t_ready
+            result, rows, compared = replay(layout, setup, shared, on_row)
+            t_done = clock()
+            walls["replay"] = max(t_ready, last_row[0] or t_done) - t_ready
+            walls["check"] = t_done - t_ready - walls["replay"]
+            correctness = result.correctness
             if served is None:
                 served = engine_size(compared)
             if sliced is None and served is not None:
                 sliced = _Slice(shared, setup, served, costs, bpt)
-            if view is not None:
-                view.phase("checking correctness")
-            correctness = check(layout, setup, shared, rows)
-            walls["check"] = clock() - t_replayed
     except Interrupted:
         raise  # Ctrl-C during a replay (bench's replay says so): the tune stops, not the candidate
     except KvstackError as exc:

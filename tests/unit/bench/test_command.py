@@ -152,17 +152,3 @@ def test_check_correctness_compares_cached_answers_with_recompute(
         assert "(13 of 16 positions over it, first at token 4, largest 2.000" in bad.detail
     back = load_result(tmp_path)
     assert back.layouts[0].correctness == c
-
-
-def test_token_prompts_get_cold_copies_led_by_a_fresh_nonce_of_pool_tokens() -> None:
-    from kvstack.bench.correctness import NONCE_TOKENS, token_checks
-
-    pool = list(range(500, 600))
-    prompts = [(3, [1, 2, 3, 4]), (7, [5, 6])]
-    first, again = token_checks(prompts, pool), token_checks(prompts, pool)
-    for checks in (first, again):
-        assert [(c.request, c.prompt) for c in checks] == prompts
-        for c in checks:
-            assert isinstance(c.cold, list) and c.cold[NONCE_TOKENS:] == c.prompt
-            assert len(c.cold) == len(c.prompt) + NONCE_TOKENS and set(c.cold[:NONCE_TOKENS]) <= set(pool)
-    assert first[0].cold[:NONCE_TOKENS] != again[0].cold[:NONCE_TOKENS]  # fresh each time: never cached

@@ -40,7 +40,7 @@ def test_one_request_in_flight_waits_for_its_arrival_or_the_last_one() -> None:
 def test_the_first_estimate_before_anything_ran_then_the_slowest_measured() -> None:
     first = first_estimate([0.1] * 10, [1] * 10, [0.0] * 10, 0.2, check_k=2, check_tokens=16)
     assert first.start_s == ENGINE_START_S and first.replay_s == pytest.approx(1.0)
-    assert first.check_s > 2 * 4 * 0.2 and first.source == "estimated"
+    assert first.check_s > 2 * 3 * 0.2 and first.source == "estimated"
     walls = [("none", {"start": 60, "replay": 30, "check": 5, "total": 95}), ("x", {"start": 1})]
     got = measured_estimate([*walls, ("y", {"start": 90, "replay": 40, "check": 6, "total": 136})])
     assert got == Estimate(90, 40, 6, "y")
