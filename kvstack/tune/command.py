@@ -299,7 +299,8 @@ def run_tune(
     report, serve's ServeEvents)."""
     from kvstack.planning.tuned import TUNED_JSON
     from kvstack.rundir import default_runs_root
-    from kvstack.tune.plots import write_plots
+    from kvstack.serving.request import demo_model_dir
+    from kvstack.tune.plots import CANDIDATES, PREDICTED_VS_MEASURED, write_plots
     from kvstack.tune.report import RESULTS_JSON, proof_document, tuned_layout
 
     o.check()
@@ -314,8 +315,6 @@ def run_tune(
         path=o.trace, block_tokens=bt, time_scale=o.time_scale, max_output_tokens=o.max_output_tokens,
         concurrency=1, seed=o.seed, check_correctness=o.check_k,
     )  # fmt: skip
-    from kvstack.serving.request import demo_model_dir
-
     model = serve.model_spec() if serve is not None else (o.model or str(demo_model_dir()))
     setup = ReplaySetup(rows, args, model, o.api_key, o.timeout_s)
     previous = _previous(o, doc, setup)
@@ -358,8 +357,6 @@ def run_tune(
         bytes_per_token=result.limits.bytes_per_token, engine=engine, previous=previous, save=save,
         view=view, clock=clock,
     )  # fmt: skip
-    from kvstack.tune.plots import CANDIDATES, PREDICTED_VS_MEASURED
-
     if proof.verdict is not None:
         written += [out / TUNED_JSON, out / PREDICTED_VS_MEASURED, out / CANDIDATES]
     return TuneRun(result, doc, out, proof, written)
