@@ -250,7 +250,12 @@ def run_layout_replay(
     api_key: str | None,
     timeout_s: float,
     on_row: Any = None,
+    ttft_check: bool = True,
 ) -> tuple[LayoutResult, list[RequestRow], dict[str, Any]]:
+    """Replay ``shared.sent`` (decided by the first layout: ``_decide``) against ``layout``; the
+    result, its rows and the predicted vs measured comparison. ``ttft_check``: calibrate the layout
+    after the replay and set the TTFT model's prediction beside the measured (bench); tune predicts
+    with its own calibration and skips it."""
     model = layout.served_model or model
     if shared.blocks is None:
         decided = _decide(layout, rows, args, api_key, model)
@@ -313,7 +318,10 @@ def run_layout_replay(
         if args.concurrency == 1
         else "the replay's counters, in total"
     )
-    compared["ttft"] = _ttft_check(layout, shared, hierarchy, prediction, rows_out, model, api_key, why_not)
+    if ttft_check:
+        compared["ttft"] = _ttft_check(
+            layout, shared, hierarchy, prediction, rows_out, model, api_key, why_not
+        )
     return result, rows_out, compared
 
 

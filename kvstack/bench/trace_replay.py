@@ -137,17 +137,27 @@ async def replay(
             finally:
                 free.release()
 
-        async with asyncio.TaskGroup() as tg:
-            for req in sent:
-                delay = t0 + req.arrival_s - time.perf_counter()
-                if delay > 0:
-                    await asyncio.sleep(delay)
-                await free.acquire()
-                if check_alive is not None:
-                    try:
-                        check_alive()
-                    except KvstackError:
-                        raise
-                tg.create_task(one(req))
+        try:
+            async with asyncio.TaskGroup() as tg:
+                for req in sent:
+                    delay = t0 + req.arrival_s - time.perf_counter()
+                    if delay > 0:
+                        await asyncio.sleep(delay)
+                    await free.acquire()
+                    if check_alive is not None:
+                        check_alive()  # a dead engine ends the replay with its error
+                    tg.create_task(one(req))
+        except BaseExceptionGroup as group:
+            # The task group wraps what its body raised: the caller gets kvstack's error itself.
+            raise _first_error(group) from None
         run.last = await scrape(scraper, metrics_urls, api_key)
     return run
+
+
+def _first_error(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The first KvstackError in ``group`` (nested groups searched), else the group."""
+    for exc in group.exceptions:
+        found = _first_error(exc) if isinstance(exc, BaseExceptionGroup) else exc
+        if isinstance(found, KvstackError):
+            return found
+    return group

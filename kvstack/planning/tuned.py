@@ -32,6 +32,11 @@ class TunedLayout(BaseModel):
     objective: str = "p50"
     predicted: dict[str, float] = Field(default_factory=dict)  # p50_s, p90_s, mean_s
     source: str = ""  # which tune chose it: trace, calibration, candidates
+    # "measured": the winner of tune's replays (``measured`` holds its figures and their noise);
+    # "predicted": the ranking model's best, not replayed (tune --budget 0).
+    chosen_by: Literal["predicted", "measured"] = "predicted"
+    measured: dict[str, float] = Field(default_factory=dict)
+    created: str = ""  # when tune wrote it (ISO 8601, UTC)
 
     @property
     def label(self) -> str:
@@ -39,6 +44,17 @@ class TunedLayout(BaseModel):
             return "none"
         disk = f", disk {fmt_bytes(self.disk_bytes)}" if self.disk_bytes else ""
         return f"{self.connector}, chunk {self.chunk_tokens}, DRAM {fmt_bytes(self.dram_bytes)}{disk}"
+
+    def record(self, path: str) -> dict[str, str]:
+        """What a run dir's launch.json says of the tune that chose its layout (``path``: the
+        tuned.json it was read from)."""
+        return {
+            "path": path,
+            "created": self.created,
+            "winner": self.label,
+            "chosen_by": self.chosen_by,
+            "objective": self.objective,
+        }
 
 
 def _resized(tier: Tier, size: int, why: str) -> Tier:

@@ -31,12 +31,21 @@ def record_run(prepared: PreparedServe) -> None:
     """plan.json and launch.json (secrets masked) in the run dir: what ran, for later reading."""
     run_dir = ensure_private_dir(prepared.run_dir)
     atomic_write(run_dir / PLAN_JSON, prepared.plan.model_dump_json(indent=2) + "\n")
-    record_spec(run_dir, prepared.spec)
+    atomic_write(run_dir / LAUNCH_JSON, json.dumps(prepared.record(), indent=2) + "\n")
 
 
 def record_spec(run_dir: Path, spec: LaunchSpec) -> None:
-    """launch.json (secrets masked): also rewritten when serving restarts a unit with another spec."""
-    atomic_write(run_dir / LAUNCH_JSON, json.dumps(spec.public(), indent=2) + "\n")
+    """launch.json (secrets masked) rewritten when serving restarts a unit with another spec; what
+    it says of the tune that chose the layout (``tuned``) stays."""
+    doc = spec.public()
+    path = run_dir / LAUNCH_JSON
+    if path.is_file():
+        old = read_json_object(
+            path, PathError, "it is kvstack's record of this run: restore it or restart serve"
+        )
+        if "tuned" in old:
+            doc["tuned"] = old["tuned"]
+    atomic_write(path, json.dumps(doc, indent=2) + "\n")
 
 
 def record_replica_spec(replica_dir: Path, spec: LaunchSpec) -> None:

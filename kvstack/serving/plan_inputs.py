@@ -62,9 +62,14 @@ def plan_request(
     )
 
 
+def tuned_file(path: Path) -> Path:
+    """--tuned's file: the tuned.json in a `kvstack tune` --out DIR, or the file given."""
+    return path / TUNED_JSON if path.is_dir() else path
+
+
 def read_tuned(path: Path) -> TunedLayout:
     """The layout a `kvstack tune` run chose: its --out DIR or the tuned.json in it."""
-    file = path / TUNED_JSON if path.is_dir() else path
+    file = tuned_file(path)
     return read_model(
         file, TunedLayout, "a kvstack tune result", "pass the --out DIR of kvstack tune", what="--tuned"
     )

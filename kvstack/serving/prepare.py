@@ -25,7 +25,7 @@ from kvstack.planning.replicas import device_groups, replica_snapshot
 from kvstack.planning.schema import Plan
 from kvstack.runtime.specs import LaunchSpec, ServeOptions
 from kvstack.runtime.writable import require_writable_dir
-from kvstack.serving.plan_inputs import load_or_probe, plan_request
+from kvstack.serving.plan_inputs import load_or_probe, plan_request, tuned_file
 from kvstack.serving.planner import plan_for_model
 from kvstack.serving.ports import PortLayout, port_layout
 from kvstack.serving.replicas import on_devices, replica_dir, replica_request, replica_warning, visible_gpus
@@ -42,14 +42,19 @@ class PreparedServe:
     plan: Plan
     options: ServeOptions
     spec: LaunchSpec
+    tuned: dict[str, str] | None = None  # --tuned: which kvstack tune chose the layout (TunedLayout.record)
 
     @property
     def run_dir(self) -> Path:
         return Path(self.options.run_dir)
 
+    def record(self) -> dict[str, Any]:
+        """launch.json: what runs, secrets masked, and the tune that chose the layout (--tuned)."""
+        return {**self.spec.public(), **({"tuned": self.tuned} if self.tuned is not None else {})}
+
     def dry_run_document(self) -> dict[str, Any]:
         """What would run, secrets masked: {"plan", "argv", "env", "files", ...}."""
-        return {"plan": self.plan.model_dump(mode="json"), **self.spec.public()}
+        return {"plan": self.plan.model_dump(mode="json"), **self.record()}
 
 
 def plan_request_of(request: ServeRequest) -> PlanRequest:
@@ -144,7 +149,7 @@ class Launch:
             return first.dry_run_document()
         return {
             "plan": self.plan.model_dump(mode="json"),
-            **first.spec.public(),
+            **first.record(),
             "front_url": self.front_url,
             "run_dir": str(self.run_dir),
             "port_layout": self.layout.to_dict(),
@@ -170,6 +175,11 @@ def prepare(
     require_writable_dir(request.resolved_run_dir(), "--run-dir")
     layout = port_layout(request.port, request.replicas, request.router)
     asked = plan_request_of(request)  # bad input (--retain, --context, ...) fails before the probe
+    tuned = (
+        asked.tuned.record(str(tuned_file(request.tuned).resolve()))
+        if asked.tuned is not None and request.tuned is not None
+        else None
+    )
     # Before the probe (seconds of fio): a model that is not there fails at once.
     source = resolve_model(request.model_spec(), request.revision)
     machine = (
@@ -210,7 +220,9 @@ def prepare(
         if devices is not None:
             spec = on_devices(spec, devices[i])
         own = request.model_copy(update={"port": port, "run_dir": run_dir, "replicas": 1, "router": False})
-        replicas.append(PreparedServe(request=own, snapshot=machine, plan=plan, options=options, spec=spec))
+        replicas.append(
+            PreparedServe(request=own, snapshot=machine, plan=plan, options=options, spec=spec, tuned=tuned)
+        )
     router = None
     if request.router:
         router = render_router(

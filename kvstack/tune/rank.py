@@ -1,5 +1,6 @@
 """Predicted TTFT of each candidate on the trace, from costs measured on the served engine, and
-the candidates ranked by an objective (p50, p90 or mean). Pure.
+the candidates ranked by an objective (p50, p90, mean, or goodput: the share of requests whose TTFT
+meets an SLO; the trace's arrivals fix the offered rate, so that share orders goodput). Pure.
 
 Per request (planning/served_ttft.py): the layout's fixed cost, the recompute of what no cache
 held, and each tier's fetch. ``none`` is the plain layout's costs over the engine's hits; an
@@ -23,8 +24,9 @@ from kvstack.tune.knobs import CONNECTORS
 from kvstack.tune.simulate import Sources, TraceSim
 from kvstack.tune.space import Candidate
 
-Objective = Literal["p50", "p90", "mean"]
-OBJECTIVES: tuple[Objective, ...] = ("p50", "p90", "mean")
+Objective = Literal["p50", "p90", "mean", "goodput"]
+OBJECTIVES: tuple[Objective, ...] = ("p50", "p90", "mean", "goodput")
+LATENCIES: tuple[Objective, ...] = ("p50", "p90", "mean")
 # Predictions within 1% of each other are a tie on the objective: far below what a replay on 2 busy
 # cores can tell apart (README: fixed costs measured several ms apart run to run).
 TIE_TOLERANCE = 0.01
@@ -52,9 +54,17 @@ class Prediction:
     mean_s: float
     tokens: dict[str, int]  # prompt tokens by source: recomputed, engine_cache, dram, disk
     gated: int  # requests the gate kept off the offload path
+    under_slo: float | None = None  # share of requests whose TTFT meets the SLO (when one is given)
 
     def value(self, objective: Objective) -> float:
+        """The objective's figure: seconds, or for goodput the share of requests within the SLO."""
+        if objective == "goodput":
+            return self.under_slo if self.under_slo is not None else 0.0
         return {"p50": self.p50_s, "p90": self.p90_s, "mean": self.mean_s}[objective]
+
+    def loss(self, objective: Objective) -> float:
+        """Lower is better: the latency, or for goodput the share of requests that miss the SLO."""
+        return 1.0 - self.value(objective) if objective == "goodput" else self.value(objective)
 
 
 def _ttft(costs: ServedCosts, lengths: FloatArray, s: Sources, mask: FloatArray | None) -> FloatArray:
@@ -67,8 +77,11 @@ def _ttft(costs: ServedCosts, lengths: FloatArray, s: Sources, mask: FloatArray 
     return ttft
 
 
-def predict(sim: TraceSim, candidate: Candidate, costs: Costs, bytes_per_token: float) -> Prediction:
-    """``candidate``'s predicted TTFT over the trace and its prompt tokens by source."""
+def predict(
+    sim: TraceSim, candidate: Candidate, costs: Costs, bytes_per_token: float, slo_s: float | None = None
+) -> Prediction:
+    """``candidate``'s predicted TTFT over the trace and its prompt tokens by source (and the share
+    of requests within ``slo_s``, when given)."""
     lengths = sim.lengths.astype(np.float64)
     if not candidate.offloads:
         s = sim.engine_only()
@@ -106,6 +119,7 @@ def predict(sim: TraceSim, candidate: Candidate, costs: Costs, bytes_per_token: 
             "disk": disk,
         },
         gated=int(gated_mask.sum()),
+        under_slo=float((ttft <= slo_s).mean()) if slo_s is not None and len(ttft) else None,
     )
 
 
@@ -116,12 +130,13 @@ def rank(
     bytes_per_token: float,
     objective: Objective = "p50",
     tolerance: float = TIE_TOLERANCE,
+    slo_s: float | None = None,
 ) -> list[Prediction]:
     """Every candidate predicted, best first by ``objective``. Candidates within ``tolerance`` (a
     fraction) of the best remaining one are tied on it and ordered by the other figures, then by
     the smaller layout (less memory, no gate): the model cannot tell a 0.1 ms difference apart."""
-    left = [predict(sim, c, costs, bytes_per_token) for c in candidates]
-    others = [o for o in OBJECTIVES if o != objective]
+    left = [predict(sim, c, costs, bytes_per_token, slo_s) for c in candidates]
+    others = [o for o in LATENCIES if o != objective]
 
     def key(p: Prediction) -> tuple[float, ...]:
         c = p.candidate
@@ -129,8 +144,8 @@ def rank(
 
     out: list[Prediction] = []
     while left:
-        best = min(p.value(objective) for p in left)
-        tied = [p for p in left if p.value(objective) <= best * (1 + tolerance)]
+        best = min(p.loss(objective) for p in left)
+        tied = [p for p in left if p.loss(objective) <= best * (1 + tolerance)]
         out.extend(sorted(tied, key=key))
-        left = [p for p in left if p.value(objective) > best * (1 + tolerance)]
+        left = [p for p in left if p.loss(objective) > best * (1 + tolerance)]
     return out

@@ -1,19 +1,42 @@
-"""What a tune run keeps: results.json (every candidate, predicted) and tuned.json (the winner, as
-`serve --tuned` and `export --tuned` read it: planning/tuned.py). Pure: documents, no files."""
+"""What a tune run keeps: results.json (every candidate, predicted; the candidates measured, their
+verdict) and tuned.json (the winner, as `serve --tuned` and `export --tuned` read it:
+planning/tuned.py). Pure: documents, no files."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from kvstack.planning.tuned import TunedLayout
+from kvstack.tune.noise import METHOD
+from kvstack.tune.prove import Proof, Settings
 from kvstack.tune.rank import Prediction
 from kvstack.tune.run import TuneResult
+from kvstack.tune.verdict import MeasuredCandidate
 
 RESULTS_JSON = "results.json"
 
 
-def tuned_layout(p: Prediction, objective: str, source: str) -> TunedLayout:
+def tuned_layout(
+    p: Prediction,
+    objective: str,
+    source: str,
+    measured: MeasuredCandidate | None = None,
+    created: str = "",
+) -> TunedLayout:
+    """``p``'s layout; ``measured``: its replay, when the replays chose it."""
     c = p.candidate
+    figures: dict[str, float] = {}
+    if measured is not None and measured.stats is not None:
+        st = measured.stats
+        figures = {
+            "p50_s": st.p50.value,
+            "p50_noise_s": st.p50.noise,
+            "p90_s": st.p90.value,
+            "p90_noise_s": st.p90.noise,
+            "mean_s": st.mean.value,
+        }
+        if st.goodput is not None:
+            figures["goodput"] = st.goodput.value
     return TunedLayout(
         connector=c.connector,  # type: ignore[arg-type]  # a connector knobs.CONNECTORS names
         chunk_tokens=c.chunk_tokens,
@@ -25,6 +48,9 @@ def tuned_layout(p: Prediction, objective: str, source: str) -> TunedLayout:
         objective=objective,
         predicted={"p50_s": p.p50_s, "p90_s": p.p90_s, "mean_s": p.mean_s},
         source=source,
+        chosen_by="measured" if measured is not None else "predicted",
+        measured=figures,
+        created=created,
     )
 
 
@@ -40,7 +66,7 @@ def _row(rank: int, p: Prediction) -> dict[str, Any]:
         if c.gate is None
         else {"kind": c.gate.kind, "tokens": c.gate.tokens, "from": c.gate.why},
         "not_settable": c.not_settable,
-        "predicted": {"p50_s": p.p50_s, "p90_s": p.p90_s, "mean_s": p.mean_s},
+        "predicted": {"p50_s": p.p50_s, "p90_s": p.p90_s, "mean_s": p.mean_s, "goodput": p.under_slo},
         "prompt_tokens": p.tokens,
         "gated_requests": p.gated,
     }
@@ -64,5 +90,27 @@ def results_document(result: TuneResult, source: dict[str, Any]) -> dict[str, An
         "winner": result.winner.candidate.label,
         "baseline": _row(result.ranked.index(result.baseline) + 1, result.baseline),
         "candidates": [_row(i + 1, p) for i, p in enumerate(result.ranked)],
-        "measured": None,  # the proof by replay is not run yet (see the README)
+        "measured": None,  # proof_document's, once a candidate is replayed
+    }
+
+
+def proof_document(proof: Proof, settings: Settings, setup: dict[str, Any]) -> dict[str, Any]:
+    """results.json's ``measured``: every candidate replayed, in the order measured, and the
+    verdict; ``setup`` says how the slice was replayed (a resumed tune must match it)."""
+    est = proof.estimate
+    return {
+        "objective": settings.objective,
+        "slo_ms": settings.slo_s * 1000 if settings.slo_s is not None else None,
+        "budget_s": settings.budget_s,
+        "elapsed_s": proof.elapsed_s,
+        "stopped": proof.stopped,
+        "noise": METHOD,
+        "setup": setup,
+        "estimate": None
+        if est is None
+        else {"start_s": est.start_s, "replay_s": est.replay_s, "check_s": est.check_s, "from": est.source},
+        "replay": proof.replay,
+        "candidates": [m.to_dict() for m in proof.measured],
+        "skipped": proof.skipped,
+        "verdict": proof.verdict.to_dict() if proof.verdict is not None else None,
     }

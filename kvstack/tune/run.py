@@ -38,6 +38,8 @@ class TuneResult:
     sizes: CurveSizes
     limits: Limits
     objective: Objective
+    costs: Costs | None = None  # the costs it ranked with (the proof predicts the replay with them)
+    slo_s: float | None = None  # goodput's TTFT SLO
 
     @property
     def winner(self) -> Prediction:
@@ -77,8 +79,13 @@ def tune(
     objective: Objective = "p50",
     connector: str | None = None,
     knobs: Mapping[str, float] | None = None,
+    slo_s: float | None = None,
 ) -> TuneResult:
     """Every candidate of the space (restricted as asked) ranked on ``requests``."""
+    if objective == "goodput" and slo_s is None:
+        raise InputError("--objective goodput needs a TTFT SLO", hint="add --slo-ms, e.g. --slo-ms 200")
+    if slo_s is not None and not slo_s > 0:
+        raise InputError(f"--slo-ms must be positive, not {slo_s * 1000:g}", hint="e.g. --slo-ms 200")
     if knobs and connector is None:
         raise InputError("--knob needs --connector (whose knob it is)", hint="e.g. --connector lmcache-mp")
     if connector is not None:
@@ -92,12 +99,16 @@ def tune(
     if connector is not None:
         space = [c for c in space if c.connector in ("none", connector)]
         fixed = [with_knobs(c, knobs or {}) if c.offloads else c for c in space]
-        space = list(dict.fromkeys(fixed))  # fixing a knob makes candidates equal: once each
+        once: dict[str, Candidate] = {}
+        for c in fixed:  # fixing a knob makes candidates equal (their label says all they serve): once each
+            once.setdefault(c.label, c)
+        space = list(once.values())
     sim = TraceSim(
         requests,
         block_tokens=block_tokens,
         engine_block_tokens=limits.engine_block_tokens,
         engine_pool_tokens=limits.engine_pool_tokens,
     )
-    ranked = rank(sim, space, Costs(calibration.plain, offload), limits.bytes_per_token, objective)
-    return TuneResult(ranked, sizes, limits, objective)
+    costs = Costs(calibration.plain, offload)
+    ranked = rank(sim, space, costs, limits.bytes_per_token, objective, slo_s=slo_s)
+    return TuneResult(ranked, sizes, limits, objective, costs, slo_s)

@@ -61,6 +61,9 @@ class ServerKnobs:
     base_ttft_s: float = 0.002
     prefill_s_per_token: float = 4e-5  # recompute cost
     tier_s_per_token: float = 4e-6  # cost of loading a token's KV from the tier
+    # What the connector's path costs every request, hit or miss (LMCache's lookup and store: the
+    # fixed cost that makes offload lose on short prompts).
+    connector_request_s: float = 0.0
     itl_s: float = 0.001
     status: int = 200  # non-200: /v1/completions answers with this status and a JSON error
     stall_s: float = 0.0  # sleep before answering at all
@@ -746,6 +749,8 @@ class _Handler(BaseHTTPRequestHandler):
         l2_s = k.tier_s_per_token if k.l2_s_per_token is None else k.l2_s_per_token
         fetch = (tier_hit - l2_hit) * k.tier_s_per_token + l2_hit * l2_s
         ttft = k.base_ttft_s + computed * k.prefill_s_per_token + fetch
+        if k.connector and not k.degraded:
+            ttft += k.connector_request_s
         time.sleep(ttft)
         with srv.lock:
             srv.metrics.record_ttft(ttft)

@@ -286,3 +286,31 @@ def test_with_several_in_flight_the_runs_split_holds_and_dram_is_marked_derived(
     assert measured["dram"] == pytest.approx(sum(t["dram_hit"] for t in truth))
     assert measured["disk"] == pytest.approx(sum(t["l2_hit"] for t in truth))
     assert set(layout["measured_derived"]) == {"dram"} and "in total" in layout["measured_from"]
+
+
+def test_an_engine_that_dies_mid_replay_ends_it_with_its_error(tmp_path: Path) -> None:
+    import contextlib
+    from collections.abc import Iterator
+
+    from kvstack.errors import EngineError
+    from kvstack.serving.served_layout import Layout
+
+    sent: list[int] = []
+
+    def check() -> None:
+        sent.append(1)
+        if len(sent) > 3:
+            raise EngineError("vllm exited with code 1 during the bench of layout none", hint="see its log")
+
+    @contextlib.contextmanager
+    def start(name: str) -> Iterator[Layout]:
+        with StreamServer(ServerKnobs()) as srv:
+            yield Layout(name, srv.url, (srv.url + "/metrics",), check_alive=check)
+
+    out = tmp_path / "out"
+    args = TraceArgs(path=write_trace(tmp_path / "t.jsonl"), block_tokens=32, time_scale=0.0)
+    opts = TraceOptions(args, model="demo-model", compare=["none"], out=out, as_json=True)
+    # The engine's own error (one line for the CLI), not the task group that carried it.
+    with pytest.raises(EngineError, match="exited with code 1"):
+        run_trace_bench(opts, start)
+    assert len(sent) == 4

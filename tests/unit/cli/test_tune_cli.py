@@ -38,11 +38,12 @@ def calibration(tmp_path: Path) -> Path:
     return path
 
 
-def tune(calibration: Path, *args: str, block_tokens: int = 32) -> list[str]:
-    """The issue's mixed traffic by default: prompts scaled to 32-token blocks, the demo's pool."""
+def tune(calibration: Path, *args: str, block_tokens: int = 32, budget: str = "0") -> list[str]:
+    """The issue's mixed traffic by default: prompts scaled to 32-token blocks, the demo's pool;
+    ranked only (--budget 0) unless a budget is given."""
     return [
         "tune", "--trace", FIXTURE, "--block-tokens", str(block_tokens), "--engine-pool-tokens", DEMO_POOL,
-        "--calibration", str(calibration), "--hardware", NO_GPU, *args,
+        "--calibration", str(calibration), "--hardware", NO_GPU, "--budget", budget, *args,
     ]  # fmt: skip
 
 
@@ -130,6 +131,10 @@ def test_serve_and_export_take_the_tuned_layout(
         (["--knob", "chunk-size=256"], "--knob needs --connector"),
         (["--connector", "lmcache-mp", "--knob", "chunk-size"], "is not NAME=VALUE with a number"),
         (["--objective", "p99"], "--objective"),
+        (["--objective", "goodput"], "--objective goodput needs a TTFT SLO"),
+        (["--objective", "goodput", "--slo-ms", "-5"], "--slo-ms must be positive"),
+        (["--resume", "/tmp"], "--resume continues measuring: --budget 0 measures nothing"),
+        (["--", "--num-gpu-blocks-override", "136"], "are for the engines tune serves: --budget 0"),
     ],
 )
 def test_bad_input_is_one_line(
@@ -152,3 +157,62 @@ def test_an_unreadable_trace_or_calibration_is_one_line(
     assert "--calibration" in error_line(capsys.readouterr().err)
     assert cli_app.run(tune(tmp_path / "nothing-here")) == 2
     assert "nothing-here" in error_line(capsys.readouterr().err)
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--budget", "soon"], "error: --budget 'soon' is not a duration"),
+        (["--budget", "5m", "--check-correctness", "0"], "--check-correctness must be at least 1"),
+        (["--budget", "5m", "--replay-requests", "0"], "--replay-requests must be at least 1"),
+    ],
+)
+def test_bad_measuring_options_are_one_line(
+    calibration: Path, capsys: pytest.CaptureFixture[str], args: list[str], needle: str
+) -> None:
+    assert cli_app.run(tune(calibration, *args)) == 2
+    assert needle in error_line(capsys.readouterr().err)
+
+
+def test_a_budget_too_small_for_one_candidate_is_one_line_before_anything_starts(
+    tmp_path: Path, calibration: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "tuned"
+    assert cli_app.run(tune(calibration, "--out", str(out), budget="2m")) == 2
+    line = error_line(capsys.readouterr().err)
+    assert line.startswith("error: --budget 2 min is too small for one candidate: one takes about ")
+    assert "(engine start ~1 min 20 s, replay of 342 requests ~" in line and "none and one candidate" in line
+    assert not out.exists()
+
+
+def test_a_measured_tune_prints_predicted_vs_measured_and_the_measured_winner(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from kvstack.cli.tune import render
+    from tests.unit.tune.helpers import REQUESTS, StandIn, options
+    from tests.unit.tune.helpers import tune as run_tune
+
+    # Goodput: the share of requests within a 70 ms TTFT SLO (none's long prompts miss it).
+    opts = options(tmp_path, 128, objective="goodput", slo_ms=70.0)
+    run = run_tune(opts, start=StandIn())
+    render(run, 5, None, ["--num-gpu-blocks-override", "136"])
+    text = capsys.readouterr().out
+    assert f"measured: 2 candidates replayed ({REQUESTS} requests each" in text
+    cols = (
+        "p50 pred",
+        "p50 meas",
+        "p90 pred",
+        "p90 meas",
+        "meas/pred p50",
+        "within 70 ms",
+        "correct",
+        "verdict",
+    )
+    for col in cols:
+        assert col in text
+    assert run.proof is not None and run.proof.verdict is not None
+    winner = run.proof.verdict.winner
+    assert winner != "none" and f"winner (measured, goodput): {winner}: measured goodput " in text
+    assert "│ winner" in text
+    assert f"serve it: kvstack serve --tuned {run.out} -- --num-gpu-blocks-override 136" in text
+    assert "model's order held" in text or "the model ranked" in text

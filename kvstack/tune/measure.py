@@ -1,0 +1,106 @@
+"""One candidate measured on a running layout: bench --trace's replay of the slice with its
+--check-correctness judgement.
+
+The replay is ``bench.trace_command.run_layout_replay``, exactly as ``bench --trace --compare
+--check-correctness K`` runs each layout: the first layout decides what is sent (its context and
+KV block, the token pool of the served model) and every later one gets the same prompts
+(``Shared``); the K replayed answers the caches served most of (the offload tiers' first) are
+judged against recompute (bench/correctness.py ``check_replayed``). tune keeps the first layout's
+decision in results.json (``shared_state``) so that a resumed tune sends the same prompts too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kvstack.bench.schema import LayoutResult, RequestRow
+from kvstack.bench.trace_command import Shared, TraceArgs, run_layout_replay
+from kvstack.bench.trace_prompts import BlockTokens, ReplayShape, plan_requests
+from kvstack.clients import token_sources as ts
+from kvstack.serving.served_layout import Layout
+from kvstack.traces.mooncake import TraceRequest
+from kvstack.traces.sample import session_key
+
+DEFAULT_CHECKS = 4
+
+
+@dataclass(frozen=True)
+class ReplaySetup:
+    """What every candidate's replay shares: the slice (scaled) and how it is sent (``args``: its
+    ``check_correctness`` is the answers judged)."""
+
+    rows: list[TraceRequest]
+    args: TraceArgs
+    model: str
+    api_key: str | None = None
+    timeout_s: float = 300.0
+
+
+@dataclass(frozen=True)
+class EngineSize:
+    """The served engine's prefix cache, as its counters report it (the slice is predicted on it)."""
+
+    block_tokens: int
+    pool_tokens: int
+
+
+def replay(
+    layout: Layout, setup: ReplaySetup, shared: Shared, on_row: Callable[[RequestRow], None] | None = None
+) -> tuple[LayoutResult, list[RequestRow], dict[str, Any]]:
+    """bench --trace's replay of ``setup``'s slice on ``layout``, its answers judged (the result's
+    ``correctness``); no TTFT calibration after it (tune predicts with its own)."""
+    return run_layout_replay(
+        layout, setup.rows, setup.args, shared, model=setup.model, api_key=setup.api_key,
+        timeout_s=setup.timeout_s, on_row=on_row, ttft_check=False,
+    )  # fmt: skip
+
+
+def engine_size(compared: Mapping[str, Any]) -> EngineSize | None:
+    """The engine level of a replay's hierarchy (vllm:cache_config_info), if its counters gave one."""
+    for level in (compared.get("hierarchy") or {}).get("levels") or []:
+        if level.get("tier") == ts.ENGINE_CACHE:
+            unit = int(level["unit_tokens"])
+            return EngineSize(unit, unit * int(level["nominal_blocks"]))
+    return None
+
+
+def shared_state(shared: Shared, engine: EngineSize | None) -> dict[str, Any]:
+    """What the first layout decided, as results.json keeps it (``restore`` reads it back)."""
+    assert shared.shape is not None and shared.blocks is not None
+    s = shared.shape
+    return {
+        "shape": {
+            "block_tokens": s.block_tokens,
+            "align": s.align,
+            "max_prompt_tokens": s.max_prompt_tokens,
+            "max_output_tokens": s.max_output_tokens,
+            "time_scale": s.time_scale,
+        },
+        "pool": shared.blocks.pool,
+        "seed": shared.blocks.seed,
+        "notes": shared.notes,
+        "engine": None
+        if engine is None
+        else {"block_tokens": engine.block_tokens, "pool_tokens": engine.pool_tokens},
+        "requests_sent": len(shared.sent),
+        "prompt_tokens": sum(s.prompt_tokens for s in shared.sent),
+    }
+
+
+def restore(doc: Mapping[str, Any], rows: Sequence[TraceRequest]) -> tuple[Shared, EngineSize | None]:
+    """``shared_state``'s document back: the same prompts for the candidates still to measure.
+    KeyError, TypeError or ValueError on a damaged one."""
+    sh = doc["shape"]
+    shape = ReplayShape(
+        int(sh["block_tokens"]), int(sh["align"]), int(sh["max_prompt_tokens"]),
+        int(sh["max_output_tokens"]), float(sh["time_scale"]),
+    )  # fmt: skip
+    sent, _ = plan_requests(rows, shape, session_key)
+    if len(sent) != int(doc["requests_sent"]):
+        raise ValueError(f"{len(sent)} requests to send, {doc['requests_sent']} when it was saved")
+    blocks = BlockTokens([int(t) for t in doc["pool"]], shape.block_tokens, int(doc["seed"]))
+    engine = doc.get("engine")
+    size = EngineSize(int(engine["block_tokens"]), int(engine["pool_tokens"])) if engine else None
+    return Shared(sent=sent, blocks=blocks, shape=shape, notes=[str(n) for n in doc.get("notes") or []]), size

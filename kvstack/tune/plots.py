@@ -1,0 +1,101 @@
+"""tune's PNGs, drawn from its results.json (``measured.candidates``), never from live state, with
+bench's figure helpers (matplotlib's Agg backend, ``Figure`` objects, atomic writes).
+
+- ``predicted_vs_measured.png``: each measured candidate's predicted p50 and p90 (the ranking model
+  on exactly the requests replayed) against the measured ones with their noise; the diagonal is a
+  perfect model, the dotted lines 1.5x either way.
+- ``candidates.png``: each measured candidate's p50 and p90 with their noise, ``none`` first and
+  the winner marked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from kvstack.bench.plots import _figure, _save
+
+PREDICTED_VS_MEASURED = "predicted_vs_measured.png"
+CANDIDATES = "candidates.png"
+
+
+def _ms(x: Any) -> float | None:
+    return None if x is None else float(x) * 1000
+
+
+def _done(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
+    measured = doc.get("measured") or {}
+    return [c for c in measured.get("candidates") or [] if c.get("measured")]
+
+
+def _short(c: Mapping[str, Any]) -> str:
+    return "none" if c["connector"] == "none" else f"#{c['rank']}"
+
+
+def predicted_vs_measured(doc: Mapping[str, Any], path: Path) -> Path:
+    fig = _figure(7.0, 5.5)
+    ax = fig.add_subplot()
+    done = [c for c in _done(doc) if c.get("predicted")]
+    top = 1.0
+    for stat, marker, color in (("p50", "o", "#3182bd"), ("p90", "s", "#e6550d")):
+        xs = [_ms(c["predicted"].get(f"{stat}_s")) or 0.0 for c in done]
+        ys = [_ms(c["measured"][stat]["value"]) or 0.0 for c in done]
+        err = [_ms(c["measured"][stat]["noise"]) or 0.0 for c in done]
+        if xs:
+            ax.errorbar(xs, ys, yerr=err, fmt=marker, color=color, capsize=3, label=f"TTFT {stat}")
+            for x, y, c in zip(xs, ys, done, strict=True):
+                ax.annotate(_short(c), (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
+            top = max(top, *xs, *(y + e for y, e in zip(ys, err, strict=True)))
+    top *= 1.15
+    ax.plot([0, top], [0, top], color="black", linewidth=0.8, label="measured = predicted")
+    for f in (1.5, 1 / 1.5):
+        ax.plot([0, top], [0, top * f], color="grey", linewidth=0.8, linestyle=":")
+    ax.set_xlim(0, top)
+    ax.set_ylim(0, top)
+    ax.set_xlabel("predicted TTFT (ms): the ranking model on the requests replayed")
+    ax.set_ylabel("measured TTFT (ms), whisker: noise")
+    ax.set_title("kvstack tune: predicted vs measured (dotted: 1.5x either way)")
+    ax.grid(True, alpha=0.3)
+    if done:
+        ax.legend(loc="upper left")
+    else:
+        ax.text(0.5, 0.5, "no candidate measured", ha="center", va="center", transform=ax.transAxes)
+    return _save(fig, path)
+
+
+def candidates_plot(doc: Mapping[str, Any], path: Path) -> Path:
+    done = _done(doc)
+    winner = ((doc.get("measured") or {}).get("verdict") or {}).get("winner")
+    fig = _figure(max(6.0, 0.9 * len(done) + 2.5), 4.8)
+    ax = fig.add_subplot()
+    xs = list(range(len(done)))
+    width = 0.38
+    for offset, stat, color in ((-width / 2, "p50", "#3182bd"), (width / 2, "p90", "#e6550d")):
+        ys = [_ms(c["measured"][stat]["value"]) or 0.0 for c in done]
+        err = [_ms(c["measured"][stat]["noise"]) or 0.0 for c in done]
+        ax.bar([x + offset for x in xs], ys, width, yerr=err, capsize=3, color=color, label=f"TTFT {stat}")
+    labels = [
+        _short(c) + (" *" if c["label"] == winner else "") + ("\nout" if _out(doc, c) else "") for c in done
+    ]
+    ax.set_xticks(xs, labels, fontsize=8)
+    ax.set_ylabel("measured TTFT (ms), whisker: noise")
+    ax.set_title("kvstack tune: measured candidates (* the winner; #n: the model's rank)")
+    ax.grid(True, axis="y", alpha=0.3)
+    if done:
+        ax.legend(loc="upper right")
+    else:
+        ax.text(0.5, 0.5, "no candidate measured", ha="center", va="center", transform=ax.transAxes)
+    return _save(fig, path)
+
+
+def _out(doc: Mapping[str, Any], c: Mapping[str, Any]) -> bool:
+    excluded = ((doc.get("measured") or {}).get("verdict") or {}).get("excluded") or {}
+    return c["label"] in excluded
+
+
+def write_plots(doc: Mapping[str, Any], out: Path) -> Sequence[Path]:
+    return [
+        predicted_vs_measured(doc, out / PREDICTED_VS_MEASURED),
+        candidates_plot(doc, out / CANDIDATES),
+    ]

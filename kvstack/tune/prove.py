@@ -1,0 +1,375 @@
+"""The proof by measurement: ``none`` and the best-ranked candidates replayed in rank order, each on
+a fresh engine, until the budget runs out; then the verdict (verdict.py).
+
+Before each candidate the budget is checked against its estimated length (budget.py): the first
+estimate before anything runs (a budget too small for ``none`` and one candidate is refused before
+any engine starts), then the slowest candidate measured. After each candidate everything measured
+is saved (``save``: results.json, atomically), so a stopped tune continues with ``--resume``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from kvstack.bench.schema import RequestRow
+from kvstack.bench.sized import MIN_L1_BYTES
+from kvstack.bench.trace_command import Shared
+from kvstack.errors import InputError, Interrupted, KvstackError
+from kvstack.serving.served_layout import Layout
+from kvstack.tune import budget as bud
+from kvstack.tune.measure import EngineSize, ReplaySetup, engine_size, replay, restore, shared_state
+from kvstack.tune.noise import Stat, measure
+from kvstack.tune.rank import Costs, Prediction, predict
+from kvstack.tune.simulate import TraceSim
+from kvstack.tune.space import Candidate
+from kvstack.tune.verdict import BASELINE, MeasuredCandidate, Verdict, decide
+
+# start(candidate, n): a context manager that serves ``candidate`` on a fresh engine (the n-th
+# measured: its run dir) and stops it on exit.
+StartCandidate = Callable[[Candidate, int], AbstractContextManager[Layout]]
+
+
+class View(Protocol):
+    """What the proof shows while it runs (tune/progress.py; nothing in tests)."""
+
+    def begin(self, label: str, index: int, total: int, requests: int, deadline: float) -> None: ...
+    def phase(self, text: str) -> None: ...
+    def row(self, done: int) -> None: ...
+    def end(self) -> None: ...
+
+
+@dataclass
+class Proof:
+    budget_s: float
+    measured: list[MeasuredCandidate] = field(default_factory=list)
+    replay: dict[str, Any] | None = None  # shared_state: what every candidate was sent
+    skipped: dict[str, str] = field(default_factory=dict)  # ranked but not measurable as modelled
+    stopped: str = ""  # why the loop ended
+    elapsed_s: float = 0.0
+    estimate: bud.Estimate | None = None
+    verdict: Verdict | None = None
+
+    def baseline(self) -> MeasuredCandidate | None:
+        return next((m for m in self.measured if m.baseline), None)
+
+
+@dataclass(frozen=True)
+class Settings:
+    objective: Stat
+    slo_s: float | None
+    budget_s: float
+    max_candidates: int | None = None  # besides none; None: as many as the budget holds
+    run_root: Path | None = None  # each candidate's run dir is below it (candidate_run_dir)
+
+
+def candidate_run_dir(root: Path, index: int) -> Path:
+    """Where the ``index``-th candidate measured is served (its logs, plan.json, launch.json)."""
+    return root / f"{index:02d}"
+
+
+def queue(
+    ranked: Sequence[Prediction], max_candidates: int | None
+) -> tuple[list[Prediction], dict[str, str]]:
+    """``none``, then the candidates the installed connectors can serve as modelled, in rank order
+    (at most ``max_candidates`` of them); the others with why they are left out."""
+    base = next(p for p in ranked if not p.candidate.offloads)
+    out: list[Prediction] = [base]
+    skipped: dict[str, str] = {}
+    seen = {base.candidate.label}
+    for p in ranked:
+        c = p.candidate
+        if c.not_settable or c.label in seen:
+            continue  # modelled only (the ranking table says so), or served the same as one queued
+        seen.add(c.label)
+        if c.connector == "lmcache-mp" and c.dram_bytes < MIN_L1_BYTES:
+            skipped[c.label] = (
+                "LMCache's server takes --l1-size-gb in steps of 0.01 GiB: this DRAM size rounds to 0"
+            )
+            continue
+        if max_candidates is not None and len(out) > max_candidates:
+            break
+        out.append(p)
+    return out, skipped
+
+
+def _first_estimate(setup: ReplaySetup, costs: Costs, engine: EngineSize) -> bud.Estimate:
+    rows = setup.rows
+    sim = TraceSim(
+        rows, block_tokens=setup.args.block_tokens, engine_block_tokens=engine.block_tokens,
+        engine_pool_tokens=engine.pool_tokens,
+    )  # fmt: skip
+    lengths = sim.lengths.astype(np.float64)
+    ttfts, _ = costs.plain.predict(lengths, sim.engine.astype(np.float64), np.zeros(len(lengths)))
+    t0 = min((r.timestamp_ms for r in rows), default=0.0)
+    arrivals = [(r.timestamp_ms - t0) / 1000.0 * setup.args.time_scale for r in rows]
+    outputs = [max(1, min(r.output_length, setup.args.max_output_tokens)) for r in rows]
+    mean = int(lengths.mean()) if len(lengths) else 0
+    return bud.first_estimate(
+        ttfts.tolist(),
+        outputs,
+        arrivals,
+        costs.plain.ttft(mean, 0, {}),
+        setup.args.check_correctness,
+        setup.args.max_output_tokens,
+    )
+
+
+def preflight(
+    ranked: Sequence[Prediction],
+    setup: ReplaySetup,
+    settings: Settings,
+    costs: Costs,
+    engine: EngineSize,
+    previous: Proof | None,
+) -> bud.Estimate:
+    """The first estimate of one candidate's length; InputError when the budget cannot hold none
+    and one candidate (or, resumed with none measured, one candidate), before any engine starts."""
+    todo, _ = queue(ranked, settings.max_candidates)
+    measured = previous.measured if previous is not None else []
+    done = {m.label for m in measured}
+    first = _first_estimate(setup, costs, engine)
+    estimate = bud.measured_estimate([(m.label, m.wall_s) for m in measured]) or first
+    pending = [p for p in todo if p.candidate.label not in done]
+    if pending:
+        needed = 1 if BASELINE in done or len(todo) == 1 else 2
+        bud.check_budget(settings.budget_s, estimate, needed, len(setup.rows))
+    return first
+
+
+class _Slice:
+    """The replayed requests, simulated once on the served engine's pool: each candidate's
+    predicted TTFT for exactly what was sent."""
+
+    def __init__(
+        self, shared: Shared, setup: ReplaySetup, engine: EngineSize, costs: Costs, bpt: float
+    ) -> None:
+        self.sim = TraceSim(
+            [s.as_trace() for s in shared.sent], block_tokens=setup.args.block_tokens,
+            engine_block_tokens=engine.block_tokens, engine_pool_tokens=engine.pool_tokens,
+        )  # fmt: skip
+        self.costs, self.bpt = costs, bpt
+
+    def predict(self, c: Candidate, slo_s: float | None) -> Prediction:
+        return predict(self.sim, c, self.costs, self.bpt, slo_s)
+
+
+def _record(
+    p: Prediction,
+    rank: int,
+    rows: list[RequestRow],
+    compared: dict[str, Any],
+    predicted: Prediction | None,
+    settings: Settings,
+) -> MeasuredCandidate:
+    c = p.candidate
+    by_index = {r.index: r.ttft_s if r.ok else None for r in rows}
+    per_request = [by_index.get(i) for i in range(max(by_index, default=-1) + 1)]
+    ttfts = [t for t in per_request if t is not None]
+    return MeasuredCandidate(
+        label=c.label,
+        rank=rank,
+        connector=c.connector,
+        knobs=c.knobs(),
+        predicted={}
+        if predicted is None
+        else {
+            "p50_s": predicted.p50_s,
+            "p90_s": predicted.p90_s,
+            "mean_s": predicted.mean_s,
+            "goodput": predicted.under_slo,
+        },
+        predicted_tokens=dict(predicted.tokens) if predicted is not None else {},
+        stats=measure(ttfts, settings.slo_s) if ttfts else None,
+        ttfts=per_request,
+        requests=len(rows),
+        ok=sum(r.ok for r in rows),
+        measured_tokens={k: float(v) for k, v in (compared.get("measured_tokens") or {}).items()},
+    )
+
+
+def prove(
+    ranked: Sequence[Prediction],
+    setup: ReplaySetup,
+    start: StartCandidate,
+    settings: Settings,
+    *,
+    costs: Costs,
+    bytes_per_token: float,
+    engine: EngineSize,
+    previous: Proof | None = None,
+    save: Callable[[Proof], None] = lambda _: None,
+    view: View | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> Proof:
+    """Measure ``none`` and the best-ranked candidates until ``settings.budget_s`` runs out.
+    ``engine``: the pool the ranking assumed (the first estimate's; the slice is then predicted on
+    the pool the served engine reports). ``previous``: a stopped tune's proof (--resume)."""
+    t0 = clock()
+    todo, skipped = queue(ranked, settings.max_candidates)
+    ranks = {p.candidate.label: i + 1 for i, p in enumerate(ranked)}
+    proof = Proof(budget_s=settings.budget_s, skipped=skipped)
+    shared = Shared()
+    served: EngineSize | None = None
+    if previous is not None:
+        proof.measured = list(previous.measured)
+        proof.replay = previous.replay
+        if previous.replay is not None:
+            try:
+                shared, served = restore(previous.replay, setup.rows)
+            except (KeyError, TypeError, ValueError) as exc:
+                raise InputError(
+                    f"--resume: the saved replay does not match this trace slice ({exc})",
+                    hint="resume with the options of the stopped tune, or start a new --out DIR",
+                ) from exc
+    done = {m.label for m in proof.measured}
+    pending = [p for p in todo if p.candidate.label not in done]
+    first = preflight(ranked, setup, settings, costs, served or engine, previous)
+    sliced = (
+        _Slice(shared, setup, served, costs, bytes_per_token) if served is not None and shared.sent else None
+    )
+    proof.stopped = "every candidate queued was measured"
+    try:
+        for p in pending:
+            label = p.candidate.label
+            estimate = bud.measured_estimate([(m.label, m.wall_s) for m in proof.measured]) or first
+            proof.estimate = estimate
+            left = settings.budget_s - (clock() - t0)
+            if estimate.total_s > left:
+                proof.stopped = (
+                    f"budget: {len(proof.measured)} measured; the next, {label}, needs about "
+                    f"{bud.fmt_duration(estimate.total_s)} and {bud.fmt_duration(max(0.0, left))} is left"
+                )
+                break
+            index = len(proof.measured) + 1
+            if view is not None:
+                view.begin(label, index, len(todo), len(setup.rows), t0 + settings.budget_s)
+            m, shared, served, sliced = _one(
+                p, ranks[label], index, setup, start, settings, shared, served, sliced, costs,
+                bytes_per_token, view, clock,
+            )  # fmt: skip
+            if proof.replay is None and shared.sent and shared.blocks is not None:
+                proof.replay = shared_state(shared, served)
+            if view is not None:
+                view.end()
+            proof.measured.append(m)
+            proof.elapsed_s = clock() - t0
+            save(proof)
+            if m.baseline and (m.error or m.stats is None):
+                raise _baseline_failed(m)
+    except (KeyboardInterrupt, Interrupted) as exc:
+        proof.stopped = "interrupted"
+        proof.elapsed_s = clock() - t0
+        save(proof)
+        raise Interrupted(
+            f"interrupted: the {len(proof.measured)} candidates measured are kept; --resume continues"
+        ) from exc
+    finally:
+        if view is not None:
+            view.end()
+    proof.elapsed_s = clock() - t0
+    if proof.baseline() is not None:
+        proof.verdict = decide(proof.measured, settings.objective, settings.slo_s)
+    save(proof)
+    return proof
+
+
+def _baseline_failed(m: MeasuredCandidate) -> KvstackError:
+    from kvstack.errors import EngineError
+
+    why = m.error or "no request of its replay was answered"
+    return EngineError(
+        f"none (the baseline every candidate is compared with) could not be measured: {why}",
+        hint="see its run dir's logs" if m.run_dir else "see the engine's log",
+    )
+
+
+def _one(
+    p: Prediction,
+    rank: int,
+    index: int,
+    setup: ReplaySetup,
+    start: StartCandidate,
+    settings: Settings,
+    shared: Shared,
+    served: EngineSize | None,
+    sliced: _Slice | None,
+    costs: Costs,
+    bpt: float,
+    view: View | None,
+    clock: Callable[[], float],
+) -> tuple[MeasuredCandidate, Shared, EngineSize | None, _Slice | None]:
+    """Serve ``p``'s candidate, replay, check; its record (an error recorded for a candidate that
+    could not be served; the baseline's raises)."""
+    c = p.candidate
+    t_start = clock()
+    walls: dict[str, float] = {}
+    rows: list[RequestRow] = []
+    counted = 0
+    last_row = [0.0]  # when the replay's last answer came: the correctness check follows it
+
+    def on_row(_: RequestRow) -> None:
+        nonlocal counted
+        counted += 1
+        last_row[0] = clock()
+        if view is not None:
+            view.row(counted)
+            if counted == len(shared.sent) and setup.args.check_correctness:
+                view.phase("checking correctness")
+
+    run_dir = str(candidate_run_dir(settings.run_root, index)) if settings.run_root else None
+    try:
+        if view is not None:
+            view.phase("starting the engine")
+        with start(c, index) as layout:
+            t_ready = clock()
+            walls["start"] = t_ready - t_start
+            layout = dataclasses.replace(layout, name=c.label)
+            if view is not None:
+                view.phase("replaying the trace")
+            result, rows, compared = replay(layout, setup, shared, on_row)
+            t_done = clock()
+            walls["replay"] = max(t_ready, last_row[0] or t_done) - t_ready
+            walls["check"] = t_done - t_ready - walls["replay"]
+            correctness = result.correctness
+            if served is None:
+                served = engine_size(compared)
+            if sliced is None and served is not None:
+                sliced = _Slice(shared, setup, served, costs, bpt)
+    except Interrupted:
+        raise  # Ctrl-C during a replay (bench's replay says so): the tune stops, not the candidate
+    except KvstackError as exc:
+        if not c.offloads:
+            raise
+        walls["total"] = clock() - t_start
+        return (
+            MeasuredCandidate(label=c.label, rank=rank, connector=c.connector, knobs=c.knobs(),
+                              wall_s=walls, run_dir=run_dir, error=exc.message),
+            shared, served, sliced,
+        )  # fmt: skip
+    walls["total"] = clock() - t_start
+    predicted = sliced.predict(c, settings.slo_s) if sliced is not None else None
+    m = _record(p, rank, rows, compared, predicted, settings)
+    return (
+        dataclasses.replace(m, correctness=correctness, wall_s=walls, run_dir=run_dir),
+        shared,
+        served,
+        sliced,
+    )
+
+
+def previous_proof(doc: dict[str, Any], budget_s: float) -> Proof:
+    """A saved proof (results.json's ``measured``) back; KeyError, TypeError or ValueError on a
+    damaged one."""
+    return Proof(
+        budget_s=budget_s,
+        measured=[MeasuredCandidate.from_dict(m) for m in doc.get("candidates") or []],
+        replay=doc.get("replay"),
+    )
