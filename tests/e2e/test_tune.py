@@ -28,6 +28,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.conftest import env_for_tests, free_port, kvstack_cmd
+from tests.support.calibration import demo_served_ttft
 from tests.support.deps import ROOT
 
 TRACE = ROOT / "tests" / "fixtures" / "traces" / "conversation_1in40.jsonl"
@@ -40,19 +41,6 @@ STATS = ("p50", "p90")
 Tuned = tuple[Path, dict[str, Any], str]  # tune's --out DIR, its results.json, what it printed
 
 
-def _calibration(path: Path) -> Path:
-    plain = {
-        "hit_s": 0.0411,
-        "miss_s": 0.010,
-        "linear_s_per_token": 1.03e-4,
-        "quadratic_s_per_token2": 3.4e-8,
-    }
-    offload = {**plain, "hit_s": 0.0561, "fetch_s_per_token": {"dram": 3.8e-6}}
-    layouts = {"none": {"calibration": plain}, "lmcache-mp": {"offload": True, "calibration": offload}}
-    path.write_text(json.dumps({"source": "written by tests/e2e/test_tune.py", "layouts": layouts}))
-    return path
-
-
 @pytest.fixture(scope="module")
 def tuned(engine_ready: str, tmp_path_factory: pytest.TempPathFactory) -> Tuned:
     tmp = tmp_path_factory.mktemp("tune")
@@ -61,7 +49,7 @@ def tuned(engine_ready: str, tmp_path_factory: pytest.TempPathFactory) -> Tuned:
         "tune",
         "--trace", str(TRACE),
         "--block-tokens", "64",
-        "--calibration", str(_calibration(tmp / "served-ttft.json")),
+        "--calibration", str(demo_served_ttft(tmp / "served-ttft.json", "the demo's README costs")),
         "--engine-pool-tokens", str(POOL_BLOCKS * 128),
         "--budget", BUDGET,
         "--candidates", "1",

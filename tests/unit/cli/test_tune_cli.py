@@ -10,6 +10,7 @@ import pytest
 
 from kvstack.cli import app as cli_app
 from kvstack.planning.tuned import TUNED_JSON, TunedLayout
+from tests.support.calibration import demo_served_ttft
 from tests.support.deps import ROOT
 
 NO_GPU = str(ROOT / "profiles" / "hardware" / "no-gpu.json")
@@ -25,17 +26,7 @@ def _wide(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture
 def calibration(tmp_path: Path) -> Path:
     """The demo's costs as bench --trace measured them (README), the offload path 15 ms a request."""
-    plain = {
-        "hit_s": 0.0411,
-        "miss_s": 0.010,
-        "linear_s_per_token": 1.03e-4,
-        "quadratic_s_per_token2": 3.4e-8,
-    }
-    offload = {**plain, "hit_s": 0.0561, "fetch_s_per_token": {"dram": 3.8e-6}}
-    path = tmp_path / "served-ttft.json"
-    layouts = {"none": {"calibration": plain}, "lmcache-mp": {"offload": True, "calibration": offload}}
-    path.write_text(json.dumps({"source": "test", "layouts": layouts}))
-    return path
+    return demo_served_ttft(tmp_path / "served-ttft.json", "test")
 
 
 def tune(calibration: Path, *args: str, block_tokens: int = 32, budget: str = "0") -> list[str]:
