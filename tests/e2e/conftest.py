@@ -107,6 +107,11 @@ class ServeSession:
     def output(self) -> str:
         return self.log_path.read_text(errors="replace")
 
+    @property
+    def cache_server_url(self) -> str:
+        """LMCache's cache server HTTP API: serve's port layout puts it at --port + 2 (serving/ports.py)."""
+        return f"http://127.0.0.1:{self.port + 2}"
+
 
 def start_serve(tmp: Path, *args: str) -> ServeSession:
     port = free_port()

@@ -73,10 +73,6 @@ def real(engine_ready: str, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         wait_no_engine(session.port)
 
 
-def lmcache_url(session: ServeSession) -> str:
-    return f"http://127.0.0.1:{session.port + 2}"  # serve's default: --port + 2
-
-
 def disk_dir(session: ServeSession) -> Path:
     (found,) = [p for p in session.cache_dir.rglob("lmcache-mp-disk") if p.is_dir()]
     return found
@@ -106,7 +102,7 @@ def test_serve_validates_the_real_model(real: ServeSession) -> None:
 @pytest.mark.parametrize("run", range(RUNS))
 def test_validate_passes_again_on_the_same_engine(real: ServeSession, tmp_path: Path, run: int) -> None:
     out = tmp_path / "validation.json"
-    args = ["validate", "--url", real.base_url, "--lmcache", lmcache_url(real), "--tier", "cpu"]
+    args = ["validate", "--url", real.base_url, "--lmcache", real.cache_server_url, "--tier", "cpu"]
     args += ["--cache-dir", str(disk_dir(real)), "--prompt-tokens", str(PROMPT_TOKENS), "--json"]
     proc = subprocess.run(
         kvstack_cmd(*args, "--out", str(out)), capture_output=True, text=True, env=env_for_tests(), cwd=ROOT
@@ -125,8 +121,8 @@ def tampered_pass(session: ServeSession, case: str) -> tuple[ValidationReport, D
         engine="vllm",
         platform="cpu",
         tiers=[TierTarget(kind="disk", path=str(directory), adapter=L2_ADAPTERS["disk"])],
-        cache_server_url=lmcache_url(session),
-        metrics_urls=[session.base_url + "/metrics", lmcache_url(session) + "/metrics"],
+        cache_server_url=session.cache_server_url,
+        metrics_urls=[session.base_url + "/metrics", session.cache_server_url + "/metrics"],
         connector="lmcache-mp",
         prompt_tokens=PROMPT_TOKENS,
         repeat=2,  # round 1 stores the prompt whose KV round 2 is served (swap), round 2 is tampered

@@ -76,7 +76,7 @@ def test_the_cache_servers_control_routes_answer_only_kvstack(faulted: Faulted) 
     """LMCache's HTTP API behind kvstack's guard (engines/lmcache_guard.py), in the served stack."""
     from tests.support.other_user import send_as_other_user
 
-    url = f"http://127.0.0.1:{faulted.session.port + 2}"
+    url = faulted.session.cache_server_url
     token = (faulted.session.run_dir / "control-token").read_text().strip()
     routes = [("POST", "/cache/clear"), ("GET", "/env"), ("GET", "/status"), ("POST", "/metrics/reset")]
     mine = [httpx.request(m, url + p, json={"tier": "l1"}, timeout=10).status_code for m, p in routes]

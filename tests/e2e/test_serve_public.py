@@ -169,7 +169,7 @@ def test_the_key_is_in_no_command_line_file_or_output(public_server: ServeSessio
 def test_validate_says_why_a_tier_cannot_be_forced(public_server: ServeSession, tmp_path: Path) -> None:
     env = {k: v for k, v in env_for_tests().items() if k != "VLLM_API_KEY"}
     env["KVSTACK_API_KEY"] = KEY
-    lmcache = f"http://127.0.0.1:{public_server.port + 2}"
+    lmcache = public_server.cache_server_url
     argv = kvstack_cmd(
         "validate",
         "--url",

@@ -55,7 +55,7 @@ class Tiered:
 
     @property
     def lmcache_url(self) -> str:
-        return f"http://127.0.0.1:{self.session.port + 2}"  # serve's default: --port + 2
+        return self.session.cache_server_url
 
 
 @pytest.fixture(scope="module")
@@ -198,7 +198,7 @@ def test_a_new_serve_on_the_same_cache_dir_starts_warm_from_disk(tiered: Tiered,
         # kvstack's own readiness (it says so) may follow the engine's /health by a poll: a stop
         # before it is an interrupted start (exit 130), not the clean stop this test checks.
         wait_for(again, "serving at", 120)
-        lmcache = f"http://127.0.0.1:{again.port + 2}"
+        lmcache = again.cache_server_url
         before = counter(lmcache, L2_HITS), counter(lmcache, L2_LOADS, l2_name=L2_ADAPTERS["disk"])
         complete(again.base_url, prompt(1))  # computed by the first run, before its restart
         after = counter(lmcache, L2_HITS), counter(lmcache, L2_LOADS, l2_name=L2_ADAPTERS["disk"])
