@@ -31,16 +31,13 @@ from kvstack.planning.schema import Plan
 from kvstack.validation.correctness import CorrectnessCheck, judge, summary
 from kvstack.validation.noise import NoiseFloor, measure
 from kvstack.validation.prompts import new_nonce
-from kvstack.validation.scoring import PositionScore, score
+from kvstack.validation.scoring import CHECKED_EXTRA_BODY, CHECKED_LOGPROBS, PositionScore, score
 from kvstack.validation.thresholds import DEFAULT_TOKENS, DEFAULT_TOP_K
 
 NOISE_METHOD = "the checked prompts led by a fresh nonce (nothing cached), answered and scored by a recompute"
 TRACE_NOISE_METHOD = (
     "the checked prompts with a fresh first block (nothing cached), answered and scored by a recompute"
 )
-# What a checked request asks for beyond an ordinary one: its token ids and its own view of each.
-CHECKED = {"return_token_ids": True}
-CHECKED_LOGPROBS = 1
 
 Scored = tuple[RequestResult, list[PositionScore] | str]
 
@@ -91,7 +88,7 @@ class Judge:
             tokens,
             self.api_key,
             self.timeout_s,
-            extra_body=CHECKED,
+            extra_body=CHECKED_EXTRA_BODY,
             logprobs=CHECKED_LOGPROBS,
         )
         return await self.scored(served, prompt if isinstance(prompt, list) else None)

@@ -18,7 +18,6 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvstack.bench.correctness import CHECKED, CHECKED_LOGPROBS
 from kvstack.bench.schema import RequestRow
 from kvstack.bench.stats import measured
 from kvstack.bench.trace_prompts import BlockTokens, SentRequest
@@ -27,6 +26,7 @@ from kvstack.clients.client import make_client
 from kvstack.clients.metrics import MetricsSnapshot, scrape
 from kvstack.clients.streaming import RequestResult, StreamClient
 from kvstack.errors import KvstackError
+from kvstack.validation.scoring import CHECKED_EXTRA_BODY, CHECKED_LOGPROBS
 
 
 @dataclass
@@ -107,7 +107,7 @@ async def replay(
                         req.output_tokens,
                         api_key=api_key,
                         timeout_s=timeout_s,
-                        extra_body=CHECKED if keep else None,
+                        extra_body=CHECKED_EXTRA_BODY if keep else None,
                         logprobs=CHECKED_LOGPROBS if keep else None,
                     )
                     if keep:

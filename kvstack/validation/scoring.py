@@ -27,6 +27,11 @@ from typing import Any
 import httpx
 
 SCORE_TIMEOUT_S = 300.0
+# What a served request the gate will judge asks for beyond an ordinary one (validation and bench):
+# its token ids (what recompute scores) and the served path's own log-probability of each token
+# (``logprobs: 1``; validation/noise.py compares it with recompute's).
+CHECKED_EXTRA_BODY: dict[str, Any] = {"return_token_ids": True}
+CHECKED_LOGPROBS = 1
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from kvstack.clients.streaming import RequestResult, StreamClient
 from kvstack.errors import InputError
 from kvstack.validation.prompts import Prompt
 from kvstack.validation.report import ValidationTarget
-from kvstack.validation.scoring import PositionScore, score
+from kvstack.validation.scoring import CHECKED_EXTRA_BODY, CHECKED_LOGPROBS, PositionScore, score
 
 
 class ServerApi:
@@ -78,16 +78,14 @@ class ServerApi:
         if self.between is not None:
             self.between()
         n = self.target.correctness_tokens if generate else 0
-        # ``logprobs: 1``: the served path's own log-probability of each token it generates, what
-        # the correctness gate compares with recompute's (validation/noise.py).
         return await self.streams.completion(
             self.model,
             prompt.payload,
             max(1, n),
             self.target.api_key,
             self.target.timeout_s,
-            extra_body={"return_token_ids": True} if n else None,
-            logprobs=1 if n else None,
+            extra_body=CHECKED_EXTRA_BODY if n else None,
+            logprobs=CHECKED_LOGPROBS if n else None,
         )
 
     async def score(self, prompt: Prompt, served: RequestResult, engine: str) -> list[PositionScore] | str:
