@@ -125,6 +125,9 @@ def cache_server_pid(session: ServeSession) -> int:
 def test_validation_proves_dram_disk_and_redis_tiers(tiered: Tiered) -> None:
     report_path = tiered.session.run_dir / "validation.json"
     wait_for(tiered.session, "serving at", 600)
+    plan = json.loads((tiered.session.run_dir / "plan.json").read_text())
+    # Every tier planned, or the plan's reason for the one left out (a disk with too little room).
+    assert [t["kind"] for t in plan["tiers"]][1:] == ["cpu", "disk", "remote"], plan["reasons"]
     report = json.loads(report_path.read_text())
     steps = {s["name"]: s for s in report["steps"]}
     assert report["overall"] == "PASS", json.dumps(report["steps"], indent=1)[-4000:]
