@@ -8,9 +8,11 @@ candidate, a --resume DIR of another tune) is raised before any engine starts.
 from __future__ import annotations
 
 import json
+import shutil
+import tempfile
 import time
-from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -252,20 +254,30 @@ def write_ranking(out: Path, result: TuneResult, doc: dict[str, Any], tuned: boo
 def candidate_request(base: Any, root: Path, p: Prediction, index: int, objective: str) -> Any:
     """``base`` (a ServeRequest) with ``p``'s candidate as its tuned layout: the candidate's
     tuned.json written in the ``index``-th run dir, which the request serves from (and records in
-    its launch.json), exactly as `serve --tuned` serves a winner."""
+    its launch.json), exactly as `serve --tuned` serves a winner. Its disk tier lives in a fresh
+    private directory of its own under the cache root (``serve_starter`` removes it afterwards):
+    a candidate must start from cold caches, not from the files an earlier one wrote."""
     from kvstack.planning.tuned import TUNED_JSON
     from kvstack.tune.report import tuned_layout
 
     run_dir = candidate_run_dir(root, index)
+    cache_root = base.resolved_cache_root()
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise InputError(
             f"cannot write {run_dir}: {exc.strerror or exc}", hint="choose a writable --out"
         ) from exc
+    try:
+        cache_root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        cache_dir = Path(tempfile.mkdtemp(prefix=f"tune-{index:02d}-", dir=cache_root))  # mode 0700
+    except OSError as exc:
+        raise InputError(
+            f"cannot write {cache_root}: {exc.strerror or exc}", hint="choose a writable --cache-dir"
+        ) from exc
     why = f"kvstack tune {root.parent}: candidate {index}, measured"
     write_json(run_dir / TUNED_JSON, tuned_layout(p, objective, why, created=_now()).model_dump(mode="json"))
-    return base.model_copy(update={"tuned": run_dir / TUNED_JSON, "run_dir": run_dir})
+    return base.model_copy(update={"tuned": run_dir / TUNED_JSON, "run_dir": run_dir, "cache_dir": cache_dir})
 
 
 def serve_starter(
@@ -277,9 +289,14 @@ def serve_starter(
 
     by_label = {p.candidate.label: p for p in ranked}
 
-    def start(candidate: Candidate, index: int) -> AbstractContextManager[Layout]:
+    @contextmanager
+    def start(candidate: Candidate, index: int) -> Iterator[Layout]:
         request = candidate_request(base, root, by_label[candidate.label], index, objective)
-        return sized_layout_starter(request, TierOverrides(), events)(candidate.connector)
+        try:
+            with sized_layout_starter(request, TierOverrides(), events)(candidate.connector) as layout:
+                yield layout
+        finally:
+            shutil.rmtree(request.cache_dir, ignore_errors=True)  # its disk tier: space back, none reused
 
     return start
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -157,6 +158,11 @@ def test_each_candidate_is_served_as_serve_tuned_serves_a_winner(tmp_path: Path)
     base = ServeRequest(hardware=NO_GPU, cache_dir=tmp_path / "cache", validate_after_start=False)
     request = candidate_request(base, tmp_path / "tune" / "runs", pick, 3, "p50")
     assert request.tuned == tmp_path / "tune" / "runs" / "03" / TUNED_JSON
+    # Its own private disk-tier directory under the cache root, not the one earlier candidates wrote.
+    assert request.cache_dir.parent == tmp_path / "cache" and request.cache_dir.name.startswith("tune-03-")
+    assert request.cache_dir.stat().st_mode & 0o777 == 0o700
+    again = candidate_request(base, tmp_path / "tune" / "runs", pick, 3, "p50")
+    assert again.cache_dir != request.cache_dir
     launch = prepare(request.model_copy(update={"offload": pick.candidate.connector}))
     plan = launch.plan
     assert plan.connector == "lmcache-mp" and plan.chunk_size == 512
@@ -164,3 +170,41 @@ def test_each_candidate_is_served_as_serve_tuned_serves_a_winner(tmp_path: Path)
     server = " ".join(launch.replicas[0].spec.helpers[0].argv)
     assert "--chunk-size 512" in server and "--l1-size-gb 0.5" in server
     assert launch.replicas[0].record()["tuned"]["winner"] == pick.candidate.label
+
+
+def test_each_candidate_starts_on_an_empty_disk_tier_that_is_removed_after_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A candidate served by kvstack must not read the files an earlier candidate left in the disk
+    tier (a 1-in-40 tune here measured a disk candidate serving 157,952 of its 225,280 prompt tokens
+    from the previous candidate's files), and a tune must not leave each candidate's tier behind."""
+    from contextlib import contextmanager
+
+    import kvstack.bench.sized as sized
+    from kvstack.serving.request import ServeRequest
+    from kvstack.tune.command import serve_starter
+    from tests.unit.tune.helpers import NO_GPU
+
+    opts = options(tmp_path, 128)
+    ranked = rank_inputs(opts, read(opts))[0].ranked
+    pick = next(p for p in ranked if p.candidate.offloads and not p.candidate.not_settable)
+    seen: list[Path] = []
+
+    def starter(request: Any, overrides: Any, events: Any) -> Any:
+        @contextmanager
+        def serve(connector: str) -> Any:
+            assert not any(request.cache_dir.iterdir())  # nothing an earlier candidate wrote
+            (request.cache_dir / "chunk").write_bytes(b"kv")
+            seen.append(request.cache_dir)
+            yield connector
+
+        return serve
+
+    monkeypatch.setattr(sized, "sized_layout_starter", starter)
+    base = ServeRequest(hardware=NO_GPU, cache_dir=tmp_path / "cache", validate_after_start=False)
+    start = serve_starter(base, tmp_path / "tune" / "runs", None, ranked, "p50")
+    for index in (1, 2):
+        with start(pick.candidate, index) as layout:
+            assert layout == pick.candidate.connector
+    assert len(set(seen)) == 2 and not any(p.exists() for p in seen)
+    assert (tmp_path / "cache").is_dir()  # the user's cache root stays
