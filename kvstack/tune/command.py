@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from kvstack.bench.trace_command import TraceArgs
-from kvstack.errors import InputError
-from kvstack.fsutil import atomic_write
+from kvstack.errors import InputError, PathError
+from kvstack.fsutil import atomic_write, ensure_private_dir
 from kvstack.planning.trace_sizing import TraceInput
 from kvstack.serving.served_layout import Layout
 from kvstack.tune.measure import DEFAULT_CHECKS, EngineSize, ReplaySetup
@@ -260,20 +260,14 @@ def candidate_request(base: Any, root: Path, p: Prediction, index: int, objectiv
     from kvstack.planning.tuned import TUNED_JSON
     from kvstack.tune.report import tuned_layout
 
-    run_dir = candidate_run_dir(root, index)
-    cache_root = base.resolved_cache_root()
+    # Private, as serve keeps its run and cache directories (fsutil.ensure_private_dir).
+    run_dir = ensure_private_dir(candidate_run_dir(root, index), "--out")
+    cache_root = ensure_private_dir(base.resolved_cache_root(), "--cache-dir")
     try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise InputError(
-            f"cannot write {run_dir}: {exc.strerror or exc}", hint="choose a writable --out"
-        ) from exc
-    try:
-        cache_root.mkdir(mode=0o700, parents=True, exist_ok=True)
         cache_dir = Path(tempfile.mkdtemp(prefix=f"tune-{index:02d}-", dir=cache_root))  # mode 0700
     except OSError as exc:
-        raise InputError(
-            f"cannot write {cache_root}: {exc.strerror or exc}", hint="choose a writable --cache-dir"
+        raise PathError(
+            f"cannot create a directory in {cache_root}: {exc.strerror}", hint="choose a writable --cache-dir"
         ) from exc
     why = f"kvstack tune {root.parent}: candidate {index}, measured"
     write_json(run_dir / TUNED_JSON, tuned_layout(p, objective, why, created=_now()).model_dump(mode="json"))
