@@ -2,36 +2,36 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from types import TracebackType
+from typing import Self
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
 
 from kvstack.bench.runner import Progress as RunProgress
 
 
-class ProgressView:
-    """A rich progress bar per layout with live ok/error/in-flight counts; a no-op when disabled."""
+class LiveBar:
+    """A rich progress bar on stderr (or ``console``), started and stopped as a context manager; a
+    no-op when disabled (not a terminal, or --json). bench's and tune's views are these."""
 
-    def __init__(self, enabled: bool, total: int, console: Console | None = None) -> None:
-        self.enabled = enabled
-        self.total = total
+    def __init__(
+        self, enabled: bool, columns: Sequence[ProgressColumn], console: Console | None = None
+    ) -> None:
         self._bar: Progress | None = None
-        self._tasks: dict[str, TaskID] = {}
         if enabled:
-            self._bar = Progress(
-                TextColumn("{task.description}"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TextColumn(
-                    "ok {task.fields[ok]}  errors {task.fields[errors]}  in flight {task.fields[busy]}"
-                ),
-                TimeElapsedColumn(),
-                console=console or Console(stderr=True),
-                transient=False,
-            )
+            self._bar = Progress(*columns, console=console or Console(stderr=True), transient=False)
 
-    def __enter__(self) -> ProgressView:
+    def __enter__(self) -> Self:
         if self._bar is not None:
             self._bar.start()
         return self
@@ -41,6 +41,23 @@ class ProgressView:
     ) -> None:
         if self._bar is not None:
             self._bar.stop()
+
+
+class ProgressView(LiveBar):
+    """A rich progress bar per layout with live ok/error/in-flight counts; a no-op when disabled."""
+
+    def __init__(self, enabled: bool, total: int, console: Console | None = None) -> None:
+        columns = (
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("ok {task.fields[ok]}  errors {task.fields[errors]}  in flight {task.fields[busy]}"),
+            TimeElapsedColumn(),
+        )
+        super().__init__(enabled, columns, console)
+        self.enabled = enabled
+        self.total = total
+        self._tasks: dict[str, TaskID] = {}
 
     def update(self, p: RunProgress) -> None:
         if self._bar is None:

@@ -4,12 +4,12 @@ requests, and the time left of the budget."""
 from __future__ import annotations
 
 import time
-from types import TracebackType
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, Task, TaskID, TextColumn
+from rich.progress import BarColumn, MofNCompleteColumn, ProgressColumn, Task, TaskID, TextColumn
 from rich.text import Text
 
+from kvstack.bench.progress import LiveBar
 from kvstack.tune.budget import fmt_duration
 
 
@@ -23,33 +23,14 @@ class TimeLeftColumn(ProgressColumn):
         return Text(f"{fmt_duration(max(0.0, float(deadline) - time.monotonic()))} left of the budget")
 
 
-class ProofView:
+class ProofView(LiveBar):
     """One bar per measured candidate; a no-op when disabled (not a terminal, or --json)."""
 
     def __init__(self, enabled: bool, console: Console | None = None) -> None:
-        self._bar: Progress | None = None
+        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeLeftColumn())
+        super().__init__(enabled, columns, console)
         self._task: TaskID | None = None
         self._label = ""
-        if enabled:
-            self._bar = Progress(
-                TextColumn("{task.description}"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TimeLeftColumn(),
-                console=console or Console(stderr=True),
-                transient=False,
-            )
-
-    def __enter__(self) -> ProofView:
-        if self._bar is not None:
-            self._bar.start()
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        if self._bar is not None:
-            self._bar.stop()
 
     def begin(self, label: str, index: int, total: int, requests: int, deadline: float) -> None:
         if self._bar is None:
