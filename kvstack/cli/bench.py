@@ -201,6 +201,7 @@ def register(app: typer.Typer) -> None:
             from kvstack.names import ENGINES, choice
             from kvstack.names import OFFLOAD_CHOICES as OFFLOADS
             from kvstack.serving.request import ServeRequest
+            from kvstack.serving.request_checks import check_request
 
             flag = "--compare" if names else "--offload"  # a layout is an --offload choice
             names = [choice(n, OFFLOADS, flag) for n in names or [offload]]
@@ -218,11 +219,7 @@ def register(app: typer.Typer) -> None:
                 extra_args=list(extra_args or []),
             )
             model = serve_request.model_spec()
-            if serve_request.engine == "vllm":
-                from kvstack.serving.request import engine_python
-                from kvstack.serving.request_checks import require_guard
-
-                require_guard(engine_python())
+            check_request(serve_request, dry_run=False)  # serve's refusals; loopback: nothing to warn
             start_layout = layout_starter(serve_request, sizes)
         if trace is not None:
             from kvstack.bench.trace_cli import TraceOptions, run_trace_bench

@@ -395,11 +395,9 @@ def _serve_request(
         validate_after_start=False,
         extra_args=list(extra_args),
     )
-    if request.engine == "vllm":
-        from kvstack.serving.request import engine_python
-        from kvstack.serving.request_checks import require_guard
+    from kvstack.serving.request_checks import check_request
 
-        require_guard(engine_python())
+    check_request(request, dry_run=False)  # serve's refusals; loopback: nothing to warn
     return request, key or None
 
 
