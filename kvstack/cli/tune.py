@@ -173,6 +173,9 @@ def render_measured(doc: dict[str, Any], console: Console) -> None:
         )
     if verdict and not inversions:
         console.print("  the model's order held for every pair measured", markup=False)
+    refits = measured.get("refits") or []
+    if refits:
+        console.print(f"  {_refit_line(refits[-1])}", markup=False)
     for label, why in (measured.get("skipped") or {}).items():
         console.print(f"  not measured: {label}: {why}", markup=False)
     from kvstack.tune.budget import fmt_duration
@@ -182,6 +185,22 @@ def render_measured(doc: dict[str, Any], console: Console) -> None:
         f"{fmt_duration(measured.get('budget_s') or 0)} budget",
         markup=False,
     )
+
+
+def _refit_line(fit: dict[str, Any]) -> str:
+    """The model as the last replay left it (results.json's ``measured.refits[-1]``)."""
+    p = fit["plain"]
+    parts = [
+        f"model refit from the replays of {', '.join(fit['after'])}: none {p['hit_s'] + p['miss_s']:.4f} s "
+        f"+ {p['linear_s_per_token'] * 1e6:.2f} µs per recomputed token"
+    ]
+    for name, c in (fit.get("by_connector") or {}).items():
+        fetch = max((c.get("fetch_s_per_token") or {}).values(), default=0.0)
+        parts.append(
+            f"{name} +{c['miss_s'] * 1000:.1f} ms a request, +{c.get('chunk_s', 0.0) * 1000:.2f} ms a chunk, "
+            f"{fetch * 1e6:.2f} µs per tier token"
+        )
+    return "; ".join(parts)
 
 
 def serve_command(out: Path, model: str | None, extra_args: list[str]) -> str:

