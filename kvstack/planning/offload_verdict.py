@@ -55,7 +55,10 @@ def apply_trace(
     bb = block_bytes(per_token, curve)
     target, _ = trace_target(curve, bb)
     readmit = readmits_lower_hits(plan.connector)
-    sizing = trace_sizing(trace, curve, bb, plan.tiers, target=target, ttft=plan.ttft, readmit=readmit)
+    sizing = trace_sizing(
+        trace, curve, bb, plan.tiers, target=target, ttft=plan.ttft, readmit=readmit,
+        chunk_tokens=plan.chunk_size,
+    )  # fmt: skip
     reasons = {**plan.reasons, "sizing": _sizing_reason(plan, trace, curve)}
     warnings = list(plan.warnings)
     if sizing.shortfall:

@@ -31,6 +31,12 @@ FloatArray = npt.NDArray[np.float64]
 TIER_NAMES: dict[str, str] = {"cpu": "dram", "disk": "disk", "remote": "remote"}
 
 
+def whole_chunks(lengths: FloatArray, chunk_tokens: int) -> FloatArray:
+    """Each prompt's whole chunks: what an offload path looks up and stores (LMCache keys and
+    stores whole chunks only; a prompt shorter than one chunk moves nothing)."""
+    return np.floor(lengths / max(1, chunk_tokens))
+
+
 @dataclass(frozen=True)
 class ServedCosts:
     hit_s: float

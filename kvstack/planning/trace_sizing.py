@@ -159,6 +159,7 @@ def trace_sizing(
     target: int,
     ttft: TtftModel | None,
     readmit: bool = True,
+    chunk_tokens: int = 0,
 ) -> TraceSizing:
     """The trace's section of the plan for ``tiers`` (engine pool first), before any verdict is
     applied: the hierarchy simulated at their sizes and TTFT predicted with and without offload."""
@@ -227,8 +228,9 @@ def trace_sizing(
             kind: per_token / path.bw_bytes_per_s for kind, path in (ttft.fetch if ttft else {}).items()
         }
         depth = served_depth(
-            kinds, lengths, levels, trace.served, cost_s=cost_s, fetch_fallback=fallback, duration_s=duration
-        )
+            kinds, lengths, levels, trace.served, cost_s=cost_s, fetch_fallback=fallback,
+            duration_s=duration, chunk_tokens=chunk_tokens,
+        )  # fmt: skip
     else:
         depth = (
             flop_depth(

@@ -16,7 +16,7 @@ import numpy as np
 
 from kvstack.planning.breakeven import PrefillModel
 from kvstack.planning.schema import TtftModel
-from kvstack.planning.served_ttft import FloatArray, ServedCalibration
+from kvstack.planning.served_ttft import FloatArray, ServedCalibration, whole_chunks
 from kvstack.planning.trace_schema import TtftSummary
 
 
@@ -76,10 +76,13 @@ def served_depth(
     cost_s: float,
     fetch_fallback: Mapping[str, float],
     duration_s: float,
+    chunk_tokens: int = 0,
 ) -> list[TtftSummary]:
     """One summary per depth from costs measured on the served engine. ``fetch_fallback``: seconds
-    per token by plan tier kind, for a tier the calibration has no fetch figure for."""
+    per token by plan tier kind, for a tier the calibration has no fetch figure for;
+    ``chunk_tokens``: the connector's chunk (its per-chunk cost, where the calibration has one)."""
     offload = served.offload_costs(cost_s, {})
+    chunks = whole_chunks(lengths, chunk_tokens) if chunk_tokens else None
     fetched: FloatArray = np.zeros(len(lengths))
     out: list[TtftSummary] = []
     for k, kind in enumerate(kinds):
@@ -90,7 +93,7 @@ def served_depth(
                 per_token if per_token is not None else fetch_fallback.get(kind, 0.0)
             )
         held = levels[: k + 1].sum(axis=0)
-        ttft, recompute = costs.predict(lengths, held, fetched)
+        ttft, recompute = costs.predict(lengths, held, fetched, chunks if k > 0 else None)
         summary = summarize(ttft, recompute, lengths - np.minimum(held, lengths), duration_s)
         out.append(summary.model_copy(update={"tiers": "+".join(kinds[: k + 1])}))
     return out

@@ -232,8 +232,9 @@ def _source_line(doc: dict[str, Any]) -> str:
 
 def write_ranking(out: Path, result: TuneResult, doc: dict[str, Any], tuned: bool = True) -> list[Path]:
     """results.json, tuned.json (the model's best; not when measuring: the measured winner's is
-    written once the replays chose it), served-ttft.json (the calibration it ranked with: `plan
-    --calibration DIR` reads it back)."""
+    written once the replays chose it), served-ttft.json (the calibration it ranked with, replaced by
+    the model refit from the replays once one is measured: `plan --calibration DIR` and `tune
+    --calibration DIR` read it back)."""
     from kvstack.bench.served_calibration import SERVED_TTFT_JSON
     from kvstack.planning.tuned import TUNED_JSON
     from kvstack.tune.report import RESULTS_JSON, tuned_layout
@@ -308,11 +309,12 @@ def run_tune(
     """Rank ``traced``, then (``o.budget_s`` > 0) measure with ``start`` (tests: a stand-in engine)
     or by serving ``serve`` (a ServeRequest: kvstack's own serving path; ``events``: what its starts
     report, serve's ServeEvents)."""
+    from kvstack.bench.served_calibration import SERVED_TTFT_JSON
     from kvstack.planning.tuned import TUNED_JSON
     from kvstack.rundir import default_runs_root
     from kvstack.serving.request import demo_model_dir
     from kvstack.tune.plots import CANDIDATES, PREDICTED_VS_MEASURED, write_plots
-    from kvstack.tune.report import RESULTS_JSON, proof_document, tuned_layout
+    from kvstack.tune.report import RESULTS_JSON, proof_document, refit_calibration, tuned_layout
 
     o.check()
     result, doc, requests, bt = rank_inputs(o, traced)
@@ -351,6 +353,8 @@ def run_tune(
 
     def save(proof: Proof) -> None:
         doc["measured"] = proof_document(proof, settings, _setup_info(setup))
+        if proof.costs is not None:
+            write_json(out / SERVED_TTFT_JSON, refit_calibration(proof, doc))
         if proof.verdict is not None:
             doc["winner"] = proof.verdict.winner
             win = next(m for m in proof.measured if m.label == proof.verdict.winner)

@@ -62,6 +62,7 @@ class Proof:
     estimate: bud.Estimate | None = None
     verdict: Verdict | None = None
     refits: list[dict[str, Any]] = field(default_factory=list)  # the model after each replay
+    costs: Costs | None = None  # the last refit's
 
     def baseline(self) -> MeasuredCandidate | None:
         return next((m for m in self.measured if m.baseline), None)
@@ -314,8 +315,7 @@ def _refit(
     it now predicts on the slice (unchanged without a slice to predict on)."""
     if sliced is None:
         return pending
-    sliced.costs = refit(calibrated, sliced.sim, replays, bpt)
-    c = sliced.costs
+    sliced.costs = proof.costs = c = refit(calibrated, sliced.sim, replays, bpt)
     proof.refits.append(
         {
             "after": [r.candidate.label for r in replays],

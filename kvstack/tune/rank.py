@@ -19,7 +19,7 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
-from kvstack.planning.served_ttft import FloatArray, ServedCosts
+from kvstack.planning.served_ttft import FloatArray, ServedCosts, whole_chunks
 from kvstack.tune.knobs import CONNECTORS
 from kvstack.tune.simulate import Sources, TraceSim
 from kvstack.tune.space import Candidate
@@ -67,11 +67,6 @@ class Prediction:
         return 1.0 - self.value(objective) if objective == "goodput" else self.value(objective)
 
 
-def chunks_of(lengths: FloatArray, chunk_tokens: int) -> FloatArray:
-    """Each prompt's chunks on an offload path (the last one partial): what it looks up."""
-    return np.ceil(lengths / max(1, chunk_tokens))
-
-
 def _ttft(
     costs: ServedCosts, lengths: FloatArray, s: Sources, mask: FloatArray | None, chunk_tokens: int = 0
 ) -> FloatArray:
@@ -80,7 +75,7 @@ def _ttft(
         dram, disk = dram * mask, disk * mask
     fetch = dram * (costs.fetch_per_token("cpu") or 0.0) + disk * (costs.fetch_per_token("disk") or 0.0)
     held = s.engine.astype(np.float64) + dram + disk
-    chunks = chunks_of(lengths, chunk_tokens) if chunk_tokens else None
+    chunks = whole_chunks(lengths, chunk_tokens) if chunk_tokens else None
     ttft, _ = costs.predict(lengths, held, fetch, chunks)
     return ttft
 

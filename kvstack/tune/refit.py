@@ -13,8 +13,9 @@ model before the next candidate is predicted and queued:
   similar chunk counts at one chunk size); two can, which is what the measured 1-in-40 tune showed
   LMCache needs (its cost grows with the chunks a request moves: docs/measurements.md).
 
-Each fit drops the requests whose residual lies beyond the 95th percentile and fits again: a
-replay on its timestamps queues a few requests behind others, which no per-request cost explains.
+Each fit is a least-absolute-deviations one (through the middle of the requests, as the p50 the
+ranking predicts is): a replay on its timestamps queues some requests behind others, which no
+per-request cost explains and which would pull a least-squares fit up.
 A connector not measured yet keeps its calibrated extra cost over the refit plain path.
 """
 
@@ -27,13 +28,14 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from kvstack.planning.served_ttft import FloatArray, ServedCosts, nonneg_fit
-from kvstack.tune.rank import Costs, chunks_of, served
+from kvstack.planning.served_ttft import FloatArray, ServedCosts, nonneg_fit, whole_chunks
+from kvstack.tune.rank import Costs, served
 from kvstack.tune.simulate import TraceSim
 from kvstack.tune.space import Candidate
 
 MIN_ROWS = 8  # fewer answered requests than this fit nothing
-OUTLIER_QUANTILE = 95.0
+IRLS_STEPS = 20
+IRLS_FLOOR_S = 1e-4  # residuals below 0.1 ms weigh as 0.1 ms (keeps the weights finite)
 
 
 @dataclass(frozen=True)
@@ -45,12 +47,15 @@ class Replayed:
 
 
 def _robust(columns: list[FloatArray], y: FloatArray) -> list[float]:
-    coef = nonneg_fit(columns, y)
+    """Least absolute deviations, no coefficient negative (iteratively reweighted least squares):
+    the fit through the middle of each request's TTFT, as the p50 it predicts is, which a few
+    requests queued behind others do not pull up as they pull a least-squares fit."""
     design = np.stack(columns, axis=1)
-    res = np.abs(design @ np.array(coef) - y)
-    keep = res <= np.percentile(res, OUTLIER_QUANTILE)
-    if keep.sum() >= MIN_ROWS and not keep.all():
-        coef = nonneg_fit([c[keep] for c in columns], y[keep])
+    coef = nonneg_fit(columns, y)
+    for _ in range(IRLS_STEPS):
+        res = np.abs(design @ np.array(coef) - y)
+        w = np.sqrt(1.0 / np.maximum(res, IRLS_FLOOR_S))
+        coef = nonneg_fit([c * w for c in columns], y * w)
     return coef
 
 
@@ -99,7 +104,7 @@ def fit_connector(
         plain_ttft, _ = plain.predict(lengths, held, np.zeros(len(lengths)))
         ys.append((t - plain_ttft)[ok])
         cols[0].append(np.ones(int(ok.sum())))
-        cols[1].append(chunks_of(lengths, r.candidate.chunk_tokens)[ok])
+        cols[1].append(whole_chunks(lengths, r.candidate.chunk_tokens)[ok])
         cols[2].append(tier[ok])
         chunk_sizes.add(r.candidate.chunk_tokens)
     y = np.concatenate(ys) if ys else np.zeros(0)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kvstack.planning.served_ttft import ServedCalibration
 from kvstack.planning.tuned import TunedLayout
 from kvstack.tune.noise import METHOD
 from kvstack.tune.prove import Proof, Settings
@@ -92,6 +93,23 @@ def results_document(result: TuneResult, source: dict[str, Any]) -> dict[str, An
         "candidates": [_row(i + 1, p) for i, p in enumerate(result.ranked)],
         "measured": None,  # proof_document's, once a candidate is replayed
     }
+
+
+def refit_calibration(proof: Proof, doc: dict[str, Any]) -> dict[str, Any]:
+    """served-ttft.json from the model as the replays refit it: the plain path, and the first
+    offload connector measured (else the calibration's offload layout over the refit plain path)."""
+    assert proof.costs is not None
+    layouts = (doc.get("calibration") or {}).get("layouts") or {}
+    calibrated = next((name for name, entry in layouts.items() if entry.get("offload")), "lmcache-mp")
+    fitted = [m.connector for m in proof.measured if m.connector in proof.costs.by_connector]
+    name = fitted[0] if fitted else calibrated
+    src = doc["source"]
+    return ServedCalibration(
+        plain=proof.costs.plain,
+        offload=proof.costs.of(name),
+        offload_layout=name,
+        source=f"kvstack tune's replays of {src['trace']} ({len(proof.measured)} candidates measured)",
+    ).to_dict()
 
 
 def proof_document(proof: Proof, settings: Settings, setup: dict[str, Any]) -> dict[str, Any]:

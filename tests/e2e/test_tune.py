@@ -94,6 +94,11 @@ def test_none_and_the_best_ranked_candidate_are_replayed_and_serve_recomputes_an
         for stat in STATS:  # each measured with its noise
             interval = c["measured"][stat]
             assert interval["low"] <= interval["value"] <= interval["high"], interval
+    # Each replay refit the model: none's the plain path, the candidate's its connector's costs.
+    refits = doc["measured"]["refits"]
+    assert [r["after"] for r in refits] == [["none"], ["none", offload["label"]]], refits
+    assert "refit: none's replay" in refits[0]["plain"]["source"]
+    assert refits[1]["by_connector"]["lmcache-mp"]["source"].startswith("refit: 1 replay(s)")
 
 
 def test_the_winner_is_never_worse_than_none_beyond_the_noise(tuned: Tuned) -> None:
@@ -116,7 +121,7 @@ def test_the_report_names_each_order_the_model_got_wrong(tuned: Tuned) -> None:
     got = _by_label(doc)
     none = got["none"]
     for label, diffs in verdict["versus_none"].items():
-        predicted_better = got[label]["predicted"]["p50_s"] < none["predicted"]["p50_s"]
+        predicted_better = got[label]["rank"] < none["rank"]  # the first ranking's order (whole trace)
         if predicted_better and diffs["p50"]["low"] > 0:  # the model put it above none; it measured worse
             wrong = {"model_ranked_higher": label, "measured_better": "none", "beyond_noise": True}
             assert wrong in verdict["inversions"], verdict["inversions"]

@@ -79,3 +79,26 @@ def test_without_a_measured_offload_layout_the_plain_one_pays_the_given_cost() -
     assert off.fixed_s == pytest.approx(plain.fixed_s + 0.015) and off.fetch_s == {"dram": 1e-6}
     measured = ServedCosts(0.03, 0.004, 1e-4, 0.0, {"dram": 2e-6})
     assert ServedCalibration(plain, measured, offload_layout="lmcache-mp").offload_costs(9.0, {}) is measured
+
+
+def test_an_offload_path_pays_its_per_chunk_cost_for_each_whole_chunk_only() -> None:
+    import numpy as np
+
+    from kvstack.planning.served_ttft import ServedCalibration
+    from kvstack.planning.trace_ttft import served_depth
+
+    c = ServedCosts(0.02, 0.0, 0.0, 0.0, {"dram": 0.0}, chunk_s=0.002)
+    assert ServedCosts.from_dict(c.to_dict()) == c
+    assert c.ttft(1000, 0, {}, chunks=3) == pytest.approx(0.026)
+    lengths = np.array([100.0, 1000.0, 4096.0])
+    got, _ = c.predict(lengths, lengths, np.zeros(3), np.floor(lengths / 1024))
+    assert list(got) == pytest.approx([0.02, 0.02, 0.028])  # shorter than a chunk: nothing moved
+    # The plan's TTFT with offload (its chunk) pays it; the engine's pool alone does not.
+    plain = ServedCosts(0.02, 0.0, 0.0, 0.0)
+    levels = np.array([[0.0, 0.0, 0.0], [100.0, 1000.0, 4096.0]])
+    kw = {"cost_s": 0.0, "fetch_fallback": {}, "duration_s": 10.0}
+    depth = served_depth(
+        ["engine", "cpu"], lengths, levels, ServedCalibration(plain, c), chunk_tokens=1024, **kw
+    )
+    assert depth[0].mean_s == pytest.approx(0.02)
+    assert depth[1].mean_s == pytest.approx(0.02 + 0.002 * 4 / 3)

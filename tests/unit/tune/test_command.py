@@ -240,3 +240,10 @@ def test_each_replay_refits_the_model_that_predicts_the_next_candidate(tmp_path:
     assert [r["after"] for r in refits] == [[m.label for m in run.proof.measured[: i + 1]] for i in range(3)]
     fit = refits[-1]["by_connector"]["lmcache-mp"]
     assert fit["miss_s"] + fit["chunk_s"] * 8 > 0.6 * STANDIN_OFFLOAD_S
+    # The refit replaces the calibration tune keeps: plan --calibration and tune --calibration read it.
+    from kvstack.bench.served_calibration import served_calibration_from
+
+    kept = served_calibration_from(run.out)  # type: ignore[arg-type]
+    assert kept.source.startswith("kvstack tune's replays of") and kept.offload_layout == "lmcache-mp"
+    assert kept.plain.linear_s == pytest.approx(refits[-1]["plain"]["linear_s_per_token"])
+    assert kept.offload is not None and kept.offload.miss_s == pytest.approx(fit["miss_s"])
