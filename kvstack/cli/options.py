@@ -150,8 +150,9 @@ Calibration = Annotated[
     typer.Option(
         "--calibration",
         help="Predict TTFT from costs measured on your engine: a kvstack bench --trace --compare "
-        "none,lmcache-mp result (its --out DIR or results.json) or a served-ttft.json. Gives the "
-        "trace's TTFT verdict on every platform, the CPU one included.",
+        "none,lmcache-mp result (its --out DIR or results.json), a served-ttft.json, or a kvstack "
+        "tune --out DIR (the model refit from its replays). Gives the trace's TTFT verdict on every "
+        "platform, the CPU one included.",
     ),
 ]
 Tuned = Annotated[
