@@ -70,7 +70,7 @@ def _answered(sim: TraceSim, r: Replayed) -> tuple[npt.NDArray[np.bool_], FloatA
     return ok, t
 
 
-def fit_plain(sim: TraceSim, replayed: Replayed, before: ServedCosts) -> ServedCosts | None:
+def fit_plain(sim: TraceSim, replayed: Replayed) -> ServedCosts | None:
     """The plain path's costs from ``none``'s replay (None: too few answers)."""
     ok, t = _answered(sim, replayed)
     if ok.sum() < MIN_ROWS:
@@ -80,7 +80,7 @@ def fit_plain(sim: TraceSim, replayed: Replayed, before: ServedCosts) -> ServedC
     fixed, linear, quadratic = _robust([np.ones_like(lengths), lengths - held, lengths**2 - held**2], t[ok])
     return ServedCosts(
         hit_s=fixed, miss_s=0.0, linear_s=linear, quadratic_s=quadratic,
-        source=f"refit: none's replay ({int(ok.sum())} requests); before: {before.source}",
+        source=f"refit: none's replay ({int(ok.sum())} requests)",
     )  # fmt: skip
 
 
@@ -127,7 +127,7 @@ def refit(calibrated: Costs, sim: TraceSim, replays: Sequence[Replayed], bytes_p
     base = next((r for r in replays if not r.candidate.offloads), None)
     plain = calibrated.plain
     if base is not None:
-        plain = fit_plain(sim, base, calibrated.plain) or plain
+        plain = fit_plain(sim, base) or plain
 
     def shifted(c: ServedCosts) -> ServedCosts:
         """A connector not measured: its calibrated extra over the refit plain path."""
