@@ -244,9 +244,7 @@ def prove(
     )
     candidates = {p.candidate.label: p.candidate for p in ranked}
     replays = [
-        Replayed(candidates[m.label], m.ttfts)
-        for m in proof.measured
-        if m.label in candidates and m.stats is not None and not m.error
+        Replayed(candidates[m.label], m.ttfts) for m in proof.measured if m.label in candidates and m.replayed
     ]
     if replays:
         pending = _refit(proof, replays, costs, sliced, pending, settings, bytes_per_token)
@@ -276,15 +274,13 @@ def prove(
             if view is not None:
                 view.end()
             proof.measured.append(m)
-            if m.baseline and (m.error or m.stats is None):
-                proof.elapsed_s = clock() - t0
-                save(proof)
-                raise _baseline_failed(m)
-            if m.stats is not None and not m.error:
+            if m.replayed:
                 replays.append(Replayed(p.candidate, m.ttfts))
                 pending = _refit(proof, replays, costs, sliced, pending, settings, bytes_per_token)
             proof.elapsed_s = clock() - t0
             save(proof)
+            if m.baseline and not m.replayed:
+                raise _baseline_failed(m)
     except (KeyboardInterrupt, Interrupted) as exc:
         proof.stopped = "interrupted"
         proof.elapsed_s = clock() - t0

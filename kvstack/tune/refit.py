@@ -6,14 +6,14 @@ the slice's simulation says where each one's prompt tokens came from, so each re
 model before the next candidate is predicted and queued:
 
 - ``none``'s replay fits the plain path: TTFT = fixed + linear x recomputed + quadratic x
-  (prompt^2 - held^2), by non-negative least squares over its answered requests;
+  (prompt^2 - held^2), over its answered requests;
 - the replays of one offload connector (pooled, every chunk size measured) fit what its path costs
   over the plain one's: extra = miss + chunk x the prompt's chunks + fetch x tokens its tiers
   served. One chunk size cannot tell the per-chunk term from the fixed one (a trace's prompts have
   similar chunk counts at one chunk size); two can, which is what the measured 1-in-40 tune showed
   LMCache needs (its cost grows with the chunks a request moves: docs/measurements.md).
 
-Each fit is a least-absolute-deviations one (through the middle of the requests, as the p50 the
+Each fit is a non-negative least-absolute-deviations one (through the middle of the requests, as the p50 the
 ranking predicts is): a replay on its timestamps queues some requests behind others, which no
 per-request cost explains and which would pull a least-squares fit up.
 A connector not measured yet keeps its calibrated extra cost over the refit plain path.
@@ -91,15 +91,13 @@ def fit_connector(
     ys: list[FloatArray] = []
     cols: list[list[FloatArray]] = [[], [], []]
     chunk_sizes: set[int] = set()
+    lengths = sim.lengths.astype(np.float64)
     for r in replays:
         ok, t = _answered(sim, r)
         s, gated = served(sim, r.candidate, bytes_per_token)
         if r.candidate.gate is not None and r.candidate.gate.kind == "prompt":
             ok = ok & ~gated  # a gated request took the plain path
-            tier = (s.dram + s.disk).astype(np.float64)
-        else:
-            tier = np.where(gated, 0, s.dram + s.disk).astype(np.float64)
-        lengths = sim.lengths.astype(np.float64)
+        tier = np.where(gated, 0, s.dram + s.disk).astype(np.float64)  # a load gate: recomputed
         held = s.engine.astype(np.float64) + tier
         plain_ttft, _ = plain.predict(lengths, held, np.zeros(len(lengths)))
         ys.append((t - plain_ttft)[ok])

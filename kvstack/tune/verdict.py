@@ -51,6 +51,11 @@ class MeasuredCandidate:
         return self.connector == BASELINE
 
     @property
+    def replayed(self) -> bool:
+        """Its replay gave figures: it was served and answered (what the comparisons need)."""
+        return self.stats is not None and not self.error
+
+    @property
     def correct(self) -> bool:
         c = self.correctness
         return c is not None and c.checked > 0 and c.failed == 0 and c.unknown == 0
@@ -210,7 +215,7 @@ def inversions(
     measured: Sequence[MeasuredCandidate], objective: Stat, slo_s: float | None
 ) -> list[Inversion]:
     """Every pair the model ranked one way and the replays measured the other way."""
-    done = sorted((c for c in measured if c.stats is not None and not c.error), key=lambda c: c.rank)
+    done = sorted((c for c in measured if c.replayed), key=lambda c: c.rank)
     hib = _higher_is_better(objective)
     out = []
     for i, above in enumerate(done):
@@ -235,7 +240,7 @@ def decide(measured: Sequence[MeasuredCandidate], objective: Stat, slo_s: float 
         if c.baseline:
             continue
         diffs: dict[str, Interval] = {}
-        if c.stats is not None and not c.error:
+        if c.replayed:
             for stat in dict.fromkeys(("p50", "p90", objective)):
                 d = difference(c, base, stat, slo_s)  # type: ignore[arg-type]
                 if d is not None:
