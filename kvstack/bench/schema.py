@@ -107,6 +107,7 @@ class CacheStats(BaseModel):
     lmcache_stored_tokens: float | None = None
     lmcache_remote_reads: float | None = None
     lmcache_mp_requested_tokens: float | None = None
+    lmcache_mp_lookups: float | None = None  # completed lookups (one per request looked up)
     lmcache_mp_hit_tokens: float | None = None
     lmcache_mp_l1_hit_tokens: float | None = None
     lmcache_mp_l2_hit_tokens: float | None = None

@@ -161,6 +161,7 @@ def cache_stats(before: MetricsSnapshot, after: MetricsSnapshot) -> CacheStats:
     stats.lmcache_stored_tokens = d(m.LMCACHE_STORED_TOKENS)
     stats.lmcache_remote_reads = d(m.LMCACHE_REMOTE_READS)
     stats.lmcache_mp_requested_tokens = d(LMCACHE_MP_REQUESTED_TOKENS)
+    stats.lmcache_mp_lookups = d(m.LMCACHE_MP_LOOKUPS)
     stats.lmcache_mp_hit_tokens = d(LMCACHE_MP_HIT_TOKENS)
     stats.lmcache_mp_l1_hit_tokens = d(m.LMCACHE_MP_L1_HIT_TOKENS)
     stats.lmcache_mp_l2_hit_tokens = d(m.LMCACHE_MP_L2_HIT_TOKENS)

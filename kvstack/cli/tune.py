@@ -163,6 +163,14 @@ def render_measured(doc: dict[str, Any], console: Console) -> None:
         console.print(f"  winner (measured, {measured['objective']}): {verdict['why']}", markup=False)
     for label, why in excluded.items():
         console.print(f"  out: {label}: {why}", markup=False)
+    for c in measured.get("candidates") or []:
+        if c.get("below_gate") is not None:
+            lookups = "-" if c.get("lookups") is None else f"{c['lookups']:,}"
+            console.print(
+                f"  gate: {c['label']}: {c['below_gate']:,} of {c['requests']:,} requests below it; "
+                f"LMCache's server counted {lookups} lookups",
+                markup=False,
+            )
     inversions = verdict.get("inversions") or []
     for inv in inversions:
         how = "beyond the noise" if inv["beyond_noise"] else "within the noise"

@@ -44,6 +44,7 @@ LMCACHE_MP_L2_STORES = "lmcache_mp_l2_store_completed_requests"
 LMCACHE_MP_L2_USAGE = "lmcache_mp_l2_usage_bytes"
 LMCACHE_MP_L2_EVICTED = "lmcache_mp_l2_evicted_objects_chunks"
 LMCACHE_MP_REQUESTED_TOKENS = "lmcache_mp_lookup_requested_tokens"  # lookups (l1 + l2 + misses)
+LMCACHE_MP_LOOKUPS = "lmcache_mp_lookups_requests"  # completed lookups (OTel unit "requests")
 LMCACHE_MP_L1_USAGE = "lmcache_mp_l1_memory_usage_bytes"  # gauge, label backend
 LMCACHE_MP_L1_USAGE_RATIO = "lmcache_mp_l1_usage_ratio"  # gauge, 0..1 of --l1-size-gb
 LMCACHE_MP_L1_EVICTED = "lmcache_mp_l1_evicted_chunks"

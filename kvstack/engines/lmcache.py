@@ -70,6 +70,10 @@ LMCACHE_ENV_PREFIX = "LMCACHE_"
 STAGING_BUFFER_GIB = 1.0
 MP_HOST = "127.0.0.1"
 MP_CONNECTOR_MODULE = "lmcache.integration.vllm.lmcache_mp_connector"
+# kvstack's per-request gate over that connector (engines/lmcache_gate.py): prompts shorter than
+# the plan's gate_prompt_tokens skip the lookup and the load.
+MP_GATE_MODULE, MP_GATE_CONNECTOR = "kvstack.engines.lmcache_gate", "GatedLMCacheMPConnector"
+MP_GATE_KEY = "kvstack.gate_prompt_tokens"
 DEGRADED_NOTE = (
     "LMCache in-process without CUDA runs in degraded mode (recompute): no KV is offloaded on this "
     "platform (--offload lmcache-mp works there)"
@@ -338,14 +342,25 @@ def mp_server(req: RenderRequest, prep: LaunchBasics) -> MpServer:
     return MpServer(process=process, port=port, http_port=http_port, tier_adapters=adapters)
 
 
-def mp_connector_config(port: int) -> dict[str, Any]:
+def mp_connector_config(port: int, gate_prompt_tokens: int | None = None) -> dict[str, Any]:
+    """The engine's --kv-transfer-config for LMCache's server on ``port``; with a gate, kvstack's
+    GatedLMCacheMPConnector (the same connector, prompts shorter than the gate kept off it)."""
     # "tcp://" spelled out: vLLM's builtin fallback connector joins host and port without
     # adding a scheme (vllm/.../lmcache_mp_connector.py), LMCache's own adds it when missing.
+    extra: dict[str, Any] = {"lmcache.mp.host": f"tcp://{MP_HOST}", "lmcache.mp.port": port}
+    if gate_prompt_tokens:
+        extra[MP_GATE_KEY] = gate_prompt_tokens
+        return {
+            "kv_connector": MP_GATE_CONNECTOR,
+            "kv_connector_module_path": MP_GATE_MODULE,
+            "kv_role": "kv_both",
+            "kv_connector_extra_config": extra,
+        }
     return {
         "kv_connector": "LMCacheMPConnector",
         "kv_connector_module_path": MP_CONNECTOR_MODULE,
         "kv_role": "kv_both",
-        "kv_connector_extra_config": {"lmcache.mp.host": f"tcp://{MP_HOST}", "lmcache.mp.port": port},
+        "kv_connector_extra_config": extra,
     }
 
 
@@ -358,7 +373,7 @@ def render_vllm_lmcache_mp(req: RenderRequest) -> LaunchSpec:
     server = vllm_server(
         req,
         prep,
-        kv_transfer_config=mp_connector_config(helper.port),
+        kv_transfer_config=mp_connector_config(helper.port, req.plan.gate_prompt_tokens),
         unset_env_prefixes=[LMCACHE_ENV_PREFIX],
     ).model_copy(update={"fatal_patterns": ENGINE_MP_FATAL})
     return _assemble_vllm_lmcache(

@@ -145,13 +145,18 @@ class Plan(BaseModel):
     errors: list[str] = Field(default_factory=list)
     # What sized the tiers when a trace did (planning/trace_sizing.py); None: the retention rule.
     trace: TraceSizing | None = None
+    # A per-request gate tune chose (lmcache-mp only: engines/lmcache_gate.py): prompts shorter
+    # than this many tokens skip the offload lookup and load. None: every request is looked up.
+    gate_prompt_tokens: int | None = Field(default=None, gt=0)
 
     @model_serializer(mode="wrap")
     def _drop_no_trace(self, handler: SerializerFunctionWrapHandler) -> Any:
-        # A plan sized by the rule serializes exactly as before traces existed.
+        # A plan sized by the rule, with no gate, serializes exactly as before either existed.
         out = handler(self)
-        if isinstance(out, dict) and out.get("trace", 0) is None:
-            del out["trace"]
+        if isinstance(out, dict):
+            for key in ("trace", "gate_prompt_tokens"):
+                if key in out and out[key] is None:
+                    del out[key]
         return out
 
     @property

@@ -2,8 +2,9 @@
 
 `tune` writes it (tuned.json in its --out DIR); `serve --tuned DIR`, `export --tuned DIR` and `plan
 --tuned DIR` read it into ``PlanRequest.tuned``, and ``make_plan`` plans that connector and then
-sets the chunk and the sizes tune chose (``apply_tuned``), saying so in the plan's reasons. A gate
-tune modelled but the installed connector cannot set is recorded, not applied.
+sets the chunk, the sizes and the per-request gate tune chose (``apply_tuned``), saying so in the
+plan's reasons. A layout tune modelled but the installed connector cannot set is recorded, not
+applied.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from kvstack.planning.schema import Connector, Plan, Tier
 from kvstack.units import fmt_bytes
 
 TUNED_JSON = "tuned.json"
+GATED_CONNECTOR = "lmcache-mp"  # the connector kvstack gates per request (engines/lmcache_gate.py)
 
 
 class TunedLayout(BaseModel):
@@ -27,8 +29,8 @@ class TunedLayout(BaseModel):
     dram_bytes: int = Field(default=0, ge=0)
     disk_bytes: int = Field(default=0, ge=0)
     knobs: dict[str, float] = Field(default_factory=dict)  # the connector's own names and values
-    gate_tokens: int | None = None  # a prompt gate tune modelled (not applied: see not_settable)
-    not_settable: str = ""
+    gate_tokens: int | None = None  # prompts shorter than this skip the offload path (lmcache-mp)
+    not_settable: str = ""  # why the installed connector cannot serve it as modelled ("": it can)
     objective: str = "p50"
     predicted: dict[str, float] = Field(default_factory=dict)  # p50_s, p90_s, mean_s
     source: str = ""  # which tune chose it: trace, calibration, candidates
@@ -43,7 +45,8 @@ class TunedLayout(BaseModel):
         if self.connector == "none":
             return "none"
         disk = f", disk {fmt_bytes(self.disk_bytes)}" if self.disk_bytes else ""
-        return f"{self.connector}, chunk {self.chunk_tokens}, DRAM {fmt_bytes(self.dram_bytes)}{disk}"
+        gate = f", gate prompt < {self.gate_tokens:,}" if self.gate_tokens else ""
+        return f"{self.connector}, chunk {self.chunk_tokens}, DRAM {fmt_bytes(self.dram_bytes)}{disk}{gate}"
 
     def record(self, path: str) -> dict[str, str]:
         """What a run dir's launch.json says of the tune that chose its layout (``path``: the
@@ -96,9 +99,25 @@ def apply_tuned(plan: Plan, tuned: TunedLayout) -> Plan:
             f"the tuned layout has a {fmt_bytes(tuned.disk_bytes)} disk tier, but no disk qualifies on this "
             "machine: planned without it"
         )
+    gate: int | None = None
     if tuned.not_settable:
-        warnings.append(f"tune modelled a gate at {tuned.gate_tokens} prompt tokens: {tuned.not_settable}")
+        warnings.append(f"tune modelled {tuned.label}, not served as modelled: {tuned.not_settable}")
+    elif tuned.gate_tokens:
+        if tuned.connector == GATED_CONNECTOR:
+            gate = tuned.gate_tokens
+            reasons["gate"] = f"prompts shorter than {gate:,} tokens skip the offload lookup and load: {why}"
+        else:
+            warnings.append(
+                f"the tuned layout gates prompts shorter than {tuned.gate_tokens:,} tokens, which only "
+                f"{GATED_CONNECTOR} can: planned without the gate"
+            )
     reasons["chunk_size"] = f"{tuned.chunk_tokens} tokens from {why}"
     return plan.model_copy(
-        update={"tiers": tiers, "chunk_size": tuned.chunk_tokens, "reasons": reasons, "warnings": warnings}
+        update={
+            "tiers": tiers,
+            "chunk_size": tuned.chunk_tokens,
+            "gate_prompt_tokens": gate,
+            "reasons": reasons,
+            "warnings": warnings,
+        }
     )

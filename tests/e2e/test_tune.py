@@ -2,11 +2,14 @@
 
 One tune (module scope, ~2.5 min here): the bundled 1-in-40 sample of the conversation trace, its
 blocks scaled to 64 tokens (~1.7K-token prompts), the first 200 requests replayed on ``none`` and on
-the model's best candidate that LMCache 0.5.6 can serve (``--candidates 1``), each on a fresh engine
-whose pool is cut to 136 blocks of 128 tokens (engine arguments after --, as the bench --trace e2e
-does). Every test reads what that tune wrote and checks it against the rule it claims:
+the model's best LMCache candidate with kvstack's per-request gate fixed at 1024 prompt tokens
+(``--connector lmcache-mp --knob kvstack.gate_prompt_tokens=1024 --candidates 1``), each on a fresh
+engine whose pool is cut to 136 blocks of 128 tokens (engine arguments after --, as the bench
+--trace e2e does). Every test reads what that tune wrote and checks it against the rule it claims:
 
 - both layouts were replayed without error and their cached answers judged against recompute;
+- the gate kept every prompt shorter than it off LMCache's server: the server counted no lookup
+  for them (its own lookup counter), and a lookup for the others;
 - the winner is never worse than ``none`` beyond the stated noise (p50 and p90, paired intervals),
   and a candidate left out says why;
 - where the model's order and the measured one disagree beyond the noise, the report says so;
@@ -34,6 +37,7 @@ from tests.support.deps import ROOT
 TRACE = ROOT / "tests" / "fixtures" / "traces" / "conversation_1in40.jsonl"
 POOL_BLOCKS = 136
 REPLAY_REQUESTS = 200
+GATE = 1024  # prompt tokens: ~40% of the slice's prompts are shorter
 BUDGET = "10m"  # none and one candidate: two engine starts and two replays of 200 requests
 TUNE_TIMEOUT_S = 900
 pytestmark = pytest.mark.timeout(TUNE_TIMEOUT_S + 120)
@@ -53,6 +57,8 @@ def tuned(engine_ready: str, tmp_path_factory: pytest.TempPathFactory) -> Tuned:
         "--engine-pool-tokens", str(POOL_BLOCKS * 128),
         "--budget", BUDGET,
         "--candidates", "1",
+        "--connector", "lmcache-mp",
+        "--knob", f"kvstack.gate_prompt_tokens={GATE}",
         "--replay-requests", str(REPLAY_REQUESTS),
         "--max-output-tokens", "2",
         "--port", str(free_port()),
@@ -87,7 +93,12 @@ def test_none_and_the_best_ranked_candidate_are_replayed_and_serve_recomputes_an
     got = _by_label(doc)
     assert "none" in got and len(got) == 2, doc["measured"]["stopped"]
     offload = next(c for c in got.values() if c["label"] != "none")
-    assert offload["connector"] == "lmcache-mp" and offload["knobs"], offload
+    assert offload["connector"] == "lmcache-mp" and offload["knobs"]["kvstack.gate_prompt_tokens"] == GATE
+    # The gate, on the real engine: LMCache's server looked up each prompt at or above it (a request
+    # preempted and resumed is looked up again) and none below it: ungated, it counts every request.
+    looked_up, below = offload["requests"] - offload["below_gate"], offload["below_gate"]
+    assert below > 0 and looked_up <= offload["lookups"] < offload["requests"], offload
+    assert got["none"]["lookups"] is None and got["none"]["below_gate"] is None
     for c in got.values():
         assert c["error"] is None and c["ok"] == c["requests"] > 0, c
         assert c["correct"], c["correctness"]

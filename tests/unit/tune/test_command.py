@@ -178,6 +178,16 @@ def test_each_candidate_is_served_as_serve_tuned_serves_a_winner(tmp_path: Path)
     server = " ".join(launch.replicas[0].spec.helpers[0].argv)
     assert "--chunk-size 512" in server and "--l1-size-gb 0.5" in server
     assert launch.replicas[0].record()["tuned"]["winner"] == pick.candidate.label
+    # A gated candidate: kvstack's gated connector, with the gate as its threshold.
+    gated = next(p for p in ranked if p.candidate.gate is not None and p.candidate.gate.kind == "prompt")
+    request = candidate_request(base, tmp_path / "tune" / "runs", gated, 4, "p50")
+    launch = prepare(request.model_copy(update={"offload": "lmcache-mp"}))
+    assert launch.plan.gate_prompt_tokens == gated.candidate.gate.tokens  # type: ignore[union-attr]
+    argv = launch.replicas[0].spec.server.argv
+    kvt = json.loads(argv[argv.index("--kv-transfer-config") + 1])
+    assert kvt["kv_connector"] == "GatedLMCacheMPConnector"
+    assert kvt["kv_connector_extra_config"]["kvstack.gate_prompt_tokens"] == gated.candidate.gate.tokens  # type: ignore[union-attr]
+    assert launch.replicas[0].record()["tuned"]["winner"] == gated.candidate.label
 
 
 def test_each_candidate_starts_on_an_empty_disk_tier_that_is_removed_after_it(

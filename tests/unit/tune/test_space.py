@@ -40,10 +40,11 @@ def test_cpu_candidates_are_none_and_lmcache_mp_at_block_multiples() -> None:
     assert all(c.dram_bytes <= GIB and c.disk_bytes <= 10 * GIB for c in offload_)
     assert all(c.disk_bytes == 0 or c.disk_bytes > c.dram_bytes for c in offload_)
     assert {c.dram_bytes for c in offload_} >= {GIB}  # the hardware's most
-    # Every gate on LMCache's server is modelled, and said not to be settable there.
+    # Every gate on LMCache's server is a prompt gate kvstack's gated connector serves (its knob).
     gated = [c for c in offload_ if c.gate is not None]
-    assert gated and all(c.gate.kind == "prompt" and "lmcache 0.5.6" in c.not_settable for c in gated)  # type: ignore[union-attr]
-    assert all(c.not_settable == "" for c in offload_ if c.gate is None)
+    assert gated and all(c.gate.kind == "prompt" for c in gated)  # type: ignore[union-attr]
+    assert all(c.knobs()["kvstack.gate_prompt_tokens"] == c.gate.tokens for c in gated)  # type: ignore[union-attr]
+    assert all(c.not_settable == "" for c in offload_)
     # Unique, and no gate that gates nothing (a threshold at or below the shortest prompt).
     assert len(set(space)) == len(space)
     shortest = min(r.input_length for r in sample(64).requests)
@@ -79,6 +80,7 @@ def test_break_even_is_the_cost_over_what_a_tier_token_saves() -> None:
         ("lmcache-mp", {"--chunk-size": 256.5}, "must be a whole number"),
         ("lmcache-mp", {"max_capacity_gb": -1}, "must be at least 0"),
         ("lmcache-mp", {"min_retrieve_tokens": 512}, "has no knob 'min_retrieve_tokens'"),
+        ("lmcache-mp", {"kvstack.gate_prompt_tokens": 100.5}, "gate_prompt_tokens must be a whole number"),
     ],
 )
 def test_knob_values_the_installed_connector_rejects_are_bad_input(
@@ -121,3 +123,17 @@ def test_limits_are_the_most_the_hardware_allows_each_tier() -> None:
         limits_of(most_plan(hw, demo.geometry, demo.path, PlanRequest(), wl), 17408).engine_pool_tokens
         == 17408
     )
+
+
+def test_a_gate_knob_sets_the_connectors_own_gate_and_zero_turns_it_off() -> None:
+    from kvstack.tune.run import with_knobs
+    from kvstack.tune.space import Gate
+
+    base = Candidate("lmcache-mp", 256, GIB)
+    gated = with_knobs(base, {"kvstack.gate_prompt_tokens": 1024})
+    assert (
+        gated.gate == Gate("prompt", 1024, "--knob") and gated.knobs()["kvstack.gate_prompt_tokens"] == 1024
+    )
+    assert with_knobs(gated, {"kvstack.gate_prompt_tokens": 0}).gate is None
+    inproc = with_knobs(Candidate("lmcache", 256, GIB), {"min_retrieve_tokens": 512})
+    assert inproc.gate == Gate("load", 512, "--knob")
