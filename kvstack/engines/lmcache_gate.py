@@ -38,7 +38,6 @@ class GatedLMCacheMPConnector(LMCacheMPConnector):  # type: ignore[misc]  # lmca
     def __init__(self, vllm_config: Any, role: Any, kv_cache_config: Any = None) -> None:
         super().__init__(vllm_config, role, kv_cache_config)
         self._kvstack_gate = gate_tokens(vllm_config.kv_transfer_config.kv_connector_extra_config)
-        self.kvstack_gated = 0  # requests the gate kept off the offload path (for tests and logs)
 
     def _kvstack_gates(self, request: Any) -> bool:
         return self._kvstack_gate > 0 and int(request.num_prompt_tokens) < self._kvstack_gate
@@ -52,7 +51,6 @@ class GatedLMCacheMPConnector(LMCacheMPConnector):  # type: ignore[misc]  # lmca
         if not self._kvstack_gates(request):
             return super().get_num_new_matched_tokens(request, num_computed_tokens)  # type: ignore[no-any-return]
         tracker = self._get_or_create_request_tracker(request)
-        if tracker.state == LMCacheMPRequestState.PREFETCHING:
+        if tracker.state == LMCacheMPRequestState.PREFETCHING:  # READY again at its allocation
             tracker.state = LMCacheMPRequestState.BYPASS_LMCACHE
-            self.kvstack_gated += 1
         return 0, False
