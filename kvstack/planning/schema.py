@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
 
 from kvstack.model.geometry import ModelGeometry
 from kvstack.names import (
@@ -148,6 +155,14 @@ class Plan(BaseModel):
     # A per-request gate tune chose (lmcache-mp only: engines/lmcache_gate.py): prompts shorter
     # than this many tokens skip the offload lookup and load. None: every request is looked up.
     gate_prompt_tokens: int | None = Field(default=None, gt=0)
+
+    @model_validator(mode="after")
+    def _gate_on_lmcache_mp(self) -> Plan:
+        if self.gate_prompt_tokens is not None and self.connector != "lmcache-mp":
+            raise ValueError(
+                f"gate_prompt_tokens is served by kvstack's gate over lmcache-mp only, not {self.connector}"
+            )
+        return self
 
     @model_serializer(mode="wrap")
     def _drop_no_trace(self, handler: SerializerFunctionWrapHandler) -> Any:

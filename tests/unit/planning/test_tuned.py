@@ -68,3 +68,14 @@ def test_a_tuned_layout_and_a_trace_together_are_bad_input() -> None:
     trace = TraceInput([TraceRequest(0.0, 512, 1, [1])], 512, "t")
     with pytest.raises(InputError, match="--tuned and --trace both choose the layout"):
         _plan(TunedLayout(connector="none"), trace=trace)
+
+
+def test_a_gate_on_any_connector_but_lmcache_mp_is_refused() -> None:
+    from pydantic import ValidationError
+
+    plan = _plan(TunedLayout(connector="lmcache-mp", chunk_tokens=256, dram_bytes=GIB, gate_tokens=600))
+    doc = plan.model_dump(mode="json")
+    with pytest.raises(
+        ValidationError, match="gate_prompt_tokens is served by kvstack's gate over lmcache-mp"
+    ):
+        Plan.model_validate({**doc, "connector": "none"})
