@@ -348,17 +348,13 @@ def mp_connector_config(port: int, gate_prompt_tokens: int | None = None) -> dic
     # "tcp://" spelled out: vLLM's builtin fallback connector joins host and port without
     # adding a scheme (vllm/.../lmcache_mp_connector.py), LMCache's own adds it when missing.
     extra: dict[str, Any] = {"lmcache.mp.host": f"tcp://{MP_HOST}", "lmcache.mp.port": port}
+    connector, module = "LMCacheMPConnector", MP_CONNECTOR_MODULE
     if gate_prompt_tokens:
         extra[MP_GATE_KEY] = gate_prompt_tokens
-        return {
-            "kv_connector": MP_GATE_CONNECTOR,
-            "kv_connector_module_path": MP_GATE_MODULE,
-            "kv_role": "kv_both",
-            "kv_connector_extra_config": extra,
-        }
+        connector, module = MP_GATE_CONNECTOR, MP_GATE_MODULE
     return {
-        "kv_connector": "LMCacheMPConnector",
-        "kv_connector_module_path": MP_CONNECTOR_MODULE,
+        "kv_connector": connector,
+        "kv_connector_module_path": module,
         "kv_role": "kv_both",
         "kv_connector_extra_config": extra,
     }
