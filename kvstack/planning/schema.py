@@ -25,8 +25,13 @@ from kvstack.names import (
 )
 from kvstack.planning.trace_schema import TraceSizing
 
+# The connector kvstack gates per request (engines/lmcache_gate.py): the only one a plan's
+# gate_prompt_tokens is served on.
+GATED_CONNECTOR: Connector = "lmcache-mp"
+
 __all__ = [
     "ENGINES",
+    "GATED_CONNECTOR",
     "OFFLOAD_CHOICES",
     "Concurrency",
     "Connector",
@@ -158,9 +163,10 @@ class Plan(BaseModel):
 
     @model_validator(mode="after")
     def _gate_on_lmcache_mp(self) -> Plan:
-        if self.gate_prompt_tokens is not None and self.connector != "lmcache-mp":
+        if self.gate_prompt_tokens is not None and self.connector != GATED_CONNECTOR:
             raise ValueError(
-                f"gate_prompt_tokens is served by kvstack's gate over lmcache-mp only, not {self.connector}"
+                f"gate_prompt_tokens is served by kvstack's gate over {GATED_CONNECTOR} only, "
+                f"not {self.connector}"
             )
         return self
 

@@ -13,11 +13,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from kvstack.planning.schema import Connector, Plan, Tier
+from kvstack.planning.schema import GATED_CONNECTOR, Connector, Plan, Tier
 from kvstack.units import fmt_bytes
 
 TUNED_JSON = "tuned.json"
-GATED_CONNECTOR = "lmcache-mp"  # the connector kvstack gates per request (engines/lmcache_gate.py)
 
 
 class TunedLayout(BaseModel):

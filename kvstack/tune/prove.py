@@ -183,7 +183,7 @@ def _record(
     settings: Settings,
 ) -> MeasuredCandidate:
     c = p.candidate
-    gate = c.gate.tokens if c.gate is not None and c.gate.kind == "prompt" else None
+    gate = c.prompt_gate
     lookups = result.cache.lmcache_mp_lookups
     by_index = {r.index: r.ttft_s if r.ok else None for r in rows}
     per_request = [by_index.get(i) for i in range(max(by_index, default=-1) + 1)]

@@ -109,10 +109,9 @@ def predict(
     if not candidate.offloads:
         ttft = _ttft(costs.plain, lengths, s, None)
     else:
-        gate = candidate.gate
         own = costs.of(candidate.connector)
         ttft = _ttft(own, lengths, s, (~gated_mask).astype(np.float64), candidate.chunk_tokens)
-        if gate is not None and gate.kind == "prompt":
+        if candidate.prompt_gate is not None:
             plain = _ttft(costs.plain, lengths, s, np.zeros(len(lengths)))
             ttft = np.where(gated_mask, plain, ttft)
         s = Sources(s.engine, np.where(gated_mask, 0, s.dram), np.where(gated_mask, 0, s.disk))

@@ -95,7 +95,7 @@ def fit_connector(
     for r in replays:
         ok, t = _answered(sim, r)
         s, gated = served(sim, r.candidate, bytes_per_token)
-        if r.candidate.gate is not None and r.candidate.gate.kind == "prompt":
+        if r.candidate.prompt_gate is not None:
             ok = ok & ~gated  # a gated request took the plain path
         tier = np.where(gated, 0, s.dram + s.disk).astype(np.float64)  # a load gate: recomputed
         held = s.engine.astype(np.float64) + tier

@@ -44,7 +44,7 @@ def tuned_layout(
         dram_bytes=c.dram_bytes,
         disk_bytes=c.disk_bytes,
         knobs=c.knobs(),
-        gate_tokens=c.gate.tokens if c.gate is not None and c.gate.kind == "prompt" else None,
+        gate_tokens=c.prompt_gate,
         not_settable=c.not_settable,
         objective=objective,
         predicted={"p50_s": p.p50_s, "p90_s": p.p90_s, "mean_s": p.mean_s},

@@ -66,6 +66,11 @@ class Candidate:
     def offloads(self) -> bool:
         return self.connector != "none"
 
+    @property
+    def prompt_gate(self) -> int | None:
+        """Its prompt gate's threshold (prompts shorter skip the offload path), if it has one."""
+        return self.gate.tokens if self.gate is not None and self.gate.kind == "prompt" else None
+
     def blocks(self, bytes_per_token: float) -> tuple[int, int]:
         """(DRAM, disk) capacity in chunks, as the simulation takes them (LMCache's server holds
         the middle of its eviction band: knobs.LMCACHE_EFFECTIVE)."""
