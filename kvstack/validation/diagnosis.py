@@ -28,6 +28,7 @@ class Diagnosis(BaseModel):
     count: int
     first_line: int  # 1-based line number of the first match (in the scanned text)
     example: str  # that line, secrets masked, shortened
+    serves_nothing: bool = False  # the connector says it is not in use: no offload tier can hit
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,9 @@ class Pattern:
     regex: re.Pattern[str]
     explanation: str  # may use {1}, {2}... for the regex groups
     severity: Literal["error", "warning"] = "error"
+    # The connector's own word that it stores and serves nothing (not a symptom that may pass):
+    # validation fails the tier steps on it without spending requests on them.
+    serves_nothing: bool = False
 
 
 # Specific patterns first: the first one that matches a line names it.
@@ -46,6 +50,7 @@ PATTERNS: tuple[Pattern, ...] = (
         re.compile(r"degraded mode", re.IGNORECASE),
         "LMCache failed to initialise and runs in degraded mode: it stores and serves no KV, "
         "every prompt is recomputed",
+        serves_nothing=True,
     ),
     # lmcache/v1/gpu_connector/__init__.py: RuntimeError(f"No supported {device} connector found.")
     Pattern(
@@ -53,6 +58,7 @@ PATTERNS: tuple[Pattern, ...] = (
         re.compile(r"No supported (\w+) connector found"),
         "LMCache has no KV transfer connector for the '{1}' device: it needs a CUDA/ROCm/XPU GPU, "
         "so its offload tiers cannot work on this platform",
+        serves_nothing=True,
     ),
     Pattern(
         "connector-init-failed",
@@ -127,6 +133,7 @@ def scan_text(text: str, secrets: list[str] | None = None) -> list[Diagnosis]:
                 count=1,
                 first_line=lineno,
                 example=example[:240] + ("..." if len(example) > 240 else ""),
+                serves_nothing=pat.serves_nothing,
             )
             break
     order = {p.name: i for i, p in enumerate(PATTERNS)}

