@@ -3,8 +3,9 @@ model needs on this machine (planning/served_ttft.py), measured in under a minut
 
 Unique prompts (token blocks under hash ids no trace uses: negative ones) at a few lengths give
 the cost of a miss; each sent again gives the cost of a prompt the engine holds whole. On an
-offload layout, one prompt is then pushed out of the engine's pool by other unique prompts (more
-tokens than the pool holds) and sent again: the offload tier's DRAM serves it, which gives the
+offload layout, one prompt is then dropped from the engine's pool (vLLM's POST /reset_prefix_cache,
+which keeps the offload tiers, where kvstack may call it; else pushed out by other unique prompts,
+more tokens than the pool holds) and sent again: the offload tier's DRAM serves it, which gives the
 fetch cost per token, but only where the counters say so: the servers' counters are read around
 that request (clients/token_sources.py's one rule, per request), and a sample the DRAM tier did
 not serve whole (L1 had evicted it too, so disk served it; or part was recomputed) is discarded,
@@ -23,8 +24,9 @@ import httpx
 
 from kvstack.bench.trace_prompts import BlockTokens
 from kvstack.clients import token_sources as ts
-from kvstack.clients.client import make_client
+from kvstack.clients.client import auth_headers, make_client
 from kvstack.clients.metrics import MetricsSnapshot, scrape
+from kvstack.clients.reset import reset_cache
 from kvstack.clients.streaming import StreamClient
 from kvstack.errors import EngineError
 from kvstack.planning.served_ttft import ServedCosts, fit_costs
@@ -78,10 +80,12 @@ async def calibrate(
     engine_pool_tokens: int | None,
     metrics_urls: Sequence[str] = (),
     align: int = 1,
+    reset_path: str | None = None,
 ) -> ServedCosts:
     """The layout's costs; ``engine_pool_tokens`` (the engine's prefix cache, in tokens) only for
     an offload layout, whose DRAM fetch is measured too (read from ``metrics_urls``; prompts are
-    held in whole units of ``align`` tokens)."""
+    held in whole units of ``align`` tokens). ``reset_path``: the engine's route that empties its
+    own prefix cache and keeps the offload tiers (vLLM's), tried before pushing a prompt out."""
     prompts = _Prompts(blocks)
     lengths = calibration_lengths(max_prompt)
     hits: list[float] = []
@@ -98,9 +102,15 @@ async def calibrate(
                 hits.append(await _ttft(client, model, prompt, api_key))
                 longest = prompt
         if engine_pool_tokens:
-            # Push ``longest`` out of the engine's pool, then ask for it: the offload tier serves it.
+            # Drop ``longest`` from the engine's pool, then ask for it: the offload tier serves it.
+            # The engine's reset where kvstack may call it; else other prompts push it out (on a
+            # 1M-token pool, 128 of 8,192 tokens: 80 s here, and more than the DRAM tier may hold).
+            dropped = (
+                reset_path is not None
+                and (await reset_cache(scraper, base_url, reset_path, auth_headers(api_key)))[0]
+            )
             flushed = 0
-            while flushed <= engine_pool_tokens:
+            while not dropped and flushed <= engine_pool_tokens:
                 await _ttft(client, model, prompts.unique(lengths[-1]), api_key)
                 flushed += lengths[-1]
             before = await _counted(scraper, metrics_urls, api_key, None, 0)

@@ -36,6 +36,7 @@ from kvstack.clients import metrics as m
 from kvstack.clients import token_sources as ts
 from kvstack.clients.client import auth_headers, trusts_env
 from kvstack.clients.metrics import scrape_sync
+from kvstack.clients.reset import VLLM_RESET_PATH
 from kvstack.errors import InputError, Interrupted, KvstackError
 from kvstack.planning.capacity import simulate_hierarchy
 from kvstack.redact import redact_url
@@ -319,8 +320,10 @@ def run_layout_replay(
         else "the replay's counters, in total"
     )
     if ttft_check:
+        # vLLM's reset keeps the offload tiers; SGLang's /flush_cache would empty HiCache's host pool.
+        reset = VLLM_RESET_PATH if engine_of(layout.plan, run.first) == "vllm" else None
         compared["ttft"] = _ttft_check(
-            layout, shared, hierarchy, prediction, rows_out, model, api_key, why_not
+            layout, shared, hierarchy, prediction, rows_out, model, api_key, reset, why_not
         )
     return result, rows_out, compared
 
@@ -365,6 +368,7 @@ def _ttft_check(
     rows: list[RequestRow],
     model: str,
     api_key: str | None,
+    reset_path: str | None,
     why_not: str | None = None,
 ) -> dict[str, Any]:
     """The plan's TTFT model, with costs calibrated against this layout, on the requests sent,
@@ -383,6 +387,7 @@ def _ttft_check(
             engine_pool_tokens=pool if offload else None,
             metrics_urls=layout.metrics_urls,
             align=shared.shape.align,
+            reset_path=reset_path,
         )
     )
     prompts = [s.prompt_tokens for s in shared.sent if s.index in {r.index for r in rows}]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from kvstack.clients.reset import VLLM_RESET_PATH
 from kvstack.engines import versions
 from kvstack.engines.base import RenderRequest, register
 from kvstack.engines.launch_basics import LaunchBasics, assemble, prepare
@@ -20,7 +21,6 @@ from kvstack.runtime.specs import LaunchSpec, ProcessSpec
 from kvstack.units import GIB
 
 # POST here empties vLLM's GPU prefix cache; the route exists only with VLLM_SERVER_DEV_MODE=1.
-VLLM_RESET_PATH = "/reset_prefix_cache"
 # Loaded by every vLLM kvstack starts: the key (when set) on every route but the probes, and
 # control routes only from this machine (engines/vllm_guard.py says why vLLM's own check is not enough).
 GUARD_MIDDLEWARE = "kvstack.engines.vllm_guard.ControlGuard"

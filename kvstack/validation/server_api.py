@@ -10,8 +10,8 @@ import httpx
 
 from kvstack.clients import models
 from kvstack.clients.client import auth_headers, make_client
-from kvstack.clients.control import CONTROL_HEADER
 from kvstack.clients.metrics import MetricsSnapshot, scrape
+from kvstack.clients.reset import reset_cache
 from kvstack.clients.streaming import RequestResult, StreamClient
 from kvstack.errors import InputError
 from kvstack.validation.prompts import Prompt
@@ -123,33 +123,4 @@ class ServerApi:
         return snap
 
     async def reset(self, path: str) -> tuple[bool, str]:
-        url = self.base + path
-        deadline = time.monotonic() + 10.0
-        while True:
-            try:
-                resp = await self.client.post(url, headers=self.headers, timeout=30)
-                token = self.client.headers.get(CONTROL_HEADER)
-                if resp.status_code == 401 and token:
-                    # SGLang's admin routes take the run's control token as their bearer (its admin
-                    # key, kvstack/engines/sglang.py), not the API key.
-                    resp = await self.client.post(url, headers=auth_headers(token), timeout=30)
-            except httpx.HTTPError as exc:
-                return False, f"POST {path} failed: {type(exc).__name__}"
-            if resp.status_code in (404, 405):
-                return False, (
-                    f"POST {path} is not served (HTTP {resp.status_code}; vLLM serves it only with "
-                    "VLLM_SERVER_DEV_MODE=1, which kvstack sets only while the engine listens on loopback)"
-                )
-            ok = resp.status_code == 200
-            if ok:
-                try:
-                    body = resp.json()
-                    ok = not (isinstance(body, dict) and body.get("success") is False)
-                except ValueError:
-                    ok = True  # SGLang answers /flush_cache with plain text
-            if ok:
-                return True, f"POST {path}: GPU prefix cache emptied"
-            # vLLM refuses while blocks are held by in-flight offload transfers: retry shortly.
-            if time.monotonic() > deadline:
-                return False, f"POST {path} kept failing (HTTP {resp.status_code}: {resp.text[:120]})"
-            await asyncio.sleep(0.25)
+        return await reset_cache(self.client, self.base, path, self.headers)

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from kvstack.clients.metrics import MetricsSnapshot
+from kvstack.clients.reset import RESET_PATHS
 from kvstack.clients.streaming import RequestResult
 from kvstack.validation import correctness
 from kvstack.validation.cache_server import CacheServer
@@ -24,11 +25,6 @@ from kvstack.validation.prompts import Prompt, PromptBuilder
 from kvstack.validation.report import StepResult
 from kvstack.validation.server_api import ServerApi
 
-# Endpoints that empty the GPU prefix cache and keep the offload tiers. vLLM's keeps connector
-# caches unless ?reset_external=true (vllm/entrypoints/serve/dev/cache/api_router.py). SGLang's
-# /flush_cache also clears HiCache's host pool (HiRadixCache.reset), so SGLang's DRAM tier is
-# proven by overflowing the GPU pool instead.
-RESET_PATHS = {"vllm": "/reset_prefix_cache", "sglang": "/flush_cache"}
 Progress = Callable[[str], None]
 # Where the engine does not report its KV block size, the warm rule assumes the coarsest unit a
 # prefix cache matches in (LMCache's chunk, vLLM's largest block size): full 256-token units less one.

@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass
 
 from kvstack.clients.metrics import MetricsSnapshot
+from kvstack.clients.reset import RESET_PATHS
 from kvstack.validation.cache_server import moved_aside
 from kvstack.validation.evidence import (
     Hits,
@@ -28,7 +29,7 @@ from kvstack.validation.evidence import (
 from kvstack.validation.isolation import StepPlan, chunk_tokens, covering_tokens
 from kvstack.validation.remote import remote_store_state
 from kvstack.validation.report import StepResult, TierTarget
-from kvstack.validation.steps import RESET_PATHS, Served, Validation, median, secs
+from kvstack.validation.steps import Served, Validation, median, secs
 
 TIER_NAMES = {"cpu": "the DRAM tier", "disk": "the disk tier", "remote": "the remote tier"}
 # Stores to a tier are asynchronous; where no counter says they landed, wait this long.

@@ -159,6 +159,15 @@ def wait_http_ready(
     raise AssertionError(f"server not ready in {timeout_s}s:\n{session.output()[-4000:]}")
 
 
+def wait_serving(session: ServeSession, timeout_s: float = 600) -> None:
+    """Until serve has validated what it started and says it is serving."""
+    deadline = time.monotonic() + timeout_s
+    while "serving at" not in session.output():
+        assert session.proc.poll() is None, session.output()[-4000:]
+        assert time.monotonic() < deadline, session.output()[-4000:]
+        time.sleep(1)
+
+
 def stop(session: ServeSession, sig: int = signal.SIGTERM, timeout_s: float = 60) -> int:
     if session.proc.poll() is None:
         session.proc.send_signal(sig)
@@ -181,6 +190,7 @@ def demo_server(engine_ready: str, tmp_path_factory: pytest.TempPathFactory) -> 
     session = start_serve(tmp_path_factory.mktemp("demo"))
     try:
         wait_http_ready(session)
+        wait_serving(session)  # serve's validation done: its requests would count in a test's counters
         yield session
     finally:
         if session.proc.poll() is None:

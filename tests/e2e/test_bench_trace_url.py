@@ -53,6 +53,9 @@ def test_the_serve_runs_tiers_are_found_and_predicted(demo_server: ServeSession,
     assert levels[:2] == ["engine_cache", "dram"] and "disk" in levels, layout["hierarchy"]
     assert "no_prediction" not in layout
     assert layout["ttft"]["predicted"]["p50_s"] is not None
+    # The calibration dropped its sample from the engine's 1M-token pool with the engine's reset (the
+    # run's control token), so LMCache's DRAM served it: no 128 prompts pushed it out, and DRAM too.
+    assert "one fetched back from the offload tier's DRAM" in layout["ttft"]["calibration"]["source"]
     assert any(str(demo_server.run_dir) in note for note in result["trace"]["notes"])
     # Each tier's tokens are its own counter's: nothing unplaced, nothing derived, one request at a time.
     assert layout["measured_derived"] == {}

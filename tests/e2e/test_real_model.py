@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -38,6 +37,7 @@ from tests.e2e.conftest import (
     stop,
     wait_http_ready,
     wait_no_engine,
+    wait_serving,
 )
 from tests.support.deps import ROOT, missing
 from tests.support.kv_tamper import DiskTamper
@@ -61,11 +61,7 @@ def real(engine_ready: str, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     )
     try:
         wait_http_ready(session)
-        deadline = time.monotonic() + 600
-        while "serving at" not in session.output():
-            assert session.proc.poll() is None, session.output()[-4000:]
-            assert time.monotonic() < deadline, session.output()[-4000:]
-            time.sleep(1)
+        wait_serving(session)
         yield session
     finally:
         if session.proc.poll() is None:

@@ -53,9 +53,12 @@ FETCHING = ServerKnobs(
 )
 
 
-def _calibrate(knobs: ServerKnobs) -> ServedCosts:
+def _calibrate(
+    knobs: ServerKnobs, reset_path: str | None = None, sent: list[int] | None = None
+) -> ServedCosts:
+    """The calibration against the stand-in; ``sent`` gets the prompt length of each request sent."""
     with StreamServer(knobs) as srv:
-        return asyncio.run(
+        costs = asyncio.run(
             calibrate(
                 srv.url,
                 "demo-model",
@@ -65,8 +68,12 @@ def _calibrate(knobs: ServerKnobs) -> ServedCosts:
                 engine_pool_tokens=knobs.num_gpu_blocks * knobs.block_size,
                 metrics_urls=[srv.url + "/metrics"],
                 align=64,
+                reset_path=reset_path,
             )
         )
+        if sent is not None:
+            sent += [r["tokens"] for r in srv.requests]
+        return costs
 
 
 def test_the_dram_fetch_figure_is_the_dram_tiers_cost() -> None:
@@ -82,6 +89,22 @@ def test_a_fetch_the_dram_tier_did_not_serve_is_discarded() -> None:
     assert "dram" not in costs.fetch_s
     assert "DRAM fetch sample was discarded: the counters say DRAM did not serve it" in costs.source
     assert "disk tier 2,048 of 2,048 tokens" in costs.source
+
+
+def test_the_engines_reset_drops_the_sample_from_its_pool_without_pushing_dram() -> None:
+    # The same 2,048-token L1: the engine's reset drops the prompt from its pool alone, so DRAM
+    # still holds it and serves it; not one prompt is sent to push it out.
+    flushed: list[int] = []
+    _calibrate(replace(FETCHING, l1_tokens=2048), sent=flushed)
+    sent: list[int] = []
+    costs = _calibrate(replace(FETCHING, l1_tokens=2048), reset_path="/reset_prefix_cache", sent=sent)
+    assert costs.fetch_s["dram"] == pytest.approx(DRAM_S, rel=0.25)
+    assert "fetched back from the offload tier's DRAM" in costs.source
+    assert len(flushed) - len(sent) == 1  # the one 2,048-token prompt that pushed the 1,024-token pool
+    # An engine that does not serve the reset (vLLM off loopback: no dev mode) is pushed as before.
+    fallback: list[int] = []
+    _calibrate(replace(FETCHING, reset=False), reset_path="/reset_prefix_cache", sent=fallback)
+    assert len(fallback) == len(flushed)
 
 
 def test_a_request_is_a_dram_fetch_sample_only_when_dram_served_it_whole() -> None:
