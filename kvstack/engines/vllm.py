@@ -128,6 +128,12 @@ def vllm_server(
     if plan.platform == "cpu":
         child_env["VLLM_CPU_KVCACHE_SPACE"] = str(cpu_kvcache_gib(req))
         child_env["VLLM_CPU_NUM_OF_RESERVED_CPU"] = str(CPU_RESERVED_PER_RANK * plan.tensor_parallel_size)
+        # vllm-cpu 0.32 saves its AOT-compiled model under VLLM_CACHE_ROOT and cannot load it back
+        # ("Compiling model again due to a load failure ... 'function' object has no attribute
+        # 'finalize_loading'", vllm/compilation/decorators.py): every start compiled again, 41-57 s
+        # of a 135M model's start here. vLLM's older compile cache loads: a second start's warm-up
+        # took 13 s against 59 s, which is also what a restart after a crash waits for.
+        child_env["VLLM_USE_AOT_COMPILE"] = "0"
     child_env.update(env or {})
     return ProcessSpec(
         name="engine",

