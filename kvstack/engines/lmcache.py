@@ -372,11 +372,14 @@ def render_vllm_lmcache_mp(req: RenderRequest) -> LaunchSpec:
         kv_transfer_config=mp_connector_config(helper.port, req.plan.gate_prompt_tokens),
         unset_env_prefixes=[LMCACHE_ENV_PREFIX],
     ).model_copy(update={"fatal_patterns": ENGINE_MP_FATAL})
+    # vLLM's adapter waits for the cache server (lmcache.mp.mq_timeout, 300 s) where its connector
+    # first asks it, ~16 s into the engine's start here: the server's 6.5 s start overlaps it.
+    cache_server = helper.process.model_copy(update={"starts_with_server": True})
     return _assemble_vllm_lmcache(
         req,
         prep,
         server,
-        helpers=[helper.process],
+        helpers=[cache_server],
         helper_ports=[helper.port, helper.http_port],
         helper_metrics=[helper.metrics_url],
         cache_server_url=helper.http_url,

@@ -44,7 +44,7 @@ class SupervisorGroup:
     # --- starting ---------------------------------------------------------------------------
 
     def launch(self, stage: list[Supervisor]) -> None:
-        """Start every member of ``stage`` (helpers first, each waited for, then its server).
+        """Start every member of ``stage`` (its helpers, then its server: Supervisor.start).
 
         Called from the thread that lives as long as the servers (PR_SET_PDEATHSIG fires when
         the forking thread exits). A failed start stops everything, earlier stages included.

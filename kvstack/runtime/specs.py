@@ -46,6 +46,11 @@ class ProcessSpec(BaseModel):
     # A helper the engine cannot outlive (LMCache's server: an engine whose server died hangs
     # every request and never re-registers its KV caches). Its death restarts the whole unit.
     critical: bool = False
+    # A helper the server waits for by itself, so both start together and the helper's start
+    # overlaps the server's: kvstack launches the server right after it and then waits for the
+    # helper's readiness as it would before (LMCache's vLLM adapter waits up to its mq_timeout,
+    # 300 s, for the cache server's first answer). Otherwise the server starts once it is ready.
+    starts_with_server: bool = False
     # Files holding secrets that the process reads once, at start (SGLang's key file): written
     # (0600) just before each start and removed as soon as it is ready or stopped, so the secret
     # is on disk only while the process starts; printed and recorded with their content masked.
@@ -94,6 +99,7 @@ class LaunchSpec(BaseModel):
                 "ready_url": p.ready_url,
                 "fatal_patterns": p.fatal_patterns,
                 "critical": p.critical,
+                "starts_with_server": p.starts_with_server,
                 "start_files": masked_files(p.start_files),
             }
 

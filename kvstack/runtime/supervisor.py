@@ -46,7 +46,8 @@ TAIL_LINES = 30
 
 
 class Supervisor:
-    """Runs a LaunchSpec: helpers first (each waited for), then the server.
+    """Runs a LaunchSpec: helpers first (each waited for), then the server; a helper that
+    ``starts_with_server`` starts right before the server and is waited for while it starts.
 
     Use as a context manager; ``stop`` runs on exit, on SIGINT/SIGTERM (which then raise
     ``Interrupted``) and is idempotent.
@@ -97,7 +98,8 @@ class Supervisor:
         self.stop()
 
     def start(self) -> None:
-        """Start helpers (waiting until each is ready), then the server; returns at once after."""
+        """Start helpers (waiting until each is ready), then the server (``_launch_all``); returns
+        once the server is launched and every helper is ready, not waiting for the server."""
         ensure_private_dir(self.run_dir)
         if self.handle_signals:
             self._signals.install()
@@ -111,10 +113,16 @@ class Supervisor:
         self._report("starting", self.spec.server.name)
 
     def _launch_all(self) -> None:
+        """Each helper, waited for, then the server; a helper that ``starts_with_server`` is waited
+        for once the server is launched too (its start overlaps the server's)."""
         for helper in self.spec.helpers:
             self._launch(helper)
-            self.wait_ready(self.helper_ready_timeout_s, name=helper.name)
+            if not helper.starts_with_server:
+                self.wait_ready(self.helper_ready_timeout_s, name=helper.name)
         self._launch(self.spec.server)
+        for helper in self.spec.helpers:
+            if helper.starts_with_server:
+                self.wait_ready(self.helper_ready_timeout_s, name=helper.name)
 
     def _launch(self, pspec: ProcessSpec) -> None:
         self.procs.append(launch(pspec, self.run_dir, self.spec.secrets, self.base_env, self._watchdog))

@@ -13,6 +13,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import httpx
 import psutil
 import pytest
 
@@ -286,6 +287,47 @@ def test_helpers_start_first_and_must_be_ready(tmp_path: Path) -> None:
         assert (tmp_path / "run" / "lmcache-server.log").exists()
         pids = [p.popen.pid for p in sup.procs]
     assert wait_gone(pids, 2.0) == []
+
+
+def test_a_helper_the_server_waits_for_starts_with_it_and_must_still_be_ready(tmp_path: Path) -> None:
+    hport = free_port()
+    started = tmp_path / "engine-started"
+    # The helper answers only after 1.5 s; the engine notes when it was launched, then waits for it.
+    helper = ProcessSpec(
+        name="lmcache-server",
+        argv=[PY, script(tmp_path, "serve.py", SERVE), str(hport), "1.5"],
+        ready_url=f"http://127.0.0.1:{hport}/health",
+        starts_with_server=True,
+    )
+    tmp = f"{started}.tmp"
+    note = (
+        f"import os, time; open({tmp!r}, 'w').write(repr(time.time())); "
+        f"os.replace({tmp!r}, {str(started)!r}); time.sleep(600)"
+    )
+    server = ProcessSpec(name="engine", argv=[PY, "-c", note])
+    with Supervisor(spec(server, [helper]), tmp_path / "run") as sup:
+        sup.start()  # returns once the helper is ready
+        ready_at = time.time()
+        with httpx.Client() as client:
+            assert sup.probe_ready(client, "lmcache-server")
+        assert [p.spec.name for p in sup.procs] == ["lmcache-server", "engine"]
+        # The engine ran while the helper still slept its 1.5 s: launched before the helper answered.
+        wait_file(started)
+        assert float(started.read_text()) < ready_at - 0.5
+        assert sup.poll_died() is None
+    # A helper that dies while the server starts beside it stops both, as one waited for first does.
+    crash = ProcessSpec(
+        name="lmcache-server",
+        argv=[PY, script(tmp_path, "crash.py", CRASH), "2", "4", "0.5"],
+        ready_url="http://127.0.0.1:1/health",
+        starts_with_server=True,
+    )
+    engine = ProcessSpec(name="engine", argv=[PY, "-c", "import time; time.sleep(600)"])
+    sup = Supervisor(spec(engine, [crash]), tmp_path / "run2")
+    with pytest.raises(ProcessFailed, match="lmcache-server exited with code 4 during startup"):
+        sup.start()
+    assert [p.spec.name for p in sup.procs] == ["lmcache-server", "engine"]
+    assert wait_gone([p.popen.pid for p in sup.procs], 2.0) == []
 
 
 def test_secrets_are_masked_in_the_log(tmp_path: Path) -> None:
