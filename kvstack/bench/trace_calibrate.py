@@ -104,7 +104,7 @@ async def calibrate(
         if engine_pool_tokens:
             # Drop ``longest`` from the engine's pool, then ask for it: the offload tier serves it.
             # The engine's reset where kvstack may call it; else other prompts push it out (on a
-            # 1M-token pool, 128 of 8,192 tokens: 80 s here, and more than the DRAM tier may hold).
+            # 1M-token pool, 128 of 8,192 tokens: 85 s here, and more than the DRAM tier may hold).
             dropped = (
                 reset_path is not None
                 and (await reset_cache(scraper, base_url, reset_path, auth_headers(api_key)))[0]

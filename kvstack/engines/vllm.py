@@ -20,7 +20,6 @@ from kvstack.netaddr import is_loopback
 from kvstack.runtime.specs import LaunchSpec, ProcessSpec
 from kvstack.units import GIB
 
-# POST here empties vLLM's GPU prefix cache; the route exists only with VLLM_SERVER_DEV_MODE=1.
 # Loaded by every vLLM kvstack starts: the key (when set) on every route but the probes, and
 # control routes only from this machine (engines/vllm_guard.py says why vLLM's own check is not enough).
 GUARD_MIDDLEWARE = "kvstack.engines.vllm_guard.ControlGuard"
