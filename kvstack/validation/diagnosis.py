@@ -105,6 +105,16 @@ PATTERNS: tuple[Pattern, ...] = (
         ),
         "the connector failed to store KV blocks: later requests cannot hit them",
     ),
+    # lmcache/v1/multiprocess/transfer_context/worker_transfer.py, on the CPU platform: the server was
+    # started without --shm-name, or /dev/shm could not hold its L1 ("Insufficient /dev/shm capacity").
+    Pattern(
+        "lmcache-pickle-transport",
+        re.compile(r"engine-driven context registered \(.*mode=pickle\)"),
+        "LMCache moves KV between vLLM and its cache server by pickle over its socket, not through "
+        "/dev/shm: a DRAM hit takes about twice as long (docs/measurements.md); kvstack passes "
+        "--shm-name where /dev/shm holds the DRAM tier: enlarge /dev/shm (docker --shm-size)",
+        severity="warning",
+    ),
     Pattern(
         "hicache-storage-error",
         re.compile(r"hicache.{0,80}\b(failed|error|exception)\b", re.IGNORECASE),

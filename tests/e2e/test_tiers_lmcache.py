@@ -4,8 +4,10 @@ One `kvstack serve --remote redis://...` session (the demo model, --offload auto
 server with a DRAM tier, a disk tier (fs L2 adapter) and a Redis tier (resp L2 adapter)) serves
 the module, in order:
 1. its validation pass: tier:cpu, tier:disk and tier:remote pass, each with its counters rising;
+   vLLM's worker moves KV through LMCache's L1 pool in /dev/shm (its log: mode=SHM);
 2. `kill -9` of the cache server: kvstack restarts the unit, requests work again, and a prefix
-   computed before the kill comes back from the disk tier (L2 hits);
+   computed before the kill comes back from the disk tier (L2 hits); the killed server's /dev/shm
+   pool is removed by the new one's guard;
 3. Redis stops: serve warns, the engine keeps serving, `kvstack validate` fails tier:remote naming
    the store;
 4. SIGTERM leaves nothing; a new `kvstack serve` on the same cache dir serves the first run's
@@ -29,6 +31,7 @@ import psutil
 import pytest
 
 from kvstack.engines.lmcache import L2_ADAPTERS
+from kvstack.engines.lmcache_guard import SHM_DIR
 from tests.e2e.conftest import (
     ServeSession,
     counter_delta,
@@ -122,6 +125,10 @@ def cache_server_pid(session: ServeSession) -> int:
     raise AssertionError("no LMCache cache server among kvstack's children")
 
 
+def engine_log(session: ServeSession) -> str:
+    return (session.run_dir / "engine.log").read_text(errors="replace")
+
+
 def test_validation_proves_dram_disk_and_redis_tiers(tiered: Tiered) -> None:
     report_path = tiered.session.run_dir / "validation.json"
     wait_for(tiered.session, "serving at", 600)
@@ -133,6 +140,9 @@ def test_validation_proves_dram_disk_and_redis_tiers(tiered: Tiered) -> None:
     assert report["overall"] == "PASS", json.dumps(report["steps"], indent=1)[-4000:]
     assert list(steps) == ["cold", "warm", "tier:cpu", "tier:disk", "tier:remote", "diagnosis"]
     assert counter_delta(steps["tier:cpu"], "lmcache_mp_lookup_hit_l1_tokens") > 0
+    # vLLM's worker copies KV to and from LMCache's L1 in /dev/shm, not by pickle over the socket.
+    assert "Worker engine-driven context registered" in engine_log(tiered.session)
+    assert "mode=SHM" in engine_log(tiered.session), engine_log(tiered.session)[-3000:]
     for name, adapter in (("tier:disk", L2_ADAPTERS["disk"]), ("tier:remote", L2_ADAPTERS["remote"])):
         assert counter_delta(steps[name], "lmcache_mp_lookup_hit_l2_tokens") > 0
         assert counter_delta(steps[name], f'lmcache_mp_l2_load_completed_requests{{l2_name="{adapter}"}}') > 0
@@ -158,7 +168,10 @@ def test_killed_cache_server_is_restarted_and_the_disk_tier_serves_again(tiered:
     text = prompt(1)
     complete(session.base_url, text)  # computed and stored in every tier
     time.sleep(1.0)
-    os.kill(cache_server_pid(session), signal.SIGKILL)
+    killed = cache_server_pid(session)
+    pool = SHM_DIR / f"lmcache_l1_pool_kvstack-{killed}"
+    assert pool.exists(), sorted(p.name for p in SHM_DIR.iterdir())
+    os.kill(killed, signal.SIGKILL)
     t0 = time.monotonic()
     out = wait_for(session, "restarting the cache server, then the engine (restart 1/3 within 10 min", 30)
     noticed = time.monotonic() - t0
@@ -168,6 +181,8 @@ def test_killed_cache_server_is_restarted_and_the_disk_tier_serves_again(tiered:
     complete(session.base_url, text)  # the new server's DRAM is empty: the disk holds the prefix
     assert counter(tiered.lmcache_url, L2_HITS) > before
     assert session.proc.poll() is None
+    # The killed server could not unlink its /dev/shm pool; the new one's guard removed it.
+    assert not pool.exists() and (SHM_DIR / f"lmcache_l1_pool_kvstack-{cache_server_pid(session)}").exists()
 
 
 def test_stopped_redis_fails_tier_remote_with_the_store_named(tiered: Tiered) -> None:

