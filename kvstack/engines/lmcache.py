@@ -25,8 +25,8 @@ Keys, flags and units were read in lmcache 0.5.6:
   POSIX shared-memory pool (/dev/shm/lmcache_l1_pool_NAME, 0600) that vLLM's worker maps and
   copies to and from directly ("Worker engine-driven context registered (... mode=SHM)"). The
   server checks /dev/shm holds L1 and falls back to pickle when it does not ("Insufficient /dev/shm
-  capacity"). Measured on the demo (8192-token prompts, scripts/bench-tier-limit): a DRAM hit
-  69.7 ms by pickle, 33.5 ms by SHM against a 36.9 ms warm hit. engines/lmcache_guard.py makes
+  capacity"). Measured on the demo (8192-token prompts, chunk 512, scripts/bench-tier-limit): a
+  DRAM hit 69.9 ms by pickle, 37.8 ms by SHM, against a 35.5 ms warm hit. engines/lmcache_guard.py makes
   the name unique to the server's process and removes pools that killed servers left.
 - the server's L2 adapters are named by their type in its metrics (l2_name="fs_native"/"resp")
   and in its HTTP API (GET/DELETE /cache/objects?adapter=fs_native); POST /cache/clear empties L1 only.
