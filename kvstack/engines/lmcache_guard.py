@@ -71,6 +71,11 @@ def guard(app: object, token: str) -> None:
     app.add_middleware(ControlGuard, kind_of=kind_of, token=token, key_env=None)  # type: ignore[attr-defined]
 
 
+def pool_name(pid: int) -> str:
+    """The /dev/shm name of the L1 pool of kvstack's cache server ``pid``."""
+    return f"{POOL_PREFIX}{SHM_NAME}-{pid}"
+
+
 def own_shm_name(args: list[str], pid: int) -> list[str]:
     """``--shm-name kvstack`` made unique to this server's process: ``kvstack-<pid>``."""
     out = list(args)

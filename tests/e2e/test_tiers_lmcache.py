@@ -31,7 +31,7 @@ import psutil
 import pytest
 
 from kvstack.engines.lmcache import L2_ADAPTERS
-from kvstack.engines.lmcache_guard import SHM_DIR
+from kvstack.engines.lmcache_guard import SHM_DIR, pool_name
 from tests.e2e.conftest import (
     ServeSession,
     counter_delta,
@@ -141,8 +141,8 @@ def test_validation_proves_dram_disk_and_redis_tiers(tiered: Tiered) -> None:
     assert list(steps) == ["cold", "warm", "tier:cpu", "tier:disk", "tier:remote", "diagnosis"]
     assert counter_delta(steps["tier:cpu"], "lmcache_mp_lookup_hit_l1_tokens") > 0
     # vLLM's worker copies KV to and from LMCache's L1 in /dev/shm, not by pickle over the socket.
-    assert "Worker engine-driven context registered" in engine_log(tiered.session)
-    assert "mode=SHM" in engine_log(tiered.session), engine_log(tiered.session)[-3000:]
+    log = engine_log(tiered.session)
+    assert "Worker engine-driven context registered" in log and "mode=SHM" in log, log[-3000:]
     for name, adapter in (("tier:disk", L2_ADAPTERS["disk"]), ("tier:remote", L2_ADAPTERS["remote"])):
         assert counter_delta(steps[name], "lmcache_mp_lookup_hit_l2_tokens") > 0
         assert counter_delta(steps[name], f'lmcache_mp_l2_load_completed_requests{{l2_name="{adapter}"}}') > 0
@@ -169,7 +169,7 @@ def test_killed_cache_server_is_restarted_and_the_disk_tier_serves_again(tiered:
     complete(session.base_url, text)  # computed and stored in every tier
     time.sleep(1.0)
     killed = cache_server_pid(session)
-    pool = SHM_DIR / f"lmcache_l1_pool_kvstack-{killed}"
+    pool = SHM_DIR / pool_name(killed)
     assert pool.exists(), sorted(p.name for p in SHM_DIR.iterdir())
     os.kill(killed, signal.SIGKILL)
     t0 = time.monotonic()
@@ -182,7 +182,7 @@ def test_killed_cache_server_is_restarted_and_the_disk_tier_serves_again(tiered:
     assert counter(tiered.lmcache_url, L2_HITS) > before
     assert session.proc.poll() is None
     # The killed server could not unlink its /dev/shm pool; the new one's guard removed it.
-    assert not pool.exists() and (SHM_DIR / f"lmcache_l1_pool_kvstack-{cache_server_pid(session)}").exists()
+    assert not pool.exists() and (SHM_DIR / pool_name(cache_server_pid(session))).exists()
 
 
 def test_stopped_redis_fails_tier_remote_with_the_store_named(tiered: Tiered) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from kvstack.engines import lmcache_guard
-from kvstack.engines.lmcache_guard import kind_of, own_shm_name, sweep_stale_pools, take_token
+from kvstack.engines.lmcache_guard import kind_of, own_shm_name, pool_name, sweep_stale_pools, take_token
 from kvstack.engines.render import render
 from kvstack.engines.vllm_guard import ControlGuard
 from kvstack.names import CONTROL_ENV, CONTROL_HEADER
@@ -134,12 +134,13 @@ def _dead_pid() -> int:
 def test_pools_of_servers_that_are_gone_are_removed_and_no_other(tmp_path: Path) -> None:
     dead, alive = _dead_pid(), os.getpid()
     names = [
-        f"lmcache_l1_pool_kvstack-{dead}",  # a killed server's: removed
-        f"lmcache_l1_pool_kvstack-{alive}",  # a running one's
+        pool_name(dead),  # a killed server's: removed
+        pool_name(alive),  # a running one's
         f"lmcache_l1_pool_{dead}",  # LMCache's own naming: not kvstack's to remove
-        f"lmcache_l1_pool_kvstack-{dead}-x",
+        f"{pool_name(dead)}-x",
         "psm_0b6749dd",
     ]
+    assert names[0] == f"lmcache_l1_pool_kvstack-{dead}"  # LMCache's prefix and the guard's name
     for name in names:
         (tmp_path / name).write_bytes(b"kv")
     assert sweep_stale_pools(tmp_path) == [names[0]]
