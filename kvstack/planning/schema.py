@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -160,6 +160,10 @@ class Plan(BaseModel):
     # A per-request gate tune chose (lmcache-mp only: engines/lmcache_gate.py): prompts shorter
     # than this many tokens skip the offload lookup and load. None: every request is looked up.
     gate_prompt_tokens: int | None = Field(default=None, gt=0)
+    # "off": the connector carries one full-length KV group only, so the engine runs with vLLM's
+    # hybrid KV cache manager off (planning/carriage.py) and kv_bytes_per_token counts every
+    # attention layer. None: the engine's default (the manager on where the model has several kinds).
+    hybrid_manager: Literal["off"] | None = None
 
     @model_validator(mode="after")
     def _gate_on_lmcache_mp(self) -> Plan:
@@ -175,7 +179,7 @@ class Plan(BaseModel):
         # A plan sized by the rule, with no gate, serializes exactly as before either existed.
         out = handler(self)
         if isinstance(out, dict):
-            for key in ("trace", "gate_prompt_tokens"):
+            for key in ("trace", "gate_prompt_tokens", "hybrid_manager"):
                 if key in out and out[key] is None:
                     del out[key]
         return out

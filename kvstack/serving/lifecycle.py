@@ -18,7 +18,7 @@ from typing import Protocol
 
 from kvstack.clients import control
 from kvstack.clients.control import write_control_token
-from kvstack.errors import Interrupted, ValidationFailed
+from kvstack.errors import EngineError, Interrupted, ValidationFailed
 from kvstack.rundir import VALIDATION_JSON
 from kvstack.runtime.group import SupervisorGroup
 from kvstack.runtime.status import SupervisorStatus
@@ -31,6 +31,7 @@ from kvstack.serving.remote_watch import RemoteWatch
 from kvstack.serving.request import ServeRequest
 from kvstack.serving.restarts import RestartBudget
 from kvstack.validation import StepResult, ValidationReport, run_validation, target_from_launch, write_report
+from kvstack.validation.diagnosis import scan_log
 from kvstack.validation.replicas import STEP_NAME, shared_tier_skip_reason, shared_tier_step
 
 DISK_CHECK_EVERY_S = 30.0
@@ -234,7 +235,10 @@ def launched(launch: Launch, events: ServeEvents | None = None) -> Iterator[Supe
     ]
     with SupervisorGroup() as group, published(launch):
         group.launch(engines)
-        group.wait_ready(req.ready_timeout_s)
+        try:
+            group.wait_ready(req.ready_timeout_s)
+        except ProcessFailed as exc:
+            raise known_startup_failure(exc) or exc from exc
         if launch.router is not None:
             router = Supervisor(
                 launch.router, launch.run_dir, on_status=ev.status, api_key=req.api_key, handle_signals=False
@@ -243,6 +247,22 @@ def launched(launch: Launch, events: ServeEvents | None = None) -> Iterator[Supe
             group.wait_ready(ROUTER_READY_TIMEOUT_S)
         ev.ready(launch.front_url)
         yield group
+
+
+def known_startup_failure(exc: ProcessFailed) -> EngineError | None:
+    """A start that died on a known incompatibility, named in one line (validation/diagnosis.py's
+    startup patterns) instead of the log's traceback tail."""
+    try:
+        found = [d for d in scan_log(exc.log_path) if d.startup_fatal]
+    except OSError:
+        return None
+    if not found:
+        return None
+    d = found[0]
+    return EngineError(
+        f"{exc.name} could not start: {d.explanation} (line {d.first_line} of {exc.log_path})",
+        hint=d.fix or f"read the full log: {exc.log_path}",
+    )
 
 
 @contextmanager

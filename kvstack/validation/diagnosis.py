@@ -29,6 +29,8 @@ class Diagnosis(BaseModel):
     first_line: int  # 1-based line number of the first match (in the scanned text)
     example: str  # that line, secrets masked, shortened
     serves_nothing: bool = False  # the connector says it is not in use: no offload tier can hit
+    startup_fatal: bool = False  # a known incompatibility the engine cannot start with
+    fix: str = ""  # what to do about it, for a one-line error
 
 
 @dataclass(frozen=True)
@@ -40,10 +42,36 @@ class Pattern:
     # The connector's own word that it stores and serves nothing (not a symptom that may pass):
     # validation fails the tier steps on it without spending requests on them.
     serves_nothing: bool = False
+    # A known incompatibility the engine dies of at start: serve names it in one line with ``fix``.
+    startup_fatal: bool = False
+    fix: str = ""
 
 
 # Specific patterns first: the first one that matches a line names it.
 PATTERNS: tuple[Pattern, ...] = (
+    # lmcache/v1/multiprocess/transfer_context/worker_transfer.py (register, _single_group_block_ids):
+    # the CPU platform's engine-driven transfer carries one KV cache group.
+    Pattern(
+        "lmcache-one-kv-group",
+        re.compile(
+            r"engine-driven transfer does not support (?:multiple KV transfer|hybrid KV cache) groups"
+        ),
+        "LMCache's engine-driven transfer (the CPU platform) carries one KV cache group, and vLLM's hybrid "
+        "KV cache manager gave it several (a sliding-window, chunked or state-space model)",
+        serves_nothing=True,
+        startup_fatal=True,
+        fix="let kvstack choose the layout (it turns the hybrid manager off for a sliding-window model: "
+        "--disable-hybrid-kv-cache-manager), or serve with --offload none",
+    ),
+    # vllm/v1/core/kv_cache_utils.py (unify_hybrid_kv_cache_specs): state-space layers need the manager.
+    Pattern(
+        "hybrid-manager-required",
+        re.compile(r"Failed to promote local KV cache specs to one unified type"),
+        "vLLM cannot start a state-space hybrid with its hybrid KV cache manager off (a connector that "
+        "does not declare SupportsHMA, or --disable-hybrid-kv-cache-manager)",
+        startup_fatal=True,
+        fix="serve it with --offload none (no --disable-hybrid-kv-cache-manager among the engine arguments)",
+    ),
     # lmcache/v1/manager.py: "... System will operate in degraded mode (recompute)."
     Pattern(
         "lmcache-degraded-mode",
@@ -144,6 +172,8 @@ def scan_text(text: str, secrets: list[str] | None = None) -> list[Diagnosis]:
                 first_line=lineno,
                 example=example[:240] + ("..." if len(example) > 240 else ""),
                 serves_nothing=pat.serves_nothing,
+                startup_fatal=pat.startup_fatal,
+                fix=pat.fix,
             )
             break
     order = {p.name: i for i, p in enumerate(PATTERNS)}

@@ -13,6 +13,7 @@ from kvstack import __version__
 from kvstack.clients.client import check_http_url
 from kvstack.errors import InputError, PathError
 from kvstack.fsutil import atomic_write
+from kvstack.planning.engine_kv import KvExpectation
 from kvstack.planning.schema import Engine, Platform, TtftModel
 from kvstack.validation.correctness import CorrectnessCheck
 from kvstack.validation.diagnosis import Diagnosis
@@ -69,6 +70,9 @@ class ValidationTarget(BaseModel):
     batch_invariant: bool | None = None  # VLLM_BATCH_INVARIANT in the engine's environment; None: unknown
     secrets: list[str] = Field(default_factory=list, repr=False, exclude=True)
     prediction: TtftModel | None = None  # the plan's TTFT model: steps get measured vs predicted
+    # What the plan says the engine's KV pool holds (validation/kv_size.py): checked against the
+    # engine's own log line when both are known.
+    kv_expectation: KvExpectation | None = None
 
 
 class StepResult(BaseModel):

