@@ -38,6 +38,9 @@ class ConnectorReach:
     why_groups: str
     why_state: str
     why_mla: str = ""
+    # Whether a model whose every attention layer slides (Mistral-7B-v0.1) gets the offload at all.
+    sliding_only: bool = True
+    why_sliding_only: str = ""
 
 
 _ONE_GROUP_LMCACHE_CPU = (
@@ -73,7 +76,35 @@ REACH: dict[tuple[str, str], ConnectorReach] = {
         why_state=_NEEDS_MANAGER.format(connector="LMCache in-process"),
         why_mla=_MLA_CPU,
     ),
+    # vllm/distributed/kv_transfer/kv_connector/v1/lmcache_connector.py: LMCacheConnectorV1 does not
+    # subclass SupportsHMA, so vLLM turns the manager off for it (vllm/config/vllm.py), and its
+    # adapter tracks block_ids[0] only (lmcache/integration/vllm/vllm_v1_adapter.py); MLA it carries
+    # (kv_size 1: lmcache/integration/vllm/vllm_service_factory.py).
+    ("lmcache", "cuda"): ConnectorReach(
+        groups=False,
+        state=False,
+        mla=True,
+        why_groups="vLLM turns its hybrid KV cache manager off for LMCacheConnectorV1, which does not "
+        "declare SupportsHMA (vllm/distributed/kv_transfer/kv_connector/v1/lmcache_connector.py)",
+        why_state=_NEEDS_MANAGER.format(connector="LMCacheConnectorV1 (no SupportsHMA)"),
+    ),
+    # SGLang HiCache carries SWA, MLA and Mamba hybrids (sglang/srt/mem_cache/hybrid_cache/
+    # hybrid_pool_assembler.py strategies), but a model whose every layer slides gets a
+    # PureSWARadixCache and no host tier at all (sglang/srt/mem_cache/registry.py).
+    ("hicache", "cuda"): ConnectorReach(
+        groups=True,
+        state=True,
+        mla=True,
+        why_groups="",
+        why_state="",
+        sliding_only=False,
+        why_sliding_only="SGLang gives a model whose every attention layer slides a PureSWARadixCache, "
+        "which never attaches HiCache's host tier (sglang/srt/mem_cache/registry.py)",
+    ),
 }
+# lmcache-mp on CUDA (LMCache-driven transfer) and vLLM's native OffloadingConnector (SupportsHMA)
+# carry several groups, sliding windows, MLA and state-space state (mamba_cache_mode "align", vLLM's
+# default with prefix caching): they have no entry, so every model goes as allocated.
 
 
 def engine_default_manager(model: ModelGeometry) -> bool:
@@ -107,6 +138,10 @@ def carry(model: ModelGeometry, connector: Connector, platform: Platform) -> Car
         return CarryDecision("cannot", True, f"{connector} cannot serve MLA here: {reach.why_mla}")
     if model.state_layers and not reach.state:
         return CarryDecision("cannot", True, f"{connector} cannot carry {_feature(model)}: {reach.why_state}")
+    if not reach.sliding_only and model.sliding_layers and model.sliding_layers == model.attention_layers:
+        return CarryDecision(
+            "cannot", True, f"{connector} cannot carry {_feature(model)}: {reach.why_sliding_only}"
+        )
     multi = len([k for k in model.kv_kinds if k != "state"]) > 1
     if multi and not reach.groups:
         return CarryDecision(
@@ -118,6 +153,18 @@ def carry(model: ModelGeometry, connector: Connector, platform: Platform) -> Car
     return CarryDecision(
         "as-allocated", default, f"{connector} carries {_feature(model)} as vLLM allocates it"
     )
+
+
+def first_as_allocated(
+    model: ModelGeometry, candidates: tuple[Connector, ...], platform: Platform
+) -> tuple[Connector, CarryDecision] | None:
+    """The first of ``candidates`` (in the engine's order of preference) that carries the model as
+    vLLM allocates it: --offload auto takes it over one that needs the manager off."""
+    for connector in candidates:
+        decision = carry(model, connector, platform)
+        if decision.carriage == "as-allocated":
+            return connector, decision
+    return None
 
 
 def refuse_forced(model: ModelGeometry, connector: Connector, decision: CarryDecision) -> None:

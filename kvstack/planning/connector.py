@@ -17,6 +17,12 @@ _REMOTE_CAPABLE = frozenset({"lmcache", "lmcache-mp"})
 _NO_READMIT = frozenset({"lmcache-mp"})
 
 
+def auto_candidates(engine: Engine, remote_url: str | None) -> tuple[Connector, ...]:
+    """The connectors --offload auto may take for ``engine``, in order of preference."""
+    ordered = _BY_ENGINE[engine]
+    return tuple(c for c in ordered if remote_url is None or c in _REMOTE_CAPABLE)  # type: ignore[misc]
+
+
 def readmits_lower_hits(connector: str) -> bool:
     """Whether a block served from disk or remote is copied back into the DRAM tier."""
     return connector not in _NO_READMIT

@@ -7,12 +7,13 @@ import math
 from kvstack.errors import UnsupportedError
 from kvstack.hardware.snapshot import HardwareSnapshot
 from kvstack.model.geometry import ModelGeometry
+from kvstack.model.kv_groups import CPU_ENGINE, EngineKvParams
 from kvstack.planning import tiers as tr
 from kvstack.planning import ttft
 from kvstack.planning.capacity import CapacityCurve
 from kvstack.planning.carriage import MANAGER_OFF_FLAG, CarryDecision, carry, refuse_forced
 from kvstack.planning.dtype import choose_kv_dtype
-from kvstack.planning.kv import KvFootprint, KvLayout, chunk_size, footprint
+from kvstack.planning.kv import KvFootprint, KvLayout, bounded_layers, chunk_size, footprint
 from kvstack.planning.notes import Notes
 from kvstack.planning.offload_verdict import block_bytes
 from kvstack.planning.request import DEFAULT_UTILIZATION, PlanRequest
@@ -188,6 +189,7 @@ def cpu_plan(
         feasible=feasible,
         errors=notes.errors,
         hybrid_manager=None if layout.hybrid_manager or not model.hybrid else "off",
+        kv_in_flight_tokens=layout.engine.in_flight_tokens if bounded_layers(model) else None,
     )
 
 
@@ -208,10 +210,15 @@ def _carriage(model: ModelGeometry, request: PlanRequest, installed: bool, notes
 
 
 def manager_off_note(
-    model: ModelGeometry, dtype_bytes: float, context: int, kv: KvFootprint, notes: Notes
+    model: ModelGeometry,
+    dtype_bytes: float,
+    context: int,
+    kv: KvFootprint,
+    notes: Notes,
+    engine: EngineKvParams = CPU_ENGINE,
 ) -> None:
     """The cost of carrying a hybrid model with the manager off, in numbers."""
-    on = footprint(model, dtype_bytes, 1, context)
+    on = footprint(model, dtype_bytes, kv.tp, context, KvLayout(True, engine))
     notes.warn(
         f"{model.name} keeps {fmt_bytes(kv.effective_bytes_per_token)} of KV per context token with vLLM's "
         f"hybrid KV cache manager off ({MANAGER_OFF_FLAG}, so that the offload connector can carry it), "

@@ -8,15 +8,14 @@ from pydantic import BaseModel, ConfigDict
 
 from kvstack.model.geometry import ModelGeometry
 from kvstack.model.kv_groups import (
-    CPU_ENGINE,
     EngineKvParams,
     block_bytes,
     engine_kv_tokens,
-    gpu_engine,
     request_kv_bytes,
     tokens_for_blocks,
 )
 from kvstack.planning.dtype import dtype_bytes
+from kvstack.planning.kv import plan_layout
 from kvstack.planning.schema import Plan
 
 
@@ -73,15 +72,11 @@ class KvExpectation(BaseModel):
 
 
 def kv_expectation(
-    plan: Plan,
-    pool_bytes: int | None,
-    *,
-    gpu_memory_bytes: int = 80 << 30,
-    num_blocks_override: int | None = None,
+    plan: Plan, pool_bytes: int | None, *, num_blocks_override: int | None = None
 ) -> KvExpectation:
     """The expectation for an engine started from ``plan`` with ``pool_bytes`` of KV space (None on
     CUDA: the engine's log says what it had)."""
-    engine = CPU_ENGINE if plan.platform == "cpu" else gpu_engine(gpu_memory_bytes, plan.gpu_name or "")
+    engine = plan_layout(plan.platform, plan.hybrid_manager, plan.kv_in_flight_tokens).engine
     return KvExpectation(
         model=plan.model,
         dtype_bytes=dtype_bytes(plan.kv_cache_dtype, plan.model),

@@ -6,7 +6,13 @@ import math
 from dataclasses import dataclass
 
 from kvstack.model.geometry import ModelGeometry
-from kvstack.model.kv_groups import CPU_ENGINE, EngineKvParams, promotes_local_layers, request_kv_bytes
+from kvstack.model.kv_groups import (
+    CPU_ENGINE,
+    GPU_BLOCK_SIZE,
+    EngineKvParams,
+    promotes_local_layers,
+    request_kv_bytes,
+)
 from kvstack.units import fmt_tokens
 
 
@@ -55,6 +61,18 @@ def rank_share(model: ModelGeometry, tp: int) -> float:
     if model.attention == "mla":
         return 1.0
     return max(1.0 / tp, 1.0 / model.kv_heads)
+
+
+def plan_layout(platform: str, hybrid_manager: str | None, in_flight_tokens: int | None) -> KvLayout:
+    """The layout a plan was sized with, from its fields (Plan.hybrid_manager, kv_in_flight_tokens)."""
+    block = CPU_ENGINE.block_size if platform == "cpu" else GPU_BLOCK_SIZE
+    engine = EngineKvParams(block, in_flight_tokens or CPU_ENGINE.in_flight_tokens)
+    return KvLayout(hybrid_manager=hybrid_manager != "off", engine=engine)
+
+
+def bounded_layers(model: ModelGeometry) -> bool:
+    """Whether the model has layers the tokens in flight bound (sliding or chunked)."""
+    return bool(model.sliding_layers or model.chunked_layers)
 
 
 def full_length_bytes_per_token(model: ModelGeometry, hybrid_manager: bool) -> int:

@@ -10,7 +10,7 @@ from kvstack.hardware.snapshot import GpuInfo, HardwareSnapshot
 from kvstack.model.geometry import ModelGeometry
 from kvstack.planning import tiers as tr
 from kvstack.planning.dtype import DtypeChoice, choose_kv_dtype
-from kvstack.planning.kv import KvFootprint, footprint
+from kvstack.planning.kv import KvFootprint, KvLayout, footprint
 from kvstack.planning.request import DEFAULT_UTILIZATION, PlanRequest
 from kvstack.planning.schema import Workload
 from kvstack.units import fmt_bytes, fmt_tokens
@@ -72,6 +72,7 @@ def attempt(
     wl: Workload,
     tp: int,
     sglang: str | None,
+    layout: KvLayout | None = None,
 ) -> Attempt:
     gpus = snapshot.gpus[:tp]
     util, note = utilization(request, gpus)
@@ -79,18 +80,23 @@ def attempt(
     cc = min((g.compute_capability for g in gpus if g.compute_capability), default=None)
 
     def working_set(element_bytes: float) -> int:
-        kv = footprint(model, element_bytes, tp, wl.context_tokens)
+        kv = footprint(model, element_bytes, tp, wl.context_tokens, layout)
         return math.ceil(wl.users * wl.reuse * kv.session_bytes)
 
     dtype = choose_kv_dtype(
         request.engine, cc, model, request.kv_dtype, lambda b: working_set(b) <= budget.pool_total, sglang
     )
-    kv = footprint(model, dtype.bytes_per_element, tp, wl.context_tokens)
+    kv = footprint(model, dtype.bytes_per_element, tp, wl.context_tokens, layout)
     return Attempt(tp, util, budget, dtype, kv, working_set(dtype.bytes_per_element), note)
 
 
 def choose_tp(
-    snapshot: HardwareSnapshot, model: ModelGeometry, request: PlanRequest, wl: Workload, sglang: str | None
+    snapshot: HardwareSnapshot,
+    model: ModelGeometry,
+    request: PlanRequest,
+    wl: Workload,
+    sglang: str | None,
+    layout: KvLayout | None = None,
 ) -> tuple[Attempt, str]:
     """--tp as asked, else the smallest TP at which all concurrent sessions fit, else the largest."""
     n = len(snapshot.gpus)
@@ -106,9 +112,11 @@ def choose_tp(
                 f"{model.kv_heads} KV heads",
                 hint="use a power of two that divides the head counts",
             )
-        return attempt(snapshot, model, request, wl, request.tp, sglang), f"--tp {request.tp} as asked"
+        return attempt(
+            snapshot, model, request, wl, request.tp, sglang, layout
+        ), f"--tp {request.tp} as asked"
     candidates = [t for t in TP_SIZES if t <= n and tp_ok(model, t)] or [1]
-    attempts = [attempt(snapshot, model, request, wl, tp, sglang) for tp in candidates]
+    attempts = [attempt(snapshot, model, request, wl, tp, sglang, layout) for tp in candidates]
     ok = [a for a in attempts if a.problem is None]
     seen = f" of {n} GPUs" if n > 1 else ""
     if not ok:

@@ -6,10 +6,12 @@ from kvstack.errors import InputError
 from kvstack.hardware.gpu_specs import gpu_spec
 from kvstack.hardware.snapshot import HardwareSnapshot
 from kvstack.model.geometry import ModelGeometry
+from kvstack.model.kv_groups import gpu_engine
 from kvstack.planning.capacity import CapacityCurve
-from kvstack.planning.connector import install_warnings, wanted_connector
-from kvstack.planning.cpu_plan import cpu_plan
-from kvstack.planning.kv import chunk_size
+from kvstack.planning.carriage import carry, first_as_allocated, refuse_forced
+from kvstack.planning.connector import auto_candidates, install_warnings, wanted_connector
+from kvstack.planning.cpu_plan import cpu_plan, manager_off_note
+from kvstack.planning.kv import KvLayout, bounded_layers, chunk_size
 from kvstack.planning.layout import offload_tiers, with_breakeven
 from kvstack.planning.notes import Notes
 from kvstack.planning.offload_verdict import apply_trace, block_bytes, trace_curve
@@ -107,7 +109,25 @@ def _plan(
     versions = _versions(snapshot, request)
     remote = redact_url(request.remote_url) if request.remote_url else None
     wanted, connector_why = wanted_connector(request.engine, request.offload, remote)
-    chosen, tp_why = choose_tp(snapshot, model, request, wl, versions.get("sglang"))
+    decision = carry(model, wanted, "cuda")
+    if request.offload == "auto" and wanted != "none" and decision.carriage != "as-allocated":
+        better = first_as_allocated(model, auto_candidates(request.engine, remote), "cuda")
+        if better is not None:
+            connector_why = (
+                f"{better[0]}: carries {model.name}'s layers as vLLM allocates them, where {wanted} "
+                f"would not ({decision.reason}) (--offload auto)"
+            )
+            wanted, decision = better
+    if decision.carriage == "cannot":
+        if request.offload != "auto":
+            refuse_forced(model, wanted, decision)
+        wanted, connector_why = "none", f"none: {decision.reason}"
+        decision = carry(model, "none", "cuda")
+    if decision.carriage == "manager-off" or model.hybrid:
+        notes.reasons["layers"] = decision.reason
+    gpu0 = snapshot.gpus[0]
+    layout = KvLayout(decision.hybrid_manager, gpu_engine(gpu0.memory_total_bytes or 0, gpu0.name))
+    chosen, tp_why = choose_tp(snapshot, model, request, wl, versions.get("sglang"), layout)
     gpus = snapshot.gpus[: chosen.tp]
     gpu = gpus[0]
     kv, budget = chosen.kv, chosen.budget
@@ -163,6 +183,13 @@ def _plan(
         )
     else:
         notes.reasons["connector"] = "none: the plan is infeasible"
+    if connector == "none" and decision.carriage == "manager-off":
+        # No tier to carry after all: plan the engine as it runs without a connector (the manager on).
+        return _plan(
+            snapshot, model, model_path, request.model_copy(update={"offload": "none"}), workload, curve
+        )
+    if decision.carriage == "manager-off":
+        manager_off_note(model, chosen.dtype.bytes_per_element, wl.context_tokens, kv, notes, layout.engine)
     for w in install_warnings(request.engine, connector, versions):
         notes.warn(w)
     lower, prefill = with_breakeven(snapshot, model, chosen, lower, notes, wl.context_tokens)
@@ -228,4 +255,6 @@ def _plan(
         reasons=notes.reasons,
         feasible=not notes.errors,
         errors=notes.errors,
+        hybrid_manager=None if layout.hybrid_manager or not model.hybrid else "off",
+        kv_in_flight_tokens=layout.engine.in_flight_tokens if bounded_layers(model) else None,
     )

@@ -164,6 +164,9 @@ class Plan(BaseModel):
     # hybrid KV cache manager off (planning/carriage.py) and kv_bytes_per_token counts every
     # attention layer. None: the engine's default (the manager on where the model has several kinds).
     hybrid_manager: Literal["off"] | None = None
+    # The tokens the engine keeps in flight (model/kv_groups.py), which bound what a sliding or
+    # chunked layer holds; set only for a model that has such layers.
+    kv_in_flight_tokens: int | None = None
 
     @model_validator(mode="after")
     def _gate_on_lmcache_mp(self) -> Plan:
@@ -179,7 +182,7 @@ class Plan(BaseModel):
         # A plan sized by the rule, with no gate, serializes exactly as before either existed.
         out = handler(self)
         if isinstance(out, dict):
-            for key in ("trace", "gate_prompt_tokens", "hybrid_manager"):
+            for key in ("trace", "gate_prompt_tokens", "hybrid_manager", "kv_in_flight_tokens"):
                 if key in out and out[key] is None:
                     del out[key]
         return out

@@ -28,7 +28,7 @@ from kvstack.planning import (
     ttft,
 )
 from kvstack.planning import plan as plan_module
-from kvstack.planning.kv import footprint
+from kvstack.planning.kv import footprint, plan_layout
 
 from .helpers import PlanFor, catalog_model, plan_for, snapshot
 
@@ -195,9 +195,12 @@ CASES = [
         tiers=("gpu", "cpu"),
         warning="9.0 GiB free",
     ),
-    Case("h200", "gpt-oss-120b", "agent-multi-turn", connector="lmcache", tiers=("gpu", "cpu", "disk")),
+    # A sliding-window hybrid: --offload auto takes the connector that keeps vLLM's hybrid manager on.
+    Case("h200", "gpt-oss-120b", "agent-multi-turn", connector="lmcache-mp", tiers=("gpu", "cpu", "disk")),
     # vLLM holds window + the tokens in flight (2 x 8192 on an H100) per sliding layer: a disk tier too.
-    Case("h100-sxm", "mistral-7b", "chatbot-shared-prompt", connector="lmcache", tiers=("gpu", "cpu", "disk")),
+    Case(
+        "h100-sxm", "mistral-7b", "chatbot-shared-prompt", connector="lmcache", tiers=("gpu", "cpu", "disk")
+    ),
     Case("h100-sxm", "mistral-7b", "chatbot-shared-prompt", {"retain_factor": 1.0}),
     Case(
         "h100-sxm",
@@ -334,6 +337,7 @@ def footprint_for(plan: Any) -> Any:
         dtype_bytes(plan.kv_cache_dtype, plan.model),
         plan.tensor_parallel_size,
         plan.workload.context_tokens,
+        plan_layout(plan.platform, plan.hybrid_manager, plan.kv_in_flight_tokens),
     )
 
 

@@ -17,6 +17,7 @@ import pytest
 
 from kvstack.clients.streaming import RequestResult
 from kvstack.errors import EngineError, InputError, NetworkTargetError, PathError
+from kvstack.model.catalog import catalog_model
 from kvstack.planning.schema import Plan
 from kvstack.runtime.specs import LaunchSpec, ProcessSpec
 from kvstack.validation import (
@@ -376,6 +377,11 @@ def test_target_from_launch() -> None:
     plan = Plan.model_construct(  # only the fields the function reads
         platform="cpu",
         chunk_size=256,
+        model=catalog_model("llama-3.1-8b")[0],
+        kv_cache_dtype="auto",
+        max_model_len=8192,
+        hybrid_manager=None,
+        kv_in_flight_tokens=None,
         tiers=[
             _tier("gpu"),
             _tier("cpu"),
@@ -389,6 +395,9 @@ def test_target_from_launch() -> None:
     assert t.connector == "lmcache" and t.chunk_tokens == 256
     assert (t.min_speedup, t.min_tier_speedup) == (1.5, 1.2)
     assert t.secrets == ["sk-1234567"] and "sk-1234567" not in t.model_dump_json()
+    # The plan's KV pool, to check against the engine's log: no VLLM_CPU_KVCACHE_SPACE here, no size.
+    assert t.kv_expectation is not None and t.kv_expectation.pool_bytes is None
+    assert t.kv_expectation.hybrid_manager and t.kv_expectation.block_size == 128
 
 
 def _tier(kind: str, path: str | None = None) -> object:
