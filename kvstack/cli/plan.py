@@ -91,6 +91,16 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(1)
 
 
+def _kv_layers(plan: Plan) -> str:
+    """Which layers the per-token figure counts, in the layout the engine will run."""
+    model = plan.model
+    if plan.hybrid_manager == "off":
+        return f"all {model.attention_layers} attention layers at full length: hybrid KV cache manager off"
+    if model.hybrid or model.sliding_layers:
+        return f"full-attention layers; the model: {model.layer_summary()}"
+    return "full-attention layers"
+
+
 def _breakeven(kind: str, tokens: int | None, platform: str) -> str:
     from kvstack.units import fmt_tokens
 
@@ -156,7 +166,7 @@ def render(plan: Plan) -> None:
     facts = [
         (
             "KV dtype",
-            f"{plan.kv_cache_dtype} ({fmt_bytes(plan.kv_bytes_per_token)}/token, full-attention layers)",
+            f"{plan.kv_cache_dtype} ({fmt_bytes(plan.kv_bytes_per_token)}/token, {_kv_layers(plan)})",
         ),
         ("connector", plan.connector),
         ("tensor parallel", str(plan.tensor_parallel_size)),

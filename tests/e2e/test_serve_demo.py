@@ -37,7 +37,16 @@ def test_serve_validates_and_answers(demo_server: ServeSession) -> None:
     assert steps["warm"]["speedup"] >= 1.5
     # The demo's default layout on this CPU machine: LMCache's cache server with DRAM and disk tiers,
     # each proven by its own counters with a real engine.
-    assert [s["name"] for s in report["steps"]] == ["cold", "warm", "tier:cpu", "tier:disk", "diagnosis"]
+    assert [s["name"] for s in report["steps"]] == [
+        "cold",
+        "warm",
+        "tier:cpu",
+        "tier:disk",
+        "diagnosis",
+        "kv-size",
+    ]
+    # The engine's own "KV cache size" line: within 2% of the tokens the plan gave its pool.
+    assert steps["kv-size"]["verdict"] == "pass", steps["kv-size"]
     assert counter_delta(steps["tier:cpu"], "lmcache_mp_lookup_hit_l1_tokens") > 0
     assert counter_delta(steps["tier:cpu"], "vllm:external_prefix_cache_hits") > 0
     assert counter_delta(steps["tier:disk"], "lmcache_mp_lookup_hit_l2_tokens") > 0

@@ -138,7 +138,8 @@ def test_validation_proves_dram_disk_and_redis_tiers(tiered: Tiered) -> None:
     report = json.loads(report_path.read_text())
     steps = {s["name"]: s for s in report["steps"]}
     assert report["overall"] == "PASS", json.dumps(report["steps"], indent=1)[-4000:]
-    assert list(steps) == ["cold", "warm", "tier:cpu", "tier:disk", "tier:remote", "diagnosis"]
+    assert list(steps) == ["cold", "warm", "tier:cpu", "tier:disk", "tier:remote", "diagnosis", "kv-size"]
+    assert steps["kv-size"]["verdict"] == "pass", steps["kv-size"]  # the plan's KV is the engine's
     assert counter_delta(steps["tier:cpu"], "lmcache_mp_lookup_hit_l1_tokens") > 0
     # vLLM's worker copies KV to and from LMCache's L1 in /dev/shm, not by pickle over the socket.
     log = engine_log(tiered.session)

@@ -173,3 +173,22 @@ def test_a_hung_engine_restarts_its_unit_as_a_hung_cache_server_does(tmp_path: P
     assert warning.startswith(f"engine stopped answering http://127.0.0.1:{port}/health for ")
     assert "(hung, not dead) during serving" in warning
     assert ": restarting the engine (restart 1/3 within 10 min;" in warning
+
+
+def test_a_known_startup_incompatibility_is_one_line(tmp_path: Path) -> None:
+    """An engine that dies of a known incompatibility: its name and the fix, not the traceback tail."""
+    from kvstack.runtime.failure import ProcessFailed
+    from kvstack.serving.lifecycle import known_startup_failure
+
+    recorded = Path(__file__).resolve().parents[2] / "fixtures" / "logs" / "vllm_lmcache_mp_hybrid_groups.log"
+    died = ProcessFailed(
+        "engine", "exited with code 1 during startup", 1, recorded, ["Traceback ..."], hint="x"
+    )
+    err = known_startup_failure(died)
+    assert err is not None and "\n" not in err.message
+    assert err.message.startswith("engine could not start: LMCache's engine-driven transfer")
+    assert "--offload none" in (err.hint or "")
+    plain = tmp_path / "engine.log"
+    plain.write_text("RuntimeError: something else\n")
+    other = ProcessFailed("engine", "exited with code 1 during startup", 1, plain, ["x"], hint="x")
+    assert known_startup_failure(other) is None

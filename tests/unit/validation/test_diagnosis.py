@@ -75,3 +75,18 @@ def test_huge_log_is_read_at_both_ends(tmp_path: Path) -> None:
     # The store failure in the middle is beyond both ends: not read.
     assert [d.name for d in scan_text(text)] == ["lmcache-degraded-mode", "cache-disk-full"]
     assert len(scan_text(read_log(log))) == 3  # below the default limits: all of it
+
+
+def test_lmcache_refusing_several_kv_groups_is_a_startup_incompatibility() -> None:
+    """The recorded start of Gemma 3 270M with LMCache's server and the hybrid manager on."""
+    found = scan_log(LOGS / "vllm_lmcache_mp_hybrid_groups.log")
+    first = found[0]
+    assert first.name == "lmcache-one-kv-group" and first.startup_fatal and first.serves_nothing
+    assert first.first_line == 111 and "--disable-hybrid-kv-cache-manager" in first.fix
+    assert "several" in first.explanation
+
+
+def test_state_space_hybrid_without_the_manager() -> None:
+    text = "ValueError: Failed to promote local KV cache specs to one unified type.\n"
+    (found,) = scan_text(text)
+    assert found.name == "hybrid-manager-required" and found.startup_fatal and "--offload none" in found.fix

