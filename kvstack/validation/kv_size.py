@@ -19,8 +19,12 @@ from kvstack.validation.report import StepResult, Verdict
 
 TOLERANCE = 0.02
 _SIZE = re.compile(r"KV cache size: ([\d,]+) tokens")
+# The same line goes on with the max_model_len the engine runs at (engine arguments may change it).
+_LEN = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request")
 _AVAILABLE = re.compile(r"Available KV cache memory: ([\d.]+) GiB")
 _OVERRIDE = "--num-gpu-blocks-override"
+# vllm/platforms/cpu.py on an AVX512-BF16 host: the SSM state cache goes to float32.
+_SSM_FLOAT32 = re.compile(r"Reset SSM cache type to float32")
 
 
 def blocks_override(argv: list[str]) -> int | None:
@@ -48,6 +52,10 @@ def kv_size_step(expect: KvExpectation, log_file: Path) -> StepResult:
     if logged is None:
         return StepResult(name=name, verdict="skip", reason="the engine log has no 'KV cache size' line")
     engine_tokens = int(logged.replace(",", ""))
+    if (length := _last(_LEN, text)) is not None:
+        expect = expect.model_copy(update={"max_model_len": int(length.replace(",", ""))})
+    if _SSM_FLOAT32.search(text):
+        expect = expect.model_copy(update={"ssm_float32": True})
     pool = expect.pool_bytes
     if pool is None and (available := _last(_AVAILABLE, text)) is not None:
         pool = int(float(available) * GIB)

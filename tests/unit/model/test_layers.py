@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from kvstack.model.geometry import geometry_from_config
-from kvstack.model.layers import layer_stack, state_bytes_per_sequence
+from kvstack.model.layers import layer_stack, state_shape
 
 
 def _stack(cfg: dict[str, Any], layers: int, max_context: int = 32768) -> tuple[int, int, int, int]:
@@ -102,9 +102,17 @@ def test_state_layers_keep_no_per_token_kv() -> None:
     assert geo.kv_bytes_per_token == 2 * 2 * 64 * 2  # one attention layer
     conv = (4 - 1) * (8 * 32 + 2 * 1 * 16)
     assert geo.state_bytes_per_sequence == 3 * (conv + 8 * 32 * 16) * 2
+    assert geo.state_page_bytes(ssm_float32=True) == conv * 2 + 8 * 32 * 16 * 4
     gdn = {"linear_key_head_dim": 16, "linear_value_head_dim": 32, "linear_num_key_heads": 2}
     gdn |= {"linear_num_value_heads": 4, "linear_conv_kernel_dim": 4}
-    assert state_bytes_per_sequence(gdn, 256, 2) == ((3 * (2 * 2 * 16 + 4 * 32)) + 4 * 16 * 32) * 2
+    shape = state_shape(gdn, 256)
+    assert (shape.kind, shape.conv_elements, shape.ssm_elements) == (
+        "gdn",
+        3 * (2 * 2 * 16 + 4 * 32),
+        4 * 16 * 32,
+    )
+    nemotron = state_shape({"model_type": "nemotron_h", "mamba_num_heads": 8, "ssm_state_size": 64}, 256)
+    assert nemotron.kind == "mamba2" and nemotron.ssm_float32
 
 
 def test_plain_decoder_serializes_as_before() -> None:

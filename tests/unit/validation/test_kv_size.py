@@ -92,3 +92,9 @@ def test_the_recorded_hybrid_start_logged_the_manager_on_figure() -> None:
     recorded = Path(__file__).resolve().parents[2] / "fixtures" / "logs" / "vllm_lmcache_mp_hybrid_groups.log"
     assert kv_size_step(expectation(True), recorded).verdict == "pass"
     assert kv_size_step(expectation(False), recorded).verdict == "fail"
+
+
+def test_the_engines_own_max_model_len_is_used(tmp_path: Path) -> None:
+    """Engine arguments after -- may change --max-model-len: the line says which one ran."""
+    line = "CPU KV cache size: 81,621 tokens, Maximum concurrency for 4,096 tokens per request: 19.93x"
+    assert kv_size_step(expectation(True), log(tmp_path, line)).verdict == "pass"
