@@ -94,3 +94,20 @@ ensure_demo_weights() {
   log "generating the demo model's weights (profiles/demo/model.safetensors)"
   "$PY" "$ROOT/scripts/make-demo-model" "$ROOT/profiles/demo" --weights >&2
 }
+
+ensure_family_models() {
+  # One tiny checkpoint per model family (sliding window, sinks, chunked local, MLA, state-space:
+  # profiles/families/*.json), seeded weights checked against the sha256 sums scripts/make-family-models
+  # records. Rewritten only when a file is missing or its sum differs (about 4 s for all).
+  local dir="$ROOT/.models/families" family want stale=0
+  for family in $(ls "$ROOT/profiles/families" | sed -n 's/\.json$//p'); do
+    want=$(sed -n "s/^    \"$family\": \"\([0-9a-f]*\)\",\$/\1/p" "$ROOT/scripts/make-family-models")
+    [ -n "$want" ] && [ -f "$dir/$family/model.safetensors" ] \
+      && [ "$(sha256sum "$dir/$family/model.safetensors" | cut -d' ' -f1)" = "$want" ] \
+      && cmp -s "$dir/$family/config.json" "$ROOT/profiles/families/$family.json" || stale=1
+  done
+  [ "$stale" = 0 ] && return 0
+  log "generating the model-family checkpoints (.models/families)"
+  mkdir -p "$ROOT/.models"
+  "$PY" "$ROOT/scripts/make-family-models" "$dir" >&2
+}

