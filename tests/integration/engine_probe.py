@@ -108,6 +108,8 @@ def check_vllm_argv(argv: list[str]) -> dict[str, Any]:
         "gpu_memory_utilization": engine.gpu_memory_utilization,
         "load_format": str(engine.load_format),
         "api_key": args.api_key,
+        "disable_hybrid_kv_cache_manager": engine.disable_hybrid_kv_cache_manager,
+        "enable_prefix_caching": engine.enable_prefix_caching,
     }
     if engine.kv_transfer_config is not None:
         out["kv_transfer"] = check_kv_transfer(engine.kv_transfer_config)

