@@ -11,22 +11,9 @@ from kvstack.model.geometry import ModelGeometry, geometry_from_config
 from kvstack.planning.carriage import carry
 from kvstack.planning.kv import KvLayout, footprint
 
+from ..model.test_layers import GEMMA3_270M
 from .helpers import PlanFor, catalog_model, roomy_cpu_host, snapshot
 
-GEMMA3: dict[str, Any] = {
-    "architectures": ["Gemma3ForCausalLM"],
-    "model_type": "gemma3_text",
-    "num_hidden_layers": 18,
-    "hidden_size": 640,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 1,
-    "head_dim": 256,
-    "sliding_window": 512,
-    "max_position_embeddings": 32768,
-    "vocab_size": 262144,
-    "intermediate_size": 2048,
-    "torch_dtype": "bfloat16",
-}
 GRANITE4: dict[str, Any] = {
     "architectures": ["GraniteMoeHybridForCausalLM"],
     "model_type": "granitemoehybrid",
@@ -44,7 +31,7 @@ GRANITE4: dict[str, Any] = {
 
 
 def gemma3() -> ModelGeometry:
-    return geometry_from_config(GEMMA3, "gemma3-270m", "test")
+    return geometry_from_config(GEMMA3_270M, "gemma3-270m", "test")
 
 
 def granite4() -> ModelGeometry:
