@@ -90,6 +90,8 @@ def cpu_plan(
             if request.engine == "vllm" and not installed and request.offload == "auto"
             else "offloading is off"
         )
+        if decision.carriage == "cannot":
+            why = decision.reason
         notes.warn(f"{no_gpu} without KV offload: {why}; vLLM's native offload needs CUDA")
         if request.offload not in ("auto", "none"):
             notes.warn(f"--offload {request.offload} is ignored without a GPU")
