@@ -78,6 +78,10 @@ class EngineError(KvstackError):
     """The engine or a helper server failed to start, died, or never became ready."""
 
 
+class WrongKvServed(KvstackError):
+    """The canary found an answer served from a cache that recompute does not give (--on-wrong-kv stop)."""
+
+
 class ValidationFailed(KvstackError):
     """The validation pass ran and at least one applicable step failed."""
 

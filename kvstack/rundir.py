@@ -2,7 +2,9 @@
 ``top``, ``validate`` and ``bench`` read it, so the names live here once.
 
 A run dir (0700) holds ``plan.json`` and ``launch.json`` (what ran, secrets masked),
-``validation.json`` (the last validation report), ``control-token`` (0600, kvstack's key to the
+``validation.json`` (the last validation report), ``canary.json`` (the canary's state: checks by
+tier and verdict, the share of prefill it took, a fallback) and ``events.jsonl`` (one line per canary
+check and per action taken on wrong KV), ``control-token`` (0600, kvstack's key to the
 engine's control routes) and ``<process>.log`` for each supervised process.
 """
 
@@ -16,6 +18,8 @@ PLAN_JSON = "plan.json"
 LAUNCH_JSON = "launch.json"
 VALIDATION_JSON = "validation.json"
 CONTROL_TOKEN = "control-token"
+CANARY_JSON = "canary.json"
+EVENTS_JSONL = "events.jsonl"
 
 
 def log_name(process: str) -> str:

@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
+from kvstack.canary.defaults import DEFAULT_INTERVAL_S
+from kvstack.cli import canary_options as copt
 from kvstack.cli import options as opt
 from kvstack.cli import remote_options as ropt
 from kvstack.errors import InputError
@@ -26,6 +28,8 @@ if TYPE_CHECKING:
 from kvstack.names import ENGINES, choice
 from kvstack.names import OFFLOAD_CHOICES as OFFLOADS
 from kvstack.validation.thresholds import DEFAULT_MIN_SPEEDUP, DEFAULT_MIN_TIER_SPEEDUP
+
+DEFAULT_BUDGET_TEXT = copt.DEFAULTS["budget"]
 
 
 def serve_events(json_mode: bool) -> ServeEvents:
@@ -196,6 +200,12 @@ def register(app: typer.Typer) -> None:
         exit_after_validate: bool = typer.Option(
             False, "--exit-after-validate", help="Stop after validating"
         ),
+        no_canary: copt.NoCanary = False,
+        canary_interval: copt.CanaryInterval = DEFAULT_INTERVAL_S,
+        canary_budget: copt.CanaryBudget = DEFAULT_BUDGET_TEXT,
+        on_wrong_kv: copt.OnWrongKvOption = "fallback",
+        metrics_port: copt.MetricsPort = 0,
+        metrics_token_file: copt.MetricsTokenFile = None,
     ) -> None:
         """Plan the KV tiers, write the connector config, launch the engine, validate it, keep serving."""
         from kvstack.apikey import resolve_api_key
@@ -242,6 +252,9 @@ def register(app: typer.Typer) -> None:
             extra_args=list(extra_args or []),
             replicas=replicas,
             router=router,
+            **copt.canary_fields(
+                no_canary, canary_interval, canary_budget, on_wrong_kv, metrics_port, metrics_token_file
+            ),
         )
         from kvstack.cli.plan_trace import read_trace_input
 

@@ -17,6 +17,7 @@ from kvstack.fsutil import check_private_dir
 from kvstack.model import hub
 from kvstack.runtime.preflight import check_port_free, preflight_launch
 from kvstack.serving.prepare import Launch, PreparedServe
+from kvstack.serving.quarantine import quarantined
 from kvstack.serving.router import require_router
 
 
@@ -73,6 +74,8 @@ def preflight(launch: Launch) -> None:
     for p in launch.replicas:
         for directory in private_dirs(p):
             check_private_dir(directory, "--run-dir" if directory == p.run_dir else "--cache-dir")
+    for tier_dir in sorted({d for p in launch.replicas for d in p.spec.cache_dirs.values()}):
+        quarantined(Path(tier_dir))
     own = set(first.spec.ports)  # preflight_launch checks the first replica's
     for port in bound_ports(launch):
         if port not in own:

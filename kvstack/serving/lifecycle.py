@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from kvstack.canary.checker import CanaryConfig
+from kvstack.canary.runner import CanaryRunner
 from kvstack.clients import control
 from kvstack.clients.control import write_control_token
 from kvstack.errors import EngineError, Interrupted, ValidationFailed
@@ -23,6 +25,7 @@ from kvstack.rundir import VALIDATION_JSON
 from kvstack.runtime.group import SupervisorGroup
 from kvstack.runtime.status import SupervisorStatus
 from kvstack.runtime.supervisor import ProcessFailed, Supervisor
+from kvstack.serving import wrong_kv
 from kvstack.serving.launch_checks import launch_notes, launch_warnings, preflight
 from kvstack.serving.launch_files import record, write_launch_files
 from kvstack.serving.prepare import Launch
@@ -145,6 +148,7 @@ def serve_until_stopped(
     remote_url: str | None = None,
     ready_timeout_s: float = 600.0,
     budget: RestartBudget | None = None,
+    canary: CanaryRunner | None = None,
 ) -> None:
     """Watch the engine (death), the disk tier (free space) and the remote store (reachable).
 
@@ -185,6 +189,9 @@ def serve_until_stopped(
                 next_disk_check = now + DISK_CHECK_EVERY_S
             if remote is not None:
                 follow_remote(remote, sup, events.warning, events.message, ready_timeout_s)
+            if canary is not None:
+                for record in canary.wrong_kv():
+                    wrong_kv.act(record, canary, sup, ready_timeout_s, events.warning, events.message)
             time.sleep(POLL_S)
 
 
@@ -312,8 +319,58 @@ def run(launch: Launch, events: ServeEvents | None = None) -> int:
         if req.exit_after_validate:
             return 0
         ev.message(_serving_message(launch))
-        try:
-            serve_until_stopped(group, ev, watched_remote(launch), req.ready_timeout_s)
-        except Interrupted:
-            ev.message("stopped")
+        with watching(launch, report, ev) as canary:
+            try:
+                serve_until_stopped(group, ev, watched_remote(launch), req.ready_timeout_s, canary=canary)
+            except Interrupted:
+                ev.message("stopped")
     return 0
+
+
+def canary_off_reason(launch: Launch) -> str | None:
+    """Why this launch runs no canary, or None when it does."""
+    req = launch.request
+    if not req.canary:
+        return "--no-canary"
+    if launch.replicas[0].spec.connector == "none" or not launch.plan.offload_tiers:
+        return "no offload tier is served"
+    return None
+
+
+@contextmanager
+def watching(
+    launch: Launch, report: ValidationReport | None, ev: ServeEvents
+) -> Iterator[CanaryRunner | None]:
+    """The canary beside the serving engines (the first replica's engine), stopped on exit."""
+    why = canary_off_reason(launch)
+    if why is not None:
+        ev.message(f"canary off: {why}")
+        yield None
+        return
+    req, first = launch.request, launch.replicas[0]
+    target = target_from_launch(
+        first.spec, launch.plan, api_key=req.api_key, remote_url=first.options.remote_url
+    )
+    runner = CanaryRunner(
+        target,
+        CanaryConfig(
+            interval_s=req.canary_interval_s, budget=req.canary_budget, probe_tokens=req.prompt_tokens
+        ),
+        req.on_wrong_kv,
+        launch.run_dir,
+        noise=report.noise_floor if report is not None else None,
+        on_error=ev.warning,
+    )
+    token = req.metrics_token or first.options.control_token
+    runner.start("127.0.0.1" if token else None, req.metrics_port, token)
+    where = f"; metrics at {runner.state.metrics_url} (bearer token required)" if runner.metrics else ""
+    ev.message(
+        f"canary on: a probe asked again every {req.canary_interval_s:g} s at most, within "
+        f"{req.canary_budget:.2%} of the engine's prefill; on wrong KV: {req.on_wrong_kv}{where}"
+    )
+    try:
+        yield runner
+    finally:
+        runner.stop()
+        state = runner.snapshot()
+        ev.message(f"{state.summary()}; {state.share_line()}")

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from kvstack.canary.defaults import DEFAULT_BUDGET, DEFAULT_INTERVAL_S, OnWrongKv
 from kvstack.planning.schema import Engine, OffloadChoice
 from kvstack.profiles import profiles_dir
 from kvstack.rundir import default_cache_root, new_run_dir
@@ -57,6 +58,14 @@ class ServeRequest(BaseModel):
     min_tier_speedup: float = DEFAULT_MIN_TIER_SPEEDUP
     extra_args: list[str] = Field(default_factory=list)
     fio_seconds: float = 3.0
+    # The canary (kvstack/canary): probes asked again while serving, judged against recompute.
+    canary: bool = True  # on when an offload tier is served
+    canary_interval_s: float = DEFAULT_INTERVAL_S
+    canary_budget: float = DEFAULT_BUDGET  # the largest share of the engine's prefill it may take
+    on_wrong_kv: OnWrongKv = "fallback"
+    metrics_port: int = 0  # kvstack's own /metrics on --host's loopback: 0 picks a free port
+    # The bearer /metrics wants (--metrics-token-file's content); None: the run's control token.
+    metrics_token: str | None = Field(default=None, repr=False)
     replicas: int = 1  # engines on consecutive ports, supervised as one unit (serving.replicas)
     router: bool = False  # vllm-router in front of them, on --port
 

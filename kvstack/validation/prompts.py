@@ -117,6 +117,12 @@ class PromptBuilder:
             self._lead_words.add(nonce.split("-", 1)[0])
             self._first_ids.update(first)
             return prompt
+        if self._lead_words or self._first_ids:
+            # Every lead word was used (a long-running canary): the nonce's random part still
+            # makes each prompt's first block its own, so start the distinct-first-token rule over.
+            self._lead_words.clear()
+            self._first_ids.clear()
+            return await self.build(n_tokens)
         raise RuntimeError("could not draw a prompt with a new first token in 50 tries")
 
     async def _sized(self, nonce: str, n_tokens: int) -> Prompt:

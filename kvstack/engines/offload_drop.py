@@ -1,0 +1,62 @@
+"""A rendered launch without its offload tiers: what serving restarts when the canary finds wrong KV.
+
+The engine is rendered again without the connector: vLLM without ``--kv-transfer-config`` (and the
+native offloading flags, and the hybrid-manager switch the connector needed: planning/carriage.py),
+SGLang without HiCache's flags; LMCache's cache server is not started, and no LMCACHE_ variable
+reaches the engine. The engine keeps its own prefix cache: a restart empties it, so nothing the
+failed tier loaded survives. The tiers' directories are left as they are (serving/wrong_kv.py marks
+them, so that no later serve reads them unchecked).
+"""
+
+from __future__ import annotations
+
+from kvstack.engines.sglang import HICACHE_FLAGS
+from kvstack.engines.vllm import CONNECTOR_FLAGS
+from kvstack.planning.carriage import MANAGER_OFF_FLAG
+from kvstack.runtime.specs import LaunchSpec
+
+FALLBACK_NOTE = (
+    "the offload tiers were turned off while serving: the canary found an answer served from them "
+    "that recompute does not give (the engine restarted without them)"
+)
+HICACHE_VALUED = ("--hicache-",)  # every --hicache-* flag takes a value
+LMCACHE_ENV_PREFIX = "LMCACHE_"
+
+
+def _without_flags(argv: list[str]) -> list[str]:
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        name = arg.split("=", 1)[0]
+        if name in CONNECTOR_FLAGS or name.startswith(HICACHE_VALUED):
+            i += 1 if "=" in arg else 2
+            continue
+        if name in HICACHE_FLAGS or name == MANAGER_OFF_FLAG:
+            i += 1
+            continue
+        out.append(arg)
+        i += 1
+    return out
+
+
+def without_offload(spec: LaunchSpec) -> LaunchSpec | None:
+    """``spec`` serving from the engine's own cache only; None when it has no offload to drop."""
+    if spec.connector == "none":
+        return None
+    env = {k: v for k, v in spec.server.env.items() if not k.startswith(LMCACHE_ENV_PREFIX)}
+    server = spec.server.model_copy(update={"argv": _without_flags(spec.server.argv), "env": env})
+    metrics = [spec.metrics_urls[0]] if spec.metrics_urls else []
+    return spec.model_copy(
+        update={
+            "server": server,
+            "helpers": [],
+            "connector": "none",
+            "connector_version": None,
+            "cache_server_url": None,
+            "tier_adapters": {},
+            "metrics_urls": metrics,
+            "ports": [p for p in spec.ports[:1]],
+            "notes": [*spec.notes, FALLBACK_NOTE],
+        }
+    )

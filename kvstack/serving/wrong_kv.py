@@ -1,0 +1,92 @@
+"""What serving does when the canary finds wrong KV: ``--on-wrong-kv fallback|stop|warn``.
+
+- ``fallback`` (the default): every engine restarts without its offload tiers
+  (engines/offload_drop.py), each unit's launch.json says so, and the tiers stay off for the rest of
+  the run. Each tier directory gets a marker file naming what happened; a later ``kvstack serve``
+  refuses a tier directory that holds one until a person empties it (``quarantined``), since its
+  KV served a wrong answer once. Requests in flight when the engine stops fail; new ones wait for
+  the engine to come back (about as long as its start), then are computed from scratch.
+- ``stop``: kvstack stops serving (exit 1), naming the check.
+- ``warn``: a warning, the metrics and the run dir say it; serving goes on unchanged.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from kvstack.canary.runner import CanaryRunner
+from kvstack.canary.state import CheckRecord, FallbackRecord
+from kvstack.engines.offload_drop import without_offload
+from kvstack.errors import WrongKvServed
+from kvstack.serving.launch_files import record_replica_spec
+from kvstack.serving.quarantine import mark_dirs
+from kvstack.serving.remote_failover import units
+
+
+def describe(record: CheckRecord) -> str:
+    where = "the engine's own cache" if record.served_from == "gpu" else f"{record.served_from!r}"
+    return (
+        f"wrong KV: canary probe {record.probe} served from {where} {record.age_s:.0f} s after it was "
+        f"planted differs from recompute: {record.detail or 'typical disagreement over the gate'}"
+    )
+
+
+def act(
+    record: CheckRecord,
+    runner: CanaryRunner,
+    sup: object,
+    ready_timeout_s: float,
+    warn: Callable[[str], None],
+    say: Callable[[str], None],
+) -> None:
+    """One failed check, handled as the run's --on-wrong-kv says."""
+    message = describe(record)
+    action = runner.state.on_wrong_kv
+    already = runner.state.fallback is not None and runner.state.fallback.tiers_off
+    warn(message)
+    if action == "warn" or already:
+        runner.acted(
+            FallbackRecord(at=time.time(), action="warn", served_from=record.served_from, detail=message)
+        )
+        return
+    if action == "stop":
+        runner.acted(
+            FallbackRecord(at=time.time(), action="stop", served_from=record.served_from, detail=message)
+        )
+        raise WrongKvServed(
+            message,
+            hint="kvstack stopped serving (--on-wrong-kv stop); the run dir's events.jsonl has every check",
+        )
+    runner.pause()
+    restarted, marked = 0, []
+    tiers: list[str] = sorted({str(t.kind) for t in runner.target.tiers})
+    for unit in units(sup):
+        spec = without_offload(unit.spec)
+        if spec is None:
+            continue
+        marked += mark_dirs(sorted(set(unit.spec.cache_dirs.values())), record, unit.run_dir)
+        unit.spec = spec
+        unit.restart(ready_timeout_s)
+        record_replica_spec(unit.run_dir, spec)
+        restarted += 1
+    runner.acted(
+        FallbackRecord(
+            at=time.time(),
+            action="fallback",
+            served_from=record.served_from,
+            detail=message,
+            tiers_off=tiers,
+            restarted=restarted,
+        )
+    )
+    runner.retarget(runner.target.model_copy(update=_no_tiers(runner)))
+    say(
+        f"serving without the offload tiers ({', '.join(tiers) or 'none'}): {restarted} engine(s) restarted; "
+        f"they stay off for this run (marked: {', '.join(marked) or 'no directory'})"
+    )
+
+
+def _no_tiers(runner: CanaryRunner) -> dict[str, object]:
+    base = runner.target.base_url.rstrip("/")
+    return {"tiers": [], "cache_server_url": None, "connector": None, "metrics_urls": [base + "/metrics"]}
