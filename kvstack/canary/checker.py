@@ -65,6 +65,7 @@ class Canary:
         stopped: Callable[[], bool],
         paused: Callable[[], bool] = lambda: False,
         lock: AbstractContextManager[object] | None = None,
+        budget: PrefillBudget | None = None,
     ) -> None:
         self.target = target
         self.config = config
@@ -79,6 +80,7 @@ class Canary:
         self.engine: str = target.engine or "vllm"
         self.n = config.probe_tokens or DEFAULT_PROBE_TOKENS
         self.need = 0
+        self.budget = budget  # kept by the runner across engine restarts; None: from the first scrape
 
     async def run(self) -> None:
         async with ServerApi(self.target, None) as api:
@@ -94,7 +96,10 @@ class Canary:
         with self.lock:
             self.state.probe_tokens = self.n
         builder = PromptBuilder(api.tokenize)
-        budget = PrefillBudget(self.config.budget, first)
+        if self.budget is None:
+            self.budget = PrefillBudget(self.config.budget, first)
+        budget = self.budget
+        budget.update(first)
         if self.noise is not None:
             self._set_gate(self.noise, "the startup validation's noise floor")
         next_check = time.monotonic() + self.config.interval_s

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from kvstack.canary.budget import PrefillBudget
 from kvstack.canary.checker import Canary, CanaryConfig
 from kvstack.canary.defaults import OnWrongKv
 from kvstack.canary.exposition import MetricsServer
@@ -48,6 +49,7 @@ class CanaryRunner:
         self._restart = threading.Event()
         self.metrics: MetricsServer | None = None
         self.thread: threading.Thread | None = None
+        self.budget: PrefillBudget | None = None
 
     # --- what the serving loop calls --------------------------------------------------------
 
@@ -134,6 +136,7 @@ class CanaryRunner:
                 stopped=lambda: self._stop.is_set() or self._restart.is_set(),
                 paused=self._paused.is_set,
                 lock=self.lock,
+                budget=self.budget,
             )
             try:
                 asyncio.run(canary.run())
@@ -143,3 +146,4 @@ class CanaryRunner:
                 self.files.event("canary-error", error=f"{type(exc).__name__}: {exc}"[:300])
                 time.sleep(min(self.config.interval_s, 5.0))
             self.noise = canary.noise or self.noise  # keep the gate across a retarget
+            self.budget = canary.budget or self.budget  # and the cost, counted since the start

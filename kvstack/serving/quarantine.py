@@ -16,7 +16,7 @@ MARKER = "KVSTACK-WRONG-KV.json"  # in a tier directory that served wrong KV
 
 def mark_dirs(dirs: list[str], record: CheckRecord, run_dir: Path) -> list[str]:
     """A marker in each tier directory; the ones written."""
-    doc = {"at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "run_dir": str(run_dir), **record.model_dump()}
+    doc = {**record.model_dump(), "at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "run_dir": str(run_dir)}
     out = []
     for directory in dirs:
         with contextlib.suppress(OSError):

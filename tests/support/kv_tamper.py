@@ -7,6 +7,10 @@ precedes the prompt's first request, its second the request the disk tier must s
 keeps one raw file per chunk (no header, no checksum: lmcache 0.5.6 fs adapters), named by the
 chunk's hash, so a file holding other bytes is served as that chunk.
 
+Also, for the canary (tests/e2e/test_canary.py), wrong KV put into a tier while the engine serves:
+``flip_l1_pool`` flips the sign bits of LMCache's L1 (DRAM) pool in place (a POSIX shared-memory
+file, /dev/shm/lmcache_l1_pool_kvstack-<pid>), ``flip_disk_tier`` every chunk file on disk.
+
 Cases:
 - ``swap``: every chunk file of this round's prompt holds the bytes of the previous round's prompt
   (same length, same number of chunks), in store order: the prompt is served another prompt's KV.
@@ -16,6 +20,7 @@ Cases:
 
 from __future__ import annotations
 
+import glob
 import os
 import time
 from dataclasses import dataclass, field
@@ -101,3 +106,55 @@ class DiskTamper:
             self.done.append(f"round {self.round}: sign bits flipped in {target.name} ({len(mine)} chunks)")
         else:
             raise ValueError(self.case)
+
+
+# --- the DRAM tier: LMCache's L1 pool -------------------------------------------------------------
+
+# kvstack passes --shm-name kvstack-<pid> (engines/lmcache_guard.py)
+L1_POOL_GLOB = "/dev/shm/lmcache_l1_pool_*"
+
+
+def data_extents(fd: int, size: int) -> list[tuple[int, int]]:
+    """The byte ranges of a tmpfs file that hold pages (SEEK_DATA/SEEK_HOLE): flipping only these
+    touches no page the pool never used."""
+    out, offset = [], 0
+    while offset < size:
+        try:
+            start = os.lseek(fd, offset, os.SEEK_DATA)
+        except OSError:
+            break
+        end = os.lseek(fd, start, os.SEEK_HOLE)
+        out.append((start, end))
+        offset = end
+    return out
+
+
+def flip_l1_pool(server_pid: int) -> int:
+    """Flip the sign bit of every bf16 value in the L1 (DRAM) pool of the cache server ``server_pid``,
+    in place, while it serves: every chunk the DRAM tier holds becomes finite, wrong KV (a chunk
+    stored after this is written correctly). Returns the bytes flipped."""
+    import mmap
+
+    import numpy as np
+
+    (path,) = [p for p in glob.glob(L1_POOL_GLOB) if p.endswith(f"-{server_pid}")]
+    flipped = 0
+    with open(path, "r+b") as fh:
+        size = os.fstat(fh.fileno()).st_size
+        extents = data_extents(fh.fileno(), size)
+        with mmap.mmap(fh.fileno(), size) as mm:
+            for start, end in extents:
+                count = (end - start) // 2
+                values = np.frombuffer(mm, dtype=np.uint16, count=count, offset=start)
+                values ^= np.uint16(0x8000)
+                flipped += 2 * count
+                del values  # the mmap cannot close while a view holds it
+    return flipped
+
+
+def flip_disk_tier(directory: Path) -> int:
+    """Flip the sign bits of every chunk file the disk tier holds now; the files flipped."""
+    files = list(chunk_files(directory))
+    for path in files:
+        flip_signs(Path(path))
+    return len(files)
