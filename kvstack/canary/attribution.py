@@ -4,8 +4,10 @@ vLLM reports per request only how many tokens were cached (``usage.prompt_tokens
 a flag), never which tier held them, so the tier is read from counter deltas taken just before and
 after the request: the engine's own prefix-cache hits and its connector hits, and LMCache's cache
 server's L1 (DRAM) and L2 hits and the loads each L2 adapter completed (validation/evidence.py).
-Requests in flight move the same counters; where two tiers both served at least the probe's
-covered tokens in that window the answer is ``mixed``, never a guess.
+The engine's connector hits say whether any of the probe came from an offload tier (``gpu`` when
+none did and its own prefix cache covered it); the cache server's say which. Requests in flight move
+the same counters; where two tiers both moved enough in that window the answer is ``mixed``, never
+a guess.
 """
 
 from __future__ import annotations
@@ -47,13 +49,16 @@ def served_from(
     else:
         tiers.update(external.by_tier)
     hits.update({k: v for k, v in tiers.items() if k != "gpu"})
-    served = [tier for tier, n in tiers.items() if n >= need]
+    # What the engine took from the connector (its hits, or its per-source counts of them).
+    taken = max(external.tokens or 0.0, sum(external.by_tier.values()))
+    if taken <= 0:
+        # The cache server's lookups count the whole prompt (LMCacheMPConnector looks up every token,
+        # lmcache 0.5.6), also the part the engine already held: only the engine says what it loaded.
+        return ("gpu" if local >= need else "recompute"), hits
+    if local < need and taken < need:
+        return "recompute", hits  # neither covered the probe: other requests' hits, or a partial one
+    # Some or all of the probe came from the offload tiers: name the one whose counters cover it.
+    served = [tier for tier, n in tiers.items() if n >= min(need, taken)]
     if len(served) == 1:
         return ("offload" if served[0] == "l2" else served[0]), hits
-    if len(served) > 1:
-        return "mixed", hits
-    if (external.tokens or 0.0) >= need:
-        return "offload", hits
-    if local >= need:
-        return "gpu", hits
-    return "recompute", hits
+    return ("mixed" if served else "offload"), hits

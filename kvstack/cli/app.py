@@ -11,7 +11,7 @@ import sys
 
 import typer
 
-from kvstack.cli import bench, doctor, export, plan, serve, top, tune, validate
+from kvstack.cli import bench, canary, doctor, export, plan, serve, top, tune, validate
 from kvstack.errors import KvstackError
 
 app = typer.Typer(
@@ -23,7 +23,7 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
-for module in (doctor, plan, serve, validate, bench, tune, export, top):
+for module in (doctor, plan, serve, validate, canary, bench, tune, export, top):
     module.register(app)
 
 

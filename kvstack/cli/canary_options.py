@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -92,7 +93,7 @@ def canary_fields(
     token_file: Path | None,
 ) -> dict[str, Any]:
     """The ServeRequest fields the canary's options set, checked."""
-    if interval <= 0:
+    if not math.isfinite(interval) or interval <= 0:
         raise InputError(
             f"--canary-interval must be positive, not {interval:g}", hint="e.g. --canary-interval 60"
         )

@@ -106,8 +106,10 @@ def register(app: typer.Typer) -> None:
             workload_name=workload,
             tuned_path=str(tuned.expanduser().resolve()) if tuned is not None else None,
             user=None if user == "root" else user,
-            **({"env_file": str((out / "kvstack.env").expanduser().resolve())} if out is not None else {}),
         )
+        if out is not None:  # the unit reads the env file written beside it
+            env_file = str((out / "kvstack.env").expanduser().resolve())
+            options = options.model_copy(update={"env_file": env_file})
         bundle = export_plan(fmt, plan, options)
         if out is None:
             typer.echo(bundle.main.content, nl=False)

@@ -10,8 +10,8 @@ import typer
 
 from kvstack.cli import options as opt
 from kvstack.cli import remote_options as ropt
+from kvstack.cli import server_options as sopt
 from kvstack.errors import InputError
-from kvstack.names import CONNECTORS, ENGINES, choice
 from kvstack.validation.thresholds import (
     DEFAULT_MIN_SPEEDUP,
     DEFAULT_MIN_TIER_SPEEDUP,
@@ -23,8 +23,7 @@ from kvstack.validation.thresholds import (
 if TYPE_CHECKING:
     from kvstack.validation import ValidationReport
 
-_TIERS = ("cpu", "disk", "remote")
-_CONNECTORS = tuple(c for c in CONNECTORS if c != "none")
+MAX_CONCURRENCY = 256
 _STYLE = {"pass": "green", "fail": "bold red", "skip": "yellow"}
 
 
@@ -57,6 +56,8 @@ def render(report: ValidationReport) -> None:
             evidence.append(("\n" if evidence.plain else "") + step.reason, style=style)
         table.add_row(step.name, ttft, predicted, speedup, evidence, Text(step.verdict, style=style))
     console.print(table)
+    if report.load is not None:
+        console.print(Text(report.load.line()))
     for d in report.diagnoses:
         console.print(Text(f"{d.name}: ", style="bold red") + Text(d.explanation))
         console.print(Text(f"  line {d.first_line}: {d.example}"))
@@ -69,45 +70,23 @@ def render(report: ValidationReport) -> None:
 def register(app: typer.Typer) -> None:
     @app.command("validate")
     def _cmd(
-        url: str = typer.Option(..., "--url", help="The server, e.g. http://127.0.0.1:8000"),
-        engine: str | None = typer.Option(None, "--engine", help="vllm or sglang (default: from /metrics)"),
-        cache_dir: Path | None = typer.Option(
-            None, "--cache-dir", help="The disk tier's directory: adds a disk tier check"
-        ),
-        tiers: list[str] = typer.Option([], "--tier", help="An offload tier to check: cpu, disk or remote"),
+        url: sopt.Url,
+        engine: sopt.EngineName = None,
+        cache_dir: sopt.CacheDir = None,
+        tiers: sopt.Tiers = [],  # noqa: B006 (typer's default, never mutated)
         remote: ropt.Remote = None,
         remote_file: ropt.RemoteFile = None,
         log: Path | None = typer.Option(
             None, "--log", help="The engine's log file, scanned for silent failures"
         ),
-        lmcache: str | None = typer.Option(
-            None,
-            "--lmcache",
-            help="LMCache's cache server HTTP address (lmcache server --http-port), e.g. "
-            "http://127.0.0.1:8002: tiers are proven with its per-tier counters, disk and remote "
-            "after emptying its DRAM tier",
-            show_default=False,
-        ),
+        lmcache: sopt.Lmcache = None,
         prompt_tokens: int | None = typer.Option(
             None, "--prompt-tokens", help="Prompt length (default 4096, capped by the model's context)"
         ),
         min_speedup: opt.MinSpeedup = DEFAULT_MIN_SPEEDUP,
         min_tier_speedup: opt.MinTierSpeedup = DEFAULT_MIN_TIER_SPEEDUP,
-        offload: str | None = typer.Option(
-            None,
-            "--offload",
-            help="The connector behind the tiers (lmcache, lmcache-mp, native, hicache): how each tier "
-            "step drops the copies above its tier (default: lmcache-mp with --lmcache, else unknown, and "
-            "a disk step that cannot empty DRAM is named tier:cpu+disk)",
-            show_default=False,
-        ),
-        chunk_tokens: int | None = typer.Option(
-            None,
-            "--chunk-tokens",
-            help="The tiers' chunk size: a tier serves a prompt when its hits cover the full chunks less "
-            "one (default per connector: LMCache 256)",
-            show_default=False,
-        ),
+        offload: sopt.Offload = None,
+        chunk_tokens: sopt.ChunkTokens = None,
         repeat: int = typer.Option(3, "--repeat", help="Rounds per step (the median is judged)"),
         correctness_tokens: int = typer.Option(
             DEFAULT_TOKENS,
@@ -124,9 +103,7 @@ def register(app: typer.Typer) -> None:
         top_k: int = typer.Option(
             DEFAULT_TOP_K, "--top-k", help="Recompute's candidates reported per scored position"
         ),
-        model: str | None = typer.Option(
-            None, "--model", help="Served model name (default: from /v1/models)"
-        ),
+        model: sopt.ServedModel = None,
         api_key: opt.ApiKey = None,
         api_key_file: opt.ApiKeyFile = None,
         reset_path: str | None = typer.Option(
@@ -134,64 +111,45 @@ def register(app: typer.Typer) -> None:
         ),
         as_json: bool = typer.Option(False, "--json", help="Print the report as JSON"),
         out: Path | None = typer.Option(None, "--out", help="Also write the JSON report to this file"),
+        concurrency: int = typer.Option(
+            1,
+            "--concurrency",
+            help="Requests in flight while the steps are judged (N-1 streams of fresh prompts beside them)",
+        ),
     ) -> None:
         """Prove with TTFT and the server's counters that the prefix cache and each tier serve hits."""
         from kvstack.apikey import resolve_api_key
-        from kvstack.engines.lmcache import L2_ADAPTERS
         from kvstack.remote.source import resolve_remote
-        from kvstack.validation import TierTarget, ValidationTarget, run_validation, write_report
+        from kvstack.validation import run_validation, write_report
 
+        if not 1 <= concurrency <= MAX_CONCURRENCY:
+            raise InputError(
+                f"--concurrency must be between 1 and {MAX_CONCURRENCY}, not {concurrency}",
+                hint="e.g. --concurrency 4",
+            )
         api_key = resolve_api_key(api_key, api_key_file).value
         remote = resolve_remote(remote, remote_file)  # --remote-file, --remote, KVSTACK_REMOTE_URL
-        if offload is not None:
-            choice(offload, _CONNECTORS, "--offload")
-        if engine is not None:
-            choice(engine, ENGINES, "--engine")
-        kinds: list[str] = []
-        for t in tiers:
-            choice(t, _TIERS, "--tier")
-            if t not in kinds:
-                kinds.append(t)
-        if cache_dir is not None and "disk" not in kinds:
-            kinds.append("disk")
-        secrets = [api_key] if api_key else []
-        if remote is not None:
-            from kvstack.remote.url import parse_remote_url
-
-            secrets += parse_remote_url(remote).secrets  # a malformed URL stops here (exit 2)
-            if "remote" not in kinds:
-                kinds.append("remote")
-        if "disk" in kinds and cache_dir is None:
-            raise InputError("--tier disk needs the disk tier's directory", hint="add --cache-dir DIR")
-        disk_path = str(cache_dir.resolve()) if cache_dir is not None else None
-        target = ValidationTarget(
-            base_url=url,
-            model=model,
-            api_key=api_key or None,
-            engine=engine,  # type: ignore[arg-type]
-            tiers=[
-                TierTarget(
-                    kind=k,  # type: ignore[arg-type]
-                    path=disk_path if k == "disk" else None,
-                    url=remote if k == "remote" else None,
-                    adapter=L2_ADAPTERS.get(k) if lmcache else None,
-                )
-                for k in kinds
-            ],
-            cache_server_url=lmcache,
-            metrics_urls=[url.rstrip("/") + "/metrics", lmcache.rstrip("/") + "/metrics"] if lmcache else [],
+        target = sopt.server_target(
+            url,
+            engine,
+            tiers,
+            cache_dir,
+            lmcache,
+            remote,
+            api_key,
+            offload,
+            chunk_tokens,
+            model,
             reset_path=reset_path,
             log_file=str(log) if log else None,
             prompt_tokens=prompt_tokens,
             min_speedup=min_speedup,
             min_tier_speedup=min_tier_speedup,
-            connector=offload or ("lmcache-mp" if lmcache else None),
-            chunk_tokens=chunk_tokens,
             repeat=repeat,
             correctness_tokens=correctness_tokens,
             noise_ceiling=noise_ceiling,
             top_k=top_k,
-            secrets=secrets,
+            concurrency=concurrency,
         )
         if as_json or not sys.stderr.isatty():
             report = run_validation(target)

@@ -20,6 +20,8 @@ FALLBACK_NOTE = (
     "that recompute does not give (the engine restarted without them)"
 )
 HICACHE_VALUED = ("--hicache-",)  # every --hicache-* flag takes a value
+# SGLang with LMCache (engines/sglang.py render_sglang_lmcache_mp): the switch and its config file.
+SGLANG_LMCACHE_FLAG, SGLANG_LMCACHE_CONFIG = "--enable-lmcache", "--lmcache-config-file"
 LMCACHE_ENV_PREFIX = "LMCACHE_"
 
 
@@ -29,10 +31,10 @@ def _without_flags(argv: list[str]) -> list[str]:
     while i < len(argv):
         arg = argv[i]
         name = arg.split("=", 1)[0]
-        if name in CONNECTOR_FLAGS or name.startswith(HICACHE_VALUED):
+        if name in CONNECTOR_FLAGS or name == SGLANG_LMCACHE_CONFIG or name.startswith(HICACHE_VALUED):
             i += 1 if "=" in arg else 2
             continue
-        if name in HICACHE_FLAGS or name == MANAGER_OFF_FLAG:
+        if name in HICACHE_FLAGS or name in (MANAGER_OFF_FLAG, SGLANG_LMCACHE_FLAG):
             i += 1
             continue
         out.append(arg)
@@ -47,10 +49,13 @@ def without_offload(spec: LaunchSpec) -> LaunchSpec | None:
     env = {k: v for k, v in spec.server.env.items() if not k.startswith(LMCACHE_ENV_PREFIX)}
     server = spec.server.model_copy(update={"argv": _without_flags(spec.server.argv), "env": env})
     metrics = [spec.metrics_urls[0]] if spec.metrics_urls else []
+    dropped = set(spec.server.argv) - set(server.argv)  # the config files only the connector read
+    files = [f for f in spec.files if f.path not in dropped]
     return spec.model_copy(
         update={
             "server": server,
             "helpers": [],
+            "files": files,
             "connector": "none",
             "connector_version": None,
             "cache_server_url": None,

@@ -7,6 +7,10 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from kvstack import __version__
+
+METRICS_PORT = 9464  # kvstack's own /metrics (the KV canary's): systemd on 127.0.0.1, the sidecar's
+
 
 class ExportOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -25,6 +29,10 @@ class ExportOptions(BaseModel):
     tuned_path: str | None = None  # absolute: the kvstack tune --out DIR the plan took its layout from
     user: str | None = None
     env_file: str = "/etc/kvstack/kvstack.env"  # absolute path of the unit's EnvironmentFile
+    # The KV canary: its /metrics port (systemd: kvstack serve --metrics-port; Compose and Helm: the
+    # sidecar's) and the sidecar's image, built from deploy/canary.Dockerfile
+    metrics_port: int = Field(default=METRICS_PORT, ge=1, le=65535)
+    canary_image: str = f"kvstack:{__version__}"
 
 
 class ExportFile(BaseModel):

@@ -12,7 +12,9 @@ process's argv and in ``docker inspect``):
   redis-server as its stdin, which it reads as configuration (``redis-server ... -``);
 - vLLM reads its API key from VLLM_API_KEY; SGLang reads no key variable, only ``--config FILE``
   (sglang >= 0.5.23), so its container writes KVSTACK_API_KEY into a 0600 file and starts SGLang
-  with ``--config`` that file (LAUNCH_SGLANG).
+  with ``--config`` that file (LAUNCH_SGLANG);
+- the KV canary sidecar (export/canary.py) reads the same key variable, and the bearer token of its
+  /metrics from the Compose secret that Compose makes from KVSTACK_METRICS_TOKEN in ``.env``.
 """
 
 from __future__ import annotations
@@ -21,9 +23,11 @@ import yaml
 
 from kvstack.engines.sglang import MIN_SGLANG_CONFIG
 from kvstack.errors import UnsupportedError
+from kvstack.export import canary
 from kvstack.export.bundle import Bundle, ExportFile, ExportOptions
 from kvstack.export.deployment import (
     PASSWORD_ENV,
+    canary_runs,
     deployment_name,
     engine_image,
     gib_ceil,
@@ -264,13 +268,26 @@ def render_compose(plan: Plan, options: ExportOptions) -> Bundle:
         environment["LMCACHE_CONFIG_FILE"] = LMCACHE_CONFIG_PATH
     engine["environment"] = environment
     services = {plan.engine: engine, **services}
+    watched = canary_runs(plan)
+    if watched:
+        services[canary.JOB] = canary.compose_service(plan, plan.engine, port, options)
+        # Made from the variable in .env by Compose (mode 0444 in the container, so that the canary's
+        # and Prometheus's users both read it); unset, `docker compose up` refuses to start.
+        top_secrets[canary.TOKEN_SECRET] = {"environment": canary.TOKEN_ENV}
+        notes += canary.compose_notes(options, monitored=plan.engine == "vllm")
     if plan.engine == "vllm":
         redis_target = None
         if url is not None and url.scheme in ("redis", "rediss"):
             where = (REDIS_SERVICE, REDIS_PORT) if url.is_loopback() else (url.host, url.port)
             redis_target = f"{url.scheme}://{where[0]}:{where[1]}"
         extra, extra_configs, monitoring_files, monitoring_notes = compose_monitoring(
-            plan, name, plan.engine, port, redis_target, url
+            plan,
+            name,
+            plan.engine,
+            port,
+            redis_target,
+            url,
+            f"{canary.JOB}:{options.metrics_port}" if watched else None,
         )
         services.update(extra)
         config_files.update(extra_configs)

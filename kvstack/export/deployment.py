@@ -33,6 +33,12 @@ def gib_ceil(n_bytes: float) -> int:
     return max(1, math.ceil(n_bytes / GIB))
 
 
+def canary_runs(plan: Plan) -> bool:
+    """Whether a deployment of ``plan`` runs the KV canary: only where offload tiers serve hits, as
+    ``kvstack serve`` decides (serving/lifecycle.py canary_off_reason)."""
+    return plan.connector != "none" and bool(plan.offload_tiers)
+
+
 def deployment_name(plan: Plan, override: str | None = None) -> str:
     """A DNS-1123 label (Kubernetes names, compose project names): lowercase, digits, '-'."""
     base = override or PurePosixPath(plan.model.name).name or "model"

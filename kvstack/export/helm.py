@@ -13,7 +13,10 @@ helm/templates/deployment-vllm-multi.yaml, which also reads lmcacheConfig.diskOf
   so the disk path and an external Redis go in modelSpec.env (LMCACHE_* variables, lmcache v1/config.py);
   a URL that holds a credential (``user:pw@``, ``?password=``) goes whole into a Secret that the
   variable references (env[].valueFrom.secretKeyRef), never into values.yaml or a container's args;
-- it mounts the PVC at /data and /dev/shm (sized by shmSize) when tensorParallelSize is set.
+- it mounts the PVC at /data and /dev/shm (sized by shmSize) when tensorParallelSize is set;
+- its engine pod takes no container of ours (its only sidecar is its LoRA one), so the KV canary
+  runs in a Deployment of its own (kvstack-canary.yaml, export/canary.py) against the chart's
+  RELEASE-MODEL-engine-service (helm/templates/service-vllm.yaml).
 """
 
 from __future__ import annotations
@@ -21,9 +24,11 @@ from __future__ import annotations
 import yaml
 
 from kvstack.errors import UnsupportedError
+from kvstack.export import canary
 from kvstack.export.bundle import Bundle, ExportFile, ExportOptions
 from kvstack.export.deployment import (
     LMCACHE_HASH,
+    canary_runs,
     deployment_name,
     engine_image,
     gib_ceil,
@@ -168,4 +173,12 @@ def render_helm(plan: Plan, options: ExportOptions) -> Bundle:
     notes.append(
         "grafana-dashboard.yaml: the KV-tier dashboard as a ConfigMap for Grafana's dashboard sidecar"
     )
+    if canary_runs(plan):
+        files.append(canary.helm_manifest(plan, name, options))
+        notes += [
+            f"{canary.HELM_FILE}: the KV canary beside the engine (its Deployment, Service, ServiceMonitor "
+            f"and alerts); build its image ({options.canary_image}) from kvstack's {canary.DOCKERFILE} and "
+            f"create the {name}-kvstack-metrics Secret (its /metrics bearer token) first: see its header",
+            canary.WARN_ONLY.format(how="its log and metrics, the KvstackWrongKv alert"),
+        ]
     return Bundle(format="helm", files=[main, *files], notes=notes)

@@ -7,6 +7,7 @@ import json
 
 import yaml
 
+from kvstack.export import canary
 from kvstack.export.bundle import ExportFile
 from kvstack.export.dashboard import dashboard
 from kvstack.export.deployment import PASSWORD_ENV
@@ -19,6 +20,8 @@ REDIS_EXPORTER_IMAGE = "oliver006/redis_exporter:v1.62.0"
 REDIS_EXPORTER_PORT = 9121
 GRAFANA_PORT = 3000
 GRAFANA_PASSWORD_ENV = "GRAFANA_ADMIN_PASSWORD"
+CANARY_RULES = "prometheus-alerts.yml"  # the canary's alerting rules, beside prometheus.yml
+CANARY_RULES_TARGET = "/etc/prometheus/kvstack-alerts.yml"
 # kube-prometheus-stack's Grafana sidecar loads every ConfigMap with this label (its default).
 SIDECAR_LABEL = {"grafana_dashboard": "1"}
 
@@ -49,12 +52,16 @@ def compose_monitoring(
     engine_port: int,
     redis_target: str | None,
     url: RemoteURL | None,
+    canary_target: str | None = None,
 ) -> tuple[dict[str, object], dict[str, object], list[ExportFile], list[str]]:
     """(services, configs, files, notes): Prometheus scraping the engine (and the Redis exporter when
-    there is a remote tier), Grafana with the dashboard provisioned, published on 127.0.0.1 only."""
+    there is a remote tier, the KV canary sidecar at ``canary_target`` with its bearer token, and
+    alerting on it), Grafana with the dashboard provisioned, published on 127.0.0.1 only."""
     jobs: list[dict[str, object]] = [
         {"job_name": "engine", "static_configs": [{"targets": [f"{engine_service}:{engine_port}"]}]}
     ]
+    if canary_target is not None:
+        jobs.append(canary.scrape_job(canary_target, canary.TOKEN_PATH))
     services: dict[str, object] = {}
     if redis_target is not None:
         jobs.append(
@@ -68,12 +75,16 @@ def compose_monitoring(
             "environment": environment,
             "restart": "unless-stopped",
         }
-    prometheus_cfg = {"global": {"scrape_interval": "10s"}, "scrape_configs": jobs}
-    services["prometheus"] = {
-        "image": PROMETHEUS_IMAGE,
-        "configs": [{"source": "prometheus-config", "target": "/etc/prometheus/prometheus.yml"}],
-        "restart": "unless-stopped",
-    }
+    prometheus_cfg: dict[str, object] = {"global": {"scrape_interval": "10s"}}
+    prometheus_configs = [{"source": "prometheus-config", "target": "/etc/prometheus/prometheus.yml"}]
+    prometheus: dict[str, object] = {"image": PROMETHEUS_IMAGE, "configs": prometheus_configs}
+    if canary_target is not None:
+        prometheus_cfg["rule_files"] = [CANARY_RULES_TARGET]
+        prometheus_configs.append({"source": "kvstack-alerts", "target": CANARY_RULES_TARGET})
+        prometheus["secrets"] = [canary.TOKEN_SECRET]  # its authorization.credentials_file
+    prometheus_cfg["scrape_configs"] = jobs
+    prometheus["restart"] = "unless-stopped"
+    services["prometheus"] = prometheus
     datasource = {
         "apiVersion": 1,
         "datasources": [
@@ -108,14 +119,26 @@ def compose_monitoring(
         "grafana-dashboards": {"file": "./grafana-dashboards.yaml"},
         "kvstack-dashboard": {"file": "./dashboard.json"},
     }
+    if canary_target is not None:
+        configs["kvstack-alerts"] = {"file": f"./{CANARY_RULES}"}
     files = [
         ExportFile(name="prometheus.yml", content=yaml.safe_dump(prometheus_cfg, sort_keys=False)),
         ExportFile(name="grafana-datasource.yaml", content=yaml.safe_dump(datasource, sort_keys=False)),
         ExportFile(name="grafana-dashboards.yaml", content=yaml.safe_dump(provider, sort_keys=False)),
         ExportFile(name="dashboard.json", content=dashboard_json(plan, name)),
     ]
+    if canary_target is not None:
+        files.append(
+            ExportFile(name=CANARY_RULES, content=canary.dump(canary.alert_rules(canary.JOB, canary.WARNED)))
+        )
+    scraped = ["the engine"]
+    if redis_target:
+        scraped.append("the Redis exporter")
+    if canary_target is not None:
+        scraped.append("the KV canary (alerting on wrong KV: prometheus-alerts.yml)")
+    said = scraped[0] if len(scraped) == 1 else ", ".join(scraped[:-1]) + " and " + scraped[-1]
     notes = [
         f"Grafana (dashboard 'kvstack: {name}') on 127.0.0.1:{GRAFANA_PORT}: set {GRAFANA_PASSWORD_ENV} in "
-        ".env first; Prometheus scrapes the engine" + (" and the Redis exporter" if redis_target else "")
+        f".env first; Prometheus scrapes {said}"
     ]
     return services, configs, files, notes

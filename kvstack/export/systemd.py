@@ -7,14 +7,20 @@ redact.url_secrets), the whole URL (KVSTACK_REMOTE_URL), which
 would expand into the command line.
 Quoting follows systemd.service(5) "Command lines": words split on whitespace, double quotes
 group, ``%`` starts a specifier (written ``%%``) and ``$`` a variable (written ``$$``).
+
+``kvstack serve`` runs the KV canary wherever offload tiers serve; the unit pins its /metrics port
+(127.0.0.1) and the file holding the bearer token (``--metrics-token-file``), which the operator
+creates: the export writes no token, only prometheus-kvstack.yml (the scrape job, reading the same
+file as ``credentials_file``) and prometheus-kvstack-rules.yml (the alerts).
 """
 
 from __future__ import annotations
 
 import re
 
+from kvstack.export import canary
 from kvstack.export.bundle import Bundle, ExportFile, ExportOptions
-from kvstack.export.deployment import deployment_name, remote
+from kvstack.export.deployment import canary_runs, deployment_name, remote
 from kvstack.planning.schema import Plan
 from kvstack.remote.source import REMOTE_URL_ENV
 
@@ -60,7 +66,43 @@ def serve_argv(plan: Plan, options: ExportOptions) -> list[str]:
         argv += ["--workload", options.workload_name]
     if options.tuned_path:
         argv += ["--tuned", options.tuned_path]
+    if canary_runs(plan):
+        name = deployment_name(plan, options.name)
+        argv += [
+            "--metrics-port", str(options.metrics_port),
+            "--metrics-token-file", canary.token_file(options, name),
+        ]  # fmt: skip
     return argv
+
+
+def _prometheus_files(name: str, options: ExportOptions) -> list[ExportFile]:
+    """The scrape job for the canary's /metrics and its alerts, for the operator's Prometheus."""
+    token = canary.token_file(options, name)
+    job = f"{canary.JOB}-{name}"
+    scrape = {"scrape_configs": [canary.scrape_job(f"127.0.0.1:{options.metrics_port}", token, job)]}
+    header = (
+        f"# Prometheus scrape job for kvstack-{name}.service's KV canary (kvstack serve's own\n"
+        f"# /metrics on 127.0.0.1:{options.metrics_port}): add it under scrape_configs in prometheus.yml,\n"
+        "# and prometheus-kvstack-rules.yml under rule_files.\n"
+        f"# The bearer token is read from {token},\n"
+        "# the file kvstack serve reads too (--metrics-token-file): create it before starting the unit,\n"
+        "# one line, mode 0600, e.g.\n"
+        f"#   (umask 077; openssl rand -hex 32 > {token})\n"
+        "# and make it readable by the user Prometheus runs as (and by the unit's User=, when that is\n"
+        "# another user: mode 0640 with a group both share).\n"
+    )
+    action = (
+        f"kvstack-{name}.service acted as its --on-wrong-kv says (by default: the engines restarted "
+        "without their offload tiers; kvstack_offload_enabled is 0): see its journal and run dir"
+    )
+    return [
+        ExportFile(name="prometheus-kvstack.yml", content=header + canary.dump(scrape)),
+        ExportFile(
+            name="prometheus-kvstack-rules.yml",
+            content=f"# Alerts on kvstack-{name}.service's KV canary: add it under rule_files in\n"
+            "# prometheus.yml\n" + canary.dump(canary.alert_rules(job, action)),
+        ),
+    ]
 
 
 def render_systemd(plan: Plan, options: ExportOptions) -> Bundle:
@@ -83,6 +125,18 @@ def render_systemd(plan: Plan, options: ExportOptions) -> Bundle:
         "# systemd unit written by kvstack export",
         f"# install: cp kvstack-{name}.service /etc/systemd/system/ && systemctl daemon-reload",
         f"#          && systemctl enable --now kvstack-{name}",
+    ]
+    if canary_runs(plan):
+        token = canary.token_file(options, name)
+        lines += [
+            "# KV canary: kvstack serve re-checks cached answers against recompute and, on wrong KV,",
+            "# restarts the engines without their offload tiers. Its /metrics is on",
+            f"# 127.0.0.1:{options.metrics_port}, behind the bearer token in",
+            f"#   {token}",
+            "# (no secret is in this unit): create that file first, one line, mode 0600 (see",
+            "# prometheus-kvstack.yml); kvstack serve does not start without it.",
+        ]
+    lines += [
         "[Unit]",
         f"Description={description.replace('%', '%%')}",
         "After=network-online.target",
@@ -120,4 +174,13 @@ def render_systemd(plan: Plan, options: ExportOptions) -> Bundle:
         secret=url is not None and url.has_secret,
     )
     notes = [f"the unit reads {options.env_file}: put the env file there (mode 0600) or edit EnvironmentFile"]
-    return Bundle(format="systemd", files=[unit, env_file], notes=notes)
+    files = [unit, env_file]
+    if canary_runs(plan):
+        token = canary.token_file(options, name)
+        files += _prometheus_files(name, options)
+        notes.append(
+            f"create the canary's metrics token before starting the unit: (umask 077; openssl rand -hex 32 "
+            f"> {token}); kvstack serve (--metrics-token-file) and Prometheus (prometheus-kvstack.yml, "
+            f"credentials_file) both read it; its /metrics is on 127.0.0.1:{options.metrics_port}"
+        )
+    return Bundle(format="systemd", files=files, notes=notes)

@@ -1,7 +1,8 @@
 """`kvstack top`: a live view of running servers and of each KV tier behind them.
 
 targets.py finds what to watch (flags, or a `kvstack serve` run dir), sources.py scrapes it
-(Prometheus /metrics, Redis INFO, the disk tier's directory), window.py turns two scrapes into
-the rates, percentiles and warnings of one window (the JSON snapshot), view.py renders that
-snapshot with rich, and live.py refreshes it until the user leaves.
+(Prometheus /metrics, Redis INFO, the disk tier's directory, the run dir's canary.json), window.py
+turns two scrapes into the rates, percentiles and warnings of one window (the JSON snapshot; the
+canary's part from canary.py), view.py renders that snapshot with rich, and live.py refreshes it
+until the user leaves.
 """

@@ -92,6 +92,46 @@ class DiskView(_Model):
     error: str | None = None
 
 
+class FallbackView(_Model):
+    """What ``kvstack serve`` did about wrong KV (canary.json's ``fallback``)."""
+
+    at: float  # unix time
+    action: str  # fallback | stop | warn (canary.defaults.ON_WRONG_KV)
+    served_from: str  # where the failed check's answer came from (canary.state.SERVED_FROM)
+    detail: str
+    tiers_off: list[str] = Field(default_factory=list)  # offload tiers serving no longer reads
+    restarted: int = 0
+
+
+class CanaryView(_Model):
+    """The run's canary (its canary.json, read at the window's end)."""
+
+    status: str  # starting | waiting | watching | fallback | stopped
+    waiting_for: str = ""  # why no check is due, while waiting
+    summary: str  # CanaryState.summary(): checks by where they were served and their verdicts
+    checks: int
+    failed: int
+    gate_nats: float | None = None
+    last_pass_at: float | None = None
+    seconds_since_pass: float | None = None  # at the window's end
+    prefill_share: float | None = None  # of the prompt tokens the engine computed since it started
+    budget: float
+    share_line: str  # the cost in words
+    on_wrong_kv: str
+    interval_s: float
+    updated_at: float  # when the canary last wrote its state
+    metrics_url: str | None = None
+    last_fail_at: float | None = None
+    last_fail_served_from: str | None = None
+    last_fail_detail: str | None = None
+    fallback: FallbackView | None = None
+
+    @property
+    def offload_off(self) -> bool:
+        """Serving turned the offload tiers off (the fallback restarted the engines without them)."""
+        return self.status == "fallback" or (self.fallback is not None and bool(self.fallback.tiers_off))
+
+
 class TopSnapshot(_Model):
     schema_: str = Field(default=SCHEMA, alias="schema")
     time: float  # wall clock of the window's end
@@ -101,6 +141,7 @@ class TopSnapshot(_Model):
     lmcache: list[LmcacheView] = Field(default_factory=list)  # one per cache server (replica)
     remote: RemoteView | None = None
     disk: DiskView | None = None
+    canary: CanaryView | None = None  # a run dir with a canary.json only
     warnings: list[str] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kvstack.canary.state import CanaryState, read_state
 from kvstack.clients.metrics import MetricsSnapshot, scrape_sync
 from kvstack.errors import KvstackError
 from kvstack.redact import redact_text
@@ -49,6 +50,7 @@ class Scrape:
     lmcache: dict[str, MetricsSnapshot] = field(default_factory=dict)  # cache server URL -> /metrics
     redis: RedisStats | None = None
     disk: DiskStats | None = None
+    canary: CanaryState | None = None  # the run dir's canary.json, when it has one
 
 
 def _int(info: dict[str, Any], key: str) -> int | None:
@@ -119,4 +121,6 @@ def collect(targets: Targets, api_key: str | None = None, timeout_s: float = SCR
         out.redis = redis_stats(targets.remote, timeout_s)
     if targets.disk_dir:
         out.disk = disk_stats(targets.disk_dir)
+    if targets.run_dir:
+        out.canary = read_state(Path(targets.run_dir))  # None: this run has no canary (yet)
     return out

@@ -10,7 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from kvstack.clients import token_sources as ts
-from kvstack.top.snapshot import LmcacheView, ServerView, TopSnapshot
+from kvstack.top.snapshot import CanaryView, LmcacheView, ServerView, TopSnapshot
 from kvstack.units import fmt_bytes
 
 
@@ -132,6 +132,67 @@ def tiers_table(snap: TopSnapshot) -> Table:
     return table
 
 
+def _clock(at: float) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(at))
+
+
+def _ago(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 2 * 3600:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def canary_line(c: CanaryView) -> str:
+    """What the canary is doing (watching, waiting and why, fallback, ...), its checks by where they
+    were served and their verdicts, the last pass, and the share of prefill it measured taking."""
+    status = f"waiting ({c.waiting_for})" if c.status == "waiting" and c.waiting_for else c.status
+    since = "no check passed yet"
+    if c.seconds_since_pass is not None:
+        since = f"last pass {_ago(c.seconds_since_pass)} ago"
+    share = "not measured yet" if c.prefill_share is None else f"{c.prefill_share:.2%}"
+    summary = c.summary.removeprefix("canary: ")
+    return f"canary {status} · {summary} · {since} · prefill share {share} (budget {c.budget:.2%})"
+
+
+def wrong_kv_line(c: CanaryView, now: float) -> str | None:
+    """What serving did about wrong KV, once it did something: the offload tiers off since when and
+    why, serving stopped, or only a warning while the tiers still serve."""
+    fb = c.fallback
+    if fb is None:
+        return None
+    when = f"{_clock(fb.at)} ({_ago(max(0.0, now - fb.at))} ago)"
+    why = f"a check served from {fb.served_from!r} failed: {fb.detail or 'over the gate'}"
+    if fb.tiers_off:
+        return (
+            f"OFFLOAD TIERS OFF since {when}: {why}; serving without {', '.join(fb.tiers_off)} "
+            f"for the rest of this run ({fb.restarted} engine(s) restarted)"
+        )
+    if c.offload_off:
+        # A later failure's record replaced the fallback's (it keeps no tiers): the tiers are still off.
+        return (
+            f"OFFLOAD TIERS OFF (since an earlier fallback: the run dir's events.jsonl says when); "
+            f"wrong KV again at {when}: {why}"
+        )
+    if fb.action == "stop":
+        return f"WRONG KV at {when}: {why}; kvstack stopped serving (--on-wrong-kv stop)"
+    return f"WRONG KV at {when}: {why}; the offload tiers still serve (--on-wrong-kv {fb.action})"
+
+
+def canary_lines(snap: TopSnapshot) -> list[Text]:
+    """The canary's line, and a marked one when serving acted on wrong KV."""
+    c = snap.canary
+    if c is None:
+        return []
+    style = "green" if c.status == "watching" and not c.failed else "yellow"
+    out = [Text(canary_line(c), style=style)]
+    wrong = wrong_kv_line(c, snap.time)
+    if wrong is not None:
+        out.append(Text(f"!! {wrong}", style="bold red"))
+    return out
+
+
 def render(snap: TopSnapshot) -> RenderableType:
     stamp = time.strftime("%H:%M:%S", time.localtime(snap.time))
     head = Text(f"kvstack top  {stamp}  window {snap.window_s:.1f} s", style="bold")
@@ -146,6 +207,7 @@ def render(snap: TopSnapshot) -> RenderableType:
         parts.append(Text(f"* {line}", style="dim"))
     if snap.lmcache or snap.remote is not None or snap.disk is not None:
         parts.append(tiers_table(snap))
+    parts += canary_lines(snap)
     for w in snap.warnings:
         parts.append(Text("warning: ", style="bold yellow") + Text(w))
     for n in snap.notes:

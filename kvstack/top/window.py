@@ -13,6 +13,7 @@ from kvstack.clients import metrics as m
 from kvstack.clients import token_sources as ts
 from kvstack.clients.metrics import MetricsSnapshot
 from kvstack.redact import redact_url
+from kvstack.top.canary import canary_view, canary_warnings
 from kvstack.top.snapshot import (
     AdapterView,
     DiskView,
@@ -349,7 +350,10 @@ def build(
             else None
         ),
         disk=DiskView(**vars(after.disk)) if after.disk is not None else None,
+        canary=canary_view(after.canary, after.wall) if after.canary is not None else None,
         notes=list(targets.notes),
     )
     snap.warnings = warnings(snap, targets)
+    if snap.canary is not None:
+        snap.warnings += canary_warnings(snap.canary)
     return snap

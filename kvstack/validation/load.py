@@ -20,7 +20,7 @@ from pydantic import BaseModel
 from kvstack.clients.streaming import StreamClient
 from kvstack.validation.prompts import PromptBuilder, Tokenizer
 
-DEFAULT_LOAD_TOKENS = 64  # decoded per load request: requests in flight spend most of their time decoding
+DEFAULT_LOAD_TOKENS = 128  # decoded per load request: requests in flight spend most of their time decoding
 
 
 class LoadReport(BaseModel):

@@ -17,6 +17,7 @@ from kvstack.planning.engine_kv import KvExpectation
 from kvstack.planning.schema import Engine, Platform, TtftModel
 from kvstack.validation.correctness import CorrectnessCheck
 from kvstack.validation.diagnosis import Diagnosis
+from kvstack.validation.load import LoadReport
 from kvstack.validation.noise import NoiseFloor
 from kvstack.validation.thresholds import (
     DEFAULT_MIN_SPEEDUP,
@@ -76,6 +77,9 @@ class ValidationTarget(BaseModel):
     # The plan's word that the engine keeps no prefix cache for this model (Plan.prefix_caching):
     # the warm step has nothing to prove and is skipped with this reason.
     no_prefix_cache: str | None = None
+    # Requests in flight while the steps are judged, the judged one included (validation/load.py):
+    # 1 judges on a quiet server; N keeps N-1 load streams running throughout.
+    concurrency: int = 1
 
 
 class StepResult(BaseModel):
@@ -110,6 +114,7 @@ class ValidationReport(BaseModel):
     no_prefix_cache: str | None = None  # the engine keeps no prefix cache for this model: why
     # The engine's own numeric noise on this model, measured on the cold answers, and the gate set from it.
     noise_floor: NoiseFloor | None = None
+    load: LoadReport | None = None  # the requests in flight the verdict was taken under (--concurrency)
     steps: list[StepResult] = Field(default_factory=list)
     diagnoses: list[Diagnosis] = Field(default_factory=list)
     overall: Literal["PASS", "FAIL"] = "FAIL"
@@ -141,8 +146,10 @@ class ValidationReport(BaseModel):
             )
         else:
             gate = f"correctness: {self.correctness_tokens} tokens, noise floor not measured"
+        load = f"; {self.load.concurrency} requests in flight" if self.load is not None else ""
         return (
-            f"{self.prompt_tokens}-token prompts, {self.repeat} rounds; warm >= {self.min_speedup:g}x cold, "
+            f"{self.prompt_tokens}-token prompts, {self.repeat} rounds{load}; "
+            f"warm >= {self.min_speedup:g}x cold, "
             f"each tier >= {self.min_tier_speedup:g}x its recompute and below cold; {gate}"
         )
 

@@ -29,6 +29,7 @@ from kvstack.units import GIB
 from kvstack.validation.diagnosis import Diagnosis, scan_log
 from kvstack.validation.isolation import step_plan
 from kvstack.validation.kv_size import blocks_override, kv_size_step
+from kvstack.validation.load import Load
 from kvstack.validation.prediction import apply_predictions
 from kvstack.validation.report import (
     StepResult,
@@ -43,6 +44,7 @@ from kvstack.validation.thresholds import DEFAULT_MIN_SPEEDUP, DEFAULT_MIN_TIER_
 from kvstack.validation.tier_step import tier_step
 
 DEFAULT_PROMPT_TOKENS = 4096
+LOAD_MIN_TOKENS = 256
 
 
 def target_from_launch(
@@ -200,21 +202,11 @@ async def run_validation_async(
         elif err := await v.warmup():
             report.steps.append(StepResult(name="cold", verdict="fail", reason=err))
         else:
-            cold, warm = await v.cold_warm()
-            report.noise_floor = v.noise
-            report.steps += [cold, warm]
-            if cold.verdict != "pass":
-                report.steps += [
-                    StepResult(name=f"tier:{t.kind}", verdict="skip", reason="the cold step failed")
-                    for t in target.tiers
-                ]
-            elif not target.tiers:
-                report.steps.append(StepResult(name="tier", verdict="skip", reason=_no_tier_reason(target)))
-            else:
-                kinds = [t.kind for t in target.tiers]
-                for tier in target.tiers:
-                    plan = step_plan(target.connector, engine, tier.kind, kinds)
-                    report.steps.append(await tier_step(v, tier, plan))
+            async with _load(target, s, n) as load:
+                await _steps(v, target, engine, report)
+            report.load = load.report() if target.concurrency > 1 else None
+            if report.load is not None:
+                v.progress(report.load.line())
         report.prompt_tokens_exact = v.builder.tokenizer is not None
         apply_predictions(report, target.prediction)
         if target.log_file is not None:
@@ -232,6 +224,40 @@ async def run_validation_async(
         return report
     finally:
         await s.aclose()
+
+
+def _load(target: ValidationTarget, s: ServerApi, n: int) -> Load:
+    """The requests in flight beside the judged ones: ``concurrency - 1`` streams of fresh prompts a
+    quarter as long as the validation prompts, each decoding DEFAULT_LOAD_TOKENS (none for a quiet
+    pass): what a serving engine has in flight, mostly decoding."""
+    return Load(
+        target.base_url,
+        s.model,
+        target.api_key,
+        streams=max(0, target.concurrency - 1),
+        prompt_tokens=max(LOAD_MIN_TOKENS, n // 4),
+        tokenizer=s.tokenize,
+        timeout_s=target.timeout_s,
+    )
+
+
+async def _steps(v: Validation, target: ValidationTarget, engine: str, report: ValidationReport) -> None:
+    """cold and warm, then each tier: into ``report``."""
+    cold, warm = await v.cold_warm()
+    report.noise_floor = v.noise
+    report.steps += [cold, warm]
+    if cold.verdict != "pass":
+        report.steps += [
+            StepResult(name=f"tier:{t.kind}", verdict="skip", reason="the cold step failed")
+            for t in target.tiers
+        ]
+    elif not target.tiers:
+        report.steps.append(StepResult(name="tier", verdict="skip", reason=_no_tier_reason(target)))
+    else:
+        kinds = [t.kind for t in target.tiers]
+        for tier in target.tiers:
+            plan = step_plan(target.connector, engine, tier.kind, kinds)
+            report.steps.append(await tier_step(v, tier, plan))
 
 
 def run_validation(

@@ -257,6 +257,10 @@ class Validation:
             if path is not None:
                 if external:
                     path += ("&" if "?" in path else "?") + "reset_external=true"
+                if self.target.concurrency > 1 and self.engine == "vllm":
+                    # vLLM refuses a reset while requests hold blocks, and the load always has some
+                    # running: they are preempted and recomputed (Scheduler.reset_prefix_cache).
+                    path += ("&" if "?" in path else "?") + "reset_running_requests=true"
                 ok, detail = await self.api.reset(path)
                 if ok or external:
                     return ok, detail

@@ -34,6 +34,7 @@ from kvstack.validation.steps import Served, Validation, median, secs
 TIER_NAMES = {"cpu": "the DRAM tier", "disk": "the disk tier", "remote": "the remote tier"}
 # Stores to a tier are asynchronous; where no counter says they landed, wait this long.
 STORE_GRACE_S = 0.5
+LOADED_STORE_GRACE_S = 1.5
 
 
 async def tier_step(v: Validation, tier: TierTarget, plan: StepPlan) -> StepResult:
@@ -97,6 +98,10 @@ async def _drop_above(
                     return l2_stores(adapter, sent, snap) > 0
 
                 await v.api.settled(sent, stored, wait_s=5.0)
+                if (
+                    v.target.concurrency > 1
+                ):  # the load's stores moved the counter too: let this prompt's land
+                    await asyncio.sleep(LOADED_STORE_GRACE_S)
             ok, detail = await v.cache_server.clear_l1()
         elif drop == "gpu":
             await asyncio.sleep(STORE_GRACE_S if v.cache_server is None else 0)

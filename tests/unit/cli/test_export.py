@@ -49,7 +49,9 @@ def test_compose_with_a_local_redis_writes_private_secrets(
     out = capsys.readouterr()
     assert "wrote" in out.out and PASSWORD not in out.out + out.err
     doc = yaml.safe_load((tmp_path / "compose.yaml").read_text())
-    assert set(doc["services"]) == {"vllm", "redis", "redis-exporter", "prometheus", "grafana"}
+    monitoring = {"redis-exporter", "kvstack-canary", "prometheus", "grafana"}
+    assert set(doc["services"]) == {"vllm", "redis", *monitoring}
+    assert (tmp_path / "prometheus-alerts.yml").exists()  # the canary's alerts, beside prometheus.yml
     assert PASSWORD not in (tmp_path / "compose.yaml").read_text()
     assert (tmp_path / "dashboard.json").exists()
     assert PASSWORD not in (tmp_path / "prometheus.yml").read_text()

@@ -60,17 +60,25 @@ def compose_view(bundle: Bundle) -> tuple[list[list[str]], str]:
     read the exported .env and interpolated the project."""
     env = read_dotenv(_file(bundle, ".env").content) if any(f.name == ".env" for f in bundle.files) else {}
     doc = interpolate(yaml.safe_load(bundle.main.content), {**env, **CALLER_ENV})
+    assert "kvstack-canary" in doc["services"]  # the canary sidecar's command line is checked too
     services = doc["services"].values()
     commands = [container_argv(s) for s in services] + [h for s in services if (h := healthcheck_argv(s))]
     return commands, doc["services"]["vllm"]["environment"]["LMCACHE_REMOTE_URL"]
 
 
 def helm_view(bundle: Bundle) -> tuple[list[list[str]], str]:
-    """(the args the chart builds the container's command from, the remote URL the pod gets: each
+    """(the args the chart builds the container's command from, and the canary's command line, the
+    remote URL the pod gets: each
     env entry resolved in order, from its value, with $(NAME) of an earlier one expanded as
     Kubernetes does, or from the Secret it references)."""
     values = yaml.safe_load(bundle.main.content)
     commands = _walk(values, ("args", "command", "extraArgs"))
+    # ... and the KV canary's Deployment beside the chart (its container's command and args).
+    (canary,) = [f for f in bundle.files if f.name == "kvstack-canary.yaml"]
+    pods = [d for d in yaml.safe_load_all(canary.content) if d["kind"] == "Deployment"]
+    containers = [c for d in pods for c in d["spec"]["template"]["spec"]["containers"]]
+    assert containers
+    commands += [[*c["command"], *c["args"]] for c in containers]
     secrets = {
         doc["metadata"]["name"]: doc["stringData"]
         for f in bundle.files
@@ -96,6 +104,7 @@ def systemd_view(bundle: Bundle) -> tuple[list[list[str]], str]:
     unit.optionxform = str  # type: ignore[assignment,method-assign]
     unit.read_string(bundle.main.content)
     words = [w.replace("%%", "%").replace("$$", "$") for w in shlex.split(unit["Service"]["ExecStart"])]
+    assert "--metrics-token-file" in words  # the canary's token: a path, never the token
     if "--remote" in words:
         return [words], words[words.index("--remote") + 1]
     env = dict(

@@ -230,7 +230,7 @@ def test_external_redis_is_used_as_given_without_a_redis_service() -> None:
     bundle = export_plan("compose", plan, options)
     doc = project(bundle)
     # No Redis service of its own: the external one, watched by an exporter beside the monitoring.
-    assert set(doc["services"]) == {"vllm", "redis-exporter", "prometheus", "grafana"}
+    assert set(doc["services"]) == {"vllm", "kvstack-canary", "redis-exporter", "prometheus", "grafana"}
     assert doc["services"]["redis-exporter"]["environment"]["REDIS_ADDR"] == "rediss://cache.internal:6380"
     assert engine_of(plan, doc)["environment"]["LMCACHE_REMOTE_URL"] == "rediss://cache.internal:6380/2"
     assert not any(f.secret for f in bundle.files)

@@ -47,7 +47,7 @@ def gi(text: str) -> int:
 def test_values_parse_and_match_the_plan(tp: int) -> None:
     plan = make_plan(tp=tp, cpu_gib_per_rank=40, disk_gib_per_rank=300)
     bundle = export_plan("helm", plan, ExportOptions())
-    assert [f.name for f in bundle.files] == ["values.yaml", "grafana-dashboard.yaml"]
+    assert [f.name for f in bundle.files] == ["values.yaml", "grafana-dashboard.yaml", "kvstack-canary.yaml"]
     spec = spec_of(yaml.safe_load(bundle.main.content))
     assert set(spec) <= CHART_MODELSPEC_KEYS
     assert set(spec["vllmConfig"]) <= CHART_VLLMCONFIG_KEYS

@@ -1,0 +1,1 @@
+"""The canary: probes asked again while serving, each answer judged against a recompute."""
