@@ -105,6 +105,10 @@ class CanaryRunner:
         )
         self._save()
 
+    def noted(self, kind: str, **fields: object) -> None:
+        """An event in the run dir, the state unchanged."""
+        self.files.event(kind, **fields)
+
     def snapshot(self) -> CanaryState:
         with self.lock:
             return self.state.model_copy(deep=True)

@@ -45,7 +45,10 @@ def act(
     action = runner.state.on_wrong_kv
     already = runner.state.fallback is not None and runner.state.fallback.tiers_off
     warn(message)
-    if action == "warn" or already:
+    if already:  # the tiers are off: the engine's own cache served it; nothing more to turn off
+        runner.noted("wrong-kv-after-fallback", served_from=record.served_from, detail=message)
+        return
+    if action == "warn":
         runner.acted(
             FallbackRecord(at=time.time(), action="warn", served_from=record.served_from, detail=message)
         )
