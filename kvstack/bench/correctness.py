@@ -1,7 +1,8 @@
 """`bench --check-correctness K`: do the cached answers give recompute's answer?
 
 Rounds workloads: after a layout's rounds, K requests of the last round (the ones the caches serve)
-are generated greedily as they are (served from whatever cache holds the prompt). A trace replay
+are generated greedily as they are (served from whatever cache holds the prompt), as many side by
+side as the workload's concurrency, so each is served with the others in flight. A trace replay
 (``bench --trace``): K of the replayed answers themselves, those the caches served most of (the
 replay asked them for their token ids and log-probabilities as it sent them). Either way every token
 they generated is then scored by a guaranteed recompute in the engine's own request
@@ -15,9 +16,10 @@ the same way.
 
 from __future__ import annotations
 
+import asyncio
 import random
 import secrets
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 
 import httpx
@@ -112,6 +114,18 @@ def verdicts(
     return CorrectnessResult.of(checks, noise, summary(checks, source)[0] if checks else "")
 
 
+async def side_by_side(jobs: Sequence[Awaitable[Scored]], in_flight: int) -> list[Scored]:
+    """The jobs with up to ``in_flight`` at once, in order: answers served beside each other, as the
+    workload sends them (each one's scoring follows its answer)."""
+    gate = asyncio.Semaphore(max(1, in_flight))
+
+    async def one(job: Awaitable[Scored]) -> Scored:
+        async with gate:
+            return await job
+
+    return list(await asyncio.gather(*(one(j) for j in jobs)))
+
+
 async def check_correctness(
     client: StreamClient,
     workload: RequestSet,
@@ -120,22 +134,28 @@ async def check_correctness(
     timeout_s: float,
     k: int,
     engine: str = "vllm",
+    in_flight: int = 1,
 ) -> CorrectnessResult:
+    """K requests of the last round asked again, ``in_flight`` at a time (the workload's concurrency),
+    and as many fresh twins the same way for the noise floor."""
     last = max((r.round for r in workload.requests), default=0)
     sample = [r for r in workload.requests if r.round == last][:k]
-    async with make_client(client.base_url, max_connections=1) as scorer:
+    async with make_client(client.base_url, max_connections=max(1, in_flight)) as scorer:
         judge_ = Judge(client, scorer, engine, model, api_key, timeout_s)
-        cached = [await judge_.answer(req.prompt, DEFAULT_TOKENS) for req in sample]
+        cached = await side_by_side([judge_.answer(req.prompt, DEFAULT_TOKENS) for req in sample], in_flight)
         used: set[str] = set()
-        fresh = []
+        twins = []
         for req in sample:
             nonce = new_nonce(avoid=used)
             used.add(nonce.split("-")[0])
-            fresh.append(await judge_.answer(f"{nonce} {req.prompt}", DEFAULT_TOKENS))
+            twins.append(f"{nonce} {req.prompt}")
+        fresh = await side_by_side([judge_.answer(p, DEFAULT_TOKENS) for p in twins], in_flight)
     indices = [r.index for r in sample]
-    return verdicts(
+    result = verdicts(
         indices, [DEFAULT_TOKENS] * len(sample), cached, fresh, NOISE_METHOD, "the layout's caches"
     )
+    result.in_flight = min(max(1, in_flight), len(sample)) if sample else 1
+    return result
 
 
 @dataclass(frozen=True)

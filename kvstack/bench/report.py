@@ -168,7 +168,7 @@ def correctness_lines(result: BenchResult) -> list[str]:
             continue
         line = (
             f"{lay.name}: correctness {c.passed}/{c.checked} cached answers within the engine's own noise "
-            "of recompute's"
+            f"of recompute's ({c.in_flight} in flight)"
         )
         counts = ((c.failed, "FAILED"), (c.unknown, "NOT CHECKED"))
         lines.append(line + "".join(f", {n} {what}" for n, what in counts if n))

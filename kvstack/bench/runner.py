@@ -302,7 +302,14 @@ async def run_layout(
             if opts.check_correctness:
                 engine = engine_of(layout.plan, cur.snapshots[0] if cur.snapshots else None)
                 cur.correctness = await check_correctness(
-                    client, workload, opts.model, opts.api_key, opts.timeout_s, opts.check_correctness, engine
+                    client,
+                    workload,
+                    opts.model,
+                    opts.api_key,
+                    opts.timeout_s,
+                    opts.check_correctness,
+                    engine,
+                    in_flight=opts.connections,
                 )
         aborted = None
     except KvstackError as exc:

@@ -142,6 +142,7 @@ class CorrectnessResult(BaseModel):
     checks: list[CorrectnessCheck] = Field(default_factory=list)
     noise_floor: NoiseFloor | None = None  # measured on the same prompts led by a fresh nonce
     summary: str = ""  # validation's evidence line for these checks (validation/correctness.py)
+    in_flight: int = 1  # requests the checked answers were served with (sent side by side)
 
     @classmethod
     def of(

@@ -81,6 +81,7 @@ class Canary:
         self.n = config.probe_tokens or DEFAULT_PROBE_TOKENS
         self.need = 0
         self.budget = budget  # kept by the runner across engine restarts; None: from the first scrape
+        self.last_asked: float | None = None  # when the last check asked its probe (monotonic)
 
     async def run(self) -> None:
         async with ServerApi(self.target, None) as api:
@@ -120,7 +121,7 @@ class Canary:
             if now < next_check:
                 await self._wait(min(next_check - now, 1.0))
                 continue
-            probe = self.pool.take(now, self.config.interval_s)
+            probe = self.pool.take(now, self.config.interval_s, self.last_asked)
             if probe is None:
                 next_check = now + TICK_S * 4
                 continue
@@ -204,7 +205,8 @@ class Canary:
 
     async def _check(self, api: ServerApi, probe: Probe, budget: PrefillBudget) -> None:
         assert self.noise is not None
-        asked_at = time.monotonic()
+        asked_at, asked_wall = time.monotonic(), time.time()
+        self.last_asked = asked_at
         before = await api.scrape()
         r = await api.send(probe.prompt, generate=True)
 
@@ -226,6 +228,7 @@ class Canary:
         running = before.get(m.VLLM_RUNNING) if before.samples else None
         record = CheckRecord(
             at=time.time(),
+            asked_at=asked_wall,
             probe=probe.name,
             age_s=round(asked_at - probe.planted_at, 1),
             served_from=source,

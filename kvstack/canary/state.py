@@ -31,6 +31,7 @@ class CheckRecord(BaseModel):
     """One probe asked again and judged against a recompute."""
 
     at: float  # unix time the answer was judged
+    asked_at: float | None = None  # unix time the probe was asked again
     probe: str  # the probe's nonce
     age_s: float  # seconds since it was planted
     served_from: str  # one of SERVED_FROM

@@ -36,8 +36,8 @@ def register(app: typer.Typer) -> None:
         probe_tokens: int | None = typer.Option(
             None, "--probe-tokens", help="Probe prompt length (default 1024, within the model's context)"
         ),
-        interval: copt.CanaryInterval = DEFAULT_INTERVAL_S,
-        budget: copt.CanaryBudget = copt.DEFAULTS["budget"],
+        interval: copt.Interval = DEFAULT_INTERVAL_S,
+        budget: copt.Budget = copt.DEFAULTS["budget"],
         on_wrong_kv: str = typer.Option(
             "warn", "--on-wrong-kv", help="warn (say it, keep watching) or stop (exit 1)"
         ),

@@ -32,6 +32,15 @@ CanaryBudget = Annotated[
         help="The largest share of the engine's prefill the canary may take: 1%, 0.5%, 0.01.",
     ),
 ]
+# `kvstack canary`'s own names for the same two (the command is the canary: no prefix).
+Interval = Annotated[
+    float,
+    typer.Option("--interval", help="Seconds between checks, at least (the budget may space them further)."),
+]
+Budget = Annotated[
+    str,
+    typer.Option("--budget", help="The largest share of the engine's prefill the canary may take: 1%, 0.01."),
+]
 OnWrongKvOption = Annotated[
     str,
     typer.Option(

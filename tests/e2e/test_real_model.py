@@ -5,11 +5,12 @@ Built by scripts/make-real-model from a PyPI package's GGUF (checksums recorded)
 module:
 1. serve's own validation PASSes, with the noise floor measured on the cold answers and each
    step's typical disagreement in the report;
-2. `kvstack validate` against the same engine PASSes again (the engine's caches now hold the
-   earlier passes' prompts);
+2. `kvstack validate --concurrency 4` against the same engine PASSes again, with three load streams
+   in flight throughout (the engine's caches now hold the earlier passes' prompts);
 3. wrong KV put into the disk tier while a real validation pass runs (tests/support/kv_tamper.py):
-   another prompt's chunk files, and one chunk's bytes flipped; each FAILs tier:disk, by the
-   correctness gate, while the hit counters say the tier served the prompt.
+   another prompt's chunk files on a quiet server, and every new chunk file's signs flipped with four
+   requests in flight; each FAILs tier:disk, by the correctness gate, while the hit counters say
+   the tier served the prompt.
 
 KVSTACK_REAL_MODEL_RUNS=N (default 1) repeats 2 and each case of 3 N times on the same engine
 (docs/measurements.md's figures: N=5, twice, so on two engines: 2 x (1 + 4 of the 5) validations
@@ -96,10 +97,13 @@ def test_serve_validates_the_real_model(real: ServeSession) -> None:
 
 
 @pytest.mark.parametrize("run", range(RUNS))
-def test_validate_passes_again_on_the_same_engine(real: ServeSession, tmp_path: Path, run: int) -> None:
+def test_validate_passes_again_with_four_requests_in_flight(
+    real: ServeSession, tmp_path: Path, run: int
+) -> None:
     out = tmp_path / "validation.json"
     args = ["validate", "--url", real.base_url, "--lmcache", real.cache_server_url, "--tier", "cpu"]
     args += ["--cache-dir", str(disk_dir(real)), "--prompt-tokens", str(PROMPT_TOKENS), "--json"]
+    args += ["--concurrency", "4"]
     proc = subprocess.run(
         kvstack_cmd(*args, "--out", str(out)), capture_output=True, text=True, env=env_for_tests(), cwd=ROOT
     )
@@ -107,9 +111,13 @@ def test_validate_passes_again_on_the_same_engine(real: ServeSession, tmp_path: 
     assert proc.returncode == 0, json.dumps(report["steps"], indent=1)[:6000]
     assert report["overall"] == "PASS"
     assert_judged(report)
+    load = report["load"]
+    assert (
+        load["concurrency"] == 4 and load["streams"] == 3 and load["requests"] > 0 and not load["failed"]
+    ), load
 
 
-def tampered_pass(session: ServeSession, case: str) -> tuple[ValidationReport, DiskTamper]:
+def tampered_pass(session: ServeSession, case: str, concurrency: int) -> tuple[ValidationReport, DiskTamper]:
     directory = disk_dir(session)
     tamper = DiskTamper(directory, case, chunks=PROMPT_TOKENS // CHUNK)
     target = ValidationTarget(
@@ -122,17 +130,23 @@ def tampered_pass(session: ServeSession, case: str) -> tuple[ValidationReport, D
         connector="lmcache-mp",
         prompt_tokens=PROMPT_TOKENS,
         repeat=2,  # round 1 stores the prompt whose KV round 2 is served (swap), round 2 is tampered
+        concurrency=concurrency,
     )
     report = run_validation(target, on_progress=tamper.progress, between=tamper.between)
     return report, tamper
 
 
-@pytest.mark.parametrize("case", ["swap", "flip"])
+# (case, requests in flight): another prompt's KV on a quiet server; flipped signs with 4 in flight
+# (validate --concurrency 4), where the load's chunk files land beside the prompt's: all are flipped.
+CASES = [("swap", 1), ("flip-all", 4)]
+
+
+@pytest.mark.parametrize(("case", "concurrency"), CASES)
 @pytest.mark.parametrize("run", range(RUNS))
 def test_wrong_kv_in_the_disk_tier_fails_by_the_correctness_gate(
-    real: ServeSession, case: str, run: int
+    real: ServeSession, case: str, concurrency: int, run: int
 ) -> None:
-    report, tamper = tampered_pass(real, case)
+    report, tamper = tampered_pass(real, case, concurrency)
     assert tamper.done, "the tamper never ran: the pass did not reach round 2 of tier:disk"
     disk = report.step("tier:disk")
     assert disk is not None, report.to_json()
@@ -149,3 +163,5 @@ def test_wrong_kv_in_the_disk_tier_fails_by_the_correctness_gate(
         f"tampered {bad.typical}, {bad.over}/{bad.tokens} positions over; {tamper.done[0]}"
     )
     assert report.step("warm") is not None and report.step("warm").verdict == "pass"  # type: ignore[union-attr]
+    if concurrency > 1:
+        assert report.load is not None and report.load.concurrency == concurrency and report.load.requests > 0

@@ -16,6 +16,9 @@ Cases:
   (same length, same number of chunks), in store order: the prompt is served another prompt's KV.
 - ``flip``: one chunk file of the prompt (the middle one in store order) has the sign bit of every
   bf16 value flipped: finite, wrong KV for that chunk.
+- ``flip-all``: every chunk file written since the round's first request, flipped so: with requests
+  in flight (validate --concurrency) the load's prompts write chunk files too, and which of the new
+  files are the prompt's is not known; the load never reads its own again.
 """
 
 from __future__ import annotations
@@ -104,6 +107,10 @@ class DiskTamper:
             target = Path(mine[len(mine) // 2])
             flip_signs(target)
             self.done.append(f"round {self.round}: sign bits flipped in {target.name} ({len(mine)} chunks)")
+        elif self.case == "flip-all":
+            for path in mine:
+                flip_signs(Path(path))
+            self.done.append(f"round {self.round}: sign bits flipped in all {len(mine)} chunk files written")
         else:
             raise ValueError(self.case)
 

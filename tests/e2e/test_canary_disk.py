@@ -1,0 +1,67 @@
+"""Wrong KV in the disk tier while the real model serves a concurrent load (issue 42): every chunk
+file of LMCache's disk tier flipped (tests/support/kv_tamper.py), and its DRAM emptied through its own
+API as a full DRAM would have: caught by one of the first two checks after the tamper, named for
+disk; the fallback restarts the engine without the tiers, marks the directory, and a new serve
+refuses that directory in one line. The serve is tests/e2e/canary_stack.py's, on its own.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from kvstack.clients.control import CONTROL_HEADER, read_control_token
+from tests.e2e.canary_stack import (
+    REAL_MODEL,
+    assert_fallback,
+    canaried,
+    checks_after,
+    ended,
+    events,
+    first_fail_after,
+    wait_for,
+)
+from tests.e2e.conftest import ServeSession, start_serve
+from tests.support.kv_tamper import flip_disk_tier
+from tests.support.load import BackgroundLoad
+
+
+@pytest.fixture(scope="module")
+def disk(engine_ready: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServeSession]:
+    session = canaried(tmp_path_factory.mktemp("canary-disk"))
+    try:
+        with BackgroundLoad(session.base_url, streams=2, prompt_tokens=512):
+            yield session
+    finally:
+        ended(session)
+
+
+def test_wrong_kv_on_disk_is_caught_and_the_directory_is_refused_after(
+    disk: ServeSession, tmp_path: Path
+) -> None:
+    wait_for(disk, "three checks", lambda: len(events(disk, "canary-check")) >= 3)
+    (directory,) = [p for p in disk.cache_dir.rglob("lmcache-mp-disk") if p.is_dir()]
+    assert flip_disk_tier(directory) > 0
+    token = read_control_token(disk.run_dir)
+    assert token is not None
+    resp = httpx.post(disk.cache_server_url + "/cache/clear", headers={CONTROL_HEADER: token}, timeout=30)
+    assert resp.status_code == 200, resp.text  # DRAM emptied, as other users' KV would have pushed it out
+    t0 = time.time()  # the tamper is in place: the first two checks asked from now must catch it
+    index, fail = wait_for(disk, "a failed check", lambda: first_fail_after(disk, t0), timeout_s=120)
+    assert index <= 1, f"caught at the {index + 1}th check after the tamper: {checks_after(disk, t0)}"
+    assert fail["served_from"] == "disk", fail
+    assert_fallback(disk, "disk")
+    marker = directory / "KVSTACK-WRONG-KV.json"
+    assert json.loads(marker.read_text())["probe"] == fail["probe"]
+    # A new serve on the same cache dir is refused before it starts anything.
+    proc = start_serve(
+        tmp_path, "--model", str(REAL_MODEL), "--offload", "lmcache-mp", "--cache-dir", str(disk.cache_dir)
+    )
+    assert proc.proc.wait(120) == 2
+    out = proc.output()
+    assert f"the tier directory {directory} served wrong KV" in out and "Traceback" not in out
