@@ -23,7 +23,9 @@ LAYERS: tuple[frozenset[str], ...] = tuple(
         "clients",  # HTTP clients of a served engine
         "runtime",  # process supervision (readiness probes through clients)
         "engines remote",  # Plan -> LaunchSpec renderers; the Redis tier
-        "validation export top",  # what reads a running launch or writes a deployment
+        "validation",  # the verdict on a running server: its tiers serve hits, and the right KV
+        "canary",  # the verdict kept while it serves (validation's gate, asked again and again)
+        "export top",  # what reads a running launch or writes a deployment
         "serving",  # the serve run path (validates what it starts)
         "bench",  # serves layouts to measure them
         "tune",  # ranks connector x knobs on a trace (planning), then proves the best with bench
