@@ -10,7 +10,8 @@ import glob
 import json
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -35,6 +36,7 @@ from tests.e2e.conftest import (
 )
 from tests.support.deps import ROOT, missing
 from tests.support.kv_tamper import L1_POOL_GLOB
+from tests.support.load import BackgroundLoad
 
 REAL_MODEL = ROOT / ".models" / "smollm2-135m-instruct"
 MODEL = "smollm2-135m-instruct"
@@ -63,6 +65,17 @@ def canaried(tmp: Path) -> ServeSession:
         ended(session)  # a serve that never came up must not outlive the test
         raise
     return session
+
+
+@contextmanager
+def loaded(tmp: Path) -> Iterator[ServeSession]:
+    """A canaried serve with two streams of fresh 512-token prompts in flight, stopped on exit."""
+    session = canaried(tmp)
+    try:
+        with BackgroundLoad(session.base_url, streams=2, prompt_tokens=512):
+            yield session
+    finally:
+        ended(session)
 
 
 def ended(session: ServeSession) -> None:

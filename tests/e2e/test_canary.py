@@ -28,13 +28,12 @@ from tests.e2e.canary_stack import (
     assert_fallback,
     at_least,
     cache_server_pid,
-    canaried,
     checks_after,
-    ended,
     events,
     first_fail_after,
     greedy,
     judged,
+    loaded,
     metrics,
     series,
     state,
@@ -43,17 +42,12 @@ from tests.e2e.canary_stack import (
 )
 from tests.e2e.conftest import ServeSession
 from tests.support.kv_tamper import flip_l1_pool
-from tests.support.load import BackgroundLoad
 
 
 @pytest.fixture(scope="module")
 def dram(engine_ready: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServeSession]:
-    session = canaried(tmp_path_factory.mktemp("canary-dram"))
-    try:
-        with BackgroundLoad(session.base_url, streams=2, prompt_tokens=512):
-            yield session
-    finally:
-        ended(session)
+    with loaded(tmp_path_factory.mktemp("canary-dram")) as session:
+        yield session
 
 
 def test_a_clean_run_under_load_raises_no_false_alarm(dram: ServeSession) -> None:

@@ -19,26 +19,20 @@ from kvstack.clients.control import CONTROL_HEADER, read_control_token
 from tests.e2e.canary_stack import (
     REAL_MODEL,
     assert_fallback,
-    canaried,
     checks_after,
-    ended,
     events,
     first_fail_after,
+    loaded,
     wait_for,
 )
 from tests.e2e.conftest import ServeSession, start_serve
 from tests.support.kv_tamper import flip_disk_tier
-from tests.support.load import BackgroundLoad
 
 
 @pytest.fixture(scope="module")
 def disk(engine_ready: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServeSession]:
-    session = canaried(tmp_path_factory.mktemp("canary-disk"))
-    try:
-        with BackgroundLoad(session.base_url, streams=2, prompt_tokens=512):
-            yield session
-    finally:
-        ended(session)
+    with loaded(tmp_path_factory.mktemp("canary-disk")) as session:
+        yield session
 
 
 def test_wrong_kv_on_disk_is_caught_and_the_directory_is_refused_after(
