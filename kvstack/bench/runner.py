@@ -23,6 +23,7 @@ from kvstack.bench.correctness import check_correctness, engine_of
 from kvstack.bench.schema import CacheStats, CorrectnessResult, LayoutResult, RequestRow, RoundResult
 from kvstack.bench.stats import cache_stats, measured, summarize
 from kvstack.bench.workloads import BenchRequest, RequestSet
+from kvstack.clients import quiet
 from kvstack.clients.client import make_client
 from kvstack.clients.metrics import MetricsSnapshot, scrape
 from kvstack.clients.streaming import RequestResult, StreamClient
@@ -294,23 +295,8 @@ async def run_layout(
     cur = recorder.begin(layout)
     aborted: str | None = "interrupted"
     try:
-        async with (
-            StreamClient(layout.base_url, opts.connections) as client,
-            make_client(layout.base_url, max_connections=2) as scraper,
-        ):
-            await _rounds(layout, workload, opts, cur, client, scraper, on_progress)
-            if opts.check_correctness:
-                engine = engine_of(layout.plan, cur.snapshots[0] if cur.snapshots else None)
-                cur.correctness = await check_correctness(
-                    client,
-                    workload,
-                    opts.model,
-                    opts.api_key,
-                    opts.timeout_s,
-                    opts.check_correctness,
-                    engine,
-                    in_flight=opts.connections,
-                )
+        with quiet.hold(layout.base_url):  # the server's canary sends nothing while bench measures
+            await _measure(layout, workload, opts, cur, on_progress)
         aborted = None
     except KvstackError as exc:
         aborted = exc.message
@@ -319,6 +305,29 @@ async def run_layout(
         result = recorder.finish(aborted)
     assert result is not None
     return result
+
+
+async def _measure(
+    layout: Layout, workload: RequestSet, opts: RunOptions, cur: _Current, on_progress: ProgressFn | None
+) -> None:
+    """The rounds, then the correctness check, against one layout."""
+    async with (
+        StreamClient(layout.base_url, opts.connections) as client,
+        make_client(layout.base_url, max_connections=2) as scraper,
+    ):
+        await _rounds(layout, workload, opts, cur, client, scraper, on_progress)
+        if opts.check_correctness:
+            engine = engine_of(layout.plan, cur.snapshots[0] if cur.snapshots else None)
+            cur.correctness = await check_correctness(
+                client,
+                workload,
+                opts.model,
+                opts.api_key,
+                opts.timeout_s,
+                opts.check_correctness,
+                engine,
+                in_flight=opts.connections,
+            )
 
 
 async def _rounds(

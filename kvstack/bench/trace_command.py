@@ -33,6 +33,7 @@ from kvstack.bench.trace_sizes import (
 )
 from kvstack.bench.trace_target import url_layout
 from kvstack.clients import metrics as m
+from kvstack.clients import quiet
 from kvstack.clients import token_sources as ts
 from kvstack.clients.client import auth_headers, trusts_env
 from kvstack.clients.metrics import scrape_sync
@@ -257,6 +258,21 @@ def run_layout_replay(
     result, its rows and the predicted vs measured comparison. ``ttft_check``: calibrate the layout
     after the replay and set the TTFT model's prediction beside the measured (bench); tune predicts
     with its own calibration and skips it."""
+    with quiet.hold(layout.base_url):  # the server's canary sends nothing while the replay measures
+        return _replay_layout(layout, rows, args, shared, model, api_key, timeout_s, on_row, ttft_check)
+
+
+def _replay_layout(
+    layout: Layout,
+    rows: list[Any],
+    args: TraceArgs,
+    shared: Shared,
+    model: str,
+    api_key: str | None,
+    timeout_s: float,
+    on_row: Any,
+    ttft_check: bool,
+) -> tuple[LayoutResult, list[RequestRow], dict[str, Any]]:
     model = layout.served_model or model
     if shared.blocks is None:
         decided = _decide(layout, rows, args, api_key, model)

@@ -28,6 +28,7 @@ from kvstack.canary.probes import DEFAULT_POOL, Probe, ProbePool
 from kvstack.canary.state import CanaryState, CheckRecord
 from kvstack.clients import metrics as m
 from kvstack.clients.metrics import MetricsSnapshot
+from kvstack.clients.quiet import holder
 from kvstack.validation import correctness
 from kvstack.validation.isolation import chunk_tokens, covering_tokens
 from kvstack.validation.noise import NoiseFloor, measure
@@ -107,6 +108,11 @@ class Canary:
         while not self.stopped():
             if self.paused():
                 await asyncio.sleep(TICK_S)
+                continue
+            held = holder(self.target.base_url)
+            if held is not None:  # this user's validate/bench/tune reads the counters: send nothing
+                self._waiting(f"held off: kvstack (pid {held}) is measuring this server")
+                await self._wait(BUDGET_RETRY_S)
                 continue
             snap = await api.scrape()
             budget.update(snap)

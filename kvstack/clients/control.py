@@ -60,12 +60,18 @@ def control_headers(token: str | None) -> dict[str, str]:
     return {CONTROL_HEADER: token} if token else {}
 
 
-def _index_dir() -> Path:
+def state_dir() -> Path:
+    """This user's kvstack state directory (XDG_STATE_HOME)."""
     base = os.environ.get("XDG_STATE_HOME", "").strip()
-    return (Path(base) if base else Path.home() / ".local" / "state") / "kvstack" / "control"
+    return (Path(base) if base else Path.home() / ".local" / "state") / "kvstack"
 
 
-def _key(base_url: str) -> str:
+def _index_dir() -> Path:
+    return state_dir() / "control"
+
+
+def server_key(base_url: str) -> str:
+    """One name per server: every loopback spelling of it is the same."""
     parts = urlsplit(base_url)
     host = (parts.hostname or "").lower()
     if reaches_local(host):  # every name of this machine's loopback (netaddr's list) is one server
@@ -76,7 +82,7 @@ def _key(base_url: str) -> str:
 
 def publish(base_url: str, token: str) -> None:
     """This user's kvstack clients of ``base_url`` send ``token`` from now on."""
-    key = _key(base_url)
+    key = server_key(base_url)
     _published[key] = token
     with contextlib.suppress(OSError):  # in-process still works; other commands use --run-dir
         atomic_write(ensure_private_dir(_index_dir()) / key, token + "\n", mode=0o600)
@@ -85,11 +91,11 @@ def publish(base_url: str, token: str) -> None:
 def remember(base_url: str, token: str) -> None:
     """This process's clients of ``base_url`` send ``token`` (read from a run dir the user named);
     nothing is written."""
-    _published[_key(base_url)] = token
+    _published[server_key(base_url)] = token
 
 
 def withdraw(base_url: str, token: str) -> None:
-    key = _key(base_url)
+    key = server_key(base_url)
     if _published.get(key) == token:
         del _published[key]
     path = _index_dir() / key
@@ -100,5 +106,5 @@ def withdraw(base_url: str, token: str) -> None:
 
 def token_for(base_url: str) -> str | None:
     """The control token of the server at ``base_url``, when this user's serve started it."""
-    key = _key(base_url)
+    key = server_key(base_url)
     return _published.get(key) or _read(_index_dir() / key)

@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from kvstack.clients import quiet
 from kvstack.errors import InputError
 from kvstack.planning.engine_kv import KvExpectation, kv_expectation
 from kvstack.planning.schema import Plan
@@ -155,6 +156,8 @@ async def run_validation_async(
     check_target(target)
     t0 = time.monotonic()
     s = ServerApi(target, between)
+    held = quiet.hold(target.base_url)  # this server's canary sends nothing while the pass measures
+    held.__enter__()
     try:
         await s.discover()
         first = await s.scrape()
@@ -223,6 +226,7 @@ async def run_validation_async(
         report.duration_s = round(time.monotonic() - t0, 3)
         return report
     finally:
+        held.__exit__(None, None, None)
         await s.aclose()
 
 
