@@ -20,6 +20,7 @@ from tests.e2e.canary_stack import (
     REAL_MODEL,
     assert_fallback,
     checks_after,
+    ended,
     events,
     first_fail_after,
     loaded,
@@ -53,9 +54,14 @@ def test_wrong_kv_on_disk_is_caught_and_the_directory_is_refused_after(
     marker = directory / "KVSTACK-WRONG-KV.json"
     assert json.loads(marker.read_text())["probe"] == fail["probe"]
     # A new serve on the same cache dir is refused before it starts anything.
-    proc = start_serve(
-        tmp_path, "--model", str(REAL_MODEL), "--offload", "lmcache-mp", "--cache-dir", str(disk.cache_dir)
-    )
-    assert proc.proc.wait(120) == 2
+    # (any measured disk bandwidth is worth a tier here: on a busy machine fio may measure under the
+    # default 1 GB/s, and a plan with no disk tier does not read the directory, so is not refused)
+    again = ("--model", str(REAL_MODEL), "--offload", "lmcache-mp", "--cache-dir", str(disk.cache_dir))
+    proc = start_serve(tmp_path, *again, "--min-disk-bw", "1MB")
+    try:
+        code = proc.proc.wait(120)
+    finally:
+        ended(proc)  # a serve that was not refused must not outlive the test
+    assert code == 2, proc.output()[-3000:]
     out = proc.output()
     assert f"the tier directory {directory} served wrong KV" in out and "Traceback" not in out
