@@ -39,6 +39,7 @@ def _alive(pid: int) -> bool:
 def hold(base_url: str) -> Iterator[None]:
     """The canary of ``base_url`` sends nothing while the block runs."""
     name = f"{server_key(base_url)}-{os.getpid()}"
+    made = [d for d in (_dir(), *_dir().parents) if not d.exists()]  # removed again on exit when empty
     path: Path | None = None
     try:
         path = ensure_private_dir(_dir()) / name
@@ -51,6 +52,9 @@ def hold(base_url: str) -> Iterator[None]:
         if path is not None:
             with contextlib.suppress(OSError):
                 path.unlink()
+        for directory in made:  # deepest first: a measurement leaves no trace behind
+            with contextlib.suppress(OSError):
+                directory.rmdir()
 
 
 def holder(base_url: str) -> int | None:
