@@ -27,6 +27,7 @@ from kvstack.canary.defaults import DEFAULT_BUDGET, DEFAULT_INTERVAL_S
 from kvstack.canary.probes import DEFAULT_POOL, Probe, ProbePool
 from kvstack.canary.state import CanaryState, CheckRecord
 from kvstack.clients import metrics as m
+from kvstack.clients import quiet
 from kvstack.clients.metrics import MetricsSnapshot
 from kvstack.clients.quiet import holder
 from kvstack.validation import correctness
@@ -137,7 +138,12 @@ class Canary:
                 self._waiting(f"budget: {budget.needed(cost):,.0f} more computed prompt tokens of traffic")
                 await self._wait(BUDGET_RETRY_S)
                 continue
-            await self._check(api, probe, budget)
+            with quiet.busy(self.target.base_url) as free:
+                if free:
+                    await self._check(api, probe, budget)
+                else:  # a measurement took the server meanwhile: the probe waits for the next turn
+                    self.pool.add(probe)
+                    continue
             await self._plant(api, builder, budget)
             next_check = time.monotonic() + self.config.interval_s
 
@@ -177,8 +183,11 @@ class Canary:
             need = budget.needed(self.n)
             self._waiting(f"budget: {need:,.0f} more computed prompt tokens of traffic to plant a probe")
             return False
-        prompt = await builder.build(self.n)
-        r = await api.send(prompt)
+        with quiet.busy(self.target.base_url) as free:
+            if not free:  # a measurement took the server meanwhile
+                return False
+            prompt = await builder.build(self.n)
+            r = await api.send(prompt)
         budget.spend(self.n)
         if r.ok:
             self.pool.add(Probe(prompt, time.monotonic()))
@@ -196,9 +205,12 @@ class Canary:
             return
         samples = []
         for _ in range(NOISE_PROBES):
-            prompt = await builder.build(self.n)
-            r = await api.send(prompt, generate=True)
-            samples.append((r, await api.score(prompt, r, self.engine)))
+            with quiet.busy(self.target.base_url) as free:
+                if not free:
+                    return
+                prompt = await builder.build(self.n)
+                r = await api.send(prompt, generate=True)
+                samples.append((r, await api.score(prompt, r, self.engine)))
             budget.spend(2 * self.n + self.target.correctness_tokens)
             if r.ok:
                 self.pool.add(Probe(prompt, time.monotonic()))

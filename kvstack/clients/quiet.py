@@ -13,10 +13,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 from kvstack.clients.control import server_key, state_dir
+
+__all__ = ["BUSY", "busy", "hold", "holder", "server_key"]
 from kvstack.errors import PathError
 from kvstack.fsutil import atomic_write, ensure_private_dir
 
@@ -35,10 +38,32 @@ def _alive(pid: int) -> bool:
     return True
 
 
+BUSY = ".busy"  # a canary's mark while its requests are in flight: <key>.busy-<pid>
+SETTLE_WAIT_S = 30.0
+
+
 @contextlib.contextmanager
 def hold(base_url: str) -> Iterator[None]:
-    """The canary of ``base_url`` sends nothing while the block runs."""
-    name = f"{server_key(base_url)}-{os.getpid()}"
+    """The canary of ``base_url`` sends nothing while the block runs; the block starts once the
+    canary's requests in flight (if any) have ended."""
+    with _marked(f"{server_key(base_url)}-{os.getpid()}"):
+        deadline = time.monotonic() + SETTLE_WAIT_S
+        while _live(server_key(base_url) + BUSY + "-") is not None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        yield
+
+
+@contextlib.contextmanager
+def busy(base_url: str) -> Iterator[bool]:
+    """The canary's side: marked busy for the block; yields False when a measurement holds the
+    server (the canary then sends nothing). Either side writes its mark before it reads the other's,
+    so at least one of them sees the other."""
+    with _marked(f"{server_key(base_url)}{BUSY}-{os.getpid()}"):
+        yield holder(base_url) is None
+
+
+@contextlib.contextmanager
+def _marked(name: str) -> Iterator[None]:
     made = [d for d in (_dir(), *_dir().parents) if not d.exists()]  # removed again on exit when empty
     path: Path | None = None
     try:
@@ -59,7 +84,11 @@ def hold(base_url: str) -> Iterator[None]:
 
 def holder(base_url: str) -> int | None:
     """The pid of a live process of this user measuring ``base_url``, or None."""
-    prefix = server_key(base_url) + "-"
+    return _live(server_key(base_url) + "-")
+
+
+def _live(prefix: str) -> int | None:
+    """The pid of a live process with a mark starting ``prefix``; dead ones' marks are removed."""
     try:
         names = [p.name for p in _dir().iterdir() if p.name.startswith(prefix)]
     except OSError:

@@ -6,6 +6,7 @@ import os
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -49,3 +50,22 @@ def test_no_state_dir_means_no_hold_and_no_error(tmp_path: Path, monkeypatch: py
     monkeypatch.setenv("XDG_STATE_HOME", str(blocker))  # a file where the directory would go
     with quiet.hold(URL):
         assert quiet.holder(URL) is None
+
+
+def test_a_canary_sees_a_hold_and_a_hold_waits_for_the_canarys_requests(state: Path) -> None:
+    with quiet.busy(URL) as free:
+        assert free  # nobody measures: the canary may send
+    with quiet.hold(URL), quiet.busy(URL) as free:
+        assert not free  # a measurement holds the server: the canary sends nothing
+    # A canary (another process) in the middle of its requests: the hold starts once it is done.
+    code = f"from kvstack.clients import quiet; import time\nwith quiet.busy({URL!r}): time.sleep(1.5)"
+    child = subprocess.Popen([sys.executable, "-c", code], env=dict(os.environ))
+    try:
+        deadline = time.monotonic() + 30
+        while not any(p.name.startswith(quiet.server_key(URL) + ".busy") for p in state.glob("*")):
+            assert time.monotonic() < deadline and child.poll() is None
+            time.sleep(0.02)
+        with quiet.hold(URL):
+            assert child.poll() is not None or not list(state.glob("*.busy-*")), "held while it was busy"
+    finally:
+        child.wait(30)
