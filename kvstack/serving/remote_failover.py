@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from kvstack.engines.remote_drop import without_remote_tier
+from kvstack.runtime.specs import LaunchSpec
 from kvstack.runtime.supervisor import Supervisor
 from kvstack.serving.launch_files import record_replica_spec
 from kvstack.serving.remote_watch import RemoteWatch
@@ -24,13 +25,15 @@ def units(sup: object) -> Sequence[Supervisor]:
     return [sup] if isinstance(sup, Supervisor) else []
 
 
-def restart_without_remote(sup: object, ready_timeout_s: float) -> int:
-    """Restart every unit that reaches Redis without it; how many were restarted. Each unit's
-    launch.json is rewritten to what now runs, and a replica run's top-level launch.json with it (a
-    reader of the run dir, top included, sees no remote tier)."""
+def restart_changed(
+    sup: object, change: Callable[[LaunchSpec], LaunchSpec | None], ready_timeout_s: float
+) -> int:
+    """Restart every unit ``change`` gives another spec (None: leave it), with that spec; how many
+    were restarted. Each unit's launch.json is rewritten to what now runs, and a replica run's
+    top-level launch.json with it (a reader of the run dir, top included, sees what runs)."""
     n = 0
     for unit in units(sup):
-        spec = without_remote_tier(unit.spec)
+        spec = change(unit.spec)
         if spec is None:
             continue
         unit.spec = spec
@@ -38,6 +41,11 @@ def restart_without_remote(sup: object, ready_timeout_s: float) -> int:
         record_replica_spec(unit.run_dir, spec)
         n += 1
     return n
+
+
+def restart_without_remote(sup: object, ready_timeout_s: float) -> int:
+    """Restart every unit that reaches Redis without it; how many were restarted."""
+    return restart_changed(sup, without_remote_tier, ready_timeout_s)
 
 
 def follow_remote(

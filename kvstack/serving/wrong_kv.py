@@ -19,9 +19,8 @@ from kvstack.canary.runner import CanaryRunner
 from kvstack.canary.state import CheckRecord, FallbackRecord
 from kvstack.engines.offload_drop import without_offload
 from kvstack.errors import WrongKvServed
-from kvstack.serving.launch_files import record_replica_spec
 from kvstack.serving.quarantine import mark_dirs
-from kvstack.serving.remote_failover import units
+from kvstack.serving.remote_failover import restart_changed, units
 
 
 def describe(record: CheckRecord) -> str:
@@ -62,17 +61,12 @@ def act(
             hint="kvstack stopped serving (--on-wrong-kv stop); the run dir's events.jsonl has every check",
         )
     runner.pause()
-    restarted, marked = 0, []
     tiers: list[str] = sorted({str(t.kind) for t in runner.target.tiers})
+    marked: list[str] = []
     for unit in units(sup):
-        spec = without_offload(unit.spec)
-        if spec is None:
-            continue
-        marked += mark_dirs(sorted(set(unit.spec.cache_dirs.values())), record, unit.run_dir)
-        unit.spec = spec
-        unit.restart(ready_timeout_s)
-        record_replica_spec(unit.run_dir, spec)
-        restarted += 1
+        if without_offload(unit.spec) is not None:  # the units the fallback restarts: their tiers
+            marked += mark_dirs(sorted(set(unit.spec.cache_dirs.values())), record, unit.run_dir)
+    restarted = restart_changed(sup, without_offload, ready_timeout_s)
     runner.acted(
         FallbackRecord(
             at=time.time(),

@@ -154,10 +154,15 @@ async def run_validation_async(
     engine died, so a crash is reported as such rather than as a slow tier.
     """
     check_target(target)
+    with quiet.hold(target.base_url):  # this server's canary sends nothing while the pass measures
+        return await _validate(target, on_progress, between)
+
+
+async def _validate(
+    target: ValidationTarget, on_progress: Progress | None, between: Callable[[], None] | None
+) -> ValidationReport:
     t0 = time.monotonic()
     s = ServerApi(target, between)
-    held = quiet.hold(target.base_url)  # this server's canary sends nothing while the pass measures
-    held.__enter__()
     try:
         await s.discover()
         first = await s.scrape()
@@ -226,7 +231,6 @@ async def run_validation_async(
         report.duration_s = round(time.monotonic() - t0, 3)
         return report
     finally:
-        held.__exit__(None, None, None)
         await s.aclose()
 
 
