@@ -62,6 +62,10 @@ class CanaryRunner:
         self.thread = threading.Thread(target=self._main, name="kvstack-canary", daemon=True)
         self.thread.start()
 
+    def halt(self) -> None:
+        """Send nothing more, now (the engines are about to stop); ``stop`` then waits for the thread."""
+        self._stop.set()
+
     def stop(self) -> None:
         self._stop.set()
         if self.thread is not None:

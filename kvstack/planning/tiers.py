@@ -122,7 +122,11 @@ def disk_problem(disk: DiskInfo, min_bw: float) -> str | None:
         return f"{disk.path} is not writable"
     # Virtual disks are often marked rotational; fio's measured bandwidth is what counts then.
     if disk.rotational and (bw is None or bw < min_bw):
-        measured = f" (measured {fmt_bw(bw)}; virtual disks are often marked rotational)" if bw else ""
+        if bw:
+            measured = f" (measured {fmt_bw(bw)}; virtual disks are often marked rotational)"
+        else:
+            why = disk.unknown.get("read_bw_bytes_per_s", "not measured")
+            measured = f" (read bandwidth unknown: {why}; a fast measurement would outweigh the mark)"
         return f"{disk.path} is on a disk the kernel marks rotational{measured}"
     if disk.rotational is None and not disk.nvme:
         why = disk.unknown.get("rotational", "not in the snapshot")

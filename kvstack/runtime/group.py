@@ -9,7 +9,9 @@ the members of one stage in parallel, so N engines stop in the time of one.
 
 from __future__ import annotations
 
+import contextlib
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -30,6 +32,7 @@ class SupervisorGroup:
         self._signals = StopOnSignal(self.stop, self._hurry_members, lambda: self._stopping)
         self._stopping = False
         self._stopped = False
+        self._before_stop: list[Callable[[], None]] = []
 
     @property
     def members(self) -> list[Supervisor]:
@@ -135,12 +138,20 @@ class SupervisorGroup:
 
     # --- stopping ---------------------------------------------------------------------------
 
+    def before_stop(self, hook: Callable[[], None]) -> None:
+        """``hook`` runs first when the group stops, on a signal too: what watches the members (the
+        canary) stops sending before they go, instead of reporting them gone. It must not block."""
+        self._before_stop.append(hook)
+
     def stop(self) -> None:
         """Last stage first (the router before the engines behind it); a stage's members at once."""
         if self._stopped or self._stopping:
             return
         self._stopping = True
         try:
+            for hook in self._before_stop:
+                with contextlib.suppress(Exception):
+                    hook()
             for stage in reversed(self.stages):
                 self._stop_stage(stage)
         finally:

@@ -319,7 +319,7 @@ def run(launch: Launch, events: ServeEvents | None = None) -> int:
         if req.exit_after_validate:
             return 0
         ev.message(_serving_message(launch))
-        with watching(launch, report, ev) as canary:
+        with watching(launch, report, ev, group) as canary:
             try:
                 serve_until_stopped(group, ev, watched_remote(launch), req.ready_timeout_s, canary=canary)
             except Interrupted:
@@ -339,9 +339,10 @@ def canary_off_reason(launch: Launch) -> str | None:
 
 @contextmanager
 def watching(
-    launch: Launch, report: ValidationReport | None, ev: ServeEvents
+    launch: Launch, report: ValidationReport | None, ev: ServeEvents, group: SupervisorGroup
 ) -> Iterator[CanaryRunner | None]:
-    """The canary beside the serving engines (the first replica's engine), stopped on exit."""
+    """The canary beside the serving engines (the first replica's engine), stopped on exit, and
+    halted before ``group`` stops them (a signal stops them before this block exits)."""
     why = canary_off_reason(launch)
     if why is not None:
         ev.message(f"canary off: {why}")
@@ -363,6 +364,7 @@ def watching(
     )
     token = req.metrics_token or first.options.control_token
     runner.start("127.0.0.1" if token else None, req.metrics_port, token)
+    group.before_stop(runner.halt)
     where = f"; metrics at {runner.state.metrics_url} (bearer token required)" if runner.metrics else ""
     ev.message(
         f"canary on: a probe asked again every {req.canary_interval_s:g} s at most, within "

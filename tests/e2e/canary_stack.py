@@ -96,15 +96,39 @@ def state(session: ServeSession) -> dict[str, Any]:
     return json.loads((session.run_dir / "canary.json").read_text())
 
 
-def wait_for(session: ServeSession, what: str, get: Callable[[], T | None], timeout_s: float = 240) -> T:
+def wait_for(
+    session: ServeSession,
+    what: str,
+    get: Callable[[], T | None],
+    timeout_s: float = 240,
+    explain: Callable[[], str] = lambda: "",
+) -> T:
+    """``get()`` once it is truthy; ``explain()`` adds what the test saw to a timeout's message."""
     deadline = time.monotonic() + timeout_s
     while True:
         value = get()
         if value:
             return value
         assert session.proc.poll() is None, session.output()[-4000:]
-        assert time.monotonic() < deadline, f"{what}: not within {timeout_s} s\n{session.output()[-3000:]}"
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"{what}: not within {timeout_s} s\n{explain()}\n{session.output()[-3000:]}")
         time.sleep(0.5)
+
+
+def canary_story(session: ServeSession, t0: float) -> str:
+    """What the canary did from ``t0``: its state and each check, for a failed wait's message."""
+    rows = [
+        f"  +{c['asked_at'] - t0:.1f}s {c['probe']} age {c['age_s']} s: {c['served_from']} {c['hit_tokens']} "
+        f"{c['verdict']} (in flight {c.get('in_flight')})"
+        for c in events(session, "canary-check")
+        if c["asked_at"] >= t0 - 30
+    ]
+    try:
+        now = state(session)
+        head = f"canary: {now.get('status')} {now.get('waiting_for') or ''}".rstrip()
+    except (OSError, ValueError) as exc:
+        head = f"canary.json unreadable: {exc}"
+    return "\n".join([head, "checks from 30 s before the tamper:", *rows])
 
 
 def metrics(session: ServeSession, token: str | None) -> httpx.Response:

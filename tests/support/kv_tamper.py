@@ -9,7 +9,8 @@ chunk's hash, so a file holding other bytes is served as that chunk.
 
 Also, for the canary (tests/e2e/test_canary.py), wrong KV put into a tier while the engine serves:
 ``flip_l1_pool`` flips the sign bits of LMCache's L1 (DRAM) pool in place (a POSIX shared-memory
-file, /dev/shm/lmcache_l1_pool_kvstack-<pid>), ``flip_disk_tier`` every chunk file on disk.
+file, /dev/shm/lmcache_l1_pool_kvstack-<pid>), ``BadDisk`` every chunk file on disk,
+those written later included.
 
 Cases:
 - ``swap``: every chunk file of this round's prompt holds the bytes of the previous round's prompt
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import glob
 import os
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -159,9 +161,44 @@ def flip_l1_pool(server_pid: int) -> int:
     return flipped
 
 
-def flip_disk_tier(directory: Path) -> int:
-    """Flip the sign bits of every chunk file the disk tier holds now; the files flipped."""
-    files = list(chunk_files(directory))
-    for path in files:
-        flip_signs(Path(path))
-    return len(files)
+class BadDisk:
+    """A disk tier that holds wrong KV from now on: every chunk file there is flipped once, and so is
+    every file written later (the stores are asynchronous: a chunk planted just before may land
+    after the first pass), checked every ``every_s`` on a thread until the block ends.
+
+    ``flipped``: the files flipped so far."""
+
+    def __init__(self, directory: Path, every_s: float = 0.2) -> None:
+        self.directory = directory
+        self.every_s = every_s
+        self.done: dict[str, float] = {}  # path -> its mtime after the flip
+        self.flipped = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="bad-disk", daemon=True)
+
+    def __enter__(self) -> BadDisk:
+        self.sweep(settled_ns=0)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def sweep(self, settled_ns: int = 300_000_000) -> None:
+        """Flip every chunk file not flipped since it was last written, once no write touched it for
+        ``settled_ns`` (a file still being written is left for the next sweep)."""
+        now = time.time_ns()
+        for path, mtime in chunk_files(self.directory).items():
+            if self.done.get(path) == mtime or now - mtime < settled_ns:
+                continue
+            try:
+                flip_signs(Path(path))
+                self.done[path] = os.stat(path).st_mtime_ns
+            except OSError:
+                continue  # evicted meanwhile
+            self.flipped += 1
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.every_s):
+            self.sweep()

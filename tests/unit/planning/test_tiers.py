@@ -66,6 +66,9 @@ def test_a_rotational_disk_qualifies_only_when_measured_fast() -> None:
     assert slow is not None and "marks rotational (measured 1.5 GB/s" in slow
     unmeasured = tr.disk_problem(disk.model_copy(update={"read_bw_bytes_per_s": None}), 1e9)
     assert unmeasured is not None and "rotational" in unmeasured
+    why = "writing a 64 MiB test file took over 3.0 s"
+    failed = disk.model_copy(update={"read_bw_bytes_per_s": None, "unknown": {"read_bw_bytes_per_s": why}})
+    assert f"read bandwidth unknown: {why}" in (tr.disk_problem(failed, 1e9) or "")
 
 
 def test_disk_rules_on_unknowns() -> None:

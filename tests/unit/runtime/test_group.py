@@ -85,6 +85,23 @@ def test_every_replica_ready_then_all_stopped(tmp_path: Path) -> None:
     ).exists()
 
 
+def test_hooks_run_before_any_member_stops_and_a_failing_hook_stops_nothing_less(tmp_path: Path) -> None:
+    (a, _) = serving(tmp_path, 0, 0.2)
+    seen: list[bool] = []
+
+    def hook() -> None:  # what the canary's halt sees: every member still alive
+        seen.append(all(alive(p) for p in pids(group)))
+        raise RuntimeError("a hook that fails")
+
+    with SupervisorGroup() as group:
+        group.launch([a])
+        group.wait_ready(20)
+        started = pids(group)
+        group.before_stop(hook)
+    assert seen == [True]
+    assert wait_gone(started, 2.0) == []
+
+
 def test_a_replica_dying_at_startup_is_named_and_stops_the_rest(tmp_path: Path) -> None:
     slow, _ = serving(tmp_path, 0, 600.0)  # never ready: only the death can end the wait
     crash = replica(tmp_path, 1, [PY, script(tmp_path, "crash.py", CRASH), "5", "9", "0.5"])
