@@ -99,12 +99,15 @@ def register(app: typer.Typer) -> None:
                 store_calibration(snap, run_calibration(snap, device, calibrate_seconds))
         if remote is not None:
             from kvstack.cli.render_doctor import remote_status
-            from kvstack.remote.checks import remote_checks
+            from kvstack.remote.checks import remote_checks, writer_checks
             from kvstack.remote.preflight import preflight as probe_remote
+            from kvstack.remote.writers import recorded_layouts
 
             with remote_status(enabled=not json_out):
                 snap.remote = probe_remote(remote)
-            snap.checks = [*snap.checks, *remote_checks(snap.remote)]
+                if snap.remote.reachable and snap.remote.server_version is not None:
+                    snap.remote.kv_layouts = recorded_layouts(remote)
+            snap.checks = [*snap.checks, *remote_checks(snap.remote), *writer_checks(snap.remote)]
         if json_out:
             sys.stdout.write(snap.to_json() + "\n")
         else:

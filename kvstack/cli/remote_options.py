@@ -28,3 +28,11 @@ RemoteFile = Annotated[
         show_default=False,
     ),
 ]
+AllowMixedTier = Annotated[
+    bool,
+    typer.Option(
+        "--allow-mixed-tier",
+        help="Serve even when the shared tier's other writers store their KV otherwise (another chunk "
+        "size, hash seed, KV dtype, ...): this engine's hits there are then its own. Refused by default.",
+    ),
+]

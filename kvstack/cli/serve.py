@@ -164,6 +164,7 @@ def register(app: typer.Typer) -> None:
         kv_dtype: opt.KvDtype = None,
         remote: ropt.Remote = None,
         remote_file: ropt.RemoteFile = None,
+        allow_mixed_tier: ropt.AllowMixedTier = False,
         workload: opt.Workload = None,
         host: str = typer.Option("127.0.0.1", "--host", help="Bind address (loopback by default)"),
         port: int = typer.Option(
@@ -233,6 +234,7 @@ def register(app: typer.Typer) -> None:
             tp=tp,
             kv_dtype=kv_dtype,
             remote=resolve_remote(remote, remote_file),
+            allow_mixed_tier=allow_mixed_tier,
             workload=workload,
             retain=retain,
             no_disk=no_disk,

@@ -6,6 +6,7 @@ from __future__ import annotations
 from kvstack.engines import lmcache, native, sglang, vllm  # noqa: F401
 from kvstack.engines.base import HostFacts, RenderRequest, registered
 from kvstack.engines.facts import gather_facts
+from kvstack.engines.tier_kv import shares_a_tier, tier_kv
 from kvstack.engines.versions import installed_versions
 from kvstack.errors import UnsupportedError
 from kvstack.hardware.snapshot import SoftwareInfo
@@ -36,4 +37,8 @@ def render(
         )
     if facts is None:
         facts = gather_facts(plan.model_path, revision=plan.model_revision)
-    return renderer(RenderRequest(plan=plan, options=options, software=software, facts=facts))
+    req = RenderRequest(plan=plan, options=options, software=software, facts=facts)
+    spec = renderer(req)
+    if shares_a_tier(req, spec):  # what this engine stores there as, for the tier's other writers
+        spec.tier_kv = tier_kv(req, spec)
+    return spec

@@ -83,6 +83,15 @@ class SoftwareInfo(_Model):
     unknown: dict[str, str] = Field(default_factory=dict)
 
 
+class RemoteKvLayout(_Model):
+    """One KV layout kvstack recorded on a shared tier (remote/writers.py): its fields in one line."""
+
+    fingerprint: str
+    summary: str
+    live_writers: list[str] = Field(default_factory=list)  # host:port of the engines writing it now
+    last_seen: str | None = None  # ISO time
+
+
 class RemoteInfo(_Model):
     url: str  # always redacted: never holds a password
     reachable: bool
@@ -94,6 +103,8 @@ class RemoteInfo(_Model):
     write_bw_bytes_per_s: float | None = None
     keys: int | None = None  # DBSIZE when pinged (the remote tier's validation compares it)
     error: str | None = None
+    # The KV layouts kvstack's writers recorded there (doctor --remote); None: not read.
+    kv_layouts: list[RemoteKvLayout] | None = None
 
 
 class Check(_Model):

@@ -60,3 +60,24 @@ def remote_checks(info: RemoteInfo) -> list[Check]:
             )
         )
     return checks
+
+
+def writer_checks(info: RemoteInfo) -> list[Check]:
+    """What KV the tier's writers store: several layouts written at once never read each other's."""
+    if info.kv_layouts is None:
+        return []
+    if not info.kv_layouts:
+        return [
+            Check(name="remote.writers", status="ok", message="no kvstack writer has recorded its KV here")
+        ]
+    live = [k for k in info.kv_layouts if k.live_writers]
+    lines = [
+        f"{k.fingerprint}: {k.summary} ({', '.join(k.live_writers) or 'no live writer'}; last {k.last_seen})"
+        for k in info.kv_layouts
+    ]
+    if len(live) > 1:
+        head = (
+            f"{len(live)} KV layouts are written at once: each one's keys are its own, none reads another's"
+        )
+        return [Check(name="remote.writers", status="warn", message="; ".join([head, *lines]))]
+    return [Check(name="remote.writers", status="ok", message="; ".join(lines))]

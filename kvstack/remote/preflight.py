@@ -38,7 +38,7 @@ SENTINEL_SERVICE_ENV = "REDIS_SERVICE_NAME"
 SENTINEL_SERVICE_DEFAULT = "redismaster"
 
 
-def _client(url: RemoteURL, timeout_s: float) -> Any:
+def connect(url: RemoteURL, timeout_s: float) -> Any:
     if url.scheme == "redis-sentinel":
         service = url.service or os.environ.get(SENTINEL_SERVICE_ENV, SENTINEL_SERVICE_DEFAULT)
         sentinel = redis.Sentinel(list(url.hosts), socket_timeout=timeout_s)  # type: ignore[no-untyped-call]
@@ -142,7 +142,7 @@ def ping(url: str, timeout_s: float = 2.0) -> RemoteInfo:
     parsed = parse_remote_url(url)
     if parsed.scheme == "lm":
         return _preflight_lm(parsed, timeout_s)
-    client = _client(parsed, timeout_s)
+    client = connect(parsed, timeout_s)
     try:
         client.ping()
         keys = int(client.dbsize())
@@ -166,7 +166,7 @@ def preflight(url: str, timeout_s: float = 3.0, sample_bytes: int = 1 << 20, sam
         return _preflight_lm(parsed, timeout_s)
     clean = _cleaner(parsed)
     log.debug("preflight of %s", shown)
-    client = _client(parsed, timeout_s)
+    client = connect(parsed, timeout_s)
     try:
         try:
             client.ping()
@@ -220,7 +220,7 @@ def store_info(url: str, timeout_s: float = 2.0) -> tuple[dict[str, Any] | None,
     parsed = parse_remote_url(url)
     if not parsed.is_redis:
         return None, None, f"{parsed.scheme}:// has no INFO"
-    client = _client(parsed, timeout_s)
+    client = connect(parsed, timeout_s)
     try:
         info = dict(client.info())
         keys = int(client.dbsize())

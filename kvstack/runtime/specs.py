@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from kvstack.names import Connector, Launched
 from kvstack.redact import MASK, redact_argv, redact_env, redact_text
+from kvstack.runtime.tier_kv import TierKv
 
 
 class FileSpec(BaseModel):
@@ -83,6 +84,9 @@ class LaunchSpec(BaseModel):
     tier_adapters: dict[str, str] = Field(default_factory=dict)
     cache_dirs: dict[str, str] = Field(default_factory=dict)  # tier kind -> directory
     fingerprint: str = ""
+    # What this engine stores on a shared (remote) tier as, compared with the tier's other writers
+    # (serving/shared_tier_kv.py); None: no shared tier.
+    tier_kv: TierKv | None = None
     notes: list[str] = Field(default_factory=list)
     secrets: list[str] = Field(default_factory=list, exclude=True, repr=False)
 
@@ -130,6 +134,7 @@ class LaunchSpec(BaseModel):
             "engine_version": self.engine_version,
             "connector_version": self.connector_version,
             "fingerprint": self.fingerprint,
+            **({"tier_kv": self.tier_kv.model_dump(mode="json")} if self.tier_kv is not None else {}),
             "notes": self.notes,
         }
 

@@ -33,6 +33,7 @@ from kvstack.serving.remote_failover import follow_remote
 from kvstack.serving.remote_watch import RemoteWatch
 from kvstack.serving.request import ServeRequest
 from kvstack.serving.restarts import RestartBudget
+from kvstack.serving.shared_tier_kv import check_launch, launch_recorded
 from kvstack.validation import StepResult, ValidationReport, run_validation, target_from_launch, write_report
 from kvstack.validation.diagnosis import scan_log
 from kvstack.validation.replicas import STEP_NAME, shared_tier_skip_reason, shared_tier_step
@@ -216,8 +217,9 @@ def launched(launch: Launch, events: ServeEvents | None = None) -> Iterator[Supe
     ev = events or ServeEvents()
     req = launch.request
     preflight(launch)
+    mixed = check_launch(launch)  # a shared tier whose writers store other KV refuses this one
     # After the preflight: a launch refused for a missing model or a busy port says only why.
-    for warning in launch_warnings(launch):
+    for warning in [*launch_warnings(launch), *mixed]:
         ev.warning(warning)
     for note in launch_notes(launch):
         ev.message(note)
@@ -240,7 +242,7 @@ def launched(launch: Launch, events: ServeEvents | None = None) -> Iterator[Supe
         )
         for i, p in enumerate(launch.replicas)
     ]
-    with SupervisorGroup() as group, published(launch):
+    with SupervisorGroup() as group, published(launch), launch_recorded(launch, ev.warning):
         group.launch(engines)
         try:
             group.wait_ready(req.ready_timeout_s)

@@ -40,6 +40,8 @@ class ServeRequest(BaseModel):
     tp: int | None = None
     kv_dtype: str | None = None
     remote: str | None = Field(default=None, repr=False)
+    # A shared tier whose live writers store other KV: refused (False) or served with keys of its own.
+    allow_mixed_tier: bool = False
     workload: str | None = None
     retain: str | None = None  # --retain: a multiple of the working set or a size
     no_disk: bool = False

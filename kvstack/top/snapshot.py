@@ -81,6 +81,7 @@ class RemoteView(_Model):
     evicted_keys_total: int | None = None
     hit_ratio: float | None = None  # keyspace hits / (hits + misses) in the window
     hit_ratio_total: float | None = None
+    live_layouts: dict[str, list[str]] | None = None  # KV fingerprint -> the engines writing it now
 
 
 class DiskView(_Model):

@@ -30,6 +30,9 @@ class RedisStats:
     evicted_keys: int | None = None
     keyspace_hits: int | None = None
     keyspace_misses: int | None = None
+    # The KV layouts written there now by kvstack's engines (remote/writers.py), fingerprint ->
+    # their writers; None: not read.
+    live_layouts: dict[str, list[str]] | None = None
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,13 @@ def _int(info: dict[str, Any], key: str) -> int | None:
     return int(value) if isinstance(value, int | float) else None
 
 
+def _live_layouts(url: str, timeout_s: float) -> dict[str, list[str]] | None:
+    from kvstack.remote.writers import recorded_layouts
+
+    found = recorded_layouts(url, timeout_s)
+    return None if found is None else {k.fingerprint: k.live_writers for k in found if k.live_writers}
+
+
 def redis_stats(url: str, timeout_s: float = SCRAPE_TIMEOUT_S) -> RedisStats:
     from kvstack.remote.preflight import store_info  # redis-py loads only when a store is watched
 
@@ -69,6 +79,7 @@ def redis_stats(url: str, timeout_s: float = SCRAPE_TIMEOUT_S) -> RedisStats:
         return RedisStats(False, error or "no answer")
     return RedisStats(
         True,
+        live_layouts=_live_layouts(url, timeout_s),
         used_memory=_int(info, "used_memory"),
         maxmemory=_int(info, "maxmemory") or None,  # 0: no limit
         keys=keys,

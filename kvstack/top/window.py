@@ -246,6 +246,7 @@ def remote_view(url: str, before: RedisStats | None, after: RedisStats) -> Remot
         evicted_keys_total=after.evicted_keys,
         hit_ratio=_ratio(hits, None if hits is None or misses is None else hits + misses),
         hit_ratio_total=_ratio(total_h, None if total_h is None or total_m is None else total_h + total_m),
+        live_layouts=after.live_layouts,
     )
 
 
@@ -309,6 +310,12 @@ def warnings(snap: TopSnapshot, targets: Targets) -> list[str]:
         out.append(f"remote store {r.url} is not answering ({r.error}): the remote tier serves nothing")
     elif r is not None and (r.evicted_keys or 0) > 0:
         out.append(f"remote store {r.url} evicted {r.evicted_keys} keys in the last {w} (maxmemory reached)")
+    if r is not None and r.up and r.live_layouts and len(r.live_layouts) > 1:
+        each = "; ".join(f"{fp}: {', '.join(ws)}" for fp, ws in sorted(r.live_layouts.items()))
+        out.append(
+            f"remote store {r.url} is written with {len(r.live_layouts)} KV layouts at once ({each}): "
+            "none reads another's keys (kvstack doctor --remote URL names the fields)"
+        )
     return out
 
 

@@ -113,7 +113,8 @@ class ServeSession:
         return f"http://127.0.0.1:{self.port + 2}"
 
 
-def start_serve(tmp: Path, *args: str) -> ServeSession:
+def start_serve(tmp: Path, *args: str, env: dict[str, str] | None = None) -> ServeSession:
+    """``kvstack serve`` on a free port with its own run and cache dirs; ``env`` on top of the tests'."""
     port = free_port()
     run_dir = tmp / f"run-{port}"
     cache_dir = tmp / f"cache-{port}"
@@ -135,7 +136,7 @@ def start_serve(tmp: Path, *args: str) -> ServeSession:
         stdout=fh,
         stderr=subprocess.STDOUT,
         text=True,
-        env=env_for_tests(),
+        env={**env_for_tests(), **(env or {})},
         cwd=ROOT,
     )
     return ServeSession(proc, port, f"http://127.0.0.1:{port}", run_dir, cache_dir, out)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import signal
 import subprocess
 import time
@@ -20,7 +21,15 @@ from typing import Any
 import httpx
 import psutil
 
-from tests.e2e.conftest import ServeSession, start_serve, stop, wait_http_ready, wait_no_engine
+from tests.e2e.conftest import (
+    ServeSession,
+    env_for_tests,
+    kvstack_cmd,
+    start_serve,
+    stop,
+    wait_http_ready,
+    wait_no_engine,
+)
 from tests.support.deps import missing
 from tests.support.ports import free_block
 from tests.support.redis import RedisFactory
@@ -67,6 +76,27 @@ def test_two_replicas_share_redis_behind_the_router_and_stop_together(
             "objects of the prompt in the shared disk tier moved aside" in e for e in shared["evidence"]
         )
         assert store.client().dbsize() > 0
+        # Both replicas are recorded on the tier with one KV layout (kvstack doctor --remote) ...
+        doctor = subprocess.run(
+            kvstack_cmd("doctor", "--remote", store.url, "--no-fio", "--json"),
+            capture_output=True, text=True, timeout=120, env=env_for_tests(),
+        )  # fmt: skip
+        assert doctor.returncode == 0, doctor.stderr[-2000:]
+        (layout,) = json.loads(doctor.stdout)["remote"]["kv_layouts"]
+        assert len(layout["live_writers"]) == 2 and "chunk size 256" in layout["summary"], layout
+        # ... and a third engine that would hash with another seed is refused before it starts.
+        seed = "8" if os.environ.get("PYTHONHASHSEED") == "7" else "7"
+        (tmp_path / "other").mkdir()
+        other = start_serve(tmp_path / "other", "--remote", store.url, env={"PYTHONHASHSEED": seed})
+        try:
+            assert other.proc.wait(180) == 2, other.output()[-3000:]
+        finally:
+            if other.proc.poll() is None:
+                stop(other)
+        refused = other.output()
+        assert f"hash seed (PYTHONHASHSEED) {seed} (environment) here" in refused, refused[-3000:]
+        assert "--allow-mixed-tier" in refused and "Traceback" not in refused
+        assert not (other.run_dir / "replica-0").exists() and not any(other.run_dir.glob("*.log"))
         for port in engines:
             models = httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=10)
             assert models.status_code == 200 and models.json()["data"][0]["id"] == "demo"

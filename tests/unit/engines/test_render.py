@@ -22,6 +22,13 @@ from tests.unit.engines.cases import API_KEY, CASES, REDIS_PASSWORD, SOFTWARE, C
 GOLDEN = Path(__file__).resolve().parents[2] / "golden" / "launch"
 
 
+@pytest.fixture(autouse=True)
+def no_hash_seed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A remote tier's spec records PYTHONHASHSEED as its processes will see it (engines/tier_kv.py):
+    the golden files are of a parent without one."""
+    monkeypatch.delenv("PYTHONHASHSEED", raising=False)
+
+
 def rendered(case: Case) -> str:
     spec = render(make_plan(**case.plan), make_options(**case.options), SOFTWARE[case.software], case.facts)
     return json.dumps(spec.public(), indent=2) + "\n"

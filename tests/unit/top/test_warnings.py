@@ -75,6 +75,14 @@ def test_redis_evictions_in_the_window() -> None:
     assert out == ["remote store r evicted 7 keys in the last 2s (maxmemory reached)"]
 
 
+def test_a_tier_written_with_several_kv_layouts_at_once() -> None:
+    one = {"aaaaaaaaaaaa": ["h1:8001", "h1:8002"]}
+    assert warnings(snap(remote=RemoteView(url="r", up=True, live_layouts=one)), ALL) == []
+    two = {**one, "bbbbbbbbbbbb": ["h2:8001"]}
+    (line,) = warnings(snap(remote=RemoteView(url="r", up=True, live_layouts=two)), ALL)
+    assert "written with 2 KV layouts at once" in line and "bbbbbbbbbbbb: h2:8001" in line
+
+
 def test_native_offload_tiers_serving_nothing() -> None:
     server = ServerView(
         url="http://s",
