@@ -12,7 +12,7 @@ from kvstack.export.bundle import Bundle, ExportFile, ExportOptions
 from kvstack.planning.schema import Plan
 
 Exporter = Callable[[Plan, ExportOptions], Bundle]
-FORMATS: tuple[str, ...] = ("helm", "compose", "systemd")
+FORMATS: tuple[str, ...] = ("helm", "compose", "systemd", "kserve", "llm-d")
 
 __all__ = ["FORMATS", "Bundle", "ExportFile", "ExportOptions", "export_plan", "exporter"]
 
@@ -30,6 +30,14 @@ def exporter(fmt: str) -> Exporter:
         from kvstack.export.systemd import render_systemd
 
         return render_systemd
+    if fmt == "kserve":
+        from kvstack.export.kserve import render_kserve
+
+        return render_kserve
+    if fmt == "llm-d":
+        from kvstack.export.llm_d import render_llm_d
+
+        return render_llm_d
     raise InputError(f"unknown export format {fmt!r}", hint=f"use one of: {', '.join(FORMATS)}")
 
 

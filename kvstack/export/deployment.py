@@ -128,6 +128,24 @@ def lmcache_settings(plan: Plan, disk_dir: str | None, remote_url: str | None) -
     return cfg
 
 
+def lmcache_env(plan: Plan, disk_dir: str | None) -> list[dict[str, object]]:
+    """``lmcache_settings`` as the LMCACHE_* variables LMCache reads (lmcache 0.5.6 v1/config.py)."""
+    return [
+        {"name": f"LMCACHE_{key.upper()}", "value": str(value)}
+        for key, value in lmcache_settings(plan, disk_dir, None).items()
+    ]
+
+
+def in_process_note(plan: Plan, platform: str) -> list[str]:
+    """What an export that runs no LMCache server does with an lmcache-mp plan."""
+    if plan.connector != "lmcache-mp":
+        return []
+    return [
+        f"{platform} runs no LMCache server beside the engine: the plan's lmcache-mp tiers run as "
+        "in-process LMCache (LMCacheConnectorV1) with the same sizes"
+    ]
+
+
 def vllm_kv_args(plan: Plan, disk_dir: str | None, with_lmcache_connector: bool = True) -> list[str]:
     """The KV-related vLLM arguments."""
     args = ["--kv-cache-dtype", plan.kv_cache_dtype]

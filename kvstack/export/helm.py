@@ -41,6 +41,7 @@ from kvstack.export.deployment import (
     vllm_kv_args,
 )
 from kvstack.export.monitoring import helm_dashboard
+from kvstack.export.secrets import redis_url_env
 from kvstack.planning.schema import Plan
 
 PVC_MOUNT = "/data"
@@ -48,21 +49,6 @@ DISK_DIR = f"{PVC_MOUNT}/kvstack-kv"
 MODELS_DIR = f"{PVC_MOUNT}/models"
 # The PVC holds the weights (HF_HOME=/data in the chart) and the disk tier: leave this much spare.
 PVC_MARGIN = 1.10
-
-
-SECRET_KEY = "url"  # the key of the Redis Secret that holds the remote tier's whole URL
-
-
-def _secret_manifest(name: str, url: str) -> str:
-    doc = {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": {"name": name},
-        "type": "Opaque",
-        "stringData": {SECRET_KEY: url},
-    }
-    header = "# The KV remote tier's Redis URL, password included: kubectl apply -f redis-secret.yaml\n"
-    return header + yaml.safe_dump(doc, sort_keys=False)
 
 
 def render_helm(plan: Plan, options: ExportOptions) -> Bundle:
@@ -132,24 +118,13 @@ def render_helm(plan: Plan, options: ExportOptions) -> Bundle:
             notes.append("the disk tier lives on the model PVC: give it an NVMe-backed storageClass")
         spec["lmcacheConfig"] = lm
         if url is not None:
-            if url.has_secret:
-                secret_name = f"{name}-redis"
-                ref = {"secretKeyRef": {"name": secret_name, "key": SECRET_KEY}}
-                env.append({"name": "LMCACHE_REMOTE_URL", "valueFrom": ref})
-                files.append(
-                    ExportFile(
-                        name="redis-secret.yaml",
-                        content=_secret_manifest(secret_name, url.raw),
-                        mode=0o600,
-                        secret=True,
-                    )
-                )
+            redis_env, secret = redis_url_env(url, f"{name}-redis")
+            env += redis_env
+            if secret is not None:
+                files.append(secret)
                 notes.append(
-                    f"create the Redis URL secret ({secret_name}) first: kubectl apply -f redis-secret.yaml"
+                    f"create the Redis URL secret ({name}-redis) first: kubectl apply -f {secret.name}"
                 )
-            else:
-                env.append({"name": "LMCACHE_REMOTE_URL", "value": url.raw})
-            env.append({"name": "LMCACHE_REMOTE_SERDE", "value": "naive"})
             if url.is_loopback():
                 notes.append(
                     f"the remote URL {url.redacted()} is a loopback address, which inside a pod is the pod "

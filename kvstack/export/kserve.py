@@ -1,0 +1,188 @@
+"""A KServe ``LLMInferenceService`` (serving.kserve.io/v1alpha2) from a plan.
+
+Read in kserve/kserve v0.20.0 (1fb7810: config/crd/full/llmisvc/serving.kserve.io_llminferenceservices
+.yaml, pkg/apis/serving/v1alpha2/llm_inference_service_types.go, pkg/controller/v1alpha2/llmisvc/
+workload_kvcache.go); the schema the tests check against is that CRD's (tests/unit/export/data/
+schemas/kserve-llminferenceservice.json). Facts this module relies on:
+- the workload fields are inline in ``spec`` (``spec.kvCacheOffloading``, ``spec.template``): the
+  docs' and samples' ``spec.workload.kvCacheOffloading`` is no field of the CRD;
+- ``kvCacheOffloading`` drives vLLM's OffloadingConnector (TieringOffloadingSpec): ``cpu`` is
+  ``cpu_bytes_to_use`` (all ranks), each ``secondary`` file-system tier is mounted at
+  /mnt/kv-cache-<i>, and an ``emptyDir`` tier's size is also requested as ephemeral storage; the
+  controller adds its ``--kv-transfer-config`` only when the container's args carry none;
+- the vLLM container is the one named ``main``: its ``args`` follow ``vllm serve /mnt/models``.
+
+So a native plan goes into ``kvCacheOffloading``; an LMCache plan runs LMCache in-process in the
+engine (its connector in the args, its settings as LMCACHE_* variables, the image that ships it),
+since KServe runs no LMCache server; what KServe cannot carry is said in the notes.
+"""
+
+from __future__ import annotations
+
+import json
+
+import yaml
+
+from kvstack.errors import UnsupportedError
+from kvstack.export.bundle import Bundle, ExportFile, ExportOptions
+from kvstack.export.deployment import (
+    deployment_name,
+    engine_image,
+    gib_ceil,
+    gib_floor,
+    host_memory_bytes,
+    in_process_note,
+    lmcache_env,
+    local_model,
+    remote,
+    require_connector,
+    shm_bytes,
+)
+from kvstack.export.monitoring import helm_dashboard
+from kvstack.export.secrets import HASH_SEED, api_key_note, api_key_ref, redis_url_env
+from kvstack.planning.schema import Plan
+
+API_VERSION = "serving.kserve.io/v1alpha2"
+KSERVE_VERSION = "0.20.0"
+MAIN = "main"  # the container KServe's template runs vllm serve in
+LMCACHE_DISK_DIR = "/mnt/kvstack-disk"
+FILE = "llminferenceservice.yaml"
+
+
+def _quantity(n_bytes: int) -> str:
+    return f"{gib_floor(n_bytes)}Gi" if n_bytes >= 1 << 30 else f"{max(1, n_bytes >> 20)}Mi"
+
+
+def _model(plan: Plan, notes: list[str]) -> dict[str, object]:
+    if local_model(plan):
+        uri = f"pvc://models/{plan.model.name}"
+        notes.append(
+            f"the model is a local directory: copy it onto a PVC named models (at /{plan.model.name}) or set "
+            f"spec.model.uri to where it is stored (s3://, gs://, hf://); written as {uri}"
+        )
+    else:
+        uri = f"hf://{plan.model_path}"
+    return {"uri": uri, "name": plan.model.name}
+
+
+def _offloading(plan: Plan, notes: list[str]) -> dict[str, object] | None:
+    """spec.kvCacheOffloading for a native plan (vLLM's OffloadingConnector)."""
+    cpu, disk = plan.tier("cpu"), plan.tier("disk")
+    if cpu is None:
+        return None
+    out: dict[str, object] = {"cpu": _quantity(cpu.size_bytes), "evictionPolicy": "lru"}
+    if disk is not None:
+        out["secondary"] = [{"fileSystem": {"emptyDir": {"size": _quantity(disk.size_bytes)}}}]
+        notes.append(
+            "the disk tier is an emptyDir on the node's disk (KServe also requests its size as ephemeral "
+            "storage): put the pods on nodes whose ephemeral storage is NVMe, or replace it with "
+            "fileSystem.pvc (an NVMe-backed storageClass)"
+        )
+    return out
+
+
+def render_kserve(plan: Plan, options: ExportOptions) -> Bundle:
+    if plan.engine != "vllm":
+        raise UnsupportedError(
+            f"KServe's LLMInferenceService runs vLLM, this plan uses {plan.engine}",
+            hint="use --engine vllm, or --format compose / systemd for SGLang",
+        )
+    require_connector(
+        plan, ("none", "native", "lmcache", "lmcache-mp"), "kserve", "use --offload native or lmcache"
+    )
+    url = remote(options, plan)
+    name = deployment_name(plan, options.name)
+    notes: list[str] = []
+    tp = plan.tensor_parallel_size
+    args = [
+        "--max-model-len", str(plan.max_model_len),
+        "--gpu-memory-utilization", str(plan.gpu_memory_utilization),
+        "--kv-cache-dtype", plan.kv_cache_dtype,
+        "--enable-prefix-caching",
+    ]  # fmt: skip
+    env: list[dict[str, object]] = [
+        {"name": "VLLM_API_KEY", "valueFrom": {"secretKeyRef": api_key_ref(name)}},
+        {"name": "PYTHONHASHSEED", "value": HASH_SEED},
+    ]
+    notes.append(api_key_note(name))
+    container: dict[str, object] = {"name": MAIN}
+    mounts: list[dict[str, object]] = [{"name": "dshm", "mountPath": "/dev/shm"}]
+    volumes: list[dict[str, object]] = [
+        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{gib_ceil(shm_bytes(plan))}Gi"}}
+    ]
+    files: list[ExportFile] = []
+    spec: dict[str, object] = {"model": _model(plan, notes), "replicas": 1}
+    if tp > 1:
+        spec["parallelism"] = {"tensor": tp}
+    if plan.connector == "native":
+        offloading = _offloading(plan, notes)
+        if offloading is not None:
+            spec["kvCacheOffloading"] = offloading
+    elif plan.connector in ("lmcache", "lmcache-mp"):
+        repo, tag, image_notes = engine_image(plan.model_copy(update={"connector": "lmcache"}), options)
+        container["image"] = f"{repo}:{tag}"
+        notes += image_notes
+        args += [
+            "--kv-transfer-config",
+            json.dumps({"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both"}),
+        ]
+        disk = plan.tier("disk")
+        env += lmcache_env(plan, LMCACHE_DISK_DIR if disk is not None else None)
+        notes += in_process_note(plan, "KServe")
+        if disk is not None:
+            volumes.append({"name": "kvstack-disk", "emptyDir": {"sizeLimit": _quantity(disk.size_bytes)}})
+            mounts.append({"name": "kvstack-disk", "mountPath": LMCACHE_DISK_DIR})
+        if url is not None:
+            redis_env, secret = redis_url_env(url, f"{name}-redis")
+            env += redis_env
+            if secret is not None:
+                files.append(secret)
+                notes.append(
+                    f"create the Redis URL Secret ({name}-redis) first: kubectl apply -f {secret.name}"
+                )
+            if url.is_loopback():
+                notes.append(
+                    f"the remote URL {url.redacted()} is a loopback address, which inside a pod is the pod "
+                    "itself: point --remote at a Redis service the cluster can reach"
+                )
+        notes.append(
+            "LMCache is configured in the container (KServe's kvCacheOffloading drives only vLLM's "
+            "OffloadingConnector, and the controller adds none when the args carry a --kv-transfer-config)"
+        )
+    if options.image and "image" not in container:
+        container["image"] = options.image
+    if plan.gate_prompt_tokens:
+        notes.append(
+            f"kvstack's per-request gate (prompts under {plan.gate_prompt_tokens} tokens skip the lookup) "
+            "is not carried: KServe runs no kvstack process beside the engine"
+        )
+    container.update(
+        {
+            "args": args,
+            "env": env,
+            "resources": {
+                "requests": {
+                    "cpu": str(2 + 4 * tp),
+                    "memory": f"{gib_ceil(host_memory_bytes(plan))}Gi",
+                    "nvidia.com/gpu": str(tp),
+                },
+                "limits": {"nvidia.com/gpu": str(tp)},
+            },
+            "volumeMounts": mounts,
+        }
+    )
+    spec["template"] = {"containers": [container], "volumes": volumes}
+    spec["router"] = {"scheduler": {}, "route": {}, "gateway": {}}
+    doc = {"apiVersion": API_VERSION, "kind": "LLMInferenceService", "metadata": {"name": name}, "spec": spec}
+    header = (
+        f"# KServe {KSERVE_VERSION} LLMInferenceService written by kvstack export for {plan.model.name}\n"
+        f"# engine {plan.engine}, connector {plan.connector}, KV dtype {plan.kv_cache_dtype}, TP {tp}\n"
+        f"# kubectl apply -f {FILE}\n"
+    )
+    main = ExportFile(name=FILE, content=header + yaml.safe_dump(doc, sort_keys=False))
+    files.append(helm_dashboard(plan, name))
+    notes.append(
+        "grafana-dashboard.yaml: the KV-tier dashboard as a ConfigMap for Grafana's dashboard sidecar"
+    )
+    notes.append("the KV canary is not exported for KServe: run kvstack canary --url against the service")
+    return Bundle(format="kserve", files=[main, *files], notes=notes)

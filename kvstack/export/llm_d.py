@@ -1,0 +1,221 @@
+"""llm-d: values for its modelservice chart, and the scheduler's plugin config with the tiers' capacities.
+
+Read in llm-d-incubation/llm-d-modelservice 3051935 (chart v0.4.12: values.yaml, values.schema.json,
+the one the tests check against), llm-d/llm-d's guides/tiered-prefix-cache (the vLLM arguments of each
+tier, PYTHONHASHSEED pinned in every pod) and llm-d/llm-d-router ebab687 (the EndpointPickerConfig
+types; apix/config/v1alpha1, and pkg/epp/framework/plugins: approx-prefix-cache-producer's
+``autoTune``/``blockSizeTokens``/``lruCapacityPerServer``, prefix-cache-scorer's
+``prefixMatchInfoProducerName``). Facts this module relies on:
+- ``decode.containers[]`` with ``modelCommand: vllmServe`` runs ``vllm serve <model>`` with the port,
+  ``--tensor-parallel-size`` and ``--served-model-name`` from the chart, then the container's args;
+- vLLM reports no CPU-tier blocks, so the scheduler cannot size its CPU-tier index itself: the
+  guide sets ``autoTune: false`` and ``lruCapacityPerServer`` (blocks of ``blockSizeTokens`` per pod)
+  by hand; here it comes from the plan's CPU tier; the GPU tier's producer tunes itself;
+- the router decodes plugin parameters strictly (unknown ones are refused).
+"""
+
+from __future__ import annotations
+
+import json
+
+import yaml
+
+from kvstack.errors import UnsupportedError
+from kvstack.export.bundle import Bundle, ExportFile, ExportOptions
+from kvstack.export.deployment import (
+    deployment_name,
+    engine_image,
+    gib_ceil,
+    host_memory_bytes,
+    in_process_note,
+    lmcache_env,
+    local_model,
+    remote,
+    require_connector,
+    shm_bytes,
+    vllm_kv_args,
+)
+from kvstack.export.monitoring import helm_dashboard
+from kvstack.export.secrets import HASH_SEED, api_key_note, api_key_ref, redis_url_env
+from kvstack.planning.schema import Plan
+
+CHART = "llm-d-modelservice 0.4.12"
+VALUES_FILE = "llm-d-modelservice-values.yaml"
+EPP_FILE = "epp-plugins.yaml"
+EPP_API_VERSION = "llm-d.ai/v1alpha1"
+BLOCK_SIZE_TOKENS = 64  # the producer's index unit: it clamps anything smaller to 64 at request time
+DISK_DIR = "/mnt/kvstack-disk"
+LMCACHE_CONNECTOR = {"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both"}
+
+
+def cpu_index_blocks(plan: Plan) -> int | None:
+    """lruCapacityPerServer for the CPU tier's producer: the tier's tokens per pod in index blocks."""
+    cpu = plan.tier("cpu")
+    return None if cpu is None else max(1, cpu.tokens // BLOCK_SIZE_TOKENS)
+
+
+def epp_config(plan: Plan) -> dict[str, object]:
+    """The EndpointPickerConfig: GPU-prefix and (with a CPU tier) CPU-prefix scorers, each fed by a
+    producer; the CPU one sized from the plan."""
+    plugins: list[dict[str, object]] = [
+        {"type": "queue-scorer"},
+        {"type": "kv-cache-utilization-scorer"},
+        {"type": "approx-prefix-cache-producer", "name": "gpu-prefix-cache-producer"},
+        {
+            "type": "prefix-cache-scorer",
+            "name": "gpu-prefix-cache-scorer",
+            "parameters": {"prefixMatchInfoProducerName": "gpu-prefix-cache-producer"},
+        },
+    ]
+    profile = [{"pluginRef": "queue-scorer"}, {"pluginRef": "kv-cache-utilization-scorer"}]
+    profile.append({"pluginRef": "gpu-prefix-cache-scorer"})
+    blocks = cpu_index_blocks(plan)
+    if blocks is not None and plan.connector != "none":
+        plugins += [
+            {
+                "type": "approx-prefix-cache-producer",
+                "name": "cpu-prefix-cache-producer",
+                "parameters": {
+                    "autoTune": False,
+                    "blockSizeTokens": BLOCK_SIZE_TOKENS,
+                    "lruCapacityPerServer": blocks,
+                },
+            },
+            {
+                "type": "prefix-cache-scorer",
+                "name": "cpu-prefix-cache-scorer",
+                "parameters": {"prefixMatchInfoProducerName": "cpu-prefix-cache-producer"},
+            },
+        ]
+        profile.append({"pluginRef": "cpu-prefix-cache-scorer"})
+    return {
+        "apiVersion": EPP_API_VERSION,
+        "kind": "EndpointPickerConfig",
+        "plugins": plugins,
+        "schedulingProfiles": [{"name": "default", "plugins": profile}],
+    }
+
+
+def _container(
+    plan: Plan, options: ExportOptions, name: str, notes: list[str], files: list[ExportFile]
+) -> tuple[dict[str, object], list[dict[str, object]]]:
+    tp = plan.tensor_parallel_size
+    disk = plan.tier("disk")
+    args = [
+        "--max-model-len", str(plan.max_model_len),
+        "--gpu-memory-utilization", str(plan.gpu_memory_utilization),
+        "--enable-prefix-caching",
+    ]  # fmt: skip
+    env: list[dict[str, object]] = [
+        {"name": "PYTHONHASHSEED", "value": HASH_SEED},
+        {"name": "VLLM_API_KEY", "valueFrom": {"secretKeyRef": api_key_ref(name)}},
+    ]
+    mounts: list[dict[str, object]] = [{"name": "dshm", "mountPath": "/dev/shm"}]
+    volumes: list[dict[str, object]] = [
+        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{gib_ceil(shm_bytes(plan))}Gi"}}
+    ]
+    if disk is not None and plan.connector != "none":
+        mounts.append({"name": "kvstack-disk", "mountPath": DISK_DIR})
+        volumes.append({"name": "kvstack-disk", "emptyDir": {"sizeLimit": f"{gib_ceil(disk.size_bytes)}Gi"}})
+        notes.append(
+            "the disk tier is an emptyDir on the node's disk: put the pods on NVMe nodes, or replace it "
+            "with a ReadWriteMany PVC to share it between pods (as llm-d's tiered-prefix-cache guide does)"
+        )
+    image = options.image
+    if plan.connector in ("lmcache", "lmcache-mp"):
+        repo, tag, image_notes = engine_image(plan.model_copy(update={"connector": "lmcache"}), options)
+        image, notes[:] = f"{repo}:{tag}", [*notes, *image_notes]
+        args += [
+            "--kv-cache-dtype",
+            plan.kv_cache_dtype,
+            "--kv-transfer-config",
+            json.dumps(LMCACHE_CONNECTOR),
+        ]
+        env += lmcache_env(plan, DISK_DIR if disk is not None else None)
+        url = remote(options, plan)
+        if url is not None:
+            redis_env, secret = redis_url_env(url, f"{name}-redis")
+            env += redis_env
+            if secret is not None:
+                files.append(secret)
+                notes.append(f"create the Redis URL Secret first: kubectl apply -f {secret.name}")
+        notes += in_process_note(plan, "llm-d")
+    else:
+        args += vllm_kv_args(plan, DISK_DIR if disk is not None else None)
+    accelerator = "nvidia.com/gpu" if plan.platform == "cuda" else None
+    requests: dict[str, str] = {"cpu": str(2 + 4 * tp), "memory": f"{gib_ceil(host_memory_bytes(plan))}Gi"}
+    limits: dict[str, str] = {}
+    if accelerator:
+        requests[accelerator] = limits[accelerator] = str(tp)
+    container: dict[str, object] = {
+        "name": "vllm",
+        "modelCommand": "vllmServe",
+        "args": args,
+        "env": env,
+        "resources": {"requests": requests, "limits": limits},
+        "volumeMounts": mounts,
+    }
+    if image:
+        container["image"] = image
+    return container, volumes
+
+
+def render_llm_d(plan: Plan, options: ExportOptions) -> Bundle:
+    if plan.engine != "vllm":
+        raise UnsupportedError(
+            f"llm-d's modelservice runs vLLM, this plan uses {plan.engine}",
+            hint="use --engine vllm, or --format compose / systemd for SGLang",
+        )
+    require_connector(
+        plan, ("none", "native", "lmcache", "lmcache-mp"), "llm-d", "use --offload native or lmcache"
+    )
+    name = deployment_name(plan, options.name)
+    notes: list[str] = [api_key_note(name)]
+    files: list[ExportFile] = []
+    uri = f"hf://{plan.model_path}"
+    if local_model(plan):
+        uri = f"pvc://models/{plan.model.name}"
+        notes.append(f"the model is a local directory: copy it onto a PVC named models; written as {uri}")
+    container, volumes = _container(plan, options, name, notes, files)
+    tp = plan.tensor_parallel_size
+    decode: dict[str, object] = {
+        "create": True,
+        "replicas": 1,
+        "parallelism": {"tensor": tp},
+        "containers": [container],
+        "volumes": volumes,
+    }
+    values = {
+        "modelArtifacts": {"name": plan.model.name, "uri": uri},
+        "accelerator": {"type": "nvidia" if plan.platform == "cuda" else "cpu"},
+        "routing": {"proxy": {"enabled": False}},
+        "decode": decode,
+        "prefill": {"create": False},
+    }
+    header = (
+        f"# llm-d modelservice values ({CHART}) written by kvstack export for {plan.model.name}\n"
+        f"# engine {plan.engine}, connector {plan.connector}, KV dtype {plan.kv_cache_dtype}, TP {tp}\n"
+        f"# helm install {name} llm-d-modelservice/llm-d-modelservice -f {VALUES_FILE}\n"
+    )
+    main = ExportFile(name=VALUES_FILE, content=header + yaml.safe_dump(values, sort_keys=False))
+    blocks = cpu_index_blocks(plan)
+    epp_header = (
+        "# The llm-d router's (EPP) plugins: pass as router.epp.pluginsCustomConfig in its chart's values.\n"
+        + (
+            f"# cpu-prefix-cache-producer: the plan's CPU tier, {blocks:,} blocks of {BLOCK_SIZE_TOKENS} "
+            "tokens per pod (vLLM reports no CPU-tier blocks, so the router cannot size it itself)\n"
+            if blocks is not None and plan.connector != "none"
+            else ""
+        )
+    )
+    epp = ExportFile(name=EPP_FILE, content=epp_header + yaml.safe_dump(epp_config(plan), sort_keys=False))
+    files += [epp, helm_dashboard(plan, name)]
+    if plan.tier("remote") is not None and plan.connector == "native":
+        notes.append("vLLM's native offloading has no remote tier: the plan's remote tier is not exported")
+    if plan.gate_prompt_tokens:
+        notes.append(
+            f"kvstack's per-request gate (prompts under {plan.gate_prompt_tokens} tokens skip the lookup) "
+            "is not carried: llm-d runs no kvstack process beside the engine"
+        )
+    notes.append("the KV canary is not exported for llm-d: run kvstack canary --url against the service")
+    return Bundle(format="llm-d", files=[main, *files], notes=notes)
