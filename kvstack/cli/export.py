@@ -27,7 +27,7 @@ def _kvstack_bin() -> str:
 def register(app: typer.Typer) -> None:
     @app.command("export")
     def _cmd(
-        fmt: Annotated[str, typer.Option("--format", "-f", help="helm, compose or systemd.")],
+        fmt: Annotated[str, typer.Option("--format", "-f", help="helm, compose, systemd, kserve or llm-d.")],
         model: opt.Model,
         hardware: opt.Hardware = None,
         context: opt.Context = None,
@@ -53,7 +53,7 @@ def register(app: typer.Typer) -> None:
         out: Path | None = typer.Option(None, "--out", help="Write the files into this directory."),
         force: bool = typer.Option(False, "--force", help="Replace files that already exist in --out."),
     ) -> None:
-        """Write the deployment (Helm values, Compose project or systemd unit) for the planned layout."""
+        """Write the deployment (Helm values, Compose, systemd, KServe or llm-d) for the planned layout."""
         from kvstack.errors import PlanInfeasible
         from kvstack.export import FORMATS, ExportOptions, export_plan
         from kvstack.export.write import write_bundle

@@ -40,6 +40,7 @@ from kvstack.export.deployment import (
     vllm_kv_args,
 )
 from kvstack.export.monitoring import compose_monitoring
+from kvstack.export.secrets import HASH_SEED
 from kvstack.planning.schema import Plan
 from kvstack.remote.source import REMOTE_URL_ENV
 
@@ -180,7 +181,7 @@ def render_compose(plan: Plan, options: ExportOptions) -> Bundle:
         notes.append(f"create the disk tier directory before starting: mkdir -p -m 700 {disk.path}")
 
     command, env = _engine_command(plan, model, port, disk_dir)
-    environment: dict[str, str] = {"HF_TOKEN": "${HF_TOKEN:-}", **env}
+    environment: dict[str, str] = {"HF_TOKEN": "${HF_TOKEN:-}", "PYTHONHASHSEED": HASH_SEED, **env}
     if plan.engine == "vllm":
         environment["VLLM_API_KEY"] = "${VLLM_API_KEY:-}"  # vLLM reads it when --api-key is absent
     else:

@@ -41,7 +41,7 @@ from kvstack.export.deployment import (
     vllm_kv_args,
 )
 from kvstack.export.monitoring import helm_dashboard
-from kvstack.export.secrets import redis_url_env
+from kvstack.export.secrets import HASH_SEED, redis_url_env
 from kvstack.planning.schema import Plan
 
 PVC_MOUNT = "/data"
@@ -78,6 +78,7 @@ def render_helm(plan: Plan, options: ExportOptions) -> Bundle:
 
     pvc_bytes = (plan.weight_bytes + (disk.size_bytes if disk else 0)) * PVC_MARGIN
     env: list[dict[str, object]] = [
+        {"name": "PYTHONHASHSEED", "value": HASH_SEED},
         {"name": "LMCACHE_CHUNK_SIZE", "value": str(plan.chunk_size)},
         {"name": "LMCACHE_PRE_CACHING_HASH_ALGORITHM", "value": LMCACHE_HASH},
     ]

@@ -20,6 +20,7 @@ from kvstack.errors import UnsupportedError
 from kvstack.export import ExportOptions, export_plan
 from kvstack.export.bundle import Bundle
 from kvstack.export.deployment import PASSWORD_ENV
+from kvstack.export.secrets import HASH_SEED
 from kvstack.planning.schema import Plan
 from kvstack.remote.source import REMOTE_URL_ENV
 from kvstack.units import GIB
@@ -136,6 +137,7 @@ def test_engine_command_matches_the_plan(case: str) -> None:
     port = 8000 if plan.engine == "vllm" else 30000
     assert engine["ports"] == [f"{options.host}:{options.port}:{port}"]
     assert options.host == "127.0.0.1"  # loopback unless asked otherwise
+    assert engine["environment"]["PYTHONHASHSEED"] == HASH_SEED  # replicas hash alike (docs/shared-tier.md)
     assert flag(argv, "--kv-cache-dtype") == plan.kv_cache_dtype
     if plan.engine == "vllm":
         assert engine["entrypoint"][-1] == "serve"

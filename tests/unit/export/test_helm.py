@@ -10,6 +10,7 @@ import yaml
 from kvstack.errors import UnsupportedError
 from kvstack.export import ExportOptions, export_plan
 from kvstack.export.deployment import LMCACHE_HASH
+from kvstack.export.secrets import HASH_SEED
 from kvstack.units import GIB
 from tests.unit.export.plans import make_plan
 
@@ -54,6 +55,7 @@ def test_values_parse_and_match_the_plan(tp: int) -> None:
     assert set(spec["lmcacheConfig"]) <= CHART_LMCACHE_KEYS
     assert spec["modelURL"] == plan.model_path
     assert spec["requestGPU"] == tp
+    assert env_of(spec)["PYTHONHASHSEED"] == HASH_SEED  # every pod hashes alike (docs/shared-tier.md)
     vc = spec["vllmConfig"]
     assert vc["tensorParallelSize"] == tp
     assert vc["maxModelLen"] == plan.max_model_len
