@@ -24,10 +24,13 @@ def _kvstack_bin() -> str:
     return shutil.which("kvstack") or "kvstack"
 
 
+FORMAT_HELP = "helm, compose, systemd, kserve, llm-d or lmcache-operator."
+
+
 def register(app: typer.Typer) -> None:
     @app.command("export")
     def _cmd(
-        fmt: Annotated[str, typer.Option("--format", "-f", help="helm, compose, systemd, kserve or llm-d.")],
+        fmt: Annotated[str, typer.Option("--format", "-f", help=FORMAT_HELP)],
         model: opt.Model,
         hardware: opt.Hardware = None,
         context: opt.Context = None,
@@ -53,7 +56,7 @@ def register(app: typer.Typer) -> None:
         out: Path | None = typer.Option(None, "--out", help="Write the files into this directory."),
         force: bool = typer.Option(False, "--force", help="Replace files that already exist in --out."),
     ) -> None:
-        """Write the deployment (Helm values, Compose, systemd, KServe or llm-d) for the planned layout."""
+        """Write the deployment (Helm, Compose, systemd, KServe, llm-d, LMCache operator) for the plan."""
         from kvstack.errors import PlanInfeasible
         from kvstack.export import FORMATS, ExportOptions, export_plan
         from kvstack.export.write import write_bundle

@@ -12,7 +12,7 @@ from kvstack.export.bundle import Bundle, ExportFile, ExportOptions
 from kvstack.planning.schema import Plan
 
 Exporter = Callable[[Plan, ExportOptions], Bundle]
-FORMATS: tuple[str, ...] = ("helm", "compose", "systemd", "kserve", "llm-d")
+FORMATS: tuple[str, ...] = ("helm", "compose", "systemd", "kserve", "llm-d", "lmcache-operator")
 
 __all__ = ["FORMATS", "Bundle", "ExportFile", "ExportOptions", "export_plan", "exporter"]
 
@@ -38,6 +38,10 @@ def exporter(fmt: str) -> Exporter:
         from kvstack.export.llm_d import render_llm_d
 
         return render_llm_d
+    if fmt == "lmcache-operator":
+        from kvstack.export.lmcache_operator import render_lmcache_operator
+
+        return render_lmcache_operator
     raise InputError(f"unknown export format {fmt!r}", hint=f"use one of: {', '.join(FORMATS)}")
 
 
