@@ -30,7 +30,7 @@ from kvstack.serving.planner import plan_for_model
 from kvstack.serving.ports import PortLayout, port_layout
 from kvstack.serving.replicas import on_devices, replica_dir, replica_request, replica_warning, visible_gpus
 from kvstack.serving.request import ServeRequest, engine_python
-from kvstack.serving.router import render_router
+from kvstack.serving.router import render_router, replica_tree_tokens
 
 
 @dataclass(frozen=True)
@@ -233,6 +233,7 @@ def prepare(
             served_model_name=replicas[0].spec.served_model_name,
             api_key=request.api_key,
             control_token=token,
+            tree_tokens=replica_tree_tokens(plan),
         )
     return Launch(
         request=request,

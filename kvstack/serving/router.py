@@ -22,6 +22,7 @@ from kvstack.engines.vllm_guard import KEY_ENV
 from kvstack.errors import MissingProgramError
 from kvstack.names import CONTROL_ENV
 from kvstack.netaddr import client_host
+from kvstack.planning.schema import Plan
 from kvstack.runtime.preflight import check_module_importable
 from kvstack.runtime.specs import LaunchSpec, ProcessSpec
 from kvstack.serving.ports import PortLayout
@@ -30,6 +31,12 @@ ROUTER_PACKAGE = "vllm-router"
 FRONT_MODULE = "kvstack.serving.router_front"  # the router behind kvstack's guard
 ROUTER_POLICY = "cache_aware"
 ROUTER_METRICS_HOST = "127.0.0.1"
+# The cache-aware policy keeps, per worker, a prefix tree of request text within --max-tree-size
+# characters (default 33,554,432, about 8.4M tokens): a worker whose tiers hold more than that is
+# forgotten by the router while it could still serve the prefix from them. The tree is sized from
+# the plan's per-replica tiers (the engine's pool and its own offload tiers; a shared remote tier is
+# every worker's) at this many characters per token (typical BPE on English text: an estimate).
+CHARS_PER_TOKEN = 4
 
 
 def router_version() -> str | None:
@@ -48,6 +55,7 @@ def render_router(
     served_model_name: str,
     api_key: str | None = None,
     control_token: str | None = None,
+    tree_tokens: int | None = None,
 ) -> LaunchSpec:
     """The router as a LaunchSpec of its own (a server, no helpers), supervised like an engine:
     kvstack's guard on ``--host``/``--port``, the router itself on loopback behind it."""
@@ -64,6 +72,14 @@ def render_router(
         "--prometheus-port", str(layout.router_metrics_port),
         "--worker-startup-check-interval", "1",
     ]  # fmt: skip
+    notes: list[str] = []
+    if tree_tokens:
+        argv += ["--max-tree-size", str(tree_tokens * CHARS_PER_TOKEN)]
+        notes.append(
+            f"the router remembers {tree_tokens:,} tokens of prefixes per replica (--max-tree-size "
+            f"{tree_tokens * CHARS_PER_TOKEN:,} characters at ~{CHARS_PER_TOKEN} per token): what each "
+            "replica's tiers hold"
+        )
     # The environment, never argv: the guard's token and key (engines/vllm_guard.py reads them).
     env: dict[str, str] = {}
     unset = ["KVSTACK_API_KEY"]
@@ -84,9 +100,14 @@ def render_router(
         served_model_name=served_model_name,
         api_key_set=api_key is not None,
         metrics_urls=[f"http://{ROUTER_METRICS_HOST}:{layout.router_metrics_port}/metrics"],
-        notes=[f"{ROUTER_POLICY} routing over {len(worker_urls)} replicas: {', '.join(worker_urls)}"],
+        notes=[f"{ROUTER_POLICY} routing over {len(worker_urls)} replicas: {', '.join(worker_urls)}", *notes],
         secrets=[s for s in (api_key, control_token) if s],
     )
+
+
+def replica_tree_tokens(plan: Plan) -> int:
+    """The KV tokens one replica holds: its engine's pool and its own offload tiers (not the remote)."""
+    return sum(t.tokens for t in plan.tiers if t.kind != "remote")
 
 
 def require_router(python: str) -> None:

@@ -42,3 +42,25 @@ def test_installed_router_passes_and_its_version_is_recorded() -> None:
     assert spec.base_url == "http://[::1]:7000" and spec.server.ready_url == "http://[::1]:7000/health"
     assert spec.notes == ["cache_aware routing over 2 replicas: http://[::1]:7001, http://[::1]:7002"]
     assert not spec.api_key_set and spec.secrets == []
+
+
+def test_the_routers_prefix_tree_holds_what_each_replica_holds() -> None:
+    from kvstack.serving.router import CHARS_PER_TOKEN, replica_tree_tokens
+    from tests.unit.engines.cases import make_plan
+
+    plan = make_plan(
+        connector="lmcache-mp", cpu_gib=10, disk_gib=100, remote_gib=500, remote_url="redis://r:1"
+    )
+    tokens = replica_tree_tokens(plan)
+    assert tokens == sum(
+        t.tokens for t in plan.tiers if t.kind in ("gpu", "cpu", "disk")
+    )  # not the shared one
+    layout = port_layout(7000, 2, router=True)
+    urls = ["http://127.0.0.1:7001", "http://127.0.0.1:7002"]
+    spec = render_router(
+        layout, host="127.0.0.1", python="py", worker_urls=urls, served_model_name="m", tree_tokens=tokens
+    )
+    argv = spec.server.argv
+    assert argv[argv.index("--max-tree-size") + 1] == str(tokens * CHARS_PER_TOKEN)
+    plain = render_router(layout, host="127.0.0.1", python="py", worker_urls=urls, served_model_name="m")
+    assert "--max-tree-size" not in plain.server.argv
