@@ -68,6 +68,36 @@ def require_connector(plan: Plan, supported: tuple[str, ...], fmt: str, hint: st
         )
 
 
+def require_vllm(plan: Plan, platform: str, fmt: str, connectors: tuple[str, ...], hint: str) -> None:
+    """Refuse a plan ``platform`` cannot run: another engine, or a connector not in ``connectors``."""
+    if plan.engine != "vllm":
+        raise UnsupportedError(
+            f"{platform} runs vLLM, this plan uses {plan.engine}",
+            hint="use --engine vllm, or --format compose / systemd for SGLang",
+        )
+    require_connector(plan, connectors, fmt, hint)
+
+
+def pod_resources(plan: Plan) -> dict[str, dict[str, str]]:
+    """A vLLM pod's requests and limits: an API server plus a busy worker per GPU rank on the host
+    side, host memory for the CPU tier and the process, and the GPUs (requests equal to limits)."""
+    tp = plan.tensor_parallel_size
+    requests = {"cpu": str(2 + 4 * tp), "memory": f"{gib_ceil(host_memory_bytes(plan))}Gi"}
+    limits: dict[str, str] = {}
+    if plan.platform == "cuda":
+        requests["nvidia.com/gpu"] = limits["nvidia.com/gpu"] = str(tp)
+    return {"requests": requests, "limits": limits}
+
+
+def shm_volume(plan: Plan) -> tuple[dict[str, object], dict[str, object]]:
+    """(the pod's /dev/shm volume, its mount): a memory emptyDir sized by ``shm_bytes``."""
+    size = f"{gib_ceil(shm_bytes(plan))}Gi"
+    return (
+        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": size}},
+        {"name": "dshm", "mountPath": "/dev/shm"},
+    )
+
+
 def engine_image(plan: Plan, options: ExportOptions) -> tuple[str, str, list[str]]:
     """(repository, tag, notes)."""
     if options.image:

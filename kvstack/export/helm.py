@@ -41,7 +41,7 @@ from kvstack.export.deployment import (
     vllm_kv_args,
 )
 from kvstack.export.monitoring import helm_dashboard
-from kvstack.export.secrets import HASH_SEED, redis_url_env
+from kvstack.export.secrets import HASH_SEED, pod_redis_env
 from kvstack.planning.schema import Plan
 
 PVC_MOUNT = "/data"
@@ -119,18 +119,7 @@ def render_helm(plan: Plan, options: ExportOptions) -> Bundle:
             notes.append("the disk tier lives on the model PVC: give it an NVMe-backed storageClass")
         spec["lmcacheConfig"] = lm
         if url is not None:
-            redis_env, secret = redis_url_env(url, f"{name}-redis")
-            env += redis_env
-            if secret is not None:
-                files.append(secret)
-                notes.append(
-                    f"create the Redis URL secret ({name}-redis) first: kubectl apply -f {secret.name}"
-                )
-            if url.is_loopback():
-                notes.append(
-                    f"the remote URL {url.redacted()} is a loopback address, which inside a pod is the pod "
-                    "itself: point --remote at a Redis service the cluster can reach"
-                )
+            env += pod_redis_env(url, name, files, notes)
     else:
         spec["lmcacheConfig"] = {"enabled": False}
     spec["env"] = env

@@ -23,23 +23,21 @@ import json
 
 import yaml
 
-from kvstack.errors import UnsupportedError
 from kvstack.export.bundle import Bundle, ExportFile, ExportOptions
 from kvstack.export.deployment import (
     deployment_name,
     engine_image,
-    gib_ceil,
     gib_floor,
-    host_memory_bytes,
     in_process_note,
     lmcache_env,
     local_model,
+    pod_resources,
     remote,
-    require_connector,
-    shm_bytes,
+    require_vllm,
+    shm_volume,
 )
 from kvstack.export.monitoring import helm_dashboard
-from kvstack.export.secrets import HASH_SEED, api_key_note, api_key_ref, redis_url_env
+from kvstack.export.secrets import HASH_SEED, api_key_note, api_key_ref, pod_redis_env
 from kvstack.planning.schema import Plan
 
 API_VERSION = "serving.kserve.io/v1alpha2"
@@ -82,14 +80,10 @@ def _offloading(plan: Plan, notes: list[str]) -> dict[str, object] | None:
 
 
 def render_kserve(plan: Plan, options: ExportOptions) -> Bundle:
-    if plan.engine != "vllm":
-        raise UnsupportedError(
-            f"KServe's LLMInferenceService runs vLLM, this plan uses {plan.engine}",
-            hint="use --engine vllm, or --format compose / systemd for SGLang",
-        )
-    require_connector(
-        plan, ("none", "native", "lmcache", "lmcache-mp"), "kserve", "use --offload native or lmcache"
-    )
+    require_vllm(
+        plan, "KServe's LLMInferenceService", "kserve", ("none", "native", "lmcache", "lmcache-mp"),
+        "use --offload native or lmcache",
+    )  # fmt: skip
     url = remote(options, plan)
     name = deployment_name(plan, options.name)
     notes: list[str] = []
@@ -106,10 +100,9 @@ def render_kserve(plan: Plan, options: ExportOptions) -> Bundle:
     ]
     notes.append(api_key_note(name))
     container: dict[str, object] = {"name": MAIN}
-    mounts: list[dict[str, object]] = [{"name": "dshm", "mountPath": "/dev/shm"}]
-    volumes: list[dict[str, object]] = [
-        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{gib_ceil(shm_bytes(plan))}Gi"}}
-    ]
+    shm, shm_mount = shm_volume(plan)
+    mounts: list[dict[str, object]] = [shm_mount]
+    volumes: list[dict[str, object]] = [shm]
     files: list[ExportFile] = []
     spec: dict[str, object] = {"model": _model(plan, notes), "replicas": 1}
     if tp > 1:
@@ -133,18 +126,7 @@ def render_kserve(plan: Plan, options: ExportOptions) -> Bundle:
             volumes.append({"name": "kvstack-disk", "emptyDir": {"sizeLimit": _quantity(disk.size_bytes)}})
             mounts.append({"name": "kvstack-disk", "mountPath": LMCACHE_DISK_DIR})
         if url is not None:
-            redis_env, secret = redis_url_env(url, f"{name}-redis")
-            env += redis_env
-            if secret is not None:
-                files.append(secret)
-                notes.append(
-                    f"create the Redis URL Secret ({name}-redis) first: kubectl apply -f {secret.name}"
-                )
-            if url.is_loopback():
-                notes.append(
-                    f"the remote URL {url.redacted()} is a loopback address, which inside a pod is the pod "
-                    "itself: point --remote at a Redis service the cluster can reach"
-                )
+            env += pod_redis_env(url, name, files, notes)
         notes.append(
             "LMCache is configured in the container (KServe's kvCacheOffloading drives only vLLM's "
             "OffloadingConnector, and the controller adds none when the args carry a --kv-transfer-config)"
@@ -160,14 +142,7 @@ def render_kserve(plan: Plan, options: ExportOptions) -> Bundle:
         {
             "args": args,
             "env": env,
-            "resources": {
-                "requests": {
-                    "cpu": str(2 + 4 * tp),
-                    "memory": f"{gib_ceil(host_memory_bytes(plan))}Gi",
-                    "nvidia.com/gpu": str(tp),
-                },
-                "limits": {"nvidia.com/gpu": str(tp)},
-            },
+            "resources": pod_resources(plan),
             "volumeMounts": mounts,
         }
     )

@@ -20,23 +20,22 @@ import json
 
 import yaml
 
-from kvstack.errors import UnsupportedError
 from kvstack.export.bundle import Bundle, ExportFile, ExportOptions
 from kvstack.export.deployment import (
     deployment_name,
     engine_image,
     gib_ceil,
-    host_memory_bytes,
     in_process_note,
     lmcache_env,
     local_model,
+    pod_resources,
     remote,
-    require_connector,
-    shm_bytes,
+    require_vllm,
+    shm_volume,
     vllm_kv_args,
 )
 from kvstack.export.monitoring import helm_dashboard
-from kvstack.export.secrets import HASH_SEED, api_key_note, api_key_ref, redis_url_env
+from kvstack.export.secrets import HASH_SEED, api_key_note, api_key_ref, pod_redis_env
 from kvstack.planning.schema import Plan
 
 CHART = "llm-d-modelservice 0.4.12"
@@ -99,7 +98,6 @@ def epp_config(plan: Plan) -> dict[str, object]:
 def _container(
     plan: Plan, options: ExportOptions, name: str, notes: list[str], files: list[ExportFile]
 ) -> tuple[dict[str, object], list[dict[str, object]]]:
-    tp = plan.tensor_parallel_size
     disk = plan.tier("disk")
     args = [
         "--max-model-len", str(plan.max_model_len),
@@ -110,10 +108,9 @@ def _container(
         {"name": "PYTHONHASHSEED", "value": HASH_SEED},
         {"name": "VLLM_API_KEY", "valueFrom": {"secretKeyRef": api_key_ref(name)}},
     ]
-    mounts: list[dict[str, object]] = [{"name": "dshm", "mountPath": "/dev/shm"}]
-    volumes: list[dict[str, object]] = [
-        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{gib_ceil(shm_bytes(plan))}Gi"}}
-    ]
+    shm, shm_mount = shm_volume(plan)
+    mounts: list[dict[str, object]] = [shm_mount]
+    volumes: list[dict[str, object]] = [shm]
     if disk is not None and plan.connector != "none":
         mounts.append({"name": "kvstack-disk", "mountPath": DISK_DIR})
         volumes.append({"name": "kvstack-disk", "emptyDir": {"sizeLimit": f"{gib_ceil(disk.size_bytes)}Gi"}})
@@ -134,25 +131,16 @@ def _container(
         env += lmcache_env(plan, DISK_DIR if disk is not None else None)
         url = remote(options, plan)
         if url is not None:
-            redis_env, secret = redis_url_env(url, f"{name}-redis")
-            env += redis_env
-            if secret is not None:
-                files.append(secret)
-                notes.append(f"create the Redis URL Secret first: kubectl apply -f {secret.name}")
+            env += pod_redis_env(url, name, files, notes)
         notes += in_process_note(plan, "llm-d")
     else:
         args += vllm_kv_args(plan, DISK_DIR if disk is not None else None)
-    accelerator = "nvidia.com/gpu" if plan.platform == "cuda" else None
-    requests: dict[str, str] = {"cpu": str(2 + 4 * tp), "memory": f"{gib_ceil(host_memory_bytes(plan))}Gi"}
-    limits: dict[str, str] = {}
-    if accelerator:
-        requests[accelerator] = limits[accelerator] = str(tp)
     container: dict[str, object] = {
         "name": "vllm",
         "modelCommand": "vllmServe",
         "args": args,
         "env": env,
-        "resources": {"requests": requests, "limits": limits},
+        "resources": pod_resources(plan),
         "volumeMounts": mounts,
     }
     if image:
@@ -161,14 +149,10 @@ def _container(
 
 
 def render_llm_d(plan: Plan, options: ExportOptions) -> Bundle:
-    if plan.engine != "vllm":
-        raise UnsupportedError(
-            f"llm-d's modelservice runs vLLM, this plan uses {plan.engine}",
-            hint="use --engine vllm, or --format compose / systemd for SGLang",
-        )
-    require_connector(
-        plan, ("none", "native", "lmcache", "lmcache-mp"), "llm-d", "use --offload native or lmcache"
-    )
+    require_vllm(
+        plan, "llm-d's modelservice", "llm-d", ("none", "native", "lmcache", "lmcache-mp"),
+        "use --offload native or lmcache",
+    )  # fmt: skip
     name = deployment_name(plan, options.name)
     notes: list[str] = [api_key_note(name)]
     files: list[ExportFile] = []

@@ -23,10 +23,9 @@ from kvstack.export.bundle import Bundle, ExportFile, ExportOptions
 from kvstack.export.deployment import (
     deployment_name,
     engine_image,
-    gib_ceil,
     gib_floor,
-    host_memory_bytes,
     local_model,
+    pod_resources,
     remote,
     require_connector,
 )
@@ -143,14 +142,7 @@ def _vllm(plan: Plan, options: ExportOptions, name: str, notes: list[str]) -> li
             {"name": "VLLM_API_KEY", "valueFrom": {"secretKeyRef": api_key_ref(name)}},
         ],
         "ports": [{"name": "http", "containerPort": VLLM_PORT}],
-        "resources": {
-            "requests": {
-                "cpu": str(2 + 4 * tp),
-                "memory": f"{gib_ceil(host_memory_bytes(plan))}Gi",
-                "nvidia.com/gpu": str(tp),
-            },
-            "limits": {"nvidia.com/gpu": str(tp)},
-        },
+        "resources": pod_resources(plan),
     }
     deployment: dict[str, object] = {
         "apiVersion": "apps/v1",

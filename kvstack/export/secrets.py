@@ -54,3 +54,20 @@ def redis_url_env(url: RemoteURL, secret_name: str) -> tuple[list[dict[str, obje
         env = [{"name": "LMCACHE_REMOTE_URL", "value": url.raw}]
     env.append({"name": "LMCACHE_REMOTE_SERDE", "value": "naive"})
     return env, secret
+
+
+def pod_redis_env(
+    url: RemoteURL, name: str, files: list[ExportFile], notes: list[str]
+) -> list[dict[str, object]]:
+    """``redis_url_env`` for a pod: its Secret added to ``files``, and what to do said in ``notes``
+    (create the Secret; a loopback URL is the pod itself)."""
+    env, secret = redis_url_env(url, f"{name}-redis")
+    if secret is not None:
+        files.append(secret)
+        notes.append(f"create the Redis URL secret ({name}-redis) first: kubectl apply -f {secret.name}")
+    if url.is_loopback():
+        notes.append(
+            f"the remote URL {url.redacted()} is a loopback address, which inside a pod is the pod "
+            "itself: point --remote at a Redis service the cluster can reach"
+        )
+    return env

@@ -10,19 +10,12 @@ from kvstack.runtime.specs import LaunchSpec, ProcessSpec
 from kvstack.runtime.tier_kv import ENVIRONMENT, TierKv
 from kvstack.serving.shared_tier_kv import TierKvMismatch, check_writers, recorded, writers_of
 from tests.integration.conftest import RedisFactory, RedisServer
+from tests.support.tier_kv import SAMPLE_KV
 
 pytestmark = pytest.mark.integration
 
 PASSWORD = "tier-pass-41c9e2"
-KV = TierKv(
-    model="/models/smollm2",
-    revision="abcdef012345",
-    kv_cache_dtype="auto",
-    chunk_tokens=256,
-    hash_algorithm="sha256_cbor",
-    connector="lmcache-mp",
-    connector_version="0.5.6",
-)
+KV = SAMPLE_KV
 
 
 def spec(port: int, kv: TierKv) -> LaunchSpec:

@@ -2,17 +2,10 @@
 
 from __future__ import annotations
 
-from kvstack.runtime.tier_kv import ENVIRONMENT, FIELDS, TierKv
+from kvstack.runtime.tier_kv import ENVIRONMENT, FIELDS
+from tests.support.tier_kv import SAMPLE_KV
 
-BASE = TierKv(
-    model="/models/llama",
-    revision="abcdef012345",
-    kv_cache_dtype="auto",
-    chunk_tokens=256,
-    hash_algorithm="sha256_cbor",
-    connector="lmcache-mp",
-    connector_version="0.5.6",
-)
+BASE = SAMPLE_KV
 
 
 def test_the_fingerprint_is_stable_and_ignores_who_set_a_field() -> None:
