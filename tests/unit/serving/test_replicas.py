@@ -153,6 +153,8 @@ def test_router_argv_and_spec(tmp_path: Path) -> None:
         "--prometheus-host", "127.0.0.1",
         "--prometheus-port", "8003",
         "--worker-startup-check-interval", "1",
+        # its prefix tree holds what one replica's pool and own offload tiers hold (4 characters a token)
+        "--max-tree-size", str(4 * sum(t.tokens for t in rs.plan.tiers if t.kind != "remote")),
     ]  # fmt: skip
     token = rs.replicas[0].options.control_token
     assert token and all(p.options.control_token == token for p in rs.replicas)  # one per launch
