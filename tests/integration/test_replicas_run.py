@@ -268,7 +268,10 @@ def test_the_routers_admin_routes_answer_only_kvstack_its_openai_routes_the_key(
                 for m, p in ROUTER_ADMIN
             }
 
-        with httpx.Client(trust_env=False, timeout=30) as client:
+        # A connection per request: a refusal may answer before reading the body, and a connection
+        # reused after it can meet the server closing it (seen once under load on 2 cores).
+        fresh = httpx.Limits(max_keepalive_connections=0)
+        with httpx.Client(trust_env=False, timeout=30, limits=fresh) as client:
             mine, direct = ask(client, front), ask(client, inside)
             guessed = client.get(inside + "/list_workers", headers={"Authorization": "Bearer guess"})
             listed = client.get(front + "/list_workers", headers={**key, CONTROL_HEADER: token})
