@@ -143,6 +143,15 @@ def read_until(fd: int, needles: tuple[str, ...], timeout_s: float) -> str:
     return seen
 
 
+def exit_code(proc: subprocess.Popen[bytes], master: int, timeout_s: float) -> int | None:
+    """``proc``'s exit code once it ends, reading its terminal meanwhile: a process whose terminal is
+    not read blocks writing its last frames, and restoring the screen on exit, once the pty is full."""
+    deadline = time.monotonic() + timeout_s
+    while proc.poll() is None and time.monotonic() < deadline:
+        read_until(master, ("\x00never",), 0.2)
+    return proc.poll()
+
+
 def _ctrl_c_as_on_a_terminal() -> None:
     # A test run started in the background (`pytest ... &` from a script) has SIGINT ignored, and a
     # Python started with it ignored keeps it so: Ctrl-C would never reach kvstack top here.
@@ -175,7 +184,7 @@ def test_live_view_on_a_terminal_refreshes_and_q_leaves_with_0(
         screen = read_until(master, ("DRAM (LMCache L1)", "prompt tokens by source", "disk tier (L2 fs)"), 30)
         assert "DRAM (LMCache L1)" in screen and "DRAM tier" in screen, screen[-3000:]
         os.write(master, b"q")
-        assert proc.wait(10) == 0
+        assert exit_code(proc, master, 10) == 0
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -188,7 +197,7 @@ def test_live_view_leaves_on_ctrl_c_with_0(tmp_path: Path) -> None:
         try:
             assert "servers" in read_until(master, ("servers",), 30)
             os.killpg(proc.pid, signal.SIGINT)
-            assert proc.wait(10) == 0
+            assert exit_code(proc, master, 10) == 0
         finally:
             if proc.poll() is None:
                 proc.kill()
