@@ -98,6 +98,9 @@ def _engine(
         "prometheus": {"enabled": True, "serviceMonitor": {"enabled": True}},
         "logLevel": "INFO",
     }
+    if plan.platform != "cuda":  # the operator's defaults select GPU nodes and NVIDIA's runtime class
+        spec["runtimeClassName"] = ""
+        spec["nodeSelector"] = {}
     l2 = _l2(plan, options, name, notes, files)
     if l2 is not None:
         spec["l2Backend"] = l2
@@ -170,16 +173,20 @@ def _vllm(plan: Plan, options: ExportOptions, name: str, notes: list[str]) -> li
 
 
 def render_lmcache_operator(plan: Plan, options: ExportOptions) -> Bundle:
-    if plan.engine != "vllm" or plan.platform != "cuda":
+    if plan.engine != "vllm":
         raise UnsupportedError(
-            "the LMCache operator wires LMCache's server into vLLM pods on NVIDIA or AMD GPUs; this plan is "
-            f"{plan.engine} on {plan.platform}",
-            hint="plan for a GPU machine (--hardware) with --engine vllm, or use --format compose / systemd",
+            f"the LMCache operator wires LMCache's server into vLLM pods; this plan uses {plan.engine}",
+            hint="use --engine vllm, or --format compose / systemd for SGLang",
         )
     require_connector(plan, ("lmcache", "lmcache-mp"), "lmcache-operator", "use --offload lmcache-mp")
     name = deployment_name(plan, options.name)
     notes: list[str] = [api_key_note(name)]
     files: list[ExportFile] = []
+    if plan.platform != "cuda":
+        notes.append(
+            "a CPU plan: the engine runs on any node (nodeSelector {}, no GPU runtime class), and vLLM's "
+            "default image is a CUDA build: give a CPU build of vLLM with --image"
+        )
     if plan.connector == "lmcache":
         notes.append(
             "the operator runs LMCache's server beside the engine (MP mode): the plan's in-process LMCache "
