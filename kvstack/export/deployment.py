@@ -22,6 +22,11 @@ HOST_BASE_BYTES_PER_RANK = 8 * GIB
 # processes and replicas sharing a remote tier; lmcache 0.5.6 maps this name to vLLM's sha256_cbor.
 LMCACHE_HASH = "sha256_cbor_64bit"
 PASSWORD_ENV = "KVSTACK_REDIS_PASSWORD"
+# vLLM's in-process LMCache connector.
+LMCACHE_CONNECTOR_ARGS = (
+    "--kv-transfer-config",
+    json.dumps({"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both"}),
+)
 
 
 def gib_floor(n_bytes: int) -> int:
@@ -166,6 +171,34 @@ def lmcache_env(plan: Plan, disk_dir: str | None) -> list[dict[str, object]]:
     ]
 
 
+def lmcache_in_engine(
+    plan: Plan, options: ExportOptions, disk_dir: str | None, platform: str, notes: list[str]
+) -> tuple[str, list[str], list[dict[str, object]]]:
+    """(image, vLLM arguments, environment) that run the plan's LMCache tiers inside the engine
+    (LMCacheConnectorV1, settings as LMCACHE_* variables), for a platform with no LMCache server;
+    what that costs is added to ``notes``."""
+    as_lmcache = plan.model_copy(update={"connector": "lmcache"})
+    repo, tag, image_notes = engine_image(as_lmcache, options)
+    notes += [*image_notes, *in_process_note(plan, platform)]
+    return f"{repo}:{tag}", [*LMCACHE_CONNECTOR_ARGS], lmcache_env(plan, disk_dir)
+
+
+def unsupervised_notes(plan: Plan, platform: str) -> list[str]:
+    """What a platform that runs no kvstack process beside the engine cannot carry."""
+    gate = (
+        [
+            f"kvstack's per-request gate (prompts under {plan.gate_prompt_tokens} tokens skip the lookup) "
+            f"is not carried: {platform} runs no kvstack process beside the engine"
+        ]
+        if plan.gate_prompt_tokens
+        else []
+    )
+    return [
+        *gate,
+        f"the KV canary is not exported for {platform}: run kvstack canary --url against the service",
+    ]
+
+
 def in_process_note(plan: Plan, platform: str) -> list[str]:
     """What an export that runs no LMCache server does with an lmcache-mp plan."""
     if plan.connector != "lmcache-mp":
@@ -182,10 +215,7 @@ def vllm_kv_args(plan: Plan, disk_dir: str | None, with_lmcache_connector: bool 
     cpu = plan.tier("cpu")
     disk = plan.tier("disk")
     if plan.connector == "lmcache" and with_lmcache_connector:
-        args += [
-            "--kv-transfer-config",
-            json.dumps({"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both"}),
-        ]
+        args += [*LMCACHE_CONNECTOR_ARGS]
     elif plan.connector == "native" and cpu is not None:
         if disk is not None and disk_dir:
             # The full form is the only one with a disk tier (vllm/v1/kv_offload/tiering/spec.py);

@@ -19,25 +19,22 @@ since KServe runs no LMCache server; what KServe cannot carry is said in the not
 
 from __future__ import annotations
 
-import json
-
 import yaml
 
 from kvstack.export.bundle import Bundle, ExportFile, ExportOptions
 from kvstack.export.deployment import (
     deployment_name,
-    engine_image,
     gib_floor,
-    in_process_note,
-    lmcache_env,
+    lmcache_in_engine,
     local_model,
     pod_resources,
     remote,
     require_vllm,
     shm_volume,
+    unsupervised_notes,
 )
 from kvstack.export.monitoring import helm_dashboard
-from kvstack.export.secrets import HASH_SEED, api_key_note, api_key_ref, pod_redis_env
+from kvstack.export.secrets import api_key_note, pod_env, pod_redis_env
 from kvstack.planning.schema import Plan
 
 API_VERSION = "serving.kserve.io/v1alpha2"
@@ -94,10 +91,7 @@ def render_kserve(plan: Plan, options: ExportOptions) -> Bundle:
         "--kv-cache-dtype", plan.kv_cache_dtype,
         "--enable-prefix-caching",
     ]  # fmt: skip
-    env: list[dict[str, object]] = [
-        {"name": "VLLM_API_KEY", "valueFrom": {"secretKeyRef": api_key_ref(name)}},
-        {"name": "PYTHONHASHSEED", "value": HASH_SEED},
-    ]
+    env = pod_env(name)
     notes.append(api_key_note(name))
     container: dict[str, object] = {"name": MAIN}
     shm, shm_mount = shm_volume(plan)
@@ -112,16 +106,13 @@ def render_kserve(plan: Plan, options: ExportOptions) -> Bundle:
         if offloading is not None:
             spec["kvCacheOffloading"] = offloading
     elif plan.connector in ("lmcache", "lmcache-mp"):
-        repo, tag, image_notes = engine_image(plan.model_copy(update={"connector": "lmcache"}), options)
-        container["image"] = f"{repo}:{tag}"
-        notes += image_notes
-        args += [
-            "--kv-transfer-config",
-            json.dumps({"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both"}),
-        ]
         disk = plan.tier("disk")
-        env += lmcache_env(plan, LMCACHE_DISK_DIR if disk is not None else None)
-        notes += in_process_note(plan, "KServe")
+        image, connector_args, lmcache = lmcache_in_engine(
+            plan, options, LMCACHE_DISK_DIR if disk is not None else None, "KServe", notes
+        )
+        container["image"] = image
+        args += connector_args
+        env += lmcache
         if disk is not None:
             volumes.append({"name": "kvstack-disk", "emptyDir": {"sizeLimit": _quantity(disk.size_bytes)}})
             mounts.append({"name": "kvstack-disk", "mountPath": LMCACHE_DISK_DIR})
@@ -133,11 +124,6 @@ def render_kserve(plan: Plan, options: ExportOptions) -> Bundle:
         )
     if options.image and "image" not in container:
         container["image"] = options.image
-    if plan.gate_prompt_tokens:
-        notes.append(
-            f"kvstack's per-request gate (prompts under {plan.gate_prompt_tokens} tokens skip the lookup) "
-            "is not carried: KServe runs no kvstack process beside the engine"
-        )
     container.update(
         {
             "args": args,
@@ -159,5 +145,5 @@ def render_kserve(plan: Plan, options: ExportOptions) -> Bundle:
     notes.append(
         "grafana-dashboard.yaml: the KV-tier dashboard as a ConfigMap for Grafana's dashboard sidecar"
     )
-    notes.append("the KV canary is not exported for KServe: run kvstack canary --url against the service")
+    notes += unsupervised_notes(plan, "KServe")
     return Bundle(format="kserve", files=[main, *files], notes=notes)

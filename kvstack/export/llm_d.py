@@ -16,26 +16,23 @@ types; apix/config/v1alpha1, and pkg/epp/framework/plugins: approx-prefix-cache-
 
 from __future__ import annotations
 
-import json
-
 import yaml
 
 from kvstack.export.bundle import Bundle, ExportFile, ExportOptions
 from kvstack.export.deployment import (
     deployment_name,
-    engine_image,
     gib_ceil,
-    in_process_note,
-    lmcache_env,
+    lmcache_in_engine,
     local_model,
     pod_resources,
     remote,
     require_vllm,
     shm_volume,
+    unsupervised_notes,
     vllm_kv_args,
 )
 from kvstack.export.monitoring import helm_dashboard
-from kvstack.export.secrets import HASH_SEED, api_key_note, api_key_ref, pod_redis_env
+from kvstack.export.secrets import api_key_note, pod_env, pod_redis_env
 from kvstack.planning.schema import Plan
 
 CHART = "llm-d-modelservice 0.4.12"
@@ -44,7 +41,6 @@ EPP_FILE = "epp-plugins.yaml"
 EPP_API_VERSION = "llm-d.ai/v1alpha1"
 BLOCK_SIZE_TOKENS = 64  # the producer's index unit: it clamps anything smaller to 64 at request time
 DISK_DIR = "/mnt/kvstack-disk"
-LMCACHE_CONNECTOR = {"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both"}
 
 
 def cpu_index_blocks(plan: Plan) -> int | None:
@@ -104,10 +100,7 @@ def _container(
         "--gpu-memory-utilization", str(plan.gpu_memory_utilization),
         "--enable-prefix-caching",
     ]  # fmt: skip
-    env: list[dict[str, object]] = [
-        {"name": "PYTHONHASHSEED", "value": HASH_SEED},
-        {"name": "VLLM_API_KEY", "valueFrom": {"secretKeyRef": api_key_ref(name)}},
-    ]
+    env = pod_env(name)
     shm, shm_mount = shm_volume(plan)
     mounts: list[dict[str, object]] = [shm_mount]
     volumes: list[dict[str, object]] = [shm]
@@ -120,19 +113,14 @@ def _container(
         )
     image = options.image
     if plan.connector in ("lmcache", "lmcache-mp"):
-        repo, tag, image_notes = engine_image(plan.model_copy(update={"connector": "lmcache"}), options)
-        image, notes[:] = f"{repo}:{tag}", [*notes, *image_notes]
-        args += [
-            "--kv-cache-dtype",
-            plan.kv_cache_dtype,
-            "--kv-transfer-config",
-            json.dumps(LMCACHE_CONNECTOR),
-        ]
-        env += lmcache_env(plan, DISK_DIR if disk is not None else None)
+        image, connector_args, lmcache = lmcache_in_engine(
+            plan, options, DISK_DIR if disk is not None else None, "llm-d", notes
+        )
+        args += ["--kv-cache-dtype", plan.kv_cache_dtype, *connector_args]
+        env += lmcache
         url = remote(options, plan)
         if url is not None:
             env += pod_redis_env(url, name, files, notes)
-        notes += in_process_note(plan, "llm-d")
     else:
         args += vllm_kv_args(plan, DISK_DIR if disk is not None else None)
     container: dict[str, object] = {
@@ -196,10 +184,5 @@ def render_llm_d(plan: Plan, options: ExportOptions) -> Bundle:
     files += [epp, helm_dashboard(plan, name)]
     if plan.tier("remote") is not None and plan.connector == "native":
         notes.append("vLLM's native offloading has no remote tier: the plan's remote tier is not exported")
-    if plan.gate_prompt_tokens:
-        notes.append(
-            f"kvstack's per-request gate (prompts under {plan.gate_prompt_tokens} tokens skip the lookup) "
-            "is not carried: llm-d runs no kvstack process beside the engine"
-        )
-    notes.append("the KV canary is not exported for llm-d: run kvstack canary --url against the service")
+    notes += unsupervised_notes(plan, "llm-d")
     return Bundle(format="llm-d", files=[main, *files], notes=notes)

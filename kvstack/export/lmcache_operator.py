@@ -28,9 +28,10 @@ from kvstack.export.deployment import (
     pod_resources,
     remote,
     require_connector,
+    unsupervised_notes,
 )
 from kvstack.export.monitoring import helm_dashboard
-from kvstack.export.secrets import HASH_SEED, api_key_note, api_key_ref
+from kvstack.export.secrets import HASH_SEED, api_key_note, pod_env
 from kvstack.planning.schema import Plan
 
 API_VERSION = "lmcache.lmcache.ai/v1alpha1"
@@ -140,10 +141,7 @@ def _vllm(plan: Plan, options: ExportOptions, name: str, notes: list[str]) -> li
         "name": "vllm",
         "image": f"{repo}:{tag}",
         "args": args,  # the image's entrypoint is vllm serve: the webhook injects into args only
-        "env": [
-            {"name": "PYTHONHASHSEED", "value": HASH_SEED},
-            {"name": "VLLM_API_KEY", "valueFrom": {"secretKeyRef": api_key_ref(name)}},
-        ],
+        "env": pod_env(name),
         "ports": [{"name": "http", "containerPort": VLLM_PORT}],
         "resources": pod_resources(plan),
     }
@@ -196,11 +194,6 @@ def render_lmcache_operator(plan: Plan, options: ExportOptions) -> Bundle:
     cpu = plan.tier("cpu")
     if cpu is None:
         notes.append("the plan has no CPU tier, but the operator needs one: l1.sizeGB is its minimum, 1")
-    if plan.gate_prompt_tokens:
-        notes.append(
-            f"kvstack's per-request gate (prompts under {plan.gate_prompt_tokens} tokens skip the lookup) "
-            "is not carried: the operator runs no kvstack process beside the engine"
-        )
     header = (
         f"# LMCache operator engine written by kvstack export for {plan.model.name}\n"
         "# (LMCache's cache server on each node)\n"
@@ -216,7 +209,5 @@ def render_lmcache_operator(plan: Plan, options: ExportOptions) -> Bundle:
         content=vllm_header + yaml.safe_dump_all(_vllm(plan, options, name, notes), sort_keys=False),
     )
     files = [vllm, *files, helm_dashboard(plan, name)]
-    notes.append(
-        "the KV canary is not exported for the operator: run kvstack canary --url against the service"
-    )
+    notes += unsupervised_notes(plan, "the operator")
     return Bundle(format="lmcache-operator", files=[main, *files], notes=notes)

@@ -21,6 +21,14 @@ def api_key_ref(name: str) -> dict[str, str]:
     return {"name": f"{name}-api-key", "key": API_KEY_SECRET_KEY}
 
 
+def pod_env(name: str) -> list[dict[str, object]]:
+    """What every vLLM pod of a deployment gets: the pinned hash seed, and its API key from the Secret."""
+    return [
+        {"name": "PYTHONHASHSEED", "value": HASH_SEED},
+        {"name": "VLLM_API_KEY", "valueFrom": {"secretKeyRef": api_key_ref(name)}},
+    ]
+
+
 def api_key_note(name: str) -> str:
     return (
         f"create the API key Secret first: kubectl create secret generic {name}-api-key "
