@@ -18,10 +18,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from kvstack.clients.control import server_key, state_dir
-
-__all__ = ["BUSY", "busy", "hold", "holder", "server_key"]
 from kvstack.errors import PathError
 from kvstack.fsutil import atomic_write, ensure_private_dir
+
+__all__ = ["BUSY", "busy", "hold", "holder", "server_key"]
 
 
 def _dir() -> Path:

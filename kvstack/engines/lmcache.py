@@ -97,6 +97,7 @@ ENGINE_MP_FATAL = [
 ]
 # L2 adapter names (their "type") for the tiers they hold.
 FS_ADAPTER, RESP_ADAPTER = "fs_native", "resp"
+MP_SERVER_NAME = "lmcache-server"  # the helper process that holds L1 and the L2 adapters
 # LMCache's own L2 eviction (its EvictionConfig defaults, spelled out so a plan reader sees them).
 DISK_EVICTION = {"eviction_policy": "LRU", "trigger_watermark": 0.8, "eviction_ratio": 0.2}
 DISK_BOUND_MODULE = "kvstack.engines.disk_bound"
@@ -359,7 +360,7 @@ def mp_server(req: RenderRequest, prep: LaunchBasics) -> MpServer:
         ]
         argv = [*bound, "--", *argv]
     process = ProcessSpec(
-        name="lmcache-server",
+        name=MP_SERVER_NAME,
         argv=argv,
         env=env,
         unset_env_prefixes=[LMCACHE_ENV_PREFIX],

@@ -9,6 +9,7 @@ import os
 from collections.abc import Mapping
 
 from kvstack.engines.base import RenderRequest
+from kvstack.engines.lmcache import MP_SERVER_NAME
 from kvstack.engines.owned_flags import sets_flag
 from kvstack.engines.versions import LMCACHE_HASH_ALGORITHM
 from kvstack.runtime.specs import LaunchSpec, ProcessSpec
@@ -46,7 +47,7 @@ def child_env(proc: ProcessSpec, name: str, environ: Mapping[str, str]) -> str |
 
 def hashing_process(spec: LaunchSpec) -> ProcessSpec:
     """The process that hashes the tokens: LMCache's cache server in MP mode, else the engine."""
-    return next((h for h in spec.helpers if h.name == "lmcache-server"), spec.server)
+    return next((h for h in spec.helpers if h.name == MP_SERVER_NAME), spec.server)
 
 
 def shares_a_tier(req: RenderRequest, spec: LaunchSpec) -> bool:
