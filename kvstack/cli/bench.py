@@ -12,7 +12,7 @@ from kvstack.cli import options as opt
 from kvstack.errors import InputError
 
 if TYPE_CHECKING:
-    from kvstack.bench.sized import TierOverrides
+    from kvstack.serving.start_layout import TierOverrides
     from kvstack.serving.request import ServeRequest
     from kvstack.serving.served_layout import StartLayout
 
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 def layout_starter(request: ServeRequest, sizes: TierOverrides | None = None) -> StartLayout:
     """``start_layout(name)``: serve ``request`` with ``--offload name`` (and the tier sizes
     given), yield it, stop it."""
-    from kvstack.bench.sized import TierOverrides, sized_layout_starter
+    from kvstack.serving.start_layout import TierOverrides, sized_layout_starter
     from kvstack.cli.serve import serve_events
 
     return sized_layout_starter(request, sizes or TierOverrides(), serve_events(json_mode=True))
@@ -171,7 +171,7 @@ def register(app: typer.Typer) -> None:
                 f"engine arguments ({' '.join(extra_args)}) need a server that kvstack starts, not --url",
                 hint="drop --url, or pass them to the server you started",
             )
-        from kvstack.bench.sized import TierOverrides
+        from kvstack.serving.start_layout import TierOverrides
         from kvstack.units import parse_bytes
 
         sizes = TierOverrides(
@@ -222,8 +222,8 @@ def register(app: typer.Typer) -> None:
             check_request(serve_request, dry_run=False)  # serve's refusals; loopback: nothing to warn
             start_layout = layout_starter(serve_request, sizes)
         if trace is not None:
-            from kvstack.bench.trace_cli import TraceOptions, run_trace_bench
-            from kvstack.bench.trace_command import TraceArgs
+            from kvstack.replay.run import TraceOptions, run_trace_bench
+            from kvstack.replay.command import TraceArgs
             from kvstack.traces.sample import parse_ratio
 
             run_trace_bench(

@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from kvstack.bench.trace_command import TraceArgs
+from kvstack.replay.command import TraceArgs
 from kvstack.errors import InputError, PathError
 from kvstack.fsutil import atomic_write, ensure_private_dir
 from kvstack.planning.trace_sizing import TraceInput
@@ -116,7 +116,7 @@ class TuneRun:
 def rank_inputs(o: TuneOptions, traced: TraceInput) -> tuple[TuneResult, dict[str, Any], list[Any], int]:
     """The ranking of ``traced`` (``o.trace`` as the CLI read it: its sample, start and first
     requests): (result, results.json document, the trace's requests as ranked, their block)."""
-    from kvstack.bench.served_calibration import served_calibration_from
+    from kvstack.replay.served_calibration import served_calibration_from
     from kvstack.model.source import resolve_model
     from kvstack.planning.plan import PlanRequest
     from kvstack.planning.workload import default_workload
@@ -235,7 +235,7 @@ def write_ranking(out: Path, result: TuneResult, doc: dict[str, Any], tuned: boo
     written once the replays chose it), served-ttft.json (the calibration it ranked with, replaced by
     the model refit from the replays once one is measured: `plan --calibration DIR` and `tune
     --calibration DIR` read it back)."""
-    from kvstack.bench.served_calibration import SERVED_TTFT_JSON
+    from kvstack.replay.served_calibration import SERVED_TTFT_JSON
     from kvstack.planning.tuned import TUNED_JSON
     from kvstack.tune.report import RESULTS_JSON, tuned_layout
 
@@ -280,7 +280,7 @@ def serve_starter(
 ) -> StartCandidate:
     """``start(candidate, n)``: ``candidate_request`` served, one engine, through bench's layout
     starter (as bench --compare serves its layouts)."""
-    from kvstack.bench.sized import TierOverrides, sized_layout_starter
+    from kvstack.serving.start_layout import TierOverrides, sized_layout_starter
 
     by_label = {p.candidate.label: p for p in ranked}
 
@@ -309,7 +309,7 @@ def run_tune(
     """Rank ``traced``, then (``o.budget_s`` > 0) measure with ``start`` (tests: a stand-in engine)
     or by serving ``serve`` (a ServeRequest: kvstack's own serving path; ``events``: what its starts
     report, serve's ServeEvents)."""
-    from kvstack.bench.served_calibration import SERVED_TTFT_JSON
+    from kvstack.replay.served_calibration import SERVED_TTFT_JSON
     from kvstack.planning.tuned import TUNED_JSON
     from kvstack.rundir import default_runs_root
     from kvstack.serving.request import demo_model_dir

@@ -41,7 +41,7 @@ from kvstack.errors import InputError
 
 Platform = Literal["cpu", "cuda"]
 # LMCache's server holds between watermark x (1 - ratio) and watermark of a tier's size: the
-# simulation gives it the middle (as bench/trace_sizes.py does for a served layout).
+# simulation gives it the middle (as replay/sizes.py does for a served layout).
 LMCACHE_WATERMARK, LMCACHE_EVICTION_RATIO = 0.8, 0.2
 LMCACHE_EFFECTIVE = LMCACHE_WATERMARK * (1 - LMCACHE_EVICTION_RATIO / 2)
 

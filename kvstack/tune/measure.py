@@ -1,7 +1,7 @@
 """One candidate measured on a running layout: bench --trace's replay of the slice with its
 --check-correctness judgement.
 
-The replay is ``bench.trace_command.run_layout_replay``, exactly as ``bench --trace --compare
+The replay is ``replay.command.run_layout_replay``, exactly as ``bench --trace --compare
 --check-correctness K`` runs each layout: the first layout decides what is sent (its context and
 KV block, the token pool of the served model) and every later one gets the same prompts
 (``Shared``); the K replayed answers the caches served most of (the offload tiers' first) are
@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvstack.bench.schema import LayoutResult, RequestRow
-from kvstack.bench.trace_command import Shared, TraceArgs, run_layout_replay
-from kvstack.bench.trace_prompts import BlockTokens, ReplayShape, plan_requests
+from kvstack.replay.command import Shared, TraceArgs, run_layout_replay
+from kvstack.replay.prompts import BlockTokens, ReplayShape, plan_requests
 from kvstack.clients import token_sources as ts
 from kvstack.serving.served_layout import Layout
 from kvstack.traces.mooncake import TraceRequest

@@ -24,8 +24,8 @@ from typing import Any, Protocol
 import numpy as np
 
 from kvstack.bench.schema import LayoutResult, RequestRow
-from kvstack.bench.sized import MIN_L1_BYTES
-from kvstack.bench.trace_command import Shared
+from kvstack.serving.start_layout import MIN_L1_BYTES
+from kvstack.replay.command import Shared
 from kvstack.errors import InputError, Interrupted, KvstackError
 from kvstack.serving.served_layout import Layout
 from kvstack.tune import budget as bud

@@ -11,7 +11,7 @@ replay simulates the requests it sent on the sizes the servers report; each tier
 of prompt tokens must be within 5 points of the simulation.
 
 The same slice is replayed on ``--offload none`` first (``--compare none,lmcache-mp``): after each
-replay bench calibrates the layout (bench/trace_calibrate.py) and the plan's TTFT model predicts
+replay bench calibrates the layout (replay/calibrate.py) and the plan's TTFT model predicts
 every request from its simulated sources; TTFT p50 and p90 must be within 1.5x of the prediction
 for each layout.
 """

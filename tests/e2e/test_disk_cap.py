@@ -29,7 +29,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from kvstack.bench.sized import TierOverrides, sized_layout_starter
+from kvstack.serving.start_layout import TierOverrides, sized_layout_starter
 from kvstack.clients.metrics import LMCACHE_MP_L2_EVICTED, LMCACHE_MP_L2_HIT_TOKENS, parse_metrics
 from kvstack.serving.request import ServeRequest
 from kvstack.serving.served_layout import Layout

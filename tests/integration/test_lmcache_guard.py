@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from kvstack.bench.trace_sizes import cache_server_status
+from kvstack.replay.sizes import cache_server_status
 from kvstack.clients import control
 from kvstack.engines.disk_bound import server_argv, server_remove, server_remover
 from kvstack.engines.render import render

@@ -28,7 +28,8 @@ LAYERS: tuple[frozenset[str], ...] = tuple(
         "export top",  # what reads a running launch or writes a deployment
         "serving",  # the serve run path (validates what it starts)
         "bench",  # serves layouts to measure them
-        "tune",  # ranks connector x knobs on a trace (planning), then proves the best with bench
+        "replay",  # a production trace replayed on served layouts; the costs calibrated from it
+        "tune",  # ranks connector x knobs on a trace (planning), then proves the best by replay
         "cli",  # parses and renders
         "__main__",
     )

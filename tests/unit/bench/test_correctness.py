@@ -20,7 +20,7 @@ from kvstack.bench.report import load_result
 from kvstack.cli.app import run
 from kvstack.serving.served_layout import Layout
 from tests.support.stream_server import ServerKnobs, StreamServer
-from tests.unit.bench.test_trace_replay import write_trace
+from tests.unit.replay.test_replay import write_trace
 
 TIERED = ServerKnobs(
     connector="lmcache", lmcache_mp=True, block_size=16, num_gpu_blocks=8, chunk_tokens=32, l1_tokens=256

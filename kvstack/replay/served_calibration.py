@@ -1,6 +1,6 @@
 """The served-TTFT calibration a plan or tune predicts with, read from where kvstack measured it.
 
-`bench --trace` calibrates every layout it serves after its replay (bench/trace_calibrate.py) and
+`bench --trace` calibrates every layout it serves after its replay (replay/calibrate.py) and
 keeps the costs in results.json (``trace.layouts[].ttft.calibration``); a layout without an offload
 tier gives the plain costs, one with gives the offload path's. A tune run keeps the same costs in
 ``served-ttft.json`` (``planning.served_ttft.ServedCalibration.to_dict``). Either, as a directory
@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from kvstack.bench.offload_cost import offloads
+from kvstack.replay.offload_cost import offloads
 from kvstack.bench.report import RESULTS_JSON, load_result
 from kvstack.errors import InputError
 from kvstack.planning.served_ttft import ServedCalibration, ServedCosts

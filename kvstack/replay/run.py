@@ -13,7 +13,7 @@ from rich.table import Table
 from kvstack.bench.command import _check_out, _metrics_url, normalize_url, raise_on_correctness, served_model
 from kvstack.bench.report import correctness_lines, environment, write_report
 from kvstack.bench.schema import BenchResult
-from kvstack.bench.trace_command import TraceArgs, load_slice, run_trace
+from kvstack.replay.command import TraceArgs, load_slice, run_trace
 from kvstack.clients import token_sources as ts
 from kvstack.errors import EngineError, InputError
 from kvstack.redact import redact_url
@@ -156,7 +156,7 @@ def _emit(o: TraceOptions, result: BenchResult) -> None:
     if o.out is not None and (result.requests or result.layouts):
         written = write_report(result, o.out)
         if result.trace and result.trace.get("layouts"):
-            from kvstack.bench.trace_plot import prediction_plot
+            from kvstack.replay.plots import prediction_plot
 
             written.append(prediction_plot(result, o.out / PREDICTION_PLOT))
     if o.as_json:

@@ -20,18 +20,18 @@ import httpx
 from kvstack.bench.correctness import Answer, cached_first, check_replayed, engine_of
 from kvstack.bench.schema import BenchResult, CorrectnessResult, LayoutResult, RequestRow
 from kvstack.bench.stats import cache_stats, summarize
-from kvstack.bench.trace_calibrate import calibrate, predicted_ttft, summary
-from kvstack.bench.trace_predict import Prediction, comparison, predict
-from kvstack.bench.trace_prompts import BlockTokens, ReplayShape, SentRequest, plan_requests, token_pool
-from kvstack.bench.trace_replay import ReplayRun, replay
-from kvstack.bench.trace_sizes import (
+from kvstack.replay.calibrate import calibrate, predicted_ttft, summary
+from kvstack.replay.predict import Prediction, comparison, predict
+from kvstack.replay.prompts import BlockTokens, ReplayShape, SentRequest, plan_requests, token_pool
+from kvstack.replay.replay import ReplayRun, replay
+from kvstack.replay.sizes import (
     Hierarchy,
     cache_server_status,
     engine_level,
     lmcache_hierarchy,
     lmcache_levels,
 )
-from kvstack.bench.trace_target import url_layout
+from kvstack.replay.target import url_layout
 from kvstack.clients import metrics as m
 from kvstack.clients import quiet
 from kvstack.clients import token_sources as ts

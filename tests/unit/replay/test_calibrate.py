@@ -7,8 +7,8 @@ from dataclasses import replace
 
 import pytest
 
-from kvstack.bench.trace_calibrate import calibrate, dram_fetch_problem, predicted_ttft, summary
-from kvstack.bench.trace_prompts import BlockTokens
+from kvstack.replay.calibrate import calibrate, dram_fetch_problem, predicted_ttft, summary
+from kvstack.replay.prompts import BlockTokens
 from kvstack.planning.served_ttft import ServedCosts
 from tests.support.stream_server import ServerKnobs, StreamServer
 
@@ -31,7 +31,7 @@ def test_the_summary_sets_measured_against_predicted() -> None:
 
 
 def test_calibration_covers_the_context_up_to_8192_tokens() -> None:
-    from kvstack.bench.trace_calibrate import calibration_lengths
+    from kvstack.replay.calibrate import calibration_lengths
 
     assert calibration_lengths(16382) == [512, 1024, 2048, 4096, 8192]  # the demo's 16K context
     assert calibration_lengths(8190) == [512, 1024, 2048, 4096]

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from kvstack.bench.sized import TierOverrides, resized_plan
+from kvstack.serving.start_layout import TierOverrides, resized_plan
 from kvstack.engines.render import render
 from kvstack.errors import InputError
 from tests.unit.engines.cases import DEMO_FACTS, SOFTWARE, make_options, make_plan

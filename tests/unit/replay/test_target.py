@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
-from kvstack.bench.trace_cli import TraceOptions, run_trace_bench
-from kvstack.bench.trace_command import TraceArgs
-from kvstack.bench.trace_target import url_layout
+from kvstack.replay.run import TraceOptions, run_trace_bench
+from kvstack.replay.command import TraceArgs
+from kvstack.replay.target import url_layout
 from kvstack.errors import InputError
 from tests.support.stream_server import ServerKnobs, StreamServer
-from tests.unit.bench.test_trace_replay import write_trace
+from tests.unit.replay.test_replay import write_trace
 
 # The engine's pool holds 128 tokens, LMCache's DRAM 256 over a disk that keeps everything.
 TIERED = ServerKnobs(

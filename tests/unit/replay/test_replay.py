@@ -15,9 +15,9 @@ import pytest
 
 from kvstack.bench.report import REQUESTS_CSV, RESULTS_JSON
 from kvstack.bench.schema import BenchResult
-from kvstack.bench.trace_cli import TraceOptions, run_trace_bench
-from kvstack.bench.trace_command import TraceArgs
-from kvstack.bench.trace_prompts import BlockTokens, ReplayShape, plan_requests
+from kvstack.replay.run import TraceOptions, run_trace_bench
+from kvstack.replay.command import TraceArgs
+from kvstack.replay.prompts import BlockTokens, ReplayShape, plan_requests
 from kvstack.errors import InputError
 from kvstack.traces.mooncake import TraceRequest
 from tests.support.stream_server import ServerKnobs, StreamServer
@@ -102,7 +102,7 @@ def test_a_replay_writes_rows_with_sources_and_predicted_vs_measured(
         seen = srv.requests
     assert len(result.requests) == 8 and all(r.ok for r in result.requests)
     # Token prompts arrive as sent (no BOS added), and a session's next turn hits its last one.
-    # The calibration's requests follow the replay's (bench/trace_calibrate.py).
+    # The calibration's requests follow the replay's (replay/calibrate.py).
     assert [s["tokens"] for s in seen[:8]] == [r.prompt_tokens for r in result.requests]
     assert len(seen) > 8
     assert seen[0]["gpu_hit"] == 0 and seen[2]["gpu_hit"] >= result.requests[0].prompt_tokens - 16
@@ -162,8 +162,8 @@ STATUS = {
 
 
 def test_lmcache_levels_come_from_its_status_at_the_middle_of_its_eviction_band() -> None:
-    from kvstack.bench.trace_command import _bytes_per_token
-    from kvstack.bench.trace_sizes import lmcache_levels
+    from kvstack.replay.command import _bytes_per_token
+    from kvstack.replay.sizes import lmcache_levels
 
     assert _bytes_per_token(STATUS) == 1024  # the demo model's KV per token
     levels, notes = lmcache_levels(STATUS, 1024, {"disk": "disk"}, None)
@@ -177,9 +177,9 @@ def test_lmcache_levels_come_from_its_status_at_the_middle_of_its_eviction_band(
 
 
 def test_lmcache_with_an_l2_is_simulated_without_readmission() -> None:
-    from kvstack.bench.trace_predict import predict
-    from kvstack.bench.trace_prompts import SentRequest
-    from kvstack.bench.trace_sizes import Level, lmcache_hierarchy, lmcache_levels
+    from kvstack.replay.predict import predict
+    from kvstack.replay.prompts import SentRequest
+    from kvstack.replay.sizes import Level, lmcache_hierarchy, lmcache_levels
 
     levels, notes = lmcache_levels(STATUS, 1024, {"disk": "disk"}, None)
     engine = Level("engine_cache", 16, 0, 0, "vllm:cache_config_info")

@@ -22,7 +22,7 @@ from typing import Any
 
 import httpx
 
-from kvstack.bench.trace_prompts import BlockTokens
+from kvstack.replay.prompts import BlockTokens
 from kvstack.clients import token_sources as ts
 from kvstack.clients.client import auth_headers, make_client
 from kvstack.clients.metrics import MetricsSnapshot, scrape

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvstack.bench.trace_prompts import SentRequest
-from kvstack.bench.trace_sizes import Hierarchy
+from kvstack.replay.prompts import SentRequest
+from kvstack.replay.sizes import Hierarchy
 from kvstack.clients import token_sources as ts
 from kvstack.planning.capacity import simulate_hierarchy
 

@@ -11,7 +11,7 @@ import pytest
 
 from kvstack.bench.report import RESULTS_JSON
 from kvstack.bench.schema import BenchResult, CacheStats, LayoutResult
-from kvstack.bench.served_calibration import SERVED_TTFT_JSON, served_calibration_from
+from kvstack.replay.served_calibration import SERVED_TTFT_JSON, served_calibration_from
 from kvstack.bench.stats import summarize
 from kvstack.errors import InputError
 from kvstack.planning.served_ttft import ServedCalibration, ServedCosts

@@ -20,7 +20,7 @@ from typing import Any
 
 from kvstack.bench.schema import RequestRow
 from kvstack.bench.stats import measured
-from kvstack.bench.trace_prompts import BlockTokens, SentRequest
+from kvstack.replay.prompts import BlockTokens, SentRequest
 from kvstack.clients import token_sources as ts
 from kvstack.clients.client import make_client
 from kvstack.clients.metrics import MetricsSnapshot, scrape

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from kvstack.bench.offload_cost import offload_cost_from
+from kvstack.replay.offload_cost import offload_cost_from
 from kvstack.bench.report import RESULTS_JSON
 from kvstack.bench.schema import BenchResult, CacheStats, LayoutResult
 from kvstack.bench.stats import summarize

@@ -1,6 +1,6 @@
 """The offload path's cost per request, read from a `kvstack bench --trace --compare` result.
 
-`bench --trace` calibrates every layout it serves after its replay (bench/trace_calibrate.py):
+`bench --trace` calibrates every layout it serves after its replay (replay/calibrate.py):
 ``hit_s`` is a prompt the engine holds whole, ``miss_s`` what every request pays beyond that on the
 layout's path. A layout with no offload tier and one with, measured on the same engine and
 machine, differ by what the connector adds to each request whether it hits or not (lookup, store,
