@@ -12,16 +12,16 @@ from kvstack.cli import options as opt
 from kvstack.errors import InputError
 
 if TYPE_CHECKING:
-    from kvstack.serving.start_layout import TierOverrides
     from kvstack.serving.request import ServeRequest
     from kvstack.serving.served_layout import StartLayout
+    from kvstack.serving.start_layout import TierOverrides
 
 
 def layout_starter(request: ServeRequest, sizes: TierOverrides | None = None) -> StartLayout:
     """``start_layout(name)``: serve ``request`` with ``--offload name`` (and the tier sizes
     given), yield it, stop it."""
-    from kvstack.serving.start_layout import TierOverrides, sized_layout_starter
     from kvstack.cli.serve import serve_events
+    from kvstack.serving.start_layout import TierOverrides, sized_layout_starter
 
     return sized_layout_starter(request, sizes or TierOverrides(), serve_events(json_mode=True))
 
@@ -222,8 +222,8 @@ def register(app: typer.Typer) -> None:
             check_request(serve_request, dry_run=False)  # serve's refusals; loopback: nothing to warn
             start_layout = layout_starter(serve_request, sizes)
         if trace is not None:
-            from kvstack.replay.run import TraceOptions, run_trace_bench
             from kvstack.replay.command import TraceArgs
+            from kvstack.replay.run import TraceOptions, run_trace_bench
             from kvstack.traces.sample import parse_ratio
 
             run_trace_bench(

@@ -20,6 +20,15 @@ import httpx
 from kvstack.bench.correctness import Answer, cached_first, check_replayed, engine_of
 from kvstack.bench.schema import BenchResult, CorrectnessResult, LayoutResult, RequestRow
 from kvstack.bench.stats import cache_stats, summarize
+from kvstack.clients import metrics as m
+from kvstack.clients import quiet
+from kvstack.clients import token_sources as ts
+from kvstack.clients.client import auth_headers, trusts_env
+from kvstack.clients.metrics import scrape_sync
+from kvstack.clients.reset import VLLM_RESET_PATH
+from kvstack.errors import InputError, Interrupted, KvstackError
+from kvstack.planning.capacity import simulate_hierarchy
+from kvstack.redact import redact_url
 from kvstack.replay.calibrate import calibrate, predicted_ttft, summary
 from kvstack.replay.predict import Prediction, comparison, predict
 from kvstack.replay.prompts import BlockTokens, ReplayShape, SentRequest, plan_requests, token_pool
@@ -32,15 +41,6 @@ from kvstack.replay.sizes import (
     lmcache_levels,
 )
 from kvstack.replay.target import url_layout
-from kvstack.clients import metrics as m
-from kvstack.clients import quiet
-from kvstack.clients import token_sources as ts
-from kvstack.clients.client import auth_headers, trusts_env
-from kvstack.clients.metrics import scrape_sync
-from kvstack.clients.reset import VLLM_RESET_PATH
-from kvstack.errors import InputError, Interrupted, KvstackError
-from kvstack.planning.capacity import simulate_hierarchy
-from kvstack.redact import redact_url
 from kvstack.serving.served_layout import Layout, StartLayout
 from kvstack.traces.mooncake import read_trace
 from kvstack.traces.sample import sample_sessions, scale_blocks, session_key, with_requests

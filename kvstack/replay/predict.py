@@ -13,10 +13,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvstack.replay.prompts import SentRequest
-from kvstack.replay.sizes import Hierarchy
 from kvstack.clients import token_sources as ts
 from kvstack.planning.capacity import simulate_hierarchy
+from kvstack.replay.prompts import SentRequest
+from kvstack.replay.sizes import Hierarchy
 
 TIERS: tuple[str, ...] = (ts.ENGINE_CACHE, ts.DRAM, ts.DISK, ts.REMOTE, ts.OFFLOAD, ts.RECOMPUTED)
 

@@ -20,12 +20,12 @@ from typing import Any
 
 from kvstack.bench.schema import RequestRow
 from kvstack.bench.stats import measured
-from kvstack.replay.prompts import BlockTokens, SentRequest
 from kvstack.clients import token_sources as ts
 from kvstack.clients.client import make_client
 from kvstack.clients.metrics import MetricsSnapshot, scrape
 from kvstack.clients.streaming import RequestResult, StreamClient
 from kvstack.errors import KvstackError
+from kvstack.replay.prompts import BlockTokens, SentRequest
 from kvstack.validation.scoring import CHECKED_EXTRA_BODY, CHECKED_LOGPROBS
 
 

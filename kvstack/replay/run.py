@@ -13,10 +13,10 @@ from rich.table import Table
 from kvstack.bench.command import _check_out, _metrics_url, normalize_url, raise_on_correctness, served_model
 from kvstack.bench.report import correctness_lines, environment, write_report
 from kvstack.bench.schema import BenchResult
-from kvstack.replay.command import TraceArgs, load_slice, run_trace
 from kvstack.clients import token_sources as ts
 from kvstack.errors import EngineError, InputError
 from kvstack.redact import redact_url
+from kvstack.replay.command import TraceArgs, load_slice, run_trace
 from kvstack.serving.served_layout import StartLayout
 
 PREDICTION_PLOT = "trace_prediction.png"

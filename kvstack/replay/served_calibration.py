@@ -13,10 +13,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from kvstack.replay.offload_cost import offloads
 from kvstack.bench.report import RESULTS_JSON, load_result
 from kvstack.errors import InputError
 from kvstack.planning.served_ttft import ServedCalibration, ServedCosts
+from kvstack.replay.offload_cost import offloads
 from kvstack.userfile import read_json_object
 
 SERVED_TTFT_JSON = "served-ttft.json"

@@ -18,10 +18,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from kvstack.replay.command import TraceArgs
 from kvstack.errors import InputError, PathError
 from kvstack.fsutil import atomic_write, ensure_private_dir
 from kvstack.planning.trace_sizing import TraceInput
+from kvstack.replay.command import TraceArgs
 from kvstack.serving.served_layout import Layout
 from kvstack.tune.measure import DEFAULT_CHECKS, EngineSize, ReplaySetup
 from kvstack.tune.prove import (
@@ -116,10 +116,10 @@ class TuneRun:
 def rank_inputs(o: TuneOptions, traced: TraceInput) -> tuple[TuneResult, dict[str, Any], list[Any], int]:
     """The ranking of ``traced`` (``o.trace`` as the CLI read it: its sample, start and first
     requests): (result, results.json document, the trace's requests as ranked, their block)."""
-    from kvstack.replay.served_calibration import served_calibration_from
     from kvstack.model.source import resolve_model
     from kvstack.planning.plan import PlanRequest
     from kvstack.planning.workload import default_workload
+    from kvstack.replay.served_calibration import served_calibration_from
     from kvstack.serving.plan_inputs import load_or_probe
     from kvstack.serving.request import demo_model_dir
     from kvstack.traces.sample import scale_request
@@ -235,8 +235,8 @@ def write_ranking(out: Path, result: TuneResult, doc: dict[str, Any], tuned: boo
     written once the replays chose it), served-ttft.json (the calibration it ranked with, replaced by
     the model refit from the replays once one is measured: `plan --calibration DIR` and `tune
     --calibration DIR` read it back)."""
-    from kvstack.replay.served_calibration import SERVED_TTFT_JSON
     from kvstack.planning.tuned import TUNED_JSON
+    from kvstack.replay.served_calibration import SERVED_TTFT_JSON
     from kvstack.tune.report import RESULTS_JSON, tuned_layout
 
     try:
@@ -309,8 +309,8 @@ def run_tune(
     """Rank ``traced``, then (``o.budget_s`` > 0) measure with ``start`` (tests: a stand-in engine)
     or by serving ``serve`` (a ServeRequest: kvstack's own serving path; ``events``: what its starts
     report, serve's ServeEvents)."""
-    from kvstack.replay.served_calibration import SERVED_TTFT_JSON
     from kvstack.planning.tuned import TUNED_JSON
+    from kvstack.replay.served_calibration import SERVED_TTFT_JSON
     from kvstack.rundir import default_runs_root
     from kvstack.serving.request import demo_model_dir
     from kvstack.tune.plots import CANDIDATES, PREDICTED_VS_MEASURED, write_plots

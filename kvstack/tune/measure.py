@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvstack.bench.schema import LayoutResult, RequestRow
+from kvstack.clients import token_sources as ts
 from kvstack.replay.command import Shared, TraceArgs, run_layout_replay
 from kvstack.replay.prompts import BlockTokens, ReplayShape, plan_requests
-from kvstack.clients import token_sources as ts
 from kvstack.serving.served_layout import Layout
 from kvstack.traces.mooncake import TraceRequest
 from kvstack.traces.sample import session_key

@@ -24,10 +24,10 @@ from typing import Any, Protocol
 import numpy as np
 
 from kvstack.bench.schema import LayoutResult, RequestRow
-from kvstack.serving.start_layout import MIN_L1_BYTES
-from kvstack.replay.command import Shared
 from kvstack.errors import InputError, Interrupted, KvstackError
+from kvstack.replay.command import Shared
 from kvstack.serving.served_layout import Layout
+from kvstack.serving.start_layout import MIN_L1_BYTES
 from kvstack.tune import budget as bud
 from kvstack.tune.measure import EngineSize, ReplaySetup, engine_size, replay, restore, shared_state
 from kvstack.tune.noise import Stat, measure

@@ -29,10 +29,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from kvstack.serving.start_layout import TierOverrides, sized_layout_starter
 from kvstack.clients.metrics import LMCACHE_MP_L2_EVICTED, LMCACHE_MP_L2_HIT_TOKENS, parse_metrics
 from kvstack.serving.request import ServeRequest
 from kvstack.serving.served_layout import Layout
+from kvstack.serving.start_layout import TierOverrides, sized_layout_starter
 from tests.support.ports import free_block
 
 MIB = 1 << 20

@@ -20,11 +20,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from kvstack.replay.sizes import cache_server_status
 from kvstack.clients import control
 from kvstack.engines.disk_bound import server_argv, server_remove, server_remover
 from kvstack.engines.render import render
 from kvstack.names import CONTROL_ENV, CONTROL_HEADER
+from kvstack.replay.sizes import cache_server_status
 from kvstack.runtime.specs import LaunchSpec, ProcessSpec
 from kvstack.runtime.supervisor import Supervisor
 from kvstack.validation.cache_server import CacheServer

@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from kvstack.replay.offload_cost import offload_cost_from
 from kvstack.bench.report import RESULTS_JSON
 from kvstack.bench.schema import BenchResult, CacheStats, LayoutResult
 from kvstack.bench.stats import summarize
 from kvstack.errors import InputError
+from kvstack.replay.offload_cost import offload_cost_from
 
 
 def _layout(name: str, tiers: list[str], hit_s: float | None, miss_s: float) -> dict[str, Any]:

@@ -15,10 +15,10 @@ import pytest
 
 from kvstack.bench.report import REQUESTS_CSV, RESULTS_JSON
 from kvstack.bench.schema import BenchResult
-from kvstack.replay.run import TraceOptions, run_trace_bench
+from kvstack.errors import InputError
 from kvstack.replay.command import TraceArgs
 from kvstack.replay.prompts import BlockTokens, ReplayShape, plan_requests
-from kvstack.errors import InputError
+from kvstack.replay.run import TraceOptions, run_trace_bench
 from kvstack.traces.mooncake import TraceRequest
 from tests.support.stream_server import ServerKnobs, StreamServer
 

@@ -11,10 +11,10 @@ import pytest
 
 from kvstack.bench.report import RESULTS_JSON
 from kvstack.bench.schema import BenchResult, CacheStats, LayoutResult
-from kvstack.replay.served_calibration import SERVED_TTFT_JSON, served_calibration_from
 from kvstack.bench.stats import summarize
 from kvstack.errors import InputError
 from kvstack.planning.served_ttft import ServedCalibration, ServedCosts
+from kvstack.replay.served_calibration import SERVED_TTFT_JSON, served_calibration_from
 
 PLAIN = ServedCosts(0.0411, 0.010, 1.03e-4, 3.4e-8, {}, "calibrated after the replay")
 OFFLOAD = ServedCosts(0.0466, 0.010, 1.17e-4, 3.1e-8, {"dram": 3.8e-6}, "calibrated after the replay")

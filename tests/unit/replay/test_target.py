@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from kvstack.replay.run import TraceOptions, run_trace_bench
-from kvstack.replay.command import TraceArgs
-from kvstack.replay.target import url_layout
 from kvstack.errors import InputError
+from kvstack.replay.command import TraceArgs
+from kvstack.replay.run import TraceOptions, run_trace_bench
+from kvstack.replay.target import url_layout
 from tests.support.stream_server import ServerKnobs, StreamServer
 from tests.unit.replay.test_replay import write_trace
 

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from kvstack.serving.start_layout import TierOverrides, resized_plan
 from kvstack.engines.render import render
 from kvstack.errors import InputError
+from kvstack.serving.start_layout import TierOverrides, resized_plan
 from tests.unit.engines.cases import DEMO_FACTS, SOFTWARE, make_options, make_plan
 
 MIB = 1 << 20
