@@ -75,6 +75,22 @@ def fmt_bw(n: float | None) -> str:
     return f"{n / 1e6:.0f} MB/s"
 
 
+def fmt_ms(seconds: float | None, digits: int | None = None, *, unit: bool = True, sep: bool = True) -> str:
+    """Seconds as milliseconds: ``digits`` decimals (None: none from 10 ms up, one below), with the
+    unit and thousands separators unless told otherwise; "-" for no figure."""
+    if seconds is None:
+        return "-"
+    ms = seconds * 1000
+    places = digits if digits is not None else (0 if seconds >= 0.01 else 1)
+    text = f"{ms:,.{places}f}" if sep else f"{ms:.{places}f}"
+    return f"{text} ms" if unit else text
+
+
+def fmt_pct(share: float | None, digits: int = 1) -> str:
+    """A share (0.5) as a percentage ("50.0%"); "-" for no figure."""
+    return "-" if share is None else f"{share * 100:.{digits}f}%"
+
+
 def fmt_tokens(n: int | None) -> str:
     if n is None:
         return "unknown"

@@ -30,7 +30,8 @@ LAYERS: tuple[frozenset[str], ...] = tuple(
         "bench",  # serves layouts to measure them
         "replay",  # a production trace replayed on served layouts; the costs calibrated from it
         "tune",  # ranks connector x knobs on a trace (planning), then proves the best by replay
-        "cli",  # parses and renders
+        "rendering",  # every command's human output: tables, panels, event lines
+        "cli",  # parses, calls the use case once, hands the result to rendering
         "__main__",
     )
 )

@@ -1,7 +1,7 @@
 import pytest
 
 from kvstack.errors import InputError
-from kvstack.units import fmt_bw, fmt_bytes, fmt_tokens, parse_bytes, parse_tokens
+from kvstack.units import fmt_bw, fmt_bytes, fmt_ms, fmt_pct, fmt_tokens, parse_bytes, parse_tokens
 
 
 @pytest.mark.parametrize(
@@ -37,3 +37,14 @@ def test_formatting() -> None:
     assert fmt_tokens(131072) == "128K"
     assert fmt_tokens(1048576) == "1M"
     assert fmt_tokens(1536) == "1.5K"
+
+
+def test_milliseconds_and_shares() -> None:
+    assert fmt_ms(1.2345) == "1,234 ms"  # from 10 ms up: whole milliseconds
+    assert fmt_ms(0.00234) == "2.3 ms"  # below: one decimal
+    assert fmt_ms(1.2345, 1, unit=False) == "1,234.5"
+    assert fmt_ms(1.2345, 1, unit=False, sep=False) == "1234.5"
+    assert fmt_ms(None) == "-"
+    assert fmt_pct(0.5) == "50.0%"
+    assert fmt_pct(0.123, 0) == "12%"
+    assert fmt_pct(None) == "-"
