@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 def layout_starter(request: ServeRequest, sizes: TierOverrides | None = None) -> StartLayout:
     """``start_layout(name)``: serve ``request`` with ``--offload name`` (and the tier sizes
     given), yield it, stop it."""
-    from kvstack.cli.serve import serve_events
+    from kvstack.rendering.serve import serve_events
     from kvstack.serving.start_layout import TierOverrides, sized_layout_starter
 
     return sized_layout_starter(request, sizes or TierOverrides(), serve_events(json_mode=True))

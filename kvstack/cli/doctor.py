@@ -85,9 +85,9 @@ def register(app: typer.Typer) -> None:
             parse_remote_url(remote)  # a malformed URL exits 2 before anything is probed
         device = _calibration_device(calibrate, calibrate_seconds)
         # Imported here so that `kvstack --help` never pays for pydantic and the probes.
-        from kvstack.cli.render_doctor import calibrating_status, probing_status, render
         from kvstack.hardware.checks import any_failed
         from kvstack.hardware.probe import probe
+        from kvstack.rendering.doctor import calibrating_status, probing_status, render
 
         with probing_status(enabled=not json_out and budget is not None, fio_seconds=budget):
             snap = probe(path or None, budget)
@@ -98,10 +98,10 @@ def register(app: typer.Typer) -> None:
             with calibrating_status(enabled=not json_out, seconds=calibrate_seconds):
                 store_calibration(snap, run_calibration(snap, device, calibrate_seconds))
         if remote is not None:
-            from kvstack.cli.render_doctor import remote_status
             from kvstack.remote.checks import remote_checks, writer_checks
             from kvstack.remote.preflight import preflight as probe_remote
             from kvstack.remote.writers import recorded_layouts
+            from kvstack.rendering.doctor import remote_status
 
             with remote_status(enabled=not json_out):
                 snap.remote = probe_remote(remote)

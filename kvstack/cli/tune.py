@@ -358,7 +358,7 @@ def register(app: typer.Typer) -> None:
             seed=seed, check_k=check_correctness, timeout_s=timeout_s,
         )  # fmt: skip
         options.check()
-        from kvstack.cli.plan_trace import read_trace_input
+        from kvstack.replay.inputs import read_trace_input
 
         traced = read_trace_input(trace, trace_sample, start, max_requests, (None, None), None)
         assert traced is not None
@@ -378,7 +378,7 @@ def register(app: typer.Typer) -> None:
         from kvstack.tune.progress import ProofView
 
         live = budget_s > 0 and not json_out and sys.stderr.isatty()
-        from kvstack.cli.serve import serve_events
+        from kvstack.rendering.serve import serve_events
 
         events = serve_events(json_mode=True) if budget_s > 0 and not live else None
         with ProofView(enabled=live) as view:  # without it, each engine start is told on stderr

@@ -186,7 +186,7 @@ def options(tmp_path: Path, block_tokens: int, **changes: object) -> TuneOptions
 
 def read(o: TuneOptions) -> TraceInput:
     """``o``'s trace as the CLI reads it (its sample, start and first requests)."""
-    from kvstack.cli.plan_trace import read_trace_input
+    from kvstack.replay.inputs import read_trace_input
 
     traced = read_trace_input(o.trace, o.sample, o.start, o.max_requests, (None, None), None)
     assert traced is not None

@@ -1,8 +1,8 @@
 from __future__ import annotations
 
+from kvstack.cli.render_doctor import render
 from rich.console import Console
 
-from kvstack.cli.render_doctor import render
 from kvstack.hardware import nvml
 from kvstack.hardware.snapshot import Check, DiskInfo, HardwareSnapshot, MemoryInfo
 

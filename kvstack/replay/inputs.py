@@ -1,15 +1,14 @@
-"""`kvstack plan --trace`: read the trace the options name, and render what it says in the plan."""
+"""The trace inputs of plan, serve, export and tune (--trace, its sample and slice, the offload cost,
+the calibration), read into the TraceInput planning takes."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kvstack.errors import InputError
 
 if TYPE_CHECKING:
-    from kvstack.planning.schema import Plan
     from kvstack.planning.trace_sizing import TraceInput
 
 
@@ -103,76 +102,3 @@ def _offload_cost(ms: float | None, from_: Path | None) -> tuple[float, str]:
 
         return offload_cost_from(from_)
     return ts.OFFLOAD_REQUEST_COST_S, ts.OFFLOAD_REQUEST_COST_SOURCE
-
-
-def write_png(plan: Plan, path: Path) -> None:
-    from kvstack.cli.curve_png import write_curve_png
-
-    assert plan.trace is not None
-    title = f"{plan.model.name} ({plan.kv_cache_dtype} KV) on {plan.trace.source}"
-    write_curve_png(plan.trace, path, title)
-
-
-def _ms(seconds: float) -> str:
-    return f"{seconds * 1000:,.0f} ms" if seconds >= 0.01 else f"{seconds * 1000:.1f} ms"
-
-
-def render_trace(plan: Plan, curve_png: Path | None) -> None:
-    """The curve at key sizes with each tier's boundary, what each tier serves, the TTFT prediction."""
-    from rich.console import Console
-    from rich.markup import escape
-    from rich.table import Table
-
-    from kvstack.units import fmt_bytes
-
-    t = plan.trace
-    assert t is not None
-    console = Console(soft_wrap=True, highlight=False, width=None if sys.stdout.isatty() else 120)
-    title = (
-        f"capacity curve from {t.source} ({t.requests:,} requests over {t.duration_s / 60:.0f} min, "
-        f"{t.block_tokens}-token blocks of {fmt_bytes(t.block_bytes)})"
-    )
-    table = Table(title=escape(title), title_justify="left")
-    for col in ("cache size", "prompt tokens from cache", "mark"):
-        table.add_column(col, justify="right" if col != "mark" else "left")
-    names = {"engine": "engine pool", "cpu": "+ DRAM tier", "disk": "+ disk tier", "remote": "+ remote tier"}
-    # Tiers the trace's verdict dropped (--offload auto) are shown as considered, not planned.
-    planned = {"engine", *(x.kind for x in plan.offload_tiers)}
-    dropped = " (considered, not planned)"
-    for row in t.table:
-        mark = names.get(row.label, row.label) + (
-            dropped if row.label in names and row.label not in planned else ""
-        )
-        if row.label == "target":
-            mark = f"target: {t.target_fraction:.0%} of the unbounded cache's hits"
-        elif row.label == "max":
-            mark = "unbounded (no larger cache serves more)"
-        table.add_row(fmt_bytes(row.size_bytes), f"{row.hit_ratio:.1%}", mark)
-    console.print(table)
-    lines = [("sized by", f"the trace (sample: {t.sample})" if t.sample else "the trace")]
-    for share in t.tiers:
-        saved = f"{share.tokens_per_s:,.0f} tokens/s of prefill saved"
-        note = dropped if share.kind not in planned else ""
-        lines.append((f"{share.kind} serves", f"{share.hit_ratio:.1%} of prompt tokens ({saved}){note}"))
-    if t.with_offload is not None and t.without_offload is not None:
-        w, wo = t.with_offload, t.without_offload
-        for d in t.by_depth:
-            who = "TTFT " + (
-                "engine pool alone"
-                if d.tiers == "engine"
-                else "+ " + d.tiers.removeprefix("engine+").replace("+", " + ")
-            )
-            lines.append((who, f"p50 {_ms(d.p50_s)}, p90 {_ms(d.p90_s)}, mean {_ms(d.mean_s)}"))
-        lines.append(("offload cost", f"{_ms(t.offload_cost_s)} per request ({t.offload_cost_source})"))
-        lines.append(
-            (
-                "prefill load",
-                f"{w.prefill_busy:.2f} with offload, {wo.prefill_busy:.2f} without (> 1: queues)",
-            )
-        )
-    if curve_png is not None:
-        lines.append(("curve PNG", str(curve_png)))
-    for key, value in lines:
-        console.print(f"  {key:<24} {value}", markup=False)
-    if t.verdict:
-        console.print(f"  {'verdict':<24} {t.verdict}", markup=False)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from kvstack.cli.render_doctor import remote_table, render
 from rich.console import Console
 
-from kvstack.cli.render_doctor import remote_table, render
 from kvstack.hardware.snapshot import HardwareSnapshot, RemoteInfo
 
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from kvstack.cli.render_doctor import render
 from rich.console import Console
 
-from kvstack.cli.render_doctor import render
 from kvstack.hardware.calibrate import Calibration, store_calibration
 from kvstack.hardware.calibrate.model import (
     CopyFigures,

@@ -1,0 +1,191 @@
+"""`kvstack plan`'s output: the tier table, the decisions with their reasons, warnings and errors, and
+with --trace the capacity curve, what each tier serves and the TTFT prediction."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from kvstack.units import fmt_ms
+
+if TYPE_CHECKING:
+    from kvstack.planning.schema import Plan
+
+
+def _kv_layers(plan: Plan) -> str:
+    """Which layers the per-token figure counts, in the layout the engine will run."""
+    model = plan.model
+    if plan.hybrid_manager == "off":
+        return f"all {model.attention_layers} attention layers at full length: hybrid KV cache manager off"
+    if model.hybrid or model.sliding_layers:
+        return f"full-attention layers; the model: {model.layer_summary()}"
+    return "full-attention layers"
+
+
+def _breakeven(kind: str, tokens: int | None, platform: str) -> str:
+    from kvstack.units import fmt_tokens
+
+    if kind == "gpu" or platform == "cpu":
+        return "-"
+    if tokens is None:
+        return "never"
+    return "always" if tokens == 0 else f"> {fmt_tokens(tokens)}"
+
+
+def _predicted(plan: Plan, kind: str, *, engine_pool: bool) -> str:
+    """The predicted TTFT of a context-sized prefix held by this tier (a hit, on the engine's pool)."""
+    m = plan.ttft
+    if m is None:
+        return "-"
+    if engine_pool:
+        return fmt_ms(m.hit_s)
+    seconds = m.tier_s.get(kind)
+    if seconds is None:
+        return "-"
+    return fmt_ms(seconds) if m.step_s is not None else f"hit + {fmt_ms(seconds)}"
+
+
+def render(plan: Plan) -> None:
+    """The human form: a table of tiers, then the decisions with their reasons, warnings, errors."""
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    from kvstack.units import fmt_bw, fmt_bytes, fmt_tokens
+
+    # Pipes and CI logs get a fixed width wide enough for the tier table; terminals their own.
+    console = Console(soft_wrap=True, highlight=False, width=None if sys.stdout.isatty() else 120)
+    where = f"{plan.gpu_name} x {plan.tensor_parallel_size}" if plan.platform == "cuda" else "CPU (no GPU)"
+    status = "[green]feasible[/green]" if plan.feasible else "[red]NOT feasible[/red]"
+    console.print(f"[bold]{escape(plan.model.name)}[/bold] on {escape(where)} with {plan.engine}: {status}")
+    ctx = plan.workload.context_tokens
+    table = Table(title=f"KV tiers ({fmt_tokens(ctx)}-token sessions)", title_justify="left")
+    ttft_col = f"TTFT {fmt_tokens(ctx)} prefix"
+    cols = ("tier", "size", "per rank", "tokens", "sessions", "read bw", "fetch beats recompute", ttft_col)
+    for col in cols:
+        table.add_column(col, justify="left" if col == "tier" else "right")
+    for i, t in enumerate(plan.tiers):
+        label = t.kind + (f" {t.path}" if t.path else "") + (f" {t.url}" if t.url else "")
+        unsized = t.kind == "remote" and t.size_bytes == 0  # the store's own limit, not known here
+        table.add_row(
+            label,
+            "server's" if unsized else fmt_bytes(t.size_bytes),
+            "-" if unsized else fmt_bytes(t.size_bytes_per_rank),
+            fmt_tokens(t.tokens),
+            str(t.tokens // ctx),
+            fmt_bw(t.read_bw_bytes_per_s),
+            _breakeven(t.kind, t.breakeven_tokens, plan.platform),
+            _predicted(plan, t.kind, engine_pool=i == 0),
+        )
+    console.print(table)
+    facts = [
+        (
+            "KV dtype",
+            f"{plan.kv_cache_dtype} ({fmt_bytes(plan.kv_bytes_per_token)}/token, {_kv_layers(plan)})",
+        ),
+        ("connector", plan.connector),
+        ("tensor parallel", str(plan.tensor_parallel_size)),
+        ("max_model_len", str(plan.max_model_len)),
+        ("chunk_size", str(plan.chunk_size)),
+        ("weights", fmt_bytes(plan.weight_bytes)),
+    ]
+    if plan.platform == "cuda":
+        facts.append(("gpu_memory_utilization", f"{plan.gpu_memory_utilization:.2f}"))
+    if plan.prefill_tokens_per_s:
+        facts.append(("prefill", f"~{plan.prefill_tokens_per_s:,.0f} tokens/s ({plan.prefill_source})"))
+    if plan.concurrency is not None:
+        c = plan.concurrency
+        facts.append(("sessions", f"{c.sessions_gpu} on the GPU, {c.sessions_all_tiers} in all tiers"))
+        facts.append(("working set", fmt_bytes(c.working_set_bytes)))
+        if c.retention_target_bytes is not None:
+            held = fmt_bytes(c.retained_bytes)
+            facts.append(("retention target", f"{fmt_bytes(c.retention_target_bytes)} ({held} held)"))
+    if plan.ttft is not None:
+        recompute = plan.ttft.recompute_s
+        facts.append(
+            (
+                "TTFT if recomputed",
+                fmt_ms(recompute) if recompute is not None else "no prefill figure for this platform",
+            )
+        )
+    if plan.remote_url:
+        facts.append(("remote", plan.remote_url))
+    for key, value in facts:
+        console.print(f"  {key:<24} {value}", markup=False)
+    console.print("[bold]why[/bold]")
+    for key, value in plan.reasons.items():
+        console.print(f"  {key}: {value}", markup=False)
+    for w in plan.warnings:
+        console.print(f"[yellow]warning:[/yellow] {escape(w)}")
+    for e in plan.errors:
+        console.print(f"[red]error:[/red] {escape(e)}")
+
+
+def write_png(plan: Plan, path: Path) -> None:
+    from kvstack.rendering.curve_png import write_curve_png
+
+    assert plan.trace is not None
+    title = f"{plan.model.name} ({plan.kv_cache_dtype} KV) on {plan.trace.source}"
+    write_curve_png(plan.trace, path, title)
+
+
+def render_trace(plan: Plan, curve_png: Path | None) -> None:
+    """The curve at key sizes with each tier's boundary, what each tier serves, the TTFT prediction."""
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    from kvstack.units import fmt_bytes
+
+    t = plan.trace
+    assert t is not None
+    console = Console(soft_wrap=True, highlight=False, width=None if sys.stdout.isatty() else 120)
+    title = (
+        f"capacity curve from {t.source} ({t.requests:,} requests over {t.duration_s / 60:.0f} min, "
+        f"{t.block_tokens}-token blocks of {fmt_bytes(t.block_bytes)})"
+    )
+    table = Table(title=escape(title), title_justify="left")
+    for col in ("cache size", "prompt tokens from cache", "mark"):
+        table.add_column(col, justify="right" if col != "mark" else "left")
+    names = {"engine": "engine pool", "cpu": "+ DRAM tier", "disk": "+ disk tier", "remote": "+ remote tier"}
+    # Tiers the trace's verdict dropped (--offload auto) are shown as considered, not planned.
+    planned = {"engine", *(x.kind for x in plan.offload_tiers)}
+    dropped = " (considered, not planned)"
+    for row in t.table:
+        mark = names.get(row.label, row.label) + (
+            dropped if row.label in names and row.label not in planned else ""
+        )
+        if row.label == "target":
+            mark = f"target: {t.target_fraction:.0%} of the unbounded cache's hits"
+        elif row.label == "max":
+            mark = "unbounded (no larger cache serves more)"
+        table.add_row(fmt_bytes(row.size_bytes), f"{row.hit_ratio:.1%}", mark)
+    console.print(table)
+    lines = [("sized by", f"the trace (sample: {t.sample})" if t.sample else "the trace")]
+    for share in t.tiers:
+        saved = f"{share.tokens_per_s:,.0f} tokens/s of prefill saved"
+        note = dropped if share.kind not in planned else ""
+        lines.append((f"{share.kind} serves", f"{share.hit_ratio:.1%} of prompt tokens ({saved}){note}"))
+    if t.with_offload is not None and t.without_offload is not None:
+        w, wo = t.with_offload, t.without_offload
+        for d in t.by_depth:
+            who = "TTFT " + (
+                "engine pool alone"
+                if d.tiers == "engine"
+                else "+ " + d.tiers.removeprefix("engine+").replace("+", " + ")
+            )
+            lines.append((who, f"p50 {fmt_ms(d.p50_s)}, p90 {fmt_ms(d.p90_s)}, mean {fmt_ms(d.mean_s)}"))
+        lines.append(("offload cost", f"{fmt_ms(t.offload_cost_s)} per request ({t.offload_cost_source})"))
+        lines.append(
+            (
+                "prefill load",
+                f"{w.prefill_busy:.2f} with offload, {wo.prefill_busy:.2f} without (> 1: queues)",
+            )
+        )
+    if curve_png is not None:
+        lines.append(("curve PNG", str(curve_png)))
+    for key, value in lines:
+        console.print(f"  {key:<24} {value}", markup=False)
+    if t.verdict:
+        console.print(f"  {'verdict':<24} {t.verdict}", markup=False)
