@@ -18,8 +18,12 @@ import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated
+
+from pydantic import Field
 
 from kvstack.errors import InputError
+from kvstack.flags import Inputs, flag
 from kvstack.secretfile import read_secret_file
 
 ENV_VARS = ("KVSTACK_API_KEY", "VLLM_API_KEY")
@@ -111,3 +115,30 @@ def resolve_api_key(
         if value:
             return ApiKey(_check(value, f"the {var} variable", f"set {var} to the key, or unset it"), var)
     return ApiKey()
+
+
+class ApiKeyInputs(Inputs):
+    """--api-key and --api-key-file, as every command that talks to a server takes them."""
+
+    api_key: Annotated[
+        str | None,
+        flag(
+            "--api-key",
+            help="The server's API key. On the command line every local user can read it (ps): "
+            "prefer --api-key-file or KVSTACK_API_KEY (then VLLM_API_KEY).",
+            show_default=False,
+        ),
+    ] = Field(default=None, repr=False)
+    api_key_file: Annotated[
+        Path | None,
+        flag(
+            "--api-key-file",
+            help="Read the server's API key from this file (one line; keep it chmod 600). "
+            "Wins over --api-key, KVSTACK_API_KEY and VLLM_API_KEY.",
+            show_default=False,
+        ),
+    ] = None
+
+    def value(self) -> str | None:
+        """The key (file, flag, then the environment), or None for a server without one."""
+        return resolve_api_key(self.api_key, self.api_key_file).value or None

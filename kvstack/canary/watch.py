@@ -13,6 +13,7 @@ import secrets
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from kvstack.canary.checker import CanaryConfig
 from kvstack.canary.defaults import OnWrongKv
@@ -87,3 +88,34 @@ def watch(
         final = runner.snapshot()
         say(f"{final.summary()}; {final.share_line()}")
     return 0
+
+
+def watch_server(
+    target: ValidationTarget,
+    fields: dict[str, Any],
+    probe_tokens: int | None,
+    on_wrong_kv: OnWrongKv,
+    run_dir: Path | None,
+    metrics: tuple[str, int, str | None] | None,
+    say: Callable[[str], None],
+    warn: Callable[[str], None],
+    max_checks: int = 0,
+) -> int:
+    """`kvstack canary`'s use case: ``watch`` a server kvstack did not start, with the canary's
+    fields (``CanaryInputs.fields``), its state in ``run_dir`` (default: a new canary-* dir under
+    kvstack's runs), until a signal or ``max_checks``."""
+    from kvstack.rundir import default_runs_root
+    from kvstack.runtime.signals import StopOnSignal
+
+    directory = run_dir or default_runs_root() / f"canary-{time.strftime('%Y%m%d-%H%M%S')}"
+    config = CanaryConfig(
+        interval_s=fields["canary_interval_s"], budget=fields["canary_budget"], probe_tokens=probe_tokens
+    )
+    signals = StopOnSignal(stop=lambda: None, hurry=lambda: None, stopping=lambda: False)
+    signals.install()
+    try:
+        return watch(
+            target, config, on_wrong_kv, directory.expanduser().absolute(), metrics, say, warn, max_checks
+        )
+    finally:
+        signals.restore()

@@ -9,7 +9,20 @@ from typing import Annotated
 
 import typer
 
+from kvstack.cli.flags import Pick, command
 from kvstack.errors import InputError, ProbeError
+from kvstack.remote.source import RemoteInputs
+
+# Explicit only: a KVSTACK_REMOTE_URL in the environment does not make doctor reach out.
+DoctorRemote = Annotated[
+    RemoteInputs,
+    Pick(
+        help={
+            "remote": "Also probe this remote KV store, redis://user:pass@host:port/db (user, pass, db "
+            "optional; or rediss://, redis-sentinel://, lm://): latency, bandwidth, maxmemory, eviction.",
+        }
+    ),
+]
 
 
 def _fio_budget(fio_seconds: float, no_fio: bool) -> float | None:
@@ -37,8 +50,9 @@ def _calibration_device(calibrate: bool, seconds: float) -> str | None:
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("doctor")
+    @command(app, "doctor")
     def _cmd(
+        remote_inputs: DoctorRemote,
         json_out: Annotated[
             bool, typer.Option("--json", help="Print the hardware snapshot as JSON (for --hardware FILE).")
         ] = False,
@@ -63,26 +77,14 @@ def register(app: typer.Typer) -> None:
         calibrate_seconds: Annotated[
             float, typer.Option("--calibrate-seconds", help="Time bound of the calibration, in all.")
         ] = 120.0,
-        remote: Annotated[
-            str | None,
-            typer.Option(
-                "--remote",
-                help="Also probe this remote KV store, redis://user:pass@host:port/db (user, pass, db "
-                "optional; or rediss://, redis-sentinel://, lm://): latency, bandwidth, maxmemory, eviction.",
-                show_default=False,
-            ),
-        ] = None,
     ) -> None:
         """Probe GPUs, memory, disks and software, and say what this machine can serve."""
+        remote = remote_inputs.url(check=True, from_env=False)  # malformed: exit 2 before any probe
         budget = _fio_budget(fio_seconds, no_fio)
         if path:
             from kvstack.hardware.disk import require_existing_dirs
 
             require_existing_dirs(path)
-        if remote is not None:
-            from kvstack.remote.url import parse_remote_url
-
-            parse_remote_url(remote)  # a malformed URL exits 2 before anything is probed
         device = _calibration_device(calibrate, calibrate_seconds)
         # Imported here so that `kvstack --help` never pays for pydantic and the probes.
         from kvstack.hardware.checks import any_failed

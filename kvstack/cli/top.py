@@ -7,16 +7,19 @@ from pathlib import Path
 
 import typer
 
-from kvstack.cli import options as opt
-from kvstack.cli import remote_options as ropt
+from kvstack.apikey import ApiKeyInputs
+from kvstack.cli.flags import command
 from kvstack.errors import InputError
+from kvstack.remote.source import RemoteInputs
 
 MIN_INTERVAL_S = 0.2
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("top")
+    @command(app, "top")
     def _cmd(
+        remote: RemoteInputs,
+        api_key: ApiKeyInputs,
         urls: list[str] = typer.Option(
             [],
             "--url",
@@ -29,8 +32,6 @@ def register(app: typer.Typer) -> None:
             "http://127.0.0.1:8002 (repeatable: one per --url, in the same order, or one shared)",
             show_default=False,
         ),
-        remote: ropt.Remote = None,
-        remote_file: ropt.RemoteFile = None,
         run_dir: Path | None = typer.Option(
             None,
             "--run-dir",
@@ -44,12 +45,8 @@ def register(app: typer.Typer) -> None:
             False, "--once", help="One window (two scrapes --interval apart), then exit"
         ),
         as_json: bool = typer.Option(False, "--json", help="With --once: print the window as JSON"),
-        api_key: opt.ApiKey = None,
-        api_key_file: opt.ApiKeyFile = None,
     ) -> None:
         """Watch servers and their KV tiers live: requests, TTFT, prompt tokens by source, tier hits."""
-        from kvstack.apikey import resolve_api_key
-        from kvstack.remote.source import resolve_remote
         from kvstack.top.live import run_live, snapshot_once
         from kvstack.top.targets import resolve_targets
 
@@ -60,8 +57,8 @@ def register(app: typer.Typer) -> None:
             )
         if as_json and not once:
             raise InputError("--json prints one window: it needs --once", hint="kvstack top --once --json")
-        key = resolve_api_key(api_key, api_key_file).value
-        targets = resolve_targets(urls, lmcache, resolve_remote(remote, remote_file), run_dir, disk_dir)
+        key = api_key.value()
+        targets = resolve_targets(urls, lmcache, remote.url(), run_dir, disk_dir)
         if once:
             snap = snapshot_once(targets, interval, key)
             if as_json:

@@ -4,48 +4,29 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import typer
 
-from kvstack.cli import options as opt
-from kvstack.cli import remote_options as ropt
-from kvstack.cli import server_options as sopt
+from kvstack.apikey import ApiKeyInputs
+from kvstack.cli.flags import command
 from kvstack.errors import InputError
-from kvstack.validation.thresholds import (
-    DEFAULT_MIN_SPEEDUP,
-    DEFAULT_MIN_TIER_SPEEDUP,
-    DEFAULT_NOISE_CEILING,
-    DEFAULT_TOKENS,
-    DEFAULT_TOP_K,
-)
-
-if TYPE_CHECKING:
-    pass
+from kvstack.remote.source import RemoteInputs
+from kvstack.validation.inputs import ServerInputs, ValidationInputs
+from kvstack.validation.thresholds import DEFAULT_NOISE_CEILING, DEFAULT_TOKENS, DEFAULT_TOP_K
 
 MAX_CONCURRENCY = 256
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("validate")
+    @command(app, "validate")
     def _cmd(
-        url: sopt.Url,
-        engine: sopt.EngineName = None,
-        cache_dir: sopt.CacheDir = None,
-        tiers: sopt.Tiers = [],  # noqa: B006 (typer's default, never mutated)
-        remote: ropt.Remote = None,
-        remote_file: ropt.RemoteFile = None,
+        server: ServerInputs,
+        remote: RemoteInputs,
+        key: ApiKeyInputs,
+        checks: ValidationInputs,
         log: Path | None = typer.Option(
             None, "--log", help="The engine's log file, scanned for silent failures"
         ),
-        lmcache: sopt.Lmcache = None,
-        prompt_tokens: int | None = typer.Option(
-            None, "--prompt-tokens", help="Prompt length (default 4096, capped by the model's context)"
-        ),
-        min_speedup: opt.MinSpeedup = DEFAULT_MIN_SPEEDUP,
-        min_tier_speedup: opt.MinTierSpeedup = DEFAULT_MIN_TIER_SPEEDUP,
-        offload: sopt.Offload = None,
-        chunk_tokens: sopt.ChunkTokens = None,
         repeat: int = typer.Option(3, "--repeat", help="Rounds per step (the median is judged)"),
         correctness_tokens: int = typer.Option(
             DEFAULT_TOKENS,
@@ -62,9 +43,6 @@ def register(app: typer.Typer) -> None:
         top_k: int = typer.Option(
             DEFAULT_TOP_K, "--top-k", help="Recompute's candidates reported per scored position"
         ),
-        model: sopt.ServedModel = None,
-        api_key: opt.ApiKey = None,
-        api_key_file: opt.ApiKeyFile = None,
         reset_path: str | None = typer.Option(
             None, "--reset-path", help="POST path that empties the GPU prefix cache (default per engine)"
         ),
@@ -77,8 +55,6 @@ def register(app: typer.Typer) -> None:
         ),
     ) -> None:
         """Prove with TTFT and the server's counters that the prefix cache and each tier serve hits."""
-        from kvstack.apikey import resolve_api_key
-        from kvstack.remote.source import resolve_remote
         from kvstack.validation import run_validation, write_report
 
         if not 1 <= concurrency <= MAX_CONCURRENCY:
@@ -86,43 +62,23 @@ def register(app: typer.Typer) -> None:
                 f"--concurrency must be between 1 and {MAX_CONCURRENCY}, not {concurrency}",
                 hint="e.g. --concurrency 4",
             )
-        api_key = resolve_api_key(api_key, api_key_file).value
-        remote = resolve_remote(remote, remote_file)  # --remote-file, --remote, KVSTACK_REMOTE_URL
-        target = sopt.server_target(
-            url,
-            engine,
-            tiers,
-            cache_dir,
-            lmcache,
-            remote,
-            api_key,
-            offload,
-            chunk_tokens,
-            model,
+        target = server.target(
+            remote.url(),  # --remote-file, --remote, KVSTACK_REMOTE_URL
+            key.value(),
             reset_path=reset_path,
             log_file=str(log) if log else None,
-            prompt_tokens=prompt_tokens,
-            min_speedup=min_speedup,
-            min_tier_speedup=min_tier_speedup,
+            **checks.model_dump(),
             repeat=repeat,
             correctness_tokens=correctness_tokens,
             noise_ceiling=noise_ceiling,
             top_k=top_k,
             concurrency=concurrency,
         )
-        if as_json or not sys.stderr.isatty():
-            report = run_validation(target)
-        else:
-            from rich.console import Console
+        from kvstack.rendering.validation import render_report, validating
 
-            with Console(stderr=True).status("validating ...") as status:
-                report = run_validation(target, on_progress=lambda msg: status.update(f"validating: {msg}"))
+        with validating(shown=not as_json and sys.stderr.isatty()) as on_progress:
+            report = run_validation(target, on_progress=on_progress)
         if out is not None:
             write_report(report, out)
-        if as_json:
-            sys.stdout.write(report.to_json() + "\n")
-        else:
-            from kvstack.rendering.validation import render
-
-            render(report)
+        render_report(report, as_json)
         raise typer.Exit(0 if report.overall == "PASS" else 1)

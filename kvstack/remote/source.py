@@ -14,8 +14,12 @@ import os
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Annotated
+
+from pydantic import Field
 
 from kvstack.errors import InputError, KvstackError
+from kvstack.flags import Inputs, flag
 from kvstack.redact import has_url_secret
 from kvstack.remote.url import parse_remote_url
 from kvstack.secretfile import read_secret_file
@@ -79,3 +83,33 @@ def resolve_remote(
         return remote
     value = (os.environ if env is None else env).get(REMOTE_URL_ENV, "").strip()
     return value or None
+
+
+class RemoteInputs(Inputs):
+    """--remote and --remote-file: the remote store as every command that reaches it takes it."""
+
+    remote: Annotated[
+        str | None,
+        flag(
+            "--remote",
+            help="The remote KV store: a redis://, rediss://, redis-sentinel:// or lm:// URL. One with a "
+            "password: use --remote-file or KVSTACK_REMOTE_URL instead (every local user reads argv).",
+            show_default=False,
+        ),
+    ] = Field(default=None, repr=False)
+    remote_file: Annotated[
+        Path | None,
+        flag(
+            "--remote-file",
+            help="A file holding the remote store's URL (password included) on one line; keep it 0600.",
+            show_default=False,
+        ),
+    ] = None
+
+    def url(self, *, check: bool = False, from_env: bool = True) -> str | None:
+        """The URL (--remote-file, --remote, then KVSTACK_REMOTE_URL unless not ``from_env``), or
+        None. ``check``: a malformed URL is refused here (exit 2, naming the accepted forms)."""
+        url = resolve_remote(self.remote, self.remote_file, env=None if from_env else {})
+        if check and url is not None:
+            parse_remote_url(url)
+        return url

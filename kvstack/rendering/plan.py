@@ -189,3 +189,10 @@ def render_trace(plan: Plan, curve_png: Path | None) -> None:
         console.print(f"  {key:<24} {value}", markup=False)
     if t.verdict:
         console.print(f"  {'verdict':<24} {t.verdict}", markup=False)
+
+
+def render_plan_result(plan: Plan, curve_png: Path | None) -> None:
+    """`kvstack plan`'s human output: the plan, then what the trace says when it sized the tiers."""
+    render(plan)
+    if plan.trace is not None:
+        render_trace(plan, curve_png)

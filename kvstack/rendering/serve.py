@@ -43,12 +43,9 @@ def serve_events(json_mode: bool) -> ServeEvents:
             err.print(f"[dim]{s.elapsed_s:6.1f}s[/dim] {escape(s.name)}: {escape(s.phase)}")
 
     def validation(report: ValidationReport) -> None:
-        from kvstack.rendering.validation import render
+        from kvstack.rendering.validation import render_report
 
-        if json_mode:
-            sys.stdout.write(report.to_json() + "\n")
-        else:
-            render(report)
+        render_report(report, json_mode)
 
     return ServeEvents(
         status=status,

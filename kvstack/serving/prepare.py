@@ -16,7 +16,6 @@ from typing import Any
 from kvstack.clients.control import new_token
 from kvstack.engines.facts import gather_facts
 from kvstack.engines.render import render
-from kvstack.errors import PlanInfeasible
 from kvstack.hardware.snapshot import HardwareSnapshot
 from kvstack.model.source import ModelSource, resolve_model
 from kvstack.netaddr import check_port
@@ -25,8 +24,8 @@ from kvstack.planning.replicas import device_groups, replica_snapshot
 from kvstack.planning.schema import Plan
 from kvstack.runtime.specs import LaunchSpec, ServeOptions
 from kvstack.runtime.writable import require_writable_dir
-from kvstack.serving.plan_inputs import load_or_probe, plan_request, tuned_file
-from kvstack.serving.planner import plan_for_model
+from kvstack.serving.plan_inputs import load_or_probe, tuned_file
+from kvstack.serving.planner import plan_for_model, require_feasible
 from kvstack.serving.ports import PortLayout, port_layout
 from kvstack.serving.replicas import on_devices, replica_dir, replica_request, replica_warning, visible_gpus
 from kvstack.serving.request import ServeRequest, engine_python
@@ -59,20 +58,7 @@ class PreparedServe:
 
 def plan_request_of(request: ServeRequest) -> PlanRequest:
     """What ``request`` asks the planner for (kvstack/serving/plan_inputs.py checks and parses it)."""
-    return plan_request(
-        engine=request.engine,
-        offload=request.offload,
-        context=request.context,
-        users=request.users,
-        tp=request.tp,
-        kv_dtype=request.kv_dtype,
-        remote=request.remote,
-        retain=request.retain,
-        no_disk=request.no_disk,
-        cache_dir=request.resolved_cache_root(),
-        min_disk_bw=request.min_disk_bw,
-        tuned=request.tuned,
-    )
+    return request.plan_request(request.remote, request.resolved_cache_root())
 
 
 def plan_for(
@@ -84,13 +70,7 @@ def plan_for(
 ) -> Plan:
     """The Plan ``serve`` launches (sized from ``trace`` when given); an infeasible one raises
     PlanInfeasible."""
-    plan = plan_for_model(asked, source, workload, snapshot, trace)
-    if not plan.feasible:
-        raise PlanInfeasible(
-            "the plan is infeasible: " + "; ".join(plan.errors),
-            hint="see `kvstack plan` with the same options for the numbers",
-        )
-    return plan
+    return require_feasible(plan_for_model(asked, source, workload, snapshot, trace), source.path)
 
 
 def run_token(request: ServeRequest) -> str | None:

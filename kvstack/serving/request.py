@@ -5,15 +5,16 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from kvstack.canary.defaults import DEFAULT_BUDGET, DEFAULT_INTERVAL_S, OnWrongKv
-from kvstack.planning.schema import Engine, OffloadChoice
+from kvstack.flags import flag
 from kvstack.profiles import profiles_dir
 from kvstack.rundir import default_cache_root, new_run_dir
-from kvstack.serving.plan_inputs import resolve_dir
-from kvstack.validation.thresholds import DEFAULT_MIN_SPEEDUP, DEFAULT_MIN_TIER_SPEEDUP
+from kvstack.serving.plan_inputs import PlanInputs, resolve_dir
+from kvstack.validation.inputs import ValidationInputs
 
 ENGINE_PYTHON_ENV = "KVSTACK_ENGINE_PYTHON"
 
@@ -27,37 +28,49 @@ def engine_python() -> str:
     return os.environ.get(ENGINE_PYTHON_ENV) or sys.executable
 
 
-class ServeRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class ServeRequest(ValidationInputs, PlanInputs):
+    """What a user asks ``kvstack serve`` for: the plan's inputs, then how to serve, validate and
+    watch it. Fields with a flag are serve's options; the rest are set from other inputs (the remote
+    store's URL, the API key, the canary's flags) or by bench and tune."""
 
-    model: str | None = None  # None: the bundled demo model
-    revision: str | None = None  # a Hugging Face id's branch, tag or commit
-    engine: Engine = "vllm"
-    offload: OffloadChoice = "auto"
-    hardware: Path | None = None
-    context: str | None = None
-    users: int | None = None  # None: the workload's, else 1
-    tp: int | None = None
-    kv_dtype: str | None = None
+    # serve's model is optional (None: the bundled demo model), the plan's required
+    model: Annotated[
+        str | None,
+        flag("--model", help="Local model dir, Hugging Face id (org/name) or catalog name (default: demo)"),
+    ] = None  # type: ignore[assignment]
     remote: str | None = Field(default=None, repr=False)
     # A shared tier whose live writers store other KV: refused (False) or served with keys of its own.
-    allow_mixed_tier: bool = False
-    workload: str | None = None
-    retain: str | None = None  # --retain: a multiple of the working set or a size
-    no_disk: bool = False
-    min_disk_bw: str | None = None  # --min-disk-bw: the slowest disk worth a tier (default 1GB/s)
-    tuned: Path | None = None  # --tuned: a kvstack tune --out DIR whose layout the plan takes
-    host: str = "127.0.0.1"
-    port: int = 8000
-    cache_dir: Path | None = None
-    run_dir: Path | None = None
+    allow_mixed_tier: Annotated[
+        bool,
+        flag(
+            "--allow-mixed-tier",
+            help="Serve even when the shared tier's other writers store their KV otherwise (another chunk "
+            "size, hash seed, KV dtype, ...): this engine's hits there are then its own. Refused by default.",
+        ),
+    ] = False
+    host: Annotated[str, flag("--host", help="Bind address (loopback by default)")] = "127.0.0.1"
+    port: Annotated[
+        int, flag("--port", help="Server port (with --router the router's; engines from port+1)")
+    ] = 8000
+    replicas: Annotated[
+        int,
+        flag(
+            "--replicas",
+            help="Engines on consecutive ports, sharing the remote tier, run as one",
+            ge=1,
+            example="2",
+        ),
+    ] = 1  # engines on consecutive ports, supervised as one unit (serving.replicas)
+    router: Annotated[
+        bool, flag("--router", help="Put vllm-router (cache-aware) in front of the replicas, on --port")
+    ] = False  # vllm-router in front of them, on --port
+    run_dir: Annotated[Path | None, flag("--run-dir", help="Where configs, logs and reports go")] = None
     api_key: str | None = Field(default=None, repr=False)
-    ready_timeout_s: float = 900.0
+    ready_timeout_s: Annotated[
+        float, flag("--ready-timeout", help="Seconds to wait for readiness", gt=0, example="600")
+    ] = 900.0
     validate_after_start: bool = True
-    exit_after_validate: bool = False
-    prompt_tokens: int | None = None
-    min_speedup: float = DEFAULT_MIN_SPEEDUP
-    min_tier_speedup: float = DEFAULT_MIN_TIER_SPEEDUP
+    exit_after_validate: Annotated[bool, flag("--exit-after-validate", help="Stop after validating")] = False
     extra_args: list[str] = Field(default_factory=list)
     fio_seconds: float = 3.0
     # The canary (kvstack/canary): probes asked again while serving, judged against recompute.
@@ -68,8 +81,30 @@ class ServeRequest(BaseModel):
     metrics_port: int = 0  # kvstack's own /metrics on --host's loopback: 0 picks a free port
     # The bearer /metrics wants (--metrics-token-file's content); None: the run's control token.
     metrics_token: str | None = Field(default=None, repr=False)
-    replicas: int = 1  # engines on consecutive ports, supervised as one unit (serving.replicas)
-    router: bool = False  # vllm-router in front of them, on --port
+
+    def completed(
+        self,
+        *,
+        remote: str | None = None,
+        api_key: str | None = None,
+        extra_args: list[str] | None = None,
+        validate: bool = True,
+        **fields: object,
+    ) -> ServeRequest:
+        """This request with what its flags do not hold: the remote store's URL and the API key (as
+        resolved from their own inputs), the engine arguments after --, whether to validate after
+        start, and the canary's fields (``CanaryInputs.fields``)."""
+        update = {
+            "remote": remote,
+            "api_key": api_key,
+            "extra_args": list(extra_args or []),
+            "validate_after_start": validate,
+            **fields,
+        }
+        unknown = [name for name in update if name not in type(self).model_fields]
+        if unknown:
+            raise TypeError(f"ServeRequest has no field {unknown}")
+        return self.model_copy(update=update)
 
     @property
     def multi(self) -> bool:

@@ -1,10 +1,10 @@
 from __future__ import annotations
 
-from kvstack.cli.render_doctor import render
 from rich.console import Console
 
 from kvstack.hardware import nvml
 from kvstack.hardware.snapshot import Check, DiskInfo, HardwareSnapshot, MemoryInfo
+from kvstack.rendering.doctor import render
 
 from ..hardware.snapshots import gpu_host
 

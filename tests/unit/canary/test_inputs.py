@@ -1,5 +1,5 @@
-"""`serve`'s canary options: the budget, the metrics token file, and their checks; the real CLI's
-answer to a bad one (a subprocess, as a user runs it)."""
+"""The canary's inputs (`serve`'s canary flags): the budget, the metrics token file, and their
+checks; the real CLI's answer to a bad one (a subprocess, as a user runs it)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from kvstack.canary.defaults import DEFAULT_BUDGET
-from kvstack.cli.canary_options import DEFAULTS, canary_fields, parse_budget, read_token
+from kvstack.canary.inputs import DEFAULT_BUDGET_TEXT, CanaryInputs, parse_budget, read_token
 from kvstack.errors import InputError
 from tests.support.deps import ROOT
 
@@ -38,7 +38,7 @@ def test_a_budget_outside_0_to_100_percent_is_refused(text: str) -> None:
 
 
 def test_the_default_budget_reads_back_as_itself() -> None:
-    assert parse_budget(DEFAULTS["budget"]) == DEFAULT_BUDGET
+    assert parse_budget(DEFAULT_BUDGET_TEXT) == DEFAULT_BUDGET
 
 
 def test_the_token_is_the_files_first_line(tmp_path: Path) -> None:
@@ -69,20 +69,26 @@ def test_an_empty_or_missing_token_file_is_refused(tmp_path: Path) -> None:
 def fields(**changes: Any) -> dict[str, Any]:
     args: dict[str, Any] = {
         "no_canary": False,
-        "interval": 60.0,
-        "budget": "1%",
+        "canary_interval": 60.0,
+        "canary_budget": "1%",
         "on_wrong_kv": "fallback",
         "metrics_port": 0,
-        "token_file": None,
+        "metrics_token_file": None,
     }
     args.update(changes)
-    return canary_fields(**args)
+    return CanaryInputs(**args).fields()
 
 
 def test_canary_fields_are_the_serve_requests(tmp_path: Path) -> None:
     token = tmp_path / "token"
     token.write_text("tok\n", encoding="utf-8")
-    got = fields(interval=30.0, budget="0.5%", on_wrong_kv="warn", metrics_port=9400, token_file=token)
+    got = fields(
+        canary_interval=30.0,
+        canary_budget="0.5%",
+        on_wrong_kv="warn",
+        metrics_port=9400,
+        metrics_token_file=token,
+    )
     assert got == {
         "canary": True,
         "canary_interval_s": 30.0,
@@ -103,11 +109,11 @@ def test_canary_fields_are_the_serve_requests(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("changes", "needle"),
     [
-        ({"interval": 0.0}, "--canary-interval must be positive"),
-        ({"interval": -5.0}, "--canary-interval must be positive"),
+        ({"canary_interval": 0.0}, "--canary-interval must be positive"),
+        ({"canary_interval": -5.0}, "--canary-interval must be positive"),
         ({"metrics_port": -1}, "--metrics-port -1 is not a port"),
         ({"metrics_port": 65536}, "--metrics-port 65536 is not a port"),
-        ({"budget": "200%"}, "--canary-budget '200%'"),
+        ({"canary_budget": "200%"}, "--canary-budget '200%'"),
         ({"on_wrong_kv": "panic"}, "--on-wrong-kv must be one of fallback, stop, warn"),
     ],
 )
@@ -119,7 +125,7 @@ def test_canary_fields_refuse_bad_values(changes: dict[str, Any], needle: str) -
 
 def test_a_nan_interval_is_refused() -> None:
     with pytest.raises(InputError):
-        fields(interval=float("nan"))
+        fields(canary_interval=float("nan"))
 
 
 def kvstack(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -1,11 +1,11 @@
-"""The remote store's table in `kvstack doctor` (render_doctor.remote_table)."""
+"""The remote store's table in `kvstack doctor` (rendering/doctor.py's remote_table)."""
 
 from __future__ import annotations
 
-from kvstack.cli.render_doctor import remote_table, render
 from rich.console import Console
 
 from kvstack.hardware.snapshot import HardwareSnapshot, RemoteInfo
+from kvstack.rendering.doctor import remote_table, render
 
 
 def rows(info: RemoteInfo) -> dict[str, str]:

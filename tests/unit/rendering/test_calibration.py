@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from kvstack.cli.render_doctor import render
 from rich.console import Console
 
 from kvstack.hardware.calibrate import Calibration, store_calibration
@@ -13,6 +12,7 @@ from kvstack.hardware.calibrate.model import (
     SanityFigures,
 )
 from kvstack.hardware.snapshot import HardwareSnapshot
+from kvstack.rendering.doctor import render
 from tests.support.calibration import llama8b_prefill
 
 

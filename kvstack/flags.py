@@ -1,0 +1,88 @@
+"""Flags declared once, on the inputs models that hold them.
+
+A field of an ``Inputs`` model carries its command-line flag as ``Annotated`` metadata (``Flag``: its
+names, help text, allowed values and range). The CLI builds each command's options from the models
+the command takes (``kvstack/cli/flags.py``), so a flag that several commands share has one name, one
+help text, one default and one error wording; the model checks choices and ranges when it is made,
+from the command line or from code, with the same one-line errors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar, Self
+
+from pydantic import BaseModel, ConfigDict, model_validator
+
+from kvstack.errors import InputError
+from kvstack.names import choice
+
+
+@dataclass(frozen=True)
+class Flag:
+    """How a field is given on the command line, and what values it takes."""
+
+    names: tuple[str, ...]  # "--model", "-m"
+    help: str
+    show_default: bool = True
+    metavar: str | None = None
+    choices: tuple[str, ...] | None = None  # the allowed values (checked before the type)
+    ge: float | None = None  # at least
+    gt: float | None = None  # more than (0: positive)
+    example: str | None = None  # the value the hint suggests (default: the bound)
+
+    @property
+    def name(self) -> str:
+        return self.names[0]
+
+
+def flag(*names: str, help: str, **kw: Any) -> Flag:
+    return Flag(names=names, help=help, **kw)
+
+
+class Inputs(BaseModel):
+    """Base of the inputs models: the fields with a ``Flag`` are options of the commands that take
+    the model; their choices and ranges are checked here, worded once."""
+
+    model_config = ConfigDict(extra="forbid")
+    _flags_cache: ClassVar[dict[type, dict[str, Flag]]] = {}
+
+    @classmethod
+    def flags(cls) -> dict[str, Flag]:
+        """field name -> its Flag, in declaration order (fields with no flag are set by code)."""
+        if cls not in Inputs._flags_cache:
+            Inputs._flags_cache[cls] = {
+                name: next(m for m in info.metadata if isinstance(m, Flag))
+                for name, info in cls.model_fields.items()
+                if any(isinstance(m, Flag) for m in info.metadata)
+            }
+        return Inputs._flags_cache[cls]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _check_choices(cls, data: Any) -> Any:
+        """A value outside a flag's choices is named with them, before the type would refuse it."""
+        if isinstance(data, dict):
+            for name, f in cls.flags().items():
+                value = data.get(name)
+                if f.choices is not None and isinstance(value, str):
+                    choice(value, f.choices, f.name)
+        return data
+
+    @model_validator(mode="after")
+    def _check_ranges(self) -> Self:
+        for name, f in self.flags().items():
+            value = getattr(self, name)
+            if value is None or isinstance(value, bool) or not isinstance(value, int | float):
+                continue
+            if f.ge is not None and value < f.ge:
+                raise InputError(
+                    f"{f.name} must be at least {f.ge:g}, not {value:g}",
+                    hint=f"e.g. {f.name} {f.example or format(f.ge, 'g')}",
+                )
+            if f.gt is not None and value <= f.gt:
+                bound = "positive" if f.gt == 0 else f"more than {f.gt:g}"
+                raise InputError(
+                    f"{f.name} must be {bound}, not {value:g}", hint=f"e.g. {f.name} {f.example or 1}"
+                )
+        return self

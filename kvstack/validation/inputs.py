@@ -1,0 +1,131 @@
+"""The flags that name a running server and its tiers (`validate`, `canary`) and the validation
+pass's thresholds (`validate`, and `serve` after it starts), declared once; and the one function
+that turns them into a ValidationTarget."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+from kvstack.errors import InputError
+from kvstack.flags import Inputs, flag
+from kvstack.names import CONNECTORS, ENGINES, choice
+
+if TYPE_CHECKING:
+    from kvstack.validation.report import ValidationTarget
+from kvstack.validation.thresholds import DEFAULT_MIN_SPEEDUP, DEFAULT_MIN_TIER_SPEEDUP
+
+TIERS = ("cpu", "disk", "remote")
+_CONNECTORS = tuple(c for c in CONNECTORS if c != "none")
+
+
+class ValidationInputs(Inputs):
+    """The validation pass's prompt and pass marks."""
+
+    prompt_tokens: Annotated[
+        int | None,
+        flag(
+            "--prompt-tokens", help="Validation prompt length (default 4096, capped by the model's context)"
+        ),
+    ] = None
+    min_speedup: Annotated[
+        float, flag("--min-speedup", help="Warm TTFT must beat cold by this factor to pass")
+    ] = DEFAULT_MIN_SPEEDUP
+    min_tier_speedup: Annotated[
+        float,
+        flag(
+            "--min-tier-speedup",
+            help="Each tier step's TTFT must beat recomputing the same prompt by this factor",
+        ),
+    ] = DEFAULT_MIN_TIER_SPEEDUP
+
+
+class ServerInputs(Inputs):
+    """A running server and the tiers behind it, as `validate` and `canary` are told them."""
+
+    url: Annotated[str, flag("--url", help="The server, e.g. http://127.0.0.1:8000")]
+    engine: Annotated[
+        str | None, flag("--engine", help="vllm or sglang (default: from /metrics)", choices=ENGINES)
+    ] = None
+    cache_dir: Annotated[
+        Path | None, flag("--cache-dir", help="The disk tier's directory: adds a disk tier check")
+    ] = None
+    tiers: Annotated[list[str], flag("--tier", help="An offload tier to check: cpu, disk or remote")] = []  # noqa: RUF012 (pydantic copies it)
+    lmcache: Annotated[
+        str | None,
+        flag(
+            "--lmcache",
+            help="LMCache's cache server HTTP address (lmcache server --http-port), e.g. "
+            "http://127.0.0.1:8002: tiers are proven with its per-tier counters, disk and remote "
+            "after emptying its DRAM tier",
+            show_default=False,
+        ),
+    ] = None
+    offload: Annotated[
+        str | None,
+        flag(
+            "--offload",
+            help="The connector behind the tiers (lmcache, lmcache-mp, native, hicache): how each tier "
+            "step drops the copies above its tier (default: lmcache-mp with --lmcache, else unknown, and "
+            "a disk step that cannot empty DRAM is named tier:cpu+disk)",
+            show_default=False,
+            choices=_CONNECTORS,
+        ),
+    ] = None
+    chunk_tokens: Annotated[
+        int | None,
+        flag(
+            "--chunk-tokens",
+            help="The tiers' chunk size: a tier serves a prompt when its hits cover the full chunks less "
+            "one (default per connector: LMCache 256)",
+            show_default=False,
+        ),
+    ] = None
+    model: Annotated[str | None, flag("--model", help="Served model name (default: from /v1/models)")] = None
+
+    def target(self, remote: str | None, api_key: str | None, **fields: Any) -> ValidationTarget:
+        """The server and its tiers as the flags name them; ``fields``: the rest of the target."""
+        from kvstack.engines.lmcache import L2_ADAPTERS
+        from kvstack.validation.report import TierTarget, ValidationTarget
+
+        kinds: list[str] = []
+        for t in self.tiers:
+            choice(t, TIERS, "--tier")
+            if t not in kinds:
+                kinds.append(t)
+        if self.cache_dir is not None and "disk" not in kinds:
+            kinds.append("disk")
+        secrets = [api_key] if api_key else []
+        if remote is not None:
+            from kvstack.remote.url import parse_remote_url
+
+            secrets += parse_remote_url(remote).secrets  # a malformed URL stops here (exit 2)
+            if "remote" not in kinds:
+                kinds.append("remote")
+        if "disk" in kinds and self.cache_dir is None:
+            raise InputError("--tier disk needs the disk tier's directory", hint="add --cache-dir DIR")
+        disk_path = str(self.cache_dir.resolve()) if self.cache_dir is not None else None
+        lmcache = self.lmcache
+        return ValidationTarget(
+            base_url=self.url,
+            model=self.model,
+            api_key=api_key or None,
+            engine=self.engine,  # type: ignore[arg-type]
+            tiers=[
+                TierTarget(
+                    kind=k,  # type: ignore[arg-type]
+                    path=disk_path if k == "disk" else None,
+                    url=remote if k == "remote" else None,
+                    adapter=L2_ADAPTERS.get(k) if lmcache else None,
+                )
+                for k in kinds
+            ],
+            cache_server_url=lmcache,
+            metrics_urls=[self.url.rstrip("/") + "/metrics", lmcache.rstrip("/") + "/metrics"]
+            if lmcache
+            else [],
+            connector=self.offload or ("lmcache-mp" if lmcache else None),
+            chunk_tokens=self.chunk_tokens,
+            secrets=secrets,
+            **fields,
+        )
