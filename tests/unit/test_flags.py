@@ -1,0 +1,80 @@
+"""Flags declared once on inputs models (kvstack/flags.py): choices and ranges are checked when the
+model is made, from code or from the command line, with one wording."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import pytest
+
+from kvstack.errors import InputError
+from kvstack.flags import Inputs, flag
+
+
+class Knobs(Inputs):
+    name: Annotated[str, flag("--name", help="A name.", choices=("a", "b"))] = "a"
+    count: Annotated[int | None, flag("--count", help="At least 1.", ge=1, example="4")] = None
+    wait: Annotated[float, flag("--wait", help="Positive.", gt=0)] = 1.0
+    unflagged: int = 0
+
+
+def test_the_flags_are_the_annotated_fields_in_order() -> None:
+    assert list(Knobs.flags()) == ["name", "count", "wait"]
+    assert Knobs.flags()["count"].names == ("--count",)
+
+
+@pytest.mark.parametrize(
+    ("values", "message", "hint"),
+    [
+        ({"name": "c"}, "--name must be one of a, b, not 'c'", "e.g. --name a"),
+        ({"count": 0}, "--count must be at least 1, not 0", "e.g. --count 4"),
+        ({"wait": 0.0}, "--wait must be positive, not 0", "e.g. --wait 1"),
+        ({"wait": -2.5}, "--wait must be positive, not -2.5", "e.g. --wait 1"),
+    ],
+)
+def test_a_value_out_of_range_is_one_input_error(values: dict[str, object], message: str, hint: str) -> None:
+    with pytest.raises(InputError) as caught:
+        Knobs(**values)  # type: ignore[arg-type]
+    assert caught.value.message == message and caught.value.hint == hint
+    assert caught.value.exit_code == 2
+
+
+def test_values_in_range_and_no_value_pass() -> None:
+    k = Knobs(name="b", count=1, wait=0.5, unflagged=-3)
+    assert (k.name, k.count, k.wait, k.unflagged) == ("b", 1, 0.5, -3)
+    assert Knobs().count is None
+
+
+def test_every_shared_flag_is_declared_once() -> None:
+    """The inputs models the commands take: a flag name belongs to one field of one model (serve's
+    model re-declares --model: optional, the demo's by default; that is the one exception)."""
+    from kvstack.apikey import ApiKeyInputs
+    from kvstack.canary.inputs import CanaryInputs
+    from kvstack.export.inputs import ExportInputs
+    from kvstack.remote.source import RemoteInputs
+    from kvstack.replay.inputs import TraceInputs
+    from kvstack.serving.plan_inputs import PlanInputs
+    from kvstack.validation.inputs import ServerInputs, ValidationInputs
+
+    owners: dict[str, str] = {}
+    models = (
+        PlanInputs,
+        ValidationInputs,
+        TraceInputs,
+        RemoteInputs,
+        ApiKeyInputs,
+        CanaryInputs,
+        ExportInputs,
+    )
+    for model in models:
+        for field, f in model.flags().items():
+            for name in f.names:
+                assert name not in owners, (
+                    f"{name} is declared by {owners[name]} and {model.__name__}.{field}"
+                )
+                owners[name] = f"{model.__name__}.{field}"
+    # ServerInputs names a running server (validate, canary): its --model, --engine and --offload are
+    # what that server runs, not what a plan asks for; it shares no command with PlanInputs.
+    assert set(ServerInputs.flags()) == {
+        "url", "engine", "cache_dir", "tiers", "lmcache", "offload", "chunk_tokens", "model"
+    }  # fmt: skip
