@@ -6,12 +6,12 @@ snapshot loaded or probed."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, cast
+from typing import Annotated
 
 from kvstack.flags import Inputs, flag
 from kvstack.hardware.checks import DISK_MIN_BW
 from kvstack.hardware.snapshot import HardwareSnapshot, load_snapshot
-from kvstack.names import ENGINES, OFFLOAD_CHOICES, choice
+from kvstack.names import ENGINES, OFFLOAD_CHOICES
 from kvstack.planning.request import PlanRequest
 from kvstack.planning.retention import parse_retain
 from kvstack.planning.schema import Engine, OffloadChoice
@@ -118,64 +118,29 @@ class PlanInputs(Inputs):
     def plan_request(self, remote: str | None, cache_dir: Path | None = None) -> PlanRequest:
         """The PlanRequest these inputs ask for, with the remote store's URL (``RemoteInputs.url``)
         and the disk tier's root (default: --cache-dir as given)."""
-        return plan_request(
+        cache_dir = cache_dir if cache_dir is not None else self.cache_dir
+        retain_factor, retain_bytes = parse_retain(self.retain) if self.retain is not None else (None, None)
+        min_disk_bw = self.min_disk_bw
+        return PlanRequest(
+            retain_factor=retain_factor,
+            retain_bytes=retain_bytes,
+            disk_tier=not self.no_disk,
             engine=self.engine,
-            offload=self.offload,
-            context=self.context,
+            context=parse_tokens(self.context) if self.context is not None else None,
             users=self.users,
             tp=self.tp,
             kv_dtype=self.kv_dtype,
-            remote=remote,
-            retain=self.retain,
-            no_disk=self.no_disk,
-            cache_dir=cache_dir if cache_dir is not None else self.cache_dir,
-            min_disk_bw=self.min_disk_bw,
+            remote_url=remote,
+            offload=self.offload,
+            cache_root=str(resolve_dir(cache_dir)) if cache_dir is not None else None,
+            min_disk_bw=float(parse_bytes(min_disk_bw, "--min-disk-bw")) if min_disk_bw else DISK_MIN_BW,
             gpu_memory_utilization=self.gpu_memory_utilization,
-            tuned=self.tuned,
+            tuned=read_tuned(self.tuned) if self.tuned is not None else None,
         )
 
     def snapshot(self, fio_seconds: float = 3.0) -> HardwareSnapshot:
         """--hardware's snapshot, else this machine probed (its disk where --cache-dir is)."""
         return load_or_probe(self.hardware, self.cache_dir, fio_seconds)
-
-
-def plan_request(
-    *,
-    engine: str = "vllm",
-    offload: str = "auto",
-    context: str | None = None,
-    users: int | None = None,
-    tp: int | None = None,
-    kv_dtype: str | None = None,
-    remote: str | None = None,
-    retain: str | None = None,
-    no_disk: bool = False,
-    cache_dir: Path | None = None,
-    min_disk_bw: str | None = None,
-    gpu_memory_utilization: float | None = None,
-    tuned: Path | None = None,
-) -> PlanRequest:
-    """The PlanRequest these options ask for; bad input raises InputError naming the flag.
-    ``tuned``: a `kvstack tune` --out DIR (or its tuned.json) whose layout the plan takes."""
-    choice(engine, ENGINES, "--engine")
-    choice(offload, OFFLOAD_CHOICES, "--offload")
-    retain_factor, retain_bytes = parse_retain(retain) if retain is not None else (None, None)
-    return PlanRequest(
-        retain_factor=retain_factor,
-        retain_bytes=retain_bytes,
-        disk_tier=not no_disk,
-        engine=cast(Engine, engine),
-        context=parse_tokens(context) if context is not None else None,
-        users=users,
-        tp=tp,
-        kv_dtype=kv_dtype,
-        remote_url=remote,
-        offload=cast(OffloadChoice, offload),
-        cache_root=str(resolve_dir(cache_dir)) if cache_dir is not None else None,
-        min_disk_bw=float(parse_bytes(min_disk_bw, "--min-disk-bw")) if min_disk_bw else DISK_MIN_BW,
-        gpu_memory_utilization=gpu_memory_utilization,
-        tuned=read_tuned(tuned) if tuned is not None else None,
-    )
 
 
 def tuned_file(path: Path) -> Path:

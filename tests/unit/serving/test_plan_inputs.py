@@ -6,10 +6,15 @@ import pytest
 
 from kvstack.errors import InputError
 from kvstack.hardware.checks import DISK_MIN_BW
+from kvstack.planning.request import PlanRequest
 from kvstack.profiles import profiles_dir
-from kvstack.serving.plan_inputs import load_or_probe, plan_request
+from kvstack.serving.plan_inputs import PlanInputs, load_or_probe
 from kvstack.serving.prepare import plan_request_of
 from kvstack.serving.request import ServeRequest
+
+
+def plan_request(**inputs: object) -> PlanRequest:
+    return PlanInputs(model="m", **inputs).plan_request(None)  # type: ignore[arg-type]
 
 
 def test_options_become_a_plan_request() -> None:
