@@ -8,11 +8,13 @@ from collections.abc import Iterator
 
 from rich.console import Console
 from rich.markup import escape
+from rich.status import Status
 from rich.table import Table
 
 from kvstack.hardware.calibrate import Calibration, calibration_of
 from kvstack.hardware.gpu import architecture
 from kvstack.hardware.snapshot import HardwareSnapshot, MemoryInfo, RemoteInfo
+from kvstack.rendering.console import err_console, out_console
 from kvstack.units import fmt_bw, fmt_bytes, fmt_tokens
 
 VERDICT_STYLE = {"ok": "green", "warn": "yellow", "fail": "bold red"}
@@ -26,13 +28,18 @@ def _opt(value: object) -> str:
     return "unknown" if value is None else str(value)
 
 
+def _status(text: str) -> Status:
+    """A live line on standard error while a probe runs."""
+    return err_console(soft_wrap=False, highlight=True).status(text)
+
+
 @contextlib.contextmanager
 def probing_status(enabled: bool, fio_seconds: float | None) -> Iterator[None]:
     """A spinner on stderr while fio runs (only on a terminal: it would litter logs)."""
     if not enabled or not sys.stderr.isatty():
         yield
         return
-    with Console(stderr=True).status(f"probing (fio up to {fio_seconds:g} s per disk)..."):
+    with _status(f"probing (fio up to {fio_seconds:g} s per disk)..."):
         yield
 
 
@@ -41,7 +48,7 @@ def calibrating_status(enabled: bool, seconds: float) -> Iterator[None]:
     if not enabled or not sys.stderr.isatty():
         yield
         return
-    with Console(stderr=True).status(f"calibrating with torch (up to {seconds:g} s)..."):
+    with _status(f"calibrating with torch (up to {seconds:g} s)..."):
         yield
 
 
@@ -50,7 +57,7 @@ def remote_status(enabled: bool) -> Iterator[None]:
     if not enabled or not sys.stderr.isatty():
         yield
         return
-    with Console(stderr=True).status("probing the remote store..."):
+    with _status("probing the remote store..."):
         yield
 
 
@@ -254,7 +261,7 @@ def calibration_notes(cal: Calibration) -> list[str]:
 
 
 def render(snap: HardwareSnapshot, console: Console | None = None) -> None:
-    out = console or Console()
+    out = console or out_console(None, soft_wrap=False, highlight=True)
     if snap.gpus:
         out.print(gpu_table(snap))
     else:

@@ -3,10 +3,10 @@ with --trace the capacity curve, what each tier serves and the TTFT prediction."
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from kvstack.rendering.console import out_console
 from kvstack.units import fmt_ms
 
 if TYPE_CHECKING:
@@ -48,14 +48,13 @@ def _predicted(plan: Plan, kind: str, *, engine_pool: bool) -> str:
 
 def render(plan: Plan) -> None:
     """The human form: a table of tiers, then the decisions with their reasons, warnings, errors."""
-    from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
     from kvstack.units import fmt_bw, fmt_bytes, fmt_tokens
 
     # Pipes and CI logs get a fixed width wide enough for the tier table; terminals their own.
-    console = Console(soft_wrap=True, highlight=False, width=None if sys.stdout.isatty() else 120)
+    console = out_console(120)
     where = f"{plan.gpu_name} x {plan.tensor_parallel_size}" if plan.platform == "cuda" else "CPU (no GPU)"
     status = "[green]feasible[/green]" if plan.feasible else "[red]NOT feasible[/red]"
     console.print(f"[bold]{escape(plan.model.name)}[/bold] on {escape(where)} with {plan.engine}: {status}")
@@ -132,7 +131,6 @@ def write_png(plan: Plan, path: Path) -> None:
 
 def render_trace(plan: Plan, curve_png: Path | None) -> None:
     """The curve at key sizes with each tier's boundary, what each tier serves, the TTFT prediction."""
-    from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
@@ -140,7 +138,7 @@ def render_trace(plan: Plan, curve_png: Path | None) -> None:
 
     t = plan.trace
     assert t is not None
-    console = Console(soft_wrap=True, highlight=False, width=None if sys.stdout.isatty() else 120)
+    console = out_console(120)
     title = (
         f"capacity curve from {t.source} ({t.requests:,} requests over {t.duration_s / 60:.0f} min, "
         f"{t.block_tokens}-token blocks of {fmt_bytes(t.block_bytes)})"

@@ -8,6 +8,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from kvstack.names import ENGINES
+from kvstack.rendering.console import err_console, out_console
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -19,13 +20,12 @@ if TYPE_CHECKING:
 
 
 def serve_events(json_mode: bool) -> ServeEvents:
-    from rich.console import Console
     from rich.markup import escape
 
     from kvstack.runtime.status import format_status
     from kvstack.serving.lifecycle import ServeEvents
 
-    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    err = err_console()
     last_phase: dict[str, str] = {}  # per process: replicas report side by side
     # On a terminal, one live line (phase, elapsed, last log line) while an engine starts; every
     # phase change is also printed, so logs and pipes get the same story without the spinner.
@@ -81,13 +81,12 @@ def print_dry_run(launch: Launch, json_mode: bool, events: ServeEvents) -> None:
     if json_mode:
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
         return
-    from rich.console import Console
     from rich.markup import escape
 
     from kvstack.rendering.plan import render as render_plan
 
     render_plan(launch.plan)
-    console = Console(highlight=False, soft_wrap=True)
+    console = out_console(None)
     if not launch.multi:
         _print_launch(console, doc)
     else:

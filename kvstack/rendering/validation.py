@@ -7,6 +7,8 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
+from kvstack.rendering.console import err_console, out_console
+
 if TYPE_CHECKING:
     from kvstack.validation import ValidationReport
 
@@ -15,12 +17,11 @@ _STYLE = {"pass": "green", "fail": "bold red", "skip": "yellow"}
 
 def render(report: ValidationReport) -> None:
     """The table a person reads: one row per step, evidence with numbers, the verdict."""
-    from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
     # Pipes and CI logs get a fixed width wide enough for the table; terminals their own.
-    console = Console(width=None if sys.stdout.isatty() else 140)
+    console = out_console(140, soft_wrap=False, highlight=True)
     table = Table(title=f"kvstack validate: {report.base_url} ({report.engine}, {report.model})")
     table.add_column("step", no_wrap=True)
     table.add_column("TTFT", justify="right", no_wrap=True)
@@ -60,9 +61,8 @@ def validating(shown: bool) -> Iterator[Callable[[str], None] | None]:
     if not shown:
         yield None
         return
-    from rich.console import Console
 
-    with Console(stderr=True).status("validating ...") as status:
+    with err_console(soft_wrap=False, highlight=True).status("validating ...") as status:
         yield lambda msg: status.update(f"validating: {msg}")
 
 
