@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import typer
@@ -47,7 +46,9 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="With --once: print the window as JSON"),
     ) -> None:
         """Watch servers and their KV tiers live: requests, TTFT, prompt tokens by source, tier hits."""
-        from kvstack.top.live import run_live, snapshot_once
+        from kvstack.rendering.top import print_window
+        from kvstack.rendering.top_live import run_live
+        from kvstack.top.live import snapshot_once
         from kvstack.top.targets import resolve_targets
 
         if not interval >= MIN_INTERVAL_S or interval > 3600:
@@ -60,14 +61,6 @@ def register(app: typer.Typer) -> None:
         key = api_key.value()
         targets = resolve_targets(urls, lmcache, remote.url(), run_dir, disk_dir)
         if once:
-            snap = snapshot_once(targets, interval, key)
-            if as_json:
-                sys.stdout.write(snap.to_json() + "\n")
-            else:
-                from rich.console import Console
-
-                from kvstack.top.view import render
-
-                Console(width=None if sys.stdout.isatty() else 160).print(render(snap))
-            return
-        run_live(targets, interval, key)
+            print_window(snapshot_once(targets, interval, key), as_json)
+        else:
+            run_live(targets, interval, key)

@@ -15,7 +15,7 @@ from kvstack.top.window import build
 from tests.support.cli_run import isolated_env, run_cli
 from tests.support.deps import ROOT
 from tests.support.stream_server import StreamServer
-from tests.unit.top.test_view import text_of
+from tests.unit.rendering.test_top import text_of
 
 NOW = float(int(time.time()))  # whole seconds: the differences below are exact
 WAITING = "budget: 3,000 more computed prompt tokens of traffic"

@@ -15,7 +15,7 @@ from kvstack.top.snapshot import (
     SourceShare,
     TopSnapshot,
 )
-from kvstack.top.view import render
+from kvstack.rendering.top import render
 
 
 def text_of(snap: TopSnapshot) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 
 from rich import box
@@ -9,7 +10,8 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from kvstack.clients import token_sources as ts
+from kvstack.clients import token_sources
+from kvstack.rendering.console import out_console
 from kvstack.top.snapshot import CanaryView, LmcacheView, ServerView, TopSnapshot
 from kvstack.units import fmt_bytes
 
@@ -32,9 +34,9 @@ def _sources(s: ServerView) -> Text:
     if not any(v.tokens > 0 for v in s.sources.values()):
         return Text("no prompts in this window", style="dim")
     parts = [
-        f"{ts.LABELS.get(k, k)}{'*' if k in s.derived else ''} {_pct(v.share)} ({v.per_s:,.0f}/s)"
+        f"{token_sources.LABELS.get(k, k)}{'*' if k in s.derived else ''} {_pct(v.share)} ({v.per_s:,.0f}/s)"
         for k, v in s.sources.items()
-        if v.tokens > 0 or k == ts.RECOMPUTED
+        if v.tokens > 0 or k == token_sources.RECOMPUTED
     ]
     return Text(" · ".join(parts))
 
@@ -90,7 +92,7 @@ def _lmcache_rows(table: Table, lm: LmcacheView, header: str | None) -> None:
         )
         for a in lm.adapters:
             table.add_row(
-                f"  {ts.LABELS.get(a.tier, a.tier)} (L2 {a.name})",
+                f"  {token_sources.LABELS.get(a.tier, a.tier)} (L2 {a.name})",
                 "",
                 "",
                 "",
@@ -201,7 +203,7 @@ def render(snap: TopSnapshot) -> RenderableType:
     head.append("  (q or Ctrl-C to leave)", style="dim")
     parts: list[RenderableType] = [head, servers_table(snap)]
     derived = dict.fromkeys(
-        f"{ts.LABELS.get(k, k)}: {how}" for s in snap.servers for k, how in s.derived.items()
+        f"{token_sources.LABELS.get(k, k)}: {how}" for s in snap.servers for k, how in s.derived.items()
     )
     for line in derived:
         parts.append(Text(f"* {line}", style="dim"))
@@ -213,3 +215,11 @@ def render(snap: TopSnapshot) -> RenderableType:
     for n in snap.notes:
         parts.append(Text(f"note: {n}", style="dim"))
     return Group(*parts)
+
+
+def print_window(snap: TopSnapshot, as_json: bool) -> None:
+    """`kvstack top --once`: the window as JSON, or drawn once."""
+    if as_json:
+        sys.stdout.write(snap.to_json() + "\n")
+    else:
+        out_console(160, soft_wrap=False, highlight=True).print(render(snap))
