@@ -8,19 +8,18 @@ run has started, an interrupt or a dead engine still leaves the rows measured so
 from __future__ import annotations
 
 import asyncio
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from kvstack.bench.progress import ProgressView
-from kvstack.bench.report import correctness_lines, environment, workload_info, write_report
+from kvstack.bench.events import BenchEvents
+from kvstack.bench.report import environment, workload_info, write_report
 from kvstack.bench.runner import Recorder, RunOptions, run_layout, run_layouts
 from kvstack.bench.schema import BenchResult
 from kvstack.bench.text import TextBuilder
-from kvstack.bench.tokenize import Tokenizer, resolve_tokenizer
+from kvstack.bench.tokenize import resolve_tokenizer
 from kvstack.bench.workloads import (
     RequestSet,
     TierSizes,
@@ -41,7 +40,7 @@ from kvstack.errors import (
 )
 from kvstack.planning.schema import Plan
 from kvstack.redact import redact_url
-from kvstack.serving.served_layout import Layout, StartLayout
+from kvstack.serving.served_layout import ServedLayout, StartLayout
 from kvstack.userfile import read_model
 
 DEFAULT_CONCURRENCY = 8
@@ -75,8 +74,6 @@ class BenchArgs:
     timeout_s: float = 300.0
     check_correctness: int = 0  # requests per layout compared with recompute
     out: Path | None = None
-    as_json: bool = False
-    interactive: bool = False
 
 
 def normalize_url(url: str, flag: str = "--url") -> str:
@@ -96,6 +93,18 @@ def _metrics_url(url: str) -> str:
 def served_model(base_url: str, api_key: str | None, timeout_s: float = 10.0) -> str:
     """The first model the server lists; raises an InputError naming the URL when it does not answer."""
     return str(served_models(base_url, api_key, timeout_s)[0]["id"])
+
+
+def target(
+    url: str | None, metrics_urls: list[str], model: str | None, api_key: str | None
+) -> tuple[str | None, list[str], str]:
+    """--url as a base URL (None: layouts kvstack serves), the extra /metrics URLs in full, and the
+    model: --model, else the first the server at --url lists ("" when neither names one)."""
+    base_url = normalize_url(url) if url else None
+    metrics = [_metrics_url(u) for u in metrics_urls]
+    if base_url is not None:
+        model = model or served_model(base_url, api_key)
+    return base_url, metrics, model or ""
 
 
 def load_plan(path: Path) -> Plan:
@@ -145,38 +154,43 @@ def _config(args: BenchArgs, base_url: str | None, model: str, metrics_urls: lis
     }
 
 
-def _check_out(out: Path | None) -> None:
+def check_out(out: Path | None) -> None:
     if out is not None and out.exists() and not out.is_dir():
         raise InputError(
             f"--out {out} exists and is not a directory", hint="choose a directory for the report"
         )
 
 
-def _say(text: str) -> None:
-    sys.stderr.write(text + "\n")  # stderr even with --json: stdout carries only the JSON
+def write_files(result: BenchResult, out: Path | None) -> list[Path]:
+    """The report in --out (when anything was measured); the paths written."""
+    return write_report(result, out) if out is not None and (result.requests or result.layouts) else []
 
 
-def run_bench(args: BenchArgs, start_layout: StartLayout | None = None) -> BenchResult:
-    """Run one bench invocation end to end and print/write its report."""
-    _check_out(args.out)
+def conclude(result: BenchResult, failure: KvstackError | None, all_failed: str, out: Path | None) -> None:
+    """Raise what the run ended with, once its report is out: its own error, a cached answer that is
+    not recompute's, or ``all_failed`` when no request succeeded."""
+    if failure is not None:
+        raise failure
+    raise_on_correctness(result)
+    if result.requests and not any(r.ok for r in result.requests):
+        raise EngineError(
+            all_failed,
+            hint="see requests.csv for every error" if out else "rerun with --out DIR to keep every error",
+        )
+
+
+def run_bench(
+    args: BenchArgs, start_layout: StartLayout | None = None, events: BenchEvents | None = None
+) -> BenchResult:
+    """Run one bench invocation end to end, write its report and hand it to ``events``."""
+    events = events or BenchEvents()
+    check_out(args.out)
     spec = _spec(args)
-    opts_model = args.model
-    base_url = normalize_url(args.url) if args.url else None
-    metrics_urls = [_metrics_url(u) for u in args.metrics_urls]
-    tokenizer: Tokenizer
-    if base_url is not None:
-        model = opts_model or served_model(base_url, args.api_key)
-        all_metrics = [base_url + "/metrics", *metrics_urls]
-        tokenizer = resolve_tokenizer(base_url, model, args.api_key)
-    else:
-        model = opts_model or ""
-        if not model:
-            raise InputError(
-                "--compare needs --model (the model every layout serves)", hint="add --model DIR"
-            )
-        all_metrics = metrics_urls
-        tokenizer = resolve_tokenizer(None, model)
-    text = TextBuilder(tokenizer)
+    base_url, metrics_urls, model = target(args.url, args.metrics_urls, args.model, args.api_key)
+    if base_url is None and not model:
+        raise InputError("--compare needs --model (the model every layout serves)", hint="add --model DIR")
+    all_metrics = [base_url + "/metrics", *metrics_urls] if base_url is not None else metrics_urls
+    text = TextBuilder(resolve_tokenizer(base_url, model, args.api_key))
     opts = RunOptions(
         model=model,
         api_key=args.api_key,
@@ -192,32 +206,31 @@ def run_bench(args: BenchArgs, start_layout: StartLayout | None = None) -> Bench
     workload: RequestSet | None = None
     if base_url is None and args.workload == "tier-overflow" and args.plan_file is None:
 
-        def sized_by(layout: Layout) -> RequestSet:
+        def sized_by(layout: ServedLayout) -> RequestSet:
             """tier-overflow sized from the cache sizes the first layout's server exposes."""
             built = build_workload(
                 spec, text, tier_sizes_from_metrics(scrape_sync(layout.metrics_urls, args.api_key))
             )
-            _say(_headline(built, opts))
+            events.workload(built, opts)
             return built
 
-        source: RequestSet | Callable[[Layout], RequestSet] = sized_by
+        source: RequestSet | Callable[[ServedLayout], RequestSet] = sized_by
     else:
         workload = source = build_workload(spec, text, _tier_sizes(args, base_url, all_metrics))
-        _say(_headline(workload, opts))
+        events.workload(workload, opts)
     recorder = Recorder(workload)
     config = _config(args, base_url, model, all_metrics)
     config["concurrency"] = opts.concurrency
     failure: KvstackError | None = None
-    view = ProgressView(enabled=args.interactive, total=len(workload.requests) if workload else 0)
     try:
-        with view:
+        with events.live():
             if base_url is not None:
                 assert workload is not None
-                layout = Layout("server", base_url, tuple(all_metrics))
-                asyncio.run(run_layout(layout, workload, opts, recorder, view.update))
+                layout = ServedLayout("server", base_url, tuple(all_metrics))
+                asyncio.run(run_layout(layout, workload, opts, recorder, events.progress))
             else:
                 assert start_layout is not None
-                run_layouts(args.compare, start_layout, source, opts, recorder, view.update)
+                run_layouts(args.compare, start_layout, source, opts, recorder, events.progress)
     except KeyboardInterrupt:
         failure = Interrupted("interrupted: the rows measured so far are kept in the report")
     except KvstackError as exc:
@@ -229,19 +242,12 @@ def run_bench(args: BenchArgs, start_layout: StartLayout | None = None) -> Bench
         layouts=recorder.layouts,
         requests=recorder.rows,
     )
-    _emit(args, result)
-    if failure is not None:
-        raise failure
-    raise_on_correctness(result)
-    if result.requests and not any(r.ok for r in result.requests):
-        kinds = result.layouts[0].summary.error_kinds if result.layouts else {}
-        top = next(iter(kinds), "unknown error")
-        raise EngineError(
-            f"no request succeeded ({len(result.requests)} failed; most often: {top})",
-            hint="see requests.csv for every error"
-            if args.out
-            else "rerun with --out DIR to keep every error",
-        )
+    events.report(result, write_files(result, args.out))
+    kinds = result.layouts[0].summary.error_kinds if result.layouts else {}
+    top = next(iter(kinds), "unknown error")
+    conclude(
+        result, failure, f"no request succeeded ({len(result.requests)} failed; most often: {top})", args.out
+    )
     return result
 
 
@@ -258,40 +264,3 @@ def raise_on_correctness(result: BenchResult) -> None:
             f"recompute, {c.unknown} not checked; request {bad.request} {what}: {bad.detail}",
             hint="results.json has every position judged (layouts[].correctness)",
         )
-
-
-def _headline(workload: RequestSet, opts: RunOptions) -> str:
-    load = f"concurrency {opts.concurrency}" if opts.concurrency else f"rate {opts.rate:g}/s"
-    shape = ", ".join(f"{k} {v}" for k, v in workload.shape.items())
-    exact = "exact" if workload.exact else "estimated"
-    lines = [
-        f"bench {workload.spec.name}: {len(workload.requests)} requests in {len(workload.round_labels)} "
-        f"round(s), {load}; {shape}",
-        f"prompt tokens {exact} ({workload.tokenizer})",
-    ]
-    lines += [f"note: {n}" for n in workload.notes]
-    return "\n".join(lines)
-
-
-def _emit(args: BenchArgs, result: BenchResult) -> None:
-    from rich.console import Console
-
-    from kvstack.bench.report import error_lines, rounds_table, summary_table
-
-    written: list[Path] = []
-    if args.out is not None and (result.requests or result.layouts):
-        written = write_report(result, args.out)
-    if args.as_json:
-        sys.stdout.write(result.model_dump_json(by_alias=True, indent=1) + "\n")
-        return
-    console = Console()
-    console.print(summary_table(result))
-    if any(len(lay.rounds) > 1 for lay in result.layouts):
-        console.print(rounds_table(result))
-    for line in correctness_lines(result):
-        console.print(line, markup=False, highlight=False)
-    err = Console(stderr=True)
-    for line in error_lines(result):
-        err.print(line, markup=False, highlight=False)
-    for path in written:
-        err.print(f"wrote {path}", markup=False, highlight=False)

@@ -12,7 +12,7 @@ from typing import Any
 
 from kvstack.bench.schema import BenchResult
 from kvstack.bench.stats import percentile
-from kvstack.clients import token_sources as ts
+from kvstack.clients import token_sources
 from kvstack.fsutil import atomic_write
 
 TTFT_CDF = "ttft_cdf.png"
@@ -88,14 +88,21 @@ def ttft_by_round(result: BenchResult, path: Path) -> Path:
 
 
 # Cached sources stacked from the bottom (their height is the hit rate), recomputed on top.
-_STACK = (ts.ENGINE_CACHE, ts.DRAM, ts.DISK, ts.REMOTE, ts.OFFLOAD, ts.RECOMPUTED)
+_STACK = (
+    token_sources.ENGINE_CACHE,
+    token_sources.DRAM,
+    token_sources.DISK,
+    token_sources.REMOTE,
+    token_sources.OFFLOAD,
+    token_sources.RECOMPUTED,
+)
 _COLORS = {
-    ts.RECOMPUTED: "#c8c8c8",
-    ts.ENGINE_CACHE: "#1f77b4",
-    ts.DRAM: "#2ca02c",
-    ts.DISK: "#ff7f0e",
-    ts.REMOTE: "#9467bd",
-    ts.OFFLOAD: "#8c564b",
+    token_sources.RECOMPUTED: "#c8c8c8",
+    token_sources.ENGINE_CACHE: "#1f77b4",
+    token_sources.DRAM: "#2ca02c",
+    token_sources.DISK: "#ff7f0e",
+    token_sources.REMOTE: "#9467bd",
+    token_sources.OFFLOAD: "#8c564b",
 }
 
 
@@ -120,7 +127,7 @@ def prompt_sources(result: BenchResult, path: Path) -> Path:
         heights = [s.get(source, 0.0) * 100 for s in shares]
         if not any(heights):
             continue
-        ax.bar(xs, heights, 0.6, bottom=bottoms, label=ts.LABELS[source], color=_COLORS[source])
+        ax.bar(xs, heights, 0.6, bottom=bottoms, label=token_sources.LABELS[source], color=_COLORS[source])
         for x, h, b in zip(xs, heights, bottoms, strict=True):
             if h >= 6:
                 ax.text(x, b + h / 2, f"{h:.0f}%", ha="center", va="center", fontsize=8)
@@ -141,7 +148,7 @@ def prompt_sources(result: BenchResult, path: Path) -> Path:
     ax.set_ylabel("prompt tokens (%)")
     ax.set_title("Prompt tokens by source per layout")
     handles, labels = ax.get_legend_handles_labels()
-    order = [ts.LABELS[k] for k in ts.SOURCES] + ["shared with earlier rounds"]
+    order = [token_sources.LABELS[k] for k in token_sources.SOURCES] + ["shared with earlier rounds"]
     ranked = sorted(zip(handles, labels, strict=True), key=lambda hl: order.index(hl[1]))
     ax.legend([h for h, _ in ranked], [lab for _, lab in ranked], loc="upper left", bbox_to_anchor=(1.01, 1))
     return _save(fig, path)

@@ -1,4 +1,9 @@
-"""The live progress bar of ``kvstack bench`` (rich, on stderr), fed by the runner's callback."""
+"""The live progress bar (rich, on stderr) that bench's and tune's terminal views are built on
+(kvstack/rendering/progress.py, kvstack/rendering/tune_progress.py).
+
+It belongs in kvstack/rendering/progress.py: it stays here only while tune_progress.py imports it
+from here; bench itself prints nothing.
+"""
 
 from __future__ import annotations
 
@@ -7,17 +12,7 @@ from types import TracebackType
 from typing import Self
 
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    ProgressColumn,
-    TaskID,
-    TextColumn,
-    TimeElapsedColumn,
-)
-
-from kvstack.bench.runner import Progress as RunProgress
+from rich.progress import Progress, ProgressColumn
 
 
 class LiveBar:
@@ -41,36 +36,3 @@ class LiveBar:
     ) -> None:
         if self._bar is not None:
             self._bar.stop()
-
-
-class ProgressView(LiveBar):
-    """A rich progress bar per layout with live ok/error/in-flight counts; a no-op when disabled."""
-
-    def __init__(self, enabled: bool, total: int, console: Console | None = None) -> None:
-        columns = (
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("ok {task.fields[ok]}  errors {task.fields[errors]}  in flight {task.fields[busy]}"),
-            TimeElapsedColumn(),
-        )
-        super().__init__(enabled, columns, console)
-        self.enabled = enabled
-        self.total = total
-        self._tasks: dict[str, TaskID] = {}
-
-    def update(self, p: RunProgress) -> None:
-        if self._bar is None:
-            return
-        task = self._tasks.get(p.layout)
-        if task is None:
-            task = self._bar.add_task(p.layout, total=p.total, ok=0, errors=0, busy=0)
-            self._tasks[p.layout] = task
-        self._bar.update(
-            task,
-            completed=p.done,
-            description=f"{p.layout} {p.round_label}",
-            ok=p.ok,
-            errors=p.errors,
-            busy=p.in_flight,
-        )

@@ -29,7 +29,7 @@ from kvstack.clients.metrics import MetricsSnapshot, scrape
 from kvstack.clients.streaming import RequestResult, StreamClient
 from kvstack.errors import InputError, KvstackError
 from kvstack.redact import redact_url
-from kvstack.serving.served_layout import Layout, StartLayout
+from kvstack.serving.served_layout import ServedLayout, StartLayout
 
 DEFAULT_MAX_IN_FLIGHT = 1024  # the cap of --rate runs, so a slow server cannot grow memory unboundedly
 WATCH_INTERVAL_S = 0.5  # how often a layout's liveness check runs (a death is noticed within 2 s)
@@ -81,7 +81,7 @@ ProgressFn = Callable[[Progress], None]
 
 @dataclass
 class _Current:
-    layout: Layout
+    layout: ServedLayout
     started_at: float
     snapshots: list[MetricsSnapshot] = field(default_factory=list)  # before round 0, after each round
     rows: list[RequestRow] = field(default_factory=list)
@@ -102,7 +102,7 @@ class Recorder:
         done = [r for lay in self.layouts for r in self._finished_rows[lay.name]]
         return done + (self.current.rows if self.current else [])
 
-    def begin(self, layout: Layout) -> _Current:
+    def begin(self, layout: ServedLayout) -> _Current:
         if layout.name in self._finished_rows:
             raise InputError(f"layout {layout.name!r} given twice", hint="name each compared layout once")
         self.current = _Current(layout, time.time())
@@ -282,7 +282,7 @@ async def _guarded(coro: asyncio.Future[None] | asyncio.Task[None], check: Calla
 
 
 async def run_layout(
-    layout: Layout,
+    layout: ServedLayout,
     workload: RequestSet,
     opts: RunOptions,
     recorder: Recorder,
@@ -308,7 +308,11 @@ async def run_layout(
 
 
 async def _measure(
-    layout: Layout, workload: RequestSet, opts: RunOptions, cur: _Current, on_progress: ProgressFn | None
+    layout: ServedLayout,
+    workload: RequestSet,
+    opts: RunOptions,
+    cur: _Current,
+    on_progress: ProgressFn | None,
 ) -> None:
     """The rounds, then the correctness check, against one layout."""
     async with (
@@ -331,7 +335,7 @@ async def _measure(
 
 
 async def _rounds(
-    layout: Layout,
+    layout: ServedLayout,
     workload: RequestSet,
     opts: RunOptions,
     cur: _Current,
@@ -356,7 +360,7 @@ async def _rounds(
 def run_layouts(
     names: Sequence[str],
     start_layout: StartLayout,
-    workload: RequestSet | Callable[[Layout], RequestSet],
+    workload: RequestSet | Callable[[ServedLayout], RequestSet],
     opts: RunOptions,
     recorder: Recorder,
     on_progress: ProgressFn | None = None,

@@ -38,16 +38,11 @@ class EstimateTokenizer:
     BPE vocabularies (Llama 3, Qwen, GPT), so one word per token is the default.
     """
 
+    exact = False
+
     def __init__(self, words_per_token: float = 1.0) -> None:
         self.words_per_token = words_per_token
-
-    @property
-    def source(self) -> str:
-        return f"estimate ({self.words_per_token:g} words per token)"
-
-    @property
-    def exact(self) -> bool:
-        return False
+        self.source = f"estimate ({words_per_token:g} words per token)"
 
     def count(self, texts: Sequence[str]) -> list[int]:
         return [math.ceil(len(t.split()) / self.words_per_token) for t in texts]
@@ -56,19 +51,14 @@ class EstimateTokenizer:
 class LocalTokenizer:
     """The model's own ``tokenizer.json`` through the ``tokenizers`` package."""
 
+    exact = True
+
     def __init__(self, path: Path) -> None:
         from tokenizers import Tokenizer as HfTokenizer  # optional package: imported only when used
 
         self.path = path
+        self.source = f"local {path}"
         self._tok: Any = HfTokenizer.from_file(str(path))
-
-    @property
-    def source(self) -> str:
-        return f"local {self.path}"
-
-    @property
-    def exact(self) -> bool:
-        return True
 
     def count(self, texts: Sequence[str]) -> list[int]:
         encoded = self._tok.encode_batch(list(texts), add_special_tokens=False)
@@ -78,8 +68,11 @@ class LocalTokenizer:
 class ServerTokenizer:
     """The served model's tokenizer through ``POST {base_url}/tokenize`` (vLLM, SGLang)."""
 
+    exact = True
+
     def __init__(self, base_url: str, model: str | None, api_key: str | None = None, timeout_s: float = 30.0):
         self.url = base_url.rstrip("/") + "/tokenize"
+        self.source = f"server {self.url}"
         self.model = model
         self._headers = auth_headers(api_key)
         self._client = httpx.Client(
@@ -88,14 +81,6 @@ class ServerTokenizer:
             limits=httpx.Limits(keepalive_expiry=IDLE_KEEPALIVE_S),
         )
         self._specials: int | None = None
-
-    @property
-    def source(self) -> str:
-        return f"server {self.url}"
-
-    @property
-    def exact(self) -> bool:
-        return True
 
     def _one(self, text: str) -> int:
         body: dict[str, Any] = {"prompt": text, "add_special_tokens": False}

@@ -78,6 +78,8 @@ def _option(model: type[Inputs], name: str, f: Flag, pick: Pick) -> inspect.Para
         *names, help=pick.help.get(name, f.help), show_default=f.show_default, metavar=f.metavar
     )
     default = pick.default.get(name, info.default)
+    if default is PydanticUndefined and info.default_factory is not None:
+        default = info.default_factory()  # type: ignore[call-arg]
     default = inspect.Parameter.empty if default is PydanticUndefined else default
     annotation = Annotated[_typer_type(info.annotation), option]  # type: ignore[valid-type]
     return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)

@@ -161,11 +161,11 @@ def _say(text: str) -> None:
     sys.stderr.write(text + "\n")  # stderr even with --json: stdout carries only the JSON
 
 
-def bench_events(json_mode: bool) -> BenchEvents:
+def bench_events(json_mode: bool, *, live: bool | None = None) -> BenchEvents:
     """`kvstack bench` (and --trace) rendered: the workload line on stderr even with --json (stdout
-    carries only the JSON), a live bar on a terminal without --json, then the report; the layouts
-    kvstack serves tell their start on stderr."""
-    view = ProgressView(enabled=not json_mode and sys.stderr.isatty())
+    carries only the JSON), the live bar (``live``; default: on a terminal, without --json), then
+    the report; the layouts kvstack serves tell their start on stderr."""
+    view = ProgressView(enabled=(not json_mode and sys.stderr.isatty()) if live is None else live)
     return BenchEvents(
         workload=lambda workload, opts: _say(headline(workload, opts)),
         live=lambda: view,

@@ -172,10 +172,8 @@ def refit_line(fit: Refit) -> str:
     ]
     for name, c in fit.by_connector.items():
         fetch = max(c.fetch_s_per_token.values(), default=0.0)
-        parts.append(
-            f"{name} +{fmt_ms(c.miss_s, 1, sep=False)} a request, +{fmt_ms(c.chunk_s, 2, sep=False)} a chunk, "
-            f"{fetch * 1e6:.2f} µs per tier token"
-        )
+        request, chunk = fmt_ms(c.miss_s, 1, sep=False), fmt_ms(c.chunk_s, 2, sep=False)
+        parts.append(f"{name} +{request} a request, +{chunk} a chunk, {fetch * 1e6:.2f} µs per tier token")
     return "; ".join(parts)
 
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import httpx
 
-from kvstack.clients import token_sources as ts
+from kvstack.clients import token_sources
 from kvstack.clients.client import auth_headers, make_client
 from kvstack.clients.metrics import MetricsSnapshot, scrape
 from kvstack.clients.reset import reset_cache
@@ -116,10 +116,10 @@ async def calibrate(
             before = await _counted(scraper, metrics_urls, api_key, None, 0)
             seconds = await _ttft(client, model, longest, api_key)
             after = await _counted(scraper, metrics_urls, api_key, before, len(longest))
-            sources = ts.by_source(before, after, one_request=True)
+            sources = token_sources.by_source(before, after, one_request=True)
             fetch_note = dram_fetch_problem(sources, len(longest), align)
             if not fetch_note:
-                fetched.append((ts.DRAM, round(sources[ts.DRAM]), seconds))
+                fetched.append((token_sources.DRAM, round(sources[token_sources.DRAM]), seconds))
     source = (
         f"measured on the served layout: {len(misses)} unique prompts of {', '.join(map(str, lengths))} "
         f"tokens, each sent again"
@@ -134,11 +134,15 @@ def dram_fetch_problem(sources: dict[str, float], prompt: int, align: int) -> st
     served it, nothing below DRAM any of it, and no more than one unit of ``align`` tokens recomputed."""
     if not sources:
         return "the counters do not say where its tokens came from"
-    below = {t: v for t, v in sources.items() if t in (ts.DISK, ts.REMOTE, ts.OFFLOAD) and v > 0}
-    shown = ", ".join(f"{ts.LABELS[t]} {v:,.0f}" for t, v in sources.items() if v > 0)
-    if below or not sources.get(ts.DRAM):
+    below = {
+        t: v
+        for t, v in sources.items()
+        if t in (token_sources.DISK, token_sources.REMOTE, token_sources.OFFLOAD) and v > 0
+    }
+    shown = ", ".join(f"{token_sources.LABELS[t]} {v:,.0f}" for t, v in sources.items() if v > 0)
+    if below or not sources.get(token_sources.DRAM):
         return f"the counters say DRAM did not serve it ({shown} of {prompt:,} tokens)"
-    if sources.get(ts.RECOMPUTED, 0.0) > max(align, 1):
+    if sources.get(token_sources.RECOMPUTED, 0.0) > max(align, 1):
         return f"part of it was recomputed ({shown} of {prompt:,} tokens)"
     return ""
 
@@ -156,7 +160,7 @@ async def _counted(
     snap = await scrape(scraper, urls, api_key)
     deadline = time.monotonic() + wait_s
     while before is not None and time.monotonic() < deadline:
-        if sum(ts.by_source(before, snap).values()) >= prompt:
+        if sum(token_sources.by_source(before, snap).values()) >= prompt:
             break
         await asyncio.sleep(0.05)
         snap = await scrape(scraper, urls, api_key)
@@ -168,13 +172,13 @@ def predicted_ttft(costs: ServedCosts, prompts: list[int], per_request: dict[str
     without its own fetch figure (the disk tier, whose files sit in the page cache here) is taken
     at DRAM's."""
     fetch = dict(costs.fetch_s)
-    for tier in (ts.DISK, ts.REMOTE):
-        fetch.setdefault(tier, fetch.get(ts.DRAM, 0.0))
+    for tier in (token_sources.DISK, token_sources.REMOTE):
+        fetch.setdefault(tier, fetch.get(token_sources.DRAM, 0.0))
     at = ServedCosts(costs.hit_s, costs.miss_s, costs.linear_s, costs.quadratic_s, fetch, costs.source)
     out = []
     for i, prompt in enumerate(prompts):
-        engine = per_request.get(ts.ENGINE_CACHE, [0] * len(prompts))[i]
-        tiers = {t: rows[i] for t, rows in per_request.items() if t != ts.ENGINE_CACHE}
+        engine = per_request.get(token_sources.ENGINE_CACHE, [0] * len(prompts))[i]
+        tiers = {t: rows[i] for t, rows in per_request.items() if t != token_sources.ENGINE_CACHE}
         out.append(at.ttft(prompt, engine, tiers))
     return out
 

@@ -18,11 +18,11 @@ from typing import Any
 import httpx
 
 from kvstack.bench.correctness import Answer, cached_first, check_replayed, engine_of
+from kvstack.bench.request import check_correctness_count
 from kvstack.bench.schema import BenchResult, CorrectnessResult, LayoutResult, RequestRow
 from kvstack.bench.stats import cache_stats, summarize
 from kvstack.clients import metrics as m
-from kvstack.clients import quiet
-from kvstack.clients import token_sources as ts
+from kvstack.clients import quiet, token_sources
 from kvstack.clients.client import auth_headers, trusts_env
 from kvstack.clients.metrics import scrape_sync
 from kvstack.clients.reset import VLLM_RESET_PATH
@@ -30,7 +30,7 @@ from kvstack.errors import InputError, Interrupted, KvstackError
 from kvstack.planning.capacity import simulate_hierarchy
 from kvstack.redact import redact_url
 from kvstack.replay.calibrate import calibrate, predicted_ttft, summary
-from kvstack.replay.predict import Prediction, comparison, predict
+from kvstack.replay.predict import TierPrediction, comparison, predict
 from kvstack.replay.prompts import BlockTokens, ReplayShape, SentRequest, plan_requests, token_pool
 from kvstack.replay.replay import ReplayRun, replay
 from kvstack.replay.sizes import (
@@ -41,12 +41,12 @@ from kvstack.replay.sizes import (
     lmcache_levels,
 )
 from kvstack.replay.target import url_layout
-from kvstack.serving.served_layout import Layout, StartLayout
+from kvstack.serving.served_layout import ServedLayout, StartLayout
 from kvstack.traces.mooncake import read_trace
 from kvstack.traces.sample import sample_sessions, scale_blocks, session_key, with_requests
 
 UNBOUNDED = 1 << 40
-OFFLOADED = (ts.DRAM, ts.DISK, ts.REMOTE, ts.OFFLOAD)
+OFFLOADED = (token_sources.DRAM, token_sources.DISK, token_sources.REMOTE, token_sources.OFFLOAD)
 
 
 @dataclass(frozen=True)
@@ -69,11 +69,7 @@ class TraceArgs:
             raise InputError("--max-output-tokens must be at least 1", hint="e.g. --max-output-tokens 16")
         if self.concurrency < 1:
             raise InputError(f"--concurrency must be at least 1, not {self.concurrency}", hint="e.g. 1")
-        if not 0 <= self.check_correctness <= 1000:
-            raise InputError(
-                f"--check-correctness must be between 0 and 1000 requests, not {self.check_correctness}",
-                hint="e.g. --check-correctness 4",
-            )
+        check_correctness_count(self.check_correctness)
 
 
 @dataclass
@@ -121,7 +117,7 @@ def _model_card(base_url: str, api_key: str | None) -> dict[str, Any]:
     return data[0] if isinstance(data[0], dict) else {}
 
 
-def _status(layout: Layout, api_key: str | None) -> dict[str, Any] | None:
+def _status(layout: ServedLayout, api_key: str | None) -> dict[str, Any] | None:
     candidates = [layout.cache_server_url] if layout.cache_server_url else []
     candidates += [u.removesuffix("/metrics") for u in layout.metrics_urls[1:]]
     for url in candidates:
@@ -132,7 +128,9 @@ def _status(layout: Layout, api_key: str | None) -> dict[str, Any] | None:
     return None
 
 
-def _decide(layout: Layout, rows: list[Any], args: TraceArgs, api_key: str | None, model: str) -> Shared:
+def _decide(
+    layout: ServedLayout, rows: list[Any], args: TraceArgs, api_key: str | None, model: str
+) -> Shared:
     card = _model_card(layout.base_url, api_key)
     context = int(card.get("max_model_len") or 0) or (layout.plan.max_model_len if layout.plan else 0)
     if not context:
@@ -155,7 +153,7 @@ def _decide(layout: Layout, rows: list[Any], args: TraceArgs, api_key: str | Non
     return Shared(sent=sent, blocks=BlockTokens(pool, args.block_tokens, args.seed), shape=shape, notes=notes)
 
 
-def hierarchy_of(layout: Layout, run: ReplayRun, api_key: str | None) -> Hierarchy:
+def hierarchy_of(layout: ServedLayout, run: ReplayRun, api_key: str | None) -> Hierarchy:
     assert run.first is not None
     engine = engine_level(run.first)
     status = _status(layout, api_key)
@@ -176,7 +174,7 @@ def _bytes_per_token(status: dict[str, Any]) -> int:
     return max(1, used // objects // chunk) if objects else 1
 
 
-def _adapters(layout: Layout, status: dict[str, Any]) -> dict[str, str]:
+def _adapters(layout: ServedLayout, status: dict[str, Any]) -> dict[str, str]:
     if layout.plan is not None:
         return {t.kind: t.kind for t in layout.plan.offload_tiers if t.kind in ("disk", "remote")}
     out: dict[str, str] = {}
@@ -189,32 +187,41 @@ def _adapters(layout: Layout, status: dict[str, Any]) -> dict[str, str]:
     return out
 
 
-def measured_tokens(run: ReplayRun, per_request: bool) -> ts.Sources:
+def measured_tokens(run: ReplayRun, per_request: bool) -> token_sources.MeasuredSources:
     """Prompt tokens by source over the replay: the rows' own (one request per scrape) summed, else
     the run's counters, by clients/token_sources.py's one rule either way."""
     if per_request and all(r.recomputed_tokens is not None for r in run.rows):
         keys = {
-            ts.RECOMPUTED: "recomputed_tokens",
-            ts.ENGINE_CACHE: "engine_cache_tokens",
-            ts.DRAM: "dram_tokens",
-            ts.DISK: "disk_tokens",
-            ts.REMOTE: "remote_tokens",
-            ts.OFFLOAD: "offload_tokens",
+            token_sources.RECOMPUTED: "recomputed_tokens",
+            token_sources.ENGINE_CACHE: "engine_cache_tokens",
+            token_sources.DRAM: "dram_tokens",
+            token_sources.DISK: "disk_tokens",
+            token_sources.REMOTE: "remote_tokens",
+            token_sources.OFFLOAD: "offload_tokens",
         }
         tokens = {k: float(sum(getattr(r, f) or 0.0 for r in run.rows)) for k, f in keys.items()}
-        return ts.Sources(tokens, dict(run.derived))
+        return token_sources.MeasuredSources(tokens, dict(run.derived))
     assert run.first is not None and run.last is not None
-    return ts.sources(run.first, run.last)
+    return token_sources.sources(run.first, run.last)
 
 
-def unknown_tiers(layout: Layout, hierarchy: Hierarchy, measured: ts.Sources, connector: bool) -> str | None:
+def unknown_tiers(
+    layout: ServedLayout, hierarchy: Hierarchy, measured: token_sources.MeasuredSources, connector: bool
+) -> str | None:
     """Why the replay cannot be predicted: the server offloads to tiers whose sizes are not known."""
     levels = {lv.tier for lv in hierarchy.levels}
     offloaded = {t: v for t, v in measured.tokens.items() if t in OFFLOADED and v > 0}
-    missing = [t for t in offloaded if t not in levels and (t != ts.OFFLOAD or levels <= {ts.ENGINE_CACHE})]
-    if not missing and not (connector and levels <= {ts.ENGINE_CACHE}):
+    missing = [
+        t
+        for t in offloaded
+        if t not in levels and (t != token_sources.OFFLOAD or levels <= {token_sources.ENGINE_CACHE})
+    ]
+    if not missing and not (connector and levels <= {token_sources.ENGINE_CACHE}):
         return None
-    served = ", ".join(f"{ts.LABELS[t]} {v:,.0f} tokens" for t, v in offloaded.items()) or "a KV connector"
+    served = (
+        ", ".join(f"{token_sources.LABELS[t]} {v:,.0f} tokens" for t, v in offloaded.items())
+        or "a KV connector"
+    )
     head = (
         f"{layout.name} serves prompt tokens from offload tiers ({served}) whose sizes kvstack cannot read: "
     )
@@ -243,7 +250,7 @@ def ideal_prefixes(sent: list[SentRequest], block_tokens: int) -> list[int]:
 
 
 def run_layout_replay(
-    layout: Layout,
+    layout: ServedLayout,
     rows: list[Any],
     args: TraceArgs,
     shared: Shared,
@@ -259,29 +266,35 @@ def run_layout_replay(
     after the replay and set the TTFT model's prediction beside the measured (bench); tune predicts
     with its own calibration and skips it."""
     with quiet.hold(layout.base_url):  # the server's canary sends nothing while the replay measures
-        return _replay_layout(layout, rows, args, shared, model, api_key, timeout_s, on_row, ttft_check)
+        model = layout.served_model or model
+        if shared.blocks is None:
+            decided = _decide(layout, rows, args, api_key, model)
+            shared.sent, shared.blocks, shared.shape, shared.notes = (
+                decided.sent,
+                decided.blocks,
+                decided.shape,
+                decided.notes,
+            )
+        run, result, rows_out = _replay_rows(layout, args, shared, model, api_key, timeout_s, on_row)
+        if args.check_correctness:
+            result.correctness = _check_answers(
+                layout, run, rows_out, shared, args.check_correctness, model, api_key, timeout_s
+            )
+        compared = _compare(layout, run, rows_out, args, shared, model, api_key, ttft_check)
+    return result, rows_out, compared
 
 
-def _replay_layout(
-    layout: Layout,
-    rows: list[Any],
+def _replay_rows(
+    layout: ServedLayout,
     args: TraceArgs,
     shared: Shared,
     model: str,
     api_key: str | None,
     timeout_s: float,
     on_row: Any,
-    ttft_check: bool,
-) -> tuple[LayoutResult, list[RequestRow], dict[str, Any]]:
-    model = layout.served_model or model
-    if shared.blocks is None:
-        decided = _decide(layout, rows, args, api_key, model)
-        shared.sent, shared.blocks, shared.shape, shared.notes = (
-            decided.sent,
-            decided.blocks,
-            decided.shape,
-            decided.notes,
-        )
+) -> tuple[ReplayRun, LayoutResult, list[RequestRow]]:
+    """The replay itself: its run, the layout's result and its rows (each with the prefix an
+    unbounded cache would hold)."""
     assert shared.blocks is not None
     run = ReplayRun()
     aborted: str | None = "interrupted"
@@ -317,10 +330,20 @@ def _replay_layout(
             summary=summarize(rows_out),
             cache=cache_stats(first, last) if first is not None and last is not None else cache_stats_empty(),
         )
-    if args.check_correctness:
-        result.correctness = _check_answers(
-            layout, run, rows_out, shared, args.check_correctness, model, api_key, timeout_s
-        )
+    return run, result, rows_out
+
+
+def _compare(
+    layout: ServedLayout,
+    run: ReplayRun,
+    rows_out: list[RequestRow],
+    args: TraceArgs,
+    shared: Shared,
+    model: str,
+    api_key: str | None,
+    ttft_check: bool,
+) -> dict[str, Any]:
+    """Predicted vs measured prompt tokens per tier (and with ``ttft_check``, TTFT) for the replay."""
     done = [s for s in shared.sent if s.index in {r.index for r in rows_out}]
     hierarchy = hierarchy_of(layout, run, api_key)
     measured = measured_tokens(run, args.concurrency == 1)
@@ -341,11 +364,11 @@ def _replay_layout(
         compared["ttft"] = _ttft_check(
             layout, shared, hierarchy, prediction, rows_out, model, api_key, reset, why_not
         )
-    return result, rows_out, compared
+    return compared
 
 
 def _check_answers(
-    layout: Layout,
+    layout: ServedLayout,
     run: ReplayRun,
     rows: list[RequestRow],
     shared: Shared,
@@ -377,10 +400,10 @@ def _check_answers(
 
 
 def _ttft_check(
-    layout: Layout,
+    layout: ServedLayout,
     shared: Shared,
     hierarchy: Hierarchy,
-    prediction: Prediction,
+    prediction: TierPrediction,
     rows: list[RequestRow],
     model: str,
     api_key: str | None,
@@ -390,8 +413,8 @@ def _ttft_check(
     """The plan's TTFT model, with costs calibrated against this layout, on the requests sent,
     next to what they measured (no prediction where ``why_not`` says the tiers are unknown)."""
     assert shared.blocks is not None and shared.shape is not None
-    engine = next((lv for lv in hierarchy.levels if lv.tier == ts.ENGINE_CACHE), None)
-    offload = any(lv.tier != ts.ENGINE_CACHE for lv in hierarchy.levels)
+    engine = next((lv for lv in hierarchy.levels if lv.tier == token_sources.ENGINE_CACHE), None)
+    offload = any(lv.tier != token_sources.ENGINE_CACHE for lv in hierarchy.levels)
     pool = engine.unit_tokens * engine.nominal_blocks if engine is not None else None
     costs = asyncio.run(
         calibrate(

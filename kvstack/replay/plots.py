@@ -6,12 +6,12 @@ from pathlib import Path
 
 from kvstack.bench.plots import _figure, _save
 from kvstack.bench.schema import BenchResult
-from kvstack.clients import token_sources as ts
+from kvstack.clients import token_sources
 
 
 def prediction_plot(result: BenchResult, path: Path) -> Path:
     rows = [
-        (f"{c['layout']}\n{ts.LABELS.get(r['tier'], r['tier'])}", r["predicted"], r["measured"])
+        (f"{c['layout']}\n{token_sources.LABELS.get(r['tier'], r['tier'])}", r["predicted"], r["measured"])
         for c in (result.trace or {}).get("layouts", [])
         for r in c["tiers"]
     ]

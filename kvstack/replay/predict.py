@@ -2,8 +2,8 @@
 
 The simulation is planning's (``planning.capacity.simulate_hierarchy``): each level an LRU over
 what it sees, inclusive as LMCache's write-through tiers are, and without copying an L2 hit back
-into L1 where LMCache does not (``bench.trace_sizes.lmcache_hierarchy``). Measured shares come from the
-servers' counters (``runtime.token_sources``), so the two columns answer the same question: of all
+into L1 where LMCache does not (``replay.sizes.lmcache_hierarchy``). Measured shares come from the
+servers' counters (``clients.token_sources``), so the two columns answer the same question: of all
 prompt tokens sent, what share did each tier serve?
 """
 
@@ -13,12 +13,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvstack.clients import token_sources as ts
+from kvstack.clients import token_sources
 from kvstack.planning.capacity import simulate_hierarchy
 from kvstack.replay.prompts import SentRequest
 from kvstack.replay.sizes import Hierarchy
 
-TIERS: tuple[str, ...] = (ts.ENGINE_CACHE, ts.DRAM, ts.DISK, ts.REMOTE, ts.OFFLOAD, ts.RECOMPUTED)
+TIERS: tuple[str, ...] = (
+    token_sources.ENGINE_CACHE,
+    token_sources.DRAM,
+    token_sources.DISK,
+    token_sources.REMOTE,
+    token_sources.OFFLOAD,
+    token_sources.RECOMPUTED,
+)
 
 
 @dataclass(frozen=True)
@@ -43,7 +50,9 @@ class TierRow:
 
 
 @dataclass(frozen=True)
-class Prediction:
+class TierPrediction:
+    """What each tier of one served layout is predicted to serve of the prompt tokens a replay sent."""
+
     layout: str
     hierarchy: Hierarchy
     prompt_tokens: int
@@ -67,12 +76,14 @@ class Prediction:
         return out
 
 
-def predict(layout: str, sent: Sequence[SentRequest], hierarchy: Hierarchy, block_tokens: int) -> Prediction:
+def predict(
+    layout: str, sent: Sequence[SentRequest], hierarchy: Hierarchy, block_tokens: int
+) -> TierPrediction:
     """What each level of ``hierarchy`` serves of ``sent``, in the order they were sent."""
     requests = [s.as_trace() for s in sent]
     total = sum(s.prompt_tokens for s in sent)
     if not hierarchy.levels:
-        return Prediction(layout, hierarchy, total, {ts.RECOMPUTED: total}, {})
+        return TierPrediction(layout, hierarchy, total, {token_sources.RECOMPUTED: total}, {})
     result = simulate_hierarchy(
         requests,
         [lv.blocks for lv in hierarchy.levels],
@@ -82,13 +93,13 @@ def predict(layout: str, sent: Sequence[SentRequest], hierarchy: Hierarchy, bloc
         readmit=hierarchy.readmit,
     )
     tokens = {lv.tier: int(hit) for lv, hit in zip(hierarchy.levels, result.hit_tokens, strict=True)}
-    tokens[ts.RECOMPUTED] = result.recomputed_tokens
+    tokens[token_sources.RECOMPUTED] = result.recomputed_tokens
     per_request = {lv.tier: list(rows) for lv, rows in zip(hierarchy.levels, result.per_request, strict=True)}
-    return Prediction(layout, hierarchy, total, tokens, per_request)
+    return TierPrediction(layout, hierarchy, total, tokens, per_request)
 
 
 def comparison(
-    prediction: Prediction, measured_tokens: dict[str, float], no_prediction: str | None = None
+    prediction: TierPrediction, measured_tokens: dict[str, float], no_prediction: str | None = None
 ) -> dict[str, Any]:
     """results.json's per-layout comparison: sizes simulated, both columns, the gap per tier.
     ``no_prediction``: why the simulation cannot stand for this layout (its tiers are unknown):

@@ -20,7 +20,7 @@ from typing import Any
 
 from kvstack.bench.schema import RequestRow
 from kvstack.bench.stats import measured
-from kvstack.clients import token_sources as ts
+from kvstack.clients import token_sources
 from kvstack.clients.client import make_client
 from kvstack.clients.metrics import MetricsSnapshot, scrape
 from kvstack.clients.streaming import RequestResult, StreamClient
@@ -57,12 +57,12 @@ def _row(
         prompt_tokens=sent.prompt_tokens,
         expected_prefix_tokens=0,  # filled in by the session from the unbounded simulation
         **measured(res, started_at),
-        recomputed_tokens=get(ts.RECOMPUTED),
-        engine_cache_tokens=get(ts.ENGINE_CACHE),
-        dram_tokens=get(ts.DRAM),
-        disk_tokens=get(ts.DISK),
-        remote_tokens=get(ts.REMOTE),
-        offload_tokens=get(ts.OFFLOAD),
+        recomputed_tokens=get(token_sources.RECOMPUTED),
+        engine_cache_tokens=get(token_sources.ENGINE_CACHE),
+        dram_tokens=get(token_sources.DRAM),
+        disk_tokens=get(token_sources.DISK),
+        remote_tokens=get(token_sources.REMOTE),
+        offload_tokens=get(token_sources.OFFLOAD),
     )
 
 
@@ -126,7 +126,7 @@ async def replay(
                 if per_request:
                     after = await scrape(scraper, metrics_urls, api_key)
                     assert run.last is not None
-                    split = ts.sources(run.last, after, one_request=True)
+                    split = token_sources.sources(run.last, after, one_request=True)
                     sources = split.tokens
                     run.derived.update(split.derived)
                     run.last = after

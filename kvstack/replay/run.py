@@ -1,23 +1,25 @@
-"""One ``kvstack bench --trace`` invocation: check the target, replay, print and write the report."""
+"""One ``kvstack bench --trace`` invocation: check the target, replay, write the report and hand it
+to the events; and ``run_bench_command``, the one call of ``kvstack bench`` (it sits here, above
+bench, because it chooses between the trace replay and the workload bench)."""
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
-from rich.table import Table
-
-from kvstack.bench.command import _check_out, _metrics_url, normalize_url, raise_on_correctness, served_model
-from kvstack.bench.report import correctness_lines, environment, write_report
+from kvstack.bench.command import check_out, conclude, run_bench, target, write_files
+from kvstack.bench.events import BenchEvents
+from kvstack.bench.report import environment
+from kvstack.bench.request import BenchInputs
 from kvstack.bench.schema import BenchResult
-from kvstack.clients import token_sources as ts
-from kvstack.errors import EngineError, InputError
+from kvstack.errors import InputError
 from kvstack.redact import redact_url
 from kvstack.replay.command import TraceArgs, load_slice, run_trace
+from kvstack.serving.request import ServeRequest
 from kvstack.serving.served_layout import StartLayout
+from kvstack.serving.start_layout import sized_layout_starter
+from kvstack.traces.sample import parse_ratio
 
 PREDICTION_PLOT = "trace_prediction.png"
 
@@ -34,7 +36,6 @@ class TraceOptions:
     metrics_urls: list[str] = field(default_factory=list)
     timeout_s: float = 300.0
     out: Path | None = None
-    as_json: bool = False
     tier_sizes: dict[str, int | None] = field(default_factory=dict)
     lmcache: str | None = None  # --url: LMCache's cache server, as validate and top take it
     run_dir: Path | None = None  # --url: the kvstack serve run behind it (default: the newest serving it)
@@ -58,18 +59,18 @@ def _config(o: TraceOptions, base_url: str | None, model: str, metrics: list[str
     }
 
 
-def run_trace_bench(o: TraceOptions, start_layout: StartLayout | None) -> BenchResult:
-    _check_out(o.out)
+def run_trace_bench(
+    o: TraceOptions, start_layout: StartLayout | None, events: BenchEvents | None = None
+) -> BenchResult:
+    """Replay per layout, write the report (and the predicted vs measured plot), hand it to
+    ``events``, then raise what the replay ended with."""
+    events = events or BenchEvents()
+    check_out(o.out)
     o.replay.check()
     load_slice(o.replay)  # a bad trace is named before any server is asked
-    base_url = normalize_url(o.url) if o.url else None
-    metrics = [_metrics_url(u) for u in o.metrics_urls]
-    if base_url is not None:
-        model = o.model or served_model(base_url, o.api_key)
-    else:
-        model = o.model or ""
-        if not model or start_layout is None:
-            raise InputError("a replay needs --url or a layout kvstack serves", hint="add --url URL")
+    base_url, metrics, model = target(o.url, o.metrics_urls, o.model, o.api_key)
+    if base_url is None and (not model or start_layout is None):
+        raise InputError("a replay needs --url or a layout kvstack serves", hint="add --url URL")
     result, failure = run_trace(
         o.replay,
         url=base_url,
@@ -84,99 +85,53 @@ def run_trace_bench(o: TraceOptions, start_layout: StartLayout | None) -> BenchR
         lmcache=o.lmcache,
         run_dir=o.run_dir if base_url is not None else None,
     )
-    _emit(o, result)
-    if failure is not None:
-        raise failure
-    raise_on_correctness(result)
-    if result.requests and not any(r.ok for r in result.requests):
-        raise EngineError(
-            f"no request of the replay succeeded ({len(result.requests)} failed)",
-            hint="see requests.csv for every error" if o.out else "rerun with --out DIR to keep every error",
-        )
+    written = write_files(result, o.out)
+    if o.out is not None and written and result.trace and result.trace.get("layouts"):
+        from kvstack.replay.plots import prediction_plot  # matplotlib is slow to import: only when asked
+
+        written.append(prediction_plot(result, o.out / PREDICTION_PLOT))
+    events.report(result, written)
+    conclude(result, failure, f"no request of the replay succeeded ({len(result.requests)} failed)", o.out)
     return result
 
 
-def _pct(x: float | None) -> str:
-    return "-" if x is None else f"{x * 100:.1f}%"
-
-
-def prediction_table(result: BenchResult) -> Table:
-    table = Table(title="Predicted vs measured: share of prompt tokens served, per tier")
-    for col in ("layout", "tier", "size (tokens)", "predicted", "measured", "gap (points)"):
-        table.add_column(col, justify="left" if col in ("layout", "tier") else "right")
-    for cmp_ in (result.trace or {}).get("layouts", []):
-        sizes = {lv["tier"]: lv["tokens"] for lv in cmp_["hierarchy"]["levels"]}
-        for row in cmp_["tiers"]:
-            gap = row["gap_points"]
-            size = sizes.get(row["tier"])
-            table.add_row(
-                cmp_["layout"],
-                ts.LABELS.get(row["tier"], row["tier"]),
-                "-" if size is None else f"{size:,}",
-                _pct(row["predicted"]),
-                _pct(row["measured"]),
-                "-" if gap is None else f"{gap:+.1f}",
-            )
-    return table
-
-
-def ttft_table(result: BenchResult) -> Table:
-    table = Table(title="TTFT and prompt tokens by source, per layout")
-    per_layout = {c["layout"]: c["measured_tokens"] for c in (result.trace or {}).get("layouts", [])}
-    by_layout = {lay.name: per_layout.get(lay.name) or lay.cache.tokens_by_source for lay in result.layouts}
-    sources = [s for s in ts.SOURCES if any(tokens.get(s) for tokens in by_layout.values())]
-    predicted = {
-        c["layout"]: (c.get("ttft") or {}).get("predicted") or {}
-        for c in (result.trace or {}).get("layouts", [])
-    }
-    columns = ["layout", "requests", "TTFT p50 ms", "TTFT p90 ms", "predicted p50 / p90 ms"]
-    for col in [*columns, *[ts.LABELS[s] for s in sources]]:
-        table.add_column(col, justify="left" if col == "layout" else "right")
-    for lay in result.layouts:
-        t = lay.summary.ttft_s
-        tokens = by_layout[lay.name]
-        p = predicted.get(lay.name) or {}
-        table.add_row(
-            lay.name,
-            f"{lay.summary.ok}/{lay.summary.requests}",
-            "-" if t is None else f"{t.p50 * 1000:.1f}",
-            "-" if t is None else f"{t.p90 * 1000:.1f}",
-            f"{_ms(p.get('p50_s'))} / {_ms(p.get('p90_s'))}",
-            *[f"{tokens.get(s, 0.0):,.0f}" for s in sources],
-        )
-    return table
-
-
-def _ms(seconds: float | None) -> str:
-    return "-" if seconds is None else f"{seconds * 1000:.1f}"
-
-
-def _emit(o: TraceOptions, result: BenchResult) -> None:
-    written: list[Path] = []
-    if o.out is not None and (result.requests or result.layouts):
-        written = write_report(result, o.out)
-        if result.trace and result.trace.get("layouts"):
-            from kvstack.replay.plots import prediction_plot
-
-            written.append(prediction_plot(result, o.out / PREDICTION_PLOT))
-    if o.as_json:
-        sys.stdout.write(result.model_dump_json(by_alias=True, indent=1) + "\n")
-        return
-    console = Console()
-    info = result.trace or {}
-    console.print(
-        f"trace {info.get('source')}: {info.get('requests_sent')} requests, "
-        f"{info.get('prompt_tokens') or 0:,} prompt tokens, blocks of {info.get('block_tokens')} tokens; "
-        f"an unbounded cache serves {_pct(info.get('unbounded_hit_ratio'))}",
-        markup=False,
-        highlight=False,
+def trace_options(request: BenchInputs) -> TraceOptions:
+    """``bench --trace``'s inputs from the request (the session sample's ratio read here)."""
+    assert request.trace is not None
+    sample = request.session_sample
+    return TraceOptions(
+        TraceArgs(
+            path=request.trace,
+            start=request.start,
+            max_requests=request.max_requests,
+            session_sample=parse_ratio(sample) if sample else None,
+            block_tokens=request.block_tokens,
+            time_scale=request.time_scale,
+            max_output_tokens=request.max_output_tokens,
+            concurrency=request.concurrency or 1,
+            seed=request.seed,
+            check_correctness=request.check_correctness,
+        ),
+        url=request.url,
+        model=request.model,
+        api_key=request.api_key,
+        compare=request.layouts(),
+        metrics_urls=request.metrics_urls,
+        timeout_s=request.timeout_s,
+        out=request.out,
+        tier_sizes=request.sizes.to_dict(),
+        lmcache=request.lmcache,
+        run_dir=request.run_dir if request.url else None,
     )
-    for note in info.get("notes", []):
-        console.print(f"note: {note}", markup=False, highlight=False)
-    console.print(ttft_table(result))
-    console.print(prediction_table(result))
-    for line in correctness_lines(result):
-        console.print(line, markup=False, highlight=False)
-    err = Console(stderr=True)
-    for path in written:
-        err.print(f"wrote {path}", markup=False, highlight=False)
+
+
+def run_bench_command(
+    request: BenchInputs, serve: ServeRequest | None, events: BenchEvents | None = None
+) -> BenchResult:
+    """``kvstack bench``: on the layouts ``serve`` starts in turn (None: the server at --url), the
+    trace replay with --trace, else the workload bench."""
+    events = events or BenchEvents()
+    start_layout = None if serve is None else sized_layout_starter(serve, request.sizes, events.serving)
+    if request.trace is not None:
+        return run_trace_bench(trace_options(request), start_layout, events)
+    return run_bench(request.bench_args(), start_layout, events)

@@ -20,7 +20,7 @@ from kvstack.errors import InputError, KvstackError
 from kvstack.planning.schema import Plan
 from kvstack.redact import redact_url
 from kvstack.rundir import LAUNCH_JSON, PLAN_JSON, default_runs_root
-from kvstack.serving.served_layout import Layout
+from kvstack.serving.served_layout import ServedLayout
 from kvstack.top.targets import Targets, from_run_dir, normalize_base
 from kvstack.userfile import read_json_object, read_model
 
@@ -86,7 +86,7 @@ def url_layout(
     lmcache: str | None = None,
     run_dir: Path | None = None,
     runs_root: Path | None = None,
-) -> tuple[Layout, list[str]]:
+) -> tuple[ServedLayout, list[str]]:
     """The layout behind ``url`` with whatever is known of its tiers, and notes on where from."""
     metrics = [url + "/metrics", *metrics_urls]
     notes: list[str] = []
@@ -123,7 +123,7 @@ def url_layout(
         )
     if cache_server is not None and cache_server + "/metrics" not in metrics:
         metrics.append(cache_server + "/metrics")
-    layout = Layout(
+    layout = ServedLayout(
         SERVER,
         url,
         tuple(dict.fromkeys(metrics)),

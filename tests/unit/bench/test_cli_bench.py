@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import io
 import json
 import socket
 from pathlib import Path
 
 import pytest
-from rich.console import Console
 
-from kvstack.bench.progress import ProgressView
 from kvstack.bench.report import load_result
-from kvstack.bench.runner import Progress
 from kvstack.cli.app import run
 from tests.support.stream_server import ServerKnobs, StreamServer
 
@@ -138,15 +134,6 @@ def test_tier_overflow_rereads_come_from_the_lower_tier(capsys: pytest.CaptureFi
     by_source = reread["cache"]["cached_tokens_by_source"]
     assert by_source["host"] > 0 and by_source.get("device", 0) == 0  # the GPU pool was overflowed
     assert reread["cache"]["token_hit_rate"] > 0.5
-
-
-def test_progress_bar_shows_live_counts() -> None:
-    buf = io.StringIO()
-    console = Console(file=buf, force_terminal=True, width=120)
-    with ProgressView(enabled=True, total=4, console=console) as view:
-        view.update(Progress("none", 0, "warm-up", 3, 4, 2, 1, 1))
-    text = buf.getvalue()
-    assert "none warm-up" in text and "3/4" in text and "errors 1" in text
 
 
 def test_lmcache_needs_url_and_run_dir_with_url_needs_trace(capsys: pytest.CaptureFixture[str]) -> None:

@@ -10,7 +10,7 @@ import pytest
 from kvstack.bench.command import BenchArgs, normalize_url, run_bench
 from kvstack.bench.report import load_result
 from kvstack.errors import EngineError, InputError, NetworkTargetError, ValidationFailed
-from kvstack.serving.served_layout import Layout
+from kvstack.serving.served_layout import ServedLayout
 from tests.support.stream_server import ServerKnobs, StreamServer
 
 
@@ -35,12 +35,12 @@ def test_normalize_url_refuses(url: str) -> None:
 
 def test_compare_runs_each_layout_and_writes_them_side_by_side(tmp_path: Path) -> None:
     @contextlib.contextmanager
-    def start(name: str) -> Iterator[Layout]:
+    def start(name: str) -> Iterator[ServedLayout]:
         with StreamServer(ServerKnobs(connector=None if name == "none" else "native")) as srv:
-            yield Layout(name, srv.url, (srv.url + "/metrics",))
+            yield ServedLayout(name, srv.url, (srv.url + "/metrics",))
 
     args = BenchArgs(url=None, model="demo-model", workload="long-doc-qa", requests=8, prompt_tokens=256,
-                     compare=["none", "native"], out=tmp_path, as_json=True)  # fmt: skip
+                     compare=["none", "native"], out=tmp_path)  # fmt: skip
     result = run_bench(args, start_layout=start)
     assert [lay.name for lay in result.layouts] == ["none", "native"]
     back = load_result(tmp_path)
@@ -55,13 +55,13 @@ def test_a_dead_engine_keeps_the_rows_in_the_report(tmp_path: Path) -> None:
             raise EngineError("vllm exited with code 1 during the bench", hint="see the log")
 
     @contextlib.contextmanager
-    def start(name: str) -> Iterator[Layout]:
+    def start(name: str) -> Iterator[ServedLayout]:
         with StreamServer(ServerKnobs(base_ttft_s=0.05)) as srv:
             deadline.append(time.monotonic() + 0.5)
-            yield Layout(name, srv.url, (), check_alive=check)
+            yield ServedLayout(name, srv.url, (), check_alive=check)
 
     args = BenchArgs(url=None, model="demo-model", workload="random", requests=500, prompt_tokens=64,
-                     concurrency=2, compare=["none"], out=tmp_path, as_json=True)  # fmt: skip
+                     concurrency=2, compare=["none"], out=tmp_path)  # fmt: skip
     with pytest.raises(EngineError, match="exited with code 1"):
         run_bench(args, start_layout=start)
     result = load_result(tmp_path)
@@ -83,20 +83,20 @@ def test_plan_file_errors_are_input_errors(tmp_path: Path) -> None:
     with StreamServer(ServerKnobs()) as srv:
         for plan in (bad, tmp_path / "missing.json"):
             with pytest.raises(InputError, match="--plan"):
-                run_bench(BenchArgs(url=srv.url, workload="tier-overflow", plan_file=plan, as_json=True))
+                run_bench(BenchArgs(url=srv.url, workload="tier-overflow", plan_file=plan))
 
 
 def test_served_tier_overflow_is_sized_by_the_first_layouts_server(tmp_path: Path) -> None:
     """Without --url or --plan, the first layout's /metrics (its cache size) sizes tier-overflow."""
 
     @contextlib.contextmanager
-    def start(name: str) -> Iterator[Layout]:
+    def start(name: str) -> Iterator[ServedLayout]:
         knobs = ServerKnobs(num_gpu_blocks=64, block_size=16, connector=None if name == "none" else "native")
         with StreamServer(knobs) as srv:
-            yield Layout(name, srv.url, (srv.url + "/metrics",))
+            yield ServedLayout(name, srv.url, (srv.url + "/metrics",))
 
     args = BenchArgs(url=None, model="demo-model", workload="tier-overflow", prompt_tokens=256,
-                     output_tokens=1, compare=["none", "native"], out=tmp_path, as_json=True)  # fmt: skip
+                     output_tokens=1, compare=["none", "native"], out=tmp_path)  # fmt: skip
     result = run_bench(args, start_layout=start)
     assert result.workload["shape"]["gpu_tokens"] == 1024
     assert result.workload["shape"]["working_set_tokens"] > 1024
@@ -106,12 +106,12 @@ def test_served_tier_overflow_is_sized_by_the_first_layouts_server(tmp_path: Pat
 
 def test_served_tier_overflow_without_cache_sizes_says_what_to_pass(tmp_path: Path) -> None:
     @contextlib.contextmanager
-    def start(name: str) -> Iterator[Layout]:
+    def start(name: str) -> Iterator[ServedLayout]:
         with StreamServer(ServerKnobs()) as srv:
-            yield Layout(name, srv.url, ())  # no /metrics: no cache size to read
+            yield ServedLayout(name, srv.url, ())  # no /metrics: no cache size to read
 
     args = BenchArgs(url=None, model="demo-model", workload="tier-overflow", prompt_tokens=256,
-                     compare=["none"], out=tmp_path, as_json=True)  # fmt: skip
+                     compare=["none"], out=tmp_path)  # fmt: skip
     with pytest.raises(InputError, match="tier-overflow needs the size of the GPU pool"):
         run_bench(args, start_layout=start)
 
@@ -123,14 +123,13 @@ def test_check_correctness_compares_cached_answers_with_recompute(
     """A tier that counts hits but returns other tokens is caught; a sound one matches."""
 
     @contextlib.contextmanager
-    def start(name: str) -> Iterator[Layout]:
+    def start(name: str) -> Iterator[ServedLayout]:
         knobs = ServerKnobs(num_gpu_blocks=64, block_size=16, connector="native", corrupt_tier_from=corrupt)
         with StreamServer(knobs) as srv:
-            yield Layout(name, srv.url, (srv.url + "/metrics",))
+            yield ServedLayout(name, srv.url, (srv.url + "/metrics",))
 
     args = BenchArgs(url=None, model="demo-model", workload="tier-overflow", prompt_tokens=256,
-                     output_tokens=1, compare=["native"], check_correctness=2, out=tmp_path,
-                     as_json=True)  # fmt: skip
+                     output_tokens=1, compare=["native"], check_correctness=2, out=tmp_path)  # fmt: skip
     if not failed:
         result = run_bench(args, start_layout=start)
         (layout,) = result.layouts

@@ -18,7 +18,7 @@ import pytest
 from kvstack.bench.command import BenchArgs, run_bench
 from kvstack.bench.report import load_result
 from kvstack.cli.app import run
-from kvstack.serving.served_layout import Layout
+from kvstack.serving.served_layout import ServedLayout
 from tests.support.stream_server import ServerKnobs, StreamServer
 from tests.unit.replay.test_replay import write_trace
 
@@ -81,14 +81,13 @@ def test_a_replay_whose_tier_serves_wrong_tokens_fails(
 
 def test_sglang_answers_are_scored_with_sglangs_own_request(tmp_path: Path) -> None:
     @contextlib.contextmanager
-    def start(name: str) -> Iterator[Layout]:
+    def start(name: str) -> Iterator[ServedLayout]:
         knobs = ServerKnobs(engine="sglang", num_gpu_blocks=64, block_size=16, connector="hicache")
         with StreamServer(knobs) as srv:
-            yield Layout(name, srv.url, (srv.url + "/metrics",))
+            yield ServedLayout(name, srv.url, (srv.url + "/metrics",))
 
     args = BenchArgs(url=None, model="demo-model", workload="tier-overflow", prompt_tokens=256,
-                     output_tokens=1, compare=["hicache"], check_correctness=2, out=tmp_path,
-                     as_json=True)  # fmt: skip
+                     output_tokens=1, compare=["hicache"], check_correctness=2, out=tmp_path)  # fmt: skip
     result = run_bench(args, start_layout=start)
     c = result.layouts[0].correctness
     assert c is not None and (c.checked, c.passed) == (2, 2), c

@@ -26,7 +26,7 @@ from kvstack.bench.text import TextBuilder
 from kvstack.bench.tokenize import EstimateTokenizer
 from kvstack.bench.workloads import RequestSet, WorkloadSpec, build_workload
 from kvstack.errors import EngineError, InputError
-from kvstack.serving.served_layout import Layout
+from kvstack.serving.served_layout import ServedLayout
 from tests.support.stream_server import ServerKnobs, StreamServer
 
 BUILDER = TextBuilder(EstimateTokenizer())
@@ -62,7 +62,7 @@ def _workload(name: str = "random", requests: int = 8, prompt_tokens: int = 64, 
 
 def _run(srv: StreamServer, workload: RequestSet, **opts: Any) -> tuple[LayoutResult, Recorder]:
     rec = Recorder(workload)
-    layout = Layout("l", srv.url, (srv.url + "/metrics",))
+    layout = ServedLayout("l", srv.url, (srv.url + "/metrics",))
     options = RunOptions(model=srv.knobs.model, **{"concurrency": 4, **opts})
     result = asyncio.run(run_layout(layout, workload, options, rec))
     return result, rec
@@ -166,7 +166,7 @@ def test_progress_callback_counts_live() -> None:
     with StreamServer(ServerKnobs(status=500)) as srv:
         rec = Recorder(workload)
         opts = RunOptions(model="demo-model", concurrency=2)
-        asyncio.run(run_layout(Layout("p", srv.url), workload, opts, rec, seen.append))
+        asyncio.run(run_layout(ServedLayout("p", srv.url), workload, opts, rec, seen.append))
     assert [p.done for p in seen] == [1, 2, 3, 4, 5, 6]
     assert seen[-1].errors == 6 and seen[-1].ok == 0 and seen[-1].total == 6
     assert all(0 <= p.in_flight <= 2 for p in seen)
@@ -182,7 +182,7 @@ def test_a_dead_engine_stops_the_run_within_two_seconds_and_keeps_rows() -> None
     workload = _workload(requests=200, output_tokens=2)
     with StreamServer(ServerKnobs(base_ttft_s=0.05)) as srv:
         rec = Recorder(workload)
-        layout = Layout("dies", srv.url, (), check_alive=check)
+        layout = ServedLayout("dies", srv.url, (), check_alive=check)
         died_at.append(time.monotonic() + 0.4)
         t0 = time.monotonic()
         with pytest.raises(EngineError, match="137"):
@@ -198,11 +198,11 @@ def test_compare_loop_starts_each_layout_with_the_same_workload() -> None:
     started: list[str] = []
 
     @contextlib.contextmanager
-    def start_layout(name: str) -> Iterator[Layout]:
+    def start_layout(name: str) -> Iterator[ServedLayout]:
         knobs = ServerKnobs(base_ttft_s=0.01 if name == "fast" else 0.08, prefill_s_per_token=0.0)
         with StreamServer(knobs) as srv:
             started.append(name)
-            yield Layout(name, srv.url, (srv.url + "/metrics",))
+            yield ServedLayout(name, srv.url, (srv.url + "/metrics",))
 
     workload = _workload("shared-prefix", requests=6, prompt_tokens=200)
     rec = Recorder(workload)

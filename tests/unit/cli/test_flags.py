@@ -7,6 +7,7 @@ from typing import Annotated, Any
 
 import pytest
 import typer
+from pydantic import Field
 from typer.testing import CliRunner
 
 from kvstack.cli.flags import Pick, command
@@ -17,6 +18,9 @@ class Knobs(Inputs):
     name: Annotated[str, flag("--name", "-n", help="A name.", choices=("a", "b"))] = "a"
     count: Annotated[int | None, flag("--count", help="At least 1.", ge=1)] = None
     loud: Annotated[bool, flag("--loud", help="Say more.")] = False
+    tags: Annotated[list[str], flag("--tag", help="Repeatable; none by default.")] = Field(
+        default_factory=list
+    )
 
 
 # Module-level, as a command's aliases are: typer resolves the annotations by name.
@@ -53,7 +57,9 @@ def test_flags_reach_the_model_and_plain_options_stay_typers() -> None:
 
     result = CliRunner().invoke(_app(register), ["go", "-n", "b", "--count", "3", "--loud", "--model", "m"])
     assert result.exit_code == 0, result.output
-    assert got["knobs"] == Knobs(name="b", count=3, loud=True)
+    assert got["knobs"] == Knobs(name="b", count=3, loud=True)  # --tag not given: a list's default
+    result = CliRunner().invoke(_app(register), ["go", "--tag", "x", "--tag", "y", "--model", "m"])
+    assert result.exit_code == 0 and got["knobs"].tags == ["x", "y"]
     assert got["req"].model == "m" and got["verbose"] is False
 
 

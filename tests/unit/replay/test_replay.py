@@ -95,7 +95,6 @@ def test_a_replay_writes_rows_with_sources_and_predicted_vs_measured(
                 url=srv.url,
                 lmcache=srv.url,  # the stand-in is its own cache server (/status, lmcache_mp_*)
                 out=out,
-                as_json=True,
             ),
             None,
         )
@@ -219,7 +218,6 @@ def _replay(
                     concurrency=concurrency,
                 ),
                 url=srv.url,  # its /metrics has the cache server's counters too
-                as_json=True,
             ),
             None,
         )
@@ -293,7 +291,7 @@ def test_an_engine_that_dies_mid_replay_ends_it_with_its_error(tmp_path: Path) -
     from collections.abc import Iterator
 
     from kvstack.errors import EngineError
-    from kvstack.serving.served_layout import Layout
+    from kvstack.serving.served_layout import ServedLayout
 
     sent: list[int] = []
 
@@ -303,13 +301,13 @@ def test_an_engine_that_dies_mid_replay_ends_it_with_its_error(tmp_path: Path) -
             raise EngineError("vllm exited with code 1 during the bench of layout none", hint="see its log")
 
     @contextlib.contextmanager
-    def start(name: str) -> Iterator[Layout]:
+    def start(name: str) -> Iterator[ServedLayout]:
         with StreamServer(ServerKnobs()) as srv:
-            yield Layout(name, srv.url, (srv.url + "/metrics",), check_alive=check)
+            yield ServedLayout(name, srv.url, (srv.url + "/metrics",), check_alive=check)
 
     out = tmp_path / "out"
     args = TraceArgs(path=write_trace(tmp_path / "t.jsonl"), block_tokens=32, time_scale=0.0)
-    opts = TraceOptions(args, model="demo-model", compare=["none"], out=out, as_json=True)
+    opts = TraceOptions(args, model="demo-model", compare=["none"], out=out)
     # The engine's own error (one line for the CLI), not the task group that carried it.
     with pytest.raises(EngineError, match="exited with code 1"):
         run_trace_bench(opts, start)

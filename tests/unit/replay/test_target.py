@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from kvstack.errors import InputError
+from kvstack.rendering.bench import bench_events
 from kvstack.replay.command import TraceArgs
 from kvstack.replay.run import TraceOptions, run_trace_bench
 from kvstack.replay.target import url_layout
@@ -56,7 +57,6 @@ def replay(tmp_path: Path, url: str, **options: Any) -> dict[str, Any]:
                 path=write_trace(tmp_path / "t.jsonl"), block_tokens=32, time_scale=0.0, max_output_tokens=2
             ),
             url=url,
-            as_json=True,
             **options,
         ),
         None,
@@ -126,6 +126,7 @@ def test_the_table_prints_no_predicted_share_and_the_note(
                 url=srv.url,
             ),
             None,
+            bench_events(json_mode=False),
         )
     out = capsys.readouterr().out
     assert "note: server: no prediction: server serves prompt tokens from offload tiers" in " ".join(

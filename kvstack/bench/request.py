@@ -1,0 +1,226 @@
+"""What a user asks ``kvstack bench`` for, checked: a workload bench or (``trace``) a trace replay,
+against ``url`` or against layouts kvstack serves. Every combination of flags that cannot work is
+refused here, before a server is asked or started."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Self
+
+from pydantic import Field, model_validator
+
+from kvstack.bench.command import BenchArgs
+from kvstack.errors import InputError
+from kvstack.flags import Inputs, flag
+from kvstack.names import OFFLOAD_CHOICES, choice
+from kvstack.serving.start_layout import TierOverrides
+from kvstack.units import parse_bytes, parse_tokens
+
+
+def check_correctness_count(k: int) -> None:
+    """--check-correctness K: how many answers a recompute judges per layout."""
+    if not 0 <= k <= 1000:
+        raise InputError(
+            f"--check-correctness must be between 0 and 1000 requests, not {k}",
+            hint="e.g. --check-correctness 4",
+        )
+
+
+def compare_names(values: list[str]) -> list[str]:
+    """``--compare a,b --compare c`` -> ``[a, b, c]``, each once, blanks dropped."""
+    names: list[str] = []
+    for value in values:
+        for name in value.split(","):
+            name = name.strip()
+            if name and name not in names:
+                names.append(name)
+    return names
+
+
+class BenchInputs(Inputs):
+    """The flags of ``kvstack bench`` as given (sizes and counts still text); checked when made."""
+
+    url: Annotated[str | None, flag("--url", help="A running server, e.g. http://127.0.0.1:8000")] = None
+    model: Annotated[str | None, flag("--model", help="Served model name (default: from /v1/models)")] = None
+    api_key: str | None = Field(default=None, repr=False)  # ApiKeyInputs.value()
+    workload: Annotated[
+        str,
+        flag("--workload", help="long-doc-qa, multi-turn, shared-prefix, tier-overflow or random"),
+    ] = "long-doc-qa"
+    requests: Annotated[int, flag("--requests", help="Requests in all (per layout)")] = 64
+    concurrency: Annotated[
+        int | None,
+        flag(
+            "--concurrency", help="Requests in flight at once (default 8, tier-overflow 1; excludes --rate)"
+        ),
+    ] = None
+    rate: Annotated[
+        float | None,
+        flag("--rate", help="Poisson arrivals, requests/s (seeded; excludes --concurrency)"),
+    ] = None
+    prompt_tokens: Annotated[str, flag("--prompt-tokens", help="Prompt length, e.g. 2048 or 8k")] = "2048"
+    output_tokens: Annotated[int, flag("--output-tokens", help="Tokens generated per request")] = 16
+    seed: Annotated[
+        int,
+        flag(
+            "--seed", help="Same seed, same prompts and arrivals; a new seed misses every earlier run's cache"
+        ),
+    ] = 0
+    compare: Annotated[
+        list[str],
+        flag("--compare", help="Layouts to start and compare in turn (repeat or comma-separate)"),
+    ] = Field(default_factory=list)
+    plan_file: Annotated[
+        Path | None, flag("--plan", help="A plan JSON (kvstack plan --json) that sizes tier-overflow")
+    ] = None
+    metrics_urls: Annotated[
+        list[str],
+        flag("--metrics-url", help="Extra /metrics to read hit counters from (e.g. an LMCache server)"),
+    ] = Field(default_factory=list)
+    timeout_s: Annotated[float, flag("--timeout", help="Per-request timeout, seconds")] = 300.0
+    check_correctness: Annotated[
+        int,
+        flag(
+            "--check-correctness",
+            help="After each layout: generate K of the last round's prompts greedily as served from "
+            "cache (--trace: K of the replayed answers the caches served most of) and have a recompute "
+            "score every token, in the engine's own request; a token outside its margin fails (exit 1)",
+            metavar="K",
+        ),
+    ] = 0
+    out: Annotated[Path | None, flag("--out", help="Write results.json, requests.csv and plots here")] = None
+    # The one layout served when --compare names none (checked as a layout: with --url it is unused).
+    offload: Annotated[str, flag("--offload", help="auto, lmcache, lmcache-mp, native, hicache or none.")] = (
+        "auto"
+    )
+    run_dir: Annotated[
+        Path | None,
+        flag(
+            "--run-dir",
+            help="Without --url: where each layout's logs go; --trace with --url: the kvstack serve run "
+            "behind it, whose tiers the replay predicts (default: the newest run serving --url)",
+        ),
+    ] = None
+    lmcache: Annotated[
+        str | None,
+        flag(
+            "--lmcache",
+            help="With --url: LMCache's cache server HTTP address (lmcache server --http-port), e.g. "
+            "http://127.0.0.1:8002: its counters say which tier served each token, and --trace sizes "
+            "the tiers from its /status",
+            show_default=False,
+        ),
+    ] = None
+    trace: Annotated[
+        Path | None,
+        flag("--trace", help="Replay a Mooncake-format trace (JSONL: timestamp, input_length, hash_ids)"),
+    ] = None
+    start: Annotated[int, flag("--start", help="--trace: skip this many rows first")] = 0
+    max_requests: Annotated[
+        int | None, flag("--max-requests", help="--trace: replay at most this many rows (after the sample)")
+    ] = None
+    session_sample: Annotated[
+        str | None,
+        flag(
+            "--session-sample",
+            "--trace-sample",
+            help="--trace: keep this share of sessions (0.025, 1/40, 2.5%; as plan --trace-sample)",
+        ),
+    ] = None
+    block_tokens: Annotated[
+        int, flag("--block-tokens", help="--trace: tokens per hash block (the trace's 512, scaled to fit)")
+    ] = 64
+    time_scale: Annotated[
+        float,
+        flag("--time-scale", help="--trace: arrival = timestamp x this (0.01: 100x faster; 0: back to back)"),
+    ] = 1.0
+    max_output_tokens: Annotated[
+        int, flag("--max-output-tokens", help="--trace: cap on each request's output length from the trace")
+    ] = 16
+    l1_size: Annotated[
+        str | None,
+        flag("--l1-size", help="Without --url: LMCache's DRAM tier size for every layout (e.g. 64MiB)"),
+    ] = None
+    disk_size: Annotated[
+        str | None,
+        flag("--disk-size", help="Without --url: the disk tier's cap for every layout (e.g. 8MiB)"),
+    ] = None
+    extra_args: list[str] = Field(default_factory=list)  # for the engines kvstack starts
+
+    @model_validator(mode="after")
+    def _check(self) -> Self:
+        url = self.url
+        if self.concurrency is not None and self.rate is not None:
+            raise InputError(
+                "--concurrency and --rate exclude each other",
+                hint="use --concurrency C (closed loop) or --rate R (Poisson arrivals), not both",
+            )
+        check_correctness_count(self.check_correctness)
+        if compare_names(self.compare) and url:
+            raise InputError(
+                "--compare starts its own servers and cannot be combined with --url",
+                hint="drop --url, or bench the running server alone",
+            )
+        if url and self.extra_args:
+            raise InputError(
+                f"engine arguments ({' '.join(self.extra_args)}) need a server that kvstack starts, "
+                "not --url",
+                hint="drop --url, or pass them to the server you started",
+            )
+        sizes = self.sizes
+        if self.lmcache and not url:
+            raise InputError(
+                "--lmcache names the cache server of a running server (--url); a layout kvstack "
+                "serves is known already",
+                hint="drop --lmcache, or add --url",
+            )
+        if url and self.run_dir is not None and self.trace is None:
+            raise InputError(
+                "--run-dir with --url is read by --trace only (the serve run behind the server)",
+                hint="drop --run-dir, or add --trace FILE",
+            )
+        if url and not sizes.empty:
+            raise InputError(
+                "--l1-size/--disk-size size the tiers of a server kvstack starts, not --url",
+                hint="drop --url, or size the server you started",
+            )
+        sizes.check()
+        self.layouts()  # each an --offload choice: refused here, before the CLI reads --engine
+        return self
+
+    @property
+    def sizes(self) -> TierOverrides:
+        """--l1-size/--disk-size: the offload tiers of every layout kvstack serves."""
+        return TierOverrides(
+            cpu_bytes=parse_bytes(self.l1_size, "--l1-size") if self.l1_size else None,
+            disk_bytes=parse_bytes(self.disk_size, "--disk-size") if self.disk_size else None,
+        )
+
+    def layouts(self) -> list[str]:
+        """The layouts kvstack serves in turn (--compare, else --offload); none with --url."""
+        if self.url:
+            return []
+        names = compare_names(self.compare)
+        flag = "--compare" if names else "--offload"  # a layout is an --offload choice
+        return [choice(n, OFFLOAD_CHOICES, flag) for n in names or [self.offload]]
+
+    def bench_args(self) -> BenchArgs:
+        """The workload bench's inputs (without --trace)."""
+        return BenchArgs(
+            url=self.url,
+            model=self.model,
+            api_key=self.api_key,
+            workload=self.workload,
+            requests=self.requests,
+            concurrency=self.concurrency if self.rate is None else None,
+            rate=self.rate,
+            prompt_tokens=parse_tokens(self.prompt_tokens, "--prompt-tokens"),
+            output_tokens=self.output_tokens,
+            seed=self.seed,
+            compare=self.layouts(),
+            plan_file=self.plan_file,
+            metrics_urls=[*self.metrics_urls, *([self.lmcache] if self.lmcache else [])],
+            timeout_s=self.timeout_s,
+            check_correctness=self.check_correctness,
+            out=self.out,
+        )
