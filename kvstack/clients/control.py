@@ -7,7 +7,7 @@ its environment (KVSTACK_CONTROL_TOKEN, as the key goes), and keeps it in ``RUN_
 too, key or no key: any local user reaches 127.0.0.1, none can read the token.
 
 Clients find it two ways: ``read_control_token(run_dir)`` for a command given the run dir, and
-``token_for(base_url)`` (used by ``runtime.client.make_client``) for any kvstack client talking to a
+``token_for(base_url)`` (used by ``clients.client.make_client``) for any kvstack client talking to a
 server this user's ``serve`` started: serve publishes base URL -> token in-process and in a 0600 file
 under the user's 0700 state dir, and withdraws it when it stops.
 """

@@ -68,9 +68,9 @@ def adapter_tier(l2_name: str) -> str:
 
 
 @dataclass(frozen=True)
-class Sources:
-    """Prompt tokens per source (keys from SOURCES) and, for each figure not read off its own
-    counter, how it was had (results.json's ``derived``)."""
+class MeasuredSources:
+    """Prompt tokens per source (keys from SOURCES) as the servers' counters measured them and, for
+    each figure not read off its own counter, how it was had (results.json's ``derived``)."""
 
     tokens: dict[str, float] = field(default_factory=dict)
     derived: dict[str, str] = field(default_factory=dict)
@@ -99,7 +99,7 @@ def _add(out: dict[str, float], part: dict[str, float]) -> None:
 
 def _lmcache(
     delta: Delta, label_values: LabelValues, external: float, engine: float, one_request: bool
-) -> Sources | None:
+) -> MeasuredSources | None:
     """The offloaded tokens by LMCache tier (see the module doc); None where its counters did not move."""
     l1 = delta(m.LMCACHE_MP_L1_HIT_TOKENS) or 0.0
     l2 = delta(m.LMCACHE_MP_L2_HIT_TOKENS) or 0.0
@@ -132,10 +132,10 @@ def _lmcache(
     if unplaced > 0.5:  # tokens are whole: a fraction is the adapters' proportional split
         out[OFFLOAD] = out.get(OFFLOAD, 0.0) + unplaced
         derived[OFFLOAD] = DERIVED_UNPLACED
-    return Sources(out, derived)
+    return MeasuredSources(out, derived)
 
 
-def _vllm_cached(delta: Delta, label_values: LabelValues, external: float) -> Sources:
+def _vllm_cached(delta: Delta, label_values: LabelValues, external: float) -> MeasuredSources:
     """Native offload: vLLM counts each tier's tokens itself; the rest is offload (tier unknown)."""
     out: dict[str, float] = {}
     for s in label_values(m.VLLM_CACHED_BY_SOURCE, "source"):
@@ -146,10 +146,10 @@ def _vllm_cached(delta: Delta, label_values: LabelValues, external: float) -> So
     if unplaced > 0.5:
         out[OFFLOAD] = out.get(OFFLOAD, 0.0) + unplaced
         derived[OFFLOAD] = DERIVED_UNPLACED
-    return Sources(out, derived)
+    return MeasuredSources(out, derived)
 
 
-def split(delta: Delta, label_values: LabelValues, one_request: bool = False) -> Sources:
+def split(delta: Delta, label_values: LabelValues, one_request: bool = False) -> MeasuredSources:
     """Prompt tokens per source (zero ones left out) over the window the accessors span; empty
     when nothing is known. ``one_request``: the window holds exactly one request (bench --trace
     with one in flight), so LMCache's L1 count can be cleared of the engine's own prefix."""
@@ -175,7 +175,7 @@ def split(delta: Delta, label_values: LabelValues, one_request: bool = False) ->
             tokens = delta(m.SGLANG_EFFECTIVE_TOKENS, mode=mode) or 0.0
             _add(out, {_SGLANG_MODES.get(mode, OFFLOAD): tokens})
     kept = {k: out[k] for k in SOURCES if k in out and (out[k] > 0 or k in (RECOMPUTED, ENGINE_CACHE))}
-    return Sources(kept, {k: v for k, v in derived.items() if k in kept})
+    return MeasuredSources(kept, {k: v for k, v in derived.items() if k in kept})
 
 
 def prompt_tokens_by_source(
@@ -200,7 +200,9 @@ def snapshot_accessors(before: m.MetricsSnapshot, after: m.MetricsSnapshot) -> t
     return delta, label_values
 
 
-def sources(before: m.MetricsSnapshot, after: m.MetricsSnapshot, one_request: bool = False) -> Sources:
+def sources(
+    before: m.MetricsSnapshot, after: m.MetricsSnapshot, one_request: bool = False
+) -> MeasuredSources:
     return split(*snapshot_accessors(before, after), one_request=one_request)
 
 

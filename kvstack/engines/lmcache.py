@@ -1,48 +1,11 @@
 """LMCache with vLLM: in-process (LMCACHE_CONFIG_FILE) and multi-process (`lmcache server`).
 
-Keys, flags and units were read in lmcache 0.5.6:
-- in-process YAML keys: lmcache/v1/config.py (_CONFIG_DEFINITIONS); unknown keys only log
-  "Unknown configuration key" (v1/config_base.py), so a typo would silently do nothing.
-- sizes: "GB" means GiB there (max_local_cpu_size * 1024**3, local_cpu_backend.py), and both
-  max_local_cpu_size and max_local_disk_size are per TP rank (one backend per worker; the disk
-  path is sharded per GPU, local_disk_path_sharding "by_gpu").
-- LMCACHE_* environment variables override the file (update_config_from_env in
-  lmcache/integration/vllm/utils.py), so inherited ones are cleared.
-- the disk and remote backends assert a local CPU backend exists (v1/storage_backend/__init__.py):
-  the CPU tier stays on whenever disk or remote is on.
-- `lmcache server`: lmcache/cli/commands/server.py; --l1-size-gb is GiB for the whole server
-  (v1/distributed/config.py), --l2-adapter JSON types "fs_native" (base_path, max_capacity_gb,
-  eviction; parsed by LMCache's own CLI in tests/integration) and "resp" (host, port; credentials
-  from LMCACHE_RESP_USERNAME/PASSWORD), /healthcheck and /metrics on --http-port. Its HTTP API has
-  no authentication: kvstack runs it through engines/lmcache_guard.py, which puts kvstack's guard
-  in front of every route but those two (the run's control token, on loopback too).
-- vLLM's LMCacheMPConnector on the CPU platform registers its KV caches with the engine-driven
-  transfer mode (register_kv_cache_engine_driven_context); the server's default
-  --supported-transfer-mode lmcache_driven has no handler for it ("No handler registered for
-  operation ...") and the engine waits 300 s before failing. `auto` serves both modes.
-- on the CPU platform that engine-driven path moves KV by pickle over the server's socket unless
-  the server is given `--shm-name` (v1/multiprocess/config.py: "" forces pickle); with one, L1 is a
-  POSIX shared-memory pool (/dev/shm/lmcache_l1_pool_NAME, 0600) that vLLM's worker maps and
-  copies to and from directly ("Worker engine-driven context registered (... mode=SHM)"). The
-  server checks /dev/shm holds L1 and falls back to pickle when it does not ("Insufficient /dev/shm
-  capacity"). Measured on the demo (8192-token prompts, chunk 512, scripts/bench-tier-limit): a
-  DRAM hit 69.9 ms by pickle, 37.8 ms by SHM, against a 35.5 ms warm hit. engines/lmcache_guard.py makes
-  the name unique to the server's process and removes pools that killed servers left.
-- the server's L2 adapters are named by their type in its metrics (l2_name="fs_native"/"resp")
-  and in its HTTP API (GET/DELETE /cache/objects?adapter=fs_native); POST /cache/clear empties L1 only.
-
-Each tier runs with the size the plan gave it (issue 24), enforced by:
-- L1 (DRAM): `--l1-size-gb` with `--eviction-policy LRU`: LMCache's L1 eviction controller evicts
-  the least recently used 20% of its objects whenever L1 passes 80% (its defaults, config.py).
-- disk: the `fs_native` L2 adapter (the `fs` one declares no capacity, so LMCache never evicts
-  from it: fs_l2_adapter.py) with `max_capacity_gb` and an `eviction` block, without which the
-  capacity is only accounted (fs_native_l2_adapter.py). It runs on this CPU build (its C++
-  extension lmcache.lmcache_fs ships in the wheel). LMCache does not count files an earlier server
-  left, and evicts once a second: the server is started through kvstack.engines.disk_bound, which
-  trims what earlier runs left to half the cap, gives LMCache the rest, and holds the directory
-  within the cap between LMCache's passes.
-- remote (Redis): the `resp` adapter's `max_capacity_gb` (accounting; the store's own maxmemory
-  policy is what bounds Redis).
+Renders the plan's LMCache layouts: the in-process YAML config, or the cache server's argv (started
+through engines/disk_bound.py and engines/lmcache_guard.py) and vLLM's LMCacheMPConnector config,
+each tier at the size the plan gave it (issue 24). The keys, flags and units were read in lmcache
+0.5.6: what each one means, where LMCache's code has it and what was measured with it are in
+docs/measurements.md ("LMCache 0.5.6 as kvstack launches it"); how each tier's size is enforced, in
+docs/decisions.md ("Every tier runs at its planned size").
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ routes sorted here: ``/healthcheck`` and ``/metrics`` are probes (the supervisor
 ``top``, Prometheus), and every other route, a later LMCache's too, is a control route, which
 answers only a request from this machine carrying the run's control token (``X-Kvstack-Control``,
 as kvstack's clients send it: validation's ``/cache/clear``, the disk bound's ``DELETE
-/cache/objects``, bench's ``/status``). The token comes in KVSTACK_CONTROL_TOKEN and is taken out
+/cache/objects``, the trace replay's ``/status``). The token comes in KVSTACK_CONTROL_TOKEN and is taken out
 of the environment before LMCache starts, so not even ``/env`` shows it. Without one, a random
 token that nobody holds closes the control routes to everyone.
 

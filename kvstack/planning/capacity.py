@@ -1,48 +1,9 @@
 """The exact LRU capacity curve of a trace, and what each level of a cache hierarchy serves. Pure.
 
-**The curve** (Mattson et al., 1970): a block reference's stack distance is the number of distinct
-blocks touched since its previous use, itself included; it hits in every LRU cache of at least that
-many blocks. One pass gives every reference's distance, hence the hit ratio at every size. An
-engine's prefix cache serves a request's blocks only while they are contiguous from its first
-block, so a block hits at size C only when it and every block before it in its request do: its
-*prefix distance* is the running maximum of the distances along the request. Every block is still
-touched (the LRU order is that of all references, hit or not), so the curve equals a block-by-block
-LRU simulation at each size. Hits are weighted by the block's prompt tokens (the last block of a
-request may be partial; tokens beyond the blocks a row lists never hit).
-
-The distances are counted offline with numpy, O(n log n): for a reuse at time t of a block last
-used at p, ``distance = t - p - #{reuse intervals (p', t') with p < p' and t' < t}``, the nested
-reuses being references in (p, t) that are not the last one of their block there. The count is a
-2-D dominance count, done level by level over a binary decomposition of the reuses sorted by t.
-
-**The hierarchy** (``simulate_hierarchy``): a lower level does not see the references the level
-above served, so each level is simulated on what it actually sees. How the connectors behave:
-
-- vLLM's prefix cache (the engine pool, level 0) evicts least-recently-used free blocks; every
-  block of a request is touched (a hit is reused, a miss computed or loaded and then cached).
-- LMCache (multi-process server): L1 (DRAM) is an LRU (``--eviction-policy LRU``) that sees the
-  lookups for what the engine lacked and stores what was computed; L2 adapters (``fs``, Redis)
-  are written through from L1, so they are inclusive, and see what L1 missed. What L2 serves is
-  not kept in L1 (0.5.6's prefetch policy frees it once read): ``readmit=False``.
-- vLLM native offload and SGLang HiCache (write_through) also store every computed block in the
-  host tier: inclusive.
-
-Inclusive (``inclusive=True``): level k+1's references are the blocks of each request from the
-first block level k lacked onward (a prefix cache stops at its first miss); it serves the
-contiguous run it holds from there, and every block it was asked for becomes its most recent
-(loaded from below or stored after the recompute). Each level is then an LRU over its own stream,
-computed with the same one-pass distances. Exclusive (``inclusive=False``, a victim cache): a
-block lives in one level; what level k evicts moves to level k+1; a hit below level 0 moves the
-block back up. Simulated block by block.
-
-**Block sizes.** The trace's blocks are ``block_tokens`` long (512 for Mooncake; a replay may scale
-them), a level's blocks ``unit_tokens`` (vLLM's 16 on GPUs or 128 on CPU, LMCache's 256-token
-chunks). A level block is identified by the prefix it ends: the trace block holding its last token
-and that token's offset in it (trace ids are prefix ids: equal ids, equal prefixes). A level block
-straddling a trace block boundary thus changes identity with the later trace block, which is what an
-engine's chained block hash does. The approximation: the trace says nothing about tokens inside a
-block, so two requests with the same trace block ids are assumed to share every token in them, and
-capacities are counted in whole level blocks (a partial last block takes a whole one).
+``plan --trace`` sizes the tiers from the curve (planning/trace_sizing.py) and predicts each tier's
+share with the hierarchy; the trace replay (replay/predict.py) and tune (tune/simulate.py) predict
+with the same simulation. How each is counted: ``capacity_curve``, ``stack_distances``,
+``simulate_hierarchy``.
 """
 
 from __future__ import annotations
@@ -98,7 +59,13 @@ class CapacityCurve:
 
 
 def stack_distances(ids: IntArray) -> IntArray:
-    """Each reference's LRU stack distance (1 = re-referenced at once); first uses get len(ids) + 1."""
+    """Each reference's LRU stack distance (1 = re-referenced at once); first uses get len(ids) + 1.
+
+    The distances are counted offline with numpy, O(n log n): for a reuse at time t of a block last
+    used at p, ``distance = t - p - #{reuse intervals (p', t') with p < p' and t' < t}``, the nested
+    reuses being references in (p, t) that are not the last one of their block there. The count is a
+    2-D dominance count, done level by level over a binary decomposition of the reuses sorted by t.
+    """
     n = len(ids)
     cold = n + 1
     dist = np.full(n, cold, dtype=np.int64)
@@ -167,7 +134,18 @@ def _blocks(requests: Sequence[TraceRequest], block_tokens: int) -> _Blocks:
 
 
 def capacity_curve(requests: Sequence[TraceRequest], block_tokens: int = 512) -> CapacityCurve:
-    """The prompt-token hit count of an LRU prefix cache at every size, in one pass."""
+    """The prompt-token hit count of an LRU prefix cache at every size, in one pass.
+
+    The curve (Mattson et al., 1970): a block reference's stack distance is the number of distinct
+    blocks touched since its previous use, itself included; it hits in every LRU cache of at least that
+    many blocks. One pass gives every reference's distance, hence the hit ratio at every size. An
+    engine's prefix cache serves a request's blocks only while they are contiguous from its first
+    block, so a block hits at size C only when it and every block before it in its request do: its
+    *prefix distance* is the running maximum of the distances along the request. Every block is still
+    touched (the LRU order is that of all references, hit or not), so the curve equals a block-by-block
+    LRU simulation at each size. Hits are weighted by the block's prompt tokens (the last block of a
+    request may be partial; tokens beyond the blocks a row lists never hit).
+    """
     b = _blocks(requests, block_tokens)
     m = prefix_distances(b.ids, b.request)
     hit = m <= len(b.ids)  # never-reused prefixes (cold) hit at no size
@@ -248,6 +226,35 @@ def simulate_hierarchy(
     (default: the trace's ``block_tokens``). Exclusive hierarchies need one block size throughout.
     ``readmit=False``: a block the offload levels serve from below level 1 is not copied back into
     the levels above it (``_without_readmission``).
+
+    A lower level does not see the references the level above served, so each level is simulated
+    on what it actually sees. How the connectors behave:
+
+    - vLLM's prefix cache (the engine pool, level 0) evicts least-recently-used free blocks; every
+      block of a request is touched (a hit is reused, a miss computed or loaded and then cached).
+    - LMCache (multi-process server): L1 (DRAM) is an LRU (``--eviction-policy LRU``) that sees the
+      lookups for what the engine lacked and stores what was computed; L2 adapters (``fs``, Redis)
+      are written through from L1, so they are inclusive, and see what L1 missed. What L2 serves is
+      not kept in L1 (0.5.6's prefetch policy frees it once read): ``readmit=False``.
+    - vLLM native offload and SGLang HiCache (write_through) also store every computed block in the
+      host tier: inclusive.
+
+    Inclusive (``inclusive=True``): level k+1's references are the blocks of each request from the
+    first block level k lacked onward (a prefix cache stops at its first miss); it serves the
+    contiguous run it holds from there, and every block it was asked for becomes its most recent
+    (loaded from below or stored after the recompute). Each level is then an LRU over its own stream,
+    computed with the same one-pass distances. Exclusive (``inclusive=False``, a victim cache): a
+    block lives in one level; what level k evicts moves to level k+1; a hit below level 0 moves the
+    block back up. Simulated block by block.
+
+    Block sizes: the trace's blocks are ``block_tokens`` long (512 for Mooncake; a replay may scale
+    them), a level's blocks ``unit_tokens`` (vLLM's 16 on GPUs or 128 on CPU, LMCache's 256-token
+    chunks). A level block is identified by the prefix it ends: the trace block holding its last token
+    and that token's offset in it (trace ids are prefix ids: equal ids, equal prefixes). A level block
+    straddling a trace block boundary thus changes identity with the later trace block, which is what an
+    engine's chained block hash does. The approximation: the trace says nothing about tokens inside a
+    block, so two requests with the same trace block ids are assumed to share every token in them, and
+    capacities are counted in whole level blocks (a partial last block takes a whole one).
     """
     units = list(unit_tokens) if unit_tokens is not None else [block_tokens] * len(sizes_in_blocks)
     if len(units) != len(sizes_in_blocks):

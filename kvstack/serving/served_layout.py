@@ -1,7 +1,9 @@
-"""A layout as the bench measures it: one ``--offload`` choice running behind a URL.
+"""ServedLayout: a layout that bench, replay and tune measure, running behind a URL.
 
-Bench starts layouts through serving (serving/start_layout.py) and runs requests against them; the types
-live here, below bench, so serving never imports bench for them.
+One ``--offload`` choice served by kvstack with the plan it runs (serving/start_layout.py starts
+it), or a server given with ``--url`` (no plan). Not planning's KvLayout, serving's PortLayout or
+planning's TunedLayout. The types live in serving, below bench, replay and tune, so the starter
+never imports those packages.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from kvstack.planning.schema import Plan
 
 
 @dataclass(frozen=True)
-class Layout:
+class ServedLayout:
     name: str
     base_url: str
     metrics_urls: tuple[str, ...] = ()
@@ -29,4 +31,4 @@ class Layout:
 
 
 # start_layout(name): a context manager that yields the running layout and stops it on exit.
-StartLayout = Callable[[str], AbstractContextManager[Layout]]
+StartLayout = Callable[[str], AbstractContextManager[ServedLayout]]

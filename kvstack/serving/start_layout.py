@@ -22,7 +22,7 @@ from kvstack.planning.schema import Plan
 from kvstack.serving.lifecycle import ServeEvents, launched
 from kvstack.serving.prepare import Launch, prepare
 from kvstack.serving.request import ServeRequest
-from kvstack.serving.served_layout import Layout, StartLayout
+from kvstack.serving.served_layout import ServedLayout, StartLayout
 from kvstack.units import GIB, fmt_bytes
 
 # LMCache's --l1-size-gb is rendered in steps of 0.01 GiB (engines.launch_basics.gib_floor).
@@ -110,7 +110,7 @@ def sized_layout_starter(
     run_root = base.resolved_run_dir()
 
     @contextmanager
-    def start(name: str) -> Iterator[Layout]:
+    def start(name: str) -> Iterator[ServedLayout]:
         choice(name, OFFLOAD_CHOICES, "--offload")  # a layout is an --offload choice
         # prepare() turns vLLM's dev mode (the reset route) on only for a validation pass; nothing
         # here validates (launched() only starts), so the flag says whether the route is wanted.
@@ -127,7 +127,7 @@ def sized_layout_starter(
                     raise group.death_error(during=f"the bench of layout {name}")
 
             spec = launch.replicas[0].spec
-            yield Layout(
+            yield ServedLayout(
                 name,
                 spec.base_url,
                 tuple(spec.metrics_urls),

@@ -1,4 +1,5 @@
-"""The refresh loop: scrape every interval, draw the window, leave on q or Ctrl-C (exit 0)."""
+"""The scrapes behind `kvstack top`: one window (two scrapes an interval apart) or a window every
+interval; rendering/top_live.py draws them and leaves on q or Ctrl-C."""
 
 from __future__ import annotations
 

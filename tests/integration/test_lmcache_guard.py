@@ -1,7 +1,7 @@
 """LMCache's cache server as serve starts it (kvstack's rendered argv, its disk bound, the guard,
 supervised): every route of LMCache's own HTTP app but its probes refuses a request without the
 run's control token, from this user and from another local user; kvstack's own callers (validation's
-health and L1 clear, the disk bound's deletes, bench's /status, the liveness probe) still work.
+health and L1 clear, the disk bound's deletes, the trace replay's /status, the liveness probe) still work.
 
 A real `lmcache server` (lmcache 0.5.6, CPU; no engine): about 7 s to start and 0.5 GiB here."""
 
@@ -150,7 +150,7 @@ def test_validation_clears_l1_and_sees_health_with_the_published_token(
     finally:
         control.withdraw(served.url, TOKEN)
     assert problem is None and ok, said
-    assert status is not None and "storage_manager" in status  # bench's read of the tiers
+    assert status is not None and "storage_manager" in status  # the trace replay's read of the tiers
     assert cache_server_status(served.url) is None  # without the token: refused, so unknown
 
 

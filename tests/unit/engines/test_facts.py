@@ -51,7 +51,7 @@ def test_cached_hub_id_is_judged_by_its_snapshot(tmp_path: Path, monkeypatch: py
 
 def test_a_hub_id_is_never_served_with_dummy_weights(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # A snapshot kvstack fetched for a plan holds config.json only; serve's preflight
-    # (hub.require_weights, tests/unit/test_hub_weights.py) decides whether it can be launched.
+    # (hub.require_weights, tests/integration/test_hub.py) decides whether it can be launched.
     cache = _hub_cache(tmp_path, monkeypatch)
     add_snapshot(cache, "kvstack/demo", {"config.json": b"{}"})
     facts = gather_facts("kvstack/demo")  # HF_HUB_OFFLINE=1 (tests/unit/conftest.py)
