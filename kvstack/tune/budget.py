@@ -112,3 +112,19 @@ def check_budget(budget_s: float, one: Estimate, candidates: int, requests: int)
         hint=f"raise it (e.g. --budget {math.ceil(need / 60) + 1}m), replay fewer requests "
         "(--replay-requests), or --budget 0 to rank without measuring",
     )
+
+
+def check_measuring_budget(budget_s: float) -> None:
+    """Before a tune measures its own costs (no --calibration): InputError when the budget cannot hold
+    the engine starts of none, lmcache-mp (the costs) and one candidate. Only the starts are counted:
+    before a replay there are no costs to estimate one with."""
+    need = 3 * ENGINE_START_S
+    if budget_s >= need:
+        return
+    raise InputError(
+        f"--budget {fmt_duration(budget_s)} is too small to measure the costs first: none, lmcache-mp "
+        f"and one candidate are three engine starts (~{fmt_duration(ENGINE_START_S)} each) and their "
+        "replays",
+        hint=f"raise it (e.g. --budget {math.ceil(need / 60) + 6}m), or pass --calibration DIR (an earlier "
+        "tune's --out DIR)",
+    )

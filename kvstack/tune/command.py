@@ -1,5 +1,8 @@
-"""One ``kvstack tune`` invocation: read the inputs, rank (run.py), prove by replay (prove.py) within
-the budget, keep what was measured (results.json after each candidate, tuned.json, PNGs).
+"""One ``kvstack tune`` invocation, the use case the CLI calls: read the inputs, get the costs
+(``--calibration``, or measured first on the engine: calibration.py), rank (ranking.py), prove by
+replay (prove.py) within the budget, keep what was measured (files.py: results.json after each
+candidate, tuned.json, PNGs). The run it returns says what decides the exit code
+(``TuneRun.failure``).
 
 Every user mistake (an unreadable trace or calibration, a bad knob, a budget too small for one
 candidate, a --resume DIR of another tune) is raised before any engine starts.
@@ -7,127 +10,96 @@ candidate, a --resume DIR of another tune) is raised before any engine starts.
 
 from __future__ import annotations
 
-import json
-import shutil
-import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from kvstack.errors import InputError, PathError
-from kvstack.fsutil import atomic_write, ensure_private_dir
+from kvstack.errors import InputError, KvstackError
+from kvstack.planning.served_ttft import ServedCalibration
 from kvstack.planning.trace_sizing import TraceInput
 from kvstack.replay.command import TraceArgs
-from kvstack.serving.served_layout import Layout
-from kvstack.tune.measure import DEFAULT_CHECKS, EngineSize, ReplaySetup
-from kvstack.tune.prove import (
-    Proof,
-    Settings,
-    StartCandidate,
-    View,
-    candidate_run_dir,
-    preflight,
-    previous_proof,
-    prove,
-)
-from kvstack.tune.rank import Objective, Prediction
-from kvstack.tune.run import TuneResult
-from kvstack.tune.space import Candidate
+from kvstack.serving.served_layout import StartLayout
+from kvstack.traces.mooncake import TraceRequest
+from kvstack.tune.calibration import MeasuredCosts
+from kvstack.tune.files import now, source_line, write_json, write_ranking, write_results
+from kvstack.tune.measure import EngineSize, ReplaySetup, shared_state
+from kvstack.tune.options import DEFAULT_REPLAY_REQUESTS, TuneOptions
+from kvstack.tune.progress import View
+from kvstack.tune.prove import Proof, Settings, StartCandidate, preflight, previous_proof, prove
+from kvstack.tune.ranking import TuneResult
+from kvstack.tune.space import Limits
 
-DEFAULT_REPLAY_REQUESTS = 400
+if TYPE_CHECKING:
+    from kvstack.tune.results import TuneResults
+
+__all__ = ["DEFAULT_REPLAY_REQUESTS", "RUNS", "TuneOptions", "TuneRun", "rank_inputs", "run_tune"]
+
 RUNS = "runs"  # under --out: each measured candidate's run dir (NN/) with the tuned.json it served
-
-
-@dataclass(frozen=True)
-class TuneOptions:
-    trace: Path
-    calibration: Path
-    sample: str | None = None
-    start: int = 0
-    max_requests: int | None = None
-    block_tokens: int | None = None
-    model: str | None = None
-    revision: str | None = None
-    hardware: Path | None = None
-    engine_pool_tokens: int | None = None
-    connector: str | None = None
-    knobs: dict[str, float] = field(default_factory=dict)
-    objective: Objective = "p50"
-    slo_ms: float | None = None
-    out: Path | None = None
-    resume: Path | None = None
-    budget_s: float = 1800.0
-    replay_requests: int = DEFAULT_REPLAY_REQUESTS
-    max_candidates: int | None = None
-    max_output_tokens: int = 16
-    time_scale: float = 0.0
-    seed: int = 0
-    check_k: int = DEFAULT_CHECKS
-    api_key: str | None = None
-    timeout_s: float = 300.0
-
-    @property
-    def directory(self) -> Path | None:
-        return self.resume or self.out
-
-    def check(self) -> None:
-        for name, value in (
-            ("--block-tokens", self.block_tokens),
-            ("--engine-pool-tokens", self.engine_pool_tokens),
-            ("--replay-requests", self.replay_requests),
-            ("--candidates", self.max_candidates),
-            ("--max-output-tokens", self.max_output_tokens),
-            ("--check-correctness", self.check_k),
-        ):
-            if value is not None and value < 1:
-                raise InputError(f"{name} must be at least 1, not {value}", hint=f"e.g. {name} 4")
-        if self.budget_s < 0:
-            raise InputError(
-                "--budget must be 0 or more", hint="e.g. --budget 30m (0: rank without measuring)"
-            )
-        if self.time_scale < 0:
-            raise InputError(f"--time-scale must be 0 or more, not {self.time_scale:g}", hint="e.g. 0")
-        if self.out is not None and self.resume is not None and self.out != self.resume:
-            raise InputError("--out and --resume name different directories", hint="--resume DIR alone")
-        if self.resume is not None and self.budget_s == 0:
-            raise InputError(
-                "--resume continues measuring: --budget 0 measures nothing", hint="e.g. --budget 30m"
-            )
-        d = self.directory
-        if d is not None and d.exists() and not d.is_dir():
-            raise InputError(
-                f"{d} exists and is not a directory", hint="choose a directory for tune's results"
-            )
 
 
 @dataclass
 class TuneRun:
     result: TuneResult
-    doc: dict[str, Any]
+    doc: dict[str, Any]  # results.json
     out: Path | None
     proof: Proof | None = None
     written: list[Path] = field(default_factory=list)
 
+    @property
+    def results(self) -> TuneResults:
+        """results.json, typed."""
+        from kvstack.tune.results import TuneResults
 
-def rank_inputs(o: TuneOptions, traced: TraceInput) -> tuple[TuneResult, dict[str, Any], list[Any], int]:
-    """The ranking of ``traced`` (``o.trace`` as the CLI read it: its sample, start and first
-    requests): (result, results.json document, the trace's requests as ranked, their block)."""
+        return TuneResults.of(self.doc)
+
+    @property
+    def failure(self) -> KvstackError | None:
+        """What fails the command once its report is out: none's own cached answers are not
+        recompute's, so the engine itself serves wrong KV and no layout can be chosen (exit 1)."""
+        from kvstack.errors import ValidationFailed
+
+        base = self.proof.baseline() if self.proof is not None else None
+        if base is None or base.correct:
+            return None
+        return ValidationFailed(
+            f"none's cached answers are not recompute's ({base.correctness_problem()}): the engine "
+            "itself serves wrong KV, so no layout can be chosen",
+            hint=f"results.json in {self.out} has every position judged",
+        )
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """What a ranking reads besides the costs: the trace's requests (scaled), the machine's limits."""
+
+    traced: TraceInput
+    requests: list[TraceRequest]
+    block_tokens: int
+    limits: Limits
+    model: str  # the model's name, as results.json's source keeps it
+
+
+def read_trace(o: TuneOptions) -> TraceInput:
+    """``o.trace`` as tune reads it: its sample, start and first requests."""
+    from kvstack.replay.inputs import read_trace_input
+
+    traced = read_trace_input(o.trace, o.sample, o.start, o.max_requests, (None, None), None)
+    assert traced is not None
+    return traced
+
+
+def read_inputs(o: TuneOptions, traced: TraceInput) -> Inputs:
     from kvstack.model.source import resolve_model
     from kvstack.planning.plan import PlanRequest
     from kvstack.planning.workload import default_workload
-    from kvstack.replay.served_calibration import served_calibration_from
     from kvstack.serving.plan_inputs import load_or_probe
     from kvstack.serving.request import demo_model_dir
     from kvstack.traces.sample import scale_request
     from kvstack.tune.limits import limits_of, most_plan
-    from kvstack.tune.report import results_document
-    from kvstack.tune.run import tune
 
-    cal = served_calibration_from(o.calibration)  # before the probe: bad input fails at once
     source = resolve_model(o.model or str(demo_model_dir()), o.revision)
     snapshot = load_or_probe(o.hardware, None)
     requests, bt = list(traced.requests), traced.block_tokens
@@ -135,21 +107,32 @@ def rank_inputs(o: TuneOptions, traced: TraceInput) -> tuple[TuneResult, dict[st
         requests, bt = [scale_request(r, o.block_tokens, bt) for r in requests], o.block_tokens
     workload = default_workload(source.geometry.max_context)
     plan = most_plan(snapshot, source.geometry, source.path, PlanRequest(), workload)
-    limits = limits_of(plan, o.engine_pool_tokens)
-    slo_s = o.slo_ms / 1000 if o.slo_ms is not None else None
+    return Inputs(traced, requests, bt, limits_of(plan, o.engine_pool_tokens), source.geometry.name)
+
+
+def _slo_s(o: TuneOptions) -> float | None:
+    return o.slo_ms / 1000 if o.slo_ms is not None else None
+
+
+def rank(o: TuneOptions, inputs: Inputs, cal: ServedCalibration) -> tuple[TuneResult, dict[str, Any]]:
+    """The ranking with ``cal``'s costs, and its results.json document."""
+    from kvstack.tune.ranking import tune
+    from kvstack.tune.report import results_document
+
     t0 = time.perf_counter()
     result = tune(
-        requests, bt, limits, cal, objective=o.objective, connector=o.connector, knobs=o.knobs, slo_s=slo_s
-    )
+        inputs.requests, inputs.block_tokens, inputs.limits, cal, objective=o.objective,
+        connector=o.connector, knobs=o.knobs, slo_s=_slo_s(o),
+    )  # fmt: skip
     rank_s = time.perf_counter() - t0
     doc = results_document(
         result,
         {
             "trace": str(o.trace),
-            "sample": traced.sample,
-            "block_tokens": bt,
-            "requests": len(requests),
-            "model": source.geometry.name,
+            "sample": inputs.traced.sample,
+            "block_tokens": inputs.block_tokens,
+            "requests": len(inputs.requests),
+            "model": inputs.model,
             "calibration": cal.source,
             "connector": o.connector,
             "knobs": o.knobs,
@@ -157,7 +140,18 @@ def rank_inputs(o: TuneOptions, traced: TraceInput) -> tuple[TuneResult, dict[st
     )
     doc["calibration"] = cal.to_dict()
     doc["rank_s"] = rank_s  # simulating and predicting every candidate (scripts/bench-tune prints it)
-    return result, doc, requests, bt
+    return result, doc
+
+
+def rank_inputs(o: TuneOptions, traced: TraceInput) -> tuple[TuneResult, dict[str, Any], list[Any], int]:
+    """The ranking of ``traced`` with ``o.calibration``: (result, results.json document, the trace's
+    requests as ranked, their block)."""
+    from kvstack.replay.served_calibration import served_calibration_from
+
+    assert o.calibration is not None
+    cal = served_calibration_from(o.calibration)  # before the probe: bad input fails at once
+    inputs = read_inputs(o, traced)
+    return (*rank(o, inputs, cal), inputs.requests, inputs.block_tokens)
 
 
 def _setup_info(setup: ReplaySetup) -> dict[str, Any]:
@@ -172,35 +166,62 @@ def _setup_info(setup: ReplaySetup) -> dict[str, Any]:
     }
 
 
-def _previous(o: TuneOptions, doc: dict[str, Any], setup: ReplaySetup) -> Proof | None:
-    """The stopped tune --resume continues (None for a fresh one)."""
+_RESUME_HINT = "pass the --out DIR of a kvstack tune that measured candidates"
+
+
+def _saved(o: TuneOptions) -> dict[str, Any] | None:
+    """The results.json of the stopped tune --resume continues (None for a fresh one)."""
     from kvstack.tune.report import RESULTS_JSON
     from kvstack.userfile import read_json_object
 
     if o.resume is None:
         return None
     path = o.resume / RESULTS_JSON
-    hint = "pass the --out DIR of a kvstack tune that measured candidates"
     if not path.is_file():
-        raise InputError(f"--resume {o.resume} has no {RESULTS_JSON}", hint=hint)
-    old = read_json_object(path, InputError, hint, what="--resume")
-    measured = old.get("measured")
-    if old.get("kind") != "kvstack-tune" or not isinstance(measured, dict):
-        raise InputError(f"{path} is not a kvstack tune result with candidates measured", hint=hint)
-    for key, now, then in (
+        raise InputError(f"--resume {o.resume} has no {RESULTS_JSON}", hint=_RESUME_HINT)
+    old = read_json_object(path, InputError, _RESUME_HINT, what="--resume")
+    if old.get("kind") != "kvstack-tune" or not isinstance(old.get("measured"), dict):
+        raise InputError(f"{path} is not a kvstack tune result with candidates measured", hint=_RESUME_HINT)
+    return old
+
+
+def _given_calibration(o: TuneOptions, saved: dict[str, Any] | None) -> ServedCalibration | None:
+    """``--calibration``'s costs, else (--resume) the ones the stopped tune ranked with; None: this
+    tune measures its own."""
+    from kvstack.replay.served_calibration import served_calibration_from
+    from kvstack.tune.calibration import from_results
+
+    if o.calibration is not None:
+        return served_calibration_from(o.calibration)
+    if saved is None:
+        return None
+    try:
+        return from_results(saved["calibration"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InputError(
+            f"--resume {o.resume}: the calibration it ranked with cannot be read ({exc})", hint=_RESUME_HINT
+        ) from exc
+
+
+def _previous(o: TuneOptions, doc: dict[str, Any], setup: ReplaySetup, old: dict[str, Any]) -> Proof:
+    """The proof of the stopped tune --resume continues, checked against this one."""
+    measured = old["measured"]
+    for key, now_, then in (
         ("source", doc["source"], old.get("source")),
         ("replay", _setup_info(setup), measured.get("setup")),
         ("objective", doc["objective"], old.get("objective")),
     ):
-        if now != then:
+        if now_ != then:
             raise InputError(
-                f"--resume {o.resume}: that tune ran with another {key} ({then} , now {now})",
+                f"--resume {o.resume}: that tune ran with another {key} ({then} , now {now_})",
                 hint="resume with the options of the stopped tune, or start a new --out DIR",
             )
     try:
         proof = previous_proof(measured, o.budget_s)
     except (KeyError, TypeError, ValueError) as exc:
-        raise InputError(f"{path}: the candidates measured cannot be read ({exc})", hint=hint) from exc
+        raise InputError(
+            f"{o.resume}/results.json: the candidates measured cannot be read ({exc})", hint=_RESUME_HINT
+        ) from exc
     ranked = {c["label"] for c in doc["candidates"]}
     unknown = [m.label for m in proof.measured if m.label not in ranked]
     if unknown:
@@ -211,126 +232,103 @@ def _previous(o: TuneOptions, doc: dict[str, Any], setup: ReplaySetup) -> Proof 
     return proof
 
 
-def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+def _measured_first(
+    m: MeasuredCosts, result: TuneResult, setup: ReplaySetup, settings: Settings
+) -> tuple[Proof, list[dict[str, Any]]]:
+    """The calibration's replays of ranked candidates (``none``; lmcache-mp where the ranking has its
+    layout) as the proof's first measured candidates, and results.json's ``calibration_replays``."""
+    from kvstack.tune.prove import measured_before
+
+    assert result.costs is not None
+    by_label = {p.candidate.label: p for p in result.ranked}
+    measured, docs = [], []
+    for r in m.replays:
+        p = by_label.get(r.candidate.label) if r.candidate is not None else None
+        if p is not None and p.candidate.not_settable:
+            p = None
+        if p is not None:
+            context = (m.shared, m.engine, setup, settings)
+            rank_ = result.ranked.index(p) + 1
+            bpt = result.limits.bytes_per_token
+            measured.append(
+                measured_before(p, rank_, r.replayed, r.wall_s, r.run_dir, context, result.costs, bpt)
+            )
+        docs.append(r.document(p.candidate.label if p is not None else None))
+    proof = Proof(budget_s=settings.budget_s, measured=measured, replay=shared_state(m.shared, m.engine))
+    return proof, docs
 
 
-def write_json(path: Path, doc: Any) -> Path:
-    try:
-        atomic_write(path, json.dumps(doc, indent=2) + "\n", mode=0o644)
-    except OSError as exc:
-        raise InputError(
-            f"cannot write {path}: {exc.strerror or exc}", hint="choose a writable directory for --out"
-        ) from exc
-    return path
+def _replay_setup(o: TuneOptions, inputs: Inputs, serve: Any) -> ReplaySetup:
+    """What every replay sends: the first ``--replay-requests`` of the trace, one at a time."""
+    from kvstack.serving.request import demo_model_dir
 
-
-def _source_line(doc: dict[str, Any]) -> str:
-    src = doc["source"]
-    return f"trace {src['trace']} ({src['requests']} requests), calibration {src['calibration']}"
-
-
-def write_ranking(out: Path, result: TuneResult, doc: dict[str, Any], tuned: bool = True) -> list[Path]:
-    """results.json, tuned.json (the model's best; not when measuring: the measured winner's is
-    written once the replays chose it), served-ttft.json (the calibration it ranked with, replaced by
-    the model refit from the replays once one is measured: `plan --calibration DIR` and `tune
-    --calibration DIR` read it back)."""
-    from kvstack.planning.tuned import TUNED_JSON
-    from kvstack.replay.served_calibration import SERVED_TTFT_JSON
-    from kvstack.tune.report import RESULTS_JSON, tuned_layout
-
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise InputError(
-            f"cannot write --out {out}: {exc.strerror or exc}", hint="choose a writable directory"
-        ) from exc
-    written = [write_json(out / RESULTS_JSON, doc)]
-    if tuned:
-        layout = tuned_layout(result.winner, result.objective, _source_line(doc), created=_now())
-        written.append(write_json(out / TUNED_JSON, layout.model_dump(mode="json")))
-    return [*written, write_json(out / SERVED_TTFT_JSON, doc["calibration"])]
-
-
-def candidate_request(base: Any, root: Path, p: Prediction, index: int, objective: str) -> Any:
-    """``base`` (a ServeRequest) with ``p``'s candidate as its tuned layout: the candidate's
-    tuned.json written in the ``index``-th run dir, which the request serves from (and records in
-    its launch.json), exactly as `serve --tuned` serves a winner. Its disk tier lives in a fresh
-    private directory of its own under the cache root (``serve_starter`` removes it afterwards):
-    a candidate must start from cold caches, not from the files an earlier one wrote."""
-    from kvstack.planning.tuned import TUNED_JSON
-    from kvstack.tune.report import tuned_layout
-
-    # Private, as serve keeps its run and cache directories (fsutil.ensure_private_dir).
-    run_dir = ensure_private_dir(candidate_run_dir(root, index), "--out")
-    cache_root = ensure_private_dir(base.resolved_cache_root(), "--cache-dir")
-    try:
-        cache_dir = Path(tempfile.mkdtemp(prefix=f"tune-{index:02d}-", dir=cache_root))  # mode 0700
-    except OSError as exc:
-        raise PathError(
-            f"cannot create a directory in {cache_root}: {exc.strerror}", hint="choose a writable --cache-dir"
-        ) from exc
-    why = f"kvstack tune {root.parent}: candidate {index}, measured"
-    write_json(run_dir / TUNED_JSON, tuned_layout(p, objective, why, created=_now()).model_dump(mode="json"))
-    return base.model_copy(update={"tuned": run_dir / TUNED_JSON, "run_dir": run_dir, "cache_dir": cache_dir})
-
-
-def serve_starter(
-    base: Any, root: Path, events: Any, ranked: Sequence[Prediction], objective: str
-) -> StartCandidate:
-    """``start(candidate, n)``: ``candidate_request`` served, one engine, through bench's layout
-    starter (as bench --compare serves its layouts)."""
-    from kvstack.serving.start_layout import TierOverrides, sized_layout_starter
-
-    by_label = {p.candidate.label: p for p in ranked}
-
-    @contextmanager
-    def start(candidate: Candidate, index: int) -> Iterator[Layout]:
-        request = candidate_request(base, root, by_label[candidate.label], index, objective)
-        try:
-            with sized_layout_starter(request, TierOverrides(), events)(candidate.connector) as layout:
-                yield layout
-        finally:
-            shutil.rmtree(request.cache_dir, ignore_errors=True)  # its disk tier: space back, none reused
-
-    return start
+    args = TraceArgs(
+        path=o.trace, block_tokens=inputs.block_tokens, time_scale=o.time_scale,
+        max_output_tokens=o.max_output_tokens, concurrency=1, seed=o.seed, check_correctness=o.check_k,
+    )  # fmt: skip
+    model = serve.model_spec() if serve is not None else (o.model or str(demo_model_dir()))
+    api_key = o.api_key if o.api_key is not None else (serve.api_key if serve is not None else None)
+    return ReplaySetup(inputs.requests[: o.replay_requests], args, model, api_key, o.timeout_s)
 
 
 def run_tune(
     o: TuneOptions,
-    traced: TraceInput,
+    traced: TraceInput | None = None,
     *,
     start: StartCandidate | None = None,
+    start_layout: StartLayout | None = None,
     serve: Any = None,
     view: View | None = None,
     events: Any = None,
     clock: Callable[[], float] = time.monotonic,
 ) -> TuneRun:
-    """Rank ``traced``, then (``o.budget_s`` > 0) measure with ``start`` (tests: a stand-in engine)
-    or by serving ``serve`` (a ServeRequest: kvstack's own serving path; ``events``: what its starts
-    report, serve's ServeEvents)."""
+    """Rank ``traced`` (default: ``o.trace`` read), then (``o.budget_s`` > 0) measure with ``start``
+    (tests: a stand-in engine) or by serving ``serve`` (a ServeRequest: kvstack's own serving path;
+    ``events``: what its starts report, serve's ServeEvents). Without a calibration the costs are
+    measured first, on layouts ``start_layout`` serves (default: ``serve``'s, as bench --compare
+    serves them)."""
     from kvstack.planning.tuned import TUNED_JSON
     from kvstack.replay.served_calibration import SERVED_TTFT_JSON
     from kvstack.rundir import default_runs_root
-    from kvstack.serving.request import demo_model_dir
+    from kvstack.tune.calibration import measure_costs
+    from kvstack.tune.engines import calibration_starter, serve_starter
     from kvstack.tune.plots import CANDIDATES, PREDICTED_VS_MEASURED, write_plots
-    from kvstack.tune.report import RESULTS_JSON, proof_document, refit_calibration, tuned_layout
+    from kvstack.tune.ranking import check_request
+    from kvstack.tune.report import proof_document, refit_calibration, tuned_layout
 
     o.check()
-    result, doc, requests, bt = rank_inputs(o, traced)
+    traced = traced if traced is not None else read_trace(o)
+    saved = _saved(o)
+    cal = _given_calibration(o, saved)  # before the probe: bad input fails at once
+    inputs = read_inputs(o, traced)
     out = o.directory
-    if o.budget_s == 0:
+    if not o.measures:
+        assert cal is not None  # o.check(): --budget 0 needs a calibration
+        result, doc = rank(o, inputs, cal)
         written = write_ranking(out, result, doc) if out is not None else []
         return TuneRun(result, doc, out, None, written)
+    if start is None and serve is None:
+        raise InputError("tune measures on an engine kvstack serves", hint="pass --budget 0 to rank only")
     out = out or default_runs_root() / f"tune-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
-    rows = requests[: o.replay_requests]
-    args = TraceArgs(
-        path=o.trace, block_tokens=bt, time_scale=o.time_scale, max_output_tokens=o.max_output_tokens,
-        concurrency=1, seed=o.seed, check_correctness=o.check_k,
-    )  # fmt: skip
-    model = serve.model_spec() if serve is not None else (o.model or str(demo_model_dir()))
-    setup = ReplaySetup(rows, args, model, o.api_key, o.timeout_s)
-    previous = _previous(o, doc, setup)
+    setup = _replay_setup(o, inputs, serve)
+    measured: MeasuredCosts | None = None
+    t0 = clock()
+    if cal is None:  # measured here first, as bench --trace --compare none,lmcache-mp measures it
+        check_request(
+            inputs.limits, objective=o.objective, connector=o.connector, knobs=o.knobs, slo_s=_slo_s(o)
+        )
+        if start_layout is None:
+            if serve is None:
+                raise InputError(
+                    "tune measures its costs on engines kvstack serves", hint="pass --calibration"
+                )
+            start_layout = calibration_starter(serve, out / RUNS, events)
+        measured = measure_costs(
+            setup, start_layout, trace=o.trace, run_root=out / RUNS, deadline=t0 + o.budget_s, view=view,
+            clock=clock,
+        )  # fmt: skip
+        cal = measured.calibration
+    result, doc = rank(o, inputs, cal)
     settings = Settings(
         objective=o.objective,
         slo_s=result.slo_s,
@@ -339,15 +337,22 @@ def run_tune(
         run_root=out / RUNS,
     )
     if start is None:
-        if serve is None:
-            raise InputError("tune measures on an engine kvstack serves", hint="pass --budget 0 to rank only")
         start = serve_starter(serve, out / RUNS, events, result.ranked, o.objective)
     engine = EngineSize(result.limits.engine_block_tokens, result.limits.engine_pool_tokens)
     assert result.costs is not None
-    preflight(result.ranked, setup, settings, result.costs, engine, previous)  # before anything is written
+    replays = (saved or {}).get("calibration_replays")  # a resumed tune keeps what measured its costs
+    previous: Proof | None = None
+    if measured is not None:
+        previous, replays = _measured_first(measured, result, setup, settings)
+    else:
+        previous = _previous(o, doc, setup, saved) if saved is not None else None
+        # Before anything is written or served: a budget too small is refused.
+        preflight(result.ranked, setup, settings, result.costs, engine, previous)
     if previous is not None:
         doc["measured"] = proof_document(previous, settings, _setup_info(setup))  # kept until the next save
     doc["predicted_winner"], doc["winner"] = result.winner.candidate.label, None  # until the replays choose
+    if replays is not None:
+        doc["calibration_replays"] = replays
     written = write_ranking(out, result, doc, tuned=False)
     by_label = {p.candidate.label: p for p in result.ranked}
 
@@ -359,18 +364,18 @@ def run_tune(
             doc["winner"] = proof.verdict.winner
             win = next(m for m in proof.measured if m.label == proof.verdict.winner)
             tuned = tuned_layout(
-                by_label[win.label], o.objective, _source_line(doc) + f"; measured: {proof.verdict.why}",
-                measured=win, created=_now(),
+                by_label[win.label], o.objective, source_line(doc) + f"; measured: {proof.verdict.why}",
+                measured=win, created=now(),
             )  # fmt: skip
             write_json(out / TUNED_JSON, tuned.model_dump(mode="json"))
-        write_json(out / RESULTS_JSON, doc)
+        write_results(out, doc)
         if proof.verdict is not None:
             write_plots(doc, out)
 
     proof = prove(
         result.ranked, setup, start, settings, costs=result.costs,
         bytes_per_token=result.limits.bytes_per_token, engine=engine, previous=previous, save=save,
-        view=view, clock=clock,
+        view=view, clock=clock, spent_s=clock() - t0 if measured is not None else None,
     )  # fmt: skip
     if proof.verdict is not None:
         written += [out / TUNED_JSON, out / PREDICTED_VS_MEASURED, out / CANDIDATES]

@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvstack.bench.schema import LayoutResult, RequestRow
-from kvstack.clients import token_sources as ts
+from kvstack.clients import token_sources
 from kvstack.replay.command import Shared, TraceArgs, run_layout_replay
 from kvstack.replay.prompts import BlockTokens, ReplayShape, plan_requests
-from kvstack.serving.served_layout import Layout
+from kvstack.serving.served_layout import ServedLayout
 from kvstack.traces.mooncake import TraceRequest
 from kvstack.traces.sample import session_key
 
@@ -47,20 +47,25 @@ class EngineSize:
 
 
 def replay(
-    layout: Layout, setup: ReplaySetup, shared: Shared, on_row: Callable[[RequestRow], None] | None = None
+    layout: ServedLayout,
+    setup: ReplaySetup,
+    shared: Shared,
+    on_row: Callable[[RequestRow], None] | None = None,
+    calibrate: bool = False,
 ) -> tuple[LayoutResult, list[RequestRow], dict[str, Any]]:
     """bench --trace's replay of ``setup``'s slice on ``layout``, its answers judged (the result's
-    ``correctness``); no TTFT calibration after it (tune predicts with its own)."""
+    ``correctness``); ``calibrate``: then the layout's costs measured as bench --trace measures
+    them (the comparison's ``ttft.calibration``), else none (tune predicts with its own)."""
     return run_layout_replay(
         layout, setup.rows, setup.args, shared, model=setup.model, api_key=setup.api_key,
-        timeout_s=setup.timeout_s, on_row=on_row, ttft_check=False,
+        timeout_s=setup.timeout_s, on_row=on_row, ttft_check=calibrate,
     )  # fmt: skip
 
 
 def engine_size(compared: Mapping[str, Any]) -> EngineSize | None:
     """The engine level of a replay's hierarchy (vllm:cache_config_info), if its counters gave one."""
     for level in (compared.get("hierarchy") or {}).get("levels") or []:
-        if level.get("tier") == ts.ENGINE_CACHE:
+        if level.get("tier") == token_sources.ENGINE_CACHE:
             unit = int(level["unit_tokens"])
             return EngineSize(unit, unit * int(level["nominal_blocks"]))
     return None

@@ -11,9 +11,8 @@ The resampling is stratified in time: each window of ~sqrt(n) consecutive reques
 many drawn from that window. A replay is not a bag of exchangeable requests: a trace progresses (a
 session's later turns are longer and reuse more), the same in every candidate's replay and in any
 rerun, so a draw must keep that progression; a plain or block bootstrap moves the mix of early and
-late turns and measures that instead (tests/unit/tune's six sessions of twelve turns on the stand-in
-engine: none's p50 interval +-43% in blocks of 9, the mix moving; +-0.1% to +-1.4% stratified, the
-stand-in's own jitter, the machine idle or busy). Drift slower than the whole replay is not in it.
+late turns and measures that instead (the figures: docs/measurements.md, "Why tune's bootstrap is
+stratified"). Drift slower than the whole replay is not in it.
 
 Every candidate replays the same requests in the same order, so two candidates are compared on the
 same draws (``paired``): the interval of the difference of their figures is what "worse than none

@@ -1,52 +1,17 @@
-"""tune's live progress bar (rich, on stderr): the candidate running, its phase, its replay's
-requests, and the time left of the budget."""
+"""What a tune reports while it measures, as serving reports through ServeEvents: the candidate (or
+calibration layout) running, its phase, its replay's requests. tune prints nothing itself; the
+terminal's live bar is rendering/tune_progress.py, and tests pass nothing."""
 
 from __future__ import annotations
 
-import time
-
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, ProgressColumn, Task, TaskID, TextColumn
-from rich.text import Text
-
-from kvstack.bench.progress import LiveBar
-from kvstack.tune.budget import fmt_duration
+from typing import Protocol
 
 
-class TimeLeftColumn(ProgressColumn):
-    """The budget's time left, counted down at every refresh."""
-
-    def render(self, task: Task) -> Text:
-        deadline = task.fields.get("deadline")
-        if deadline is None:
-            return Text("")
-        return Text(f"{fmt_duration(max(0.0, float(deadline) - time.monotonic()))} left of the budget")
-
-
-class ProofView(LiveBar):
-    """One bar per measured candidate; a no-op when disabled (not a terminal, or --json)."""
-
-    def __init__(self, enabled: bool, console: Console | None = None) -> None:
-        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeLeftColumn())
-        super().__init__(enabled, columns, console)
-        self._task: TaskID | None = None
-        self._label = ""
-
+class View(Protocol):
     def begin(self, label: str, index: int, total: int, requests: int, deadline: float) -> None:
-        if self._bar is None:
-            return
-        self._label = f"[{index}/{total}] {label}"
-        self._task = self._bar.add_task(self._label, total=requests, deadline=deadline)
+        """``label`` starts: the ``index``-th of ``total``, ``requests`` to replay, the budget ending
+        at ``deadline`` (time.monotonic)."""
 
-    def phase(self, text: str) -> None:
-        if self._bar is not None and self._task is not None:
-            self._bar.update(self._task, description=f"{self._label}: {text}")
-
-    def row(self, done: int) -> None:
-        if self._bar is not None and self._task is not None:
-            self._bar.update(self._task, completed=done)
-
-    def end(self) -> None:
-        if self._bar is not None and self._task is not None:
-            self._bar.update(self._task, description=f"{self._label}: done")
-            self._task = None
+    def phase(self, text: str) -> None: ...
+    def row(self, done: int) -> None: ...
+    def end(self) -> None: ...

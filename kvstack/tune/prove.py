@@ -19,19 +19,20 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
 from kvstack.bench.schema import LayoutResult, RequestRow
 from kvstack.errors import InputError, Interrupted, KvstackError
 from kvstack.replay.command import Shared
-from kvstack.serving.served_layout import Layout
+from kvstack.serving.served_layout import ServedLayout
 from kvstack.serving.start_layout import MIN_L1_BYTES
 from kvstack.tune import budget as bud
 from kvstack.tune.measure import EngineSize, ReplaySetup, engine_size, replay, restore, shared_state
 from kvstack.tune.noise import Stat, measure
-from kvstack.tune.rank import Costs, Prediction, predict
+from kvstack.tune.progress import View
+from kvstack.tune.rank import CandidatePrediction, Costs, predict
 from kvstack.tune.refit import Replayed, refit
 from kvstack.tune.simulate import TraceSim
 from kvstack.tune.space import Candidate
@@ -39,16 +40,7 @@ from kvstack.tune.verdict import BASELINE, MeasuredCandidate, Verdict, decide
 
 # start(candidate, n): a context manager that serves ``candidate`` on a fresh engine (the n-th
 # measured: its run dir) and stops it on exit.
-StartCandidate = Callable[[Candidate, int], AbstractContextManager[Layout]]
-
-
-class View(Protocol):
-    """What the proof shows while it runs (tune/progress.py; nothing in tests)."""
-
-    def begin(self, label: str, index: int, total: int, requests: int, deadline: float) -> None: ...
-    def phase(self, text: str) -> None: ...
-    def row(self, done: int) -> None: ...
-    def end(self) -> None: ...
+StartCandidate = Callable[[Candidate, int], AbstractContextManager[ServedLayout]]
 
 
 @dataclass
@@ -83,12 +75,12 @@ def candidate_run_dir(root: Path, index: int) -> Path:
 
 
 def queue(
-    ranked: Sequence[Prediction], max_candidates: int | None
-) -> tuple[list[Prediction], dict[str, str]]:
+    ranked: Sequence[CandidatePrediction], max_candidates: int | None
+) -> tuple[list[CandidatePrediction], dict[str, str]]:
     """``none``, then the candidates the installed connectors can serve as modelled, in rank order
     (at most ``max_candidates`` of them); the others with why they are left out."""
     base = next(p for p in ranked if not p.candidate.offloads)
-    out: list[Prediction] = [base]
+    out: list[CandidatePrediction] = [base]
     skipped: dict[str, str] = {}
     seen = {base.candidate.label}
     for p in ranked:
@@ -130,22 +122,24 @@ def _first_estimate(setup: ReplaySetup, costs: Costs, engine: EngineSize) -> bud
 
 
 def preflight(
-    ranked: Sequence[Prediction],
+    ranked: Sequence[CandidatePrediction],
     setup: ReplaySetup,
     settings: Settings,
     costs: Costs,
     engine: EngineSize,
     previous: Proof | None,
+    refuse: bool = True,
 ) -> bud.Estimate:
     """The first estimate of one candidate's length; InputError when the budget cannot hold none
-    and one candidate (or, resumed with none measured, one candidate), before any engine starts."""
+    and one candidate (or, resumed with none measured, one candidate), before any engine starts
+    (``refuse``: once engines ran, the loop stops at the budget instead)."""
     todo, _ = queue(ranked, settings.max_candidates)
     measured = previous.measured if previous is not None else []
     done = {m.label for m in measured}
     first = _first_estimate(setup, costs, engine)
     estimate = bud.measured_estimate([(m.label, m.wall_s) for m in measured]) or first
     pending = [p for p in todo if p.candidate.label not in done]
-    if pending:
+    if pending and refuse:
         needed = 1 if BASELINE in done or len(todo) == 1 else 2
         bud.check_budget(settings.budget_s, estimate, needed, len(setup.rows))
     return first
@@ -164,7 +158,7 @@ class _Slice:
         )  # fmt: skip
         self.costs, self.bpt = costs, bpt
 
-    def predict(self, c: Candidate, slo_s: float | None) -> Prediction:
+    def predict(self, c: Candidate, slo_s: float | None) -> CandidatePrediction:
         return predict(self.sim, c, self.costs, self.bpt, slo_s)
 
 
@@ -174,12 +168,12 @@ def _engine_prompt_tokens(row: RequestRow) -> int:
 
 
 def _record(
-    p: Prediction,
+    p: CandidatePrediction,
     rank: int,
     result: LayoutResult,
     rows: list[RequestRow],
     compared: dict[str, Any],
-    predicted: Prediction | None,
+    predicted: CandidatePrediction | None,
     settings: Settings,
 ) -> MeasuredCandidate:
     c = p.candidate
@@ -213,7 +207,7 @@ def _record(
 
 
 def prove(
-    ranked: Sequence[Prediction],
+    ranked: Sequence[CandidatePrediction],
     setup: ReplaySetup,
     start: StartCandidate,
     settings: Settings,
@@ -225,11 +219,14 @@ def prove(
     save: Callable[[Proof], None] = lambda _: None,
     view: View | None = None,
     clock: Callable[[], float] = time.monotonic,
+    spent_s: float | None = None,
 ) -> Proof:
     """Measure ``none`` and the best-ranked candidates until ``settings.budget_s`` runs out.
     ``engine``: the pool the ranking assumed (the first estimate's; the slice is then predicted on
-    the pool the served engine reports). ``previous``: a stopped tune's proof (--resume)."""
-    t0 = clock()
+    the pool the served engine reports). ``previous``: a stopped tune's proof (--resume), or the
+    candidates this tune replayed to measure its costs, which took ``spent_s`` of the budget (then
+    no refusal up front: engines ran already, the loop stops at the budget)."""
+    t0 = clock() - (spent_s or 0.0)
     todo, skipped = queue(ranked, settings.max_candidates)
     ranks = {p.candidate.label: i + 1 for i, p in enumerate(ranked)}
     proof = Proof(budget_s=settings.budget_s, skipped=skipped)
@@ -248,7 +245,7 @@ def prove(
                 ) from exc
     done = {m.label for m in proof.measured}
     pending = [p for p in todo if p.candidate.label not in done]
-    first = preflight(ranked, setup, settings, costs, served or engine, previous)
+    first = preflight(ranked, setup, settings, costs, served or engine, previous, refuse=spent_s is None)
     sliced = (
         _Slice(shared, setup, served, costs, bytes_per_token) if served is not None and shared.sent else None
     )
@@ -313,10 +310,10 @@ def _refit(
     replays: list[Replayed],
     calibrated: Costs,
     sliced: _Slice | None,
-    pending: list[Prediction],
+    pending: list[CandidatePrediction],
     settings: Settings,
     bpt: float,
-) -> list[Prediction]:
+) -> list[CandidatePrediction]:
     """The model refit from ``replays`` (recorded in ``proof.refits``), and ``pending`` in the order
     it now predicts on the slice (unchanged without a slice to predict on)."""
     if sliced is None:
@@ -343,7 +340,7 @@ def _baseline_failed(m: MeasuredCandidate) -> KvstackError:
 
 
 def _one(
-    p: Prediction,
+    p: CandidatePrediction,
     rank: int,
     index: int,
     setup: ReplaySetup,
@@ -395,7 +392,7 @@ def _one(
             if sliced is None and served is not None:
                 sliced = _Slice(shared, setup, served, costs, bpt)
     except Interrupted:
-        raise  # Ctrl-C during a replay (bench's replay says so): the tune stops, not the candidate
+        raise  # Ctrl-C during a replay (replay/command.py says so): the tune stops, not the candidate
     except KvstackError as exc:
         if not c.offloads:
             raise
@@ -414,6 +411,26 @@ def _one(
         served,
         sliced,
     )
+
+
+def measured_before(
+    p: CandidatePrediction,
+    rank: int,
+    replayed: tuple[LayoutResult, list[RequestRow], dict[str, Any]],
+    walls: dict[str, float],
+    run_dir: str | None,
+    context: tuple[Shared, EngineSize | None, ReplaySetup, Settings],
+    costs: Costs,
+    bpt: float,
+) -> MeasuredCandidate:
+    """``p``'s record from a replay made before the ranking (tune measuring its own costs), predicted
+    for the requests sent as the proof predicts its first candidate: with the costs ranked with."""
+    shared, served, setup, settings = context
+    result, rows, compared = replayed
+    sliced = _Slice(shared, setup, served, costs, bpt) if served is not None and shared.sent else None
+    predicted = sliced.predict(p.candidate, settings.slo_s) if sliced is not None else None
+    m = _record(p, rank, result, rows, compared, predicted, settings)
+    return dataclasses.replace(m, correctness=result.correctness, wall_s=walls, run_dir=run_dir)
 
 
 def previous_proof(doc: dict[str, Any], budget_s: float) -> Proof:

@@ -21,7 +21,7 @@ import numpy.typing as npt
 
 from kvstack.planning.served_ttft import FloatArray, ServedCosts, whole_chunks
 from kvstack.tune.knobs import CONNECTORS
-from kvstack.tune.simulate import Sources, TraceSim
+from kvstack.tune.simulate import SimulatedSources, TraceSim
 from kvstack.tune.space import Candidate
 
 Objective = Literal["p50", "p90", "mean", "goodput"]
@@ -47,7 +47,9 @@ class Costs:
 
 
 @dataclass(frozen=True)
-class Prediction:
+class CandidatePrediction:
+    """One candidate's predicted TTFT on the trace (and where its prompt tokens come from)."""
+
     candidate: Candidate
     p50_s: float
     p90_s: float
@@ -68,7 +70,11 @@ class Prediction:
 
 
 def _ttft(
-    costs: ServedCosts, lengths: FloatArray, s: Sources, mask: FloatArray | None, chunk_tokens: int = 0
+    costs: ServedCosts,
+    lengths: FloatArray,
+    s: SimulatedSources,
+    mask: FloatArray | None,
+    chunk_tokens: int = 0,
 ) -> FloatArray:
     dram, disk = s.dram.astype(np.float64), s.disk.astype(np.float64)
     if mask is not None:
@@ -82,7 +88,7 @@ def _ttft(
 
 def served(
     sim: TraceSim, candidate: Candidate, bytes_per_token: float
-) -> tuple[Sources, npt.NDArray[np.bool_]]:
+) -> tuple[SimulatedSources, npt.NDArray[np.bool_]]:
     """Where each request's prompt tokens come from on ``candidate`` (before its gate) and which
     requests its gate keeps off the offload path."""
     n = sim.requests
@@ -101,7 +107,7 @@ def served(
 
 def predict(
     sim: TraceSim, candidate: Candidate, costs: Costs, bytes_per_token: float, slo_s: float | None = None
-) -> Prediction:
+) -> CandidatePrediction:
     """``candidate``'s predicted TTFT over the trace and its prompt tokens by source (and the share
     of requests within ``slo_s``, when given)."""
     lengths = sim.lengths.astype(np.float64)
@@ -114,10 +120,10 @@ def predict(
         if candidate.prompt_gate is not None:
             plain = _ttft(costs.plain, lengths, s, np.zeros(len(lengths)))
             ttft = np.where(gated_mask, plain, ttft)
-        s = Sources(s.engine, np.where(gated_mask, 0, s.dram), np.where(gated_mask, 0, s.disk))
+        s = SimulatedSources(s.engine, np.where(gated_mask, 0, s.dram), np.where(gated_mask, 0, s.disk))
     engine, dram, disk = int(s.engine.sum()), int(s.dram.sum()), int(s.disk.sum())
     total = int(sim.lengths.sum())
-    return Prediction(
+    return CandidatePrediction(
         candidate=candidate,
         p50_s=float(np.percentile(ttft, 50)),
         p90_s=float(np.percentile(ttft, 90)),
@@ -141,18 +147,18 @@ def rank(
     objective: Objective = "p50",
     tolerance: float = TIE_TOLERANCE,
     slo_s: float | None = None,
-) -> list[Prediction]:
+) -> list[CandidatePrediction]:
     """Every candidate predicted, best first by ``objective``. Candidates within ``tolerance`` (a
     fraction) of the best remaining one are tied on it and ordered by the other figures, then by
     the smaller layout (less memory, no gate): the model cannot tell a 0.1 ms difference apart."""
     left = [predict(sim, c, costs, bytes_per_token, slo_s) for c in candidates]
     others = [o for o in LATENCIES if o != objective]
 
-    def key(p: Prediction) -> tuple[float, ...]:
+    def key(p: CandidatePrediction) -> tuple[float, ...]:
         c = p.candidate
         return (*(p.value(o) for o in others), float(c.dram_bytes + c.disk_bytes), float(c.gate is not None))
 
-    out: list[Prediction] = []
+    out: list[CandidatePrediction] = []
     while left:
         best = min(p.loss(objective) for p in left)
         tied = [p for p in left if p.loss(objective) <= best * (1 + tolerance)]

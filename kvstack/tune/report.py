@@ -10,15 +10,15 @@ from kvstack.planning.served_ttft import ServedCalibration
 from kvstack.planning.tuned import TunedLayout
 from kvstack.tune.noise import METHOD
 from kvstack.tune.prove import Proof, Settings
-from kvstack.tune.rank import Prediction
-from kvstack.tune.run import TuneResult
+from kvstack.tune.rank import CandidatePrediction
+from kvstack.tune.ranking import TuneResult
 from kvstack.tune.verdict import MeasuredCandidate
 
 RESULTS_JSON = "results.json"
 
 
 def tuned_layout(
-    p: Prediction,
+    p: CandidatePrediction,
     objective: str,
     source: str,
     measured: MeasuredCandidate | None = None,
@@ -55,7 +55,7 @@ def tuned_layout(
     )
 
 
-def _row(rank: int, p: Prediction) -> dict[str, Any]:
+def _row(rank: int, p: CandidatePrediction) -> dict[str, Any]:
     c = p.candidate
     return {
         "rank": rank,

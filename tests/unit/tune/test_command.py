@@ -157,7 +157,7 @@ def test_each_candidate_is_served_as_serve_tuned_serves_a_winner(tmp_path: Path)
     """What an engine would be started with for a candidate (a dry run: no engine here)."""
     from kvstack.serving.prepare import prepare
     from kvstack.serving.request import ServeRequest
-    from kvstack.tune.command import candidate_request
+    from kvstack.tune.engines import candidate_request
     from tests.unit.tune.helpers import NO_GPU
 
     opts = options(tmp_path, 128, knobs={"--l1-size-gb": 0.5, "--chunk-size": 512})
@@ -200,7 +200,7 @@ def test_each_candidate_starts_on_an_empty_disk_tier_that_is_removed_after_it(
 
     import kvstack.serving.start_layout as sized
     from kvstack.serving.request import ServeRequest
-    from kvstack.tune.command import serve_starter
+    from kvstack.tune.engines import serve_starter
     from tests.unit.tune.helpers import NO_GPU
 
     opts = options(tmp_path, 128)

@@ -1,4 +1,5 @@
-"""tune's progress bar: the candidate running, its phase, its replay's requests, the budget's time left."""
+"""tune's progress bar (rendering/tune_progress.py): the candidate running, its phase, its replay's
+requests, the budget's time left."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import time
 
 from rich.console import Console
 
-from kvstack.tune.progress import ProofView
+from kvstack.rendering.tune_progress import ProofView
 
 
 def test_the_bar_shows_the_candidate_its_phase_requests_and_the_time_left() -> None:

@@ -17,7 +17,9 @@ from .helpers import DEMO_POOL, KIB, PLAIN, offload, sample
 GIB = 1 << 30
 
 
-def _ranked(block_tokens: int, cost_s: float, objective: rk.Objective = "p50") -> list[rk.Prediction]:
+def _ranked(
+    block_tokens: int, cost_s: float, objective: rk.Objective = "p50"
+) -> list[rk.CandidatePrediction]:
     trace = sample(block_tokens)
     sim = TraceSim(
         trace.requests, block_tokens=block_tokens, engine_block_tokens=128, engine_pool_tokens=DEMO_POOL
@@ -31,7 +33,7 @@ def _ranked(block_tokens: int, cost_s: float, objective: rk.Objective = "p50") -
     return rk.rank(sim, space, rk.Costs(PLAIN, offload(cost_s)), KIB, objective)
 
 
-def _best(ranked: list[rk.Prediction], kind: str) -> rk.Prediction:
+def _best(ranked: list[rk.CandidatePrediction], kind: str) -> rk.CandidatePrediction:
     pick = {
         "none": lambda c: not c.offloads,
         "offload": lambda c: c.offloads and c.gate is None,

@@ -126,7 +126,7 @@ def test_limits_are_the_most_the_hardware_allows_each_tier() -> None:
 
 
 def test_a_gate_knob_sets_the_connectors_own_gate_and_zero_turns_it_off() -> None:
-    from kvstack.tune.run import with_knobs
+    from kvstack.tune.ranking import with_knobs
     from kvstack.tune.space import Gate
 
     base = Candidate("lmcache-mp", 256, GIB)

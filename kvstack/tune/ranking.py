@@ -16,7 +16,7 @@ from kvstack.planning.served_ttft import ServedCalibration
 from kvstack.planning.trace_sizing import OFFLOAD_REQUEST_COST_S
 from kvstack.traces.mooncake import TraceRequest
 from kvstack.tune.knobs import CONNECTORS, check_connector, check_knobs
-from kvstack.tune.rank import Costs, Objective, Prediction, rank
+from kvstack.tune.rank import CandidatePrediction, Costs, Objective, rank
 from kvstack.tune.simulate import TraceSim
 from kvstack.tune.space import Candidate, CurveSizes, Gate, Limits, candidate_space, curve_sizes
 from kvstack.units import GIB
@@ -34,7 +34,7 @@ _FIELDS: dict[str, str] = {
 
 @dataclass(frozen=True)
 class TuneResult:
-    ranked: list[Prediction]
+    ranked: list[CandidatePrediction]
     sizes: CurveSizes
     limits: Limits
     objective: Objective
@@ -42,12 +42,12 @@ class TuneResult:
     slo_s: float | None = None  # goodput's TTFT SLO
 
     @property
-    def winner(self) -> Prediction:
+    def winner(self) -> CandidatePrediction:
         """The best candidate the installed connector can run as modelled."""
         return next(p for p in self.ranked if not p.candidate.not_settable)
 
     @property
-    def baseline(self) -> Prediction:
+    def baseline(self) -> CandidatePrediction:
         return next(p for p in self.ranked if not p.candidate.offloads)
 
 
@@ -71,6 +71,30 @@ def with_knobs(candidate: Candidate, values: Mapping[str, float]) -> Candidate:
     return out
 
 
+def check_request(
+    limits: Limits,
+    *,
+    objective: Objective,
+    connector: str | None,
+    knobs: Mapping[str, float] | None,
+    slo_s: float | None,
+) -> None:
+    """InputError for a ranking that cannot be asked for (before any cost is known: a tune that
+    measures its own costs refuses it before any engine starts)."""
+    if objective == "goodput" and slo_s is None:
+        raise InputError("--objective goodput needs a TTFT SLO", hint="add --slo-ms, e.g. --slo-ms 200")
+    if slo_s is not None and not slo_s > 0:
+        raise InputError(f"--slo-ms must be positive, not {slo_s * 1000:g}", hint="e.g. --slo-ms 200")
+    if knobs and connector is None:
+        raise InputError("--knob needs --connector (whose knob it is)", hint="e.g. --connector lmcache-mp")
+    if connector is not None:
+        spec = check_connector(connector, limits.platform)
+        check_knobs(spec, knobs or {}, limits.engine_block_tokens)
+        for name in knobs or {}:
+            if not (name == spec.gate and spec.gate_kind) and name not in _FIELDS:
+                raise InputError(f"tune does not model {name} yet", hint="leave it at its default")
+
+
 def tune(
     requests: Sequence[TraceRequest],
     block_tokens: int,
@@ -83,15 +107,7 @@ def tune(
     slo_s: float | None = None,
 ) -> TuneResult:
     """Every candidate of the space (restricted as asked) ranked on ``requests``."""
-    if objective == "goodput" and slo_s is None:
-        raise InputError("--objective goodput needs a TTFT SLO", hint="add --slo-ms, e.g. --slo-ms 200")
-    if slo_s is not None and not slo_s > 0:
-        raise InputError(f"--slo-ms must be positive, not {slo_s * 1000:g}", hint="e.g. --slo-ms 200")
-    if knobs and connector is None:
-        raise InputError("--knob needs --connector (whose knob it is)", hint="e.g. --connector lmcache-mp")
-    if connector is not None:
-        spec = check_connector(connector, limits.platform)
-        check_knobs(spec, knobs or {}, limits.engine_block_tokens)
+    check_request(limits, objective=objective, connector=connector, knobs=knobs, slo_s=slo_s)
     offload = calibration.offload_costs(OFFLOAD_REQUEST_COST_S, {})
     curve = capacity_curve(requests, block_tokens)
     sizes = curve_sizes(curve, int(limits.bytes_per_token * block_tokens))

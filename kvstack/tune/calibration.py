@@ -1,0 +1,211 @@
+"""The costs a tune ranks with (planning/served_ttft.py's ServedCalibration), from one of three places:
+
+- ``--calibration``: a `bench --trace --compare none,lmcache-mp` result, a served-ttft.json, or an
+  earlier tune's --out DIR (replay/served_calibration.py reads them);
+- ``--resume DIR`` without it: the calibration the stopped tune ranked with (its results.json);
+- neither: measured by this tune on the engine, as `bench --trace FILE --compare none,lmcache-mp`
+  measures it. ``none``, then LMCache's server (the layout bench serves: the plan's sizes), each on a
+  fresh engine, replay the slice every candidate is sent and are calibrated after it
+  (replay/calibrate.py): none's costs are the plain path's, lmcache-mp's the offload path's (where
+  its tiers are known, as bench's calibration reads them: replay/offload_cost.py). A replay whose
+  layout the ranking has (``none`` always) is then that candidate's measurement: it is not replayed
+  twice.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from kvstack.bench.schema import LayoutResult, RequestRow
+from kvstack.errors import EngineError, Interrupted
+from kvstack.planning.served_ttft import ServedCalibration, ServedCosts
+from kvstack.replay.command import Shared
+from kvstack.serving.served_layout import ServedLayout, StartLayout
+from kvstack.tune.measure import EngineSize, ReplaySetup, engine_size, replay
+from kvstack.tune.progress import View
+from kvstack.tune.prove import candidate_run_dir
+from kvstack.tune.space import Candidate
+
+LAYOUTS = ("none", "lmcache-mp")  # what bench --trace --compare none,lmcache-mp calibrates
+Replayed = tuple[LayoutResult, list[RequestRow], dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class LayoutReplay:
+    """One layout replayed and calibrated; ``candidate``: the layout as tune's candidates describe
+    them (None where its plan is not known)."""
+
+    name: str
+    replayed: Replayed
+    wall_s: dict[str, float]
+    run_dir: str | None
+    candidate: Candidate | None
+
+    @property
+    def costs(self) -> dict[str, Any] | None:
+        got = (self.replayed[2].get("ttft") or {}).get("calibration")
+        return got if isinstance(got, dict) and got else None
+
+    def document(self, counted_as: str | None) -> dict[str, Any]:
+        """results.json's ``calibration_replays`` entry (tune/results.py's CalibrationReplay)."""
+        rows = self.replayed[1]
+        return {
+            "layout": self.name,
+            "candidate": counted_as,
+            "run_dir": self.run_dir,
+            "requests": len(rows),
+            "ok": sum(r.ok for r in rows),
+            "wall_s": self.wall_s,
+            "calibration": self.costs,
+        }
+
+
+@dataclass(frozen=True)
+class MeasuredCosts:
+    calibration: ServedCalibration
+    replays: list[LayoutReplay]
+    shared: Shared  # what every layout was sent (the candidates are sent the same)
+    engine: EngineSize | None  # the served engine's prefix cache, as none's counters gave it
+
+
+def calibration_run_dir(root: Path, name: str) -> Path:
+    """Where a calibration layout is served: none in the first candidate's run dir (it is the
+    first candidate measured), lmcache-mp in one of its own."""
+    return candidate_run_dir(root, 1) if name == "none" else root / "calibration"
+
+
+def from_results(doc: Mapping[str, Any]) -> ServedCalibration:
+    """results.json's ``calibration`` (ServedCalibration.to_dict) back; KeyError, TypeError or
+    ValueError on a damaged one."""
+    found: dict[bool, tuple[str, ServedCosts]] = {}
+    for name, entry in dict(doc["layouts"]).items():
+        found.setdefault(bool(entry.get("offload")), (str(name), ServedCosts.from_dict(entry["calibration"])))
+    if False not in found:
+        raise ValueError("no calibrated layout without offload")
+    (plain_name, plain), offload = found[False], found.get(True)
+    return ServedCalibration(
+        plain=plain,
+        offload=offload[1] if offload else None,
+        plain_layout=plain_name,
+        offload_layout=offload[0] if offload else "",
+        source=str(doc.get("source") or ""),
+    )
+
+
+def layout_candidate(name: str, layout: ServedLayout) -> Candidate | None:
+    """The candidate a served layout is (its plan's connector, chunk and tier sizes), if known."""
+    if name == "none":
+        return Candidate("none")
+    plan = layout.plan
+    if plan is None or plan.connector != name:
+        return None
+    dram, disk = plan.tier("cpu"), plan.tier("disk")
+    return Candidate(
+        connector=name,
+        chunk_tokens=plan.chunk_size,
+        dram_bytes=dram.size_bytes if dram is not None else 0,
+        disk_bytes=disk.size_bytes if disk is not None else 0,
+    )
+
+
+def calibration_of(replays: list[LayoutReplay], trace: Path) -> ServedCalibration:
+    """The calibration bench --trace --compare gives from the same replays: the first layout
+    without offload the plain costs, the first with an offload tier the offload path's."""
+    from kvstack.replay.offload_cost import offloads
+
+    found: dict[bool, tuple[str, ServedCosts]] = {}
+    for r in replays:
+        if r.costs is not None:
+            found.setdefault(offloads(r.replayed[2]), (r.name, ServedCosts.from_dict(r.costs)))
+    if False not in found:
+        raise EngineError(
+            "none's replay gave no costs: its calibration did not run", hint="see its run dir's logs"
+        )
+    (plain_name, plain), offload = found[False], found.get(True)
+    used = [plain_name, *([offload[0]] if offload else [])]
+    requests = len(replays[0].replayed[1])
+    when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    return ServedCalibration(
+        plain=plain,
+        offload=offload[1] if offload else None,
+        plain_layout=plain_name,
+        offload_layout=offload[0] if offload else "",
+        source=f"measured by this tune: {' + '.join(used)} replays of {trace} ({requests} requests), {when}",
+    )
+
+
+def measure_costs(
+    setup: ReplaySetup,
+    start: StartLayout,
+    *,
+    trace: Path,
+    run_root: Path | None,
+    deadline: float,
+    view: View | None = None,
+    clock: Callable[[], float],
+) -> MeasuredCosts:
+    """Replay the slice on ``none`` and on ``lmcache-mp``, each calibrated after its replay, and the
+    calibration they give. A layout that cannot be served or replayed stops the tune (EngineError):
+    without its costs nothing can be ranked."""
+    shared = Shared()
+    replays: list[LayoutReplay] = []
+    try:
+        for index, name in enumerate(LAYOUTS, 1):
+            run_dir = str(calibration_run_dir(run_root, name)) if run_root is not None else None
+            replays.append(_one(name, index, setup, start, shared, run_dir, deadline, view, clock))
+    except (KeyboardInterrupt, Interrupted) as exc:
+        raise Interrupted(
+            "interrupted while tune measured its costs (none and lmcache-mp): nothing is kept yet"
+        ) from exc
+    finally:
+        if view is not None:
+            view.end()
+    cal = calibration_of(replays, trace)
+    return MeasuredCosts(cal, replays, shared, engine_size(replays[0].replayed[2]))
+
+
+def _one(
+    name: str,
+    index: int,
+    setup: ReplaySetup,
+    start: StartLayout,
+    shared: Shared,
+    run_dir: str | None,
+    deadline: float,
+    view: View | None,
+    clock: Callable[[], float],
+) -> LayoutReplay:
+    counted = 0
+    last_row = [0.0]  # when the replay's last answer came: its check and calibration follow it
+
+    def on_row(_: RequestRow) -> None:
+        nonlocal counted
+        counted += 1
+        last_row[0] = clock()
+        if view is not None:
+            view.row(counted)
+            if counted == len(shared.sent):
+                view.phase("checking correctness, measuring costs")
+
+    if view is not None:
+        view.begin(f"{name} (its costs)", index, len(LAYOUTS), len(setup.rows), deadline)
+        view.phase("starting the engine")
+    t_start = clock()
+    with start(name) as layout:
+        t_ready = clock()
+        if view is not None:
+            view.phase("replaying the trace")
+        replayed = replay(dataclasses.replace(layout, name=name), setup, shared, on_row, calibrate=True)
+        t_done = clock()
+        candidate = layout_candidate(name, layout)
+    if view is not None:
+        view.end()
+    walls = {"start": t_ready - t_start, "replay": max(t_ready, last_row[0] or t_done) - t_ready}
+    walls["check"] = t_done - t_ready - walls["replay"]  # the correctness check and the calibration
+    walls["total"] = clock() - t_start
+    return LayoutReplay(name, replayed, walls, run_dir, candidate)

@@ -1,0 +1,260 @@
+"""results.json of a tune as a typed document: what report.py and command.py write (the ranking,
+``measured``: the proof, ``calibration``: the costs it ranked with) and what reads it back (the
+terminal report: rendering/tune.py). Extra keys are refused, so the writer and this model cannot
+drift apart unnoticed: tests/unit/tune/test_results.py validates every document a tune writes and
+checks that the model gives it back unchanged.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from kvstack.bench.schema import CorrectnessResult
+
+
+class _Doc(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class Interval(_Doc):
+    """A measured figure and its bootstrap interval (noise.Interval.to_dict)."""
+
+    value: float
+    low: float
+    high: float
+    noise: float
+
+
+class MeasuredStats(_Doc):
+    n: int
+    block: int
+    p50: Interval
+    p90: Interval
+    mean: Interval
+    goodput: Interval | None = None
+
+
+class Predicted(_Doc):
+    """The model's figures for the requests a candidate was sent (none before any prediction)."""
+
+    p50_s: float | None = None
+    p90_s: float | None = None
+    mean_s: float | None = None
+    goodput: float | None = None
+
+
+class MeasuredRow(_Doc):
+    """One candidate replayed (verdict.MeasuredCandidate.to_dict)."""
+
+    label: str
+    rank: int
+    connector: str
+    knobs: dict[str, float]
+    predicted: Predicted
+    predicted_tokens: dict[str, int]
+    measured: MeasuredStats | None
+    measured_over_predicted_p50: float | None
+    ttft_s: list[float | None]
+    requests: int
+    ok: int
+    measured_tokens: dict[str, float]
+    lookups: int | None
+    below_gate: int | None
+    correctness: CorrectnessResult | None
+    correct: bool
+    wall_s: dict[str, float]
+    run_dir: str | None
+    error: str | None
+
+
+class Inversion(_Doc):
+    model_ranked_higher: str
+    measured_better: str
+    beyond_noise: bool
+
+
+class Verdict(_Doc):
+    winner: str
+    why: str
+    excluded: dict[str, str]
+    inversions: list[Inversion]
+    versus_none: dict[str, dict[str, Interval]]
+
+
+class Costs(_Doc):
+    """planning.served_ttft.ServedCosts.to_dict."""
+
+    hit_s: float
+    miss_s: float
+    linear_s_per_token: float
+    quadratic_s_per_token2: float
+    fetch_s_per_token: dict[str, float]
+    chunk_s: float
+    source: str
+
+
+class Refit(_Doc):
+    after: list[str]
+    plain: Costs
+    by_connector: dict[str, Costs]
+
+
+class Estimate(_Doc):
+    start_s: float
+    replay_s: float
+    check_s: float
+    from_: str = Field(alias="from")
+
+
+class Setup(_Doc):
+    """How the slice was replayed (a resumed tune must match it)."""
+
+    requests: int
+    block_tokens: int
+    time_scale: float
+    max_output_tokens: int
+    seed: int
+    check_correctness: int
+
+
+class Shape(_Doc):
+    block_tokens: int
+    align: int
+    max_prompt_tokens: int
+    max_output_tokens: int
+    time_scale: float
+
+
+class EngineSize(_Doc):
+    block_tokens: int
+    pool_tokens: int
+
+
+class ReplayState(_Doc):
+    """What the first layout replayed decided for every candidate (measure.shared_state)."""
+
+    shape: Shape
+    pool: list[int]
+    seed: int
+    notes: list[str]
+    engine: EngineSize | None
+    requests_sent: int
+    prompt_tokens: int
+
+
+class Measured(_Doc):
+    """results.json's ``measured``: report.proof_document."""
+
+    objective: str
+    slo_ms: float | None
+    budget_s: float
+    elapsed_s: float
+    stopped: str
+    noise: str
+    setup: Setup
+    estimate: Estimate | None
+    replay: ReplayState | None
+    candidates: list[MeasuredRow]
+    skipped: dict[str, str]
+    refits: list[Refit]
+    verdict: Verdict | None
+
+
+class Gate(_Doc):
+    kind: str
+    tokens: int
+    from_: str = Field(alias="from")
+
+
+class PredictedFigures(_Doc):
+    p50_s: float
+    p90_s: float
+    mean_s: float
+    goodput: float | None
+
+
+class CandidateRow(_Doc):
+    """One candidate ranked (report._row)."""
+
+    rank: int
+    label: str
+    connector: str
+    knobs: dict[str, float]
+    sizes_from: str
+    gate: Gate | None
+    not_settable: str
+    predicted: PredictedFigures
+    prompt_tokens: dict[str, int]
+    gated_requests: int
+
+
+class Source(_Doc):
+    trace: str
+    sample: str
+    block_tokens: int
+    requests: int
+    model: str
+    calibration: str  # where the costs it ranked with come from
+    connector: str | None
+    knobs: dict[str, float]
+
+
+class Limits(_Doc):
+    platform: str
+    engine_block_tokens: int
+    engine_pool_tokens: int
+    bytes_per_token: float
+    dram_max_bytes: int
+    disk_max_bytes: int
+
+
+class CurveSizes(_Doc):
+    knee_bytes: int
+    p95_bytes: int
+    max_bytes: int
+
+
+class CalibrationLayout(_Doc):
+    offload: bool
+    calibration: Costs
+
+
+class Calibration(_Doc):
+    """planning.served_ttft.ServedCalibration.to_dict: the served-ttft.json form."""
+
+    source: str
+    layouts: dict[str, CalibrationLayout]
+
+
+class CalibrationReplay(_Doc):
+    """A layout this tune replayed and calibrated to measure its costs (no --calibration)."""
+
+    layout: str
+    candidate: str | None  # the ranked candidate it counts as, if it is one
+    run_dir: str | None
+    requests: int
+    ok: int
+    wall_s: dict[str, float]
+    calibration: Costs | None
+
+
+class TuneResults(_Doc):
+    kind: Literal["kvstack-tune"]
+    objective: str
+    source: Source
+    limits: Limits
+    curve_sizes: CurveSizes
+    winner: str | None  # None while the replays have not chosen one
+    baseline: CandidateRow
+    candidates: list[CandidateRow]
+    measured: Measured | None
+    calibration: Calibration
+    rank_s: float
+    predicted_winner: str | None = None  # measuring: the model's best, before the replays chose
+    calibration_replays: list[CalibrationReplay] | None = None  # only when this tune measured its costs
+
+    @classmethod
+    def of(cls, doc: dict[str, Any]) -> TuneResults:
+        return cls.model_validate(doc)
