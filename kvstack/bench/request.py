@@ -5,16 +5,18 @@ refused here, before a server is asked or started."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Self
+from typing import TYPE_CHECKING, Annotated, Self
 
 from pydantic import Field, model_validator
 
-from kvstack.bench.command import BenchArgs
 from kvstack.errors import InputError
 from kvstack.flags import Inputs, flag
 from kvstack.names import OFFLOAD_CHOICES, choice
-from kvstack.serving.start_layout import TierOverrides
 from kvstack.units import parse_bytes, parse_tokens
+
+if TYPE_CHECKING:  # imported where used: `kvstack --help` imports this module, never the bench
+    from kvstack.bench.command import BenchArgs
+    from kvstack.serving.start_layout import TierOverrides
 
 
 def check_correctness_count(k: int) -> None:
@@ -191,6 +193,8 @@ class BenchInputs(Inputs):
     @property
     def sizes(self) -> TierOverrides:
         """--l1-size/--disk-size: the offload tiers of every layout kvstack serves."""
+        from kvstack.serving.start_layout import TierOverrides
+
         return TierOverrides(
             cpu_bytes=parse_bytes(self.l1_size, "--l1-size") if self.l1_size else None,
             disk_bytes=parse_bytes(self.disk_size, "--disk-size") if self.disk_size else None,
@@ -206,6 +210,8 @@ class BenchInputs(Inputs):
 
     def bench_args(self) -> BenchArgs:
         """The workload bench's inputs (without --trace)."""
+        from kvstack.bench.command import BenchArgs
+
         return BenchArgs(
             url=self.url,
             model=self.model,

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, cast
 
 import typer
 
 from kvstack.apikey import ApiKeyInputs
+from kvstack.canary.defaults import OnWrongKv
 from kvstack.canary.inputs import CanaryInputs
 from kvstack.cli.flags import Pick, command
 from kvstack.errors import InputError
@@ -56,7 +57,7 @@ def register(app: typer.Typer) -> None:
         from kvstack.canary.watch import watch_server
         from kvstack.rendering.serve import serve_events
 
-        action = choice(canary.on_wrong_kv, WATCH_ACTIONS, "--on-wrong-kv")
+        action = cast(OnWrongKv, choice(canary.on_wrong_kv, WATCH_ACTIONS, "--on-wrong-kv"))
         if checks < 0:
             raise InputError(f"--checks must be 0 or more, not {checks}", hint="e.g. --checks 10")
         fields = canary.fields()

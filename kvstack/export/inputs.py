@@ -11,7 +11,6 @@ from typing import Annotated
 
 from kvstack.export import FORMATS
 from kvstack.export.bundle import ExportOptions
-
 from kvstack.flags import Inputs, flag
 from kvstack.netaddr import check_port
 

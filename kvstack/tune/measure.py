@@ -23,8 +23,6 @@ from kvstack.serving.served_layout import ServedLayout
 from kvstack.traces.mooncake import TraceRequest
 from kvstack.traces.sample import session_key
 
-DEFAULT_CHECKS = 4
-
 
 @dataclass(frozen=True)
 class ReplaySetup:

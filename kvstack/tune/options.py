@@ -6,17 +6,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field
 
 from kvstack.errors import InputError
 from kvstack.flags import Inputs, flag
 from kvstack.tune.budget import check_measuring_budget
-from kvstack.tune.measure import DEFAULT_CHECKS
-from kvstack.tune.rank import OBJECTIVES, Objective
 
 DEFAULT_REPLAY_REQUESTS = 400
+DEFAULT_CHECKS = 4  # cached answers judged against recompute after each replay
+Objective = Literal["p50", "p90", "mean", "goodput"]
+OBJECTIVES: tuple[Objective, ...] = ("p50", "p90", "mean", "goodput")
 
 
 @dataclass(frozen=True)
@@ -148,7 +149,6 @@ def tune_options(
     """The options of `kvstack tune` from its flags (names as the flags), checked."""
     from kvstack.names import choice
     from kvstack.tune.budget import parse_duration
-    from kvstack.tune.rank import OBJECTIVES
 
     choice(objective, OBJECTIVES, "--objective")
     if trace is None:

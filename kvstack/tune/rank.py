@@ -14,18 +14,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
 
 from kvstack.planning.served_ttft import FloatArray, ServedCosts, whole_chunks
 from kvstack.tune.knobs import CONNECTORS
+from kvstack.tune.options import Objective
 from kvstack.tune.simulate import SimulatedSources, TraceSim
 from kvstack.tune.space import Candidate
 
-Objective = Literal["p50", "p90", "mean", "goodput"]
-OBJECTIVES: tuple[Objective, ...] = ("p50", "p90", "mean", "goodput")
 LATENCIES: tuple[Objective, ...] = ("p50", "p90", "mean")
 # Predictions within 1% of each other are a tie on the objective: far below what a replay on 2 busy
 # cores can tell apart (README: fixed costs measured several ms apart run to run).

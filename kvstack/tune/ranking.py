@@ -16,7 +16,8 @@ from kvstack.planning.served_ttft import ServedCalibration
 from kvstack.planning.trace_sizing import OFFLOAD_REQUEST_COST_S
 from kvstack.traces.mooncake import TraceRequest
 from kvstack.tune.knobs import CONNECTORS, check_connector, check_knobs
-from kvstack.tune.rank import CandidatePrediction, Costs, Objective, rank
+from kvstack.tune.options import Objective
+from kvstack.tune.rank import CandidatePrediction, Costs, rank
 from kvstack.tune.simulate import TraceSim
 from kvstack.tune.space import Candidate, CurveSizes, Gate, Limits, candidate_space, curve_sizes
 from kvstack.units import GIB

@@ -80,15 +80,6 @@ def test_a_required_flag_is_required_and_a_bad_value_is_the_models_error() -> No
 
 def test_pick_keeps_renames_rewords_and_redefaults() -> None:
     got: dict[str, Any] = {}
-    picked = Annotated[
-        Knobs,
-        Pick(
-            without=("loud",),
-            names={"count": ("--times",)},
-            help={"name": "Which one."},
-            default={"name": "b"},
-        ),
-    ]
 
     def register(app: typer.Typer) -> None:
         @command(app, "go")

@@ -6,6 +6,7 @@ import io
 
 from rich.console import Console
 
+from kvstack.rendering.top import render
 from kvstack.top.snapshot import (
     AdapterView,
     DiskView,
@@ -15,7 +16,6 @@ from kvstack.top.snapshot import (
     SourceShare,
     TopSnapshot,
 )
-from kvstack.rendering.top import render
 
 
 def text_of(snap: TopSnapshot) -> str:
