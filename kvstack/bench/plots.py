@@ -88,14 +88,7 @@ def ttft_by_round(result: BenchResult, path: Path) -> Path:
 
 
 # Cached sources stacked from the bottom (their height is the hit rate), recomputed on top.
-_STACK = (
-    token_sources.ENGINE_CACHE,
-    token_sources.DRAM,
-    token_sources.DISK,
-    token_sources.REMOTE,
-    token_sources.OFFLOAD,
-    token_sources.RECOMPUTED,
-)
+_STACK = token_sources.CACHE_ORDER
 _COLORS = {
     token_sources.RECOMPUTED: "#c8c8c8",
     token_sources.ENGINE_CACHE: "#1f77b4",

@@ -37,6 +37,9 @@ DISK = "disk"
 REMOTE = "remote"
 OFFLOAD = "offload"  # offloaded, but no counter says which tier
 SOURCES: tuple[str, ...] = (RECOMPUTED, ENGINE_CACHE, DRAM, DISK, REMOTE, OFFLOAD)
+# The cache's sources from the nearest down, recomputation last: how a prompt's tokens stack up
+# (plots, predictions).
+CACHE_ORDER: tuple[str, ...] = (ENGINE_CACHE, DRAM, DISK, REMOTE, OFFLOAD, RECOMPUTED)
 LABELS: dict[str, str] = {
     RECOMPUTED: "recomputed",
     ENGINE_CACHE: "engine cache",

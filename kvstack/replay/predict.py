@@ -18,14 +18,7 @@ from kvstack.planning.capacity import simulate_hierarchy
 from kvstack.replay.prompts import SentRequest
 from kvstack.replay.sizes import Hierarchy
 
-TIERS: tuple[str, ...] = (
-    token_sources.ENGINE_CACHE,
-    token_sources.DRAM,
-    token_sources.DISK,
-    token_sources.REMOTE,
-    token_sources.OFFLOAD,
-    token_sources.RECOMPUTED,
-)
+TIERS: tuple[str, ...] = token_sources.CACHE_ORDER
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from kvstack.planning.served_ttft import ServedCalibration, ServedCosts
 from kvstack.replay.command import Shared
 from kvstack.serving.served_layout import ServedLayout, StartLayout
 from kvstack.tune.measure import EngineSize, ReplaySetup, engine_size, replay
-from kvstack.tune.progress import View
+from kvstack.tune.progress import RowClock, View
 from kvstack.tune.prove import candidate_run_dir
 from kvstack.tune.space import Candidate
 
@@ -180,17 +180,8 @@ def _one(
     view: View | None,
     clock: Callable[[], float],
 ) -> LayoutReplay:
-    counted = 0
-    last_row = [0.0]  # when the replay's last answer came: its check and calibration follow it
-
-    def on_row(_: RequestRow) -> None:
-        nonlocal counted
-        counted += 1
-        last_row[0] = clock()
-        if view is not None:
-            view.row(counted)
-            if counted == len(shared.sent):
-                view.phase("checking correctness, measuring costs")
+    # the replay's last answer: its correctness check and calibration follow it
+    on_row = RowClock(view, len(shared.sent), clock, "checking correctness, measuring costs")
 
     if view is not None:
         view.begin(f"{name} (its costs)", index, len(LAYOUTS), len(setup.rows), deadline)
@@ -205,7 +196,7 @@ def _one(
         candidate = layout_candidate(name, layout)
     if view is not None:
         view.end()
-    walls = {"start": t_ready - t_start, "replay": max(t_ready, last_row[0] or t_done) - t_ready}
+    walls = {"start": t_ready - t_start, "replay": on_row.replay_s(t_ready, t_done)}
     walls["check"] = t_done - t_ready - walls["replay"]  # the correctness check and the calibration
     walls["total"] = clock() - t_start
     return LayoutReplay(name, replayed, walls, run_dir, candidate)

@@ -31,7 +31,7 @@ from kvstack.serving.start_layout import MIN_L1_BYTES
 from kvstack.tune import budget as bud
 from kvstack.tune.measure import EngineSize, ReplaySetup, engine_size, replay, restore, shared_state
 from kvstack.tune.noise import Stat, measure
-from kvstack.tune.progress import View
+from kvstack.tune.progress import RowClock, View
 from kvstack.tune.rank import CandidatePrediction, Costs, predict
 from kvstack.tune.refit import Replayed, refit
 from kvstack.tune.simulate import TraceSim
@@ -360,17 +360,9 @@ def _one(
     t_start = clock()
     walls: dict[str, float] = {}
     rows: list[RequestRow] = []
-    counted = 0
-    last_row = [0.0]  # when the replay's last answer came: the correctness check follows it
-
-    def on_row(_: RequestRow) -> None:
-        nonlocal counted
-        counted += 1
-        last_row[0] = clock()
-        if view is not None:
-            view.row(counted)
-            if counted == len(shared.sent) and setup.args.check_correctness:
-                view.phase("checking correctness")
+    # the replay's last answer: the correctness check follows it
+    then = "checking correctness" if setup.args.check_correctness else None
+    on_row = RowClock(view, len(shared.sent), clock, then)
 
     run_dir = str(candidate_run_dir(settings.run_root, index)) if settings.run_root else None
     try:
@@ -384,7 +376,7 @@ def _one(
                 view.phase("replaying the trace")
             result, rows, compared = replay(layout, setup, shared, on_row)
             t_done = clock()
-            walls["replay"] = max(t_ready, last_row[0] or t_done) - t_ready
+            walls["replay"] = on_row.replay_s(t_ready, t_done)
             walls["check"] = t_done - t_ready - walls["replay"]
             correctness = result.correctness
             if served is None:

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
+from typing import Any, ParamSpec
 
 from kvstack.clients.metrics import MetricsSnapshot
 from kvstack.clients.streaming import RequestResult
@@ -31,6 +32,8 @@ from kvstack.validation.evidence import (
 from kvstack.validation.prompts import PromptBuilder
 from kvstack.validation.report import StepResult, ValidationTarget
 from kvstack.validation.server_api import ServerApi
+
+P = ParamSpec("P")
 
 STEP_NAME = "replicas:shared-tier"
 STORE_SETTLE_S = 1.0  # connectors store to the remote tier after the response: let it land
@@ -157,15 +160,12 @@ async def shared_tier_step_async(
     return step
 
 
-def shared_tier_step(
-    first: ValidationTarget,
-    second: ValidationTarget,
-    engine: str,
-    prompt_tokens: int,
-    on_progress: Progress | None = None,
-    between: Callable[[], None] | None = None,
-    settle_s: float = STORE_SETTLE_S,
-) -> StepResult:
-    return asyncio.run(
-        shared_tier_step_async(first, second, engine, prompt_tokens, on_progress, between, settle_s)
-    )
+def _run_sync(step: Callable[P, Coroutine[Any, Any, StepResult]]) -> Callable[P, StepResult]:
+    def run(*args: P.args, **kwargs: P.kwargs) -> StepResult:
+        return asyncio.run(step(*args, **kwargs))
+
+    return run
+
+
+# The step, run to completion from synchronous code (as `kvstack serve --replicas` validates).
+shared_tier_step = _run_sync(shared_tier_step_async)
