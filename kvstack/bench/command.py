@@ -57,7 +57,7 @@ def default_concurrency(workload: str) -> int:
 
 
 @dataclass
-class BenchArgs:
+class BenchRequest:
     url: str | None
     model: str | None = None
     api_key: str | None = None
@@ -112,7 +112,7 @@ def load_plan(path: Path) -> Plan:
     return read_model(path, Plan, "a kvstack plan", hint, what="--plan")
 
 
-def _tier_sizes(args: BenchArgs, base_url: str | None, metrics_urls: list[str]) -> TierSizes | None:
+def _tier_sizes(args: BenchRequest, base_url: str | None, metrics_urls: list[str]) -> TierSizes | None:
     if args.workload != "tier-overflow":
         return None
     if args.plan_file is not None:
@@ -122,7 +122,7 @@ def _tier_sizes(args: BenchArgs, base_url: str | None, metrics_urls: list[str]) 
     return tier_sizes_from_metrics(scrape_sync(metrics_urls, args.api_key))
 
 
-def _spec(args: BenchArgs) -> WorkloadSpec:
+def _spec(args: BenchRequest) -> WorkloadSpec:
     spec = WorkloadSpec(
         name=args.workload,
         requests=args.requests,
@@ -134,7 +134,7 @@ def _spec(args: BenchArgs) -> WorkloadSpec:
     return spec
 
 
-def _config(args: BenchArgs, base_url: str | None, model: str, metrics_urls: list[str]) -> dict[str, Any]:
+def _config(args: BenchRequest, base_url: str | None, model: str, metrics_urls: list[str]) -> dict[str, Any]:
     """What was asked, secrets redacted: the key is never written, URLs lose their credentials."""
     return {
         "url": redact_url(base_url) if base_url else None,
@@ -180,7 +180,7 @@ def conclude(result: BenchResult, failure: KvstackError | None, all_failed: str,
 
 
 def run_bench(
-    args: BenchArgs, start_layout: StartLayout | None = None, events: BenchEvents | None = None
+    args: BenchRequest, start_layout: StartLayout | None = None, events: BenchEvents | None = None
 ) -> BenchResult:
     """Run one bench invocation end to end, write its report and hand it to ``events``."""
     events = events or BenchEvents()

@@ -15,7 +15,7 @@ from kvstack.names import OFFLOAD_CHOICES, choice
 from kvstack.units import parse_bytes, parse_tokens
 
 if TYPE_CHECKING:  # imported where used: `kvstack --help` imports this module, never the bench
-    from kvstack.bench.command import BenchArgs
+    from kvstack.bench.command import BenchRequest
     from kvstack.serving.start_layout import TierOverrides
 
 
@@ -208,11 +208,11 @@ class BenchInputs(Inputs):
         flag = "--compare" if names else "--offload"  # a layout is an --offload choice
         return [choice(n, OFFLOAD_CHOICES, flag) for n in names or [self.offload]]
 
-    def bench_args(self) -> BenchArgs:
+    def bench_args(self) -> BenchRequest:
         """The workload bench's inputs (without --trace)."""
-        from kvstack.bench.command import BenchArgs
+        from kvstack.bench.command import BenchRequest
 
-        return BenchArgs(
+        return BenchRequest(
             url=self.url,
             model=self.model,
             api_key=self.api_key,

@@ -22,7 +22,7 @@ import httpx
 from kvstack.bench.correctness import check_correctness, engine_of
 from kvstack.bench.schema import CacheStats, CorrectnessResult, LayoutResult, RequestRow, RoundResult
 from kvstack.bench.stats import cache_stats, measured, summarize
-from kvstack.bench.workloads import BenchRequest, RequestSet
+from kvstack.bench.workloads import RequestSet, WorkloadRequest
 from kvstack.clients import quiet
 from kvstack.clients.client import make_client
 from kvstack.clients.metrics import MetricsSnapshot, scrape
@@ -145,7 +145,7 @@ def _layout_result(cur: _Current, workload: RequestSet, aborted: str | None) -> 
     )
 
 
-def to_row(layout: str, req: BenchRequest, res: RequestResult, started_at: float) -> RequestRow:
+def to_row(layout: str, req: WorkloadRequest, res: RequestResult, started_at: float) -> RequestRow:
     return RequestRow(
         layout=layout,
         id=req.id,
@@ -195,7 +195,7 @@ class _RoundRun:
         self.round = 0
         self.label = ""
 
-    async def _send(self, req: BenchRequest) -> RequestResult:
+    async def _send(self, req: WorkloadRequest) -> RequestResult:
         try:
             return await self.client.completion(
                 self.opts.model,
@@ -207,7 +207,7 @@ class _RoundRun:
         except Exception as exc:  # the client records failures itself; anything else is still a row
             return RequestResult(start_time=time.time(), error=f"client error: {type(exc).__name__}: {exc}")
 
-    async def one(self, req: BenchRequest) -> None:
+    async def one(self, req: WorkloadRequest) -> None:
         self.in_flight += 1
         try:
             res = await self._send(req)
@@ -225,8 +225,8 @@ class _RoundRun:
                 )
             )  # fmt: skip
 
-    async def closed_loop(self, requests: Sequence[BenchRequest], concurrency: int) -> None:
-        pending: Iterator[BenchRequest] = iter(requests)
+    async def closed_loop(self, requests: Sequence[WorkloadRequest], concurrency: int) -> None:
+        pending: Iterator[WorkloadRequest] = iter(requests)
 
         async def worker() -> None:
             for req in pending:  # the workers share one iterator: each request is sent once
@@ -236,11 +236,11 @@ class _RoundRun:
             for _ in range(min(concurrency, len(requests))):
                 tg.create_task(worker())
 
-    async def poisson(self, requests: Sequence[BenchRequest], rate: float, rng: random.Random) -> None:
+    async def poisson(self, requests: Sequence[WorkloadRequest], rate: float, rng: random.Random) -> None:
         free = asyncio.Semaphore(self.opts.max_in_flight)
         start = time.perf_counter()
 
-        async def send(req: BenchRequest) -> None:
+        async def send(req: WorkloadRequest) -> None:
             try:
                 await self.one(req)
             finally:

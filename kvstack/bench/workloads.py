@@ -130,7 +130,7 @@ def tier_sizes_from_metrics(snap: MetricsSnapshot) -> TierSizes | None:
 
 
 @dataclass(frozen=True)
-class BenchRequest:
+class WorkloadRequest:
     id: str
     index: int  # position in the generation order
     round: int
@@ -151,15 +151,15 @@ class RequestSet:
     """The requests one bench run sends, in rounds (planning's ``Workload`` is a traffic profile)."""
 
     spec: WorkloadSpec
-    requests: tuple[BenchRequest, ...]
+    requests: tuple[WorkloadRequest, ...]
     round_labels: tuple[str, ...]
     tokenizer: str
     exact: bool
     notes: tuple[str, ...] = ()
     shape: dict[str, int | float] = field(default_factory=dict)
 
-    def rounds(self) -> list[list[BenchRequest]]:
-        out: list[list[BenchRequest]] = [[] for _ in self.round_labels]
+    def rounds(self) -> list[list[WorkloadRequest]]:
+        out: list[list[WorkloadRequest]] = [[] for _ in self.round_labels]
         for r in self.requests:
             out[r.round].append(r)
         return out
@@ -179,7 +179,7 @@ class _Maker:
         self.width = builder.nonce_width(distinct + 16)
         self.salt = self.rng.randrange(len(builder.singles) ** self.width)
         self.counter = 0
-        self.requests: list[BenchRequest] = []
+        self.requests: list[WorkloadRequest] = []
         self._trie: dict[str, dict[str, object]] = {}  # segment text -> children
         self._pending: list[tuple[str, ...]] = []  # prompts of the round being generated
         self._round = 0
@@ -230,7 +230,7 @@ class _Maker:
 
     def add(
         self, rid: str, rnd: int, group: str, segments: list[str], turn: int | None = None
-    ) -> BenchRequest:
+    ) -> WorkloadRequest:
         if rnd != self._round:  # rounds are generated in order: the previous one is complete
             for done in self._pending:
                 self._insert(done)
@@ -244,7 +244,7 @@ class _Maker:
             self._costs[fitted[-1]] = costs[-1]
         seg_tuple = tuple(fitted)
         shared = self._shared_prefix(seg_tuple, costs)
-        req = BenchRequest(
+        req = WorkloadRequest(
             id=rid,
             index=len(self.requests),
             round=rnd,

@@ -50,7 +50,7 @@ OFFLOADED = (token_sources.DRAM, token_sources.DISK, token_sources.REMOTE, token
 
 
 @dataclass(frozen=True)
-class TraceArgs:
+class ReplayRequest:
     path: Path
     start: int = 0
     max_requests: int | None = None
@@ -82,7 +82,7 @@ class Shared:
     notes: list[str] = field(default_factory=list)
 
 
-def load_slice(args: TraceArgs) -> tuple[list[Any], dict[str, Any]]:
+def load_slice(args: ReplayRequest) -> tuple[list[Any], dict[str, Any]]:
     """The trace rows to replay (scaled), and what was taken."""
     trace = read_trace(args.path, start=args.start)
     rows = trace.requests
@@ -129,7 +129,7 @@ def _status(layout: ServedLayout, api_key: str | None) -> dict[str, Any] | None:
 
 
 def _decide(
-    layout: ServedLayout, rows: list[Any], args: TraceArgs, api_key: str | None, model: str
+    layout: ServedLayout, rows: list[Any], args: ReplayRequest, api_key: str | None, model: str
 ) -> Shared:
     card = _model_card(layout.base_url, api_key)
     context = int(card.get("max_model_len") or 0) or (layout.plan.max_model_len if layout.plan else 0)
@@ -235,7 +235,7 @@ def unknown_tiers(
     )
 
 
-def _may_hit(shared: Shared, args: TraceArgs) -> set[int]:
+def _may_hit(shared: Shared, args: ReplayRequest) -> set[int]:
     """--check-correctness: the requests a cache can serve any of (an unbounded one would)."""
     if not args.check_correctness:
         return set()
@@ -252,7 +252,7 @@ def ideal_prefixes(sent: list[SentRequest], block_tokens: int) -> list[int]:
 def run_layout_replay(
     layout: ServedLayout,
     rows: list[Any],
-    args: TraceArgs,
+    args: ReplayRequest,
     shared: Shared,
     *,
     model: str,
@@ -286,7 +286,7 @@ def run_layout_replay(
 
 def _replay_rows(
     layout: ServedLayout,
-    args: TraceArgs,
+    args: ReplayRequest,
     shared: Shared,
     model: str,
     api_key: str | None,
@@ -337,7 +337,7 @@ def _compare(
     layout: ServedLayout,
     run: ReplayRun,
     rows_out: list[RequestRow],
-    args: TraceArgs,
+    args: ReplayRequest,
     shared: Shared,
     model: str,
     api_key: str | None,
@@ -442,7 +442,7 @@ def cache_stats_empty() -> Any:
 
 
 def run_trace(
-    args: TraceArgs,
+    args: ReplayRequest,
     *,
     url: str | None,
     names: list[str],

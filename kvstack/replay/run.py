@@ -15,7 +15,7 @@ from kvstack.bench.request import BenchInputs
 from kvstack.bench.schema import BenchResult
 from kvstack.errors import InputError
 from kvstack.redact import redact_url
-from kvstack.replay.command import TraceArgs, load_slice, run_trace
+from kvstack.replay.command import ReplayRequest, load_slice, run_trace
 from kvstack.serving.request import ServeRequest
 from kvstack.serving.served_layout import StartLayout
 from kvstack.serving.start_layout import sized_layout_starter
@@ -25,10 +25,10 @@ PREDICTION_PLOT = "trace_prediction.png"
 
 
 @dataclass(frozen=True)
-class TraceOptions:
+class TraceBenchRequest:
     """One ``bench --trace`` run: which requests it replays and how (``replay``), against what."""
 
-    replay: TraceArgs
+    replay: ReplayRequest
     url: str | None = None
     model: str | None = None
     api_key: str | None = None
@@ -41,7 +41,7 @@ class TraceOptions:
     run_dir: Path | None = None  # --url: the kvstack serve run behind it (default: the newest serving it)
 
 
-def _config(o: TraceOptions, base_url: str | None, model: str, metrics: list[str]) -> dict[str, Any]:
+def _config(o: TraceBenchRequest, base_url: str | None, model: str, metrics: list[str]) -> dict[str, Any]:
     return {
         "url": redact_url(base_url) if base_url else None,
         "model": model,
@@ -60,7 +60,7 @@ def _config(o: TraceOptions, base_url: str | None, model: str, metrics: list[str
 
 
 def run_trace_bench(
-    o: TraceOptions, start_layout: StartLayout | None, events: BenchEvents | None = None
+    o: TraceBenchRequest, start_layout: StartLayout | None, events: BenchEvents | None = None
 ) -> BenchResult:
     """Replay per layout, write the report (and the predicted vs measured plot), hand it to
     ``events``, then raise what the replay ended with."""
@@ -95,12 +95,12 @@ def run_trace_bench(
     return result
 
 
-def trace_options(request: BenchInputs) -> TraceOptions:
+def trace_options(request: BenchInputs) -> TraceBenchRequest:
     """``bench --trace``'s inputs from the request (the session sample's ratio read here)."""
     assert request.trace is not None
     sample = request.session_sample
-    return TraceOptions(
-        TraceArgs(
+    return TraceBenchRequest(
+        ReplayRequest(
             path=request.trace,
             start=request.start,
             max_requests=request.max_requests,

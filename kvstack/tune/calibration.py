@@ -26,7 +26,7 @@ from kvstack.errors import EngineError, Interrupted
 from kvstack.planning.served_ttft import ServedCalibration, ServedCosts
 from kvstack.replay.command import Shared
 from kvstack.serving.served_layout import ServedLayout, StartLayout
-from kvstack.tune.measure import EngineSize, ReplaySetup, engine_size, replay
+from kvstack.tune.measure import CandidateReplay, EngineSize, engine_size, replay
 from kvstack.tune.progress import RowClock, View
 from kvstack.tune.prove import candidate_run_dir
 from kvstack.tune.space import Candidate
@@ -140,7 +140,7 @@ def calibration_of(replays: list[LayoutReplay], trace: Path) -> ServedCalibratio
 
 
 def measure_costs(
-    setup: ReplaySetup,
+    setup: CandidateReplay,
     start: StartLayout,
     *,
     trace: Path,
@@ -172,7 +172,7 @@ def measure_costs(
 def _one(
     name: str,
     index: int,
-    setup: ReplaySetup,
+    setup: CandidateReplay,
     start: StartLayout,
     shared: Shared,
     run_dir: str | None,

@@ -20,22 +20,22 @@ from typing import TYPE_CHECKING, Any
 from kvstack.errors import InputError, KvstackError
 from kvstack.planning.served_ttft import ServedCalibration
 from kvstack.planning.trace_sizing import TraceInput
-from kvstack.replay.command import TraceArgs
+from kvstack.replay.command import ReplayRequest
 from kvstack.serving.served_layout import StartLayout
 from kvstack.traces.mooncake import TraceRequest
 from kvstack.tune.calibration import MeasuredCosts
 from kvstack.tune.files import now, source_line, write_json, write_ranking, write_results
-from kvstack.tune.measure import EngineSize, ReplaySetup, shared_state
-from kvstack.tune.options import DEFAULT_REPLAY_REQUESTS, TuneOptions
+from kvstack.tune.measure import CandidateReplay, EngineSize, shared_state
+from kvstack.tune.options import DEFAULT_REPLAY_REQUESTS, TuneRequest
 from kvstack.tune.progress import View
-from kvstack.tune.prove import Proof, Settings, StartCandidate, preflight, previous_proof, prove
+from kvstack.tune.prove import Proof, ProofRequest, StartCandidate, preflight, previous_proof, prove
 from kvstack.tune.ranking import TuneResult
 from kvstack.tune.space import Limits
 
 if TYPE_CHECKING:
     from kvstack.tune.results import TuneResults
 
-__all__ = ["DEFAULT_REPLAY_REQUESTS", "RUNS", "TuneOptions", "TuneRun", "rank_inputs", "run_tune"]
+__all__ = ["DEFAULT_REPLAY_REQUESTS", "RUNS", "TuneRequest", "TuneRun", "rank_inputs", "run_tune"]
 
 RUNS = "runs"  # under --out: each measured candidate's run dir (NN/) with the tuned.json it served
 
@@ -82,7 +82,7 @@ class Inputs:
     model: str  # the model's name, as results.json's source keeps it
 
 
-def read_trace(o: TuneOptions) -> TraceInput:
+def read_trace(o: TuneRequest) -> TraceInput:
     """``o.trace`` as tune reads it: its sample, start and first requests."""
     from kvstack.replay.inputs import read_trace_input
 
@@ -91,7 +91,7 @@ def read_trace(o: TuneOptions) -> TraceInput:
     return traced
 
 
-def read_inputs(o: TuneOptions, traced: TraceInput) -> Inputs:
+def read_inputs(o: TuneRequest, traced: TraceInput) -> Inputs:
     from kvstack.model.source import resolve_model
     from kvstack.planning.plan import PlanRequest
     from kvstack.planning.workload import default_workload
@@ -110,11 +110,11 @@ def read_inputs(o: TuneOptions, traced: TraceInput) -> Inputs:
     return Inputs(traced, requests, bt, limits_of(plan, o.engine_pool_tokens), source.geometry.name)
 
 
-def _slo_s(o: TuneOptions) -> float | None:
+def _slo_s(o: TuneRequest) -> float | None:
     return o.slo_ms / 1000 if o.slo_ms is not None else None
 
 
-def rank(o: TuneOptions, inputs: Inputs, cal: ServedCalibration) -> tuple[TuneResult, dict[str, Any]]:
+def rank(o: TuneRequest, inputs: Inputs, cal: ServedCalibration) -> tuple[TuneResult, dict[str, Any]]:
     """The ranking with ``cal``'s costs, and its results.json document."""
     from kvstack.tune.ranking import tune
     from kvstack.tune.report import results_document
@@ -143,7 +143,7 @@ def rank(o: TuneOptions, inputs: Inputs, cal: ServedCalibration) -> tuple[TuneRe
     return result, doc
 
 
-def rank_inputs(o: TuneOptions, traced: TraceInput) -> tuple[TuneResult, dict[str, Any], list[Any], int]:
+def rank_inputs(o: TuneRequest, traced: TraceInput) -> tuple[TuneResult, dict[str, Any], list[Any], int]:
     """The ranking of ``traced`` with ``o.calibration``: (result, results.json document, the trace's
     requests as ranked, their block)."""
     from kvstack.replay.served_calibration import served_calibration_from
@@ -154,7 +154,7 @@ def rank_inputs(o: TuneOptions, traced: TraceInput) -> tuple[TuneResult, dict[st
     return (*rank(o, inputs, cal), inputs.requests, inputs.block_tokens)
 
 
-def _setup_info(setup: ReplaySetup) -> dict[str, Any]:
+def _setup_info(setup: CandidateReplay) -> dict[str, Any]:
     a = setup.args
     return {
         "requests": len(setup.rows),
@@ -169,7 +169,7 @@ def _setup_info(setup: ReplaySetup) -> dict[str, Any]:
 _RESUME_HINT = "pass the --out DIR of a kvstack tune that measured candidates"
 
 
-def _saved(o: TuneOptions) -> dict[str, Any] | None:
+def _saved(o: TuneRequest) -> dict[str, Any] | None:
     """The results.json of the stopped tune --resume continues (None for a fresh one)."""
     from kvstack.tune.report import RESULTS_JSON
     from kvstack.userfile import read_json_object
@@ -185,7 +185,7 @@ def _saved(o: TuneOptions) -> dict[str, Any] | None:
     return old
 
 
-def _given_calibration(o: TuneOptions, saved: dict[str, Any] | None) -> ServedCalibration | None:
+def _given_calibration(o: TuneRequest, saved: dict[str, Any] | None) -> ServedCalibration | None:
     """``--calibration``'s costs, else (--resume) the ones the stopped tune ranked with; None: this
     tune measures its own."""
     from kvstack.replay.served_calibration import served_calibration_from
@@ -203,7 +203,7 @@ def _given_calibration(o: TuneOptions, saved: dict[str, Any] | None) -> ServedCa
         ) from exc
 
 
-def _previous(o: TuneOptions, doc: dict[str, Any], setup: ReplaySetup, old: dict[str, Any]) -> Proof:
+def _previous(o: TuneRequest, doc: dict[str, Any], setup: CandidateReplay, old: dict[str, Any]) -> Proof:
     """The proof of the stopped tune --resume continues, checked against this one."""
     measured = old["measured"]
     for key, now_, then in (
@@ -233,7 +233,7 @@ def _previous(o: TuneOptions, doc: dict[str, Any], setup: ReplaySetup, old: dict
 
 
 def _measured_first(
-    m: MeasuredCosts, result: TuneResult, setup: ReplaySetup, settings: Settings
+    m: MeasuredCosts, result: TuneResult, setup: CandidateReplay, settings: ProofRequest
 ) -> tuple[Proof, list[dict[str, Any]]]:
     """The calibration's replays of ranked candidates (``none``; lmcache-mp where the ranking has its
     layout) as the proof's first measured candidates, and results.json's ``calibration_replays``."""
@@ -258,21 +258,21 @@ def _measured_first(
     return proof, docs
 
 
-def _replay_setup(o: TuneOptions, inputs: Inputs, serve: Any) -> ReplaySetup:
+def _replay_setup(o: TuneRequest, inputs: Inputs, serve: Any) -> CandidateReplay:
     """What every replay sends: the first ``--replay-requests`` of the trace, one at a time."""
     from kvstack.serving.request import demo_model_dir
 
-    args = TraceArgs(
+    args = ReplayRequest(
         path=o.trace, block_tokens=inputs.block_tokens, time_scale=o.time_scale,
         max_output_tokens=o.max_output_tokens, concurrency=1, seed=o.seed, check_correctness=o.check_k,
     )  # fmt: skip
     model = serve.model_spec() if serve is not None else (o.model or str(demo_model_dir()))
     api_key = o.api_key if o.api_key is not None else (serve.api_key if serve is not None else None)
-    return ReplaySetup(inputs.requests[: o.replay_requests], args, model, api_key, o.timeout_s)
+    return CandidateReplay(inputs.requests[: o.replay_requests], args, model, api_key, o.timeout_s)
 
 
 def run_tune(
-    o: TuneOptions,
+    o: TuneRequest,
     traced: TraceInput | None = None,
     *,
     start: StartCandidate | None = None,
@@ -329,7 +329,7 @@ def run_tune(
         )  # fmt: skip
         cal = measured.calibration
     result, doc = rank(o, inputs, cal)
-    settings = Settings(
+    settings = ProofRequest(
         objective=o.objective,
         slo_s=result.slo_s,
         budget_s=o.budget_s,

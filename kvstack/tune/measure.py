@@ -17,7 +17,7 @@ from typing import Any
 
 from kvstack.bench.schema import LayoutResult, RequestRow
 from kvstack.clients import token_sources
-from kvstack.replay.command import Shared, TraceArgs, run_layout_replay
+from kvstack.replay.command import ReplayRequest, Shared, run_layout_replay
 from kvstack.replay.prompts import BlockTokens, ReplayShape, plan_requests
 from kvstack.serving.served_layout import ServedLayout
 from kvstack.traces.mooncake import TraceRequest
@@ -25,12 +25,12 @@ from kvstack.traces.sample import session_key
 
 
 @dataclass(frozen=True)
-class ReplaySetup:
+class CandidateReplay:
     """What every candidate's replay shares: the slice (scaled) and how it is sent (``args``: its
     ``check_correctness`` is the answers judged)."""
 
     rows: list[TraceRequest]
-    args: TraceArgs
+    args: ReplayRequest
     model: str
     api_key: str | None = None
     timeout_s: float = 300.0
@@ -46,7 +46,7 @@ class EngineSize:
 
 def replay(
     layout: ServedLayout,
-    setup: ReplaySetup,
+    setup: CandidateReplay,
     shared: Shared,
     on_row: Callable[[RequestRow], None] | None = None,
     calibrate: bool = False,

@@ -1,4 +1,4 @@
-"""A tune's options: ``tune_options`` turns the flag values as parsed into ``TuneOptions``, checked
+"""A tune's options: ``tune_options`` turns the flag values as parsed into ``TuneRequest``, checked
 (each mistake one InputError, before anything is read or started)."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ OBJECTIVES: tuple[Objective, ...] = ("p50", "p90", "mean", "goodput")
 
 
 @dataclass(frozen=True)
-class TuneOptions:
+class TuneRequest:
     trace: Path
     calibration: Path | None = None  # None: a measuring tune measures its own (none + lmcache-mp)
     sample: str | None = None
@@ -145,7 +145,7 @@ def tune_options(
     out: Path | None,
     timeout_s: float,
     extra_args: Sequence[str],
-) -> TuneOptions:
+) -> TuneRequest:
     """The options of `kvstack tune` from its flags (names as the flags), checked."""
     from kvstack.names import choice
     from kvstack.tune.budget import parse_duration
@@ -154,7 +154,7 @@ def tune_options(
     if trace is None:
         raise InputError("tune needs a trace of your traffic", hint="add --trace FILE (Mooncake JSONL)")
     budget_s = parse_duration(budget)
-    options = TuneOptions(
+    options = TuneRequest(
         trace=trace, calibration=calibration, sample=trace_sample, start=start,
         max_requests=max_requests, block_tokens=block_tokens, model=model, revision=revision,
         hardware=hardware, engine_pool_tokens=engine_pool_tokens, connector=connector,
@@ -261,7 +261,7 @@ class TuneInputs(Inputs):
         revision: str | None,
         hardware: Path | None,
         extra_args: Sequence[str],
-    ) -> TuneOptions:
+    ) -> TuneRequest:
         """The tune these flags ask for, with the trace's and the model's, checked."""
         return tune_options(
             trace=trace, trace_sample=trace_sample, start=start, max_requests=max_requests,

@@ -29,7 +29,7 @@ from kvstack.replay.command import Shared
 from kvstack.serving.served_layout import ServedLayout
 from kvstack.serving.start_layout import MIN_L1_BYTES
 from kvstack.tune import budget as bud
-from kvstack.tune.measure import EngineSize, ReplaySetup, engine_size, replay, restore, shared_state
+from kvstack.tune.measure import CandidateReplay, EngineSize, engine_size, replay, restore, shared_state
 from kvstack.tune.noise import Stat, measure
 from kvstack.tune.progress import RowClock, View
 from kvstack.tune.rank import CandidatePrediction, Costs, predict
@@ -61,7 +61,7 @@ class Proof:
 
 
 @dataclass(frozen=True)
-class Settings:
+class ProofRequest:
     objective: Stat
     slo_s: float | None
     budget_s: float
@@ -99,7 +99,7 @@ def queue(
     return out, skipped
 
 
-def _first_estimate(setup: ReplaySetup, costs: Costs, engine: EngineSize) -> bud.Estimate:
+def _first_estimate(setup: CandidateReplay, costs: Costs, engine: EngineSize) -> bud.Estimate:
     rows = setup.rows
     sim = TraceSim(
         rows, block_tokens=setup.args.block_tokens, engine_block_tokens=engine.block_tokens,
@@ -123,8 +123,8 @@ def _first_estimate(setup: ReplaySetup, costs: Costs, engine: EngineSize) -> bud
 
 def preflight(
     ranked: Sequence[CandidatePrediction],
-    setup: ReplaySetup,
-    settings: Settings,
+    setup: CandidateReplay,
+    settings: ProofRequest,
     costs: Costs,
     engine: EngineSize,
     previous: Proof | None,
@@ -150,7 +150,7 @@ class _Slice:
     predicted TTFT for exactly what was sent."""
 
     def __init__(
-        self, shared: Shared, setup: ReplaySetup, engine: EngineSize, costs: Costs, bpt: float
+        self, shared: Shared, setup: CandidateReplay, engine: EngineSize, costs: Costs, bpt: float
     ) -> None:
         self.sim = TraceSim(
             [s.as_trace() for s in shared.sent], block_tokens=setup.args.block_tokens,
@@ -174,7 +174,7 @@ def _record(
     rows: list[RequestRow],
     compared: dict[str, Any],
     predicted: CandidatePrediction | None,
-    settings: Settings,
+    settings: ProofRequest,
 ) -> MeasuredCandidate:
     c = p.candidate
     gate = c.prompt_gate
@@ -208,9 +208,9 @@ def _record(
 
 def prove(
     ranked: Sequence[CandidatePrediction],
-    setup: ReplaySetup,
+    setup: CandidateReplay,
     start: StartCandidate,
-    settings: Settings,
+    settings: ProofRequest,
     *,
     costs: Costs,
     bytes_per_token: float,
@@ -311,7 +311,7 @@ def _refit(
     calibrated: Costs,
     sliced: _Slice | None,
     pending: list[CandidatePrediction],
-    settings: Settings,
+    settings: ProofRequest,
     bpt: float,
 ) -> list[CandidatePrediction]:
     """The model refit from ``replays`` (recorded in ``proof.refits``), and ``pending`` in the order
@@ -343,9 +343,9 @@ def _one(
     p: CandidatePrediction,
     rank: int,
     index: int,
-    setup: ReplaySetup,
+    setup: CandidateReplay,
     start: StartCandidate,
-    settings: Settings,
+    settings: ProofRequest,
     shared: Shared,
     served: EngineSize | None,
     sliced: _Slice | None,
@@ -411,7 +411,7 @@ def measured_before(
     replayed: tuple[LayoutResult, list[RequestRow], dict[str, Any]],
     walls: dict[str, float],
     run_dir: str | None,
-    context: tuple[Shared, EngineSize | None, ReplaySetup, Settings],
+    context: tuple[Shared, EngineSize | None, CandidateReplay, ProofRequest],
     costs: Costs,
     bpt: float,
 ) -> MeasuredCandidate:

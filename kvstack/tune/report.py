@@ -9,7 +9,7 @@ from typing import Any
 from kvstack.planning.served_ttft import ServedCalibration
 from kvstack.planning.tuned import TunedLayout
 from kvstack.tune.noise import METHOD
-from kvstack.tune.prove import Proof, Settings
+from kvstack.tune.prove import Proof, ProofRequest
 from kvstack.tune.rank import CandidatePrediction
 from kvstack.tune.ranking import TuneResult
 from kvstack.tune.verdict import MeasuredCandidate
@@ -112,7 +112,7 @@ def refit_calibration(proof: Proof, doc: dict[str, Any]) -> dict[str, Any]:
     ).to_dict()
 
 
-def proof_document(proof: Proof, settings: Settings, setup: dict[str, Any]) -> dict[str, Any]:
+def proof_document(proof: Proof, settings: ProofRequest, setup: dict[str, Any]) -> dict[str, Any]:
     """results.json's ``measured``: every candidate replayed, in the order measured, and the
     verdict; ``setup`` says how the slice was replayed (a resumed tune must match it)."""
     est = proof.estimate

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kvstack.bench.command import BenchArgs, normalize_url, run_bench
+from kvstack.bench.command import BenchRequest, normalize_url, run_bench
 from kvstack.bench.report import load_result
 from kvstack.errors import EngineError, InputError, NetworkTargetError, ValidationFailed
 from kvstack.serving.served_layout import ServedLayout
@@ -39,7 +39,7 @@ def test_compare_runs_each_layout_and_writes_them_side_by_side(tmp_path: Path) -
         with StreamServer(ServerKnobs(connector=None if name == "none" else "native")) as srv:
             yield ServedLayout(name, srv.url, (srv.url + "/metrics",))
 
-    args = BenchArgs(url=None, model="demo-model", workload="long-doc-qa", requests=8, prompt_tokens=256,
+    args = BenchRequest(url=None, model="demo-model", workload="long-doc-qa", requests=8, prompt_tokens=256,
                      compare=["none", "native"], out=tmp_path)  # fmt: skip
     result = run_bench(args, start_layout=start)
     assert [lay.name for lay in result.layouts] == ["none", "native"]
@@ -60,7 +60,7 @@ def test_a_dead_engine_keeps_the_rows_in_the_report(tmp_path: Path) -> None:
             deadline.append(time.monotonic() + 0.5)
             yield ServedLayout(name, srv.url, (), check_alive=check)
 
-    args = BenchArgs(url=None, model="demo-model", workload="random", requests=500, prompt_tokens=64,
+    args = BenchRequest(url=None, model="demo-model", workload="random", requests=500, prompt_tokens=64,
                      concurrency=2, compare=["none"], out=tmp_path)  # fmt: skip
     with pytest.raises(EngineError, match="exited with code 1"):
         run_bench(args, start_layout=start)
@@ -74,7 +74,7 @@ def test_out_must_be_a_directory(tmp_path: Path) -> None:
     file = tmp_path / "f"
     file.write_text("x")
     with pytest.raises(InputError, match="not a directory"):
-        run_bench(BenchArgs(url="http://127.0.0.1:1", out=file))
+        run_bench(BenchRequest(url="http://127.0.0.1:1", out=file))
 
 
 def test_plan_file_errors_are_input_errors(tmp_path: Path) -> None:
@@ -83,7 +83,7 @@ def test_plan_file_errors_are_input_errors(tmp_path: Path) -> None:
     with StreamServer(ServerKnobs()) as srv:
         for plan in (bad, tmp_path / "missing.json"):
             with pytest.raises(InputError, match="--plan"):
-                run_bench(BenchArgs(url=srv.url, workload="tier-overflow", plan_file=plan))
+                run_bench(BenchRequest(url=srv.url, workload="tier-overflow", plan_file=plan))
 
 
 def test_served_tier_overflow_is_sized_by_the_first_layouts_server(tmp_path: Path) -> None:
@@ -95,7 +95,7 @@ def test_served_tier_overflow_is_sized_by_the_first_layouts_server(tmp_path: Pat
         with StreamServer(knobs) as srv:
             yield ServedLayout(name, srv.url, (srv.url + "/metrics",))
 
-    args = BenchArgs(url=None, model="demo-model", workload="tier-overflow", prompt_tokens=256,
+    args = BenchRequest(url=None, model="demo-model", workload="tier-overflow", prompt_tokens=256,
                      output_tokens=1, compare=["none", "native"], out=tmp_path)  # fmt: skip
     result = run_bench(args, start_layout=start)
     assert result.workload["shape"]["gpu_tokens"] == 1024
@@ -110,7 +110,7 @@ def test_served_tier_overflow_without_cache_sizes_says_what_to_pass(tmp_path: Pa
         with StreamServer(ServerKnobs()) as srv:
             yield ServedLayout(name, srv.url, ())  # no /metrics: no cache size to read
 
-    args = BenchArgs(url=None, model="demo-model", workload="tier-overflow", prompt_tokens=256,
+    args = BenchRequest(url=None, model="demo-model", workload="tier-overflow", prompt_tokens=256,
                      compare=["none"], out=tmp_path)  # fmt: skip
     with pytest.raises(InputError, match="tier-overflow needs the size of the GPU pool"):
         run_bench(args, start_layout=start)
@@ -128,7 +128,7 @@ def test_check_correctness_compares_cached_answers_with_recompute(
         with StreamServer(knobs) as srv:
             yield ServedLayout(name, srv.url, (srv.url + "/metrics",))
 
-    args = BenchArgs(url=None, model="demo-model", workload="tier-overflow", prompt_tokens=256,
+    args = BenchRequest(url=None, model="demo-model", workload="tier-overflow", prompt_tokens=256,
                      output_tokens=1, compare=["native"], check_correctness=2, out=tmp_path)  # fmt: skip
     if not failed:
         result = run_bench(args, start_layout=start)

@@ -16,9 +16,9 @@ import pytest
 from kvstack.bench.report import REQUESTS_CSV, RESULTS_JSON
 from kvstack.bench.schema import BenchResult
 from kvstack.errors import InputError
-from kvstack.replay.command import TraceArgs
+from kvstack.replay.command import ReplayRequest
 from kvstack.replay.prompts import BlockTokens, ReplayShape, plan_requests
-from kvstack.replay.run import TraceOptions, run_trace_bench
+from kvstack.replay.run import TraceBenchRequest, run_trace_bench
 from kvstack.traces.mooncake import TraceRequest
 from tests.support.stream_server import ServerKnobs, StreamServer
 
@@ -85,8 +85,8 @@ def test_a_replay_writes_rows_with_sources_and_predicted_vs_measured(
     with StreamServer(knobs) as srv:
         out = tmp_path / "out"
         result = run_trace_bench(
-            TraceOptions(
-                TraceArgs(
+            TraceBenchRequest(
+                ReplayRequest(
                     path=write_trace(tmp_path / "t.jsonl"),
                     block_tokens=32,
                     time_scale=0.0,
@@ -201,7 +201,7 @@ def test_a_bad_trace_is_named_before_any_server_is_asked(tmp_path: Path) -> None
     bad = tmp_path / "t.jsonl"
     bad.write_text('{"timestamp": 0, "input_length": 10}\n')
     with pytest.raises(InputError, match=r"t\.jsonl:1: hash_ids must be a non-empty list"):
-        run_trace_bench(TraceOptions(TraceArgs(path=bad), url="http://127.0.0.1:1"), None)
+        run_trace_bench(TraceBenchRequest(ReplayRequest(path=bad), url="http://127.0.0.1:1"), None)
 
 
 def _replay(
@@ -209,8 +209,8 @@ def _replay(
 ) -> tuple[BenchResult, list[dict[str, Any]]]:
     with StreamServer(knobs) as srv:
         result = run_trace_bench(
-            TraceOptions(
-                TraceArgs(
+            TraceBenchRequest(
+                ReplayRequest(
                     path=write_trace(tmp_path / "t.jsonl"),
                     block_tokens=32,
                     time_scale=0.0,
@@ -306,8 +306,8 @@ def test_an_engine_that_dies_mid_replay_ends_it_with_its_error(tmp_path: Path) -
             yield ServedLayout(name, srv.url, (srv.url + "/metrics",), check_alive=check)
 
     out = tmp_path / "out"
-    args = TraceArgs(path=write_trace(tmp_path / "t.jsonl"), block_tokens=32, time_scale=0.0)
-    opts = TraceOptions(args, model="demo-model", compare=["none"], out=out)
+    args = ReplayRequest(path=write_trace(tmp_path / "t.jsonl"), block_tokens=32, time_scale=0.0)
+    opts = TraceBenchRequest(args, model="demo-model", compare=["none"], out=out)
     # The engine's own error (one line for the CLI), not the task group that carried it.
     with pytest.raises(EngineError, match="exited with code 1"):
         run_trace_bench(opts, start)

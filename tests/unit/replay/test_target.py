@@ -15,8 +15,8 @@ import pytest
 
 from kvstack.errors import InputError
 from kvstack.rendering.bench import bench_events
-from kvstack.replay.command import TraceArgs
-from kvstack.replay.run import TraceOptions, run_trace_bench
+from kvstack.replay.command import ReplayRequest
+from kvstack.replay.run import TraceBenchRequest, run_trace_bench
 from kvstack.replay.target import url_layout
 from tests.support.stream_server import ServerKnobs, StreamServer
 from tests.unit.replay.test_replay import write_trace
@@ -52,8 +52,8 @@ def serve_run(state: Path, name: str, doc: dict[str, Any]) -> Path:
 
 def replay(tmp_path: Path, url: str, **options: Any) -> dict[str, Any]:
     result = run_trace_bench(
-        TraceOptions(
-            TraceArgs(
+        TraceBenchRequest(
+            ReplayRequest(
                 path=write_trace(tmp_path / "t.jsonl"), block_tokens=32, time_scale=0.0, max_output_tokens=2
             ),
             url=url,
@@ -121,8 +121,8 @@ def test_the_table_prints_no_predicted_share_and_the_note(
 ) -> None:
     with StreamServer(TIERED) as srv:
         run_trace_bench(
-            TraceOptions(
-                TraceArgs(path=write_trace(tmp_path / "t.jsonl"), block_tokens=32, time_scale=0.0),
+            TraceBenchRequest(
+                ReplayRequest(path=write_trace(tmp_path / "t.jsonl"), block_tokens=32, time_scale=0.0),
                 url=srv.url,
             ),
             None,

@@ -15,7 +15,7 @@ from kvstack.planning.trace_sizing import TraceInput
 from kvstack.serving.served_layout import ServedLayout
 from kvstack.traces.mooncake import Trace, read_trace
 from kvstack.traces.sample import scale_blocks
-from kvstack.tune.command import TuneOptions, TuneRun, run_tune
+from kvstack.tune.command import TuneRequest, TuneRun, run_tune
 from kvstack.tune.space import Candidate
 from tests.support.stream_server import ServerKnobs, StreamServer
 
@@ -189,11 +189,11 @@ class StandIn:
             self.sent[name] = [r["tokens"] for r in srv.requests[:REQUESTS]]
 
 
-def options(tmp_path: Path, block_tokens: int, **changes: object) -> TuneOptions:
+def options(tmp_path: Path, block_tokens: int, **changes: object) -> TuneRequest:
     """tune's options for the stand-in: the sessions at ``block_tokens``, the stand-in's costs, LMCache's
     server at 1 GiB of DRAM, none and ``max_candidates`` (1) candidates, two checked answers each."""
     tmp_path.mkdir(parents=True, exist_ok=True)
-    base = TuneOptions(
+    base = TuneRequest(
         trace=write_sessions(tmp_path / "sessions.jsonl"),
         calibration=write_calibration(tmp_path / "served-ttft.json"),
         block_tokens=block_tokens,
@@ -210,7 +210,7 @@ def options(tmp_path: Path, block_tokens: int, **changes: object) -> TuneOptions
     return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
 
 
-def read(o: TuneOptions) -> TraceInput:
+def read(o: TuneRequest) -> TraceInput:
     """``o``'s trace as the CLI reads it (its sample, start and first requests)."""
     from kvstack.replay.inputs import read_trace_input
 
@@ -219,6 +219,6 @@ def read(o: TuneOptions) -> TraceInput:
     return traced
 
 
-def tune(o: TuneOptions, **kw: Any) -> TuneRun:
+def tune(o: TuneRequest, **kw: Any) -> TuneRun:
     """``run_tune`` on ``o``'s trace."""
     return run_tune(o, read(o), **kw)
