@@ -3,7 +3,10 @@ what the report's files and the terminal's tables are tested on."""
 
 from __future__ import annotations
 
-from kvstack.bench.report import environment
+from pathlib import Path
+from typing import Any
+
+from kvstack.bench.report import RESULTS_JSON, environment
 from kvstack.bench.schema import BenchResult, CacheStats, LayoutResult, RequestRow, RoundResult
 from kvstack.bench.stats import summarize
 
@@ -69,3 +72,17 @@ def two_layouts() -> BenchResult:
         layouts=[_layout("none", a, None), _layout("cut", b, 0.8)],
         requests=a + b,
     )
+
+
+def write_trace_result(directory: Path, compared: list[dict[str, Any]]) -> Path:
+    """A bench --trace result in ``directory`` (its results.json): one finished layout, and
+    ``compared`` as the trace's per-layout comparison (what offload costs and calibrations read)."""
+    layout = LayoutResult(
+        name="none", base_url="http://127.0.0.1:1", metrics_urls=[], started_at=1_764_000_000.0,
+        complete=True, summary=summarize([]), cache=CacheStats(),
+    )  # fmt: skip
+    result = BenchResult(
+        config={}, environment={}, workload={}, layouts=[layout], requests=[], trace={"layouts": compared}
+    )
+    (directory / RESULTS_JSON).write_text(result.model_dump_json(by_alias=True))
+    return directory

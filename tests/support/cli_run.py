@@ -85,3 +85,19 @@ def tree_state(root: Path) -> dict[str, str]:
                 continue
             state[str(p.relative_to(root))] = hashlib.sha256(p.read_bytes()).hexdigest()
     return state
+
+
+def run_kvstack(
+    *args: str, env: Mapping[str, str] | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    """``python -m kvstack ARGS`` as a user runs it (KVSTACK_DEBUG unset: errors are one line)."""
+    full_env = {k: v for k, v in os.environ.items() if k != "KVSTACK_DEBUG"}
+    full_env.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-m", "kvstack", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=full_env,
+        check=False,
+    )

@@ -3,31 +3,21 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from kvstack.profiles import profiles_dir
+from tests.support.cli_run import run_kvstack
 
 HW = profiles_dir() / "hardware"
 CONFIGS = Path(__file__).resolve().parents[2] / "fixtures" / "configs"
 
 
 def kvstack(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    full_env = {k: v for k, v in os.environ.items() if k != "KVSTACK_DEBUG"}
-    full_env.update(env or {})
-    return subprocess.run(
-        [sys.executable, "-m", "kvstack", "plan", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=full_env,
-        check=False,
-    )
+    return run_kvstack("plan", *args, env=env)
 
 
 def hw(name: str) -> str:

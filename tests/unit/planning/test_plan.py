@@ -14,17 +14,23 @@ from kvstack.hardware import gpu_specs
 from kvstack.hardware.snapshot import RemoteInfo
 from kvstack.planning import (
     breakeven,
+    capacity,
     connector,
     cpu_plan,
     dtype,
     kv,
     layout,
     notes,
+    offload_verdict,
     parallel,
     replicas,
     request,
     retention,
+    served_ttft,
     tiers,
+    trace_schema,
+    trace_sizing,
+    trace_ttft,
     ttft,
 )
 from kvstack.planning import plan as plan_module
@@ -603,6 +609,13 @@ PURE = [
     retention,
     ttft,
     replicas,
+    # the trace's
+    capacity,
+    trace_sizing,
+    offload_verdict,
+    trace_schema,
+    trace_ttft,
+    served_ttft,
 ]
 
 

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from kvstack.profiles import profiles_dir
+from tests.support.cli_run import run_kvstack
 
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "traces" / "conversation_1in40.jsonl"
 H100 = str(profiles_dir() / "hardware" / "h100-sxm.json")
@@ -19,15 +18,7 @@ BASE = ("--model", "llama-3.1-8b", "--context", "128k", "--users", "8")
 
 
 def kvstack(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "KVSTACK_DEBUG"}
-    return subprocess.run(
-        [sys.executable, "-m", "kvstack", "plan", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-        check=False,
-    )
+    return run_kvstack("plan", *args)
 
 
 def one_line_error(proc: subprocess.CompletedProcess[str], needle: str) -> None:

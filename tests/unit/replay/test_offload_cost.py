@@ -8,10 +8,9 @@ from typing import Any
 import pytest
 
 from kvstack.bench.report import RESULTS_JSON
-from kvstack.bench.schema import BenchResult, CacheStats, LayoutResult
-from kvstack.bench.stats import summarize
 from kvstack.errors import InputError
 from kvstack.replay.offload_cost import offload_cost_from
+from tests.support.bench_results import write_trace_result
 
 
 def _layout(name: str, tiers: list[str], hit_s: float | None, miss_s: float) -> dict[str, Any]:
@@ -24,15 +23,7 @@ def _layout(name: str, tiers: list[str], hit_s: float | None, miss_s: float) -> 
 
 
 def _write(tmp_path: Path, compared: list[dict[str, Any]]) -> Path:
-    layout = LayoutResult(
-        name="none", base_url="http://127.0.0.1:1", metrics_urls=[], started_at=1_764_000_000.0,
-        complete=True, summary=summarize([]), cache=CacheStats(),
-    )  # fmt: skip
-    result = BenchResult(
-        config={}, environment={}, workload={}, layouts=[layout], requests=[], trace={"layouts": compared}
-    )
-    (tmp_path / RESULTS_JSON).write_text(result.model_dump_json(by_alias=True))
-    return tmp_path
+    return write_trace_result(tmp_path, compared)
 
 
 def test_the_cost_is_the_offload_layouts_fixed_cost_over_the_plain_ones(tmp_path: Path) -> None:

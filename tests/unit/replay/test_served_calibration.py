@@ -10,11 +10,10 @@ from typing import Any
 import pytest
 
 from kvstack.bench.report import RESULTS_JSON
-from kvstack.bench.schema import BenchResult, CacheStats, LayoutResult
-from kvstack.bench.stats import summarize
 from kvstack.errors import InputError
 from kvstack.planning.served_ttft import ServedCalibration, ServedCosts
 from kvstack.replay.served_calibration import SERVED_TTFT_JSON, served_calibration_from
+from tests.support.bench_results import write_trace_result
 
 PLAIN = ServedCosts(0.0411, 0.010, 1.03e-4, 3.4e-8, {}, "calibrated after the replay")
 OFFLOAD = ServedCosts(0.0466, 0.010, 1.17e-4, 3.1e-8, {"dram": 3.8e-6}, "calibrated after the replay")
@@ -29,15 +28,7 @@ def _layout(name: str, tiers: list[str], costs: ServedCosts | None) -> dict[str,
 
 
 def _bench(tmp_path: Path, compared: list[dict[str, Any]]) -> Path:
-    layout = LayoutResult(
-        name="none", base_url="http://127.0.0.1:1", metrics_urls=[], started_at=1_764_000_000.0,
-        complete=True, summary=summarize([]), cache=CacheStats(),
-    )  # fmt: skip
-    result = BenchResult(
-        config={}, environment={}, workload={}, layouts=[layout], requests=[], trace={"layouts": compared}
-    )
-    (tmp_path / RESULTS_JSON).write_text(result.model_dump_json(by_alias=True))
-    return tmp_path
+    return write_trace_result(tmp_path, compared)
 
 
 def test_a_bench_trace_compare_gives_both_layouts_costs(tmp_path: Path) -> None:

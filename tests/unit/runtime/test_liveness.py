@@ -17,7 +17,16 @@ from kvstack.runtime import liveness
 from kvstack.runtime.liveness import HangWatch
 from kvstack.runtime.specs import ProcessSpec
 from kvstack.runtime.supervisor import HUNG, Supervisor
-from tests.unit.runtime.test_supervisor import PY, SERVE, free_port, script, spec, wait_gone
+from tests.unit.runtime.test_supervisor import (
+    PY,
+    SERVE,
+    engine_and_cache_server,
+    free_port,
+    script,
+    served_engine,
+    spec,
+    wait_gone,
+)
 
 # The bound a hang is noticed within, from the probe's own figures: the first probe after at most
 # one interval, then ``misses`` probes that each time out, with an interval between them.
@@ -126,10 +135,7 @@ def test_a_stopped_engine_is_found_hung_and_its_unit_restarts(tmp_path: Path) ->
     """The engine alive but not answering /health (SIGSTOP): found within the helpers' bound, and
     handled as a hung cache server is: the unit restarts (not a death that ends serving)."""
     port = free_port()
-    serve = script(tmp_path, "serve.py", SERVE)
-    server = ProcessSpec(
-        name="engine", argv=[PY, serve, str(port), "0"], ready_url=f"http://127.0.0.1:{port}/health"
-    )
+    server = served_engine(tmp_path, port)
     with Supervisor(spec(server, port=port), tmp_path / "run") as sup:
         sup.start()
         sup.wait_ready(20)
@@ -157,10 +163,7 @@ def test_a_stopped_engine_is_found_hung_and_its_unit_restarts(tmp_path: Path) ->
 
 def test_a_dead_engine_still_ends_serving_only_a_hung_one_restarts(tmp_path: Path) -> None:
     port = free_port()
-    serve = script(tmp_path, "serve.py", SERVE)
-    server = ProcessSpec(
-        name="engine", argv=[PY, serve, str(port), "0"], ready_url=f"http://127.0.0.1:{port}/health"
-    )
+    server = served_engine(tmp_path, port)
     with Supervisor(spec(server, port=port), tmp_path / "run") as sup:
         sup.start()
         sup.wait_ready(20)
@@ -172,17 +175,7 @@ def test_a_dead_engine_still_ends_serving_only_a_hung_one_restarts(tmp_path: Pat
 
 
 def test_a_stopped_cache_server_is_found_hung_and_the_unit_restarts(tmp_path: Path) -> None:
-    hport, port = free_port(), free_port()
-    serve = script(tmp_path, "serve.py", SERVE)
-    helper = ProcessSpec(
-        name="lmcache-server",
-        argv=[PY, serve, str(hport), "0"],
-        ready_url=f"http://127.0.0.1:{hport}/health",
-        critical=True,
-    )
-    server = ProcessSpec(
-        name="engine", argv=[PY, serve, str(port), "0"], ready_url=f"http://127.0.0.1:{port}/health"
-    )
+    server, helper, port = engine_and_cache_server(tmp_path)
     with Supervisor(spec(server, [helper], port=port), tmp_path / "run") as sup:
         sup.start()
         sup.wait_ready(20)

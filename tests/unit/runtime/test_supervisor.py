@@ -83,6 +83,27 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def served_engine(tmp_path: Path, port: int) -> ProcessSpec:
+    """An "engine" serving /health on ``port`` (the SERVE script)."""
+    serve = script(tmp_path, "serve.py", SERVE)
+    return ProcessSpec(
+        name="engine", argv=[PY, serve, str(port), "0"], ready_url=f"http://127.0.0.1:{port}/health"
+    )
+
+
+def engine_and_cache_server(tmp_path: Path) -> tuple[ProcessSpec, ProcessSpec, int]:
+    """(engine, its critical lmcache-server helper, the engine's port)."""
+    hport, port = free_port(), free_port()
+    server = served_engine(tmp_path, port)
+    helper = ProcessSpec(
+        name="lmcache-server",
+        argv=[PY, server.argv[1], str(hport), "0"],
+        ready_url=f"http://127.0.0.1:{hport}/health",
+        critical=True,
+    )
+    return server, helper, port
+
+
 def spec(
     server: ProcessSpec, helpers: list[ProcessSpec] | None = None, port: int = 1, **kw: object
 ) -> LaunchSpec:
@@ -481,17 +502,7 @@ def test_a_fatal_log_line_ends_the_start_within_seconds_quoting_it(tmp_path: Pat
 
 def test_a_critical_helper_death_restarts_the_unit(tmp_path: Path) -> None:
     """The helper dies; restart() brings back the helper, then the server, on the same ports."""
-    hport, port = free_port(), free_port()
-    serve = script(tmp_path, "serve.py", SERVE)
-    helper = ProcessSpec(
-        name="lmcache-server",
-        argv=[PY, serve, str(hport), "0"],
-        ready_url=f"http://127.0.0.1:{hport}/health",
-        critical=True,
-    )
-    server = ProcessSpec(
-        name="engine", argv=[PY, serve, str(port), "0"], ready_url=f"http://127.0.0.1:{port}/health"
-    )
+    server, helper, port = engine_and_cache_server(tmp_path)
     with Supervisor(spec(server, [helper], port=port), tmp_path / "run") as sup:
         sup.start()
         sup.wait_ready(20)
