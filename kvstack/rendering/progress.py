@@ -1,13 +1,48 @@
-"""Bench's live progress bar on standard error (rich): one bar per layout, fed by the runner's
-progress callback; a no-op when disabled (not a terminal, or --json)."""
+"""The live progress bars on standard error (rich): LiveBar, which bench's and tune's views are built
+on, and bench's, one bar per layout fed by the runner's progress callback; a no-op when disabled
+(not a terminal, or --json)."""
 
 from __future__ import annotations
 
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, TaskID, TextColumn, TimeElapsedColumn
+from collections.abc import Sequence
+from types import TracebackType
+from typing import Self
 
-from kvstack.bench.progress import LiveBar
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
+
 from kvstack.bench.runner import Progress as RunProgress
+
+
+class LiveBar:
+    """A rich progress bar on stderr (or ``console``), started and stopped as a context manager; a
+    no-op when disabled (not a terminal, or --json). bench's and tune's views are these."""
+
+    def __init__(
+        self, enabled: bool, columns: Sequence[ProgressColumn], console: Console | None = None
+    ) -> None:
+        self._bar: Progress | None = None
+        if enabled:
+            self._bar = Progress(*columns, console=console or Console(stderr=True), transient=False)
+
+    def __enter__(self) -> Self:
+        if self._bar is not None:
+            self._bar.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self._bar is not None:
+            self._bar.stop()
 
 
 class ProgressView(LiveBar):

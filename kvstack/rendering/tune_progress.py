@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, ProgressColumn, Task, TaskID, TextColumn
 from rich.text import Text
 
-from kvstack.bench.progress import LiveBar
+from kvstack.rendering.progress import LiveBar
 from kvstack.tune.budget import fmt_duration
 
 if TYPE_CHECKING:
