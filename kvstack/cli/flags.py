@@ -85,17 +85,22 @@ def _option(model: type[Inputs], name: str, f: Flag, pick: Pick) -> inspect.Para
     return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
 
 
-def _made(model: type[Inputs], values: dict[str, Any]) -> Inputs:
+def _made(model: type[Inputs], values: dict[str, Any], pick: Pick) -> Inputs:
     try:
         return model(**values)
     except ValidationError as exc:  # a value typer let through that the model's type refuses
         error = exc.errors()[0]
         name = str(error["loc"][0]) if error["loc"] else ""
         f = model.flags().get(name)
-        raise InputError(
-            f"{f.name if f else name}: {error['msg']}",
-            hint=f"see: kvstack --help for {f.name if f else name}",
-        ) from None
+        shown = pick.names.get(name, f.names)[0] if f else name
+        raise InputError(f"{shown}: {error['msg']}", hint=f"see: kvstack --help for {shown}") from None
+    except InputError as exc:  # the model names its own flags: name them as this command does
+        for field, names in pick.names.items():
+            own = model.flags()[field].name
+            exc.message = exc.message.replace(own, names[0])
+            exc.hint = exc.hint.replace(own, names[0]) if exc.hint else exc.hint
+        exc.args = (exc.message,)
+        raise
 
 
 def command(
@@ -106,7 +111,7 @@ def command(
     def register(fn: Callable[..., Any]) -> Callable[..., Any]:
         hints = typing.get_type_hints(fn, include_extras=True)
         params: list[inspect.Parameter] = []
-        groups: dict[str, tuple[type[Inputs], list[str]]] = {}
+        groups: dict[str, tuple[type[Inputs], list[str], Pick]] = {}
         for pname, param in inspect.signature(fn).parameters.items():
             group = _group(hints[pname])
             if group is None:
@@ -114,7 +119,7 @@ def command(
                 continue
             model, pick = group
             fields = pick.fields(model)
-            groups[pname] = (model, fields)
+            groups[pname] = (model, fields, pick)
             params += [_option(model, n, model.flags()[n], pick) for n in fields]
         seen = [p.name for p in params]
         clashes = {n for n in seen if seen.count(n) > 1}
@@ -123,8 +128,8 @@ def command(
 
         @functools.wraps(fn)
         def run(**kwargs: Any) -> Any:
-            for pname, (model, fields) in groups.items():
-                kwargs[pname] = _made(model, {n: kwargs.pop(n) for n in fields})
+            for pname, (model, fields, pick) in groups.items():
+                kwargs[pname] = _made(model, {n: kwargs.pop(n) for n in fields}, pick)
             return fn(**kwargs)
 
         run.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]

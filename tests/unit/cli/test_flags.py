@@ -90,6 +90,9 @@ def test_pick_keeps_renames_rewords_and_redefaults() -> None:
     assert CliRunner().invoke(app, ["go", "--times", "2"]).exit_code == 0
     assert got["knobs"] == Knobs(name="b", count=2, loud=False)
     assert CliRunner().invoke(app, ["go", "--loud"]).exit_code == 2  # not this command's flag
+    renamed = CliRunner().invoke(app, ["go", "--times", "0"])  # the error names the flag as given
+    assert str(renamed.exception) == "--times must be at least 1, not 0"
+    assert renamed.exception.hint == "e.g. --times 1"  # type: ignore[union-attr]
     shown = CliRunner().invoke(app, ["go", "--help"], env={"COLUMNS": "200"}).output
     assert "Which one." in shown and "--times" in shown and "--count" not in shown
 
