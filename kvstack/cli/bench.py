@@ -44,12 +44,10 @@ def register(app: typer.Typer) -> None:
         request = BenchInputs.model_validate(request.model_dump())  # the checks, engine arguments included
         served = None
         if not request.url:  # no server given: kvstack serves each layout itself (the demo model by default)
-            from kvstack.serving.request_checks import check_request
+            from kvstack.serving.start_layout import measuring_request
 
-            served = serve.completed(
-                api_key=request.api_key, extra_args=request.extra_args, validate=False, model=request.model,
-                run_dir=request.run_dir,
-            )  # fmt: skip
+            served = measuring_request(
+                serve, request.api_key, request.extra_args, model=request.model, run_dir=request.run_dir
+            )
             request = request.model_copy(update={"model": served.model_spec()})
-            check_request(served, dry_run=False)  # serve's refusals; loopback: nothing to warn
         run_bench_command(request, served, bench_events(json_mode=as_json))

@@ -55,7 +55,7 @@ def register(app: typer.Typer) -> None:
         replaying it on your engine within --budget."""
         from kvstack.rendering.tune import show
         from kvstack.rendering.tune_progress import proof_progress
-        from kvstack.serving.request_checks import check_request
+        from kvstack.serving.start_layout import measuring_request
         from kvstack.tune.command import run_tune
 
         engine_args = list(extra_args or [])
@@ -66,8 +66,7 @@ def register(app: typer.Typer) -> None:
         )  # fmt: skip
         served = None
         if options.measures:
-            served = serve.completed(api_key=key.value(), extra_args=engine_args, validate=False)
-            check_request(served, dry_run=False)  # serve's refusals; loopback: nothing to warn
+            served = measuring_request(serve, key.value(), engine_args)
         with proof_progress(options.measures, json_out) as (view, events):
             run = run_tune(options, serve=served, view=view, events=events)
         show(run, top, serve.model, engine_args, json_out)

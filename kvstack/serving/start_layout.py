@@ -13,6 +13,8 @@ import dataclasses
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from kvstack.engines.facts import gather_facts
 from kvstack.engines.render import render
@@ -22,6 +24,7 @@ from kvstack.planning.schema import Plan
 from kvstack.serving.lifecycle import ServeEvents, launched
 from kvstack.serving.prepare import Launch, prepare
 from kvstack.serving.request import ServeRequest
+from kvstack.serving.request_checks import check_request
 from kvstack.serving.served_layout import ServedLayout, StartLayout
 from kvstack.units import GIB, fmt_bytes
 
@@ -94,6 +97,22 @@ def resized_launch(launch: Launch, sizes: TierOverrides) -> Launch:
         spec = render(plan, p.options, p.snapshot.software, facts)
         replicas.append(dataclasses.replace(p, plan=plan, spec=spec))
     return dataclasses.replace(launch, plan=plan, replicas=tuple(replicas))
+
+
+def measuring_request(
+    request: ServeRequest,
+    api_key: str | None,
+    extra_args: list[str],
+    model: str | None = None,
+    run_dir: Path | None = None,
+) -> ServeRequest:
+    """What bench and tune serve each layout with: ``request`` completed with the API key and the
+    engine arguments (and bench's own --model and --run-dir), without a validation pass, and refused
+    where serve refuses it (on loopback it has nothing to warn about)."""
+    own: dict[str, Any] = {k: v for k, v in (("model", model), ("run_dir", run_dir)) if v is not None}
+    served = request.completed(api_key=api_key, extra_args=extra_args, validate=False, **own)
+    check_request(served, dry_run=False)
+    return served
 
 
 def sized_layout_starter(
