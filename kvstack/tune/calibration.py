@@ -181,7 +181,7 @@ def _one(
     clock: Callable[[], float],
 ) -> LayoutReplay:
     # the replay's last answer: its correctness check and calibration follow it
-    on_row = RowClock(view, len(shared.sent), clock, "checking correctness, measuring costs")
+    on_row = RowClock(view, lambda: len(shared.sent), clock, "checking correctness, measuring costs")
 
     if view is not None:
         view.begin(f"{name} (its costs)", index, len(LAYOUTS), len(setup.rows), deadline)

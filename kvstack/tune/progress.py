@@ -22,7 +22,9 @@ class RowClock:
     """A replay's ``on_row``: counts its answers for the view (then names the phase that follows the
     last one) and keeps when the last came, which splits the replay's wall time from what follows."""
 
-    def __init__(self, view: View | None, total: int, clock: Callable[[], float], then: str | None) -> None:
+    def __init__(
+        self, view: View | None, total: Callable[[], int], clock: Callable[[], float], then: str | None
+    ) -> None:
         self.view, self.total, self.clock, self.then = view, total, clock, then
         self.counted = 0
         self.last = 0.0
@@ -32,7 +34,8 @@ class RowClock:
         self.last = self.clock()
         if self.view is not None:
             self.view.row(self.counted)
-            if self.counted == self.total and self.then:
+            # the total read at each row: the first replay decides what is sent while it runs
+            if self.counted == self.total() and self.then:
                 self.view.phase(self.then)
 
     def replay_s(self, ready: float, done: float) -> float:

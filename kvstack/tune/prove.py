@@ -362,7 +362,7 @@ def _one(
     rows: list[RequestRow] = []
     # the replay's last answer: the correctness check follows it
     then = "checking correctness" if setup.args.check_correctness else None
-    on_row = RowClock(view, len(shared.sent), clock, then)
+    on_row = RowClock(view, lambda: len(shared.sent), clock, then)
 
     run_dir = str(candidate_run_dir(settings.run_root, index)) if settings.run_root else None
     try:

@@ -32,3 +32,33 @@ def test_a_disabled_bar_prints_nothing() -> None:
         view.row(3)
         view.end()
     assert out.getvalue() == ""
+
+
+def test_the_row_clock_reads_the_total_when_each_answer_comes() -> None:
+    """The first replay decides what it sends while it runs: a total read once, up front, would be
+    0 and the phase after the last answer would never show."""
+    from kvstack.tune.progress import RowClock
+
+    class Seen:
+        def __init__(self) -> None:
+            self.rows: list[int] = []
+            self.phases: list[str] = []
+
+        def begin(self, label: str, index: int, total: int, requests: int, deadline: float) -> None: ...
+        def phase(self, text: str) -> None:
+            self.phases.append(text)
+
+        def row(self, done: int) -> None:
+            self.rows.append(done)
+
+        def end(self) -> None: ...
+
+    sent: list[int] = []
+    ticks = iter([1.0, 2.0, 3.0])
+    seen = Seen()
+    clock = RowClock(seen, lambda: len(sent), lambda: next(ticks), "checking correctness")
+    sent = [1, 2, 3]  # decided after the clock was made, as replay.command does
+    for _ in range(3):
+        clock(None)
+    assert seen.rows == [1, 2, 3] and seen.phases == ["checking correctness"]
+    assert clock.replay_s(0.5, 9.0) == 2.5  # to the last answer, not to the end of the check
