@@ -443,6 +443,7 @@ def cache_stats_empty() -> Any:
 
 def run_trace(
     args: ReplayRequest,
+    sliced: tuple[list[Any], dict[str, Any]],
     *,
     url: str | None,
     names: list[str],
@@ -456,9 +457,9 @@ def run_trace(
     lmcache: str | None = None,
     run_dir: Path | None = None,
 ) -> tuple[BenchResult, KvstackError | None]:
-    """Replay per layout; the result holds whatever was measured, the error (if any) is returned."""
-    args.check()
-    rows, info = load_slice(args)
+    """Replay per layout the slice ``load_slice(args)`` read (``args`` checked); the result holds
+    whatever was measured, the error (if any) is returned."""
+    rows, info = sliced
     shared = Shared()
     layouts: list[LayoutResult] = []
     requests: list[RequestRow] = []

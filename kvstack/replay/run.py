@@ -67,12 +67,13 @@ def run_trace_bench(
     events = events or BenchEvents()
     check_out(o.out)
     o.replay.check()
-    load_slice(o.replay)  # a bad trace is named before any server is asked
+    sliced = load_slice(o.replay)  # a bad trace is named before any server is asked
     base_url, metrics, model = target(o.url, o.metrics_urls, o.model, o.api_key)
     if base_url is None and (not model or start_layout is None):
         raise InputError("a replay needs --url or a layout kvstack serves", hint="add --url URL")
     result, failure = run_trace(
         o.replay,
+        sliced,
         url=base_url,
         names=o.compare,
         start_layout=start_layout,
