@@ -29,6 +29,17 @@ def atomic_write(path: Path, data: str | bytes, mode: int = 0o600) -> None:
         raise
 
 
+def make_out_dir(path: Path) -> Path:
+    """Create an --out directory and its parents, or say in one line why it cannot be made."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise PathError(
+            f"cannot create --out {path}: {exc.strerror or exc}", hint="choose a writable --out directory"
+        ) from exc
+    return path
+
+
 def existing_ancestor(path: Path) -> Path:
     """``path`` when it exists, else its nearest existing parent: what decides whether it can be made."""
     for candidate in (path, *path.parents):

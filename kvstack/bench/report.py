@@ -19,7 +19,7 @@ from typing import Any
 import kvstack
 from kvstack.bench.schema import BenchResult, RequestRow
 from kvstack.bench.workloads import RequestSet
-from kvstack.fsutil import atomic_write
+from kvstack.fsutil import atomic_write, make_out_dir
 from kvstack.userfile import read_model
 
 RESULTS_JSON = "results.json"
@@ -60,7 +60,7 @@ def workload_info(workload: RequestSet) -> dict[str, Any]:
 
 def write_report(result: BenchResult, out_dir: Path, plots: bool = True) -> list[Path]:
     """results.json, requests.csv and (unless disabled) the PNG plots; returns the paths written."""
-    out_dir.mkdir(parents=True, exist_ok=True)
+    make_out_dir(out_dir)
     written: list[Path] = []
     path = out_dir / RESULTS_JSON
     atomic_write(path, result.model_dump_json(by_alias=True, indent=1) + "\n", mode=0o644)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from kvstack.errors import PathError
 from kvstack.export.bundle import Bundle
-from kvstack.fsutil import atomic_write
+from kvstack.fsutil import atomic_write, make_out_dir
 
 
 def write_bundle(bundle: Bundle, out_dir: Path, force: bool = False) -> list[Path]:
@@ -30,12 +30,7 @@ def write_bundle(bundle: Bundle, out_dir: Path, force: bool = False) -> list[Pat
     not_files = [p for p in existing if p.is_dir()]
     if not_files:
         raise PathError(f"{not_files[0]} is a directory", hint="choose another --out directory")
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise PathError(
-            f"cannot create {out_dir}: {exc.strerror}", hint="choose a writable --out directory"
-        ) from exc
+    make_out_dir(out_dir)
     for f, path in zip(bundle.files, targets, strict=True):
         mode = 0o600 if f.secret else f.mode
         try:

@@ -19,7 +19,7 @@ replay of the trace itself (tune/refit.py). ``chunk_s`` is 0 unless two chunk si
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -124,6 +124,26 @@ class ServedCalibration:
     plain_layout: str = "none"
     offload_layout: str = ""
     source: str = ""  # where it was measured (a bench --trace result, a tune run)
+
+    @classmethod
+    def first_of(
+        cls, found: Iterable[tuple[str, bool, ServedCosts]], source: str
+    ) -> ServedCalibration | None:
+        """From calibrated layouts as (name, has an offload tier, costs): the first without offload
+        gives the plain costs, the first with one the offload path's; None when none is plain."""
+        first: dict[bool, tuple[str, ServedCosts]] = {}
+        for name, offload, costs in found:
+            first.setdefault(offload, (name, costs))
+        if False not in first:
+            return None
+        (plain_name, plain), offload_layout = first[False], first.get(True)
+        return cls(
+            plain=plain,
+            offload=offload_layout[1] if offload_layout else None,
+            plain_layout=plain_name,
+            offload_layout=offload_layout[0] if offload_layout else "",
+            source=source,
+        )
 
     def offload_costs(self, cost_s: float, fetch_s: Mapping[str, float]) -> ServedCosts:
         """The offload layout's costs: measured, else the plain layout's plus ``cost_s`` a request

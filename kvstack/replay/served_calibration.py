@@ -36,21 +36,13 @@ def _costs(doc: Any, where: str) -> ServedCosts | None:
 
 
 def _pick(found: list[tuple[str, bool, ServedCosts]], path: Path, source: str) -> ServedCalibration:
-    plain = [(name, c) for name, off, c in found if not off]
-    offload = [(name, c) for name, off, c in found if off]
-    if not plain:
+    calibration = ServedCalibration.first_of(found, source)
+    if calibration is None:
         raise InputError(
             f"{path} holds no calibrated layout without offload (the plain costs a verdict compares with)",
             hint=HINT,
         )
-    (plain_name, plain_costs), first_offload = plain[0], offload[0] if offload else None
-    return ServedCalibration(
-        plain=plain_costs,
-        offload=first_offload[1] if first_offload else None,
-        plain_layout=plain_name,
-        offload_layout=first_offload[0] if first_offload else "",
-        source=source,
-    )
+    return calibration
 
 
 def _from_bench(path: Path) -> ServedCalibration:

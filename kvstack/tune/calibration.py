@@ -82,19 +82,14 @@ def calibration_run_dir(root: Path, name: str) -> Path:
 def from_results(doc: Mapping[str, Any]) -> ServedCalibration:
     """results.json's ``calibration`` (ServedCalibration.to_dict) back; KeyError, TypeError or
     ValueError on a damaged one."""
-    found: dict[bool, tuple[str, ServedCosts]] = {}
-    for name, entry in dict(doc["layouts"]).items():
-        found.setdefault(bool(entry.get("offload")), (str(name), ServedCosts.from_dict(entry["calibration"])))
-    if False not in found:
+    layouts = dict(doc["layouts"]).items()
+    found = [
+        (str(name), bool(e.get("offload")), ServedCosts.from_dict(e["calibration"])) for name, e in layouts
+    ]
+    calibration = ServedCalibration.first_of(found, str(doc.get("source") or ""))
+    if calibration is None:
         raise ValueError("no calibrated layout without offload")
-    (plain_name, plain), offload = found[False], found.get(True)
-    return ServedCalibration(
-        plain=plain,
-        offload=offload[1] if offload else None,
-        plain_layout=plain_name,
-        offload_layout=offload[0] if offload else "",
-        source=str(doc.get("source") or ""),
-    )
+    return calibration
 
 
 def layout_candidate(name: str, layout: ServedLayout) -> Candidate | None:
@@ -118,25 +113,21 @@ def calibration_of(replays: list[LayoutReplay], trace: Path) -> ServedCalibratio
     without offload the plain costs, the first with an offload tier the offload path's."""
     from kvstack.replay.offload_cost import offloads
 
-    found: dict[bool, tuple[str, ServedCosts]] = {}
-    for r in replays:
-        if r.costs is not None:
-            found.setdefault(offloads(r.replayed[2]), (r.name, ServedCosts.from_dict(r.costs)))
-    if False not in found:
+    found = [
+        (r.name, offloads(r.replayed[2]), ServedCosts.from_dict(r.costs))
+        for r in replays
+        if r.costs is not None
+    ]
+    calibration = ServedCalibration.first_of(found, "")
+    if calibration is None:
         raise EngineError(
             "none's replay gave no costs: its calibration did not run", hint="see its run dir's logs"
         )
-    (plain_name, plain), offload = found[False], found.get(True)
-    used = [plain_name, *([offload[0]] if offload else [])]
+    used = [calibration.plain_layout, *([calibration.offload_layout] if calibration.offload else [])]
     requests = len(replays[0].replayed[1])
     when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
-    return ServedCalibration(
-        plain=plain,
-        offload=offload[1] if offload else None,
-        plain_layout=plain_name,
-        offload_layout=offload[0] if offload else "",
-        source=f"measured by this tune: {' + '.join(used)} replays of {trace} ({requests} requests), {when}",
-    )
+    source = f"measured by this tune: {' + '.join(used)} replays of {trace} ({requests} requests), {when}"
+    return dataclasses.replace(calibration, source=source)
 
 
 def measure_costs(

@@ -293,7 +293,7 @@ def run_tune(
     from kvstack.tune.calibration import measure_costs
     from kvstack.tune.engines import calibration_starter, serve_starter
     from kvstack.tune.plots import CANDIDATES, PREDICTED_VS_MEASURED, write_plots
-    from kvstack.tune.ranking import check_request
+    from kvstack.tune.ranking import check_ranking
     from kvstack.tune.report import proof_document, refit_calibration, tuned_layout
 
     o.check()
@@ -314,7 +314,7 @@ def run_tune(
     measured: MeasuredCosts | None = None
     t0 = clock()
     if cal is None:  # measured here first, as bench --trace --compare none,lmcache-mp measures it
-        check_request(
+        check_ranking(
             inputs.limits, objective=o.objective, connector=o.connector, knobs=o.knobs, slo_s=_slo_s(o)
         )
         if start_layout is None:

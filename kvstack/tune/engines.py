@@ -9,7 +9,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -50,23 +50,29 @@ def candidate_request(base: Any, root: Path, p: CandidatePrediction, index: int,
     return base.model_copy(update={"tuned": run_dir / TUNED_JSON, "run_dir": run_dir, "cache_dir": cache_dir})
 
 
+@contextmanager
+def _served_once(request: Any, layout: str, events: Any) -> Iterator[ServedLayout]:
+    """``request`` served as ``layout`` through serving's layout starter (serving/start_layout.py, as
+    bench --compare serves its layouts); its cache directory removed after: the disk tier's space
+    back, and nothing of it reused by the next engine."""
+    from kvstack.serving.start_layout import TierOverrides, sized_layout_starter
+
+    try:
+        with sized_layout_starter(request, TierOverrides(), events)(layout) as served:
+            yield served
+    finally:
+        shutil.rmtree(request.cache_dir, ignore_errors=True)
+
+
 def serve_starter(
     base: Any, root: Path, events: Any, ranked: Sequence[CandidatePrediction], objective: str
 ) -> StartCandidate:
-    """``start(candidate, n)``: ``candidate_request`` served, one engine, through serving's layout
-    starter (serving/start_layout.py, as bench --compare serves its layouts)."""
-    from kvstack.serving.start_layout import TierOverrides, sized_layout_starter
-
+    """``start(candidate, n)``: ``candidate_request`` served, one engine."""
     by_label = {p.candidate.label: p for p in ranked}
 
-    @contextmanager
-    def start(candidate: Candidate, index: int) -> Iterator[ServedLayout]:
+    def start(candidate: Candidate, index: int) -> AbstractContextManager[ServedLayout]:
         request = candidate_request(base, root, by_label[candidate.label], index, objective)
-        try:
-            with sized_layout_starter(request, TierOverrides(), events)(candidate.connector) as layout:
-                yield layout
-        finally:
-            shutil.rmtree(request.cache_dir, ignore_errors=True)  # its disk tier: space back, none reused
+        return _served_once(request, candidate.connector, events)
 
     return start
 
@@ -74,18 +80,12 @@ def serve_starter(
 def calibration_starter(base: Any, root: Path, events: Any) -> StartLayout:
     """``start(name)``: ``base`` served with ``--offload name`` and the plan's sizes, exactly as `bench
     --trace --compare` serves a layout, in its calibration run dir under ``root``."""
-    from kvstack.serving.start_layout import TierOverrides, sized_layout_starter
 
-    @contextmanager
-    def start(name: str) -> Iterator[ServedLayout]:
+    def start(name: str) -> AbstractContextManager[ServedLayout]:
         run_dir = ensure_private_dir(calibration_run_dir(root, name), "--out")
         request = base.model_copy(
             update={"run_dir": run_dir, "cache_dir": _fresh_cache_dir(base, f"tune-{name}-")}
         )
-        try:
-            with sized_layout_starter(request, TierOverrides(), events)(name) as layout:
-                yield layout
-        finally:
-            shutil.rmtree(request.cache_dir, ignore_errors=True)
+        return _served_once(request, name, events)
 
     return start

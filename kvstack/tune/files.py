@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from kvstack.errors import InputError
-from kvstack.fsutil import atomic_write
+from kvstack.fsutil import atomic_write, make_out_dir
 from kvstack.tune.ranking import TuneResult
 
 
@@ -51,12 +51,7 @@ def write_ranking(out: Path, result: TuneResult, doc: dict[str, Any], tuned: boo
     from kvstack.replay.served_calibration import SERVED_TTFT_JSON
     from kvstack.tune.report import tuned_layout
 
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise InputError(
-            f"cannot write --out {out}: {exc.strerror or exc}", hint="choose a writable directory"
-        ) from exc
+    make_out_dir(out)
     written = [write_results(out, doc)]
     if tuned:
         layout = tuned_layout(result.winner, result.objective, source_line(doc), created=now())

@@ -1,5 +1,5 @@
-"""A tune's options: ``tune_options`` turns the flag values as parsed into ``TuneRequest``, checked
-(each mistake one InputError, before anything is read or started)."""
+"""A tune's options: ``TuneInputs.options`` turns tune's flags as parsed into a ``TuneRequest``,
+checked (each mistake one InputError, before anything is read or started)."""
 
 from __future__ import annotations
 
@@ -118,61 +118,6 @@ def parse_knobs(texts: Sequence[str], connector: str | None) -> dict[str, float]
     return out
 
 
-def tune_options(
-    *,
-    trace: Path | None,
-    trace_sample: str | None,
-    start: int,
-    max_requests: int | None,
-    block_tokens: int | None,
-    calibration: Path | None,
-    model: str | None,
-    revision: str | None,
-    hardware: Path | None,
-    engine_pool_tokens: int | None,
-    connector: str | None,
-    knob: Sequence[str],
-    objective: str,
-    slo_ms: float | None,
-    budget: str,
-    replay_requests: int,
-    candidates: int | None,
-    check_correctness: int,
-    max_output_tokens: int,
-    time_scale: float,
-    seed: int,
-    resume: Path | None,
-    out: Path | None,
-    timeout_s: float,
-    extra_args: Sequence[str],
-) -> TuneRequest:
-    """The options of `kvstack tune` from its flags (names as the flags), checked."""
-    from kvstack.names import choice
-    from kvstack.tune.budget import parse_duration
-
-    choice(objective, OBJECTIVES, "--objective")
-    if trace is None:
-        raise InputError("tune needs a trace of your traffic", hint="add --trace FILE (Mooncake JSONL)")
-    budget_s = parse_duration(budget)
-    options = TuneRequest(
-        trace=trace, calibration=calibration, sample=trace_sample, start=start,
-        max_requests=max_requests, block_tokens=block_tokens, model=model, revision=revision,
-        hardware=hardware, engine_pool_tokens=engine_pool_tokens, connector=connector,
-        knobs=parse_knobs(knob, connector), objective=objective,  # type: ignore[arg-type]
-        slo_ms=slo_ms, out=out, resume=resume, budget_s=budget_s,
-        replay_requests=replay_requests, max_candidates=candidates, max_output_tokens=max_output_tokens,
-        time_scale=time_scale, seed=seed, check_k=check_correctness, timeout_s=timeout_s,
-    )  # fmt: skip
-    options.check()
-    if not options.measures and extra_args:
-        raise InputError(
-            f"engine arguments ({' '.join(extra_args)}) are for the engines tune serves: --budget 0 "
-            "serves none",
-            hint="drop them, or give a --budget",
-        )
-    return options
-
-
 class TuneInputs(Inputs):
     """tune's own flags (the trace's are replay.inputs.TraceInputs', the engine's ServeRequest's)."""
 
@@ -262,14 +207,28 @@ class TuneInputs(Inputs):
         hardware: Path | None,
         extra_args: Sequence[str],
     ) -> TuneRequest:
-        """The tune these flags ask for, with the trace's and the model's, checked."""
-        return tune_options(
-            trace=trace, trace_sample=trace_sample, start=start, max_requests=max_requests,
-            block_tokens=self.block_tokens, calibration=calibration, model=model, revision=revision,
+        """The tune these flags ask for, with the trace's and the model's, checked (each mistake
+        one InputError, before anything is read or started)."""
+        from kvstack.tune.budget import parse_duration
+
+        if trace is None:
+            raise InputError("tune needs a trace of your traffic", hint="add --trace FILE (Mooncake JSONL)")
+        budget_s = parse_duration(self.budget)
+        request = TuneRequest(
+            trace=trace, calibration=calibration, sample=trace_sample, start=start,
+            max_requests=max_requests, block_tokens=self.block_tokens, model=model, revision=revision,
             hardware=hardware, engine_pool_tokens=self.engine_pool_tokens, connector=self.connector,
-            knob=self.knob, objective=self.objective, slo_ms=self.slo_ms, budget=self.budget,
-            replay_requests=self.replay_requests, candidates=self.candidates,
-            check_correctness=self.check_correctness, max_output_tokens=self.max_output_tokens,
-            time_scale=self.time_scale, seed=self.seed, resume=self.resume, out=self.out,
-            timeout_s=self.timeout_s, extra_args=extra_args,
+            knobs=parse_knobs(self.knob, self.connector), objective=self.objective,  # type: ignore[arg-type]
+            slo_ms=self.slo_ms, out=self.out, resume=self.resume, budget_s=budget_s,
+            replay_requests=self.replay_requests, max_candidates=self.candidates,
+            max_output_tokens=self.max_output_tokens, time_scale=self.time_scale, seed=self.seed,
+            check_k=self.check_correctness, timeout_s=self.timeout_s,
         )  # fmt: skip
+        request.check()
+        if not request.measures and extra_args:
+            raise InputError(
+                f"engine arguments ({' '.join(extra_args)}) are for the engines tune serves: --budget 0 "
+                "serves none",
+                hint="drop them, or give a --budget",
+            )
+        return request

@@ -72,7 +72,7 @@ def with_knobs(candidate: Candidate, values: Mapping[str, float]) -> Candidate:
     return out
 
 
-def check_request(
+def check_ranking(
     limits: Limits,
     *,
     objective: Objective,
@@ -108,7 +108,7 @@ def tune(
     slo_s: float | None = None,
 ) -> TuneResult:
     """Every candidate of the space (restricted as asked) ranked on ``requests``."""
-    check_request(limits, objective=objective, connector=connector, knobs=knobs, slo_s=slo_s)
+    check_ranking(limits, objective=objective, connector=connector, knobs=knobs, slo_s=slo_s)
     offload = calibration.offload_costs(OFFLOAD_REQUEST_COST_S, {})
     curve = capacity_curve(requests, block_tokens)
     sizes = curve_sizes(curve, int(limits.bytes_per_token * block_tokens))

@@ -97,6 +97,13 @@ class StepResult(BaseModel):
     warnings: list[str] = Field(default_factory=list)  # worth a look, not a failure
 
 
+# What a report records of its target: the server and the thresholds its steps were judged by.
+JUDGED_BY = (
+    "base_url", "min_speedup", "repeat", "min_tier_speedup", "correctness_tokens", "noise_ceiling", "top_k",
+    "no_prefix_cache",
+)  # fmt: skip
+
+
 class ValidationReport(BaseModel):
     kvstack_version: str = __version__
     created: str = Field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
@@ -119,6 +126,14 @@ class ValidationReport(BaseModel):
     diagnoses: list[Diagnosis] = Field(default_factory=list)
     overall: Literal["PASS", "FAIL"] = "FAIL"
     duration_s: float = 0.0
+
+    @classmethod
+    def of(cls, target: ValidationTarget, *, model: str, engine: str, prompt_tokens: int) -> ValidationReport:
+        """An empty report on ``target``, with the thresholds it is judged by as the target sets them."""
+        judged_by = {name: getattr(target, name) for name in JUDGED_BY}
+        return cls(
+            model=model, engine=engine, prompt_tokens=prompt_tokens, prompt_tokens_exact=False, **judged_by
+        )
 
     def step(self, name: str) -> StepResult | None:
         return next((s for s in self.steps if s.name == name), None)

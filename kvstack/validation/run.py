@@ -175,20 +175,7 @@ async def _validate(
                 hint=f"use --prompt-tokens {limit} or less",
             )
         v = Validation(s, engine, n, on_progress)
-        report = ValidationReport(
-            base_url=target.base_url,
-            model=s.model,
-            engine=engine,
-            prompt_tokens=n,
-            prompt_tokens_exact=False,
-            min_speedup=target.min_speedup,
-            repeat=target.repeat,
-            min_tier_speedup=target.min_tier_speedup,
-            correctness_tokens=target.correctness_tokens,
-            noise_ceiling=target.noise_ceiling,
-            top_k=target.top_k,
-            no_prefix_cache=target.no_prefix_cache,
-        )
+        report = ValidationReport.of(target, model=s.model, engine=engine, prompt_tokens=n)
         if first.errors and not first.samples:
             v.progress(f"metrics unavailable: {first.errors[0]}")
         # An engine whose cache server died still answers /health and hangs every request.

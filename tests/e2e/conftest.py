@@ -63,6 +63,21 @@ def kvstack_cmd(*args: str) -> list[str]:
     return [engine_python(), "-m", "kvstack", *args]
 
 
+def kvstack_run(
+    *args: str, env: dict[str, str] | None = None, timeout: float | None = 300
+) -> subprocess.CompletedProcess[str]:
+    """``kvstack ARGS`` run to its end with the engine's interpreter from the checkout, its output
+    captured (``env``: env_for_tests() unless given)."""
+    return subprocess.run(
+        kvstack_cmd(*args),
+        capture_output=True,
+        text=True,
+        env=env if env is not None else env_for_tests(),
+        cwd=ROOT,
+        timeout=timeout,
+    )
+
+
 def env_for_tests() -> dict[str, str]:
     env = dict(os.environ)
     env["KVSTACK_ENGINE_PYTHON"] = engine_python()

@@ -19,13 +19,12 @@ for each layout.
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import env_for_tests, free_port, kvstack_cmd
+from tests.e2e.conftest import free_port, kvstack_run
 from tests.support.deps import ROOT
 
 TRACE = ROOT.parent / "shared" / "traces" / "conversation_trace.jsonl"
@@ -52,7 +51,7 @@ def replay(engine_ready: str, replay_dir: Path) -> dict[str, Any]:
         pytest.skip(f"the shared trace is not here ({TRACE})")
     tmp = replay_dir
     out = tmp / "out"
-    cmd = kvstack_cmd(
+    args = (
         "bench",
         "--trace", str(TRACE),
         "--session-sample", "1/40",
@@ -70,9 +69,7 @@ def replay(engine_ready: str, replay_dir: Path) -> dict[str, Any]:
         "--json",
         "--", "--num-gpu-blocks-override", "136",
     )  # fmt: skip
-    proc = subprocess.run(
-        cmd, capture_output=True, text=True, env=env_for_tests(), cwd=ROOT, timeout=REPLAY_TIMEOUT_S
-    )
+    proc = kvstack_run(*args, timeout=REPLAY_TIMEOUT_S)
     assert proc.returncode == 0, proc.stderr[-4000:]
     result: dict[str, Any] = json.loads(proc.stdout)
     assert json.loads((out / "results.json").read_text())["trace"] == result["trace"]
@@ -140,12 +137,12 @@ def test_plan_takes_the_offload_cost_the_replay_measured(replay: dict[str, Any],
     # trace with that figure instead of the default.
     got = layouts(replay)
     lm, none = got["lmcache-mp"]["ttft"]["calibration"], got["none"]["ttft"]["calibration"]
-    cmd = kvstack_cmd(
+    args = (
         "plan", "--model", "llama-3.1-8b", "--hardware", str(ROOT / "profiles/hardware/h100-sxm.json"),
         "--context", "128k", "--users", "8", "--trace", str(TRACE), "--trace-sample", "1/40",
         "--offload-cost-from", str(replay_dir / "out"), "--json",
     )  # fmt: skip
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env_for_tests(), cwd=ROOT, timeout=300)
+    proc = kvstack_run(*args)
     assert proc.returncode == 0, proc.stderr[-2000:]
     trace = json.loads(proc.stdout)["trace"]
     # A negative difference (the offload layout's fixed cost measured below the plain one's) is

@@ -9,13 +9,12 @@ The shared demo session (tests/e2e/conftest.py); a short slice of the shared con
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import ServeSession, env_for_tests, kvstack_cmd
+from tests.e2e.conftest import ServeSession, env_for_tests, kvstack_run
 from tests.support.deps import ROOT
 
 TRACE = ROOT.parent / "shared" / "traces" / "conversation_trace.jsonl"
@@ -28,7 +27,7 @@ def bench(tmp: Path, session: ServeSession, *extra: str) -> dict[str, Any]:
         pytest.skip(f"the shared trace is not here ({TRACE})")
     env = env_for_tests()
     env["XDG_STATE_HOME"] = str(tmp / "state")  # no serve run under the runs root: only what is given
-    cmd = kvstack_cmd(
+    args = (
         "bench",
         "--trace", str(TRACE),
         "--session-sample", "1/40",
@@ -40,7 +39,7 @@ def bench(tmp: Path, session: ServeSession, *extra: str) -> dict[str, Any]:
         "--json",
         *extra,
     )  # fmt: skip
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=REPLAY_TIMEOUT_S)
+    proc = kvstack_run(*args, env=env, timeout=REPLAY_TIMEOUT_S)
     assert proc.returncode == 0, proc.stderr[-4000:]
     result: dict[str, Any] = json.loads(proc.stdout)
     return result

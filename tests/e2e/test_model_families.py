@@ -18,13 +18,12 @@
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import env_for_tests, kvstack_cmd, start_serve, wait_no_engine
+from tests.e2e.conftest import kvstack_run, start_serve, wait_no_engine
 from tests.support.deps import ROOT, missing
 
 GEMMA = ROOT / ".models" / "gemma3-270m"
@@ -125,14 +124,14 @@ def test_a_forced_connector_that_cannot_carry_the_model_is_refused(tmp_path: Pat
     model = FAMILIES / "granitemoehybrid"
     if not (model / "config.json").is_file():
         missing("the granitemoehybrid checkpoint (.models/families)", "scripts/test builds it")
-    done = subprocess.run(
-        kvstack_cmd(
-            "serve", "--model", str(model), "--offload", "lmcache-mp", "--run-dir", str(tmp_path / "run")
-        ),
-        capture_output=True,
-        text=True,
-        env=env_for_tests(),
-        cwd=ROOT,
+    done = kvstack_run(
+        "serve",
+        "--model",
+        str(model),
+        "--offload",
+        "lmcache-mp",
+        "--run-dir",
+        str(tmp_path / "run"),
         timeout=120,
     )
     assert done.returncode == 2, done.stderr

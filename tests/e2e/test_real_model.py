@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -32,8 +31,7 @@ from kvstack.validation import run_validation
 from kvstack.validation.report import TierTarget, ValidationReport, ValidationTarget
 from tests.e2e.conftest import (
     ServeSession,
-    env_for_tests,
-    kvstack_cmd,
+    kvstack_run,
     start_serve,
     stop,
     wait_http_ready,
@@ -104,9 +102,7 @@ def test_validate_passes_again_with_four_requests_in_flight(
     args = ["validate", "--url", real.base_url, "--lmcache", real.cache_server_url, "--tier", "cpu"]
     args += ["--cache-dir", str(disk_dir(real)), "--prompt-tokens", str(PROMPT_TOKENS), "--json"]
     args += ["--concurrency", "4"]
-    proc = subprocess.run(
-        kvstack_cmd(*args, "--out", str(out)), capture_output=True, text=True, env=env_for_tests(), cwd=ROOT
-    )
+    proc = kvstack_run(*args, "--out", str(out), timeout=None)
     report = json.loads(out.read_text())
     assert proc.returncode == 0, json.dumps(report["steps"], indent=1)[:6000]
     assert report["overall"] == "PASS"

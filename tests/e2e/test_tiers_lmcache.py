@@ -20,7 +20,6 @@ import json
 import os
 import shutil
 import signal
-import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -35,14 +34,13 @@ from kvstack.engines.lmcache_guard import SHM_DIR, pool_name
 from tests.e2e.conftest import (
     ServeSession,
     counter_delta,
-    env_for_tests,
-    kvstack_cmd,
+    kvstack_run,
     start_serve,
     stop,
     wait_http_ready,
     wait_no_engine,
 )
-from tests.support.deps import ROOT, missing
+from tests.support.deps import missing
 from tests.support.redis import REDIS_FIX, RedisServer, free_port
 
 PASSWORD = "e2e-tier-redis-pw"
@@ -191,10 +189,9 @@ def test_stopped_redis_fails_tier_remote_with_the_store_named(tiered: Tiered) ->
     store.stop()
     out = wait_for(session, "is unreachable", 30)  # serve's watch pings every 10 s
     complete(session.base_url, prompt(2))  # the engine keeps serving
-    res = subprocess.run(
-        kvstack_cmd("validate", "--url", session.base_url, "--lmcache", tiered.lmcache_url,
-                    "--remote", store.url, "--repeat", "1", "--json"),
-        capture_output=True, text=True, timeout=600, cwd=ROOT, env=env_for_tests(),
+    res = kvstack_run(
+        "validate", "--url", session.base_url, "--lmcache", tiered.lmcache_url,
+        "--remote", store.url, "--repeat", "1", "--json", timeout=600,
     )  # fmt: skip
     assert f"remote store redis://:***@127.0.0.1:{store.port}/0 is unreachable" in out
     assert res.returncode == 1, res.stdout[-2000:] + res.stderr[-2000:]

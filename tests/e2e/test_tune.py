@@ -30,14 +30,13 @@ figures).
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from kvstack.planning.served_ttft import ServedCosts
-from tests.e2e.conftest import env_for_tests, free_port, kvstack_cmd
+from tests.e2e.conftest import free_port, kvstack_run
 from tests.support.deps import ROOT
 
 SHARED_TRACE = ROOT.parent / "shared" / "traces" / "conversation_trace.jsonl"
@@ -64,7 +63,7 @@ FIXED = ("--connector", "lmcache-mp", "--knob", f"kvstack.gate_prompt_tokens={GA
 def tuned(engine_ready: str, tmp_path_factory: pytest.TempPathFactory) -> Tuned:
     tmp = tmp_path_factory.mktemp("tune")
     out = tmp / "out"
-    cmd = kvstack_cmd(
+    proc = kvstack_run(
         "tune", *TRACE_ARGS, *SHAPE, *FIXED,
         "--budget", BUDGET,
         "--candidates", "1",
@@ -75,10 +74,8 @@ def tuned(engine_ready: str, tmp_path_factory: pytest.TempPathFactory) -> Tuned:
         "--ready-timeout", "420",
         "--out", str(out),
         "--", "--num-gpu-blocks-override", str(POOL_BLOCKS),
+        timeout=TUNE_TIMEOUT_S,
     )  # fmt: skip
-    proc = subprocess.run(
-        cmd, capture_output=True, text=True, env=env_for_tests(), cwd=ROOT, timeout=TUNE_TIMEOUT_S
-    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     doc: dict[str, Any] = json.loads((out / "results.json").read_text())
     for c in doc["measured"]["candidates"]:  # the figures docs/measurements.md quotes
@@ -114,15 +111,8 @@ def test_the_costs_are_measured_first_ranked_with_and_kept_for_a_second_tune(tun
     assert [c["label"] for c in doc["measured"]["candidates"]].count("none") == 1
     assert doc["measured"]["elapsed_s"] >= sum(r["wall_s"]["total"] for r in replays.values())
     # A second tune takes the first one's --out DIR as its calibration (ranking only: no engine).
-    again = subprocess.run(
-        kvstack_cmd(
-            "tune", *TRACE_ARGS, *SHAPE, *FIXED, "--calibration", str(out), "--budget", "0", "--json"
-        ),
-        capture_output=True,
-        text=True,
-        env=env_for_tests(),
-        cwd=ROOT,
-        timeout=300,
+    again = kvstack_run(
+        "tune", *TRACE_ARGS, *SHAPE, *FIXED, "--calibration", str(out), "--budget", "0", "--json"
     )
     assert again.returncode == 0, again.stderr[-3000:]
     assert json.loads(again.stdout)["source"]["calibration"].startswith("kvstack tune's replays of")
@@ -197,14 +187,7 @@ def test_the_winner_is_kept_and_serve_takes_it(tuned: Tuned) -> None:
     assert f"kvstack serve --tuned {out}" in stdout
     for png in ("candidates.png", "predicted_vs_measured.png"):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    dry = subprocess.run(
-        kvstack_cmd("serve", "--tuned", str(out), "--dry-run", "--json"),
-        capture_output=True,
-        text=True,
-        env=env_for_tests(),
-        cwd=ROOT,
-        timeout=300,
-    )
+    dry = kvstack_run("serve", "--tuned", str(out), "--dry-run", "--json")
     assert dry.returncode == 0, dry.stderr[-3000:]
     served = json.loads(dry.stdout)
     assert served["plan"]["connector"] == winner["connector"], served["plan"]["reasons"]

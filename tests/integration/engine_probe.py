@@ -1,7 +1,8 @@
 """Check rendered launch specs with the engines' OWN parsers and loaders.
 
-Run by the interpreter that has vllm/lmcache installed (KVSTACK_ENGINE_PYTHON), never imported
-by kvstack or by the test process, so that the test process stays light:
+Run by the interpreter that has vllm/lmcache installed (KVSTACK_ENGINE_PYTHON). Never imported by
+kvstack; the test process imports only its constants (OWNED_DESTS), and the engines are imported
+inside the checks alone, so that the test process stays light:
 
     python engine_probe.py JOB.json RESULT.json
 

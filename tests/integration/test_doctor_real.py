@@ -17,6 +17,7 @@ from kvstack.hardware import checks, fio
 from kvstack.hardware.disk import probe_disks
 from kvstack.hardware.memory import probe_memory
 from kvstack.hardware.snapshot import HardwareSnapshot, parse_snapshot
+from tests.support.cli_run import modules_loaded_by
 from tests.support.deps import ROOT, require_program
 
 pytestmark = pytest.mark.integration
@@ -123,14 +124,4 @@ def test_doctor_rich_report() -> None:
     ],
 )
 def test_cli_never_imports_engines(argv: list[str]) -> None:
-    code = (
-        "import sys\n"
-        "from kvstack.cli.app import run\n"
-        f"rc = run({argv!r})\n"
-        f"heavy = [m for m in {HEAVY!r} if m in sys.modules]\n"
-        "sys.stderr.write('HEAVY=' + ','.join(heavy) + '\\n')\n"
-        "sys.exit(rc)\n"
-    )
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert res.returncode == 0, res.stderr
-    assert "HEAVY=\n" in res.stderr
+    assert modules_loaded_by(argv, HEAVY) == []

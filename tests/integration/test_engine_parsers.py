@@ -18,6 +18,7 @@ from kvstack.engines.render import render
 from kvstack.engines.versions import VLLM_API_SERVER_MODULE, VLLM_CLI_MODULE
 from kvstack.errors import UnsupportedError
 from kvstack.runtime.specs import LaunchSpec
+from tests.integration.engine_probe import OWNED_DESTS  # the probe's constants: no engine is imported
 from tests.support.deps import require_engine_module
 from tests.support.engine_probe import run_probe
 from tests.unit.engines.cases import (
@@ -32,18 +33,6 @@ from tests.unit.engines.cases import (
 )
 
 pytestmark = pytest.mark.integration
-
-# vLLM's parser destinations of the flags kvstack sets itself (engine_probe.py: OWNED_DESTS).
-OWNED_DESTS = {
-    "host",
-    "port",
-    "uds",
-    "api_key",
-    "config",
-    "kv_transfer_config",
-    "kv_offloading_size",
-    "kv_offloading_backend",
-}
 
 CONTROL = "control-misspelled-key"
 GATED, GATE = "GatedLMCacheMPConnector", 1024

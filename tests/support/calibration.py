@@ -1,14 +1,31 @@
-"""Calibration records for tests: the prefill figures of a full-size Llama-3.1-8B run, and the
-demo's served costs as bench --trace measured them."""
+"""Calibration records for tests: a `kvstack calibrate` run on an H100, the prefill figures of a
+full-size Llama-3.1-8B run, and the demo's served costs as bench --trace measured them."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
-from kvstack.hardware.calibrate.model import PrefillFigures, PrefillPoint
+from kvstack.hardware.calibrate.model import Calibration, PrefillFigures, PrefillPoint
 
 LLAMA_8B_PARAMS = 8_030_261_248
+
+
+def h100_calibration(**figures: Any) -> Calibration:
+    """The record of a `kvstack calibrate` run on cuda:0, an H100 80GB HBM3 (torch 2.11.0+cu130,
+    CUDA 13.0), a minute of a 120 s budget; ``figures`` are what it measured (or any field to replace)."""
+    run: dict[str, Any] = {
+        "device": "cuda:0",
+        "device_name": "NVIDIA H100 80GB HBM3",
+        "torch_version": "2.11.0+cu130",
+        "cuda_version": "13.0",
+        "started_at": "2026-11-20T10:00:00+00:00",
+        "finished_at": "2026-11-20T10:01:00+00:00",
+        "budget_s": 120,
+        "elapsed_s": 60.5,
+    }
+    return Calibration(**{**run, **figures})
 
 
 def llama8b_prefill(

@@ -12,7 +12,7 @@ import os
 import subprocess
 import sys
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -101,3 +101,30 @@ def run_kvstack(
         env=full_env,
         check=False,
     )
+
+
+def one_line_error(proc: subprocess.CompletedProcess[str], needle: str) -> None:
+    """Exit 2, an ``error:`` line naming the problem, a ``hint:`` line, no traceback, nothing on stdout."""
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    lines = proc.stderr.strip().splitlines()
+    assert lines[0].startswith("error: ") and needle in lines[0], lines
+    assert len(lines) <= 2 and (len(lines) == 1 or lines[1].startswith("hint: ")), lines
+    assert "Traceback" not in proc.stderr
+    assert proc.stdout == ""
+
+
+def modules_loaded_by(argv: list[str], modules: Sequence[str]) -> list[str]:
+    """Which of ``modules`` a fresh interpreter holds after ``kvstack ARGV`` ran in it (in-process,
+    through kvstack.cli.app.run), which must exit 0."""
+    code = (
+        "import sys\n"
+        "from kvstack.cli.app import run\n"
+        f"rc = run({argv!r})\n"
+        f"loaded = [m for m in {tuple(modules)!r} if m in sys.modules]\n"
+        "sys.stderr.write('LOADED=' + ','.join(loaded) + '\\n')\n"
+        "sys.exit(rc)\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    (line,) = [x for x in res.stderr.splitlines() if x.startswith("LOADED=")]
+    return [m for m in line.removeprefix("LOADED=").split(",") if m]

@@ -7,42 +7,52 @@ The bundled demo model (profiles/demo/config.json: 2 layers, 2 KV heads, head_di
 
 from __future__ import annotations
 
+from typing import Any
+
 from kvstack.model.geometry import ModelGeometry
 
 GIB = 1 << 30
 
-DEMO = ModelGeometry(
+
+def _dense_llama(*, layers: int, kv_heads: int, head_dim: int, params: int, **facts: Any) -> ModelGeometry:
+    """A dense LlamaForCausalLM (GQA, every layer full attention, all parameters active) whose bf16
+    KV cache holds K and V of every layer: 2 x layers x kv_heads x head_dim x 2 bytes a token."""
+    return ModelGeometry(
+        architecture="LlamaForCausalLM",
+        attention="gqa",
+        layers=layers,
+        kv_heads=kv_heads,
+        head_dim=head_dim,
+        kv_bytes_per_token=2 * layers * kv_heads * head_dim * 2,
+        full_attention_layers=layers,
+        params=params,
+        active_params=params,
+        **facts,
+    )
+
+
+DEMO = _dense_llama(
     name="kvstack-demo",
     source="/opt/kvstack/profiles/demo",
-    architecture="LlamaForCausalLM",
     layers=2,
     heads=4,
     kv_heads=2,
     head_dim=64,
     hidden_size=256,
-    attention="gqa",
-    kv_bytes_per_token=2 * 2 * 2 * 64 * 2,
-    full_attention_layers=2,
     max_context=16384,
     params=2_000_000,
-    active_params=2_000_000,
     vocab_size=1024,
 )
-LLAMA_8B = ModelGeometry(
+LLAMA_8B = _dense_llama(
     name="Llama-3.1-8B-Instruct",
     source="catalog",
-    architecture="LlamaForCausalLM",
     layers=32,
     heads=32,
     kv_heads=8,
     head_dim=128,
     hidden_size=4096,
-    attention="gqa",
-    kv_bytes_per_token=2 * 32 * 8 * 128 * 2,
-    full_attention_layers=32,
     max_context=131072,
     params=8_030_000_000,
-    active_params=8_030_000_000,
 )
 DEEPSEEK_V3 = ModelGeometry(
     name="DeepSeek-V3",

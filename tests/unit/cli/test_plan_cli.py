@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from kvstack.profiles import profiles_dir
-from tests.support.cli_run import run_kvstack
+from tests.support.cli_run import one_line_error, run_kvstack
 
 HW = profiles_dir() / "hardware"
 CONFIGS = Path(__file__).resolve().parents[2] / "fixtures" / "configs"
@@ -22,16 +22,6 @@ def kvstack(*args: str, env: dict[str, str] | None = None) -> subprocess.Complet
 
 def hw(name: str) -> str:
     return str(HW / f"{name}.json")
-
-
-def one_line_error(proc: subprocess.CompletedProcess[str], needle: str) -> None:
-    """Exit 2, an ``error:`` line naming the problem, a ``hint:`` line, no traceback, nothing on stdout."""
-    assert proc.returncode == 2, (proc.stdout, proc.stderr)
-    lines = proc.stderr.strip().splitlines()
-    assert lines[0].startswith("error: ") and needle in lines[0], lines
-    assert len(lines) <= 2 and (len(lines) == 1 or lines[1].startswith("hint: ")), lines
-    assert "Traceback" not in proc.stderr
-    assert proc.stdout == ""
 
 
 def test_feasible_plan_as_json_exits_0() -> None:

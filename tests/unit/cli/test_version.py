@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from importlib import metadata
 
 import pytest
 
 from kvstack.cli.app import run
 from kvstack.cli.version import version_lines
+from tests.support.cli_run import modules_loaded_by
 
 NOT_IMPORTED = ("vllm", "sglang", "lmcache", "torch", "huggingface_hub")
 
@@ -46,14 +45,4 @@ def test_help_version_and_catalog_plans_import_no_engine_and_no_hub(argv: list[s
     from kvstack.profiles import profiles_dir
 
     argv = [str(profiles_dir() / "hardware" / "h100-sxm.json") if a == "H100" else a for a in argv]
-    code = (
-        "import sys\n"
-        "from kvstack.cli.app import run\n"
-        f"rc = run({argv!r})\n"
-        f"loaded = [m for m in {NOT_IMPORTED!r} if m in sys.modules]\n"
-        "sys.stderr.write('LOADED=' + ','.join(loaded) + '\\n')\n"
-        "sys.exit(rc)\n"
-    )
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert res.returncode == 0, res.stderr
-    assert "LOADED=\n" in res.stderr
+    assert modules_loaded_by(argv, NOT_IMPORTED) == []

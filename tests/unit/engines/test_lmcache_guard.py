@@ -6,12 +6,10 @@ against every route LMCache's app serves."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -20,6 +18,7 @@ from kvstack.engines.lmcache_guard import kind_of, own_shm_name, pool_name, swee
 from kvstack.engines.render import render
 from kvstack.engines.vllm_guard import ControlGuard
 from kvstack.names import CONTROL_ENV, CONTROL_HEADER
+from tests.support.asgi_guard import through_guard
 from tests.unit.engines.cases import HUB_FACTS, SOFTWARE, make_options, make_plan
 
 TOKEN = "tok-" + "t" * 40
@@ -48,18 +47,6 @@ def status(
 ) -> int | None:
     """What the guard LMCache runs behind answers from loopback (None: passed on to LMCache)."""
     monkeypatch.setenv("VLLM_API_KEY", "sk-not-lmcaches")  # an inherited key: not LMCache's concern
-    passed: list[str] = []
-    sent: list[dict[str, Any]] = []
-
-    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
-        passed.append(scope["path"])
-
-    async def send(message: dict[str, Any]) -> None:
-        sent.append(message)
-
-    async def receive() -> dict[str, Any]:
-        return {"type": "http.request", "body": b""}
-
     scope = {
         "type": "http",
         "method": method,
@@ -68,9 +55,10 @@ def status(
         "client": ("127.0.0.1", 40000),
         "server": ("127.0.0.1", 8002),
     }
-    guard = ControlGuard(app, kind_of=kind_of, token=TOKEN, key_env=None)
-    asyncio.run(guard(scope, receive, send))
-    return None if passed else int(sent[0]["status"])
+    reached, sent = through_guard(
+        lambda app: ControlGuard(app, kind_of=kind_of, token=TOKEN, key_env=None), scope
+    )
+    return None if reached is not None else int(sent[0]["status"])
 
 
 @pytest.mark.parametrize("path", ["/healthcheck", "/metrics"])

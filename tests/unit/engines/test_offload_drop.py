@@ -22,6 +22,7 @@ from tests.support.deps import require_engine_module
 from tests.support.engine_probe import run_probe
 from tests.unit.engines.cases import (
     API_KEY,
+    CASES,
     DEMO_FACTS,
     HUB_FACTS,
     REDIS_URL,
@@ -31,20 +32,18 @@ from tests.unit.engines.cases import (
     make_plan,
 )
 
-# name -> (installed software, plan, options, host facts)
-LAYOUTS: dict[str, tuple[str, dict[str, Any], dict[str, Any], HostFacts]] = {
-    "vllm-lmcache-mp-tp2-cpu-disk-remote": (
-        "vllm",
-        {
-            "connector": "lmcache-mp",
-            "tp": 2,
-            "cpu_gib": 64,
-            "disk_gib": 500,
-            "remote_gib": 200,
-            "remote_url": REDIS_URL_REDACTED,
-        },
-        {"remote_url": REDIS_URL, "port": 9000, "api_key": API_KEY},
-        HUB_FACTS,
+Layout = tuple[str, dict[str, Any], dict[str, Any], HostFacts]  # installed software, plan, options, facts
+
+
+def golden(name: str, **options: Any) -> Layout:
+    """The layout of a golden launch (tests/unit/engines/cases.py), ``options`` added to its own."""
+    case = next(c for c in CASES if c.name == name)
+    return case.software, case.plan, {**case.options, **options}, case.facts
+
+
+LAYOUTS: dict[str, Layout] = {
+    "vllm-lmcache-mp-tp2-cpu-disk-remote": golden(
+        "vllm_lmcache-mp_llama8b_tp2_cpu_disk_remote", api_key=API_KEY
     ),
     "vllm-lmcache-mp-gated": (
         "vllm",
@@ -77,32 +76,10 @@ LAYOUTS: dict[str, tuple[str, dict[str, Any], dict[str, Any], HostFacts]] = {
         {"remote_url": REDIS_URL},
         HUB_FACTS,
     ),
-    "vllm-cpu-lmcache-in-process": (
-        "vllm-cpu",
-        {
-            "model": "demo",
-            "platform": "cpu",
-            "gpu_gib": 1,
-            "connector": "lmcache",
-            "cpu_gib": 2,
-            "disk_gib": 4,
-        },
-        {},
-        DEMO_FACTS,
-    ),
-    "vllm-native-cuda-cpu": ("vllm", {"connector": "native", "cpu_gib": 100}, {}, HUB_FACTS),
-    "vllm-native-cuda-tp2-cpu-disk": (
-        "vllm",
-        {"connector": "native", "tp": 2, "cpu_gib": 64, "disk_gib": 500},
-        {},
-        HUB_FACTS,
-    ),
-    "sglang-hicache-tp2-cpu-disk": (
-        "sglang",
-        {"engine": "sglang", "connector": "hicache", "tp": 2, "cpu_gib": 64, "disk_gib": 500},
-        {},
-        HUB_FACTS,
-    ),
+    "vllm-cpu-lmcache-in-process": golden("vllm-cpu_lmcache_demo_cpu_disk"),
+    "vllm-native-cuda-cpu": golden("vllm_native_llama8b_cpu"),
+    "vllm-native-cuda-tp2-cpu-disk": golden("vllm_native_llama8b_tp2_cpu_disk"),
+    "sglang-hicache-tp2-cpu-disk": golden("sglang_hicache_llama8b_tp2_cpu_disk"),
     "sglang-hicache-small-host-pool": (
         "sglang",
         {"engine": "sglang", "connector": "hicache", "gpu_gib": 0.5, "cpu_gib": 0.75},

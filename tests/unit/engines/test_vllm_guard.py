@@ -17,6 +17,7 @@ import pytest
 from kvstack.engines import vllm_guard
 from kvstack.engines.vllm_guard import ControlGuard, classify, peer_is_local
 from kvstack.names import CONTROL_ENV, CONTROL_HEADER
+from tests.support.asgi_guard import through_guard
 
 KEY = "sk-guard-test-1234"
 PROBES = ["/health", "/ping", "/metrics", "/version", "/load"]
@@ -112,19 +113,6 @@ def call(
         monkeypatch.delenv("VLLM_API_KEY", raising=False)
     else:
         monkeypatch.setenv("VLLM_API_KEY", server_key)
-    passed: list[str] = []
-
-    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
-        passed.append(scope["path"])
-
-    sent: list[dict[str, Any]] = []
-
-    async def send(message: dict[str, Any]) -> None:
-        sent.append(message)
-
-    async def receive() -> dict[str, Any]:
-        return {"type": "http.request", "body": b""}
-
     hdrs = [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()]
     if key is not None:
         hdrs.append((b"authorization", f"Bearer {key}".encode()))
@@ -137,8 +125,8 @@ def call(
         "client": client,
         "server": server,
     }
-    asyncio.run(ControlGuard(app)(scope, receive, send))
-    if passed:
+    reached, sent = through_guard(ControlGuard, scope)
+    if reached is not None:
         assert sent == []
         return None, sent
     if kind == "websocket":
@@ -190,6 +178,16 @@ def test_without_a_server_key_the_client_api_is_open_and_control_stays_local(
     assert call("/sleep", client=REMOTE, server_key=None, monkeypatch=monkeypatch)[0] == 403
 
 
+def only_the_client_api_answers(
+    control: str, header: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A loopback request carrying ``header``: the control route is refused, with the key or with
+    no key set; the client API still passes with the key."""
+    assert call(control, server_key=None, headers=header, monkeypatch=monkeypatch)[0] == 403
+    assert call(control, key=KEY, headers=header, monkeypatch=monkeypatch)[0] == 403
+    assert call("/v1/completions", key=KEY, headers=header, monkeypatch=monkeypatch)[0] is None
+
+
 @pytest.mark.parametrize(
     "header",
     [{"Origin": "https://evil.example"}, {"Sec-Fetch-Site": "cross-site"}, {"Sec-Fetch-Mode": "no-cors"}],
@@ -198,9 +196,7 @@ def test_a_web_browser_never_drives_control_routes(
     header: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A page the local user visits (or a DNS-rebinding one) posting to 127.0.0.1, key or not.
-    assert call("/collective_rpc", server_key=None, headers=header, monkeypatch=monkeypatch)[0] == 403
-    assert call("/collective_rpc", key=KEY, headers=header, monkeypatch=monkeypatch)[0] == 403
-    assert call("/v1/completions", key=KEY, headers=header, monkeypatch=monkeypatch)[0] is None
+    only_the_client_api_answers("/collective_rpc", header, monkeypatch)
 
 
 @pytest.mark.parametrize(
@@ -216,9 +212,7 @@ def test_control_routes_do_not_answer_through_a_proxy(
     header: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A reverse proxy on this host connects from loopback for every client it forwards.
-    assert call("/sleep", server_key=None, headers=header, monkeypatch=monkeypatch)[0] == 403
-    assert call("/sleep", key=KEY, headers=header, monkeypatch=monkeypatch)[0] == 403
-    assert call("/v1/completions", key=KEY, headers=header, monkeypatch=monkeypatch)[0] is None
+    only_the_client_api_answers("/sleep", header, monkeypatch)
 
 
 @pytest.mark.parametrize(
@@ -388,18 +382,6 @@ def _through(
         monkeypatch.delenv(CONTROL_ENV, raising=False)
     else:
         monkeypatch.setenv(CONTROL_ENV, token)
-    seen: list[tuple[bytes, bytes]] = []
-    sent: list[dict[str, Any]] = []
-
-    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
-        seen.extend(scope["headers"])
-
-    async def send(message: dict[str, Any]) -> None:
-        sent.append(message)
-
-    async def receive() -> dict[str, Any]:
-        return {"type": "http.request", "body": b""}
-
     headers = [(b"host", b"127.0.0.1:8001"), (b"x-request-id", b"r1")]
     if bearer is not None:
         headers.append((b"authorization", f"Bearer {bearer}".encode()))
@@ -407,8 +389,8 @@ def _through(
         "type": "http", "method": "POST", "path": path, "headers": headers,
         "client": LOCAL, "server": ("127.0.0.1", 8001),
     }  # fmt: skip
-    asyncio.run(ControlGuard(app)(scope, receive, send))
-    return (None if seen else sent[0]["status"]), seen
+    reached, sent = through_guard(ControlGuard, scope)
+    return (None, reached["headers"]) if reached is not None else (sent[0]["status"], [])
 
 
 @pytest.mark.parametrize("path", ["/v1/completions", "/v1/models", "/v1/completions/render", "/tokenize"])

@@ -30,6 +30,24 @@ GEMMA3_270M: dict[str, Any] = {
     "torch_dtype": "bfloat16",
 }
 
+# A Mamba2 hybrid (Granite 4): one attention layer among three state layers.
+GRANITE4: dict[str, Any] = {
+    "architectures": ["GraniteMoeHybridForCausalLM"],
+    "model_type": "granitemoehybrid",
+    "num_hidden_layers": 4,
+    "hidden_size": 256,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 16384,
+    "vocab_size": 1024,
+    "layer_types": ["mamba", "attention", "mamba", "mamba"],
+    "mamba_n_heads": 8,
+    "mamba_d_head": 32,
+    "mamba_d_state": 16,
+    "mamba_d_conv": 4,
+    "mamba_n_groups": 1,
+}
+
 
 @pytest.mark.parametrize(
     ("cfg", "layers", "want"),
@@ -83,21 +101,7 @@ def test_gemma3_270m_geometry() -> None:
 
 
 def test_state_layers_keep_no_per_token_kv() -> None:
-    granite = {
-        "model_type": "granitemoehybrid",
-        "num_hidden_layers": 4,
-        "hidden_size": 256,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
-        "max_position_embeddings": 16384,
-        "layer_types": ["mamba", "attention", "mamba", "mamba"],
-        "mamba_n_heads": 8,
-        "mamba_d_head": 32,
-        "mamba_d_state": 16,
-        "mamba_d_conv": 4,
-        "mamba_n_groups": 1,
-    }
-    geo = geometry_from_config(granite, "granite", "test")
+    geo = geometry_from_config(GRANITE4, "granite", "test")
     assert (geo.full_attention_layers, geo.state_layers) == (1, 3)
     assert geo.kv_bytes_per_token == 2 * 2 * 64 * 2  # one attention layer
     conv = (4 - 1) * (8 * 32 + 2 * 1 * 16)

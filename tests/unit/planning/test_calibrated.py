@@ -13,7 +13,7 @@ from kvstack.hardware.calibrate.model import (
 )
 from kvstack.model.catalog import catalog_model
 from kvstack.planning.calibrated import prefill_rate_explained, tier_read_bw_explained
-from tests.support.calibration import llama8b_prefill
+from tests.support.calibration import h100_calibration, llama8b_prefill
 
 from .helpers import PlanFor, snapshot
 
@@ -42,17 +42,7 @@ def _prefill(points: dict[int, float], scaled: bool = False) -> PrefillFigures:
 
 
 def calibration(**update: object) -> Calibration:
-    base = Calibration(
-        device="cuda:0",
-        device_name="NVIDIA H100 80GB HBM3",
-        torch_version="2.11.0+cu130",
-        started_at="t0",
-        finished_at="t1",
-        budget_s=120,
-        elapsed_s=60,
-        prefill=_prefill({1024: 10_000.0, 4096: 5_000.0}),
-    )
-    return base.model_copy(update=update)
+    return h100_calibration(**{"prefill": _prefill({1024: 10_000.0, 4096: 5_000.0}), **update})
 
 
 CAL = calibration()

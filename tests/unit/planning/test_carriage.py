@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from kvstack.errors import UnsupportedError
@@ -11,23 +9,8 @@ from kvstack.model.geometry import ModelGeometry, geometry_from_config
 from kvstack.planning.carriage import carry
 from kvstack.planning.kv import KvLayout, footprint
 
-from ..model.test_layers import GEMMA3_270M
+from ..model.test_layers import GEMMA3_270M, GRANITE4
 from .helpers import PlanFor, catalog_model, roomy_cpu_host, snapshot
-
-GRANITE4: dict[str, Any] = {
-    "architectures": ["GraniteMoeHybridForCausalLM"],
-    "model_type": "granitemoehybrid",
-    "num_hidden_layers": 4,
-    "hidden_size": 256,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "max_position_embeddings": 16384,
-    "vocab_size": 1024,
-    "layer_types": ["mamba", "attention", "mamba", "mamba"],
-    "mamba_n_heads": 8,
-    "mamba_d_head": 32,
-    "mamba_d_state": 16,
-}
 
 
 def gemma3() -> ModelGeometry:

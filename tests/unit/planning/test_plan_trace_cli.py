@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from kvstack.profiles import profiles_dir
-from tests.support.cli_run import run_kvstack
+from tests.support.cli_run import one_line_error, run_kvstack
 
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "traces" / "conversation_1in40.jsonl"
 H100 = str(profiles_dir() / "hardware" / "h100-sxm.json")
@@ -19,14 +19,6 @@ BASE = ("--model", "llama-3.1-8b", "--context", "128k", "--users", "8")
 
 def kvstack(*args: str) -> subprocess.CompletedProcess[str]:
     return run_kvstack("plan", *args)
-
-
-def one_line_error(proc: subprocess.CompletedProcess[str], needle: str) -> None:
-    assert proc.returncode == 2, (proc.stdout, proc.stderr)
-    lines = proc.stderr.strip().splitlines()
-    assert lines[0].startswith("error: ") and needle in lines[0], lines
-    assert len(lines) <= 2 and (len(lines) == 1 or lines[1].startswith("hint: ")), lines
-    assert "Traceback" not in proc.stderr
 
 
 def test_json_carries_the_curve_and_the_evidence() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from kvstack.hardware.calibrate import Calibration, store_calibration
+from kvstack.hardware.calibrate import store_calibration
 from kvstack.hardware.calibrate.model import (
     CopyFigures,
     DiskFigures,
@@ -13,7 +13,7 @@ from kvstack.hardware.calibrate.model import (
 )
 from kvstack.hardware.snapshot import HardwareSnapshot
 from kvstack.rendering.doctor import render
-from tests.support.calibration import llama8b_prefill
+from tests.support.calibration import h100_calibration, llama8b_prefill
 
 
 def _text(snap: HardwareSnapshot) -> str:
@@ -23,15 +23,7 @@ def _text(snap: HardwareSnapshot) -> str:
 
 
 def test_calibration_table_and_notes() -> None:
-    cal = Calibration(
-        device="cuda:0",
-        device_name="NVIDIA H100 80GB HBM3",
-        torch_version="2.11.0+cu130",
-        cuda_version="13.0",
-        started_at="t0",
-        finished_at="t1",
-        budget_s=120,
-        elapsed_s=61,
+    cal = h100_calibration(  # cuda:0, NVIDIA H100 80GB HBM3, torch 2.11.0+cu130, CUDA 13.0
         effective_tflops=512.0,
         host_copy=CopyFigures(
             transfer_bytes=32 << 20,

@@ -77,6 +77,17 @@ def write_trace(path: Path) -> Path:
     return path
 
 
+def quick_replay(tmp_path: Path, concurrency: int = 1) -> ReplayRequest:
+    """write_trace's trace in 32-token blocks, sent at once, two output tokens a request."""
+    return ReplayRequest(
+        path=write_trace(tmp_path / "t.jsonl"),
+        block_tokens=32,
+        time_scale=0.0,
+        max_output_tokens=2,
+        concurrency=concurrency,
+    )
+
+
 def test_a_replay_writes_rows_with_sources_and_predicted_vs_measured(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -86,12 +97,7 @@ def test_a_replay_writes_rows_with_sources_and_predicted_vs_measured(
         out = tmp_path / "out"
         result = run_trace_bench(
             TraceBenchRequest(
-                ReplayRequest(
-                    path=write_trace(tmp_path / "t.jsonl"),
-                    block_tokens=32,
-                    time_scale=0.0,
-                    max_output_tokens=2,
-                ),
+                quick_replay(tmp_path),
                 url=srv.url,
                 lmcache=srv.url,  # the stand-in is its own cache server (/status, lmcache_mp_*)
                 out=out,
@@ -210,13 +216,7 @@ def _replay(
     with StreamServer(knobs) as srv:
         result = run_trace_bench(
             TraceBenchRequest(
-                ReplayRequest(
-                    path=write_trace(tmp_path / "t.jsonl"),
-                    block_tokens=32,
-                    time_scale=0.0,
-                    max_output_tokens=2,
-                    concurrency=concurrency,
-                ),
+                quick_replay(tmp_path, concurrency),
                 url=srv.url,  # its /metrics has the cache server's counters too
             ),
             None,

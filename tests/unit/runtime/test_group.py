@@ -25,6 +25,7 @@ from tests.unit.runtime.test_supervisor import (
     alive,
     free_port,
     script,
+    wait_died,
     wait_file,
     wait_gone,
 )
@@ -127,10 +128,7 @@ def test_a_replica_dying_while_serving_is_named(tmp_path: Path) -> None:
     with SupervisorGroup() as group:
         group.launch([ok, dies])
         group.wait_ready(20)
-        deadline = time.monotonic() + 10
-        while group.poll_died() is None:
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        wait_died(group, 10)
         assert group.poll_died() == 3
         err = group.death_error()
         started = pids(group)

@@ -18,6 +18,7 @@ import psutil
 import pytest
 
 from kvstack.errors import EngineError, MissingProgramError
+from kvstack.runtime.group import SupervisorGroup
 from kvstack.runtime.specs import LaunchSpec, ProcessSpec
 from kvstack.runtime.status import SupervisorStatus
 from kvstack.runtime.supervisor import ProcessFailed, Supervisor, child_env
@@ -140,6 +141,14 @@ def wait_gone(pids: list[int], timeout: float) -> list[int]:
             return []
         time.sleep(0.1)
     return [p for p in pids if alive(p)]
+
+
+def wait_died(sup: Supervisor | SupervisorGroup, timeout: float) -> None:
+    """Until poll_died reports a death; the test fails after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while sup.poll_died() is None:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
 
 
 def test_ready_after_health_and_models_with_status_and_log(tmp_path: Path) -> None:
@@ -265,10 +274,7 @@ def test_poll_died_while_serving(tmp_path: Path) -> None:
     with Supervisor(spec(ProcessSpec(name="engine", argv=argv)), tmp_path / "run") as sup:
         sup.start()
         sup.wait_ready(5)  # no ready_url: ready once started
-        deadline = time.monotonic() + 5
-        while sup.poll_died() is None:
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        wait_died(sup, 5)
         assert sup.poll_died() == 5
         err = sup.death_error()
     assert "exited with code 5 during serving" in err.message and err.tail == ["line 0", "line 1"]

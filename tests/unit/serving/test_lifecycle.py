@@ -16,6 +16,7 @@ from kvstack.serving.request import ServeRequest
 from kvstack.serving.restarts import RestartBudget
 from kvstack.validation import StepResult, ValidationReport
 from kvstack.validation.diagnosis import Diagnosis
+from tests.support.validation_report import demo_report
 from tests.unit.runtime.test_supervisor import PY, SERVE, free_port, script, spec
 
 
@@ -24,17 +25,7 @@ def report(overall: str) -> ValidationReport:
         StepResult(name="warm", verdict="fail" if overall == "FAIL" else "pass", reason="only 1.1x"),
         StepResult(name="tier", verdict="skip", reason="no offload tier on a CPU platform"),
     ]
-    return ValidationReport(
-        base_url="http://127.0.0.1:8000",
-        model="demo",
-        engine="vllm",
-        prompt_tokens=2048,
-        prompt_tokens_exact=True,
-        min_speedup=1.5,
-        repeat=3,
-        steps=steps,
-        overall=overall,  # type: ignore[arg-type]
-    )
+    return demo_report(steps, overall)  # type: ignore[arg-type]
 
 
 def test_pass_and_no_report_say_nothing() -> None:

@@ -83,31 +83,30 @@ def test_a_tier_written_with_several_kv_layouts_at_once() -> None:
     assert "written with 2 KV layouts at once" in line and "bbbbbbbbbbbb: h2:8001" in line
 
 
+def vllm_window(sources: dict[str, SourceShare]) -> TopSnapshot:
+    """A window of vLLM at http://s: 500 prompt tokens, served from ``sources``."""
+    server = ServerView(url="http://s", up=True, engine="vllm", prompt_tokens=500, sources=sources)
+    return snap(servers=[server])
+
+
+DRAM_PLANNED = Targets(servers=("http://s",), tiers=("cpu",))
+
+
 def test_native_offload_tiers_serving_nothing() -> None:
-    server = ServerView(
-        url="http://s",
-        up=True,
-        engine="vllm",
-        prompt_tokens=500,
-        sources={"recomputed": SourceShare(tokens=500, share=1.0, per_s=250)},
-    )
-    out = warnings(snap(servers=[server]), Targets(servers=("http://s",), tiers=("cpu",)))
+    window = vllm_window({"recomputed": SourceShare(tokens=500, share=1.0, per_s=250)})
+    out = warnings(window, DRAM_PLANNED)
     assert out == ["http://s: the offload tiers served nothing in the last 2s (500 prompt tokens)"]
-    assert warnings(snap(servers=[server]), Targets(servers=("http://s",))) == []  # none planned
+    assert warnings(window, Targets(servers=("http://s",))) == []  # none planned
 
 
 def test_a_window_served_by_the_engines_own_cache_is_not_a_silent_tier() -> None:
-    server = ServerView(
-        url="http://s",
-        up=True,
-        engine="vllm",
-        prompt_tokens=500,
-        sources={
+    window = vllm_window(
+        {
             "recomputed": SourceShare(tokens=0, share=0.0, per_s=0),
             "engine_cache": SourceShare(tokens=500, share=1.0, per_s=250),
-        },
+        }
     )
-    assert warnings(snap(servers=[server]), Targets(servers=("http://s",), tiers=("cpu",))) == []
+    assert warnings(window, DRAM_PLANNED) == []
 
 
 def test_a_degraded_connector_on_the_stand_in_warns() -> None:

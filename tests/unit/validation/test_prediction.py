@@ -7,6 +7,7 @@ import pytest
 from kvstack.planning.schema import FetchPath, TtftModel
 from kvstack.validation.prediction import apply_predictions
 from kvstack.validation.report import StepResult, ValidationReport
+from tests.support.validation_report import demo_report
 
 MODEL = TtftModel(
     context_tokens=4096,
@@ -19,23 +20,15 @@ MODEL = TtftModel(
 
 
 def report(cpu_s: float, disk_s: float) -> ValidationReport:
-    r = ValidationReport(
-        base_url="http://127.0.0.1:8000",
-        model="demo",
-        engine="vllm",
-        prompt_tokens=2048,
-        prompt_tokens_exact=True,
-        min_speedup=1.5,
-        repeat=3,
+    return demo_report(
+        [
+            StepResult(name="cold", verdict="pass", ttft_s=0.235),
+            StepResult(name="warm", verdict="pass", ttft_s=0.050),
+            StepResult(name="tier:cpu", verdict="pass", ttft_s=cpu_s),
+            StepResult(name="tier:disk", verdict="pass", ttft_s=disk_s),
+            StepResult(name="diagnosis", verdict="pass"),
+        ]
     )
-    r.steps = [
-        StepResult(name="cold", verdict="pass", ttft_s=0.235),
-        StepResult(name="warm", verdict="pass", ttft_s=0.050),
-        StepResult(name="tier:cpu", verdict="pass", ttft_s=cpu_s),
-        StepResult(name="tier:disk", verdict="pass", ttft_s=disk_s),
-        StepResult(name="diagnosis", verdict="pass"),
-    ]
-    return r
 
 
 def test_each_tier_step_gets_its_prediction_and_a_slow_one_a_warning() -> None:

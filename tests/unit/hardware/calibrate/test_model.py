@@ -10,19 +10,11 @@ from kvstack.errors import SnapshotError
 from kvstack.hardware.calibrate import Calibration, calibration_of, store_calibration
 from kvstack.hardware.calibrate.model import CopyFigures, DiskFigures, PrefillPoint
 from kvstack.hardware.snapshot import HardwareSnapshot, load_snapshot
-from tests.support.calibration import llama8b_prefill
+from tests.support.calibration import h100_calibration, llama8b_prefill
 
 
 def sample() -> Calibration:
-    return Calibration(
-        device="cuda:0",
-        device_name="NVIDIA H100 80GB HBM3",
-        torch_version="2.11.0+cu130",
-        cuda_version="13.0",
-        started_at="2026-11-20T10:00:00+00:00",
-        finished_at="2026-11-20T10:01:00+00:00",
-        budget_s=120,
-        elapsed_s=60.5,
+    return h100_calibration(
         effective_tflops=520.0,
         host_copy=CopyFigures(transfer_bytes=32 << 20, runs=10, method="m", h2d_pinned_bytes_per_s=5.1e10),
         disks=[DiskFigures(path="/nvme", files=32, file_bytes=32 << 20, bounce_bytes_per_s=6e9)],
