@@ -163,12 +163,7 @@ class BenchInputs(Inputs):
                 "--compare starts its own servers and cannot be combined with --url",
                 hint="drop --url, or bench the running server alone",
             )
-        if url and self.extra_args:
-            raise InputError(
-                f"engine arguments ({' '.join(self.extra_args)}) need a server that kvstack starts, "
-                "not --url",
-                hint="drop --url, or pass them to the server you started",
-            )
+        self.check_engine_args()
         sizes = self.sizes
         if self.lmcache and not url:
             raise InputError(
@@ -189,6 +184,21 @@ class BenchInputs(Inputs):
         sizes.check()
         self.layouts()  # each an --offload choice: refused here, before the CLI reads --engine
         return self
+
+    def with_key_and_engine_args(self, api_key: str | None, extra_args: list[str]) -> BenchInputs:
+        """These inputs with what their flags do not hold: the API key and the engine arguments after
+        ``--`` (checked: the rest was when the flags were read)."""
+        given = self.model_copy(update={"api_key": api_key, "extra_args": extra_args})
+        given.check_engine_args()
+        return given
+
+    def check_engine_args(self) -> None:
+        if self.url and self.extra_args:
+            raise InputError(
+                f"engine arguments ({' '.join(self.extra_args)}) need a server that kvstack starts, "
+                "not --url",
+                hint="drop --url, or pass them to the server you started",
+            )
 
     @property
     def sizes(self) -> TierOverrides:

@@ -40,9 +40,7 @@ def register(app: typer.Typer) -> None:
         from kvstack.rendering.bench import bench_events
         from kvstack.replay.run import run_bench_command
 
-        # made again with what its flags do not hold: its checks then see the engine arguments too
-        given = {**bench.model_dump(), "api_key": key.value(), "extra_args": list(extra_args or [])}
-        request = BenchInputs.model_validate(given)
+        request = bench.with_key_and_engine_args(key.value(), list(extra_args or []))
         served = None
         if not request.url:  # no server given: kvstack serves each layout itself (the demo model by default)
             from kvstack.serving.start_layout import measuring_request

@@ -170,12 +170,15 @@ def _engine_prompt_tokens(row: RequestRow) -> int:
 def _record(
     p: CandidatePrediction,
     rank: int,
-    result: LayoutResult,
-    rows: list[RequestRow],
-    compared: dict[str, Any],
+    replayed: tuple[LayoutResult, list[RequestRow], dict[str, Any]],
     predicted: CandidatePrediction | None,
     settings: ProofRequest,
+    walls: dict[str, float],
+    run_dir: str | None,
 ) -> MeasuredCandidate:
+    """``p``'s record from its replay (the layout's result, its rows, what bench compared), with
+    ``predicted`` for the requests it sent."""
+    result, rows, compared = replayed
     c = p.candidate
     gate = c.prompt_gate
     lookups = result.cache.lmcache_mp_lookups
@@ -203,6 +206,9 @@ def _record(
         measured_tokens={k: float(v) for k, v in (compared.get("measured_tokens") or {}).items()},
         lookups=None if lookups is None else int(lookups),
         below_gate=None if gate is None else sum(_engine_prompt_tokens(r) < gate for r in rows),
+        correctness=result.correctness,
+        wall_s=walls,
+        run_dir=run_dir,
     )
 
 
@@ -359,7 +365,6 @@ def _one(
     c = p.candidate
     t_start = clock()
     walls: dict[str, float] = {}
-    rows: list[RequestRow] = []
     # the replay's last answer: the correctness check follows it
     then = "checking correctness" if setup.args.check_correctness else None
     on_row = RowClock(view, lambda: len(shared.sent), clock, then)
@@ -374,11 +379,11 @@ def _one(
             layout = dataclasses.replace(layout, name=c.label)
             if view is not None:
                 view.phase("replaying the trace")
-            result, rows, compared = replay(layout, setup, shared, on_row)
+            replayed = replay(layout, setup, shared, on_row)
+            compared = replayed[2]
             t_done = clock()
             walls["replay"] = on_row.replay_s(t_ready, t_done)
             walls["check"] = t_done - t_ready - walls["replay"]
-            correctness = result.correctness
             if served is None:
                 served = engine_size(compared)
             if sliced is None and served is not None:
@@ -396,13 +401,7 @@ def _one(
         )  # fmt: skip
     walls["total"] = clock() - t_start
     predicted = sliced.predict(c, settings.slo_s) if sliced is not None else None
-    m = _record(p, rank, result, rows, compared, predicted, settings)
-    return (
-        dataclasses.replace(m, correctness=correctness, wall_s=walls, run_dir=run_dir),
-        shared,
-        served,
-        sliced,
-    )
+    return _record(p, rank, replayed, predicted, settings, walls, run_dir), shared, served, sliced
 
 
 def measured_before(
@@ -418,11 +417,9 @@ def measured_before(
     """``p``'s record from a replay made before the ranking (tune measuring its own costs), predicted
     for the requests sent as the proof predicts its first candidate: with the costs ranked with."""
     shared, served, setup, settings = context
-    result, rows, compared = replayed
     sliced = _Slice(shared, setup, served, costs, bpt) if served is not None and shared.sent else None
     predicted = sliced.predict(p.candidate, settings.slo_s) if sliced is not None else None
-    m = _record(p, rank, result, rows, compared, predicted, settings)
-    return dataclasses.replace(m, correctness=result.correctness, wall_s=walls, run_dir=run_dir)
+    return _record(p, rank, replayed, predicted, settings, walls, run_dir)
 
 
 def previous_proof(doc: dict[str, Any], budget_s: float) -> Proof:
