@@ -76,6 +76,8 @@ def test_nothing_listening_names_the_url(capsys: pytest.CaptureFixture[str], tmp
             "--compare must be one of auto, lmcache, lmcache-mp, native, hicache, none",
         ),
         (["--offload", "bogus"], "--offload must be one of"),
+        # Engine arguments come after the flags are read: checked when they join the inputs.
+        (["--", "--max-num-seqs", "4"], "engine arguments (--max-num-seqs 4) need a server that kvstack"),
     ],
 )
 def test_bad_input_exits_2(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
