@@ -6,6 +6,10 @@ Redis tier beside LMCache's keys, so that a new writer whose KV would not match 
   when it stops, so only live writers are compared.
 - ``kvstack:tier:kv:<fingerprint>``: every TierKv that ever wrote there, first and last seen, kept:
   what KV the tier holds (``kvstack doctor --remote``), live or not.
+- Two indexes name them, so that reading never walks the keyspace (a shared tier holds millions of
+  LMCache's keys, and ``kvstack top`` reads the records at every refresh): ``kvstack:tier:writers``,
+  a sorted set of writer instances scored by when their record expires, and ``kvstack:tier:kvs``, the
+  set of fingerprints. A record no index names is not read.
 
 Every failure to reach the store is a ``TierRecordsError`` whose text holds no password.
 """
@@ -31,9 +35,10 @@ from kvstack.runtime.tier_kv import TierKv
 
 WRITER_PREFIX = "kvstack:tier:writer:"
 KV_PREFIX = "kvstack:tier:kv:"
+WRITERS_INDEX = "kvstack:tier:writers"  # sorted set: instance -> when its record expires (epoch s)
+KVS_INDEX = "kvstack:tier:kvs"  # set: the fingerprints of every KV record
 TTL_S = 90
 REFRESH_S = 30.0
-SCAN_COUNT = 200
 
 
 class TierRecordsError(KvstackError):
@@ -93,7 +98,14 @@ class TierRecords:
         now = time.time()
         kv_key = KV_PREFIX + writer.fingerprint
         try:
-            self.client.set(WRITER_PREFIX + writer.instance, writer.model_dump_json(), ex=TTL_S)
+            (
+                self.client.pipeline()
+                .set(WRITER_PREFIX + writer.instance, writer.model_dump_json(), ex=TTL_S)
+                .zremrangebyscore(WRITERS_INDEX, "-inf", now)  # writers that stopped refreshing
+                .zadd(WRITERS_INDEX, {writer.instance: now + TTL_S})
+                .sadd(KVS_INDEX, writer.fingerprint)
+                .execute()
+            )
             old = self.client.get(kv_key)
             first = now
             if old is not None:
@@ -108,22 +120,29 @@ class TierRecords:
 
     def unregister(self, instance: str) -> None:
         try:
-            self.client.delete(WRITER_PREFIX + instance)
+            self.client.pipeline().delete(WRITER_PREFIX + instance).zrem(WRITERS_INDEX, instance).execute()
         except (RedisError, OSError) as exc:
             raise self._fail("removed", exc) from None
 
-    def _read(self, prefix: str) -> list[bytes]:
+    def _read(self, prefix: str, names: list[bytes]) -> list[bytes]:
+        """The records ``prefix`` + each of ``names``; those gone (expired, removed) skipped."""
         try:
-            keys = sorted(self.client.scan_iter(match=prefix + "*", count=SCAN_COUNT))
-            values = self.client.mget(keys) if keys else []
+            values = self.client.mget([prefix.encode() + n for n in sorted(names)]) if names else []
         except (RedisError, OSError) as exc:
             raise self._fail("read", exc) from None
         return [v for v in values if v is not None]
 
+    def _index(self, read: Any) -> list[bytes]:
+        try:
+            return list(read())
+        except (RedisError, OSError) as exc:
+            raise self._fail("read", exc) from None
+
     def writers(self) -> list[TierWriter]:
         """The live writers (records not expired), unreadable records skipped."""
         out = []
-        for raw in self._read(WRITER_PREFIX):
+        live = self._index(lambda: self.client.zrangebyscore(WRITERS_INDEX, time.time(), "+inf"))
+        for raw in self._read(WRITER_PREFIX, live):
             with contextlib.suppress(ValidationError, ValueError):
                 out.append(TierWriter.model_validate_json(raw))
         return out
@@ -131,7 +150,7 @@ class TierRecords:
     def kv_records(self) -> list[TierKvRecord]:
         """Every KV layout that wrote to the tier, the most recently seen first."""
         out = []
-        for raw in self._read(KV_PREFIX):
+        for raw in self._read(KV_PREFIX, self._index(lambda: self.client.smembers(KVS_INDEX))):
             with contextlib.suppress(ValidationError, ValueError):
                 out.append(TierKvRecord.model_validate_json(raw))
         return sorted(out, key=lambda r: -r.last_seen)

@@ -3,9 +3,20 @@ writer whose KV differs (serving/shared_tier_kv.py)."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
-from kvstack.remote.writers import KV_PREFIX, TTL_S, WRITER_PREFIX, TierRecords, TierWriter, instance_name
+from kvstack.remote.writers import (
+    KV_PREFIX,
+    TTL_S,
+    WRITER_PREFIX,
+    WRITERS_INDEX,
+    TierRecords,
+    TierWriter,
+    instance_name,
+    layouts,
+)
 from kvstack.runtime.specs import LaunchSpec, ProcessSpec
 from kvstack.runtime.tier_kv import ENVIRONMENT, TierKv
 from kvstack.serving.shared_tier_kv import TierKvMismatch, check_writers, recorded, writers_of
@@ -40,6 +51,41 @@ def test_records_are_written_refreshed_read_and_removed(redis_server: RedisServe
         assert records.writers() == [] and len(records.kv_records()) == 1  # what the tier holds stays
     client = redis_server.client()
     assert client.keys(WRITER_PREFIX + "*") == [] and len(client.keys(KV_PREFIX + "*")) == 1
+
+
+def test_reading_the_records_never_walks_the_keyspace(redis_server: RedisServer) -> None:
+    """A shared tier holds LMCache's keys by the million and `kvstack top` reads the records at
+    every refresh: the indexes name the records, no SCAN or KEYS runs (the store's own counters)."""
+    client = redis_server.client()
+    fill = client.pipeline(transaction=False)
+    for i in range(20_000):
+        fill.set(f"lmcache:chunk:{i}", b"kv")
+    fill.execute()
+    (writer,) = writers_of([spec(8001, KV)], ["/runs/a"])
+    with TierRecords(redis_server.url) as records:
+        records.register(writer)
+        client.config_resetstat()
+        assert [w.instance for w in records.writers()] == [writer.instance]
+        assert [r.fingerprint for r in records.kv_records()] == [KV.fingerprint()]
+        (layout,) = layouts(redis_server.url)
+        assert layout.live_writers == [writer.instance]
+        called = set(client.info("commandstats"))
+    assert called and not called & {"cmdstat_scan", "cmdstat_keys"}, sorted(called)
+
+
+def test_a_writer_whose_record_or_index_entry_expired_is_not_read(redis_server: RedisServer) -> None:
+    client = redis_server.client()
+    (a,) = writers_of([spec(8001, KV)], ["/runs/a"])
+    (b,) = writers_of([spec(8002, KV)], ["/runs/b"])
+    with TierRecords(redis_server.url) as records:
+        records.register(a)
+        records.register(b)
+        client.zadd(WRITERS_INDEX, {a.instance: time.time() - 1})  # stopped refreshing: past its expiry
+        client.delete(WRITER_PREFIX + b.instance)  # its record expired before its index entry
+        assert records.writers() == []
+        records.register(b)  # a refresh drops the index entries past their expiry
+        assert [w.instance for w in records.writers()] == [b.instance]
+    assert client.zrange(WRITERS_INDEX, 0, -1) == [b.instance]
 
 
 def test_a_writer_record_expires_on_its_own(redis_server: RedisServer) -> None:
@@ -86,7 +132,6 @@ def test_a_password_never_reaches_an_error(redis_factory: RedisFactory) -> None:
 def test_doctor_lists_the_layouts_and_warns_when_two_are_written_at_once(redis_server: RedisServer) -> None:
     from kvstack.hardware.snapshot import RemoteInfo
     from kvstack.remote.checks import writer_checks
-    from kvstack.remote.writers import layouts
     from kvstack.top.sources import redis_stats
 
     other = KV.model_copy(update={"chunk_tokens": 512})
