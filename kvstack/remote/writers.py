@@ -8,8 +8,9 @@ Redis tier beside LMCache's keys, so that a new writer whose KV would not match 
   what KV the tier holds (``kvstack doctor --remote``), live or not.
 - Two indexes name them, so that reading never walks the keyspace (a shared tier holds millions of
   LMCache's keys, and ``kvstack top`` reads the records at every refresh): ``kvstack:tier:writers``,
-  a sorted set of writer instances scored by when their record expires, and ``kvstack:tier:kvs``, the
-  set of fingerprints. A record no index names is not read.
+  a sorted set of writer instances scored by when their record expires (the store's clock; entries
+  past it are dropped when a writer registers), and ``kvstack:tier:kvs``, the set of fingerprints.
+  A record no index names is not read; an index entry whose record is gone is skipped.
 
 Every failure to reach the store is a ``TierRecordsError`` whose text holds no password.
 """
@@ -98,11 +99,15 @@ class TierRecords:
         now = time.time()
         kv_key = KV_PREFIX + writer.fingerprint
         try:
+            # The index's expiry is the store's clock, as the record's TTL is: no machine's clock
+            # decides which writers another machine sees.
+            seconds, micros = self.client.time()
+            store_now = float(seconds) + float(micros) / 1e6
             (
                 self.client.pipeline()
                 .set(WRITER_PREFIX + writer.instance, writer.model_dump_json(), ex=TTL_S)
-                .zremrangebyscore(WRITERS_INDEX, "-inf", now)  # writers that stopped refreshing
-                .zadd(WRITERS_INDEX, {writer.instance: now + TTL_S})
+                .zremrangebyscore(WRITERS_INDEX, "-inf", store_now)  # writers that stopped refreshing
+                .zadd(WRITERS_INDEX, {writer.instance: store_now + TTL_S})
                 .sadd(KVS_INDEX, writer.fingerprint)
                 .execute()
             )
@@ -124,25 +129,25 @@ class TierRecords:
         except (RedisError, OSError) as exc:
             raise self._fail("removed", exc) from None
 
-    def _read(self, prefix: str, names: list[bytes]) -> list[bytes]:
+    def _read(self, prefix: str, names: list[bytes | str]) -> list[bytes]:
         """The records ``prefix`` + each of ``names``; those gone (expired, removed) skipped."""
+        keys = sorted(prefix.encode() + (n if isinstance(n, bytes) else n.encode()) for n in names)
         try:
-            values = self.client.mget([prefix.encode() + n for n in sorted(names)]) if names else []
+            values = self.client.mget(keys) if keys else []
         except (RedisError, OSError) as exc:
             raise self._fail("read", exc) from None
         return [v for v in values if v is not None]
 
-    def _index(self, read: Any) -> list[bytes]:
+    def _index(self, read: Any) -> list[bytes | str]:
         try:
             return list(read())
         except (RedisError, OSError) as exc:
             raise self._fail("read", exc) from None
 
     def writers(self) -> list[TierWriter]:
-        """The live writers (records not expired), unreadable records skipped."""
+        """The live writers (records not expired: their TTL is the store's), unreadable records skipped."""
         out = []
-        live = self._index(lambda: self.client.zrangebyscore(WRITERS_INDEX, time.time(), "+inf"))
-        for raw in self._read(WRITER_PREFIX, live):
+        for raw in self._read(WRITER_PREFIX, self._index(lambda: self.client.zrange(WRITERS_INDEX, 0, -1))):
             with contextlib.suppress(ValidationError, ValueError):
                 out.append(TierWriter.model_validate_json(raw))
         return out

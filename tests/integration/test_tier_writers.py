@@ -3,8 +3,6 @@ writer whose KV differs (serving/shared_tier_kv.py)."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from kvstack.remote.writers import (
@@ -73,19 +71,27 @@ def test_reading_the_records_never_walks_the_keyspace(redis_server: RedisServer)
     assert called and not called & {"cmdstat_scan", "cmdstat_keys"}, sorted(called)
 
 
-def test_a_writer_whose_record_or_index_entry_expired_is_not_read(redis_server: RedisServer) -> None:
+def test_index_entries_expire_by_the_stores_clock_and_a_gone_record_is_skipped(
+    redis_server: RedisServer,
+) -> None:
     client = redis_server.client()
     (a,) = writers_of([spec(8001, KV)], ["/runs/a"])
     (b,) = writers_of([spec(8002, KV)], ["/runs/b"])
     with TierRecords(redis_server.url) as records:
         records.register(a)
         records.register(b)
-        client.zadd(WRITERS_INDEX, {a.instance: time.time() - 1})  # stopped refreshing: past its expiry
+        store_now, _ = client.time()
+        expiry = client.zscore(WRITERS_INDEX, a.instance)
+        assert expiry is not None and store_now + TTL_S - 5 <= expiry <= store_now + TTL_S + 1  # seconds
         client.delete(WRITER_PREFIX + b.instance)  # its record expired before its index entry
-        assert records.writers() == []
-        records.register(b)  # a refresh drops the index entries past their expiry
+        assert [w.instance for w in records.writers()] == [a.instance]
+        client.zadd(WRITERS_INDEX, {a.instance: store_now - 1})  # a stopped refreshing: past its expiry
+        records.register(b)  # a registration drops the entries past their expiry
+        assert client.zrange(WRITERS_INDEX, 0, -1) == [b.instance]
         assert [w.instance for w in records.writers()] == [b.instance]
-    assert client.zrange(WRITERS_INDEX, 0, -1) == [b.instance]
+        records.unregister(b.instance)
+        assert records.writers() == []
+    assert client.zrange(WRITERS_INDEX, 0, -1) == []  # unregister removes its entry too
 
 
 def test_a_writer_record_expires_on_its_own(redis_server: RedisServer) -> None:
