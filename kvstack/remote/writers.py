@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
-from redis.exceptions import RedisError
+from redis.exceptions import RedisError, ResponseError
 
 from kvstack import __version__
 from kvstack.errors import KvstackError
@@ -99,10 +99,7 @@ class TierRecords:
         now = time.time()
         kv_key = KV_PREFIX + writer.fingerprint
         try:
-            # The index's expiry is the store's clock, as the record's TTL is: no machine's clock
-            # decides which writers another machine sees.
-            seconds, micros = self.client.time()
-            store_now = float(seconds) + float(micros) / 1e6
+            store_now = self._store_time()
             (
                 self.client.pipeline()
                 .set(WRITER_PREFIX + writer.instance, writer.model_dump_json(), ex=TTL_S)
@@ -122,6 +119,16 @@ class TierRecords:
             self.client.set(kv_key, record.model_dump_json())
         except (RedisError, OSError) as exc:
             raise self._fail("written", exc) from None
+
+    def _store_time(self) -> float:
+        """The store's clock, as the records' TTLs are: no machine's clock decides which writers
+        another machine sees (this machine's where TIME is renamed or disabled, as some managed
+        stores do)."""
+        try:
+            seconds, micros = self.client.time()
+        except ResponseError:
+            return time.time()
+        return float(seconds) + float(micros) / 1e6
 
     def unregister(self, instance: str) -> None:
         try:

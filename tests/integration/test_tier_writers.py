@@ -3,6 +3,8 @@ writer whose KV differs (serving/shared_tier_kv.py)."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from kvstack.remote.writers import (
@@ -92,6 +94,17 @@ def test_index_entries_expire_by_the_stores_clock_and_a_gone_record_is_skipped(
         records.unregister(b.instance)
         assert records.writers() == []
     assert client.zrange(WRITERS_INDEX, 0, -1) == []  # unregister removes its entry too
+
+
+def test_a_store_without_time_is_written_on_this_machines_clock(redis_factory: RedisFactory) -> None:
+    """Some managed stores rename or disable TIME: the records are still kept and read."""
+    server = redis_factory(extra_args=("--rename-command", "TIME", ""))
+    (writer,) = writers_of([spec(8001, KV)], ["/runs/a"])
+    with TierRecords(server.url) as records:
+        records.register(writer)
+        assert [w.instance for w in records.writers()] == [writer.instance]
+    expiry = server.client().zscore(WRITERS_INDEX, writer.instance)
+    assert expiry is not None and abs(expiry - (time.time() + TTL_S)) < 30
 
 
 def test_a_writer_record_expires_on_its_own(redis_server: RedisServer) -> None:
