@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -40,6 +41,16 @@ WRITERS_INDEX = "kvstack:tier:writers"  # sorted set: instance -> when its recor
 KVS_INDEX = "kvstack:tier:kvs"  # set: the fingerprints of every KV record
 TTL_S = 90
 REFRESH_S = 30.0
+
+
+@dataclass
+class Lookups:
+    """The store's keyspace lookups kvstack's own reads of the records made, as the store counts them
+    in INFO's keyspace_hits/keyspace_misses (a key that exists is a hit; Redis keeps no empty set, so
+    an empty index is a missing key): `kvstack top` takes them out of the tier's hit ratio."""
+
+    hits: int = 0
+    misses: int = 0
 
 
 class TierRecordsError(KvstackError):
@@ -75,10 +86,11 @@ def instance_name(base_url: str) -> str:
 class TierRecords:
     """The records of one store; use as a context manager (one connection)."""
 
-    def __init__(self, url: str, timeout_s: float = 3.0) -> None:
+    def __init__(self, url: str, timeout_s: float = 3.0, lookups: Lookups | None = None) -> None:
         self.parsed = parse_remote_url(url)
         self.timeout_s = timeout_s
         self.client: Any = None
+        self.lookups = lookups if lookups is not None else Lookups()  # what the reads cost the store
 
     def __enter__(self) -> TierRecords:
         self.client = connect(self.parsed, self.timeout_s)
@@ -143,13 +155,21 @@ class TierRecords:
             values = self.client.mget(keys) if keys else []
         except (RedisError, OSError) as exc:
             raise self._fail("read", exc) from None
-        return [v for v in values if v is not None]
+        found = [v for v in values if v is not None]
+        self.lookups.hits += len(found)
+        self.lookups.misses += len(values) - len(found)
+        return found
 
     def _index(self, read: Any) -> list[bytes | str]:
         try:
-            return list(read())
+            names = list(read())
         except (RedisError, OSError) as exc:
             raise self._fail("read", exc) from None
+        if names:
+            self.lookups.hits += 1
+        else:
+            self.lookups.misses += 1
+        return names
 
     def writers(self) -> list[TierWriter]:
         """The live writers (records not expired: their TTL is the store's), unreadable records skipped."""
@@ -168,9 +188,10 @@ class TierRecords:
         return sorted(out, key=lambda r: -r.last_seen)
 
 
-def layouts(url: str, timeout_s: float = 3.0) -> list[RemoteKvLayout]:
-    """The KV layouts recorded on the tier at ``url``, each with its live writers, newest first."""
-    with TierRecords(url, timeout_s) as records:
+def layouts(url: str, timeout_s: float = 3.0, lookups: Lookups | None = None) -> list[RemoteKvLayout]:
+    """The KV layouts recorded on the tier at ``url``, each with its live writers, newest first
+    (``lookups``: counts the store's keyspace lookups the read made)."""
+    with TierRecords(url, timeout_s, lookups) as records:
         kept, live = records.kv_records(), records.writers()
     return [
         RemoteKvLayout(
@@ -183,9 +204,11 @@ def layouts(url: str, timeout_s: float = 3.0) -> list[RemoteKvLayout]:
     ]
 
 
-def recorded_layouts(url: str, timeout_s: float = 3.0) -> list[RemoteKvLayout] | None:
+def recorded_layouts(
+    url: str, timeout_s: float = 3.0, lookups: Lookups | None = None
+) -> list[RemoteKvLayout] | None:
     """``layouts``, or None when the records cannot be read (the store's own check says why)."""
     try:
-        return layouts(url, timeout_s)
+        return layouts(url, timeout_s, lookups)
     except TierRecordsError:
         return None

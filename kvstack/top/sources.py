@@ -8,13 +8,16 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kvstack.canary.state import CanaryState, read_state
 from kvstack.clients.metrics import MetricsSnapshot, scrape_sync
 from kvstack.errors import KvstackError
 from kvstack.redact import redact_text
 from kvstack.top.targets import Targets
+
+if TYPE_CHECKING:  # redis-py loads only when a store is watched
+    from kvstack.remote.writers import Lookups
 
 SCRAPE_TIMEOUT_S = 3.0
 DISK_WALK_LIMIT = 200_000  # files: a bigger tier is reported as "at least"
@@ -33,6 +36,10 @@ class RedisStats:
     # The KV layouts written there now by kvstack's engines (remote/writers.py), fingerprint ->
     # their writers; None: not read.
     live_layouts: dict[str, list[str]] | None = None
+    # The keyspace hits and misses that read made, after INFO was read: counted in the next window's
+    # INFO, which takes them out (the tier's hit ratio is its users', not kvstack's).
+    own_hits: int = 0
+    own_misses: int = 0
 
 
 @dataclass(frozen=True)
@@ -61,11 +68,13 @@ def _int(info: dict[str, Any], key: str) -> int | None:
     return int(value) if isinstance(value, int | float) else None
 
 
-def _live_layouts(url: str, timeout_s: float) -> dict[str, list[str]] | None:
-    from kvstack.remote.writers import recorded_layouts
+def _live_layouts(url: str, timeout_s: float) -> tuple[dict[str, list[str]] | None, Lookups]:
+    from kvstack.remote.writers import Lookups, recorded_layouts
 
-    found = recorded_layouts(url, timeout_s)
-    return None if found is None else {k.fingerprint: k.live_writers for k in found if k.live_writers}
+    lookups = Lookups()
+    found = recorded_layouts(url, timeout_s, lookups)
+    live = None if found is None else {k.fingerprint: k.live_writers for k in found if k.live_writers}
+    return live, lookups
 
 
 def redis_stats(url: str, timeout_s: float = SCRAPE_TIMEOUT_S) -> RedisStats:
@@ -77,9 +86,12 @@ def redis_stats(url: str, timeout_s: float = SCRAPE_TIMEOUT_S) -> RedisStats:
         return RedisStats(False, exc.message)
     if info is None:
         return RedisStats(False, error or "no answer")
+    live, own = _live_layouts(url, timeout_s)  # after INFO: its lookups fall in the next window
     return RedisStats(
         True,
-        live_layouts=_live_layouts(url, timeout_s),
+        live_layouts=live,
+        own_hits=own.hits,
+        own_misses=own.misses,
         used_memory=_int(info, "used_memory"),
         maxmemory=_int(info, "maxmemory") or None,  # 0: no limit
         keys=keys,

@@ -229,12 +229,17 @@ def _sub(a: int | None, b: int | None) -> int | None:
     return a - b if a >= b else a
 
 
+def _plus(a: int | None, b: int) -> int | None:
+    return None if a is None else a + b
+
+
 def remote_view(url: str, before: RedisStats | None, after: RedisStats) -> RemoteView:
     if not after.up:
         return RemoteView(url=url, up=False, error=after.error)
     prev = before if before is not None and before.up else None
-    hits = _sub(after.keyspace_hits, prev.keyspace_hits if prev else None)
-    misses = _sub(after.keyspace_misses, prev.keyspace_misses if prev else None)
+    # kvstack's own read of the records after the previous INFO is in this window: taken out.
+    hits = _sub(after.keyspace_hits, _plus(prev.keyspace_hits, prev.own_hits) if prev else None)
+    misses = _sub(after.keyspace_misses, _plus(prev.keyspace_misses, prev.own_misses) if prev else None)
     total_h, total_m = after.keyspace_hits, after.keyspace_misses
     return RemoteView(
         url=url,

@@ -5,14 +5,19 @@ from __future__ import annotations
 from pathlib import Path
 
 import httpx
+import pytest
 
 from kvstack.clients.token_sources import DERIVED_DRAM
+from kvstack.remote.writers import instance_name
+from kvstack.runtime.specs import LaunchSpec, ProcessSpec
+from kvstack.serving.shared_tier_kv import recorded, writers_of
 from kvstack.top.live import snapshot_once
 from kvstack.top.sources import collect, disk_stats, redis_stats
 from kvstack.top.targets import Targets
 from kvstack.top.window import build
 from tests.support.redis import RedisFactory
 from tests.support.stream_server import ServerKnobs, StreamServer
+from tests.support.tier_kv import SAMPLE_KV
 
 PASSWORD = "top-redis-pw-1234"
 
@@ -121,6 +126,35 @@ def test_redis_window_in_the_snapshot(redis_factory: RedisFactory) -> None:
     down = build(targets, before, collect(targets))
     assert down.remote is not None and not down.remote.up
     assert any("remote store" in w and "not answering" in w for w in down.warnings)
+
+
+def test_kvstacks_own_reads_of_the_writer_records_are_not_in_the_hit_ratio(
+    redis_factory: RedisFactory,
+) -> None:
+    """Each refresh reads the tier's writer records (indexes and records: lookups the store counts):
+    the window's hit ratio is the users' lookups alone."""
+    store = redis_factory()
+    engine = ProcessSpec(name="engine", argv=["vllm"])
+    launch = LaunchSpec(
+        engine="vllm", connector="lmcache-mp", server=engine, base_url="http://127.0.0.1:8001",
+        served_model_name="m", tier_kv=SAMPLE_KV,
+    )  # fmt: skip
+    targets = Targets(servers=(), remote=store.url)
+    client = store.client()
+    client.set("k", "v")
+    with recorded(store.url, writers_of([launch], ["/runs/a"]), warn=pytest.fail):
+        first = collect(targets)
+        client.get("k")
+        client.get("nope")
+        second = collect(targets)
+        client.get("k")
+        third = collect(targets)
+    assert first.redis is not None
+    assert first.redis.live_layouts == {SAMPLE_KV.fingerprint(): [instance_name(launch.base_url)]}
+    # after INFO: the two indexes, the writer's record and the KV record, each a hit
+    assert (first.redis.own_hits, first.redis.own_misses) == (4, 0)
+    views = [build(targets, a, b).remote for a, b in ((first, second), (second, third))]
+    assert [v.hit_ratio if v else None for v in views] == [0.5, 1.0]
 
 
 def test_disk_bytes_and_free_space(tmp_path: Path) -> None:
