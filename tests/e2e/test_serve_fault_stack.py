@@ -19,6 +19,7 @@ import httpx
 import psutil
 import pytest
 
+from kvstack.engines.lmcache_guard import SHM_DIR, pool_name
 from tests.e2e.fault_stack import (
     EVERY_PATTERN,
     FIGURES,
@@ -33,6 +34,8 @@ from tests.e2e.fault_stack import (
     no_file_changed,
     served_stack,
 )
+
+L2_HITS = "lmcache_mp_lookup_hit_l2_tokens_total"
 
 
 @pytest.fixture(scope="module")
@@ -241,20 +244,39 @@ def test_a_stopped_cache_server_is_restarted(faulted: Faulted) -> None:
 
 
 def test_kill9_of_the_cache_server_restarts_the_unit(faulted: Faulted) -> None:
+    """kill -9 of LMCache's cache server: noticed within seconds, the unit restarted; the killed
+    server's /dev/shm pool (which it could not unlink) removed by the new one's guard; and a prefix
+    computed before the kill comes back from the disk tier (the new server's DRAM is empty)."""
     session = faulted.session
+    text = f"before the kill: {PROMPT * 4}"  # several of LMCache's 256-token chunks
+    assert _complete(session, text) is not None  # computed and stored in DRAM and on disk
+    time.sleep(1.0)
     pid = faulted.tree.listener(session.port + 2)
+    pool = SHM_DIR / pool_name(pid)
+    assert pool.exists(), sorted(p.name for p in SHM_DIR.iterdir())
     since = len(session.output())
     t0 = time.monotonic()
     os.kill(pid, signal.SIGKILL)
     noticed = _wait_output(session, "restarting the cache server", since, 30)
     restarted = _wait_output(session, "restarted: serving again", since, 420)
     total = round(time.monotonic() - t0, 1)
+    l2_before = _lmcache_counter(faulted, L2_HITS)
+    from_disk = _complete(session, text) is not None and _lmcache_counter(faulted, L2_HITS) > l2_before
     FIGURES["cache server kill -9"] = {
-        "noticed_s": noticed, "serving_again_s": restarted and total,
+        "noticed_s": noticed, "serving_again_s": restarted and total, "prefix_from_disk_after": from_disk,
         "answered_after": _requests(session, 2, "after-kill"), "answers_unchanged": _same_answer(faulted),
     }  # fmt: skip
-    assert noticed is not None and restarted is not None, session.output()[-4000:]
+    assert noticed is not None and noticed < 10 and restarted is not None, session.output()[-4000:]
+    assert from_disk, FIGURES["cache server kill -9"]
+    assert not pool.exists() and (SHM_DIR / pool_name(faulted.tree.listener(session.port + 2))).exists()
     assert FIGURES["cache server kill -9"]["answers_unchanged"]
+
+
+def _lmcache_counter(f: Faulted, name: str) -> float:
+    from kvstack.clients.metrics import parse_metrics
+
+    text = httpx.get(f.session.cache_server_url + "/metrics", timeout=10).text
+    return parse_metrics(text).value(name)
 
 
 def test_a_stopped_engine_is_restarted(faulted: Faulted) -> None:

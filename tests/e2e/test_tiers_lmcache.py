@@ -5,19 +5,15 @@ model, --offload auto: LMCache's cache server with a DRAM tier, a disk tier (fs 
 Redis tier (resp L2 adapter)), after every other test that reads it, in order:
 1. its validation pass: tier:cpu, tier:disk and tier:remote pass, each with its counters rising;
    vLLM's worker moves KV through LMCache's L1 pool in /dev/shm (its log: mode=SHM);
-2. `kill -9` of the cache server: kvstack restarts the unit, requests work again, and a prefix
-   computed before the kill comes back from the disk tier (L2 hits); the killed server's /dev/shm
-   pool is removed by the new one's guard;
-3. Redis stops: serve warns, the engine keeps serving, `kvstack validate` fails tier:remote naming
-   the store;
-4. SIGTERM stops every process of the serve; a new `kvstack serve` on the same cache dir serves the
+2. a prompt is served (and stored in every tier), then Redis stops: serve warns, the engine keeps
+   serving, `kvstack validate` fails tier:remote naming the store;
+3. SIGTERM stops every process of the serve; a new `kvstack serve` on the same cache dir serves the
    first run's prefix from disk (restart warm).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import signal
 import time
 from dataclasses import dataclass
@@ -28,7 +24,6 @@ import psutil
 import pytest
 
 from kvstack.engines.lmcache import L2_ADAPTERS
-from kvstack.engines.lmcache_guard import SHM_DIR, pool_name
 from tests.e2e.conftest import (
     DEMO_REDIS_PASSWORD,
     DEMO_REPO_ID,
@@ -101,14 +96,6 @@ def counter(url: str, name: str, **labels: str) -> float:
     return parse_metrics(httpx.get(url + "/metrics", timeout=10).text).value(name, **labels)
 
 
-def cache_server_pid(session: ServeSession) -> int:
-    for p in psutil.Process(session.proc.pid).children(recursive=True):
-        cmd = " ".join(p.cmdline())
-        if "kvstack.engines.lmcache_guard server" in cmd and f"--http-port {session.port + 2}" in cmd:
-            return p.pid
-    raise AssertionError("no LMCache cache server among kvstack's children")
-
-
 def engine_log(session: ServeSession) -> str:
     return (session.run_dir / "engine.log").read_text(errors="replace")
 
@@ -148,30 +135,10 @@ def test_validation_proves_dram_disk_and_redis_tiers(tiered: Tiered) -> None:
     assert PASSWORD not in shown
 
 
-def test_killed_cache_server_is_restarted_and_the_disk_tier_serves_again(tiered: Tiered) -> None:
-    session = tiered.session
-    text = prompt(1)
-    complete(session.base_url, text)  # computed and stored in every tier
-    time.sleep(1.0)
-    killed = cache_server_pid(session)
-    pool = SHM_DIR / pool_name(killed)
-    assert pool.exists(), sorted(p.name for p in SHM_DIR.iterdir())
-    os.kill(killed, signal.SIGKILL)
-    t0 = time.monotonic()
-    out = wait_for(session, "restarting the cache server, then the engine (restart 1/3 within 10 min", 30)
-    noticed = time.monotonic() - t0
-    wait_for(session, "restarted: serving again (1 restarts in this run)", 600)
-    assert noticed < 10, out[-2000:]
-    before = counter(tiered.lmcache_url, L2_HITS)
-    complete(session.base_url, text)  # the new server's DRAM is empty: the disk holds the prefix
-    assert counter(tiered.lmcache_url, L2_HITS) > before
-    assert session.proc.poll() is None
-    # The killed server could not unlink its /dev/shm pool; the new one's guard removed it.
-    assert not pool.exists() and (SHM_DIR / pool_name(cache_server_pid(session))).exists()
-
-
 def test_stopped_redis_fails_tier_remote_with_the_store_named(tiered: Tiered) -> None:
     session, store = tiered.session, tiered.store
+    complete(session.base_url, prompt(1))  # stored in every tier: the restart-warm test reads it from disk
+    time.sleep(1.0)
     store.stop()
     out = wait_for(session, "is unreachable", 30)  # serve's watch pings every 10 s
     complete(session.base_url, prompt(2))  # the engine keeps serving
