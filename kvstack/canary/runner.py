@@ -76,11 +76,6 @@ class CanaryRunner:
         )
 
     @property
-    def target(self) -> ValidationTarget:
-        """The first engine's target (what a single-engine caller watches)."""
-        return next(iter(self.targets.values()))
-
-    @property
     def thread(self) -> threading.Thread | None:
         return self.threads[0] if self.threads else None
 
