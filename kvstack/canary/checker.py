@@ -68,8 +68,10 @@ class Canary:
         paused: Callable[[], bool] = lambda: False,
         lock: AbstractContextManager[object] | None = None,
         budget: PrefillBudget | None = None,
+        replica: str | None = None,
     ) -> None:
         self.target = target
+        self.replica = replica  # the engine's name in its checks, when the canary watches several
         self.config = config
         self.state = state
         self.noise = noise if noise is not None and noise.known else None
@@ -258,6 +260,7 @@ class Canary:
             gate=check.threshold,
             in_flight=running if running is None else max(0.0, running),
             detail=check.detail,
+            replica=self.replica,
         )
         self._watching()
         with self.lock:

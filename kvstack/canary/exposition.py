@@ -14,6 +14,10 @@ Series:
 - ``kvstack_canary_prefill_share``: the canary's share of the engine's computed prompt tokens;
 - ``kvstack_canary_wrong_kv``: 1 once a check failed;
 - ``kvstack_offload_enabled``: 0 after the fallback turned the offload tiers off.
+
+With several engines (``kvstack serve --replicas N``) every canary series is one per engine,
+labelled ``replica`` (its host:port); ``kvstack_offload_enabled`` stays one (the fallback turns
+every engine's tiers off).
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import Collector
 
-from kvstack.canary.state import CanaryState
+from kvstack.canary.state import CanaryState, ReplicaState
 
 METRICS_PATH = "/metrics"
 PREFIX = "kvstack_canary"
@@ -46,44 +50,46 @@ class CanaryCollector(Collector):
 
     def collect(self) -> Iterator[Any]:
         state = self.read()
+        # (label values, what that engine's canary saw): the run's whole state for one engine
+        views: list[tuple[list[str], CanaryState | ReplicaState]] = (
+            [([name], r) for name, r in sorted(state.replicas.items())] if state.replicas else [([], state)]
+        )
+        labels = ["replica"] if state.replicas else []
         checks = CounterMetricFamily(
             f"{PREFIX}_checks",
             "Canary probes asked again and judged against a recompute",
-            labels=["served_from", "verdict"],
+            labels=[*labels, "served_from", "verdict"],
         )
-        for where, by in sorted(state.checks.items()):
-            for verdict, n in sorted(by.items()):
-                checks.add_metric([where, verdict], n)
+        for values, view in views:
+            for where, by in sorted(view.checks.items()):
+                for verdict, n in sorted(by.items()):
+                    checks.add_metric([*values, where, verdict], n)
         yield checks
-        last = state.last
-        if last is not None and last.typical is not None:
-            yield GaugeMetricFamily(
-                f"{PREFIX}_last_disagreement_nats",
-                "The last check's typical disagreement with recompute (nats)",
-                value=last.typical,
-            )
-        if state.gate is not None:
-            yield GaugeMetricFamily(
-                f"{PREFIX}_gate_nats", "The gate checks are judged by (nats)", value=state.gate
-            )
-        if state.last_pass_at is not None:
-            yield GaugeMetricFamily(
-                f"{PREFIX}_last_pass_timestamp_seconds", "When a check last passed", value=state.last_pass_at
-            )
-            yield GaugeMetricFamily(
-                f"{PREFIX}_seconds_since_last_pass",
-                "Seconds since a check last passed",
-                value=max(0.0, time.time() - state.last_pass_at),
-            )
-        if state.share is not None:
-            yield GaugeMetricFamily(
-                f"{PREFIX}_prefill_share",
-                "The canary's share of the prompt tokens the engine computed since it started",
-                value=state.share,
-            )
-        yield GaugeMetricFamily(
-            f"{PREFIX}_wrong_kv", "1 once a check found wrong KV", value=1.0 if state.count("fail") else 0.0
-        )
+        gauges = {
+            "last_disagreement_nats": "The last check's typical disagreement with recompute (nats)",
+            "gate_nats": "The gate checks are judged by (nats)",
+            "last_pass_timestamp_seconds": "When a check last passed",
+            "seconds_since_last_pass": "Seconds since a check last passed",
+            "prefill_share": "The canary's share of the prompt tokens the engine computed since it started",
+            "wrong_kv": "1 once a check found wrong KV",
+        }
+        families = {k: GaugeMetricFamily(f"{PREFIX}_{k}", text, labels=labels) for k, text in gauges.items()}
+        now = time.time()
+        for values, view in views:
+            last = view.last
+            if last is not None and last.typical is not None:
+                families["last_disagreement_nats"].add_metric(values, last.typical)
+            if view.gate is not None:
+                families["gate_nats"].add_metric(values, view.gate)
+            if view.last_pass_at is not None:
+                families["last_pass_timestamp_seconds"].add_metric(values, view.last_pass_at)
+                families["seconds_since_last_pass"].add_metric(values, max(0.0, now - view.last_pass_at))
+            if view.share is not None:
+                families["prefill_share"].add_metric(values, view.share)
+            families["wrong_kv"].add_metric(values, 1.0 if view.count("fail") else 0.0)
+        for family in families.values():
+            if family.samples:
+                yield family
         yield GaugeMetricFamily(
             "kvstack_offload_enabled",
             "1 while the offload tiers serve; 0 after the fallback turned them off",

@@ -1,9 +1,12 @@
-"""The canary beside a serving engine: its loop in a thread, its state on disk and at /metrics.
+"""The canary beside serving engines: one loop per engine, each in a thread, the state on disk and
+at /metrics.
 
 ``kvstack serve`` starts one after the startup validation (canary/checker.py does the work) and
 polls ``wrong_kv()`` from its supervision loop, which acts on a failed check (serving/wrong_kv.py):
-the loop only reports. ``pause()`` holds the checks while the engine restarts; ``retarget()``
-points them at what serves after a fallback.
+the loops only report. With several engines (``--replicas N``) every engine is checked, on its own
+budget, and each check names its engine (``replica``: host:port) in its event line, the state's
+``replicas`` and the metrics' ``replica`` label. ``pause()`` holds the checks while the engines
+restart; ``retarget()`` points them at what serves after a fallback.
 """
 
 from __future__ import annotations
@@ -12,44 +15,69 @@ import asyncio
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from kvstack.canary.budget import PrefillBudget
 from kvstack.canary.checker import Canary, CanaryConfig
 from kvstack.canary.defaults import OnWrongKv
 from kvstack.canary.exposition import MetricsServer
-from kvstack.canary.state import CanaryFiles, CanaryState, CheckRecord, FallbackRecord
+from kvstack.canary.state import CanaryFiles, CanaryState, CheckRecord, FallbackRecord, merged
 from kvstack.validation.noise import NoiseFloor
 from kvstack.validation.report import ValidationTarget
 
 STOP_WAIT_S = 10.0
 
 
+def replica_name(target: ValidationTarget) -> str:
+    """An engine's name in the canary's checks: its host:port."""
+    return urlsplit(target.base_url).netloc or target.base_url
+
+
 class CanaryRunner:
+    """The canary against ``targets``: one engine, or each of several (by host:port)."""
+
     def __init__(
         self,
-        target: ValidationTarget,
+        targets: ValidationTarget | Sequence[ValidationTarget],
         config: CanaryConfig,
         on_wrong_kv: OnWrongKv,
         run_dir: Path,
         noise: NoiseFloor | None = None,
         on_error: Callable[[str], None] = lambda m: None,
     ) -> None:
-        self.target = target
+        listed = [targets] if isinstance(targets, ValidationTarget) else list(targets)
+        if not listed:
+            raise ValueError("the canary needs an engine to watch")
+        self.targets = {replica_name(t): t for t in listed}
         self.config = config
-        self.noise = noise
         self.files = CanaryFiles(run_dir)
         self.state = CanaryState(interval_s=config.interval_s, budget=config.budget, on_wrong_kv=on_wrong_kv)
+        # What each engine's loop writes: one engine writes the run's state itself (as it always
+        # has); several write their own, merged into it when read.
+        self.several = len(self.targets) > 1
+        self.parts = {name: self._part() if self.several else self.state for name in self.targets}
+        self.noise: dict[str, NoiseFloor | None] = dict.fromkeys(self.targets, noise)
+        self.budget: dict[str, PrefillBudget | None] = dict.fromkeys(self.targets)
         self.lock = threading.Lock()
+        self._writing = threading.Lock()  # one state file write at a time: the last one is the newest
         self.failures: queue.Queue[CheckRecord] = queue.Queue()
         self.on_error = on_error
         self._stop = threading.Event()
         self._paused = threading.Event()
-        self._restart = threading.Event()
+        self._restart = {name: threading.Event() for name in self.targets}
         self.metrics: MetricsServer | None = None
-        self.thread: threading.Thread | None = None
-        self.budget: PrefillBudget | None = None
+        self.threads: list[threading.Thread] = []
+
+    def _part(self) -> CanaryState:
+        return CanaryState(
+            interval_s=self.state.interval_s, budget=self.state.budget, on_wrong_kv=self.state.on_wrong_kv
+        )
+
+    @property
+    def thread(self) -> threading.Thread | None:
+        return self.threads[0] if self.threads else None
 
     # --- what the serving loop calls --------------------------------------------------------
 
@@ -58,9 +86,15 @@ class CanaryRunner:
             self.metrics = MetricsServer(metrics_host, metrics_port, token, self.snapshot)
             self.state.metrics_url = self.metrics.url
         self._save()
-        self.files.event("canary-start", interval_s=self.config.interval_s, budget=self.config.budget)
-        self.thread = threading.Thread(target=self._main, name="kvstack-canary", daemon=True)
-        self.thread.start()
+        replicas = {"replicas": list(self.targets)} if self.several else {}
+        self.files.event(
+            "canary-start", interval_s=self.config.interval_s, budget=self.config.budget, **replicas
+        )
+        for i, name in enumerate(self.targets):
+            thread_name = f"kvstack-canary-{i}" if self.several else "kvstack-canary"
+            thread = threading.Thread(target=self._main, args=(name,), name=thread_name, daemon=True)
+            self.threads.append(thread)
+            thread.start()
 
     def halt(self) -> None:
         """Send nothing more, now (the engines are about to stop); ``stop`` then waits for the thread."""
@@ -68,13 +102,15 @@ class CanaryRunner:
 
     def stop(self) -> None:
         self._stop.set()
-        if self.thread is not None:
-            self.thread.join(STOP_WAIT_S)
+        deadline = time.monotonic() + STOP_WAIT_S
+        for thread in self.threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
         if self.metrics is not None:
             self.metrics.close()
         with self.lock:
-            if self.state.status != "fallback":
-                self.state.status = "stopped"
+            for state in (self.state, *self.parts.values()):
+                if state.status != "fallback":
+                    state.status = "stopped"
         self._save()
 
     def wrong_kv(self) -> list[CheckRecord]:
@@ -89,23 +125,28 @@ class CanaryRunner:
     def pause(self) -> None:
         self._paused.set()
 
-    def retarget(self, target: ValidationTarget) -> None:
-        """Check ``target`` from now on (its probes start over: the old ones' KV is gone)."""
-        self.target = target
-        self._restart.set()
+    def retarget(self, update: Callable[[ValidationTarget], ValidationTarget]) -> None:
+        """Check every engine as ``update`` makes its target from now on (their probes start over:
+        the old ones' KV is gone)."""
+        self.targets = {name: update(t) for name, t in self.targets.items()}
+        for restart in self._restart.values():
+            restart.set()
         self._paused.clear()
 
     def acted(self, record: FallbackRecord) -> None:
         with self.lock:
             self.state.fallback = record
             if record.tiers_off:
-                self.state.status = "fallback"
+                for state in (self.state, *self.parts.values()):
+                    state.status = "fallback"
+        replica = {"replica": record.replica} if record.replica is not None else {}
         self.files.event(
             "wrong-kv-" + record.action,
             served_from=record.served_from,
             detail=record.detail,
             tiers_off=record.tiers_off,
             restarted=record.restarted,
+            **replica,
         )
         self._save()
 
@@ -115,13 +156,14 @@ class CanaryRunner:
 
     def snapshot(self) -> CanaryState:
         with self.lock:
-            return self.state.model_copy(deep=True)
+            return merged(self.state, self.parts) if self.several else self.state.model_copy(deep=True)
 
     # --- the thread -------------------------------------------------------------------------
 
     def _save(self) -> None:
         try:
-            self.files.write(self.snapshot())
+            with self._writing:
+                self.files.write(self.snapshot())
         except OSError as exc:  # a full run dir must not stop the canary: the metrics still say it
             self.on_error(f"canary state not written: {exc}")
 
@@ -131,27 +173,30 @@ class CanaryRunner:
             self.failures.put(record)
         self._save()
 
-    def _main(self) -> None:
+    def _main(self, name: str) -> None:
+        restart = self._restart[name]
         while not self._stop.is_set():
-            self._restart.clear()
+            restart.clear()
             canary = Canary(
-                self.target,
+                self.targets[name],
                 self.config,
-                self.state,
-                self.noise,
+                self.parts[name],
+                self.noise[name],
                 on_check=self._check,
                 on_change=self._save,
-                stopped=lambda: self._stop.is_set() or self._restart.is_set(),
+                stopped=lambda: self._stop.is_set() or restart.is_set(),
                 paused=self._paused.is_set,
                 lock=self.lock,
-                budget=self.budget,
+                budget=self.budget[name],
+                replica=name if self.several else None,
             )
             try:
                 asyncio.run(canary.run())
             except Exception as exc:
                 if self._stop.is_set():
                     return
-                self.files.event("canary-error", error=f"{type(exc).__name__}: {exc}"[:300])
+                replica = {"replica": name} if self.several else {}
+                self.files.event("canary-error", error=f"{type(exc).__name__}: {exc}"[:300], **replica)
                 time.sleep(min(self.config.interval_s, 5.0))
-            self.noise = canary.noise or self.noise  # keep the gate across a retarget
-            self.budget = canary.budget or self.budget  # and the cost, counted since the start
+            self.noise[name] = canary.noise or self.noise[name]  # keep the gate across a retarget
+            self.budget[name] = canary.budget or self.budget[name]  # and the cost, since the start

@@ -43,6 +43,7 @@ class CheckRecord(BaseModel):
     gate: float | None = None
     in_flight: float | None = None  # requests the engine was running when the probe was asked
     detail: str = ""
+    replica: str | None = None  # the engine asked (host:port), when the canary watches several
 
 
 class FallbackRecord(BaseModel):
@@ -54,6 +55,28 @@ class FallbackRecord(BaseModel):
     detail: str
     tiers_off: list[str] = Field(default_factory=list)  # offload tiers serving no longer reads
     restarted: int = 0  # engines restarted without them
+    replica: str | None = None  # the engine whose answer failed, when the canary watches several
+
+
+class ReplicaState(BaseModel):
+    """What the canary has seen on one engine of several (``kvstack serve --replicas N``)."""
+
+    status: Status = "starting"
+    waiting_for: str = ""
+    gate: float | None = None
+    checks: dict[str, dict[str, int]] = Field(default_factory=dict)
+    last: CheckRecord | None = None
+    last_pass_at: float | None = None
+    last_fail: CheckRecord | None = None
+    canary_tokens: int = 0
+    engine_tokens: float = 0.0
+
+    @property
+    def share(self) -> float | None:
+        return None if self.engine_tokens <= 0 else min(1.0, self.canary_tokens / self.engine_tokens)
+
+    def count(self, verdict: str) -> int:
+        return sum(v.get(verdict, 0) for v in self.checks.values())
 
 
 class CanaryState(BaseModel):
@@ -77,6 +100,8 @@ class CanaryState(BaseModel):
     engine_prefill_s: float | None = None  # the engine's own prefill time since then
     fallback: FallbackRecord | None = None
     metrics_url: str | None = None
+    # Each engine's own, by host:port, when the canary watches several (the fields above sum them).
+    replicas: dict[str, ReplicaState] = Field(default_factory=dict)
 
     @property
     def total(self) -> int:
@@ -135,6 +160,58 @@ class CanaryState(BaseModel):
         return text
 
 
+def _latest(records: list[CheckRecord | None]) -> CheckRecord | None:
+    return max((r for r in records if r is not None), key=lambda r: r.at, default=None)
+
+
+def merged(base: CanaryState, parts: dict[str, CanaryState]) -> CanaryState:
+    """``base`` (the run's own fields: its settings, the fallback, the metrics URL, stopped) with
+    what each engine's canary has seen (``parts``, by host:port): summed, the latest check, and
+    each engine's own under ``replicas``."""
+    out = base.model_copy(deep=True)
+    states = list(parts.values())
+    out.checks = {}
+    for part in states:
+        for where, by in part.checks.items():
+            into = out.checks.setdefault(where, {})
+            for verdict, n in by.items():
+                into[verdict] = into.get(verdict, 0) + n
+    out.last = _latest([p.last for p in states])
+    out.last_fail = _latest([p.last_fail for p in states])
+    out.last_pass_at = max((p.last_pass_at for p in states if p.last_pass_at is not None), default=None)
+    typical = [p.largest_typical for p in states if p.largest_typical is not None]
+    out.largest_typical = max(typical) if typical else None
+    gates = [p.gate for p in states if p.gate is not None]
+    out.gate = max(gates) if gates else None
+    out.noise = next((p.noise for p in states if p.noise), "")
+    out.probe_tokens = max((p.probe_tokens for p in states), default=0)
+    out.canary_tokens = sum(p.canary_tokens for p in states)
+    out.engine_tokens = sum(p.engine_tokens for p in states)
+    seconds = [p.engine_prefill_s for p in states if p.engine_prefill_s is not None]
+    out.engine_prefill_s = sum(seconds) if seconds else None
+    if out.status not in ("fallback", "stopped"):
+        waiting = [f"{name}: {p.waiting_for}" for name, p in parts.items() if p.status == "waiting"]
+        if any(p.status == "watching" for p in states):
+            out.status, out.waiting_for = "watching", ""
+        elif waiting:
+            out.status, out.waiting_for = "waiting", "; ".join(waiting)
+    out.replicas = {
+        name: ReplicaState(
+            status=out.status if out.status in ("fallback", "stopped") else p.status,
+            waiting_for=p.waiting_for,
+            gate=p.gate,
+            checks=p.checks,
+            last=p.last,
+            last_pass_at=p.last_pass_at,
+            last_fail=p.last_fail,
+            canary_tokens=p.canary_tokens,
+            engine_tokens=p.engine_tokens,
+        )
+        for name, p in parts.items()
+    }
+    return out
+
+
 class CanaryFiles:
     """The run dir's canary.json and events.jsonl."""
 
@@ -144,7 +221,8 @@ class CanaryFiles:
 
     def write(self, state: CanaryState) -> None:
         state.updated_at = time.time()
-        atomic_write(self.state_path, state.model_dump_json(indent=1) + "\n")
+        skip = None if state.replicas else {"replicas"}  # one engine: the file as it always was
+        atomic_write(self.state_path, state.model_dump_json(indent=1, exclude=skip) + "\n")
 
     def event(self, kind: str, **fields: object) -> None:
         line = json.dumps({"at": round(time.time(), 3), "kind": kind, **fields}, default=str) + "\n"

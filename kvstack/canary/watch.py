@@ -37,8 +37,9 @@ def own_token(run_dir: Path) -> str:
 def check_line(record: CheckRecord) -> str:
     typical = "n/a" if record.typical is None else f"{record.typical:.4f}"
     gate = "n/a" if record.gate is None else f"{record.gate:.3f}"
+    on = f" on {record.replica}" if record.replica is not None else ""
     text = (
-        f"check {record.verdict}: probe {record.probe} ({record.prompt_tokens} tokens, planted "
+        f"check {record.verdict}: probe {record.probe}{on} ({record.prompt_tokens} tokens, planted "
         f"{record.age_s:.0f} s ago) served from {record.served_from}; typical disagreement {typical} "
         f"nats (gate {gate})"
     )

@@ -1,7 +1,10 @@
 """The ``kvstack`` entry point and the one place that maps errors to exit codes.
 
-Command modules import their core modules lazily (inside the command function) so that
-``kvstack --help`` stays fast and never imports torch, vllm, sglang or lmcache.
+Commands are registered by name (``COMMANDS``): a command's module, with its inputs models and
+their pydantic, is imported only when that command runs or its own --help is asked
+(kvstack/cli/lazy.py), so ``kvstack --help`` imports typer and rich alone. Command modules import
+their core modules lazily too (inside the command function), so that no command's --help, and no
+command but where needed, imports torch, vllm, sglang or lmcache.
 """
 
 from __future__ import annotations
@@ -11,20 +14,64 @@ import sys
 
 import typer
 
-from kvstack.cli import bench, canary, doctor, export, plan, serve, top, tune, validate
+from kvstack.cli.lazy import LazyCommand, LazyGroup
 from kvstack.errors import KvstackError
+
+# Each command: its module (whose register(app) declares it) and its one-line help, its docstring
+# as typer shows it (tests/unit/cli/test_startup.py checks that they agree), in --help's order.
+COMMANDS: dict[str, LazyCommand] = {
+    "doctor": LazyCommand(
+        "kvstack.cli.doctor", "Probe GPUs, memory, disks and software, and say what this machine can serve."
+    ),
+    "plan": LazyCommand(
+        "kvstack.cli.plan",
+        "Choose the tier layout, sizes and KV dtype for a model on this hardware, and explain why.",
+    ),
+    "serve": LazyCommand(
+        "kvstack.cli.serve",
+        "Plan the KV tiers, write the connector config, launch the engine, validate it, keep serving.",
+    ),
+    "validate": LazyCommand(
+        "kvstack.cli.validate",
+        "Prove with TTFT and the server's counters that the prefix cache and each tier serve hits.",
+    ),
+    "canary": LazyCommand(
+        "kvstack.cli.canary",
+        "Ask planted probes again while the server serves; judge each answer against a recompute.",
+    ),
+    "bench": LazyCommand(
+        "kvstack.cli.bench",
+        "Measure TTFT/throughput on cache-heavy workloads and the server's cache hit rate.",
+    ),
+    "tune": LazyCommand(
+        "kvstack.cli.tune",
+        "Rank every connector and knob setting on a trace of your traffic, then prove the best by\n"
+        "replaying it on your engine within --budget.",
+    ),
+    "export": LazyCommand(
+        "kvstack.cli.export",
+        "Write the deployment (Helm, Compose, systemd, KServe, llm-d, LMCache operator) for the plan.",
+    ),
+    "top": LazyCommand(
+        "kvstack.cli.top",
+        "Watch servers and their KV tiers live: requests, TTFT, prompt tokens by source, tier hits.",
+    ),
+}
+
+
+class KvstackGroup(LazyGroup):
+    table = COMMANDS
+
 
 app = typer.Typer(
     name="kvstack",
     help="Long-context LLM serving with KV-cache offloading that works on the first try.",
+    cls=KvstackGroup,
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-
-for module in (doctor, plan, serve, validate, canary, bench, tune, export, top):
-    module.register(app)
 
 
 def _print_version(value: bool) -> None:

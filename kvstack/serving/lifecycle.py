@@ -343,19 +343,21 @@ def canary_off_reason(launch: Launch) -> str | None:
 def watching(
     launch: Launch, report: ValidationReport | None, ev: ServeEvents, group: SupervisorGroup
 ) -> Iterator[CanaryRunner | None]:
-    """The canary beside the serving engines (the first replica's engine), stopped on exit, and
-    halted before ``group`` stops them (a signal stops them before this block exits)."""
+    """The canary beside the serving engines (every replica's engine, each on its own budget),
+    stopped on exit, and halted before ``group`` stops them (a signal stops them before this block
+    exits)."""
     why = canary_off_reason(launch)
     if why is not None:
         ev.message(f"canary off: {why}")
         yield None
         return
     req, first = launch.request, launch.replicas[0]
-    target = target_from_launch(
-        first.spec, launch.plan, api_key=req.api_key, remote_url=first.options.remote_url
-    )
+    targets = [
+        target_from_launch(p.spec, launch.plan, api_key=req.api_key, remote_url=p.options.remote_url)
+        for p in launch.replicas
+    ]
     runner = CanaryRunner(
-        target,
+        targets,
         CanaryConfig(
             interval_s=req.canary_interval_s, budget=req.canary_budget, probe_tokens=req.prompt_tokens
         ),
@@ -368,9 +370,10 @@ def watching(
     runner.start("127.0.0.1" if token else None, req.metrics_port, token)
     group.before_stop(runner.halt)
     where = f"; metrics at {runner.state.metrics_url} (bearer token required)" if runner.metrics else ""
+    engines = f"each of the {len(targets)} engines'" if len(targets) > 1 else "the engine's"
     ev.message(
         f"canary on: a probe asked again every {req.canary_interval_s:g} s at most, within "
-        f"{req.canary_budget:.2%} of the engine's prefill; on wrong KV: {req.on_wrong_kv}{where}"
+        f"{req.canary_budget:.2%} of {engines} prefill; on wrong KV: {req.on_wrong_kv}{where}"
     )
     try:
         yield runner

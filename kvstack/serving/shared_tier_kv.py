@@ -67,7 +67,9 @@ def mismatch_line(mine: TierKv, theirs: TierWriter, shown_url: str) -> tuple[str
         f"does not match: {diff}: neither would read the other's keys"
     )
     fix = "; ".join(FIXES[f] for f in fields)
-    return problem, f"{fix}; or pass --allow-mixed-tier to serve with keys of its own"
+    # Only `kvstack serve` serves on a shared tier (bench and tune serve their layouts without one),
+    # so the hint names the command that takes the flag.
+    return problem, f"{fix}; or serve with keys of its own: kvstack serve --allow-mixed-tier"
 
 
 def check_writers(url: str, shown_url: str, specs: list[LaunchSpec], allow_mixed: bool) -> list[str]:

@@ -21,13 +21,15 @@ from kvstack.engines.offload_drop import without_offload
 from kvstack.errors import WrongKvServed
 from kvstack.serving.quarantine import mark_dirs
 from kvstack.serving.remote_failover import restart_changed, units
+from kvstack.validation.report import ValidationTarget
 
 
 def describe(record: CheckRecord) -> str:
     where = "the engine's own cache" if record.served_from == "gpu" else f"{record.served_from!r}"
+    on = f" on replica {record.replica}" if record.replica is not None else ""
     return (
-        f"wrong KV: canary probe {record.probe} served from {where} {record.age_s:.0f} s after it was "
-        f"planted differs from recompute: {record.detail or 'typical disagreement over the gate'}"
+        f"wrong KV: canary probe {record.probe}{on} served from {where} {record.age_s:.0f} s after it "
+        f"was planted differs from recompute: {record.detail or 'typical disagreement over the gate'}"
     )
 
 
@@ -44,24 +46,37 @@ def act(
     action = runner.state.on_wrong_kv
     already = runner.state.fallback is not None and runner.state.fallback.tiers_off
     warn(message)
+    replica = {"replica": record.replica} if record.replica is not None else {}
     if already:  # the tiers are off: the engine's own cache served it; nothing more to turn off
-        runner.noted("wrong-kv-after-fallback", served_from=record.served_from, detail=message)
+        runner.noted("wrong-kv-after-fallback", served_from=record.served_from, detail=message, **replica)
         return
     if action == "warn":
         runner.acted(
-            FallbackRecord(at=time.time(), action="warn", served_from=record.served_from, detail=message)
+            FallbackRecord(
+                at=time.time(),
+                action="warn",
+                served_from=record.served_from,
+                detail=message,
+                replica=record.replica,
+            )
         )
         return
     if action == "stop":
         runner.acted(
-            FallbackRecord(at=time.time(), action="stop", served_from=record.served_from, detail=message)
+            FallbackRecord(
+                at=time.time(),
+                action="stop",
+                served_from=record.served_from,
+                detail=message,
+                replica=record.replica,
+            )
         )
         raise WrongKvServed(
             message,
             hint="kvstack stopped serving (--on-wrong-kv stop); the run dir's events.jsonl has every check",
         )
     runner.pause()
-    tiers: list[str] = sorted({str(t.kind) for t in runner.target.tiers})
+    tiers: list[str] = sorted({str(t.kind) for target in runner.targets.values() for t in target.tiers})
     marked: list[str] = []
     for unit in units(sup):
         if without_offload(unit.spec) is not None:  # the units the fallback restarts: their tiers
@@ -75,15 +90,16 @@ def act(
             detail=message,
             tiers_off=tiers,
             restarted=restarted,
+            replica=record.replica,
         )
     )
-    runner.retarget(runner.target.model_copy(update=_no_tiers(runner)))
+    runner.retarget(lambda target: target.model_copy(update=_no_tiers(target)))
     say(
         f"serving without the offload tiers ({', '.join(tiers) or 'none'}): {restarted} engine(s) restarted; "
         f"they stay off for this run (marked: {', '.join(marked) or 'no directory'})"
     )
 
 
-def _no_tiers(runner: CanaryRunner) -> dict[str, object]:
-    base = runner.target.base_url.rstrip("/")
+def _no_tiers(target: ValidationTarget) -> dict[str, object]:
+    base = target.base_url.rstrip("/")
     return {"tiers": [], "cache_server_url": None, "connector": None, "metrics_urls": [base + "/metrics"]}

@@ -125,3 +125,12 @@ def test_doctor_rich_report() -> None:
 )
 def test_cli_never_imports_engines(argv: list[str]) -> None:
     assert modules_loaded_by(argv, HEAVY) == []
+
+
+def test_doctor_imports_no_other_commands_module() -> None:
+    """Issue 48: the CLI imports the module of the command it runs, and none of the others'."""
+    from kvstack.cli.app import COMMANDS
+
+    modules = tuple(c.module for c in COMMANDS.values())
+    argv = ["doctor", "--no-fio", "--json"]
+    assert modules_loaded_by(argv, (*modules, "kvstack.apikey", "httpx")) == ["kvstack.cli.doctor"]

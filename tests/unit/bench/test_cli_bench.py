@@ -11,6 +11,7 @@ import pytest
 from kvstack.bench.report import load_result
 from kvstack.cli.app import run
 from tests.support.stream_server import ServerKnobs, StreamServer
+from tests.support.tier_kv import SAMPLE_KV
 
 
 def _free_port() -> int:
@@ -143,3 +144,50 @@ def test_lmcache_needs_url_and_run_dir_with_url_needs_trace(capsys: pytest.Captu
     assert "--lmcache names the cache server of a running server (--url)" in capsys.readouterr().err
     assert run(["bench", "--url", "http://127.0.0.1:1", "--run-dir", "/tmp"]) == 2
     assert "--run-dir with --url is read by --trace only" in capsys.readouterr().err
+
+
+def test_bench_serves_its_layouts_on_no_shared_tier_and_takes_no_allow_mixed_tier(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The shared tier's refusal (serving/shared_tier_kv.py) names `kvstack serve --allow-mixed-tier`:
+    bench never meets it (its layouts have no remote tier, whatever the environment names), so it
+    has no such flag, and its hint names the command that has."""
+    import contextlib
+
+    from kvstack.errors import EngineError
+    from kvstack.profiles import profiles_dir
+    from kvstack.remote.writers import TierWriter
+    from kvstack.serving import start_layout
+    from kvstack.serving.prepare import Launch
+    from kvstack.serving.shared_tier_kv import check_launch, mismatch_line
+
+    seen: list[Launch] = []
+
+    @contextlib.contextmanager
+    def launched(launch: Launch, events: object = None) -> object:
+        seen.append(launch)
+        raise EngineError("stopped before any engine starts (test)")
+        yield
+
+    monkeypatch.setattr(start_layout, "launched", launched)
+    monkeypatch.setenv("KVSTACK_REMOTE_URL", "redis://127.0.0.1:6379/0")
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    hardware = str(profiles_dir() / "hardware" / "h100-sxm.json")
+    argv = ["bench", "--compare", "lmcache", "--hardware", hardware, "--cache-dir", str(tmp_path / "c")]
+    assert run([*argv, "--run-dir", str(tmp_path / "runs")]) == 1
+    (launch,) = seen
+    assert launch.plan.offload_tiers and launch.plan.tier("remote") is None
+    assert launch.request.remote is None and check_launch(launch) == []
+    capsys.readouterr()
+
+    assert run(["bench", "--allow-mixed-tier"]) == 2
+    assert "No such option: --allow-mixed-tier" in capsys.readouterr().err
+    assert run(["serve", "--help"]) == 0
+    assert "--allow-mixed-tier" in capsys.readouterr().out
+    kv = SAMPLE_KV
+    theirs = TierWriter(
+        kv=kv.model_copy(update={"chunk_tokens": 512}), fingerprint="f", instance="h:8001", run_dir="/r",
+        pid=1, since=0.0,
+    )  # fmt: skip
+    problem, hint = mismatch_line(kv, theirs, "redis://h:6379/0")
+    assert "chunk size" in problem and hint.endswith("kvstack serve --allow-mixed-tier")

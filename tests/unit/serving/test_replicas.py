@@ -209,3 +209,22 @@ def test_cpu_demo_replicas(tmp_path: Path) -> None:
         assert "CUDA_VISIBLE_DEVICES" not in p.spec.server.env
         assert p.spec.server.env["VLLM_CPU_KVCACHE_SPACE"] == "1"
     assert [p.spec.base_url for p in rs.replicas] == ["http://127.0.0.1:8100", "http://127.0.0.1:8101"]
+
+
+def test_the_canary_checks_every_replicas_engine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from types import SimpleNamespace
+
+    from kvstack.canary.runner import CanaryRunner
+    from kvstack.serving.lifecycle import ServeEvents, watching
+
+    launch = gpu_replicas(tmp_path, replicas=3)
+    monkeypatch.setattr(CanaryRunner, "start", lambda self, *a, **k: None)  # no engine answers here
+    said: list[str] = []
+    group = SimpleNamespace(before_stop=lambda halt: None)
+    with watching(launch, None, ServeEvents(message=said.append), group) as runner:  # type: ignore[arg-type]
+        assert runner is not None
+        targets = list(runner.targets.values())
+    assert [t.base_url for t in targets] == [p.spec.base_url for p in launch.replicas]
+    assert list(runner.targets) == [p.spec.base_url.split("//")[1] for p in launch.replicas]
+    assert all({t.kind for t in target.tiers} == {"cpu", "disk"} for target in targets)
+    assert any("within 1.00% of each of the 3 engines' prefill" in line for line in said)
