@@ -47,6 +47,7 @@ SERVE_ARGS = (
     "--context", "4096", "--prompt-tokens", "1024",
     "--canary-interval", str(INTERVAL_S), "--canary-budget", "100%",
     "--", "--num-gpu-blocks-override", "40",
+    "--enforce-eager",  # no compile warm-up at each start and fallback restart; the same KV layout
 )  # fmt: skip
 T = TypeVar("T")
 

@@ -56,8 +56,9 @@ def real(engine_ready: str, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         )
     tmp = tmp_path_factory.mktemp("real")
     session = start_serve(
-        tmp, "--model", str(REAL_MODEL), "--offload", "lmcache-mp", "--prompt-tokens", str(PROMPT_TOKENS)
-    )
+        tmp, "--model", str(REAL_MODEL), "--offload", "lmcache-mp", "--prompt-tokens", str(PROMPT_TOKENS),
+        "--", "--enforce-eager",  # no compile warm-up (about a minute on 2 cores); the same KV layout
+    )  # fmt: skip
     try:
         wait_http_ready(session)
         wait_serving(session)
