@@ -3,8 +3,8 @@
 - Gemma 3 270M with its public weights (15 sliding-window + 3 global layers; scripts/make-real-model
   --model gemma3), with no flag that changes the layout (2048-token validation prompts, an eager
   engine; the three runs with no flag at all are in docs/measurements.md): LMCache's server carries
-  it with vLLM's hybrid KV cache manager off, and serve PASSes both tiers with the correctness gate, the plan's KV
-  pool within 2% of the engine's own "KV cache size" line (the kv-size step).
+  it with vLLM's hybrid KV cache manager off, and serve PASSes both tiers with the correctness gate,
+  the plan's KV pool within 2% of the engine's own "KV cache size" line (the kv-size step).
 - One tiny checkpoint per family (scripts/make-family-models; the demo's way: seeded weights):
   gpt-oss (sliding + sinks), Llama 4 (chunked local), DeepSeek-V2 (MLA) and Granite 4 (Mamba2 +
   attention), Qwen3-Next (gated delta-net + attention). Each either PASSes every tier it planned or
