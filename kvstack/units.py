@@ -86,9 +86,25 @@ def fmt_ms(seconds: float | None, digits: int | None = None, *, unit: bool = Tru
     return f"{text} ms" if unit else text
 
 
+def fmt_ms_cell(seconds: float | None, *, sep: bool = True) -> str:
+    """Seconds as a table cell in milliseconds: one decimal, no unit (the column says ms)."""
+    return fmt_ms(seconds, 1, unit=False, sep=sep)
+
+
+def in_ms(seconds: float | None) -> float | None:
+    """Seconds as milliseconds, a number (a plot's axis); None for no figure."""
+    return None if seconds is None else float(seconds) * 1000
+
+
 def fmt_pct(share: float | None, digits: int = 1) -> str:
     """A share (0.5) as a percentage ("50.0%"); "-" for no figure."""
     return "-" if share is None else f"{share * 100:.{digits}f}%"
+
+
+def fmt_pct_of(part: float, whole: float, digits: int = 1) -> str:
+    """``part`` as a percentage of ``whole`` ("-" when it is 0). Not fmt_pct(part / whole):
+    100 * part / whole rounds once, and the tables keep its digits."""
+    return f"{100 * part / whole:.{digits}f}%" if whole else "-"
 
 
 def fmt_tokens(n: int | None) -> str:

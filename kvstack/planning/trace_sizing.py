@@ -32,7 +32,7 @@ from kvstack.planning.served_ttft import ServedCalibration
 from kvstack.planning.trace_schema import CurvePoint, TierShare, TraceSizing, TtftSummary
 from kvstack.planning.trace_ttft import flop_depth, served_depth
 from kvstack.traces.mooncake import TraceRequest
-from kvstack.units import fmt_bytes
+from kvstack.units import fmt_bytes, fmt_ms
 
 TARGET_FRACTION = 0.95
 # The offload path's cost per request, hit or miss: measured in issue 24 on this repository's demo
@@ -118,10 +118,6 @@ def key_table(curve: CapacityCurve, block_bytes: int, marks: Mapping[str, int]) 
     return sorted(rows, key=lambda p: (p.size_bytes, p.label))
 
 
-def _ms(seconds: float) -> str:
-    return f"{seconds * 1000:,.0f} ms" if seconds >= 0.01 else f"{seconds * 1000:.1f} ms"
-
-
 def offload_cost(trace: TraceInput) -> tuple[float, str]:
     """(seconds, source) the offload path costs each request: measured with the served calibration
     when it has an offload layout, else the trace input's (given, from bench, or the default)."""
@@ -146,7 +142,7 @@ def idle_tiers(sim: HierarchyResult, cost_s: float, cost_source: str) -> str:
         f"offload does not pay on this trace: the offload tiers serve {share:.1%} of prompt tokens at the "
         f"planned sizes, the engine's pool {engine:.1%} (under {NEGLIGIBLE_SHARE:.0%} is within the "
         "simulation's error of none), yet every request would pay the offload path "
-        f"({_ms(cost_s)}: {cost_source})"
+        f"({fmt_ms(cost_s)}: {cost_source})"
     )
 
 
@@ -252,11 +248,11 @@ def trace_sizing(
     pays = with_.mean_s < without.mean_s and not idle
     served = sum(sim.hit_tokens[1:])
     figures = (
-        f"predicted TTFT with the offload tiers p50 {_ms(with_.p50_s)}, p90 {_ms(with_.p90_s)}, mean "
-        f"{_ms(with_.mean_s)}; without p50 {_ms(without.p50_s)}, p90 {_ms(without.p90_s)}, mean "
-        f"{_ms(without.mean_s)}; the offload tiers serve {served / max(1, sim.total_tokens):.1%} of prompt "
-        f"tokens ({served / duration:,.0f} tokens/s of prefill saved) at "
-        f"{_ms(cost_s)} per request ({cost_source})"
+        f"predicted TTFT with the offload tiers p50 {fmt_ms(with_.p50_s)}, p90 {fmt_ms(with_.p90_s)}, mean "
+        f"{fmt_ms(with_.mean_s)}; without p50 {fmt_ms(without.p50_s)}, p90 {fmt_ms(without.p90_s)}, mean "
+        f"{fmt_ms(without.mean_s)}; the offload tiers serve {served / max(1, sim.total_tokens):.1%} of "
+        f"prompt tokens ({served / duration:,.0f} tokens/s of prefill saved) at "
+        f"{fmt_ms(cost_s)} per request ({cost_source})"
     )
     verdict = (
         f"{idle}; {figures}"

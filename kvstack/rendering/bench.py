@@ -19,7 +19,7 @@ from kvstack.rendering.console import err_console, out_console
 from kvstack.rendering.progress import ProgressView
 from kvstack.rendering.replay import print_trace
 from kvstack.rendering.serve import serve_events
-from kvstack.units import fmt_ms, fmt_pct
+from kvstack.units import fmt_ms_cell, fmt_pct
 
 
 def headline(workload: RequestSet, opts: RunOptions) -> str:
@@ -36,8 +36,9 @@ def headline(workload: RequestSet, opts: RunOptions) -> str:
     return "\n".join(lines)
 
 
-def _ms(d: Distribution | None, field: str) -> str:
-    return fmt_ms(None if d is None else getattr(d, field), 1, unit=False, sep=False)
+def _cell(d: Distribution | None, field: str) -> str:
+    """A distribution's ``field`` (p50, p90, ...) as a table cell in milliseconds."""
+    return fmt_ms_cell(None if d is None else getattr(d, field), sep=False)
 
 
 _CAPTION = "hit: prompt tokens the server did not recompute; ideal: tokens shared with earlier rounds"
@@ -63,10 +64,10 @@ def summary_table(result: BenchResult) -> Table:
         table.add_row(
             name,
             f"{s.ok}/{s.requests}",
-            _ms(s.ttft_s, "p50"),
-            _ms(s.ttft_s, "p90"),
-            _ms(s.ttft_s, "p99"),
-            _ms(s.tpot_s, "p50"),
+            _cell(s.ttft_s, "p50"),
+            _cell(s.ttft_s, "p90"),
+            _cell(s.ttft_s, "p99"),
+            _cell(s.tpot_s, "p50"),
             f"{s.requests_per_s:.1f}",
             f"{s.output_tokens_per_s:.0f}",
             fmt_pct(lay.cache.token_hit_rate),
@@ -89,8 +90,8 @@ def rounds_table(result: BenchResult) -> Table:
                 lay.name,
                 rnd.label,
                 str(s.requests),
-                _ms(s.ttft_s, "p50"),
-                _ms(s.ttft_s, "p90"),
+                _cell(s.ttft_s, "p50"),
+                _cell(s.ttft_s, "p90"),
                 fmt_pct(rnd.cache.token_hit_rate),
                 fmt_pct(s.ideal_hit_rate),
                 str(s.errors),

@@ -13,19 +13,11 @@ from rich.text import Text
 from kvstack.clients import token_sources
 from kvstack.rendering.console import out_console
 from kvstack.top.snapshot import CanaryView, LmcacheView, ServerView, TopSnapshot
-from kvstack.units import fmt_bytes
+from kvstack.units import fmt_bytes, fmt_ms, fmt_pct
 
 
 def _num(x: float | None, fmt: str = "{:,.0f}") -> str:
     return "-" if x is None else fmt.format(x)
-
-
-def _ms(x: float | None) -> str:
-    return "-" if x is None else f"{x * 1000:.0f} ms"
-
-
-def _pct(x: float | None) -> str:
-    return "-" if x is None else f"{x * 100:.0f}%"
 
 
 def _sources(s: ServerView) -> Text:
@@ -34,7 +26,8 @@ def _sources(s: ServerView) -> Text:
     if not any(v.tokens > 0 for v in s.sources.values()):
         return Text("no prompts in this window", style="dim")
     parts = [
-        f"{token_sources.LABELS.get(k, k)}{'*' if k in s.derived else ''} {_pct(v.share)} ({v.per_s:,.0f}/s)"
+        f"{token_sources.LABELS.get(k, k)}{'*' if k in s.derived else ''} {fmt_pct(v.share, 0)} "
+        f"({v.per_s:,.0f}/s)"
         for k, v in s.sources.items()
         if v.tokens > 0 or k == token_sources.RECOMPUTED
     ]
@@ -54,9 +47,9 @@ def servers_table(snap: TopSnapshot) -> Table:
             state,
             _num(s.running),
             _num(s.waiting),
-            _pct(s.kv_usage),
-            _ms(s.ttft_p50_s),
-            _ms(s.ttft_p90_s),
+            fmt_pct(s.kv_usage, 0),
+            fmt_ms(s.ttft_p50_s, 0, sep=False),
+            fmt_ms(s.ttft_p90_s, 0, sep=False),
             _num(s.prompt_tokens_per_s, "{:,.1f}"),
             _sources(s) if s.up else Text(s.error or "", style="red"),
         )
@@ -119,9 +112,9 @@ def tiers_table(snap: TopSnapshot) -> Table:
             )
             table.add_row(
                 f"Redis {r.url} ({_num(r.keys)} keys)",
-                f"hit {_pct(r.hit_ratio)}",
+                f"hit {fmt_pct(r.hit_ratio, 0)}",
                 "",
-                f"hit {_pct(r.hit_ratio_total)}",
+                f"hit {fmt_pct(r.hit_ratio_total, 0)}",
                 used,
                 "-",
                 f"{_num(r.evicted_keys)} ({_num(r.evicted_keys_total)})",

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kvstack.units import fmt_ms, fmt_pct
+from kvstack.units import fmt_ms, fmt_ms_cell, fmt_pct, fmt_pct_of
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -21,17 +21,8 @@ if TYPE_CHECKING:
 PIPED_WIDTH = 160  # tune's tables are wider than most commands'
 
 
-def _pct(n: float, total: float) -> str:
-    # Not units.fmt_pct(n / total): 100 * n / total rounds once, and the tables keep its digits.
-    return f"{100 * n / total:.1f}%" if total else "-"
-
-
-def _ms(x: float | None) -> str:
-    return fmt_ms(x, 1, unit=False)
-
-
 def _interval(iv: Interval | None) -> str:
-    return "-" if iv is None else f"{_ms(iv.value)} ± {_ms(iv.noise)}"
+    return "-" if iv is None else f"{fmt_ms_cell(iv.value)} ± {fmt_ms_cell(iv.noise)}"
 
 
 def render_ranking(result: TuneResult, top: int, console: Console) -> None:
@@ -52,13 +43,13 @@ def render_ranking(result: TuneResult, top: int, console: Console) -> None:
         cells = [
             str(ranked.index(p) + 1),
             escape(p.candidate.label),
-            _ms(p.p50_s),
-            _ms(p.p90_s),
-            _ms(p.mean_s),
-            _pct(t["engine_cache"], total),
-            _pct(t["dram"], total),
-            _pct(t["disk"], total),
-            _pct(t["recomputed"], total),
+            fmt_ms_cell(p.p50_s),
+            fmt_ms_cell(p.p90_s),
+            fmt_ms_cell(p.mean_s),
+            fmt_pct_of(t["engine_cache"], total),
+            fmt_pct_of(t["dram"], total),
+            fmt_pct_of(t["disk"], total),
+            fmt_pct_of(t["recomputed"], total),
             note,
         ]
         if result.slo_s is not None:
@@ -116,16 +107,16 @@ def render_measured(results: TuneResults, console: Console) -> None:
         table.add_row(
             str(c.rank),
             escape(c.label),
-            _ms(pred.p50_s),
+            fmt_ms_cell(pred.p50_s),
             _interval(m.p50 if m else None),
-            _ms(pred.p90_s),
+            fmt_ms_cell(pred.p90_s),
             _interval(m.p90 if m else None),
             "-" if ratio is None else f"{ratio:.2f}x",
             *(within if slo is not None else []),
-            _pct(tokens.get("engine_cache", 0.0), total),
-            _pct(tokens.get("dram", 0.0), total),
-            _pct(tokens.get("disk", 0.0), total),
-            _pct(tokens.get("recomputed", 0.0), total),
+            fmt_pct_of(tokens.get("engine_cache", 0.0), total),
+            fmt_pct_of(tokens.get("dram", 0.0), total),
+            fmt_pct_of(tokens.get("disk", 0.0), total),
+            fmt_pct_of(tokens.get("recomputed", 0.0), total),
             "yes" if c.correct else "no",
             verdict_text,
         )

@@ -18,7 +18,6 @@ import asyncio
 import math
 import time
 from collections.abc import Sequence
-from typing import Any
 
 import httpx
 
@@ -29,6 +28,7 @@ from kvstack.clients.reset import reset_cache
 from kvstack.clients.streaming import StreamClient
 from kvstack.errors import EngineError
 from kvstack.planning.served_ttft import ServedCosts, fit_costs
+from kvstack.replay import results
 from kvstack.replay.prompts import BlockTokens
 
 # Up to 8192 where the context allows: the attention term is fitted, not extrapolated, over most of
@@ -183,7 +183,7 @@ def predicted_ttft(costs: ServedCosts, prompts: list[int], per_request: dict[str
     return out
 
 
-def summary(costs: ServedCosts, predicted: list[float], measured: list[float]) -> dict[str, Any]:
+def summary(costs: ServedCosts, predicted: list[float], measured: list[float]) -> results.TtftCheck:
     from kvstack.planning.served_ttft import percentiles
 
     p, m = percentiles(predicted), percentiles(measured)
@@ -191,4 +191,9 @@ def summary(costs: ServedCosts, predicted: list[float], measured: list[float]) -
         k: (m[k] / p[k]) if p[k] and m[k] else None  # type: ignore[operator]
         for k in ("p50_s", "p90_s")
     }
-    return {"calibration": costs.to_dict(), "predicted": p, "measured": m, "measured_over_predicted": ratio}
+    return results.TtftCheck(
+        calibration=results.Costs.of(costs),
+        predicted=results.Percentiles.model_validate(p),
+        measured=results.Percentiles.model_validate(m),
+        measured_over_predicted=results.Percentiles.model_validate(ratio),
+    )

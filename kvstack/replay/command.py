@@ -11,20 +11,20 @@ from __future__ import annotations
 
 import asyncio
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import httpx
+from typing import Any, NamedTuple
 
 from kvstack.bench.correctness import Answer, cached_first, check_replayed, engine_of
 from kvstack.bench.request import check_correctness_count
-from kvstack.bench.schema import BenchResult, CorrectnessResult, LayoutResult, RequestRow
+from kvstack.bench.schema import BenchResult, CacheStats, CorrectnessResult, LayoutResult, RequestRow
 from kvstack.bench.stats import cache_stats, summarize
 from kvstack.clients import metrics as m
 from kvstack.clients import quiet, token_sources
-from kvstack.clients.client import auth_headers, trusts_env
+from kvstack.clients.lmcache_status import LMCacheStatus, cache_server_status
 from kvstack.clients.metrics import scrape_sync
+from kvstack.clients.models import served_models
 from kvstack.clients.reset import VLLM_RESET_PATH
 from kvstack.errors import InputError, Interrupted, KvstackError
 from kvstack.planning.capacity import simulate_hierarchy
@@ -33,16 +33,11 @@ from kvstack.replay.calibrate import calibrate, predicted_ttft, summary
 from kvstack.replay.predict import TierPrediction, comparison, predict
 from kvstack.replay.prompts import BlockTokens, ReplayShape, SentRequest, plan_requests, token_pool
 from kvstack.replay.replay import ReplayRun, replay
-from kvstack.replay.sizes import (
-    Hierarchy,
-    cache_server_status,
-    engine_level,
-    lmcache_hierarchy,
-    lmcache_levels,
-)
+from kvstack.replay.results import LayoutComparison, TraceReplay, TraceSlice, TtftCheck
+from kvstack.replay.sizes import Hierarchy, engine_level, lmcache_hierarchy, lmcache_levels
 from kvstack.replay.target import url_layout
 from kvstack.serving.served_layout import ServedLayout, StartLayout
-from kvstack.traces.mooncake import read_trace
+from kvstack.traces.mooncake import TraceRequest, read_trace
 from kvstack.traces.sample import sample_sessions, scale_blocks, session_key, with_requests
 
 UNBOUNDED = 1 << 40
@@ -80,9 +75,37 @@ class Shared:
     blocks: BlockTokens | None = None
     shape: ReplayShape | None = None
     notes: list[str] = field(default_factory=list)
+    _ideal: list[int] | None = field(default=None, repr=False, compare=False)
+
+    def adopt(self, decided: Shared) -> None:
+        """Take what the first layout decided (``_decide``)."""
+        self.sent, self.blocks, self.shape = decided.sent, decided.blocks, decided.shape
+        self.notes = decided.notes
+        self._ideal = None
+
+    def ideal(self) -> list[int]:
+        """Per request sent (by index), the prompt tokens an unbounded prefix cache holds when it is
+        sent: simulated once, for every layout."""
+        if self._ideal is None:
+            assert self.shape is not None
+            self._ideal = ideal_prefixes(self.sent, self.shape.block_tokens)
+        return self._ideal
+
+    def unbounded_hit_ratio(self) -> float | None:
+        """The share of the prompt tokens sent an unbounded prefix cache serves."""
+        total = sum(s.prompt_tokens for s in self.sent)
+        return sum(self.ideal()) / total if total else None
 
 
-def load_slice(args: ReplayRequest) -> tuple[list[Any], dict[str, Any]]:
+class ReplayOutcome(NamedTuple):
+    """One layout's replay: its result, its rows, and predicted vs measured."""
+
+    result: LayoutResult
+    rows: list[RequestRow]
+    compared: LayoutComparison
+
+
+def load_slice(args: ReplayRequest) -> tuple[list[TraceRequest], TraceSlice]:
     """The trace rows to replay (scaled), and what was taken."""
     trace = read_trace(args.path, start=args.start)
     rows = trace.requests
@@ -96,28 +119,22 @@ def load_slice(args: ReplayRequest) -> tuple[list[Any], dict[str, Any]]:
     if args.max_requests is not None:
         rows = rows[: args.max_requests]
     scaled = scale_blocks(with_requests(trace, rows), args.block_tokens)
-    info = {
-        "source": str(args.path),
-        "start": args.start,
-        "session_sample": args.session_sample,
-        "max_requests": args.max_requests,
-        "block_tokens": args.block_tokens,
-        "trace_block_tokens": trace.block_tokens,
-        "time_scale": args.time_scale,
-        "max_output_tokens": args.max_output_tokens,
-        "concurrency": args.concurrency,
-        "rows_taken": len(rows),
-    }
+    info = TraceSlice(
+        source=str(args.path),
+        start=args.start,
+        session_sample=args.session_sample,
+        max_requests=args.max_requests,
+        block_tokens=args.block_tokens,
+        trace_block_tokens=trace.block_tokens,
+        time_scale=args.time_scale,
+        max_output_tokens=args.max_output_tokens,
+        concurrency=args.concurrency,
+        rows_taken=len(rows),
+    )
     return scaled.requests, info
 
 
-def _model_card(base_url: str, api_key: str | None) -> dict[str, Any]:
-    with httpx.Client(timeout=10, trust_env=trusts_env(base_url)) as client:
-        data = client.get(base_url + "/v1/models", headers=auth_headers(api_key)).json().get("data") or [{}]
-    return data[0] if isinstance(data[0], dict) else {}
-
-
-def _status(layout: ServedLayout, api_key: str | None) -> dict[str, Any] | None:
+def _status(layout: ServedLayout, api_key: str | None) -> LMCacheStatus | None:
     candidates = [layout.cache_server_url] if layout.cache_server_url else []
     candidates += [u.removesuffix("/metrics") for u in layout.metrics_urls[1:]]
     for url in candidates:
@@ -129,9 +146,9 @@ def _status(layout: ServedLayout, api_key: str | None) -> dict[str, Any] | None:
 
 
 def _decide(
-    layout: ServedLayout, rows: list[Any], args: ReplayRequest, api_key: str | None, model: str
+    layout: ServedLayout, rows: list[TraceRequest], args: ReplayRequest, api_key: str | None, model: str
 ) -> Shared:
-    card = _model_card(layout.base_url, api_key)
+    card = served_models(layout.base_url, api_key)[0]
     context = int(card.get("max_model_len") or 0) or (layout.plan.max_model_len if layout.plan else 0)
     if not context:
         raise InputError(
@@ -140,7 +157,7 @@ def _decide(
     level = engine_level(scrape_sync(layout.metrics_urls[:1], api_key))
     block = level.unit_tokens if level else 1
     status = _status(layout, api_key)
-    chunk = int(status.get("chunk_size") or 1) if status else (layout.plan.chunk_size if layout.plan else 1)
+    chunk = (status.chunk_size or 1) if status else (layout.plan.chunk_size if layout.plan else 1)
     align = math.lcm(block, chunk)
     shape = ReplayShape(
         args.block_tokens, align, context - args.max_output_tokens, args.max_output_tokens, args.time_scale
@@ -160,31 +177,17 @@ def hierarchy_of(layout: ServedLayout, run: ReplayRun, api_key: str | None) -> H
     if status is None:
         return Hierarchy(levels=[engine] if engine is not None else [])
     plan = layout.plan
-    per_token = plan.kv_bytes_per_token if plan else _bytes_per_token(status)
+    per_token = plan.kv_bytes_per_token if plan else status.bytes_per_token()
     adapters = _adapters(layout, status)
     disk = plan.tier("disk") if plan else None
     lm, notes = lmcache_levels(status, per_token, adapters, disk.size_bytes if disk else None)
     return lmcache_hierarchy(engine, lm, notes)
 
 
-def _bytes_per_token(status: dict[str, Any]) -> int:
-    l1 = (status.get("storage_manager") or {}).get("l1_manager") or {}
-    objects, used = int(l1.get("total_object_count") or 0), int(l1.get("memory_used_bytes") or 0)
-    chunk = int(status.get("chunk_size") or 256)
-    return max(1, used // objects // chunk) if objects else 1
-
-
-def _adapters(layout: ServedLayout, status: dict[str, Any]) -> dict[str, str]:
+def _adapters(layout: ServedLayout, status: LMCacheStatus) -> dict[str, str]:
     if layout.plan is not None:
         return {t.kind: t.kind for t in layout.plan.offload_tiers if t.kind in ("disk", "remote")}
-    out: dict[str, str] = {}
-    for a in (status.get("storage_manager") or {}).get("l2_adapters") or []:
-        kind = str(a.get("type", "")).lower()
-        if kind.startswith("fs"):
-            out["disk"] = kind
-        elif "resp" in kind or "redis" in kind:
-            out["remote"] = kind
-    return out
+    return status.adapter_tiers()
 
 
 def measured_tokens(run: ReplayRun, per_request: bool) -> token_sources.MeasuredSources:
@@ -239,7 +242,7 @@ def _may_hit(shared: Shared, args: ReplayRequest) -> set[int]:
     """--check-correctness: the requests a cache can serve any of (an unbounded one would)."""
     if not args.check_correctness:
         return set()
-    ideal = ideal_prefixes(shared.sent, args.block_tokens)
+    ideal = shared.ideal()
     return {s.index for s in shared.sent if ideal[s.index] > 0}
 
 
@@ -251,16 +254,16 @@ def ideal_prefixes(sent: list[SentRequest], block_tokens: int) -> list[int]:
 
 def run_layout_replay(
     layout: ServedLayout,
-    rows: list[Any],
+    rows: list[TraceRequest],
     args: ReplayRequest,
     shared: Shared,
     *,
     model: str,
     api_key: str | None,
     timeout_s: float,
-    on_row: Any = None,
+    on_row: Callable[[RequestRow], None] | None = None,
     ttft_check: bool = True,
-) -> tuple[LayoutResult, list[RequestRow], dict[str, Any]]:
+) -> ReplayOutcome:
     """Replay ``shared.sent`` (decided by the first layout: ``_decide``) against ``layout``; the
     result, its rows and the predicted vs measured comparison. ``ttft_check``: calibrate the layout
     after the replay and set the TTFT model's prediction beside the measured (bench); tune predicts
@@ -268,20 +271,14 @@ def run_layout_replay(
     with quiet.hold(layout.base_url):  # the server's canary sends nothing while the replay measures
         model = layout.served_model or model
         if shared.blocks is None:
-            decided = _decide(layout, rows, args, api_key, model)
-            shared.sent, shared.blocks, shared.shape, shared.notes = (
-                decided.sent,
-                decided.blocks,
-                decided.shape,
-                decided.notes,
-            )
+            shared.adopt(_decide(layout, rows, args, api_key, model))
         run, result, rows_out = _replay_rows(layout, args, shared, model, api_key, timeout_s, on_row)
         if args.check_correctness:
             result.correctness = _check_answers(
                 layout, run, rows_out, shared, args.check_correctness, model, api_key, timeout_s
             )
         compared = _compare(layout, run, rows_out, args, shared, model, api_key, ttft_check)
-    return result, rows_out, compared
+    return ReplayOutcome(result, rows_out, compared)
 
 
 def _replay_rows(
@@ -291,7 +288,7 @@ def _replay_rows(
     model: str,
     api_key: str | None,
     timeout_s: float,
-    on_row: Any,
+    on_row: Callable[[RequestRow], None] | None,
 ) -> tuple[ReplayRun, LayoutResult, list[RequestRow]]:
     """The replay itself: its run, the layout's result and its rows (each with the prefix an
     unbounded cache would hold)."""
@@ -314,7 +311,7 @@ def _replay_rows(
     except KeyboardInterrupt as exc:
         raise Interrupted("interrupted: the rows measured so far are kept in the report") from exc
     finally:
-        ideal = ideal_prefixes(shared.sent, args.block_tokens)
+        ideal = shared.ideal()
         rows_out = sorted(
             (r.model_copy(update={"expected_prefix_tokens": ideal[r.index]}) for r in run.rows),
             key=lambda r: r.index,
@@ -328,7 +325,7 @@ def _replay_rows(
             complete=aborted is None,
             aborted=aborted,
             summary=summarize(rows_out),
-            cache=cache_stats(first, last) if first is not None and last is not None else cache_stats_empty(),
+            cache=cache_stats(first, last) if first is not None and last is not None else CacheStats(),
         )
     return run, result, rows_out
 
@@ -342,7 +339,7 @@ def _compare(
     model: str,
     api_key: str | None,
     ttft_check: bool,
-) -> dict[str, Any]:
+) -> LayoutComparison:
     """Predicted vs measured prompt tokens per tier (and with ``ttft_check``, TTFT) for the replay."""
     done = [s for s in shared.sent if s.index in {r.index for r in rows_out}]
     hierarchy = hierarchy_of(layout, run, api_key)
@@ -351,20 +348,14 @@ def _compare(
     connector = (m.increase(run.first, run.last, m.VLLM_EXTERNAL_QUERIES) or 0.0) > 0
     why_not = unknown_tiers(layout, hierarchy, measured, connector)
     prediction = predict(layout.name, done, hierarchy, args.block_tokens)
-    compared = comparison(prediction, measured.tokens, why_not)
-    compared["measured_derived"] = measured.derived
-    compared["measured_from"] = (
-        "each request's counters (one in flight)"
-        if args.concurrency == 1
-        else "the replay's counters, in total"
-    )
+    ttft: TtftCheck | None = None
     if ttft_check:
         # vLLM's reset keeps the offload tiers; SGLang's /flush_cache would empty HiCache's host pool.
         reset = VLLM_RESET_PATH if engine_of(layout.plan, run.first) == "vllm" else None
-        compared["ttft"] = _ttft_check(
-            layout, shared, hierarchy, prediction, rows_out, model, api_key, reset, why_not
-        )
-    return compared
+        ttft = _ttft_check(layout, shared, hierarchy, prediction, rows_out, model, api_key, reset, why_not)
+    one = args.concurrency == 1
+    measured_from = "each request's counters (one in flight)" if one else "the replay's counters, in total"
+    return comparison(prediction, measured, measured_from, why_not, ttft)
 
 
 def _check_answers(
@@ -409,7 +400,7 @@ def _ttft_check(
     api_key: str | None,
     reset_path: str | None,
     why_not: str | None = None,
-) -> dict[str, Any]:
+) -> TtftCheck:
     """The plan's TTFT model, with costs calibrated against this layout, on the requests sent,
     next to what they measured (no prediction where ``why_not`` says the tiers are unknown)."""
     assert shared.blocks is not None and shared.shape is not None
@@ -435,15 +426,9 @@ def _ttft_check(
     return summary(costs, predicted, measured)
 
 
-def cache_stats_empty() -> Any:
-    from kvstack.bench.schema import CacheStats
-
-    return CacheStats()
-
-
 def run_trace(
     args: ReplayRequest,
-    sliced: tuple[list[Any], dict[str, Any]],
+    sliced: tuple[list[TraceRequest], TraceSlice],
     *,
     url: str | None,
     names: list[str],
@@ -461,64 +446,47 @@ def run_trace(
     whatever was measured, the error (if any) is returned."""
     rows, info = sliced
     shared = Shared()
-    layouts: list[LayoutResult] = []
-    requests: list[RequestRow] = []
-    compared: list[dict[str, Any]] = []
+    done: list[ReplayOutcome] = []
     failure: KvstackError | None = None
     target_notes: list[str] = []
 
-    def keep(res: LayoutResult, out: list[RequestRow], cmp_: dict[str, Any]) -> None:
-        layouts.append(res)
-        requests.extend(out)
-        compared.append(cmp_)
+    def one(layout: ServedLayout) -> None:
+        done.append(
+            run_layout_replay(layout, rows, args, shared, model=model, api_key=api_key, timeout_s=timeout_s)
+        )
 
     try:
         if url is not None:
             layout, where = url_layout(url, metrics_urls, lmcache, run_dir)
             target_notes += where
-            res, out, cmp_ = run_layout_replay(
-                layout, rows, args, shared, model=model, api_key=api_key, timeout_s=timeout_s
-            )
-            keep(res, out, cmp_)
+            one(layout)
         else:
             assert start_layout is not None
             for name in names:
                 with start_layout(name) as layout:
-                    res, out, cmp_ = run_layout_replay(
-                        layout, rows, args, shared, model=model, api_key=api_key, timeout_s=timeout_s
-                    )
-                    keep(res, out, cmp_)
+                    one(layout)
     except KvstackError as exc:
         failure = exc
-    info.update(
-        {
-            "requests_sent": len(shared.sent),
-            "prompt_tokens": sum(s.prompt_tokens for s in shared.sent),
-            "align_tokens": shared.shape.align if shared.shape else None,
-            "notes": [
-                *target_notes,
-                *shared.notes,
-                *(
-                    f"{c['layout']}: no prediction: {c['no_prediction']}"
-                    for c in compared
-                    if c.get("no_prediction")
-                ),
-            ],
-            "unbounded_hit_ratio": _unbounded(shared.sent, args.block_tokens),
-            "layouts": compared,
-        }
-    )
+    compared = [d.compared for d in done]
+    trace = TraceReplay(
+        **info.model_dump(),
+        requests_sent=len(shared.sent),
+        prompt_tokens=sum(s.prompt_tokens for s in shared.sent),
+        align_tokens=shared.shape.align if shared.shape else None,
+        notes=[
+            *target_notes,
+            *shared.notes,
+            *(f"{c.layout}: no prediction: {c.no_prediction}" for c in compared if c.no_prediction),
+        ],
+        unbounded_hit_ratio=shared.unbounded_hit_ratio(),
+        layouts=compared,
+    ).document()
     result = BenchResult(
         config=config,
         environment=environment,
-        workload={"name": "trace", "spec": info},
-        layouts=layouts,
-        requests=requests,
-        trace=info,
+        workload={"name": "trace", "spec": trace},
+        layouts=[d.result for d in done],
+        requests=[r for d in done for r in d.rows],
+        trace=trace,
     )
     return result, failure
-
-
-def _unbounded(sent: list[SentRequest], block_tokens: int) -> float | None:
-    total = sum(s.prompt_tokens for s in sent)
-    return sum(ideal_prefixes(sent, block_tokens)) / total if total else None

@@ -11,38 +11,26 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from kvstack.bench.report import load_result
-from kvstack.clients.token_sources import ENGINE_CACHE
 from kvstack.errors import InputError
+from kvstack.replay.results import LayoutComparison, read_layouts
 
 HINT = "run kvstack bench --trace FILE --compare none,lmcache-mp --out DIR and pass DIR"
 
 
-def _path_cost(layout: dict[str, Any]) -> float | None:
-    calibration = (layout.get("ttft") or {}).get("calibration") or {}
-    hit, miss = calibration.get("hit_s"), calibration.get("miss_s")
-    if not isinstance(hit, int | float) or not isinstance(miss, int | float):
-        return None
-    return float(hit) + float(miss)
-
-
-def offloads(layout: dict[str, Any]) -> bool:
-    """Whether a bench --trace layout has a tier below the engine's own cache."""
-    levels = (layout.get("hierarchy") or {}).get("levels") or []
-    return any(isinstance(lv, dict) and lv.get("tier") != ENGINE_CACHE for lv in levels)
+def _path_cost(layout: LayoutComparison) -> float | None:
+    costs = layout.calibration()
+    return costs.hit_s + costs.miss_s if costs is not None else None
 
 
 def offload_cost_from(path: Path) -> tuple[float, str]:
     """(seconds per request, where the figure comes from) from a bench --trace result (its --out
     directory or results.json) holding a calibrated layout without offload and one with."""
     result = load_result(path)
-    layouts = (result.trace or {}).get("layouts") or []
-    plain = [
-        (lv.get("layout"), c) for lv in layouts if not offloads(lv) and (c := _path_cost(lv)) is not None
-    ]
-    offload = [(lv.get("layout"), c) for lv in layouts if offloads(lv) and (c := _path_cost(lv)) is not None]
+    costed = [(lv, c) for lv in read_layouts(result, path, HINT) if (c := _path_cost(lv)) is not None]
+    plain = [(lv.layout, c) for lv, c in costed if not lv.hierarchy.offloads]
+    offload = [(lv.layout, c) for lv, c in costed if lv.hierarchy.offloads]
     if not plain or not offload:
         raise InputError(
             f"{path} holds no calibrated pair of layouts without and with offload "

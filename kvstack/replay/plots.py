@@ -7,13 +7,14 @@ from pathlib import Path
 from kvstack.bench.plots import _figure, _save
 from kvstack.bench.schema import BenchResult
 from kvstack.clients import token_sources
+from kvstack.replay.results import layouts_of
 
 
 def prediction_plot(result: BenchResult, path: Path) -> Path:
     rows = [
-        (f"{c['layout']}\n{token_sources.LABELS.get(r['tier'], r['tier'])}", r["predicted"], r["measured"])
-        for c in (result.trace or {}).get("layouts", [])
-        for r in c["tiers"]
+        (f"{c.layout}\n{token_sources.LABELS.get(r.tier, r.tier)}", r.predicted, r.measured)
+        for c in layouts_of(result)
+        for r in c.tiers
     ]
     fig = _figure(max(6.0, 1.1 * len(rows) + 2), 4.5)
     ax = fig.add_subplot()

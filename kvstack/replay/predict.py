@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from kvstack.clients import token_sources
+from kvstack.clients.token_sources import MeasuredSources
 from kvstack.planning.capacity import simulate_hierarchy
+from kvstack.replay import results
 from kvstack.replay.prompts import SentRequest
 from kvstack.replay.sizes import Hierarchy
 
@@ -33,13 +34,10 @@ class TierRow:
             return None
         return (self.measured - self.predicted) * 100
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "tier": self.tier,
-            "predicted": self.predicted,
-            "measured": self.measured,
-            "gap_points": self.gap_points,
-        }
+    def document(self) -> results.TierShare:
+        return results.TierShare(
+            tier=self.tier, predicted=self.predicted, measured=self.measured, gap_points=self.gap_points
+        )
 
 
 @dataclass(frozen=True)
@@ -92,24 +90,30 @@ def predict(
 
 
 def comparison(
-    prediction: TierPrediction, measured_tokens: dict[str, float], no_prediction: str | None = None
-) -> dict[str, Any]:
+    prediction: TierPrediction,
+    measured: MeasuredSources,
+    measured_from: str,
+    no_prediction: str | None = None,
+    ttft: results.TtftCheck | None = None,
+) -> results.LayoutComparison:
     """results.json's per-layout comparison: sizes simulated, both columns, the gap per tier.
     ``no_prediction``: why the simulation cannot stand for this layout (its tiers are unknown):
     the measured column alone, and the reason."""
-    total = sum(measured_tokens.values())
-    rows = prediction.rows(measured_tokens, total, predicted=no_prediction is None)
+    tokens = measured.tokens
+    total = sum(tokens.values())
+    rows = prediction.rows(tokens, total, predicted=no_prediction is None)
     gaps = [abs(r.gap_points) for r in rows if r.gap_points is not None]
-    out = {
-        "layout": prediction.layout,
-        "hierarchy": prediction.hierarchy.to_dict(),
-        "prompt_tokens_sent": prediction.prompt_tokens,
-        "prompt_tokens_measured": total,
-        "predicted_tokens": prediction.predicted_tokens if no_prediction is None else {},
-        "measured_tokens": measured_tokens,
-        "tiers": [r.to_dict() for r in rows],
-        "max_gap_points": max(gaps) if gaps else None,
-    }
-    if no_prediction is not None:
-        out["no_prediction"] = no_prediction
-    return out
+    return results.LayoutComparison(
+        layout=prediction.layout,
+        hierarchy=prediction.hierarchy.document(),
+        prompt_tokens_sent=prediction.prompt_tokens,
+        prompt_tokens_measured=total,
+        predicted_tokens=prediction.predicted_tokens if no_prediction is None else {},
+        measured_tokens=tokens,
+        tiers=[r.document() for r in rows],
+        max_gap_points=max(gaps) if gaps else None,
+        no_prediction=no_prediction,
+        measured_derived=measured.derived,
+        measured_from=measured_from,
+        ttft=ttft,
+    )

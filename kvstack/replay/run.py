@@ -16,6 +16,7 @@ from kvstack.bench.schema import BenchResult
 from kvstack.errors import InputError
 from kvstack.redact import redact_url
 from kvstack.replay.command import ReplayRequest, load_slice, run_trace
+from kvstack.replay.results import layouts_of
 from kvstack.serving.request import ServeRequest
 from kvstack.serving.served_layout import StartLayout
 from kvstack.serving.start_layout import sized_layout_starter
@@ -87,7 +88,7 @@ def run_trace_bench(
         run_dir=o.run_dir if base_url is not None else None,
     )
     written = write_files(result, o.out)
-    if o.out is not None and written and result.trace and result.trace.get("layouts"):
+    if o.out is not None and written and layouts_of(result):
         from kvstack.replay.plots import prediction_plot  # matplotlib is slow to import: only when asked
 
         written.append(prediction_plot(result, o.out / PREDICTION_PLOT))

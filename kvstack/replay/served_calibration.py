@@ -16,7 +16,7 @@ from typing import Any
 from kvstack.bench.report import RESULTS_JSON, load_result
 from kvstack.errors import InputError
 from kvstack.planning.served_ttft import ServedCalibration, ServedCosts
-from kvstack.replay.offload_cost import offloads
+from kvstack.replay.results import Costs, read_layouts
 from kvstack.userfile import read_json_object
 
 SERVED_TTFT_JSON = "served-ttft.json"
@@ -35,6 +35,13 @@ def _costs(doc: Any, where: str) -> ServedCosts | None:
         raise InputError(f"{where}: a calibration that cannot be read ({exc})", hint=HINT) from exc
 
 
+def _served(costs: Costs, where: str) -> ServedCosts:
+    try:
+        return costs.served()
+    except ValueError as exc:
+        raise InputError(f"{where}: a calibration that cannot be read ({exc})", hint=HINT) from exc
+
+
 def _pick(found: list[tuple[str, bool, ServedCosts]], path: Path, source: str) -> ServedCalibration:
     calibration = ServedCalibration.first_of(found, source)
     if calibration is None:
@@ -48,12 +55,11 @@ def _pick(found: list[tuple[str, bool, ServedCosts]], path: Path, source: str) -
 def _from_bench(path: Path) -> ServedCalibration:
     result = load_result(path)
     found = []
-    for lv in (result.trace or {}).get("layouts") or []:
-        if not isinstance(lv, dict):
-            continue
-        costs = _costs((lv.get("ttft") or {}).get("calibration"), f"{path}: layout {lv.get('layout')}")
-        if costs is not None:
-            found.append((str(lv.get("layout")), offloads(lv), costs))
+    for lv in read_layouts(result, path, HINT):
+        calibration = lv.calibration()
+        if calibration is not None:
+            costs = _served(calibration, f"{path}: layout {lv.layout}")
+            found.append((lv.layout, lv.hierarchy.offloads, costs))
     when = (
         datetime.fromtimestamp(result.layouts[0].started_at, UTC).strftime("%Y-%m-%d %H:%M UTC")
         if result.layouts

@@ -15,15 +15,11 @@ its size; the simulation gives it the middle of that range.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
-import httpx
-
-from kvstack.clients.client import auth_headers, trusts_env
-from kvstack.clients.control import control_headers, token_for
+from kvstack.clients.lmcache_status import Eviction, LMCacheStatus
 from kvstack.clients.metrics import SGLANG_MAX_TOTAL_TOKENS, VLLM_CACHE_CONFIG_INFO, MetricsSnapshot
+from kvstack.replay import results
 
-DEFAULT_WATERMARK, DEFAULT_RATIO = 0.8, 0.2
 # LMCache 0.5.6's server loads an L2 hit into L1 as a temporary object and frees it once read
 # (storage_controllers/prefetch_policy.py, DefaultPrefetchPolicy.plan_l1_retention: "Retain
 # nothing"), so what disk serves is not in DRAM afterwards. Measured: with L1 at 64 MiB a replay
@@ -45,15 +41,15 @@ class Level:
     blocks: int  # what the simulation uses (LMCache's eviction steps taken into account)
     source: str
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "tier": self.tier,
-            "unit_tokens": self.unit_tokens,
-            "nominal_blocks": self.nominal_blocks,
-            "blocks": self.blocks,
-            "tokens": self.blocks * self.unit_tokens,
-            "source": self.source,
-        }
+    def document(self) -> results.Level:
+        return results.Level(
+            tier=self.tier,
+            unit_tokens=self.unit_tokens,
+            nominal_blocks=self.nominal_blocks,
+            blocks=self.blocks,
+            tokens=self.blocks * self.unit_tokens,
+            source=self.source,
+        )
 
 
 @dataclass(frozen=True)
@@ -63,13 +59,13 @@ class Hierarchy:
     notes: list[str] = field(default_factory=list)
     readmit: bool = True  # a block served from below is copied back into the levels above
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "inclusive": self.inclusive,
-            "readmit": self.readmit,
-            "levels": [lv.to_dict() for lv in self.levels],
-            "notes": self.notes,
-        }
+    def document(self) -> results.Hierarchy:
+        return results.Hierarchy(
+            inclusive=self.inclusive,
+            readmit=self.readmit,
+            levels=[lv.document() for lv in self.levels],
+            notes=self.notes,
+        )
 
 
 def _int(labels: dict[str, str], key: str) -> int | None:
@@ -90,65 +86,41 @@ def engine_level(snap: MetricsSnapshot) -> Level | None:
     return None
 
 
-def cache_server_status(url: str, api_key: str | None = None) -> dict[str, Any] | None:
-    """LMCache's ``/status`` document, or None when ``url`` is not an LMCache cache server."""
-    try:
-        with httpx.Client(timeout=10, trust_env=trusts_env(url)) as client:
-            # /status is a control route of the guarded server (engines/lmcache_guard.py).
-            headers = {**auth_headers(api_key), **control_headers(token_for(url))}
-            resp = client.get(url.rstrip("/") + "/status", headers=headers)
-        data = resp.json() if resp.status_code == 200 else None
-    except (httpx.HTTPError, ValueError):
-        return None
-    return data if isinstance(data, dict) and "storage_manager" in data else None
-
-
 def _effective(blocks: int, watermark: float, ratio: float) -> int:
     return max(1, int(blocks * watermark * (1 - ratio / 2)))
 
 
 def lmcache_levels(
-    status: dict[str, Any], bytes_per_token: int, adapters: dict[str, str], disk_cap_bytes: int | None
+    status: LMCacheStatus, bytes_per_token: int, adapters: dict[str, str], disk_cap_bytes: int | None
 ) -> tuple[list[Level], list[str]]:
     """L1 and the L2 adapters (``adapters``: tier -> adapter type) of one cache server."""
-    chunk = int(status.get("chunk_size") or 256)
+    chunk = status.chunk_size or 256
     chunk_bytes = chunk * bytes_per_token
-    storage = status.get("storage_manager") or {}
-    l1 = storage.get("l1_manager") or {}
-    l1_evict = storage.get("l1_eviction_controller") or {}
     levels: list[Level] = []
     notes: list[str] = []
-    total = int(l1.get("memory_total_bytes") or 0)
-    if total > 0:
-        w = float(l1_evict.get("trigger_watermark", DEFAULT_WATERMARK))
-        r = float(l1_evict.get("eviction_ratio", DEFAULT_RATIO))
-        nominal = total // chunk_bytes
+    if status.l1_total_bytes > 0:
+        w, r = status.l1_eviction.watermark, status.l1_eviction.ratio
+        nominal = status.l1_total_bytes // chunk_bytes
         levels.append(
             Level("dram", chunk, nominal, _effective(nominal, w, r), "LMCache /status L1 memory_total_bytes")
         )
         notes.append(
             f"LMCache L1 evicts {r:.0%} of its objects past {w:.0%}: simulated at {w * (1 - r / 2):.0%}"
         )
-    l2 = (storage.get("l2_eviction_controller") or {}).get("adapters") or []
     for tier in ("disk", "remote"):
         if tier not in adapters:
             continue
         cap = disk_cap_bytes if tier == "disk" and disk_cap_bytes else None
         source = "kvstack's disk cap (the plan's disk tier)"
-        evict = (
-            next((a for a in l2 if int(a.get("total_capacity_bytes") or 0) > 0), None)
-            if tier == "disk"
-            else None
-        )
+        declared = status.first_capacity() if tier == "disk" else None
         if cap is None:
-            if evict is None:
+            if declared is None:
                 levels.append(Level(tier, chunk, 1 << 40, 1 << 40, "no capacity declared: unbounded"))
                 continue
-            cap, source = int(evict["total_capacity_bytes"]), "LMCache /status L2 total_capacity_bytes"
+            cap, source = declared.capacity_bytes, "LMCache /status L2 total_capacity_bytes"
         nominal = cap // chunk_bytes
-        w = float(evict.get("trigger_watermark", DEFAULT_WATERMARK)) if evict else DEFAULT_WATERMARK
-        r = float(evict.get("eviction_ratio", DEFAULT_RATIO)) if evict else DEFAULT_RATIO
-        levels.append(Level(tier, chunk, nominal, _effective(nominal, w, r), source))
+        evict = declared.eviction if declared is not None else Eviction()
+        levels.append(Level(tier, chunk, nominal, _effective(nominal, evict.watermark, evict.ratio), source))
     return levels, notes
 
 

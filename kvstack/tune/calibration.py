@@ -15,24 +15,23 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
-from kvstack.bench.schema import LayoutResult, RequestRow
 from kvstack.errors import EngineError, Interrupted
-from kvstack.planning.served_ttft import ServedCalibration, ServedCosts
-from kvstack.replay.command import Shared
+from kvstack.planning.served_ttft import ServedCalibration
+from kvstack.replay.command import ReplayOutcome, Shared
+from kvstack.replay.results import Costs
 from kvstack.serving.served_layout import ServedLayout, StartLayout
+from kvstack.tune import results
 from kvstack.tune.measure import CandidateReplay, EngineSize, engine_size, replay
 from kvstack.tune.progress import RowClock, View
 from kvstack.tune.prove import candidate_run_dir
 from kvstack.tune.space import Candidate
 
 LAYOUTS = ("none", "lmcache-mp")  # what bench --trace --compare none,lmcache-mp calibrates
-Replayed = tuple[LayoutResult, list[RequestRow], dict[str, Any]]
 
 
 @dataclass(frozen=True)
@@ -41,28 +40,27 @@ class LayoutReplay:
     them (None where its plan is not known)."""
 
     name: str
-    replayed: Replayed
+    replayed: ReplayOutcome
     wall_s: dict[str, float]
     run_dir: str | None
     candidate: Candidate | None
 
     @property
-    def costs(self) -> dict[str, Any] | None:
-        got = (self.replayed[2].get("ttft") or {}).get("calibration")
-        return got if isinstance(got, dict) and got else None
+    def costs(self) -> Costs | None:
+        return self.replayed.compared.calibration()
 
-    def document(self, counted_as: str | None) -> dict[str, Any]:
-        """results.json's ``calibration_replays`` entry (tune/results.py's CalibrationReplay)."""
-        rows = self.replayed[1]
-        return {
-            "layout": self.name,
-            "candidate": counted_as,
-            "run_dir": self.run_dir,
-            "requests": len(rows),
-            "ok": sum(r.ok for r in rows),
-            "wall_s": self.wall_s,
-            "calibration": self.costs,
-        }
+    def document(self, counted_as: str | None) -> results.CalibrationReplay:
+        """results.json's ``calibration_replays`` entry."""
+        rows = self.replayed.rows
+        return results.CalibrationReplay(
+            layout=self.name,
+            candidate=counted_as,
+            run_dir=self.run_dir,
+            requests=len(rows),
+            ok=sum(r.ok for r in rows),
+            wall_s=self.wall_s,
+            calibration=self.costs,
+        )
 
 
 @dataclass(frozen=True)
@@ -79,14 +77,10 @@ def calibration_run_dir(root: Path, name: str) -> Path:
     return candidate_run_dir(root, 1) if name == "none" else root / "calibration"
 
 
-def from_results(doc: Mapping[str, Any]) -> ServedCalibration:
-    """results.json's ``calibration`` (ServedCalibration.to_dict) back; KeyError, TypeError or
-    ValueError on a damaged one."""
-    layouts = dict(doc["layouts"]).items()
-    found = [
-        (str(name), bool(e.get("offload")), ServedCosts.from_dict(e["calibration"])) for name, e in layouts
-    ]
-    calibration = ServedCalibration.first_of(found, str(doc.get("source") or ""))
+def from_results(doc: results.Calibration) -> ServedCalibration:
+    """results.json's ``calibration`` (ServedCalibration.to_dict) back; ValueError on a damaged one."""
+    found = [(name, e.offload, e.calibration.served()) for name, e in doc.layouts.items()]
+    calibration = ServedCalibration.first_of(found, doc.source)
     if calibration is None:
         raise ValueError("no calibrated layout without offload")
     return calibration
@@ -111,12 +105,10 @@ def layout_candidate(name: str, layout: ServedLayout) -> Candidate | None:
 def calibration_of(replays: list[LayoutReplay], trace: Path) -> ServedCalibration:
     """The calibration bench --trace --compare gives from the same replays: the first layout
     without offload the plain costs, the first with an offload tier the offload path's."""
-    from kvstack.replay.offload_cost import offloads
-
     found = [
-        (r.name, offloads(r.replayed[2]), ServedCosts.from_dict(r.costs))
+        (r.name, r.replayed.compared.hierarchy.offloads, costs.served())
         for r in replays
-        if r.costs is not None
+        if (costs := r.costs) is not None
     ]
     calibration = ServedCalibration.first_of(found, "")
     if calibration is None:
@@ -124,7 +116,7 @@ def calibration_of(replays: list[LayoutReplay], trace: Path) -> ServedCalibratio
             "none's replay gave no costs: its calibration did not run", hint="see its run dir's logs"
         )
     used = [calibration.plain_layout, *([calibration.offload_layout] if calibration.offload else [])]
-    requests = len(replays[0].replayed[1])
+    requests = len(replays[0].replayed.rows)
     when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     source = f"measured by this tune: {' + '.join(used)} replays of {trace} ({requests} requests), {when}"
     return dataclasses.replace(calibration, source=source)
@@ -157,7 +149,7 @@ def measure_costs(
         if view is not None:
             view.end()
     cal = calibration_of(replays, trace)
-    return MeasuredCosts(cal, replays, shared, engine_size(replays[0].replayed[2]))
+    return MeasuredCosts(cal, replays, shared, engine_size(replays[0].replayed.compared))
 
 
 def _one(

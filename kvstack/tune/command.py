@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kvstack.errors import InputError, KvstackError
 from kvstack.planning.served_ttft import ServedCalibration
@@ -30,10 +30,8 @@ from kvstack.tune.options import DEFAULT_REPLAY_REQUESTS, TuneRequest
 from kvstack.tune.progress import View
 from kvstack.tune.prove import Proof, ProofRequest, StartCandidate, preflight, previous_proof, prove
 from kvstack.tune.ranking import TuneResult
+from kvstack.tune.results import CalibrationReplay, Setup, Source, TuneResults
 from kvstack.tune.space import Limits
-
-if TYPE_CHECKING:
-    from kvstack.tune.results import TuneResults
 
 __all__ = ["DEFAULT_REPLAY_REQUESTS", "RUNS", "TuneRequest", "TuneRun", "rank_inputs", "run_tune"]
 
@@ -43,17 +41,15 @@ RUNS = "runs"  # under --out: each measured candidate's run dir (NN/) with the t
 @dataclass
 class TuneRun:
     result: TuneResult
-    doc: dict[str, Any]  # results.json
+    results: TuneResults  # results.json
     out: Path | None
     proof: Proof | None = None
     written: list[Path] = field(default_factory=list)
 
     @property
-    def results(self) -> TuneResults:
-        """results.json, typed."""
-        from kvstack.tune.results import TuneResults
-
-        return TuneResults.of(self.doc)
+    def doc(self) -> dict[str, object]:
+        """results.json, as written."""
+        return self.results.document()
 
     @property
     def failure(self) -> KvstackError | None:
@@ -114,7 +110,7 @@ def _slo_s(o: TuneRequest) -> float | None:
     return o.slo_ms / 1000 if o.slo_ms is not None else None
 
 
-def rank(o: TuneRequest, inputs: Inputs, cal: ServedCalibration) -> tuple[TuneResult, dict[str, Any]]:
+def rank(o: TuneRequest, inputs: Inputs, cal: ServedCalibration) -> tuple[TuneResult, TuneResults]:
     """The ranking with ``cal``'s costs, and its results.json document."""
     from kvstack.tune.ranking import tune
     from kvstack.tune.report import results_document
@@ -125,25 +121,22 @@ def rank(o: TuneRequest, inputs: Inputs, cal: ServedCalibration) -> tuple[TuneRe
         connector=o.connector, knobs=o.knobs, slo_s=_slo_s(o),
     )  # fmt: skip
     rank_s = time.perf_counter() - t0
-    doc = results_document(
-        result,
-        {
-            "trace": str(o.trace),
-            "sample": inputs.traced.sample,
-            "block_tokens": inputs.block_tokens,
-            "requests": len(inputs.requests),
-            "model": inputs.model,
-            "calibration": cal.source,
-            "connector": o.connector,
-            "knobs": o.knobs,
-        },
+    source = Source(
+        trace=str(o.trace),
+        sample=inputs.traced.sample,
+        block_tokens=inputs.block_tokens,
+        requests=len(inputs.requests),
+        model=inputs.model,
+        calibration=cal.source,
+        connector=o.connector,
+        knobs=o.knobs,
     )
-    doc["calibration"] = cal.to_dict()
-    doc["rank_s"] = rank_s  # simulating and predicting every candidate (scripts/bench-tune prints it)
-    return result, doc
+    return result, results_document(result, source, cal, rank_s)
 
 
-def rank_inputs(o: TuneRequest, traced: TraceInput) -> tuple[TuneResult, dict[str, Any], list[Any], int]:
+def rank_inputs(
+    o: TuneRequest, traced: TraceInput
+) -> tuple[TuneResult, TuneResults, list[TraceRequest], int]:
     """The ranking of ``traced`` with ``o.calibration``: (result, results.json document, the trace's
     requests as ranked, their block)."""
     from kvstack.replay.served_calibration import served_calibration_from
@@ -154,22 +147,22 @@ def rank_inputs(o: TuneRequest, traced: TraceInput) -> tuple[TuneResult, dict[st
     return (*rank(o, inputs, cal), inputs.requests, inputs.block_tokens)
 
 
-def _setup_info(setup: CandidateReplay) -> dict[str, Any]:
+def _setup_info(setup: CandidateReplay) -> Setup:
     a = setup.args
-    return {
-        "requests": len(setup.rows),
-        "block_tokens": a.block_tokens,
-        "time_scale": a.time_scale,
-        "max_output_tokens": a.max_output_tokens,
-        "seed": a.seed,
-        "check_correctness": a.check_correctness,
-    }
+    return Setup(
+        requests=len(setup.rows),
+        block_tokens=a.block_tokens,
+        time_scale=a.time_scale,
+        max_output_tokens=a.max_output_tokens,
+        seed=a.seed,
+        check_correctness=a.check_correctness,
+    )
 
 
 _RESUME_HINT = "pass the --out DIR of a kvstack tune that measured candidates"
 
 
-def _saved(o: TuneRequest) -> dict[str, Any] | None:
+def _saved(o: TuneRequest) -> TuneResults | None:
     """The results.json of the stopped tune --resume continues (None for a fresh one)."""
     from kvstack.tune.report import RESULTS_JSON
     from kvstack.userfile import read_json_object
@@ -182,10 +175,13 @@ def _saved(o: TuneRequest) -> dict[str, Any] | None:
     old = read_json_object(path, InputError, _RESUME_HINT, what="--resume")
     if old.get("kind") != "kvstack-tune" or not isinstance(old.get("measured"), dict):
         raise InputError(f"{path} is not a kvstack tune result with candidates measured", hint=_RESUME_HINT)
-    return old
+    try:
+        return TuneResults.of(old)
+    except ValueError as exc:
+        raise InputError(f"{path}: a tune result that cannot be read ({exc})", hint=_RESUME_HINT) from exc
 
 
-def _given_calibration(o: TuneRequest, saved: dict[str, Any] | None) -> ServedCalibration | None:
+def _given_calibration(o: TuneRequest, saved: TuneResults | None) -> ServedCalibration | None:
     """``--calibration``'s costs, else (--resume) the ones the stopped tune ranked with; None: this
     tune measures its own."""
     from kvstack.replay.served_calibration import served_calibration_from
@@ -196,33 +192,29 @@ def _given_calibration(o: TuneRequest, saved: dict[str, Any] | None) -> ServedCa
     if saved is None:
         return None
     try:
-        return from_results(saved["calibration"])
-    except (KeyError, TypeError, ValueError) as exc:
+        return from_results(saved.calibration)
+    except ValueError as exc:
         raise InputError(
             f"--resume {o.resume}: the calibration it ranked with cannot be read ({exc})", hint=_RESUME_HINT
         ) from exc
 
 
-def _previous(o: TuneRequest, doc: dict[str, Any], setup: CandidateReplay, old: dict[str, Any]) -> Proof:
+def _previous(o: TuneRequest, doc: TuneResults, setup: CandidateReplay, old: TuneResults) -> Proof:
     """The proof of the stopped tune --resume continues, checked against this one."""
-    measured = old["measured"]
+    measured = old.measured
+    assert measured is not None  # _saved: a tune with candidates measured
     for key, now_, then in (
-        ("source", doc["source"], old.get("source")),
-        ("replay", _setup_info(setup), measured.get("setup")),
-        ("objective", doc["objective"], old.get("objective")),
+        ("source", doc.source.model_dump(mode="json"), old.source.model_dump(mode="json")),
+        ("replay", _setup_info(setup).model_dump(mode="json"), measured.setup.model_dump(mode="json")),
+        ("objective", doc.objective, old.objective),
     ):
         if now_ != then:
             raise InputError(
                 f"--resume {o.resume}: that tune ran with another {key} ({then} , now {now_})",
                 hint="resume with the options of the stopped tune, or start a new --out DIR",
             )
-    try:
-        proof = previous_proof(measured, o.budget_s)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise InputError(
-            f"{o.resume}/results.json: the candidates measured cannot be read ({exc})", hint=_RESUME_HINT
-        ) from exc
-    ranked = {c["label"] for c in doc["candidates"]}
+    proof = previous_proof(measured, o.budget_s)
+    ranked = {c.label for c in doc.candidates}
     unknown = [m.label for m in proof.measured if m.label not in ranked]
     if unknown:
         raise InputError(
@@ -234,7 +226,7 @@ def _previous(o: TuneRequest, doc: dict[str, Any], setup: CandidateReplay, old: 
 
 def _measured_first(
     m: MeasuredCosts, result: TuneResult, setup: CandidateReplay, settings: ProofRequest
-) -> tuple[Proof, list[dict[str, Any]]]:
+) -> tuple[Proof, list[CalibrationReplay]]:
     """The calibration's replays of ranked candidates (``none``; lmcache-mp where the ranking has its
     layout) as the proof's first measured candidates, and results.json's ``calibration_replays``."""
     from kvstack.tune.prove import measured_before
@@ -288,13 +280,10 @@ def run_tune(
     measured first, on layouts ``start_layout`` serves (default: ``serve``'s, as bench --compare
     serves them)."""
     from kvstack.planning.tuned import TUNED_JSON
-    from kvstack.replay.served_calibration import SERVED_TTFT_JSON
     from kvstack.rundir import default_runs_root
-    from kvstack.tune.calibration import measure_costs
-    from kvstack.tune.engines import calibration_starter, serve_starter
-    from kvstack.tune.plots import CANDIDATES, PREDICTED_VS_MEASURED, write_plots
-    from kvstack.tune.ranking import check_ranking
-    from kvstack.tune.report import proof_document, refit_calibration, tuned_layout
+    from kvstack.tune.engines import serve_starter
+    from kvstack.tune.plots import CANDIDATES, PREDICTED_VS_MEASURED
+    from kvstack.tune.report import proof_document
 
     o.check()
     traced = traced if traced is not None else read_trace(o)
@@ -314,19 +303,7 @@ def run_tune(
     measured: MeasuredCosts | None = None
     t0 = clock()
     if cal is None:  # measured here first, as bench --trace --compare none,lmcache-mp measures it
-        check_ranking(
-            inputs.limits, objective=o.objective, connector=o.connector, knobs=o.knobs, slo_s=_slo_s(o)
-        )
-        if start_layout is None:
-            if serve is None:
-                raise InputError(
-                    "tune measures its costs on engines kvstack serves", hint="pass --calibration"
-                )
-            start_layout = calibration_starter(serve, out / RUNS, events)
-        measured = measure_costs(
-            setup, start_layout, trace=o.trace, run_root=out / RUNS, deadline=t0 + o.budget_s, view=view,
-            clock=clock,
-        )  # fmt: skip
+        measured = _measure_costs(o, inputs, setup, start_layout, serve, out, events, view, clock, t0)
         cal = measured.calibration
     result, doc = rank(o, inputs, cal)
     settings = ProofRequest(
@@ -340,7 +317,7 @@ def run_tune(
         start = serve_starter(serve, out / RUNS, events, result.ranked, o.objective)
     engine = EngineSize(result.limits.engine_block_tokens, result.limits.engine_pool_tokens)
     assert result.costs is not None
-    replays = (saved or {}).get("calibration_replays")  # a resumed tune keeps what measured its costs
+    replays = saved.calibration_replays if saved is not None else None  # a resumed tune keeps them
     previous: Proof | None = None
     if measured is not None:
         previous, replays = _measured_first(measured, result, setup, settings)
@@ -348,35 +325,86 @@ def run_tune(
         previous = _previous(o, doc, setup, saved) if saved is not None else None
         # Before anything is written or served: a budget too small is refused.
         preflight(result.ranked, setup, settings, result.costs, engine, previous)
-    if previous is not None:
-        doc["measured"] = proof_document(previous, settings, _setup_info(setup))  # kept until the next save
-    doc["predicted_winner"], doc["winner"] = result.winner.candidate.label, None  # until the replays choose
+    update: dict[str, object] = {"predicted_winner": result.winner.candidate.label, "winner": None}
+    if previous is not None:  # kept until the next save
+        update["measured"] = proof_document(previous, settings, _setup_info(setup))
     if replays is not None:
-        doc["calibration_replays"] = replays
-    written = write_ranking(out, result, doc, tuned=False)
-    by_label = {p.candidate.label: p for p in result.ranked}
-
-    def save(proof: Proof) -> None:
-        doc["measured"] = proof_document(proof, settings, _setup_info(setup))
-        if proof.costs is not None:
-            write_json(out / SERVED_TTFT_JSON, refit_calibration(proof, doc))
-        if proof.verdict is not None:
-            doc["winner"] = proof.verdict.winner
-            win = next(m for m in proof.measured if m.label == proof.verdict.winner)
-            tuned = tuned_layout(
-                by_label[win.label], o.objective, source_line(doc) + f"; measured: {proof.verdict.why}",
-                measured=win, created=now(),
-            )  # fmt: skip
-            write_json(out / TUNED_JSON, tuned.model_dump(mode="json"))
-        write_results(out, doc)
-        if proof.verdict is not None:
-            write_plots(doc, out)
-
+        update["calibration_replays"] = replays
+    keep = _Keeper(out, doc.model_copy(update=update), settings, _setup_info(setup), result, o.objective)
+    written = write_ranking(out, result, keep.results, tuned=False)
     proof = prove(
         result.ranked, setup, start, settings, costs=result.costs,
-        bytes_per_token=result.limits.bytes_per_token, engine=engine, previous=previous, save=save,
+        bytes_per_token=result.limits.bytes_per_token, engine=engine, previous=previous, save=keep,
         view=view, clock=clock, spent_s=clock() - t0 if measured is not None else None,
     )  # fmt: skip
     if proof.verdict is not None:
         written += [out / TUNED_JSON, out / PREDICTED_VS_MEASURED, out / CANDIDATES]
-    return TuneRun(result, doc, out, proof, written)
+    return TuneRun(result, keep.results, out, proof, written)
+
+
+def _measure_costs(
+    o: TuneRequest,
+    inputs: Inputs,
+    setup: CandidateReplay,
+    start_layout: StartLayout | None,
+    serve: Any,
+    out: Path,
+    events: Any,
+    view: View | None,
+    clock: Callable[[], float],
+    t0: float,
+) -> MeasuredCosts:
+    """The costs measured on ``none`` and ``lmcache-mp`` before anything is ranked (no
+    --calibration), within the budget that started at ``t0``."""
+    from kvstack.tune.calibration import measure_costs
+    from kvstack.tune.engines import calibration_starter
+    from kvstack.tune.ranking import check_ranking
+
+    check_ranking(inputs.limits, objective=o.objective, connector=o.connector, knobs=o.knobs, slo_s=_slo_s(o))
+    if start_layout is None:
+        if serve is None:
+            raise InputError("tune measures its costs on engines kvstack serves", hint="pass --calibration")
+        start_layout = calibration_starter(serve, out / RUNS, events)
+    return measure_costs(
+        setup, start_layout, trace=o.trace, run_root=out / RUNS, deadline=t0 + o.budget_s, view=view,
+        clock=clock,
+    )  # fmt: skip
+
+
+class _Keeper:
+    """What a measuring tune keeps after each candidate (the proof's ``save``): results.json
+    (``results``, kept up to date), served-ttft.json from the refit model, and once the replays
+    chose, tuned.json and the PNGs."""
+
+    def __init__(
+        self,
+        out: Path,
+        results: TuneResults,
+        settings: ProofRequest,
+        setup: Setup,
+        result: TuneResult,
+        objective: str,
+    ) -> None:
+        self.out, self.results, self.settings, self.setup = out, results, settings, setup
+        self.by_label = {p.candidate.label: p for p in result.ranked}
+        self.objective = objective
+
+    def __call__(self, proof: Proof) -> None:
+        from kvstack.planning.tuned import TUNED_JSON
+        from kvstack.replay.served_calibration import SERVED_TTFT_JSON
+        from kvstack.tune.plots import write_plots
+        from kvstack.tune.report import proof_document, refit_calibration, tuned_layout
+
+        doc = self.results.model_copy(update={"measured": proof_document(proof, self.settings, self.setup)})
+        if proof.costs is not None:
+            write_json(self.out / SERVED_TTFT_JSON, refit_calibration(proof, doc).to_dict())
+        if proof.verdict is not None:
+            doc = doc.model_copy(update={"winner": proof.verdict.winner})
+            win = next(m for m in proof.measured if m.label == proof.verdict.winner)
+            why = source_line(doc) + f"; measured: {proof.verdict.why}"
+            tuned = tuned_layout(self.by_label[win.label], self.objective, why, measured=win, created=now())
+            write_json(self.out / TUNED_JSON, tuned.model_dump(mode="json"))
+        self.results = doc
+        write_results(self.out, doc)
+        if proof.verdict is not None:
+            write_plots(doc, self.out)

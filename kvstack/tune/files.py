@@ -12,6 +12,7 @@ from typing import Any
 from kvstack.errors import InputError
 from kvstack.fsutil import atomic_write, make_out_dir
 from kvstack.tune.ranking import TuneResult
+from kvstack.tune.results import TuneResults
 
 
 def now() -> str:
@@ -28,21 +29,19 @@ def write_json(path: Path, doc: Any) -> Path:
     return path
 
 
-def write_results(out: Path, doc: dict[str, Any]) -> Path:
-    """results.json, as its model gives it back (a document the model refuses is a bug, not input)."""
+def write_results(out: Path, doc: TuneResults) -> Path:
+    """results.json."""
     from kvstack.tune.report import RESULTS_JSON
-    from kvstack.tune.results import TuneResults
 
-    typed = TuneResults.of(doc).model_dump(mode="json", by_alias=True, exclude_unset=True)
-    return write_json(out / RESULTS_JSON, typed)
+    return write_json(out / RESULTS_JSON, doc.document())
 
 
-def source_line(doc: dict[str, Any]) -> str:
-    src = doc["source"]
-    return f"trace {src['trace']} ({src['requests']} requests), calibration {src['calibration']}"
+def source_line(doc: TuneResults) -> str:
+    src = doc.source
+    return f"trace {src.trace} ({src.requests} requests), calibration {src.calibration}"
 
 
-def write_ranking(out: Path, result: TuneResult, doc: dict[str, Any], tuned: bool = True) -> list[Path]:
+def write_ranking(out: Path, result: TuneResult, doc: TuneResults, tuned: bool = True) -> list[Path]:
     """results.json, tuned.json (the model's best; not when measuring: the measured winner's is
     written once the replays chose it), served-ttft.json (the calibration it ranked with, replaced by
     the model refit from the replays once one is measured: `plan --calibration DIR` and `tune
@@ -56,4 +55,4 @@ def write_ranking(out: Path, result: TuneResult, doc: dict[str, Any], tuned: boo
     if tuned:
         layout = tuned_layout(result.winner, result.objective, source_line(doc), created=now())
         written.append(write_json(out / TUNED_JSON, layout.model_dump(mode="json")))
-    return [*written, write_json(out / SERVED_TTFT_JSON, doc["calibration"])]
+    return [*written, write_json(out / SERVED_TTFT_JSON, doc.calibration.model_dump(mode="json"))]

@@ -11,17 +11,18 @@ decision in results.json (``shared_state``) so that a resumed tune sends the sam
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
-from kvstack.bench.schema import LayoutResult, RequestRow
+from kvstack.bench.schema import RequestRow
 from kvstack.clients import token_sources
-from kvstack.replay.command import ReplayRequest, Shared, run_layout_replay
+from kvstack.replay.command import ReplayOutcome, ReplayRequest, Shared, run_layout_replay
 from kvstack.replay.prompts import BlockTokens, ReplayShape, plan_requests
+from kvstack.replay.results import LayoutComparison
 from kvstack.serving.served_layout import ServedLayout
 from kvstack.traces.mooncake import TraceRequest
 from kvstack.traces.sample import session_key
+from kvstack.tune import results
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,7 @@ def replay(
     shared: Shared,
     on_row: Callable[[RequestRow], None] | None = None,
     calibrate: bool = False,
-) -> tuple[LayoutResult, list[RequestRow], dict[str, Any]]:
+) -> ReplayOutcome:
     """bench --trace's replay of ``setup``'s slice on ``layout``, its answers judged (the result's
     ``correctness``); ``calibrate``: then the layout's costs measured as bench --trace measures
     them (the comparison's ``ttft.calibration``), else none (tune predicts with its own)."""
@@ -60,50 +61,46 @@ def replay(
     )  # fmt: skip
 
 
-def engine_size(compared: Mapping[str, Any]) -> EngineSize | None:
+def engine_size(compared: LayoutComparison) -> EngineSize | None:
     """The engine level of a replay's hierarchy (vllm:cache_config_info), if its counters gave one."""
-    for level in (compared.get("hierarchy") or {}).get("levels") or []:
-        if level.get("tier") == token_sources.ENGINE_CACHE:
-            unit = int(level["unit_tokens"])
-            return EngineSize(unit, unit * int(level["nominal_blocks"]))
+    for level in compared.hierarchy.levels:
+        if level.tier == token_sources.ENGINE_CACHE:
+            return EngineSize(level.unit_tokens, level.unit_tokens * level.nominal_blocks)
     return None
 
 
-def shared_state(shared: Shared, engine: EngineSize | None) -> dict[str, Any]:
+def shared_state(shared: Shared, engine: EngineSize | None) -> results.ReplayState:
     """What the first layout decided, as results.json keeps it (``restore`` reads it back)."""
     assert shared.shape is not None and shared.blocks is not None
     s = shared.shape
-    return {
-        "shape": {
-            "block_tokens": s.block_tokens,
-            "align": s.align,
-            "max_prompt_tokens": s.max_prompt_tokens,
-            "max_output_tokens": s.max_output_tokens,
-            "time_scale": s.time_scale,
-        },
-        "pool": shared.blocks.pool,
-        "seed": shared.blocks.seed,
-        "notes": shared.notes,
-        "engine": None
+    return results.ReplayState(
+        shape=results.Shape(
+            block_tokens=s.block_tokens,
+            align=s.align,
+            max_prompt_tokens=s.max_prompt_tokens,
+            max_output_tokens=s.max_output_tokens,
+            time_scale=s.time_scale,
+        ),
+        pool=shared.blocks.pool,
+        seed=shared.blocks.seed,
+        notes=shared.notes,
+        engine=None
         if engine is None
-        else {"block_tokens": engine.block_tokens, "pool_tokens": engine.pool_tokens},
-        "requests_sent": len(shared.sent),
-        "prompt_tokens": sum(s.prompt_tokens for s in shared.sent),
-    }
+        else results.EngineSize(block_tokens=engine.block_tokens, pool_tokens=engine.pool_tokens),
+        requests_sent=len(shared.sent),
+        prompt_tokens=sum(s.prompt_tokens for s in shared.sent),
+    )
 
 
-def restore(doc: Mapping[str, Any], rows: Sequence[TraceRequest]) -> tuple[Shared, EngineSize | None]:
-    """``shared_state``'s document back: the same prompts for the candidates still to measure.
-    KeyError, TypeError or ValueError on a damaged one."""
-    sh = doc["shape"]
-    shape = ReplayShape(
-        int(sh["block_tokens"]), int(sh["align"]), int(sh["max_prompt_tokens"]),
-        int(sh["max_output_tokens"]), float(sh["time_scale"]),
-    )  # fmt: skip
+def restore(doc: results.ReplayState, rows: Sequence[TraceRequest]) -> tuple[Shared, EngineSize | None]:
+    """``shared_state``'s document back: the same prompts for the candidates still to measure;
+    ValueError when this slice does not send what was saved."""
+    sh = doc.shape
+    shape = ReplayShape(sh.block_tokens, sh.align, sh.max_prompt_tokens, sh.max_output_tokens, sh.time_scale)
     sent, _ = plan_requests(rows, shape, session_key)
-    if len(sent) != int(doc["requests_sent"]):
-        raise ValueError(f"{len(sent)} requests to send, {doc['requests_sent']} when it was saved")
-    blocks = BlockTokens([int(t) for t in doc["pool"]], shape.block_tokens, int(doc["seed"]))
-    engine = doc.get("engine")
-    size = EngineSize(int(engine["block_tokens"]), int(engine["pool_tokens"])) if engine else None
-    return Shared(sent=sent, blocks=blocks, shape=shape, notes=[str(n) for n in doc.get("notes") or []]), size
+    if len(sent) != doc.requests_sent:
+        raise ValueError(f"{len(sent)} requests to send, {doc.requests_sent} when it was saved")
+    blocks = BlockTokens(list(doc.pool), shape.block_tokens, doc.seed)
+    engine = doc.engine
+    size = EngineSize(engine.block_tokens, engine.pool_tokens) if engine is not None else None
+    return Shared(sent=sent, blocks=blocks, shape=shape, notes=list(doc.notes)), size

@@ -22,12 +22,14 @@ beyond the noise" is judged on.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
+
+from kvstack.tune import results
 
 Stat = Literal["p50", "p90", "mean", "goodput"]
 CONFIDENCE = 0.95
@@ -52,12 +54,12 @@ class Interval:
         """Half the interval's width: the figure is ``value`` +- ``noise``."""
         return (self.high - self.low) / 2
 
-    def to_dict(self) -> dict[str, float]:
-        return {"value": self.value, "low": self.low, "high": self.high, "noise": self.noise}
+    def document(self) -> results.Interval:
+        return results.Interval(value=self.value, low=self.low, high=self.high, noise=self.noise)
 
     @classmethod
-    def from_dict(cls, doc: Mapping[str, Any]) -> Interval:
-        return cls(float(doc["value"]), float(doc["low"]), float(doc["high"]))
+    def of(cls, doc: results.Interval) -> Interval:
+        return cls(doc.value, doc.low, doc.high)
 
 
 @dataclass(frozen=True)
@@ -74,23 +76,26 @@ class Stats:
     def get(self, stat: Stat) -> Interval | None:
         return {"p50": self.p50, "p90": self.p90, "mean": self.mean, "goodput": self.goodput}[stat]
 
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"n": self.n, "block": self.block}
-        for stat in ("p50", "p90", "mean", "goodput"):
-            got = self.get(stat)  # type: ignore[arg-type]
-            out[stat] = got.to_dict() if got is not None else None
-        return out
+    def document(self) -> results.MeasuredStats:
+        return results.MeasuredStats(
+            n=self.n,
+            block=self.block,
+            p50=self.p50.document(),
+            p90=self.p90.document(),
+            mean=self.mean.document(),
+            goodput=self.goodput.document() if self.goodput is not None else None,
+        )
 
     @classmethod
-    def from_dict(cls, doc: Mapping[str, Any]) -> Stats:
-        good = doc.get("goodput")
+    def of(cls, doc: results.MeasuredStats) -> Stats:
+        good = doc.goodput
         return cls(
-            n=int(doc["n"]),
-            block=int(doc["block"]),
-            p50=Interval.from_dict(doc["p50"]),
-            p90=Interval.from_dict(doc["p90"]),
-            mean=Interval.from_dict(doc["mean"]),
-            goodput=Interval.from_dict(good) if good else None,
+            n=doc.n,
+            block=doc.block,
+            p50=Interval.of(doc.p50),
+            p90=Interval.of(doc.p90),
+            mean=Interval.of(doc.mean),
+            goodput=Interval.of(good) if good is not None else None,
         )
 
 

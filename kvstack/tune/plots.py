@@ -10,38 +10,41 @@ bench's figure helpers (matplotlib's Agg backend, ``Figure`` objects, atomic wri
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from kvstack.bench.plots import _figure, _save
+from kvstack.tune.results import MeasuredRow, MeasuredStats, TuneResults
+from kvstack.units import in_ms
 
 PREDICTED_VS_MEASURED = "predicted_vs_measured.png"
 CANDIDATES = "candidates.png"
 
 
-def _ms(x: Any) -> float | None:
-    return None if x is None else float(x) * 1000
+def _done(doc: TuneResults) -> list[MeasuredRow]:
+    return [c for c in doc.measured.candidates if c.measured is not None] if doc.measured is not None else []
 
 
-def _done(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
-    measured = doc.get("measured") or {}
-    return [c for c in measured.get("candidates") or [] if c.get("measured")]
+def _short(c: MeasuredRow) -> str:
+    return "none" if c.connector == "none" else f"#{c.rank}"
 
 
-def _short(c: Mapping[str, Any]) -> str:
-    return "none" if c["connector"] == "none" else f"#{c['rank']}"
+def _stat_ms(c: MeasuredRow, stat: str, part: str) -> float:
+    """The measured ``stat`` (p50, p90) of ``c``: its value or its noise, in milliseconds."""
+    measured: MeasuredStats | None = c.measured
+    assert measured is not None
+    return in_ms(getattr(getattr(measured, stat), part)) or 0.0
 
 
-def predicted_vs_measured(doc: Mapping[str, Any], path: Path) -> Path:
+def predicted_vs_measured(doc: TuneResults, path: Path) -> Path:
     fig = _figure(7.0, 5.5)
     ax = fig.add_subplot()
-    done = [c for c in _done(doc) if c.get("predicted")]
+    done = [c for c in _done(doc) if c.predicted.p50_s is not None]
     top = 1.0
     for stat, marker, color in (("p50", "o", "#3182bd"), ("p90", "s", "#e6550d")):
-        xs = [_ms(c["predicted"].get(f"{stat}_s")) or 0.0 for c in done]
-        ys = [_ms(c["measured"][stat]["value"]) or 0.0 for c in done]
-        err = [_ms(c["measured"][stat]["noise"]) or 0.0 for c in done]
+        xs = [in_ms(getattr(c.predicted, f"{stat}_s")) or 0.0 for c in done]
+        ys = [_stat_ms(c, stat, "value") for c in done]
+        err = [_stat_ms(c, stat, "noise") for c in done]
         if xs:
             ax.errorbar(xs, ys, yerr=err, fmt=marker, color=color, capsize=3, label=f"TTFT {stat}")
             for x, y, c in zip(xs, ys, done, strict=True):
@@ -64,19 +67,22 @@ def predicted_vs_measured(doc: Mapping[str, Any], path: Path) -> Path:
     return _save(fig, path)
 
 
-def candidates_plot(doc: Mapping[str, Any], path: Path) -> Path:
+def candidates_plot(doc: TuneResults, path: Path) -> Path:
     done = _done(doc)
-    winner = ((doc.get("measured") or {}).get("verdict") or {}).get("winner")
+    verdict = doc.measured.verdict if doc.measured is not None else None
+    winner = verdict.winner if verdict is not None else None
+    excluded = verdict.excluded if verdict is not None else {}
     fig = _figure(max(6.0, 0.9 * len(done) + 2.5), 4.8)
     ax = fig.add_subplot()
     xs = list(range(len(done)))
     width = 0.38
     for offset, stat, color in ((-width / 2, "p50", "#3182bd"), (width / 2, "p90", "#e6550d")):
-        ys = [_ms(c["measured"][stat]["value"]) or 0.0 for c in done]
-        err = [_ms(c["measured"][stat]["noise"]) or 0.0 for c in done]
+        ys = [_stat_ms(c, stat, "value") for c in done]
+        err = [_stat_ms(c, stat, "noise") for c in done]
         ax.bar([x + offset for x in xs], ys, width, yerr=err, capsize=3, color=color, label=f"TTFT {stat}")
     labels = [
-        _short(c) + (" *" if c["label"] == winner else "") + ("\nout" if _out(doc, c) else "") for c in done
+        _short(c) + (" *" if c.label == winner else "") + ("\nout" if c.label in excluded else "")
+        for c in done
     ]
     ax.set_xticks(xs, labels, fontsize=8)
     ax.set_ylabel("measured TTFT (ms), whisker: noise")
@@ -89,12 +95,7 @@ def candidates_plot(doc: Mapping[str, Any], path: Path) -> Path:
     return _save(fig, path)
 
 
-def _out(doc: Mapping[str, Any], c: Mapping[str, Any]) -> bool:
-    excluded = ((doc.get("measured") or {}).get("verdict") or {}).get("excluded") or {}
-    return c["label"] in excluded
-
-
-def write_plots(doc: Mapping[str, Any], out: Path) -> Sequence[Path]:
+def write_plots(doc: TuneResults, out: Path) -> Sequence[Path]:
     return [
         predicted_vs_measured(doc, out / PREDICTED_VS_MEASURED),
         candidates_plot(doc, out / CANDIDATES),

@@ -19,16 +19,17 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
-from kvstack.bench.schema import LayoutResult, RequestRow
+from kvstack.bench.schema import RequestRow
 from kvstack.errors import InputError, Interrupted, KvstackError
-from kvstack.replay.command import Shared
+from kvstack.replay.command import ReplayOutcome, Shared
+from kvstack.replay.results import Costs as CostsDoc
 from kvstack.serving.served_layout import ServedLayout
 from kvstack.serving.start_layout import MIN_L1_BYTES
 from kvstack.tune import budget as bud
+from kvstack.tune import results
 from kvstack.tune.measure import CandidateReplay, EngineSize, engine_size, replay, restore, shared_state
 from kvstack.tune.noise import Stat, measure
 from kvstack.tune.progress import RowClock, View
@@ -47,13 +48,13 @@ StartCandidate = Callable[[Candidate, int], AbstractContextManager[ServedLayout]
 class Proof:
     budget_s: float
     measured: list[MeasuredCandidate] = field(default_factory=list)
-    replay: dict[str, Any] | None = None  # shared_state: what every candidate was sent
+    replay: results.ReplayState | None = None  # shared_state: what every candidate was sent
     skipped: dict[str, str] = field(default_factory=dict)  # ranked but not measurable as modelled
     stopped: str = ""  # why the loop ended
     elapsed_s: float = 0.0
     estimate: bud.Estimate | None = None
     verdict: Verdict | None = None
-    refits: list[dict[str, Any]] = field(default_factory=list)  # the model after each replay
+    refits: list[results.Refit] = field(default_factory=list)  # the model after each replay
     costs: Costs | None = None  # the last refit's
 
     def baseline(self) -> MeasuredCandidate | None:
@@ -170,7 +171,7 @@ def _engine_prompt_tokens(row: RequestRow) -> int:
 def _record(
     p: CandidatePrediction,
     rank: int,
-    replayed: tuple[LayoutResult, list[RequestRow], dict[str, Any]],
+    replayed: ReplayOutcome,
     predicted: CandidatePrediction | None,
     settings: ProofRequest,
     walls: dict[str, float],
@@ -203,7 +204,7 @@ def _record(
         ttfts=per_request,
         requests=len(rows),
         ok=sum(r.ok for r in rows),
-        measured_tokens={k: float(v) for k, v in (compared.get("measured_tokens") or {}).items()},
+        measured_tokens={k: float(v) for k, v in compared.measured_tokens.items()},
         lookups=None if lookups is None else int(lookups),
         below_gate=None if gate is None else sum(_engine_prompt_tokens(r) < gate for r in rows),
         correctness=result.correctness,
@@ -232,107 +233,187 @@ def prove(
     the pool the served engine reports). ``previous``: a stopped tune's proof (--resume), or the
     candidates this tune replayed to measure its costs, which took ``spent_s`` of the budget (then
     no refusal up front: engines ran already, the loop stops at the budget)."""
-    t0 = clock() - (spent_s or 0.0)
-    todo, skipped = queue(ranked, settings.max_candidates)
-    ranks = {p.candidate.label: i + 1 for i, p in enumerate(ranked)}
-    proof = Proof(budget_s=settings.budget_s, skipped=skipped)
-    shared = Shared()
-    served: EngineSize | None = None
-    if previous is not None:
-        proof.measured = list(previous.measured)
-        proof.replay = previous.replay
+    loop = _ProofLoop(ranked, setup, start, settings, costs, bytes_per_token, view, clock, save)
+    loop.t0 = clock() - (spent_s or 0.0)
+    loop.resume(previous)
+    loop.first = preflight(
+        ranked, setup, settings, costs, loop.served or engine, previous, refuse=spent_s is None
+    )
+    return loop.run()
+
+
+class _ProofLoop:
+    """The proof as it runs: what was measured (``proof``), what every candidate is sent
+    (``shared``, decided by the first replay), the engine it was served on (``served``), the slice
+    predicted on it (``sliced``), the replays the model is refit from, and the candidates still
+    queued (``pending``, in the order the last refit predicts)."""
+
+    def __init__(
+        self,
+        ranked: Sequence[CandidatePrediction],
+        setup: CandidateReplay,
+        start: StartCandidate,
+        settings: ProofRequest,
+        costs: Costs,
+        bpt: float,
+        view: View | None,
+        clock: Callable[[], float],
+        save: Callable[[Proof], None],
+    ) -> None:
+        self.setup, self.start, self.settings = setup, start, settings
+        self.costs, self.bpt, self.view, self.clock, self.save = costs, bpt, view, clock, save
+        self.todo, skipped = queue(ranked, settings.max_candidates)
+        self.ranks = {p.candidate.label: i + 1 for i, p in enumerate(ranked)}
+        self.candidates = {p.candidate.label: p.candidate for p in ranked}
+        self.proof = Proof(budget_s=settings.budget_s, skipped=skipped)
+        self.shared = Shared()
+        self.served: EngineSize | None = None
+        self.sliced: _Slice | None = None
+        self.replays: list[Replayed] = []
+        self.pending: list[CandidatePrediction] = list(self.todo)
+        self.t0 = 0.0  # the budget's start (prove sets it)
+        self.first: bud.Estimate | None = None
+
+    def resume(self, previous: Proof | None) -> None:
+        """Continue ``previous``: its candidates measured, the prompts it sent (InputError when this
+        slice does not send them)."""
+        if previous is None:
+            return
+        self.proof.measured = list(previous.measured)
+        self.proof.replay = previous.replay
         if previous.replay is not None:
             try:
-                shared, served = restore(previous.replay, setup.rows)
-            except (KeyError, TypeError, ValueError) as exc:
+                self.shared, self.served = restore(previous.replay, self.setup.rows)
+            except ValueError as exc:
                 raise InputError(
                     f"--resume: the saved replay does not match this trace slice ({exc})",
                     hint="resume with the options of the stopped tune, or start a new --out DIR",
                 ) from exc
-    done = {m.label for m in proof.measured}
-    pending = [p for p in todo if p.candidate.label not in done]
-    first = preflight(ranked, setup, settings, costs, served or engine, previous, refuse=spent_s is None)
-    sliced = (
-        _Slice(shared, setup, served, costs, bytes_per_token) if served is not None and shared.sent else None
-    )
-    candidates = {p.candidate.label: p.candidate for p in ranked}
-    replays = [
-        Replayed(candidates[m.label], m.ttfts) for m in proof.measured if m.label in candidates and m.replayed
-    ]
-    if replays:
-        pending = _refit(proof, replays, costs, sliced, pending, settings, bytes_per_token)
-    proof.stopped = "every candidate queued was measured"
-    try:
-        while pending:
-            p = pending.pop(0)
-            label = p.candidate.label
-            estimate = bud.measured_estimate([(m.label, m.wall_s) for m in proof.measured]) or first
-            proof.estimate = estimate
-            left = settings.budget_s - (clock() - t0)
-            if estimate.total_s > left:
-                proof.stopped = (
-                    f"budget: {len(proof.measured)} measured; the next, {label}, needs about "
-                    f"{bud.fmt_duration(estimate.total_s)} and {bud.fmt_duration(max(0.0, left))} is left"
-                )
-                break
-            index = len(proof.measured) + 1
+        done = {m.label for m in self.proof.measured}
+        self.pending = [p for p in self.todo if p.candidate.label not in done]
+
+    def run(self) -> Proof:
+        proof = self.proof
+        if self.served is not None and self.shared.sent:
+            self.sliced = _Slice(self.shared, self.setup, self.served, self.costs, self.bpt)
+        self.replays = [
+            Replayed(self.candidates[m.label], m.ttfts)
+            for m in proof.measured
+            if m.label in self.candidates and m.replayed
+        ]
+        if self.replays:
+            self._refit()
+        proof.stopped = "every candidate queued was measured"
+        try:
+            while self.pending:
+                if not self._next(self.pending.pop(0)):
+                    break
+        except (KeyboardInterrupt, Interrupted) as exc:
+            proof.stopped = "interrupted"
+            proof.elapsed_s = self.clock() - self.t0
+            self.save(proof)
+            raise Interrupted(
+                f"interrupted: the {len(proof.measured)} candidates measured are kept; --resume continues"
+            ) from exc
+        finally:
+            if self.view is not None:
+                self.view.end()
+        proof.elapsed_s = self.clock() - self.t0
+        if proof.baseline() is not None:
+            proof.verdict = decide(proof.measured, self.settings.objective, self.settings.slo_s)
+        self.save(proof)
+        return proof
+
+    def _next(self, p: CandidatePrediction) -> bool:
+        """Measure ``p`` if the budget holds it (False: it does not, and the loop stops)."""
+        proof, label = self.proof, p.candidate.label
+        assert self.first is not None
+        estimate = bud.measured_estimate([(m.label, m.wall_s) for m in proof.measured]) or self.first
+        proof.estimate = estimate
+        left = self.settings.budget_s - (self.clock() - self.t0)
+        if estimate.total_s > left:
+            proof.stopped = (
+                f"budget: {len(proof.measured)} measured; the next, {label}, needs about "
+                f"{bud.fmt_duration(estimate.total_s)} and {bud.fmt_duration(max(0.0, left))} is left"
+            )
+            return False
+        index = len(proof.measured) + 1
+        if self.view is not None:
+            self.view.begin(
+                label, index, len(self.todo), len(self.setup.rows), self.t0 + self.settings.budget_s
+            )
+        m = self._measure(p, index)
+        if proof.replay is None and self.shared.sent and self.shared.blocks is not None:
+            proof.replay = shared_state(self.shared, self.served)
+        if self.view is not None:
+            self.view.end()
+        proof.measured.append(m)
+        if m.replayed:
+            self.replays.append(Replayed(p.candidate, m.ttfts))
+            self._refit()
+        proof.elapsed_s = self.clock() - self.t0
+        self.save(proof)
+        if m.baseline and not m.replayed:
+            raise _baseline_failed(m)
+        return True
+
+    def _refit(self) -> None:
+        """The model refit from the replays (recorded in ``proof.refits``), and the candidates still
+        queued in the order it now predicts on the slice (unchanged without a slice to predict on)."""
+        sliced, settings = self.sliced, self.settings
+        if sliced is None:
+            return
+        sliced.costs = self.proof.costs = c = refit(self.costs, sliced.sim, self.replays, self.bpt)
+        self.proof.refits.append(
+            results.Refit(
+                after=[r.candidate.label for r in self.replays],
+                plain=CostsDoc.of(c.plain),
+                by_connector={name: CostsDoc.of(costs) for name, costs in c.by_connector.items()},
+            )
+        )
+        self.pending.sort(key=lambda q: sliced.predict(q.candidate, settings.slo_s).loss(settings.objective))
+
+    def _measure(self, p: CandidatePrediction, index: int) -> MeasuredCandidate:
+        """Serve ``p``'s candidate, replay, check; its record (an error recorded for a candidate that
+        could not be served; the baseline's raises)."""
+        c, view, clock, setup = p.candidate, self.view, self.clock, self.setup
+        t_start = clock()
+        walls: dict[str, float] = {}
+        # the replay's last answer: the correctness check follows it
+        then = "checking correctness" if setup.args.check_correctness else None
+        on_row = RowClock(view, lambda: len(self.shared.sent), clock, then)
+        root = self.settings.run_root
+        run_dir = str(candidate_run_dir(root, index)) if root else None
+        try:
             if view is not None:
-                view.begin(label, index, len(todo), len(setup.rows), t0 + settings.budget_s)
-            m, shared, served, sliced = _one(
-                p, ranks[label], index, setup, start, settings, shared, served, sliced, costs,
-                bytes_per_token, view, clock,
+                view.phase("starting the engine")
+            with self.start(c, index) as layout:
+                t_ready = clock()
+                walls["start"] = t_ready - t_start
+                layout = dataclasses.replace(layout, name=c.label)
+                if view is not None:
+                    view.phase("replaying the trace")
+                replayed = replay(layout, setup, self.shared, on_row)
+                t_done = clock()
+                walls["replay"] = on_row.replay_s(t_ready, t_done)
+                walls["check"] = t_done - t_ready - walls["replay"]
+                if self.served is None:
+                    self.served = engine_size(replayed.compared)
+                if self.sliced is None and self.served is not None:
+                    self.sliced = _Slice(self.shared, setup, self.served, self.costs, self.bpt)
+        except Interrupted:
+            raise  # Ctrl-C during a replay (replay/command.py says so): the tune stops, not the candidate
+        except KvstackError as exc:
+            if not c.offloads:
+                raise
+            walls["total"] = clock() - t_start
+            return MeasuredCandidate(
+                label=c.label, rank=self.ranks[c.label], connector=c.connector, knobs=c.knobs(),
+                wall_s=walls, run_dir=run_dir, error=exc.message,
             )  # fmt: skip
-            if proof.replay is None and shared.sent and shared.blocks is not None:
-                proof.replay = shared_state(shared, served)
-            if view is not None:
-                view.end()
-            proof.measured.append(m)
-            if m.replayed:
-                replays.append(Replayed(p.candidate, m.ttfts))
-                pending = _refit(proof, replays, costs, sliced, pending, settings, bytes_per_token)
-            proof.elapsed_s = clock() - t0
-            save(proof)
-            if m.baseline and not m.replayed:
-                raise _baseline_failed(m)
-    except (KeyboardInterrupt, Interrupted) as exc:
-        proof.stopped = "interrupted"
-        proof.elapsed_s = clock() - t0
-        save(proof)
-        raise Interrupted(
-            f"interrupted: the {len(proof.measured)} candidates measured are kept; --resume continues"
-        ) from exc
-    finally:
-        if view is not None:
-            view.end()
-    proof.elapsed_s = clock() - t0
-    if proof.baseline() is not None:
-        proof.verdict = decide(proof.measured, settings.objective, settings.slo_s)
-    save(proof)
-    return proof
-
-
-def _refit(
-    proof: Proof,
-    replays: list[Replayed],
-    calibrated: Costs,
-    sliced: _Slice | None,
-    pending: list[CandidatePrediction],
-    settings: ProofRequest,
-    bpt: float,
-) -> list[CandidatePrediction]:
-    """The model refit from ``replays`` (recorded in ``proof.refits``), and ``pending`` in the order
-    it now predicts on the slice (unchanged without a slice to predict on)."""
-    if sliced is None:
-        return pending
-    sliced.costs = proof.costs = c = refit(calibrated, sliced.sim, replays, bpt)
-    proof.refits.append(
-        {
-            "after": [r.candidate.label for r in replays],
-            "plain": c.plain.to_dict(),
-            "by_connector": {name: costs.to_dict() for name, costs in c.by_connector.items()},
-        }
-    )
-    return sorted(pending, key=lambda q: sliced.predict(q.candidate, settings.slo_s).loss(settings.objective))
+        walls["total"] = clock() - t_start
+        predicted = self.sliced.predict(c, self.settings.slo_s) if self.sliced is not None else None
+        return _record(p, self.ranks[c.label], replayed, predicted, self.settings, walls, run_dir)
 
 
 def _baseline_failed(m: MeasuredCandidate) -> KvstackError:
@@ -345,69 +426,10 @@ def _baseline_failed(m: MeasuredCandidate) -> KvstackError:
     )
 
 
-def _one(
-    p: CandidatePrediction,
-    rank: int,
-    index: int,
-    setup: CandidateReplay,
-    start: StartCandidate,
-    settings: ProofRequest,
-    shared: Shared,
-    served: EngineSize | None,
-    sliced: _Slice | None,
-    costs: Costs,
-    bpt: float,
-    view: View | None,
-    clock: Callable[[], float],
-) -> tuple[MeasuredCandidate, Shared, EngineSize | None, _Slice | None]:
-    """Serve ``p``'s candidate, replay, check; its record (an error recorded for a candidate that
-    could not be served; the baseline's raises)."""
-    c = p.candidate
-    t_start = clock()
-    walls: dict[str, float] = {}
-    # the replay's last answer: the correctness check follows it
-    then = "checking correctness" if setup.args.check_correctness else None
-    on_row = RowClock(view, lambda: len(shared.sent), clock, then)
-
-    run_dir = str(candidate_run_dir(settings.run_root, index)) if settings.run_root else None
-    try:
-        if view is not None:
-            view.phase("starting the engine")
-        with start(c, index) as layout:
-            t_ready = clock()
-            walls["start"] = t_ready - t_start
-            layout = dataclasses.replace(layout, name=c.label)
-            if view is not None:
-                view.phase("replaying the trace")
-            replayed = replay(layout, setup, shared, on_row)
-            compared = replayed[2]
-            t_done = clock()
-            walls["replay"] = on_row.replay_s(t_ready, t_done)
-            walls["check"] = t_done - t_ready - walls["replay"]
-            if served is None:
-                served = engine_size(compared)
-            if sliced is None and served is not None:
-                sliced = _Slice(shared, setup, served, costs, bpt)
-    except Interrupted:
-        raise  # Ctrl-C during a replay (replay/command.py says so): the tune stops, not the candidate
-    except KvstackError as exc:
-        if not c.offloads:
-            raise
-        walls["total"] = clock() - t_start
-        return (
-            MeasuredCandidate(label=c.label, rank=rank, connector=c.connector, knobs=c.knobs(),
-                              wall_s=walls, run_dir=run_dir, error=exc.message),
-            shared, served, sliced,
-        )  # fmt: skip
-    walls["total"] = clock() - t_start
-    predicted = sliced.predict(c, settings.slo_s) if sliced is not None else None
-    return _record(p, rank, replayed, predicted, settings, walls, run_dir), shared, served, sliced
-
-
 def measured_before(
     p: CandidatePrediction,
     rank: int,
-    replayed: tuple[LayoutResult, list[RequestRow], dict[str, Any]],
+    replayed: ReplayOutcome,
     walls: dict[str, float],
     run_dir: str | None,
     context: tuple[Shared, EngineSize | None, CandidateReplay, ProofRequest],
@@ -422,11 +444,10 @@ def measured_before(
     return _record(p, rank, replayed, predicted, settings, walls, run_dir)
 
 
-def previous_proof(doc: dict[str, Any], budget_s: float) -> Proof:
-    """A saved proof (results.json's ``measured``) back; KeyError, TypeError or ValueError on a
-    damaged one."""
+def previous_proof(doc: results.Measured, budget_s: float) -> Proof:
+    """A saved proof (results.json's ``measured``) back."""
     return Proof(
         budget_s=budget_s,
-        measured=[MeasuredCandidate.from_dict(m) for m in doc.get("candidates") or []],
-        replay=doc.get("replay"),
+        measured=[MeasuredCandidate.of(m) for m in doc.candidates],
+        replay=doc.replay,
     )

@@ -4,10 +4,9 @@ planning/tuned.py). Pure: documents, no files."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from kvstack.planning.served_ttft import ServedCalibration
 from kvstack.planning.tuned import TunedLayout
+from kvstack.tune import results
 from kvstack.tune.noise import METHOD
 from kvstack.tune.prove import Proof, ProofRequest
 from kvstack.tune.rank import CandidatePrediction
@@ -55,81 +54,89 @@ def tuned_layout(
     )
 
 
-def _row(rank: int, p: CandidatePrediction) -> dict[str, Any]:
+def _row(rank: int, p: CandidatePrediction) -> results.CandidateRow:
     c = p.candidate
-    return {
-        "rank": rank,
-        "label": c.label,
-        "connector": c.connector,
-        "knobs": c.knobs(),
-        "sizes_from": c.sizes,
-        "gate": None
+    return results.CandidateRow(
+        rank=rank,
+        label=c.label,
+        connector=c.connector,
+        knobs=c.knobs(),
+        sizes_from=c.sizes,
+        gate=None
         if c.gate is None
-        else {"kind": c.gate.kind, "tokens": c.gate.tokens, "from": c.gate.why},
-        "not_settable": c.not_settable,
-        "predicted": {"p50_s": p.p50_s, "p90_s": p.p90_s, "mean_s": p.mean_s, "goodput": p.under_slo},
-        "prompt_tokens": p.tokens,
-        "gated_requests": p.gated,
-    }
+        else results.Gate.model_validate({"kind": c.gate.kind, "tokens": c.gate.tokens, "from": c.gate.why}),
+        not_settable=c.not_settable,
+        predicted=results.PredictedFigures(
+            p50_s=p.p50_s, p90_s=p.p90_s, mean_s=p.mean_s, goodput=p.under_slo
+        ),
+        prompt_tokens=p.tokens,
+        gated_requests=p.gated,
+    )
 
 
-def results_document(result: TuneResult, source: dict[str, Any]) -> dict[str, Any]:
+def results_document(
+    result: TuneResult, source: results.Source, calibration: ServedCalibration, rank_s: float
+) -> results.TuneResults:
+    """results.json of a ranking (``measured`` none until a candidate is replayed)."""
     s, lim = result.sizes, result.limits
-    return {
-        "kind": "kvstack-tune",
-        "objective": result.objective,
-        "source": source,
-        "limits": {
-            "platform": lim.platform,
-            "engine_block_tokens": lim.engine_block_tokens,
-            "engine_pool_tokens": lim.engine_pool_tokens,
-            "bytes_per_token": lim.bytes_per_token,
-            "dram_max_bytes": lim.dram_max_bytes,
-            "disk_max_bytes": lim.disk_max_bytes,
-        },
-        "curve_sizes": {"knee_bytes": s.knee, "p95_bytes": s.p95, "max_bytes": s.max},
-        "winner": result.winner.candidate.label,
-        "baseline": _row(result.ranked.index(result.baseline) + 1, result.baseline),
-        "candidates": [_row(i + 1, p) for i, p in enumerate(result.ranked)],
-        "measured": None,  # proof_document's, once a candidate is replayed
-    }
+    return results.TuneResults(
+        kind="kvstack-tune",
+        objective=result.objective,
+        source=source,
+        limits=results.Limits(
+            platform=lim.platform,
+            engine_block_tokens=lim.engine_block_tokens,
+            engine_pool_tokens=lim.engine_pool_tokens,
+            bytes_per_token=lim.bytes_per_token,
+            dram_max_bytes=lim.dram_max_bytes,
+            disk_max_bytes=lim.disk_max_bytes,
+        ),
+        curve_sizes=results.CurveSizes(knee_bytes=s.knee, p95_bytes=s.p95, max_bytes=s.max),
+        winner=result.winner.candidate.label,
+        baseline=_row(result.ranked.index(result.baseline) + 1, result.baseline),
+        candidates=[_row(i + 1, p) for i, p in enumerate(result.ranked)],
+        measured=None,
+        calibration=results.Calibration.model_validate(calibration.to_dict()),
+        rank_s=rank_s,  # simulating and predicting every candidate (scripts/bench-tune prints it)
+    )
 
 
-def refit_calibration(proof: Proof, doc: dict[str, Any]) -> dict[str, Any]:
+def refit_calibration(proof: Proof, doc: results.TuneResults) -> ServedCalibration:
     """served-ttft.json from the model as the replays refit it: the plain path, and the first
     offload connector measured (else the calibration's offload layout over the refit plain path)."""
     assert proof.costs is not None
-    layouts = (doc.get("calibration") or {}).get("layouts") or {}
-    calibrated = next((name for name, entry in layouts.items() if entry.get("offload")), "lmcache-mp")
+    layouts = doc.calibration.layouts
+    calibrated = next((name for name, entry in layouts.items() if entry.offload), "lmcache-mp")
     fitted = [m.connector for m in proof.measured if m.connector in proof.costs.by_connector]
     name = fitted[0] if fitted else calibrated
-    src = doc["source"]
     return ServedCalibration(
         plain=proof.costs.plain,
         offload=proof.costs.of(name),
         offload_layout=name,
-        source=f"kvstack tune's replays of {src['trace']} ({len(proof.measured)} candidates measured)",
-    ).to_dict()
+        source=f"kvstack tune's replays of {doc.source.trace} ({len(proof.measured)} candidates measured)",
+    )
 
 
-def proof_document(proof: Proof, settings: ProofRequest, setup: dict[str, Any]) -> dict[str, Any]:
+def proof_document(proof: Proof, settings: ProofRequest, setup: results.Setup) -> results.Measured:
     """results.json's ``measured``: every candidate replayed, in the order measured, and the
     verdict; ``setup`` says how the slice was replayed (a resumed tune must match it)."""
     est = proof.estimate
-    return {
-        "objective": settings.objective,
-        "slo_ms": settings.slo_s * 1000 if settings.slo_s is not None else None,
-        "budget_s": settings.budget_s,
-        "elapsed_s": proof.elapsed_s,
-        "stopped": proof.stopped,
-        "noise": METHOD,
-        "setup": setup,
-        "estimate": None
+    return results.Measured(
+        objective=settings.objective,
+        slo_ms=settings.slo_s * 1000 if settings.slo_s is not None else None,
+        budget_s=settings.budget_s,
+        elapsed_s=proof.elapsed_s,
+        stopped=proof.stopped,
+        noise=METHOD,
+        setup=setup,
+        estimate=None
         if est is None
-        else {"start_s": est.start_s, "replay_s": est.replay_s, "check_s": est.check_s, "from": est.source},
-        "replay": proof.replay,
-        "candidates": [m.to_dict() for m in proof.measured],
-        "skipped": proof.skipped,
-        "refits": proof.refits,
-        "verdict": proof.verdict.to_dict() if proof.verdict is not None else None,
-    }
+        else results.Estimate.model_validate(
+            {"start_s": est.start_s, "replay_s": est.replay_s, "check_s": est.check_s, "from": est.source}
+        ),
+        replay=proof.replay,
+        candidates=[m.document() for m in proof.measured],
+        skipped=proof.skipped,
+        refits=proof.refits,
+        verdict=proof.verdict.document() if proof.verdict is not None else None,
+    )

@@ -1,17 +1,19 @@
-"""results.json of a tune as a typed document: what report.py and command.py write (the ranking,
-``measured``: the proof, ``calibration``: the costs it ranked with) and what reads it back (the
-terminal report: rendering/tune.py). Extra keys are refused, so the writer and this model cannot
-drift apart unnoticed: tests/unit/tune/test_results.py validates every document a tune writes and
-checks that the model gives it back unchanged.
+"""results.json of a tune as a typed document: what report.py and command.py build (the ranking,
+``measured``: the proof, ``calibration``: the costs it ranked with), what files.py writes
+(``TuneResults.document``: a key left unset, as ``predicted_winner`` of a ranking, stays out) and
+what reads it back (--resume, the plots, the terminal report: rendering/tune.py). Extra keys are
+refused; tests/unit/tune/test_results.py checks that every document a tune writes, and one an
+earlier kvstack wrote, comes back unchanged.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from kvstack.bench.schema import CorrectnessResult
+from kvstack.replay.results import Costs
 
 
 class _Doc(BaseModel):
@@ -19,7 +21,7 @@ class _Doc(BaseModel):
 
 
 class Interval(_Doc):
-    """A measured figure and its bootstrap interval (noise.Interval.to_dict)."""
+    """A measured figure and its bootstrap interval (noise.Interval.document)."""
 
     value: float
     low: float
@@ -46,7 +48,7 @@ class Predicted(_Doc):
 
 
 class MeasuredRow(_Doc):
-    """One candidate replayed (verdict.MeasuredCandidate.to_dict)."""
+    """One candidate replayed (verdict.MeasuredCandidate.document)."""
 
     label: str
     rank: int
@@ -68,6 +70,13 @@ class MeasuredRow(_Doc):
     run_dir: str | None
     error: str | None
 
+    @field_validator("correctness", mode="before")
+    @classmethod
+    def _whole(cls, value: object) -> object:
+        # As JSON, so that every key counts as set: results.json is dumped with exclude_unset (for the
+        # keys only some tunes write), which would drop a default the judgement did not set.
+        return value.model_dump(mode="json") if isinstance(value, BaseModel) else value
+
 
 class Inversion(_Doc):
     model_ranked_higher: str
@@ -81,18 +90,6 @@ class Verdict(_Doc):
     excluded: dict[str, str]
     inversions: list[Inversion]
     versus_none: dict[str, dict[str, Interval]]
-
-
-class Costs(_Doc):
-    """planning.served_ttft.ServedCosts.to_dict."""
-
-    hit_s: float
-    miss_s: float
-    linear_s_per_token: float
-    quadratic_s_per_token2: float
-    fetch_s_per_token: dict[str, float]
-    chunk_s: float
-    source: str
 
 
 class Refit(_Doc):
@@ -256,5 +253,10 @@ class TuneResults(_Doc):
     calibration_replays: list[CalibrationReplay] | None = None  # only when this tune measured its costs
 
     @classmethod
-    def of(cls, doc: dict[str, Any]) -> TuneResults:
+    def of(cls, doc: object) -> TuneResults:
+        """A results.json document, typed; ValidationError (a ValueError) on anything else."""
         return cls.model_validate(doc)
+
+    def document(self) -> dict[str, object]:
+        """The JSON results.json holds (a key left unset stays out, as an earlier tune wrote it)."""
+        return self.model_dump(mode="json", by_alias=True, exclude_unset=True)

@@ -16,11 +16,11 @@ The rules (issue 33, "Prove by measurement"):
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from kvstack.bench.schema import CorrectnessResult
+from kvstack.tune import results
 from kvstack.tune.noise import Interval, Stat, Stats, better, paired, worse
 
 BASELINE = "none"
@@ -77,58 +77,54 @@ class MeasuredCandidate:
         what = "differs from recompute" if bad.verdict == "fail" else "could not be checked"
         return f"{head}; request {bad.request} {what}: {bad.detail}"
 
-    def to_dict(self) -> dict[str, Any]:
+    def document(self) -> results.MeasuredRow:
+        """results.json's record of it (``measured.candidates``)."""
         predicted_p50 = self.predicted.get("p50_s")
         ratio = self.stats.p50.value / predicted_p50 if self.stats is not None and predicted_p50 else None
-        return {
-            "label": self.label,
-            "rank": self.rank,
-            "connector": self.connector,
-            "knobs": self.knobs,
-            "predicted": self.predicted,
-            "predicted_tokens": self.predicted_tokens,
-            "measured": self.stats.to_dict() if self.stats is not None else None,
-            "measured_over_predicted_p50": ratio,
-            "ttft_s": self.ttfts,
-            "requests": self.requests,
-            "ok": self.ok,
-            "measured_tokens": self.measured_tokens,
-            "lookups": self.lookups,
-            "below_gate": self.below_gate,
-            "correctness": self.correctness.model_dump(mode="json") if self.correctness else None,
-            "correct": self.correct,
-            "wall_s": self.wall_s,
-            "run_dir": self.run_dir,
-            "error": self.error,
-        }
-
-    @classmethod
-    def from_dict(cls, doc: Mapping[str, Any]) -> MeasuredCandidate:
-        """What ``to_dict`` wrote; KeyError, TypeError or ValueError on anything else."""
-        measured, correctness = doc.get("measured"), doc.get("correctness")
-        return cls(
-            label=str(doc["label"]),
-            rank=int(doc["rank"]),
-            connector=str(doc["connector"]),
-            knobs={str(k): float(v) for k, v in dict(doc.get("knobs") or {}).items()},
-            predicted={str(k): (None if v is None else float(v)) for k, v in dict(doc["predicted"]).items()},
-            predicted_tokens={str(k): int(v) for k, v in dict(doc.get("predicted_tokens") or {}).items()},
-            stats=Stats.from_dict(measured) if measured else None,
-            ttfts=[None if t is None else float(t) for t in doc.get("ttft_s") or []],
-            requests=int(doc.get("requests") or 0),
-            ok=int(doc.get("ok") or 0),
-            measured_tokens={str(k): float(v) for k, v in dict(doc.get("measured_tokens") or {}).items()},
-            lookups=_int_or_none(doc.get("lookups")),
-            below_gate=_int_or_none(doc.get("below_gate")),
-            correctness=CorrectnessResult.model_validate(correctness) if correctness else None,
-            wall_s={str(k): float(v) for k, v in dict(doc.get("wall_s") or {}).items()},
-            run_dir=doc.get("run_dir"),
-            error=doc.get("error"),
+        return results.MeasuredRow(
+            label=self.label,
+            rank=self.rank,
+            connector=self.connector,
+            knobs=self.knobs,
+            predicted=results.Predicted(**self.predicted),
+            predicted_tokens=self.predicted_tokens,
+            measured=self.stats.document() if self.stats is not None else None,
+            measured_over_predicted_p50=ratio,
+            ttft_s=self.ttfts,
+            requests=self.requests,
+            ok=self.ok,
+            measured_tokens=self.measured_tokens,
+            lookups=self.lookups,
+            below_gate=self.below_gate,
+            correctness=self.correctness,
+            correct=self.correct,
+            wall_s=self.wall_s,
+            run_dir=self.run_dir,
+            error=self.error,
         )
 
-
-def _int_or_none(value: Any) -> int | None:
-    return None if value is None else int(value)
+    @classmethod
+    def of(cls, doc: results.MeasuredRow) -> MeasuredCandidate:
+        """What ``document`` wrote, back."""
+        return cls(
+            label=doc.label,
+            rank=doc.rank,
+            connector=doc.connector,
+            knobs=dict(doc.knobs),
+            predicted=doc.predicted.model_dump(exclude_unset=True),
+            predicted_tokens=dict(doc.predicted_tokens),
+            stats=Stats.of(doc.measured) if doc.measured is not None else None,
+            ttfts=list(doc.ttft_s),
+            requests=doc.requests,
+            ok=doc.ok,
+            measured_tokens=dict(doc.measured_tokens),
+            lookups=doc.lookups,
+            below_gate=doc.below_gate,
+            correctness=doc.correctness,
+            wall_s=dict(doc.wall_s),
+            run_dir=doc.run_dir,
+            error=doc.error,
+        )
 
 
 @dataclass(frozen=True)
@@ -139,12 +135,10 @@ class Inversion:
     below: str
     beyond_noise: bool
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "model_ranked_higher": self.above,
-            "measured_better": self.below,
-            "beyond_noise": self.beyond_noise,
-        }
+    def document(self) -> results.Inversion:
+        return results.Inversion(
+            model_ranked_higher=self.above, measured_better=self.below, beyond_noise=self.beyond_noise
+        )
 
 
 @dataclass(frozen=True)
@@ -155,17 +149,17 @@ class Verdict:
     inversions: list[Inversion]
     versus_none: dict[str, dict[str, Interval]] = field(default_factory=dict)  # label -> stat -> paired diff
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "winner": self.winner,
-            "why": self.why,
-            "excluded": self.excluded,
-            "inversions": [i.to_dict() for i in self.inversions],
-            "versus_none": {
-                label: {stat: iv.to_dict() for stat, iv in diffs.items()}
+    def document(self) -> results.Verdict:
+        return results.Verdict(
+            winner=self.winner,
+            why=self.why,
+            excluded=self.excluded,
+            inversions=[i.document() for i in self.inversions],
+            versus_none={
+                label: {stat: iv.document() for stat, iv in diffs.items()}
                 for label, diffs in self.versus_none.items()
             },
-        }
+        )
 
 
 def _higher_is_better(stat: Stat) -> bool:

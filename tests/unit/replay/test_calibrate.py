@@ -26,8 +26,9 @@ def test_each_request_is_predicted_from_its_own_sources() -> None:
 def test_the_summary_sets_measured_against_predicted() -> None:
     costs = ServedCosts(hit_s=0.01, miss_s=0.0, linear_s=0.0, quadratic_s=0.0)
     out = summary(costs, [0.1] * 10, [0.2] * 10)
-    assert out["measured_over_predicted"] == {"p50_s": pytest.approx(2.0), "p90_s": pytest.approx(2.0)}
-    assert out["calibration"]["hit_s"] == 0.01
+    ratio = out.measured_over_predicted
+    assert (ratio.p50_s, ratio.p90_s) == (pytest.approx(2.0), pytest.approx(2.0))
+    assert out.calibration is not None and out.calibration.hit_s == 0.01
 
 
 def test_calibration_covers_the_context_up_to_8192_tokens() -> None:

@@ -18,6 +18,7 @@ from kvstack.bench.schema import BenchResult
 from kvstack.errors import InputError
 from kvstack.replay.command import ReplayRequest
 from kvstack.replay.prompts import BlockTokens, ReplayShape, plan_requests
+from kvstack.replay.results import TraceReplay
 from kvstack.replay.run import TraceBenchRequest, run_trace_bench
 from kvstack.traces.mooncake import TraceRequest
 from tests.support.stream_server import ServerKnobs, StreamServer
@@ -135,6 +136,14 @@ def test_a_replay_writes_rows_with_sources_and_predicted_vs_measured(
     assert ttft["measured"]["p90_s"] >= ttft["measured"]["p50_s"] > 0
     saved = json.loads((out / RESULTS_JSON).read_text())
     assert saved["trace"]["layouts"][0]["tiers"] == layout["tiers"]
+    # The writer writes the typed model's document: it comes back unchanged, keys a layout whose
+    # tiers are known does not have (no_prediction) stay out, and the workload's spec is the same.
+    assert TraceReplay.model_validate(saved["trace"]).document() == saved["trace"]
+    assert saved["workload"] == {"name": "trace", "spec": saved["trace"]}
+    assert set(saved["trace"]["layouts"][0]) == {
+        "layout", "hierarchy", "prompt_tokens_sent", "prompt_tokens_measured", "predicted_tokens",
+        "measured_tokens", "tiers", "max_gap_points", "measured_derived", "measured_from", "ttft",
+    }  # fmt: skip
     header = (out / REQUESTS_CSV).read_text().splitlines()[0].split(",")
     assert {"ttft_s", "recomputed_tokens", "engine_cache_tokens", "dram_tokens", "disk_tokens"} <= set(header)
     assert (out / "trace_prediction.png").stat().st_size > 0
@@ -167,29 +176,35 @@ STATUS = {
 
 
 def test_lmcache_levels_come_from_its_status_at_the_middle_of_its_eviction_band() -> None:
-    from kvstack.replay.command import _bytes_per_token
+    from kvstack.clients.lmcache_status import LMCacheStatus
     from kvstack.replay.sizes import lmcache_levels
 
-    assert _bytes_per_token(STATUS) == 1024  # the demo model's KV per token
-    levels, notes = lmcache_levels(STATUS, 1024, {"disk": "disk"}, None)
+    status = LMCacheStatus.parse(STATUS)
+    assert status is not None and status.bytes_per_token() == 1024  # the demo model's KV per token
+    assert status.adapter_tiers() == {"disk": "fsnativel2adapter"} and status.chunk_size == 256
+    assert LMCacheStatus.parse({"chunk_size": 256}) is None  # not a cache server's status
+    levels, notes = lmcache_levels(status, 1024, {"disk": "disk"}, None)
     dram, disk = levels
     assert (dram.tier, dram.unit_tokens, dram.nominal_blocks, dram.blocks) == ("dram", 256, 204, 146)
     assert (disk.tier, disk.nominal_blocks, disk.blocks) == ("disk", 40, 28)
     assert "simulated at 72%" in notes[0]
     # kvstack's own cap (the plan's disk tier) wins over what LMCache was told.
-    _, capped = lmcache_levels(STATUS, 1024, {"disk": "disk"}, 8 << 20)[0]
+    _, capped = lmcache_levels(status, 1024, {"disk": "disk"}, 8 << 20)[0]
     assert capped.nominal_blocks == 32 and capped.source.startswith("kvstack's disk cap")
 
 
 def test_lmcache_with_an_l2_is_simulated_without_readmission() -> None:
+    from kvstack.clients.lmcache_status import LMCacheStatus
     from kvstack.replay.predict import predict
     from kvstack.replay.prompts import SentRequest
     from kvstack.replay.sizes import Level, lmcache_hierarchy, lmcache_levels
 
-    levels, notes = lmcache_levels(STATUS, 1024, {"disk": "disk"}, None)
+    status = LMCacheStatus.parse(STATUS)
+    assert status is not None
+    levels, notes = lmcache_levels(status, 1024, {"disk": "disk"}, None)
     engine = Level("engine_cache", 16, 0, 0, "vllm:cache_config_info")
     hierarchy = lmcache_hierarchy(engine, levels, notes)
-    assert hierarchy.readmit is False and hierarchy.to_dict()["readmit"] is False
+    assert hierarchy.readmit is False and hierarchy.document().readmit is False
     assert "reads back from L2" in hierarchy.notes[-1]
     assert lmcache_hierarchy(engine, levels[:1], notes).readmit  # L1 alone: nothing to read back
     # Blocks a, b, a, b through a 1-chunk L1 over the disk: the third request's chunk is read back
@@ -312,3 +327,21 @@ def test_an_engine_that_dies_mid_replay_ends_it_with_its_error(tmp_path: Path) -
     with pytest.raises(EngineError, match="exited with code 1"):
         run_trace_bench(opts, start)
     assert len(sent) == 4
+
+
+def test_a_bench_trace_result_the_kvstack_before_the_typed_writer_wrote_loads_unchanged() -> None:
+    """A bench --trace result written at 1a1c99d (the writer built dicts then) reads back whole:
+    the typed models give its trace unchanged, and bench --trace's tables render from it."""
+    from kvstack.bench.schema import BenchResult
+    from kvstack.rendering.replay import prediction_table, trace_lines, ttft_table
+    from kvstack.replay.results import layouts_of
+
+    path = Path(__file__).resolve().parents[2] / "fixtures" / "results" / "bench-trace-1a1c99d.json"
+    result = BenchResult.model_validate_json(path.read_text())
+    assert result.trace is not None
+    assert TraceReplay.model_validate(result.trace).document() == result.trace
+    (layout,) = layouts_of(result)
+    assert layout.hierarchy.offloads and layout.no_prediction is None
+    assert layout.calibration() is not None and layout.calibration().hit_s > 0  # type: ignore[union-attr]
+    assert trace_lines(result)[0].startswith("trace /tmp/kvstack-test.jsonl: 8 requests")
+    assert prediction_table(result).row_count == len(layout.tiers) and ttft_table(result).row_count == 1

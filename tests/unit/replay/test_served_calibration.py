@@ -76,7 +76,7 @@ def test_without_plain_costs_it_says_how_to_get_them(
 def test_damaged_files_are_one_line_errors(tmp_path: Path) -> None:
     bad = {**PLAIN.to_dict(), "linear_s_per_token": "fast"}
     out = _bench(tmp_path, [{**_layout("none", ["engine_cache"], None), "ttft": {"calibration": bad}}])
-    with pytest.raises(InputError, match="layout none: a calibration that cannot be read"):
+    with pytest.raises(InputError, match=r"layouts\.0\.ttft\.calibration\.linear_s_per_token cannot be read"):
         served_calibration_from(out)
     other = tmp_path / "other.json"
     other.write_text('{"plan": 1}')

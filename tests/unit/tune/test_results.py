@@ -20,8 +20,9 @@ def _round_trip(doc: dict[str, object]) -> dict[str, object]:
 
 def test_a_ranking_and_a_measured_tune_are_the_models_documents(tmp_path: Path) -> None:
     opts = options(tmp_path, 32, replay_requests=24, objective="goodput", slo_ms=70.0)
-    _, ranked, _, _ = rank_inputs(opts, read(opts))
-    assert _round_trip(ranked) == ranked
+    _, typed_ranking, _, _ = rank_inputs(opts, read(opts))
+    ranked = typed_ranking.document()
+    assert _round_trip(ranked) == ranked and "predicted_winner" not in ranked  # set only when measuring
     run = tune(opts, start=StandIn())
     written = (tmp_path / "tune" / "results.json").read_text()
     doc = json.loads(written)
@@ -35,8 +36,28 @@ def test_a_ranking_and_a_measured_tune_are_the_models_documents(tmp_path: Path) 
 
 def test_a_key_the_model_does_not_know_is_refused(tmp_path: Path) -> None:
     opts = options(tmp_path, 32)
-    _, doc, _, _ = rank_inputs(opts, read(opts))
+    _, typed, _, _ = rank_inputs(opts, read(opts))
+    doc = typed.document()
     with pytest.raises(ValidationError, match="surprise"):
         TuneResults.of({**doc, "surprise": 1})
     with pytest.raises(ValidationError):
         TuneResults.of({**doc, "candidates": [{**doc["candidates"][0], "rank": "first"}]})
+
+
+def test_a_results_json_the_kvstack_before_the_typed_writer_wrote_loads_unchanged() -> None:
+    """A tune that measured its costs, written at 1a1c99d (the writer built dicts then): --resume
+    and --calibration DIR read it back, and the typed writer writes the same document."""
+    from kvstack.tune.calibration import from_results
+    from kvstack.tune.prove import previous_proof
+
+    path = Path(__file__).resolve().parents[2] / "fixtures" / "results" / "tune-1a1c99d.json"
+    written = path.read_text()
+    typed = TuneResults.of(json.loads(written))
+    assert json.dumps(typed.document(), indent=2) + "\n" == written  # byte for byte
+    assert typed.measured is not None and typed.calibration_replays is not None
+    proof = previous_proof(typed.measured, 600.0)
+    assert [m.label for m in proof.measured] == [c.label for c in typed.measured.candidates]
+    assert proof.measured[0].baseline and proof.measured[0].stats is not None and proof.replay is not None
+    assert [m.document() for m in proof.measured] == list(typed.measured.candidates)
+    cal = from_results(typed.calibration)
+    assert (cal.plain_layout, cal.offload_layout) == ("none", "lmcache-mp")
