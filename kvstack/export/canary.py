@@ -165,16 +165,12 @@ def helm_engine_url(name: str) -> str:
     return f"http://{name}-{name}-engine-service:8000"
 
 
-def helm_manifest(plan: Plan, name: str, options: ExportOptions) -> ExportFile:
-    """The sidecar as its own Deployment (the chart's engine pod takes no extra container), its
-    Service, the ServiceMonitor that scrapes it with the token from a Secret, and its alerts."""
-    app = f"{name}-{JOB}"
+def _labels(name: str) -> dict[str, str]:  # a fresh dict each time: no YAML anchors in the manifest
+    return {"app.kubernetes.io/name": JOB, "app.kubernetes.io/instance": name}
 
-    def labels() -> dict[str, str]:  # a fresh dict each time: no YAML anchors in the manifest
-        return {"app.kubernetes.io/name": JOB, "app.kubernetes.io/instance": name}
 
-    token_secret = f"{name}-kvstack-metrics"
-    port = options.metrics_port
+def _helm_deployment(plan: Plan, name: str, options: ExportOptions, token_secret: str) -> dict[str, Any]:
+    """The sidecar's Deployment: one non-root container, its token mounted from the Secret."""
     container: dict[str, Any] = {
         "name": "canary",
         "image": options.canary_image,
@@ -189,22 +185,22 @@ def helm_manifest(plan: Plan, name: str, options: ExportOptions) -> ExportFile:
                 },
             }
         ],
-        "ports": [{"name": "metrics", "containerPort": port}],
+        "ports": [{"name": "metrics", "containerPort": options.metrics_port}],
         "volumeMounts": [
             {"name": "metrics-token", "mountPath": TOKEN_PATH, "subPath": TOKEN_KEY, "readOnly": True}
         ],
         "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
         "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}},
     }
-    deployment = {
+    return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": {"name": app, "labels": labels()},
+        "metadata": {"name": f"{name}-{JOB}", "labels": _labels(name)},
         "spec": {
             "replicas": 1,
-            "selector": {"matchLabels": labels()},
+            "selector": {"matchLabels": _labels(name)},
             "template": {
-                "metadata": {"labels": labels()},
+                "metadata": {"labels": _labels(name)},
                 "spec": {
                     "automountServiceAccountToken": False,  # it reads nothing from the API server
                     "securityContext": {
@@ -225,6 +221,19 @@ def helm_manifest(plan: Plan, name: str, options: ExportOptions) -> ExportFile:
             },
         },
     }
+
+
+def helm_manifest(plan: Plan, name: str, options: ExportOptions) -> ExportFile:
+    """The sidecar as its own Deployment (the chart's engine pod takes no extra container), its
+    Service, the ServiceMonitor that scrapes it with the token from a Secret, and its alerts."""
+    app = f"{name}-{JOB}"
+
+    def labels() -> dict[str, str]:
+        return _labels(name)
+
+    token_secret = f"{name}-kvstack-metrics"
+    port = options.metrics_port
+    deployment = _helm_deployment(plan, name, options, token_secret)
     service = {
         "apiVersion": "v1",
         "kind": "Service",

@@ -19,6 +19,8 @@ process's argv and in ``docker inspect``):
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import yaml
 
 from kvstack.engines.sglang import MIN_SGLANG_CONFIG
@@ -43,6 +45,7 @@ from kvstack.export.monitoring import compose_monitoring
 from kvstack.export.secrets import HASH_SEED
 from kvstack.planning.schema import Plan
 from kvstack.remote.source import REMOTE_URL_ENV
+from kvstack.remote.url import RemoteURL
 
 DISK_DIR = "/var/lib/kvstack/kv"
 MODELS_DIR = "/models"
@@ -152,6 +155,21 @@ def _engine_command(
     return args, {}
 
 
+@dataclass
+class _Project:
+    """What render_compose gathers, part by part, into compose.yaml and the files beside it."""
+
+    engine: dict[str, object] = field(default_factory=dict)
+    environment: dict[str, str] = field(default_factory=dict)
+    services: dict[str, object] = field(default_factory=dict)  # beside the engine's
+    files: list[ExportFile] = field(default_factory=list)
+    top_volumes: dict[str, object] = field(default_factory=dict)
+    configs: dict[str, object] = field(default_factory=dict)
+    secrets: dict[str, object] = field(default_factory=dict)
+    dotenv: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
 def render_compose(plan: Plan, options: ExportOptions) -> Bundle:
     supported = ("none", "lmcache", "native") if plan.engine == "vllm" else ("none", "hicache")
     require_connector(
@@ -166,27 +184,58 @@ def render_compose(plan: Plan, options: ExportOptions) -> Bundle:
     port = ENGINE_PORT[plan.engine]
     disk = plan.tier("disk")
     disk_dir = DISK_DIR if disk is not None and disk.path else None
+    project = _Project(notes=notes)
+    model = _model_volumes(plan, disk_dir, project)
+    command, env = _engine_command(plan, model, port, disk_dir)
+    project.environment = {"HF_TOKEN": "${HF_TOKEN:-}", "PYTHONHASHSEED": HASH_SEED, **env}
+    if plan.engine == "vllm":
+        project.environment["VLLM_API_KEY"] = "${VLLM_API_KEY:-}"  # vLLM reads it when --api-key is absent
+    else:
+        project.environment[API_KEY_ENV] = f"${{{API_KEY_ENV}:-}}"  # LAUNCH_SGLANG moves it into --config
+    project.engine = _engine_service(plan, options, repo, tag, command, port, project)
+    if url is not None:
+        _remote_tier(plan, url, project)
+    if plan.connector == "lmcache":
+        _lmcache_config(plan, disk_dir, url, project)
+    project.engine["environment"] = project.environment
+    services = {plan.engine: project.engine, **project.services}
+    watched = canary_runs(plan)
+    if watched:
+        services[canary.JOB] = canary.compose_service(plan, plan.engine, port, options)
+        # Made from the variable in .env by Compose (mode 0444 in the container, so that the canary's
+        # and Prometheus's users both read it); unset, `docker compose up` refuses to start.
+        project.secrets[canary.TOKEN_SECRET] = {"environment": canary.TOKEN_ENV}
+        project.notes += canary.compose_notes(options, monitored=plan.engine == "vllm")
+    if plan.engine == "vllm":
+        _monitoring(plan, name, port, url, options, watched, services, project)
+    else:
+        project.notes.append(
+            "no dashboard for SGLang: its metric names cannot be checked against a real SGLang here"
+        )
+    return _bundle(plan, options, name, services, project)
 
+
+def _model_volumes(plan: Plan, disk_dir: str | None, project: _Project) -> str:
+    """The engine's volumes (the model, the disk tier); returns the model as the engine names it."""
     volumes: list[object] = []
-    top_volumes: dict[str, object] = {}
     if local_model(plan):
         model = f"{MODELS_DIR}/{plan.model_path.rstrip('/').rsplit('/', 1)[-1]}"
         volumes.append({"type": "bind", "source": _esc(plan.model_path), "target": model, "read_only": True})
     else:
         model = plan.model_path
         volumes.append({"type": "volume", "source": "hf-cache", "target": HF_CACHE})
-        top_volumes["hf-cache"] = {}
+        project.top_volumes["hf-cache"] = {}
+    disk = plan.tier("disk")
     if disk_dir is not None and disk is not None and disk.path:
         volumes.append({"type": "bind", "source": _esc(disk.path), "target": disk_dir})
-        notes.append(f"create the disk tier directory before starting: mkdir -p -m 700 {disk.path}")
+        project.notes.append(f"create the disk tier directory before starting: mkdir -p -m 700 {disk.path}")
+    project.engine["volumes"] = volumes
+    return model
 
-    command, env = _engine_command(plan, model, port, disk_dir)
-    environment: dict[str, str] = {"HF_TOKEN": "${HF_TOKEN:-}", "PYTHONHASHSEED": HASH_SEED, **env}
-    if plan.engine == "vllm":
-        environment["VLLM_API_KEY"] = "${VLLM_API_KEY:-}"  # vLLM reads it when --api-key is absent
-    else:
-        environment[API_KEY_ENV] = f"${{{API_KEY_ENV}:-}}"  # LAUNCH_SGLANG moves it into --config
 
+def _engine_service(
+    plan: Plan, options: ExportOptions, repo: str, tag: str, command: list[str], port: int, project: _Project
+) -> dict[str, object]:
     engine: dict[str, object] = {"image": f"{repo}:{tag}"}
     if plan.engine == "vllm":
         # lmcache/vllm-openai keeps vllm in /opt/venv (production-stack deployment-vllm-multi.yaml).
@@ -198,7 +247,7 @@ def render_compose(plan: Plan, options: ExportOptions) -> Bundle:
     engine["ports"] = [f"{host}:{options.port}:{port}"]
     engine["shm_size"] = f"{gib_ceil(shm_bytes(plan))}gb"
     engine["ulimits"] = {"memlock": {"soft": -1, "hard": -1}}  # pinned host memory for the CPU tier
-    engine["volumes"] = volumes
+    engine["volumes"] = project.engine["volumes"]
     engine["restart"] = "unless-stopped"
     engine["healthcheck"] = {
         "test": [
@@ -213,110 +262,106 @@ def render_compose(plan: Plan, options: ExportOptions) -> Bundle:
         "start_period": "20m",  # weights load and CUDA graphs are captured before /health answers
     }
     if plan.platform == "cuda":
-        engine["deploy"] = {
-            "resources": {
-                "reservations": {
-                    "devices": [
-                        {"driver": "nvidia", "count": plan.tensor_parallel_size, "capabilities": ["gpu"]}
-                    ]
-                }
-            }
-        }
+        gpus = {"driver": "nvidia", "count": plan.tensor_parallel_size, "capabilities": ["gpu"]}
+        engine["deploy"] = {"resources": {"reservations": {"devices": [gpus]}}}
     else:
-        notes.append(f"the plan has no GPU: {repo} needs one; pass a CPU build with --image")
+        project.notes.append(f"the plan has no GPU: {repo} needs one; pass a CPU build with --image")
+    return engine
 
-    files: list[ExportFile] = []
-    services: dict[str, object] = {}
-    top_secrets: dict[str, object] = {}
-    dotenv: list[str] = []
+
+def _remote_tier(plan: Plan, url: RemoteURL, project: _Project) -> None:
+    """The Redis tier: a Redis service where it is local, and its URL and password kept in .env."""
+    if url.is_loopback():
+        # A loopback Redis runs in this project; the engine reaches it by service name.
+        project.services[REDIS_SERVICE], conf = _redis_service(plan, url.auth_password)
+        if conf is not None:
+            project.files.append(conf)
+            project.secrets[REDIS_CONF_SECRET] = {"file": f"./{REDIS_CONF}"}
+        project.engine["depends_on"] = {REDIS_SERVICE: {"condition": "service_healthy"}}
+        remote_value = url.with_endpoint(REDIS_SERVICE, REDIS_PORT)
+    else:
+        remote_value = url.raw
+        project.notes.append(
+            f"the engine uses the Redis at {url.redacted()}: it must be reachable from the container"
+        )
+    # LMCACHE_* variables override the config file (lmcache v1/config.py): the URL is passed
+    # this way and kept out of lmcache.yaml; one that holds a credential is read from .env.
+    if url.has_secret:
+        project.dotenv.append(f"{REMOTE_URL_ENV}={_dotenv_quote(remote_value, 'the Redis URL')}")
+        project.environment["LMCACHE_REMOTE_URL"] = f"${{{REMOTE_URL_ENV}:?set {REMOTE_URL_ENV} in .env}}"
+    else:
+        project.environment["LMCACHE_REMOTE_URL"] = _esc(remote_value)
+    if url.auth_password is not None:
+        # The exporter (redis_exporter) needs the password alone, decoded as Redis checks it.
+        project.dotenv.append(f"{PASSWORD_ENV}={_dotenv_quote(url.auth_password, 'the Redis password')}")
+    project.environment["LMCACHE_REMOTE_SERDE"] = "naive"
+
+
+def _lmcache_config(plan: Plan, disk_dir: str | None, url: RemoteURL | None, project: _Project) -> None:
+    settings = lmcache_settings(plan, disk_dir, None)
+    header = "# LMCache config written by kvstack export (mounted at " + LMCACHE_CONFIG_PATH + ")\n"
     if url is not None:
-        if url.is_loopback():
-            # A loopback Redis runs in this project; the engine reaches it by service name.
-            services[REDIS_SERVICE], conf = _redis_service(plan, url.auth_password)
-            if conf is not None:
-                files.append(conf)
-                top_secrets[REDIS_CONF_SECRET] = {"file": f"./{REDIS_CONF}"}
-            engine["depends_on"] = {REDIS_SERVICE: {"condition": "service_healthy"}}
-            remote_value = url.with_endpoint(REDIS_SERVICE, REDIS_PORT)
-        else:
-            remote_value = url.raw
-            notes.append(
-                f"the engine uses the Redis at {url.redacted()}: it must be reachable from the container"
-            )
-        # LMCACHE_* variables override the config file (lmcache v1/config.py): the URL is passed
-        # this way and kept out of lmcache.yaml; one that holds a credential is read from .env.
-        if url.has_secret:
-            dotenv.append(f"{REMOTE_URL_ENV}={_dotenv_quote(remote_value, 'the Redis URL')}")
-            environment["LMCACHE_REMOTE_URL"] = f"${{{REMOTE_URL_ENV}:?set {REMOTE_URL_ENV} in .env}}"
-        else:
-            environment["LMCACHE_REMOTE_URL"] = _esc(remote_value)
-        if url.auth_password is not None:
-            # The exporter (redis_exporter) needs the password alone, decoded as Redis checks it.
-            dotenv.append(f"{PASSWORD_ENV}={_dotenv_quote(url.auth_password, 'the Redis password')}")
-        environment["LMCACHE_REMOTE_SERDE"] = "naive"
+        header += "# remote_url comes from LMCACHE_REMOTE_URL in compose.yaml\n"
+    project.files.append(
+        ExportFile(name="lmcache.yaml", content=header + yaml.safe_dump(settings, sort_keys=False))
+    )
+    project.configs["lmcache-config"] = {"file": "./lmcache.yaml"}
+    project.engine["configs"] = [{"source": "lmcache-config", "target": LMCACHE_CONFIG_PATH}]
+    project.environment["LMCACHE_CONFIG_FILE"] = LMCACHE_CONFIG_PATH
 
-    config_files: dict[str, object] = {}
-    if plan.connector == "lmcache":
-        settings = lmcache_settings(plan, disk_dir, None)
-        header = "# LMCache config written by kvstack export (mounted at " + LMCACHE_CONFIG_PATH + ")\n"
-        if url is not None:
-            header += "# remote_url comes from LMCACHE_REMOTE_URL in compose.yaml\n"
-        files.append(
-            ExportFile(name="lmcache.yaml", content=header + yaml.safe_dump(settings, sort_keys=False))
-        )
-        config_files["lmcache-config"] = {"file": "./lmcache.yaml"}
-        engine["configs"] = [{"source": "lmcache-config", "target": LMCACHE_CONFIG_PATH}]
-        environment["LMCACHE_CONFIG_FILE"] = LMCACHE_CONFIG_PATH
-    engine["environment"] = environment
-    services = {plan.engine: engine, **services}
-    watched = canary_runs(plan)
-    if watched:
-        services[canary.JOB] = canary.compose_service(plan, plan.engine, port, options)
-        # Made from the variable in .env by Compose (mode 0444 in the container, so that the canary's
-        # and Prometheus's users both read it); unset, `docker compose up` refuses to start.
-        top_secrets[canary.TOKEN_SECRET] = {"environment": canary.TOKEN_ENV}
-        notes += canary.compose_notes(options, monitored=plan.engine == "vllm")
-    if plan.engine == "vllm":
-        redis_target = None
-        if url is not None and url.scheme in ("redis", "rediss"):
-            where = (REDIS_SERVICE, REDIS_PORT) if url.is_loopback() else (url.host, url.port)
-            redis_target = f"{url.scheme}://{where[0]}:{where[1]}"
-        extra, extra_configs, monitoring_files, monitoring_notes = compose_monitoring(
-            plan,
-            name,
-            plan.engine,
-            port,
-            redis_target,
-            url,
-            f"{canary.JOB}:{options.metrics_port}" if watched else None,
-        )
-        services.update(extra)
-        config_files.update(extra_configs)
-        files += monitoring_files
-        notes += monitoring_notes
-    else:
-        notes.append("no dashboard for SGLang: its metric names cannot be checked against a real SGLang here")
 
-    project: dict[str, object] = {"name": name, "services": services}
-    if top_volumes:
-        project["volumes"] = top_volumes
-    if config_files:
-        project["configs"] = config_files
-    if top_secrets:
-        project["secrets"] = top_secrets
+def _monitoring(
+    plan: Plan,
+    name: str,
+    port: int,
+    url: RemoteURL | None,
+    options: ExportOptions,
+    watched: bool,
+    services: dict[str, object],
+    project: _Project,
+) -> None:
+    redis_target = None
+    if url is not None and url.scheme in ("redis", "rediss"):
+        where = (REDIS_SERVICE, REDIS_PORT) if url.is_loopback() else (url.host, url.port)
+        redis_target = f"{url.scheme}://{where[0]}:{where[1]}"
+    extra, extra_configs, monitoring_files, monitoring_notes = compose_monitoring(
+        plan,
+        name,
+        plan.engine,
+        port,
+        redis_target,
+        url,
+        f"{canary.JOB}:{options.metrics_port}" if watched else None,
+    )
+    services.update(extra)
+    project.configs.update(extra_configs)
+    project.files += monitoring_files
+    project.notes += monitoring_notes
+
+
+def _bundle(
+    plan: Plan, options: ExportOptions, name: str, services: dict[str, object], project: _Project
+) -> Bundle:
+    doc: dict[str, object] = {"name": name, "services": services}
+    if project.top_volumes:
+        doc["volumes"] = project.top_volumes
+    if project.configs:
+        doc["configs"] = project.configs
+    if project.secrets:
+        doc["secrets"] = project.secrets
     header = (
         f"# Compose project written by kvstack export for {plan.model.name}\n"
         f"# engine {plan.engine}, connector {plan.connector}, KV dtype {plan.kv_cache_dtype}, "
         f"TP {plan.tensor_parallel_size}\n# start: docker compose up -d\n"
     )
-    main = ExportFile(name="compose.yaml", content=header + yaml.safe_dump(project, sort_keys=False))
-    out = [main, *files]
-    if dotenv:
+    main = ExportFile(name="compose.yaml", content=header + yaml.safe_dump(doc, sort_keys=False))
+    out = [main, *project.files]
+    if project.dotenv:
         out.append(
             ExportFile(
                 name=".env",
                 content="# Secrets for compose.yaml (kept 0600; Compose reads this file itself)\n"
-                + "\n".join(dotenv)
+                + "\n".join(project.dotenv)
                 + "\n",
                 mode=0o600,
                 secret=True,
@@ -331,8 +376,9 @@ def render_compose(plan: Plan, options: ExportOptions) -> Bundle:
             f"with sglang >= {MIN_SGLANG_CONFIG}). SGLang logs its arguments, the key among them, when "
             "it starts: keep the container's log private"
         )
-    notes.append(f"the API is published on {options.host}:{options.port}; {key_how} before exposing it")
-    return Bundle(format="compose", files=out, notes=notes)
+    published = f"{options.host}:{options.port}"
+    project.notes.append(f"the API is published on {published}; {key_how} before exposing it")
+    return Bundle(format="compose", files=out, notes=project.notes)
 
 
 def _dotenv_quote(value: str, what: str) -> str:
