@@ -50,27 +50,19 @@ def act(
     if already:  # the tiers are off: the engine's own cache served it; nothing more to turn off
         runner.noted("wrong-kv-after-fallback", served_from=record.served_from, detail=message, **replica)
         return
-    if action == "warn":
+    if action in ("warn", "stop"):
         runner.acted(
             FallbackRecord(
                 at=time.time(),
-                action="warn",
+                action=action,
                 served_from=record.served_from,
                 detail=message,
                 replica=record.replica,
             )
         )
+    if action == "warn":
         return
     if action == "stop":
-        runner.acted(
-            FallbackRecord(
-                at=time.time(),
-                action="stop",
-                served_from=record.served_from,
-                detail=message,
-                replica=record.replica,
-            )
-        )
         raise WrongKvServed(
             message,
             hint="kvstack stopped serving (--on-wrong-kv stop); the run dir's events.jsonl has every check",
