@@ -76,8 +76,9 @@ class Inputs(BaseModel):
             if value is None or isinstance(value, bool) or not isinstance(value, int | float):
                 continue
             if f.ge is not None and value < f.ge:
+                bound = "0 or more" if f.ge == 0 else f"at least {f.ge:g}"
                 raise InputError(
-                    f"{f.name} must be at least {f.ge:g}, not {value:g}",
+                    f"{f.name} must be {bound}, not {value:g}",
                     hint=f"e.g. {f.name} {f.example or format(f.ge, 'g')}",
                 )
             if f.gt is not None and value <= f.gt:

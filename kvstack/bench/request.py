@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Self
 
 from pydantic import Field, model_validator
 
+from kvstack.bench.flags import BLOCK_TOKENS, CheckCorrectness, MaxOutputTokens, Seed, Timeout, TimeScale
 from kvstack.errors import InputError
 from kvstack.flags import Inputs, flag
 from kvstack.names import OFFLOAD_CHOICES, choice
@@ -53,7 +54,10 @@ class BenchInputs(Inputs):
     concurrency: Annotated[
         int | None,
         flag(
-            "--concurrency", help="Requests in flight at once (default 8, tier-overflow 1; excludes --rate)"
+            "--concurrency",
+            help="Requests in flight at once (default 8, tier-overflow 1; excludes --rate)",
+            ge=1,
+            example="16",
         ),
     ] = None
     rate: Annotated[
@@ -62,12 +66,7 @@ class BenchInputs(Inputs):
     ] = None
     prompt_tokens: Annotated[str, flag("--prompt-tokens", help="Prompt length, e.g. 2048 or 8k")] = "2048"
     output_tokens: Annotated[int, flag("--output-tokens", help="Tokens generated per request")] = 16
-    seed: Annotated[
-        int,
-        flag(
-            "--seed", help="Same seed, same prompts and arrivals; a new seed misses every earlier run's cache"
-        ),
-    ] = 0
+    seed: Seed
     compare: Annotated[
         list[str],
         flag("--compare", help="Layouts to start and compare in turn (repeat or comma-separate)"),
@@ -79,17 +78,8 @@ class BenchInputs(Inputs):
         list[str],
         flag("--metrics-url", help="Extra /metrics to read hit counters from (e.g. an LMCache server)"),
     ] = Field(default_factory=list)
-    timeout_s: Annotated[float, flag("--timeout", help="Per-request timeout, seconds")] = 300.0
-    check_correctness: Annotated[
-        int,
-        flag(
-            "--check-correctness",
-            help="After each layout: generate K of the last round's prompts greedily as served from "
-            "cache (--trace: K of the replayed answers the caches served most of) and have a recompute "
-            "score every token, in the engine's own request; a token outside its margin fails (exit 1)",
-            metavar="K",
-        ),
-    ] = 0
+    timeout_s: Timeout
+    check_correctness: CheckCorrectness
     out: Annotated[Path | None, flag("--out", help="Write results.json, requests.csv and plots here")] = None
     # The one layout served when --compare names none (checked as a layout: with --url it is unused).
     offload: Annotated[str, flag("--offload", help="auto, lmcache, lmcache-mp, native, hicache or none.")] = (
@@ -129,16 +119,9 @@ class BenchInputs(Inputs):
             help="--trace: keep this share of sessions (0.025, 1/40, 2.5%; as plan --trace-sample)",
         ),
     ] = None
-    block_tokens: Annotated[
-        int, flag("--block-tokens", help="--trace: tokens per hash block (the trace's 512, scaled to fit)")
-    ] = 64
-    time_scale: Annotated[
-        float,
-        flag("--time-scale", help="--trace: arrival = timestamp x this (0.01: 100x faster; 0: back to back)"),
-    ] = 1.0
-    max_output_tokens: Annotated[
-        int, flag("--max-output-tokens", help="--trace: cap on each request's output length from the trace")
-    ] = 16
+    block_tokens: Annotated[int, BLOCK_TOKENS] = 64
+    time_scale: TimeScale
+    max_output_tokens: MaxOutputTokens
     l1_size: Annotated[
         str | None,
         flag("--l1-size", help="Without --url: LMCache's DRAM tier size for every layout (e.g. 64MiB)"),

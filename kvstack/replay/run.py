@@ -66,7 +66,6 @@ def run_trace_bench(
     ``events``, then raise what the replay ended with."""
     events = events or BenchEvents()
     check_out(o.out)
-    o.replay.check()
     sliced = load_slice(o.replay)  # a bad trace is named before any server is asked
     base_url, metrics, model = target(o.url, o.metrics_urls, o.model, o.api_key)
     if base_url is None and (not model or start_layout is None):
