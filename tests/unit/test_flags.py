@@ -78,3 +78,21 @@ def test_every_shared_flag_is_declared_once() -> None:
     assert set(ServerInputs.flags()) == {
         "url", "engine", "cache_dir", "tiers", "lmcache", "offload", "chunk_tokens", "model"
     }  # fmt: skip
+
+
+def test_bench_and_tune_share_their_replay_flags() -> None:
+    """A flag both commands take is one declaration (bench/flags.py): the same Flag, one default."""
+    from kvstack.bench.request import BenchInputs
+    from kvstack.replay.inputs import TraceInputs
+    from kvstack.tune.options import TuneRequest
+
+    bench, tune = BenchInputs.flags(), TuneRequest.flags()
+    shared = ("seed", "timeout_s", "check_correctness", "block_tokens", "time_scale", "max_output_tokens")
+    for name in shared:
+        assert bench[name] is tune[name], name
+    for name in ("seed", "timeout_s", "check_correctness", "time_scale", "max_output_tokens"):
+        assert BenchInputs.model_fields[name].default == TuneRequest.model_fields[name].default, name
+    for name, f in TraceInputs.flags().items():  # tune's trace is the TraceInputs'
+        assert tune[name] is f
+    names = [n for f in tune.values() for n in f.names]
+    assert len(names) == len(set(names))
