@@ -1,6 +1,6 @@
-"""What a user asks ``kvstack bench`` for, checked: a workload bench or (``trace``) a trace replay,
-against ``url`` or against layouts kvstack serves. Every combination of flags that cannot work is
-refused here, before a server is asked or started."""
+"""What a user asks ``kvstack bench`` for (``BenchRequest``: bench's flags, checked when made): a
+workload bench or (``trace``) a trace replay, against ``url`` or against layouts kvstack serves.
+Every combination of flags that cannot work is refused here, before a server is asked or started."""
 
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ from kvstack.names import OFFLOAD_CHOICES, choice
 from kvstack.units import parse_bytes, parse_tokens
 
 if TYPE_CHECKING:  # imported where used: `kvstack --help` imports this module, never the bench
-    from kvstack.bench.command import BenchRequest
     from kvstack.serving.start_layout import TierOverrides
 
 
@@ -40,8 +39,9 @@ def compare_names(values: list[str]) -> list[str]:
     return names
 
 
-class BenchInputs(Inputs):
-    """The flags of ``kvstack bench`` as given (sizes and counts still text); checked when made."""
+class BenchRequest(Inputs):
+    """The flags of ``kvstack bench`` as given (sizes and counts still text, read by the properties
+    below); checked when made."""
 
     url: Annotated[str | None, flag("--url", help="A running server, e.g. http://127.0.0.1:8000")] = None
     model: Annotated[str | None, flag("--model", help="Served model name (default: from /v1/models)")] = None
@@ -168,7 +168,7 @@ class BenchInputs(Inputs):
         self.layouts()  # each an --offload choice: refused here, before the CLI reads --engine
         return self
 
-    def with_key_and_engine_args(self, api_key: str | None, extra_args: list[str]) -> BenchInputs:
+    def with_key_and_engine_args(self, api_key: str | None, extra_args: list[str]) -> BenchRequest:
         """These inputs with what their flags do not hold: the API key and the engine arguments after
         ``--`` (checked: the rest was when the flags were read)."""
         given = self.model_copy(update={"api_key": api_key, "extra_args": extra_args})
@@ -201,25 +201,12 @@ class BenchInputs(Inputs):
         flag = "--compare" if names else "--offload"  # a layout is an --offload choice
         return [choice(n, OFFLOAD_CHOICES, flag) for n in names or [self.offload]]
 
-    def bench_args(self) -> BenchRequest:
-        """The workload bench's inputs (without --trace)."""
-        from kvstack.bench.command import BenchRequest
+    @property
+    def prompt_token_count(self) -> int:
+        """--prompt-tokens as a count (``8k`` -> 8192)."""
+        return parse_tokens(self.prompt_tokens, "--prompt-tokens")
 
-        return BenchRequest(
-            url=self.url,
-            model=self.model,
-            api_key=self.api_key,
-            workload=self.workload,
-            requests=self.requests,
-            concurrency=self.concurrency if self.rate is None else None,
-            rate=self.rate,
-            prompt_tokens=parse_tokens(self.prompt_tokens, "--prompt-tokens"),
-            output_tokens=self.output_tokens,
-            seed=self.seed,
-            compare=self.layouts(),
-            plan_file=self.plan_file,
-            metrics_urls=[*self.metrics_urls, *([self.lmcache] if self.lmcache else [])],
-            timeout_s=self.timeout_s,
-            check_correctness=self.check_correctness,
-            out=self.out,
-        )
+    @property
+    def all_metrics_urls(self) -> list[str]:
+        """--metrics-url, then --lmcache's (the cache server's counters are read as its /metrics)."""
+        return [*self.metrics_urls, *([self.lmcache] if self.lmcache else [])]

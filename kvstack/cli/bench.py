@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from kvstack.apikey import ApiKeyInputs
-from kvstack.bench.request import BenchInputs
+from kvstack.bench.request import BenchRequest
 from kvstack.cli.flags import Pick, command
 from kvstack.flags import JsonInputs
 from kvstack.serving.request import ServeRequest
@@ -30,7 +30,7 @@ BenchOutput = Annotated[JsonInputs, Pick(help={"as_json": "Print results.json to
 def register(app: typer.Typer) -> None:
     @command(app, "bench", context_settings={"allow_interspersed_args": False})
     def _cmd(
-        bench: BenchInputs,
+        bench: BenchRequest,
         key: ApiKeyInputs,
         serve: BenchServe,
         output: BenchOutput,

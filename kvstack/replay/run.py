@@ -11,7 +11,7 @@ from typing import Any
 from kvstack.bench.command import check_out, conclude, run_bench, target, write_files
 from kvstack.bench.events import BenchEvents
 from kvstack.bench.report import environment
-from kvstack.bench.request import BenchInputs
+from kvstack.bench.request import BenchRequest
 from kvstack.bench.schema import BenchResult
 from kvstack.errors import InputError
 from kvstack.redact import redact_url
@@ -95,7 +95,7 @@ def run_trace_bench(
     return result
 
 
-def trace_options(request: BenchInputs) -> TraceBenchRequest:
+def trace_options(request: BenchRequest) -> TraceBenchRequest:
     """``bench --trace``'s inputs from the request (the session sample's ratio read here)."""
     assert request.trace is not None
     sample = request.session_sample
@@ -126,7 +126,7 @@ def trace_options(request: BenchInputs) -> TraceBenchRequest:
 
 
 def run_bench_command(
-    request: BenchInputs, serve: ServeRequest | None, events: BenchEvents | None = None
+    request: BenchRequest, serve: ServeRequest | None, events: BenchEvents | None = None
 ) -> BenchResult:
     """``kvstack bench``: on the layouts ``serve`` starts in turn (None: the server at --url), the
     trace replay with --trace, else the workload bench."""
@@ -134,4 +134,4 @@ def run_bench_command(
     start_layout = None if serve is None else sized_layout_starter(serve, request.sizes, events.serving)
     if request.trace is not None:
         return run_trace_bench(trace_options(request), start_layout, events)
-    return run_bench(request.bench_args(), start_layout, events)
+    return run_bench(request, start_layout, events)

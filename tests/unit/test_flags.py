@@ -82,16 +82,16 @@ def test_every_shared_flag_is_declared_once() -> None:
 
 def test_bench_and_tune_share_their_replay_flags() -> None:
     """A flag both commands take is one declaration (bench/flags.py): the same Flag, one default."""
-    from kvstack.bench.request import BenchInputs
+    from kvstack.bench.request import BenchRequest
     from kvstack.replay.inputs import TraceInputs
     from kvstack.tune.options import TuneRequest
 
-    bench, tune = BenchInputs.flags(), TuneRequest.flags()
+    bench, tune = BenchRequest.flags(), TuneRequest.flags()
     shared = ("seed", "timeout_s", "check_correctness", "block_tokens", "time_scale", "max_output_tokens")
     for name in shared:
         assert bench[name] is tune[name], name
     for name in ("seed", "timeout_s", "check_correctness", "time_scale", "max_output_tokens"):
-        assert BenchInputs.model_fields[name].default == TuneRequest.model_fields[name].default, name
+        assert BenchRequest.model_fields[name].default == TuneRequest.model_fields[name].default, name
     for name, f in TraceInputs.flags().items():  # tune's trace is the TraceInputs'
         assert tune[name] is f
     names = [n for f in tune.values() for n in f.names]
@@ -115,7 +115,7 @@ def test_a_flag_that_models_share_is_one_declaration() -> None:
     as bench's and tune's replay flags, --json, or a model's fields inherited), unless the name is
     listed above with its other meanings."""
     from kvstack.apikey import ApiKeyInputs
-    from kvstack.bench.request import BenchInputs
+    from kvstack.bench.request import BenchRequest
     from kvstack.canary.inputs import CanaryInputs, WatchInputs
     from kvstack.export.inputs import ExportInputs
     from kvstack.flags import Flag, JsonInputs
@@ -130,7 +130,7 @@ def test_a_flag_that_models_share_is_one_declaration() -> None:
 
     models = (
         PlanInputs, ValidationInputs, TraceInputs, RemoteInputs, ApiKeyInputs, CanaryInputs, WatchInputs,
-        ExportInputs, ServerInputs, BenchInputs, ServeRequest, TuneRequest, DoctorInputs, TopInputs,
+        ExportInputs, ServerInputs, BenchRequest, ServeRequest, TuneRequest, DoctorInputs, TopInputs,
         ValidateInputs, PlanOutputInputs, ServeRunInputs, TuneOutputInputs, JsonInputs,
     )  # fmt: skip
     declared: dict[str, set[int]] = {}
