@@ -10,9 +10,9 @@ from the command line or from code, with the same one-line errors.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar, Self
+from typing import Annotated, Any, ClassVar, Self
 
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from kvstack.errors import InputError
 from kvstack.names import choice
@@ -76,8 +76,9 @@ class Inputs(BaseModel):
             if value is None or isinstance(value, bool) or not isinstance(value, int | float):
                 continue
             if f.ge is not None and value < f.ge:
+                bound = "0 or more" if f.ge == 0 else f"at least {f.ge:g}"
                 raise InputError(
-                    f"{f.name} must be at least {f.ge:g}, not {value:g}",
+                    f"{f.name} must be {bound}, not {value:g}",
                     hint=f"e.g. {f.name} {f.example or format(f.ge, 'g')}",
                 )
             if f.gt is not None and value <= f.gt:
@@ -86,3 +87,13 @@ class Inputs(BaseModel):
                     f"{f.name} must be {bound}, not {value:g}", hint=f"e.g. {f.name} {f.example or 1}"
                 )
         return self
+
+
+# --json, declared once: a command's output as JSON (each command names what it prints with Pick).
+Json = Annotated[bool, flag("--json", help="Print the result as JSON."), Field(default=False)]
+
+
+class JsonInputs(Inputs):
+    """--json alone, for a command whose other flags say nothing of its output."""
+
+    as_json: Json

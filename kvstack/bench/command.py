@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 from kvstack.bench.events import BenchEvents
 from kvstack.bench.report import environment, workload_info, write_report
+from kvstack.bench.request import BenchRequest
 from kvstack.bench.runner import Recorder, RunOptions, run_layout, run_layouts
 from kvstack.bench.schema import BenchResult
 from kvstack.bench.text import TextBuilder
@@ -54,26 +55,6 @@ def default_concurrency(workload: str) -> int:
     the engine in any order, and a re-read that overtakes the fill's tail hits the GPU copy.
     """
     return 1 if workload == "tier-overflow" else DEFAULT_CONCURRENCY
-
-
-@dataclass
-class BenchRequest:
-    url: str | None
-    model: str | None = None
-    api_key: str | None = None
-    workload: str = "long-doc-qa"
-    requests: int = 64
-    concurrency: int | None = None
-    rate: float | None = None
-    prompt_tokens: int = 2048
-    output_tokens: int = 16
-    seed: int = 0
-    compare: list[str] = field(default_factory=list)
-    plan_file: Path | None = None
-    metrics_urls: list[str] = field(default_factory=list)
-    timeout_s: float = 300.0
-    check_correctness: int = 0  # requests per layout compared with recompute
-    out: Path | None = None
 
 
 def normalize_url(url: str, flag: str = "--url") -> str:
@@ -126,7 +107,7 @@ def _spec(args: BenchRequest) -> WorkloadSpec:
     spec = WorkloadSpec(
         name=args.workload,
         requests=args.requests,
-        prompt_tokens=args.prompt_tokens,
+        prompt_tokens=args.prompt_token_count,
         output_tokens=args.output_tokens,
         seed=args.seed,
     )
@@ -144,10 +125,10 @@ def _config(args: BenchRequest, base_url: str | None, model: str, metrics_urls: 
         "requests": args.requests,
         "concurrency": args.concurrency,
         "rate": args.rate,
-        "prompt_tokens": args.prompt_tokens,
+        "prompt_tokens": args.prompt_token_count,
         "output_tokens": args.output_tokens,
         "seed": args.seed,
-        "compare": args.compare,
+        "compare": args.layouts(),
         "plan": str(args.plan_file) if args.plan_file else None,
         "metrics_urls": [redact_url(u) for u in metrics_urls],
         "timeout_s": args.timeout_s,
@@ -186,7 +167,7 @@ def run_bench(
     events = events or BenchEvents()
     check_out(args.out)
     spec = _spec(args)
-    base_url, metrics_urls, model = target(args.url, args.metrics_urls, args.model, args.api_key)
+    base_url, metrics_urls, model = target(args.url, args.all_metrics_urls, args.model, args.api_key)
     if base_url is None and not model:
         raise InputError("--compare needs --model (the model every layout serves)", hint="add --model DIR")
     all_metrics = [base_url + "/metrics", *metrics_urls] if base_url is not None else metrics_urls
@@ -230,7 +211,7 @@ def run_bench(
                 asyncio.run(run_layout(layout, workload, opts, recorder, events.progress))
             else:
                 assert start_layout is not None
-                run_layouts(args.compare, start_layout, source, opts, recorder, events.progress)
+                run_layouts(args.layouts(), start_layout, source, opts, recorder, events.progress)
     except KeyboardInterrupt:
         failure = Interrupted("interrupted: the rows measured so far are kept in the report")
     except KvstackError as exc:

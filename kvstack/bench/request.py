@@ -1,6 +1,6 @@
-"""What a user asks ``kvstack bench`` for, checked: a workload bench or (``trace``) a trace replay,
-against ``url`` or against layouts kvstack serves. Every combination of flags that cannot work is
-refused here, before a server is asked or started."""
+"""What a user asks ``kvstack bench`` for (``BenchRequest``: bench's flags, checked when made): a
+workload bench or (``trace``) a trace replay, against ``url`` or against layouts kvstack serves.
+Every combination of flags that cannot work is refused here, before a server is asked or started."""
 
 from __future__ import annotations
 
@@ -9,13 +9,13 @@ from typing import TYPE_CHECKING, Annotated, Self
 
 from pydantic import Field, model_validator
 
+from kvstack.bench.flags import BLOCK_TOKENS, CheckCorrectness, MaxOutputTokens, Seed, Timeout, TimeScale
 from kvstack.errors import InputError
 from kvstack.flags import Inputs, flag
 from kvstack.names import OFFLOAD_CHOICES, choice
 from kvstack.units import parse_bytes, parse_tokens
 
 if TYPE_CHECKING:  # imported where used: `kvstack --help` imports this module, never the bench
-    from kvstack.bench.command import BenchRequest
     from kvstack.serving.start_layout import TierOverrides
 
 
@@ -39,8 +39,9 @@ def compare_names(values: list[str]) -> list[str]:
     return names
 
 
-class BenchInputs(Inputs):
-    """The flags of ``kvstack bench`` as given (sizes and counts still text); checked when made."""
+class BenchRequest(Inputs):
+    """The flags of ``kvstack bench`` as given (sizes and counts still text, read by the properties
+    below); checked when made."""
 
     url: Annotated[str | None, flag("--url", help="A running server, e.g. http://127.0.0.1:8000")] = None
     model: Annotated[str | None, flag("--model", help="Served model name (default: from /v1/models)")] = None
@@ -53,7 +54,10 @@ class BenchInputs(Inputs):
     concurrency: Annotated[
         int | None,
         flag(
-            "--concurrency", help="Requests in flight at once (default 8, tier-overflow 1; excludes --rate)"
+            "--concurrency",
+            help="Requests in flight at once (default 8, tier-overflow 1; excludes --rate)",
+            ge=1,
+            example="16",
         ),
     ] = None
     rate: Annotated[
@@ -62,12 +66,7 @@ class BenchInputs(Inputs):
     ] = None
     prompt_tokens: Annotated[str, flag("--prompt-tokens", help="Prompt length, e.g. 2048 or 8k")] = "2048"
     output_tokens: Annotated[int, flag("--output-tokens", help="Tokens generated per request")] = 16
-    seed: Annotated[
-        int,
-        flag(
-            "--seed", help="Same seed, same prompts and arrivals; a new seed misses every earlier run's cache"
-        ),
-    ] = 0
+    seed: Seed
     compare: Annotated[
         list[str],
         flag("--compare", help="Layouts to start and compare in turn (repeat or comma-separate)"),
@@ -79,17 +78,8 @@ class BenchInputs(Inputs):
         list[str],
         flag("--metrics-url", help="Extra /metrics to read hit counters from (e.g. an LMCache server)"),
     ] = Field(default_factory=list)
-    timeout_s: Annotated[float, flag("--timeout", help="Per-request timeout, seconds")] = 300.0
-    check_correctness: Annotated[
-        int,
-        flag(
-            "--check-correctness",
-            help="After each layout: generate K of the last round's prompts greedily as served from "
-            "cache (--trace: K of the replayed answers the caches served most of) and have a recompute "
-            "score every token, in the engine's own request; a token outside its margin fails (exit 1)",
-            metavar="K",
-        ),
-    ] = 0
+    timeout_s: Timeout
+    check_correctness: CheckCorrectness
     out: Annotated[Path | None, flag("--out", help="Write results.json, requests.csv and plots here")] = None
     # The one layout served when --compare names none (checked as a layout: with --url it is unused).
     offload: Annotated[str, flag("--offload", help="auto, lmcache, lmcache-mp, native, hicache or none.")] = (
@@ -129,16 +119,9 @@ class BenchInputs(Inputs):
             help="--trace: keep this share of sessions (0.025, 1/40, 2.5%; as plan --trace-sample)",
         ),
     ] = None
-    block_tokens: Annotated[
-        int, flag("--block-tokens", help="--trace: tokens per hash block (the trace's 512, scaled to fit)")
-    ] = 64
-    time_scale: Annotated[
-        float,
-        flag("--time-scale", help="--trace: arrival = timestamp x this (0.01: 100x faster; 0: back to back)"),
-    ] = 1.0
-    max_output_tokens: Annotated[
-        int, flag("--max-output-tokens", help="--trace: cap on each request's output length from the trace")
-    ] = 16
+    block_tokens: Annotated[int, BLOCK_TOKENS] = 64
+    time_scale: TimeScale
+    max_output_tokens: MaxOutputTokens
     l1_size: Annotated[
         str | None,
         flag("--l1-size", help="Without --url: LMCache's DRAM tier size for every layout (e.g. 64MiB)"),
@@ -185,7 +168,7 @@ class BenchInputs(Inputs):
         self.layouts()  # each an --offload choice: refused here, before the CLI reads --engine
         return self
 
-    def with_key_and_engine_args(self, api_key: str | None, extra_args: list[str]) -> BenchInputs:
+    def with_key_and_engine_args(self, api_key: str | None, extra_args: list[str]) -> BenchRequest:
         """These inputs with what their flags do not hold: the API key and the engine arguments after
         ``--`` (checked: the rest was when the flags were read)."""
         given = self.model_copy(update={"api_key": api_key, "extra_args": extra_args})
@@ -218,25 +201,12 @@ class BenchInputs(Inputs):
         flag = "--compare" if names else "--offload"  # a layout is an --offload choice
         return [choice(n, OFFLOAD_CHOICES, flag) for n in names or [self.offload]]
 
-    def bench_args(self) -> BenchRequest:
-        """The workload bench's inputs (without --trace)."""
-        from kvstack.bench.command import BenchRequest
+    @property
+    def prompt_token_count(self) -> int:
+        """--prompt-tokens as a count (``8k`` -> 8192)."""
+        return parse_tokens(self.prompt_tokens, "--prompt-tokens")
 
-        return BenchRequest(
-            url=self.url,
-            model=self.model,
-            api_key=self.api_key,
-            workload=self.workload,
-            requests=self.requests,
-            concurrency=self.concurrency if self.rate is None else None,
-            rate=self.rate,
-            prompt_tokens=parse_tokens(self.prompt_tokens, "--prompt-tokens"),
-            output_tokens=self.output_tokens,
-            seed=self.seed,
-            compare=self.layouts(),
-            plan_file=self.plan_file,
-            metrics_urls=[*self.metrics_urls, *([self.lmcache] if self.lmcache else [])],
-            timeout_s=self.timeout_s,
-            check_correctness=self.check_correctness,
-            out=self.out,
-        )
+    @property
+    def all_metrics_urls(self) -> list[str]:
+        """--metrics-url, then --lmcache's (the cache server's counters are read as its /metrics)."""
+        return [*self.metrics_urls, *([self.lmcache] if self.lmcache else [])]

@@ -116,3 +116,24 @@ class CanaryInputs(Inputs):
             "metrics_port": self.metrics_port,
             "metrics_token": read_token(self.metrics_token_file),
         }
+
+
+class WatchInputs(Inputs):
+    """``kvstack canary``'s own flags (its interval, budget and action are CanaryInputs', renamed):
+    the probe, its /metrics, where it writes, when it stops."""
+
+    probe_tokens: Annotated[
+        int | None,
+        flag("--probe-tokens", help="Probe prompt length (default 1024, within the model's context)"),
+    ] = None
+    metrics_host: Annotated[
+        str, flag("--metrics-host", help="Bind address of /metrics (loopback by default)")
+    ] = "127.0.0.1"
+    no_metrics: Annotated[bool, flag("--no-metrics", help="Serve no /metrics")] = False
+    run_dir: Annotated[
+        Path | None,
+        flag("--run-dir", help="Where canary.json and events.jsonl go (default: a new state dir)"),
+    ] = None
+    checks: Annotated[
+        int, flag("--checks", help="Stop after this many checks (0: until stopped)", ge=0, example="10")
+    ] = 0

@@ -7,8 +7,9 @@ from typing import Annotated
 import typer
 
 from kvstack.apikey import ApiKeyInputs
-from kvstack.bench.request import BenchInputs
+from kvstack.bench.request import BenchRequest
 from kvstack.cli.flags import Pick, command
+from kvstack.flags import JsonInputs
 from kvstack.serving.request import ServeRequest
 
 # What the layouts kvstack serves are served with, without --url (--model, --offload and --run-dir
@@ -23,15 +24,16 @@ BenchServe = Annotated[
         },
     ),
 ]
+BenchOutput = Annotated[JsonInputs, Pick(help={"as_json": "Print results.json to stdout"})]
 
 
 def register(app: typer.Typer) -> None:
     @command(app, "bench", context_settings={"allow_interspersed_args": False})
     def _cmd(
-        bench: BenchInputs,
+        bench: BenchRequest,
         key: ApiKeyInputs,
         serve: BenchServe,
-        as_json: bool = typer.Option(False, "--json", help="Print results.json to stdout"),
+        output: BenchOutput,
         extra_args: list[str] = typer.Argument(
             None, help="Without --url: extra engine arguments for every layout, after --", show_default=False
         ),
@@ -49,4 +51,4 @@ def register(app: typer.Typer) -> None:
                 serve, request.api_key, request.extra_args, model=request.model, run_dir=request.run_dir
             )
             request = request.model_copy(update={"model": served.model_spec()})
-        run_bench_command(request, served, bench_events(json_mode=as_json))
+        run_bench_command(request, served, bench_events(json_mode=output.as_json))

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated, cast
 
 import typer
 
 from kvstack.apikey import ApiKeyInputs
 from kvstack.canary.defaults import OnWrongKv
-from kvstack.canary.inputs import CanaryInputs
+from kvstack.canary.inputs import CanaryInputs, WatchInputs
 from kvstack.cli.flags import Pick, command
-from kvstack.errors import InputError
 from kvstack.names import choice
 from kvstack.remote.source import RemoteInputs
 from kvstack.validation.inputs import ServerInputs
@@ -41,29 +39,29 @@ def register(app: typer.Typer) -> None:
         remote: RemoteInputs,
         key: ApiKeyInputs,
         canary: WatchFlags,
-        probe_tokens: int | None = typer.Option(
-            None, "--probe-tokens", help="Probe prompt length (default 1024, within the model's context)"
-        ),
-        metrics_host: str = typer.Option(
-            "127.0.0.1", "--metrics-host", help="Bind address of /metrics (loopback by default)"
-        ),
-        no_metrics: bool = typer.Option(False, "--no-metrics", help="Serve no /metrics"),
-        run_dir: Path | None = typer.Option(
-            None, "--run-dir", help="Where canary.json and events.jsonl go (default: a new state dir)"
-        ),
-        checks: int = typer.Option(0, "--checks", help="Stop after this many checks (0: until stopped)"),
+        watch: WatchInputs,
     ) -> None:
         """Ask planted probes again while the server serves; judge each answer against a recompute."""
         from kvstack.canary.watch import watch_server
         from kvstack.rendering.serve import serve_events
 
         action = cast(OnWrongKv, choice(canary.on_wrong_kv, WATCH_ACTIONS, "--on-wrong-kv"))
-        if checks < 0:
-            raise InputError(f"--checks must be 0 or more, not {checks}", hint="e.g. --checks 10")
         fields = canary.fields()
         target = server.target(remote.url(), key.value())
-        metrics = None if no_metrics else (metrics_host, fields["metrics_port"], fields["metrics_token"])
+        metrics = (
+            None
+            if watch.no_metrics
+            else (watch.metrics_host, fields["metrics_port"], fields["metrics_token"])
+        )
         events = serve_events(json_mode=False)
         watch_server(
-            target, fields, probe_tokens, action, run_dir, metrics, events.message, events.warning, checks
+            target,
+            fields,
+            watch.probe_tokens,
+            action,
+            watch.run_dir,
+            metrics,
+            events.message,
+            events.warning,
+            watch.checks,
         )

@@ -3,11 +3,12 @@
 A command function names its inputs as parameters typed by an ``Inputs`` model::
 
     @command(app, "plan")
-    def _cmd(plan: PlanInputs, remote: RemoteInputs, json_out: Json = False) -> None: ...
+    def _cmd(plan: PlanInputs, remote: RemoteInputs, output: PlanOutput) -> None: ...
 
-Each model's flagged fields become the command's options (``Pick`` keeps some, renames or re-words
-them for this command); typer parses them as usual, and the function receives the models, made (and
-so checked) from what was given. Plain parameters stay typer's own.
+Each model's flagged fields become the command's options (``Pick`` keeps some, renames, re-words or
+re-defaults them for this command); typer parses them as usual, and the function receives the
+models, made (and so checked) from what was given. Every option of a command is a model's field;
+plain parameters (the engine arguments after ``--``) stay typer's own.
 """
 
 from __future__ import annotations

@@ -2,39 +2,30 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from kvstack.cli.flags import command
+from kvstack.cli.flags import Pick, command
 from kvstack.remote.source import RemoteInputs
 from kvstack.replay.inputs import TraceInputs
-from kvstack.serving.plan_inputs import PlanInputs
+from kvstack.serving.plan_inputs import PlanInputs, PlanOutputInputs
 
-CurvePng = Annotated[
-    Path | None,
-    typer.Option("--curve-png", help="Write the trace's capacity curve, tier boundaries marked, as a PNG."),
-]
+PlanOutput = Annotated[PlanOutputInputs, Pick(help={"as_json": "Print the plan as JSON."})]
 
 
 def register(app: typer.Typer) -> None:
     @command(app, "plan")
-    def _cmd(
-        plan_inputs: PlanInputs,
-        remote: RemoteInputs,
-        trace: TraceInputs,
-        curve_png: CurvePng = None,
-        json_out: bool = typer.Option(False, "--json", help="Print the plan as JSON."),
-    ) -> None:
+    def _cmd(plan_inputs: PlanInputs, remote: RemoteInputs, trace: TraceInputs, output: PlanOutput) -> None:
         """Choose the tier layout, sizes and KV dtype for a model on this hardware, and explain why."""
         from kvstack.rendering.plan import render_plan_result, write_png
         from kvstack.serving.planner import plan_for_inputs
 
+        curve_png = output.curve_png
         plan = plan_for_inputs(plan_inputs, remote.url(), trace.read(curve_png))
         if curve_png is not None and plan.trace is not None:
             write_png(plan, curve_png)
-        if json_out:
+        if output.as_json:
             typer.echo(plan.model_dump_json(indent=2))
         else:
             render_plan_result(plan, curve_png)

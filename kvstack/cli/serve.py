@@ -11,10 +11,11 @@ from kvstack.canary.inputs import CanaryInputs
 from kvstack.cli.flags import Pick, command
 from kvstack.remote.source import RemoteInputs
 from kvstack.replay.inputs import TraceInputs
-from kvstack.serving.request import ServeRequest
+from kvstack.serving.request import ServeRequest, ServeRunInputs
 
 ServeFlags = Annotated[ServeRequest, Pick(without=("gpu_memory_utilization",))]
 ServeTrace = Annotated[TraceInputs, Pick(without=("start", "max_requests"))]
+ServeRun = Annotated[ServeRunInputs, Pick(help={"as_json": "Machine-readable output"})]
 
 
 def register(app: typer.Typer) -> None:
@@ -25,28 +26,25 @@ def register(app: typer.Typer) -> None:
         trace: ServeTrace,
         key: ApiKeyInputs,
         canary: CanaryInputs,
+        run: ServeRun,
         extra_args: list[str] = typer.Argument(
             None, help="Extra engine arguments, after --", show_default=False
         ),
-        dry_run: bool = typer.Option(
-            False, "--dry-run", help="Print what would run; start and write nothing"
-        ),
-        json_mode: bool = typer.Option(False, "--json", help="Machine-readable output"),
-        no_validate: bool = typer.Option(False, "--no-validate", help="Skip the TTFT validation pass"),
     ) -> None:
         """Plan the KV tiers, write the connector config, launch the engine, validate it, keep serving."""
         from kvstack.rendering.serve import print_dry_run, serve_events
         from kvstack.serving.command import serve
 
+        json_mode = run.as_json
         events = serve_events(json_mode)
         full = request.completed(
             remote=remote.url(),
             api_key=key.value(),
             extra_args=extra_args,
-            validate=not no_validate,
+            validate=not run.no_validate,
             **canary.fields(),
         )
-        shown = (lambda launch: print_dry_run(launch, json_mode, events)) if dry_run else None
+        shown = (lambda launch: print_dry_run(launch, json_mode, events)) if run.dry_run else None
         code = serve(full, events, trace.read(), dry_run=shown)
         if code:
             raise typer.Exit(code)

@@ -9,19 +9,28 @@ import typer
 
 from kvstack.apikey import ApiKeyInputs
 from kvstack.cli.flags import Pick, command
-from kvstack.replay.inputs import TraceInputs
 from kvstack.serving.request import ServeRequest
-from kvstack.tune.options import TuneInputs
+from kvstack.tune.options import DEFAULT_CHECKS, TuneOutputInputs, TuneRequest
 
-TuneTrace = Annotated[
-    TraceInputs,
+# The trace's flags first, then tune's own; the replay's (bench's) re-worded and re-defaulted for tune.
+TuneFlags = Annotated[
+    TuneRequest,
     Pick(
-        only=("trace", "trace_sample", "start", "max_requests", "calibration"),
+        without=("offload_cost", "offload_cost_from"),
         help={
             "calibration": "Rank with costs measured earlier on your engine (an earlier tune's --out DIR, a "
             "kvstack bench --trace --compare none,lmcache-mp result, or a served-ttft.json) instead of "
             "measuring them first (replays of none and lmcache-mp).",
+            "block_tokens": "Scale the trace's blocks to this many tokens (as bench --trace).",
+            "check_correctness": "After each replay, judge K cached answers against recompute (bench "
+            "--check-correctness).",
+            "max_output_tokens": "Cap on each replayed request's output (as bench --trace).",
+            "time_scale": "Arrival = trace timestamp x this (default 0: back to back; one request in flight, "
+            "so a request's TTFT starts when it is sent either way).",
+            "seed": "Same seed, same token prompts (as bench --trace).",
+            "timeout_s": "Per-request timeout, seconds.",
         },
+        default={"check_correctness": DEFAULT_CHECKS, "time_scale": 0.0},
     ),
 ]
 # What each candidate is served with (as bench --compare serves its layouts).
@@ -36,17 +45,16 @@ TuneServe = Annotated[
         },
     ),
 ]
+TuneOutput = Annotated[TuneOutputInputs, Pick(help={"as_json": "Print results.json."})]
 
 
 def register(app: typer.Typer) -> None:
     @command(app, "tune", context_settings={"allow_interspersed_args": False})
     def _cmd(
-        trace: TuneTrace,
-        tune: TuneInputs,
+        tune: TuneFlags,
         serve: TuneServe,
         key: ApiKeyInputs,
-        top: int = typer.Option(15, "--top", help="Rows of the ranking table."),
-        json_out: bool = typer.Option(False, "--json", help="Print results.json."),
+        output: TuneOutput,
         extra_args: list[str] = typer.Argument(
             None, help="Extra engine arguments for every candidate, after --", show_default=False
         ),
@@ -59,16 +67,12 @@ def register(app: typer.Typer) -> None:
         from kvstack.tune.command import run_tune
 
         engine_args = list(extra_args or [])
-        options = tune.options(
-            trace=trace.trace, trace_sample=trace.trace_sample, start=trace.start,
-            max_requests=trace.max_requests, calibration=trace.calibration, model=serve.model,
-            revision=serve.revision, hardware=serve.hardware, extra_args=engine_args,
-        )  # fmt: skip
+        options = tune.served_by(serve, engine_args)
         served = None
         if options.measures:
             served = measuring_request(serve, key.value(), engine_args)
-        with proof_progress(options.measures, json_out) as (view, events):
+        with proof_progress(options.measures, output.as_json) as (view, events):
             run = run_tune(options, serve=served, view=view, events=events)
-        show(run, top, serve.model, engine_args, json_out)
+        show(run, output.top, serve.model, engine_args, output.as_json)
         if run.failure is not None:
             raise run.failure

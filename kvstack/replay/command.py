@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from kvstack.bench.correctness import Answer, cached_first, check_replayed, engine_of
-from kvstack.bench.request import check_correctness_count
 from kvstack.bench.schema import BenchResult, CacheStats, CorrectnessResult, LayoutResult, RequestRow
 from kvstack.bench.stats import cache_stats, summarize
 from kvstack.clients import metrics as m
@@ -46,6 +45,8 @@ OFFLOADED = (token_sources.DRAM, token_sources.DISK, token_sources.REMOTE, token
 
 @dataclass(frozen=True)
 class ReplayRequest:
+    """How a trace is replayed, made from flags already checked (bench's, tune's)."""
+
     path: Path
     start: int = 0
     max_requests: int | None = None
@@ -56,15 +57,6 @@ class ReplayRequest:
     concurrency: int = 1
     seed: int = 0
     check_correctness: int = 0  # replayed requests whose answers a recompute judges
-
-    def check(self) -> None:
-        if self.time_scale < 0:
-            raise InputError(f"--time-scale must be 0 or more, not {self.time_scale:g}", hint="e.g. 0.01")
-        if self.max_output_tokens < 1:
-            raise InputError("--max-output-tokens must be at least 1", hint="e.g. --max-output-tokens 16")
-        if self.concurrency < 1:
-            raise InputError(f"--concurrency must be at least 1, not {self.concurrency}", hint="e.g. 1")
-        check_correctness_count(self.check_correctness)
 
 
 @dataclass

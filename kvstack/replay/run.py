@@ -4,14 +4,12 @@ bench, because it chooses between the trace replay and the workload bench)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from kvstack.bench.command import check_out, conclude, run_bench, target, write_files
 from kvstack.bench.events import BenchEvents
 from kvstack.bench.report import environment
-from kvstack.bench.request import BenchInputs
+from kvstack.bench.request import BenchRequest
 from kvstack.bench.schema import BenchResult
 from kvstack.errors import InputError
 from kvstack.redact import redact_url
@@ -25,64 +23,67 @@ from kvstack.traces.sample import parse_ratio
 PREDICTION_PLOT = "trace_prediction.png"
 
 
-@dataclass(frozen=True)
-class TraceBenchRequest:
-    """One ``bench --trace`` run: which requests it replays and how (``replay``), against what."""
+def replay_of(request: BenchRequest) -> ReplayRequest:
+    """How ``bench --trace`` replays the trace (the session sample's ratio read here)."""
+    assert request.trace is not None
+    sample = request.session_sample
+    return ReplayRequest(
+        path=request.trace,
+        start=request.start,
+        max_requests=request.max_requests,
+        session_sample=parse_ratio(sample) if sample else None,
+        block_tokens=request.block_tokens,
+        time_scale=request.time_scale,
+        max_output_tokens=request.max_output_tokens,
+        concurrency=request.concurrency or 1,
+        seed=request.seed,
+        check_correctness=request.check_correctness,
+    )
 
-    replay: ReplayRequest
-    url: str | None = None
-    model: str | None = None
-    api_key: str | None = None
-    compare: list[str] = field(default_factory=list)
-    metrics_urls: list[str] = field(default_factory=list)
-    timeout_s: float = 300.0
-    out: Path | None = None
-    tier_sizes: dict[str, int | None] = field(default_factory=dict)
-    lmcache: str | None = None  # --url: LMCache's cache server, as validate and top take it
-    run_dir: Path | None = None  # --url: the kvstack serve run behind it (default: the newest serving it)
 
-
-def _config(o: TraceBenchRequest, base_url: str | None, model: str, metrics: list[str]) -> dict[str, Any]:
+def _config(
+    o: BenchRequest, replay: ReplayRequest, base_url: str | None, model: str, metrics: list[str]
+) -> dict[str, Any]:
     return {
         "url": redact_url(base_url) if base_url else None,
         "model": model,
         "api_key": "***" if o.api_key else None,
         "workload": "trace",
-        "trace": str(o.replay.path),
-        "compare": o.compare,
-        "concurrency": o.replay.concurrency,
-        "seed": o.replay.seed,
+        "trace": str(replay.path),
+        "compare": o.layouts(),
+        "concurrency": replay.concurrency,
+        "seed": replay.seed,
         "metrics_urls": [redact_url(u) for u in metrics],
         "timeout_s": o.timeout_s,
-        "tier_sizes": o.tier_sizes,
+        "tier_sizes": o.sizes.to_dict(),
         "lmcache": redact_url(o.lmcache) if o.lmcache else None,
-        "check_correctness": o.replay.check_correctness,
+        "check_correctness": replay.check_correctness,
     }
 
 
 def run_trace_bench(
-    o: TraceBenchRequest, start_layout: StartLayout | None, events: BenchEvents | None = None
+    o: BenchRequest, start_layout: StartLayout | None, events: BenchEvents | None = None
 ) -> BenchResult:
-    """Replay per layout, write the report (and the predicted vs measured plot), hand it to
-    ``events``, then raise what the replay ended with."""
+    """``bench --trace``: replay per layout, write the report (and the predicted vs measured plot),
+    hand it to ``events``, then raise what the replay ended with."""
     events = events or BenchEvents()
     check_out(o.out)
-    o.replay.check()
-    sliced = load_slice(o.replay)  # a bad trace is named before any server is asked
+    replay = replay_of(o)
+    sliced = load_slice(replay)  # a bad trace is named before any server is asked
     base_url, metrics, model = target(o.url, o.metrics_urls, o.model, o.api_key)
     if base_url is None and (not model or start_layout is None):
         raise InputError("a replay needs --url or a layout kvstack serves", hint="add --url URL")
     result, failure = run_trace(
-        o.replay,
+        replay,
         sliced,
         url=base_url,
-        names=o.compare,
+        names=o.layouts(),
         start_layout=start_layout,
         metrics_urls=metrics,
         model=model,
         api_key=o.api_key,
         timeout_s=o.timeout_s,
-        config=_config(o, base_url, model, metrics),
+        config=_config(o, replay, base_url, model, metrics),
         environment=environment(),
         lmcache=o.lmcache,
         run_dir=o.run_dir if base_url is not None else None,
@@ -97,43 +98,13 @@ def run_trace_bench(
     return result
 
 
-def trace_options(request: BenchInputs) -> TraceBenchRequest:
-    """``bench --trace``'s inputs from the request (the session sample's ratio read here)."""
-    assert request.trace is not None
-    sample = request.session_sample
-    return TraceBenchRequest(
-        ReplayRequest(
-            path=request.trace,
-            start=request.start,
-            max_requests=request.max_requests,
-            session_sample=parse_ratio(sample) if sample else None,
-            block_tokens=request.block_tokens,
-            time_scale=request.time_scale,
-            max_output_tokens=request.max_output_tokens,
-            concurrency=request.concurrency or 1,
-            seed=request.seed,
-            check_correctness=request.check_correctness,
-        ),
-        url=request.url,
-        model=request.model,
-        api_key=request.api_key,
-        compare=request.layouts(),
-        metrics_urls=request.metrics_urls,
-        timeout_s=request.timeout_s,
-        out=request.out,
-        tier_sizes=request.sizes.to_dict(),
-        lmcache=request.lmcache,
-        run_dir=request.run_dir if request.url else None,
-    )
-
-
 def run_bench_command(
-    request: BenchInputs, serve: ServeRequest | None, events: BenchEvents | None = None
+    request: BenchRequest, serve: ServeRequest | None, events: BenchEvents | None = None
 ) -> BenchResult:
     """``kvstack bench``: on the layouts ``serve`` starts in turn (None: the server at --url), the
     trace replay with --trace, else the workload bench."""
     events = events or BenchEvents()
     start_layout = None if serve is None else sized_layout_starter(serve, request.sizes, events.serving)
     if request.trace is not None:
-        return run_trace_bench(trace_options(request), start_layout, events)
-    return run_bench(request.bench_args(), start_layout, events)
+        return run_trace_bench(request, start_layout, events)
+    return run_bench(request, start_layout, events)

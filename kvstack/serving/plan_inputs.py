@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
-from kvstack.flags import Inputs, flag
+from kvstack.flags import Inputs, Json, flag
 from kvstack.hardware.checks import DISK_MIN_BW
 from kvstack.hardware.snapshot import HardwareSnapshot, load_snapshot
 from kvstack.names import ENGINES, OFFLOAD_CHOICES
@@ -163,3 +163,13 @@ def load_or_probe(hardware: Path | None, disk: Path | None, fio_seconds: float =
     from kvstack.hardware.probe import probe  # probes run only when no snapshot is given
 
     return probe(paths=[resolve_dir(disk)] if disk is not None else None, fio_seconds=fio_seconds)
+
+
+class PlanOutputInputs(Inputs):
+    """``kvstack plan``'s output flags: the trace's capacity curve as a PNG, the plan as JSON."""
+
+    curve_png: Annotated[
+        Path | None,
+        flag("--curve-png", help="Write the trace's capacity curve, tier boundaries marked, as a PNG."),
+    ] = None
+    as_json: Json

@@ -10,7 +10,7 @@ from typing import Annotated
 from pydantic import Field
 
 from kvstack.canary.defaults import DEFAULT_BUDGET, DEFAULT_INTERVAL_S, OnWrongKv
-from kvstack.flags import flag
+from kvstack.flags import Inputs, Json, flag
 from kvstack.profiles import profiles_dir
 from kvstack.rundir import default_cache_root, new_run_dir
 from kvstack.serving.plan_inputs import PlanInputs, resolve_dir
@@ -126,3 +126,11 @@ class ServeRequest(ValidationInputs, PlanInputs):
 
     def secrets(self) -> list[str]:
         return [s for s in (self.api_key,) if s]
+
+
+class ServeRunInputs(Inputs):
+    """How ``kvstack serve`` runs and reports: a dry run, JSON events, the validation pass skipped."""
+
+    dry_run: Annotated[bool, flag("--dry-run", help="Print what would run; start and write nothing")] = False
+    as_json: Json
+    no_validate: Annotated[bool, flag("--no-validate", help="Skip the TTFT validation pass")] = False

@@ -82,7 +82,7 @@ def read_trace(o: TuneRequest) -> TraceInput:
     """``o.trace`` as tune reads it: its sample, start and first requests."""
     from kvstack.replay.inputs import read_trace_input
 
-    traced = read_trace_input(o.trace, o.sample, o.start, o.max_requests, (None, None), None)
+    traced = read_trace_input(o.trace, o.trace_sample, o.start, o.max_requests, (None, None), None)
     assert traced is not None
     return traced
 
@@ -255,8 +255,9 @@ def _replay_setup(o: TuneRequest, inputs: Inputs, serve: Any) -> CandidateReplay
     from kvstack.serving.request import demo_model_dir
 
     args = ReplayRequest(
-        path=o.trace, block_tokens=inputs.block_tokens, time_scale=o.time_scale,
-        max_output_tokens=o.max_output_tokens, concurrency=1, seed=o.seed, check_correctness=o.check_k,
+        path=o.trace_path, block_tokens=inputs.block_tokens, time_scale=o.time_scale,
+        max_output_tokens=o.max_output_tokens, concurrency=1, seed=o.seed,
+        check_correctness=o.check_correctness,
     )  # fmt: skip
     model = serve.model_spec() if serve is not None else (o.model or str(demo_model_dir()))
     api_key = o.api_key if o.api_key is not None else (serve.api_key if serve is not None else None)
@@ -285,14 +286,13 @@ def run_tune(
     from kvstack.tune.plots import CANDIDATES, PREDICTED_VS_MEASURED
     from kvstack.tune.report import proof_document
 
-    o.check()
     traced = traced if traced is not None else read_trace(o)
     saved = _saved(o)
     cal = _given_calibration(o, saved)  # before the probe: bad input fails at once
     inputs = read_inputs(o, traced)
     out = o.directory
     if not o.measures:
-        assert cal is not None  # o.check(): --budget 0 needs a calibration
+        assert cal is not None  # TuneRequest: --budget 0 needs a calibration
         result, doc = rank(o, inputs, cal)
         written = write_ranking(out, result, doc) if out is not None else []
         return TuneRun(result, doc, out, None, written)
@@ -366,7 +366,7 @@ def _measure_costs(
             raise InputError("tune measures its costs on engines kvstack serves", hint="pass --calibration")
         start_layout = calibration_starter(serve, out / RUNS, events)
     return measure_costs(
-        setup, start_layout, trace=o.trace, run_root=out / RUNS, deadline=t0 + o.budget_s, view=view,
+        setup, start_layout, trace=o.trace_path, run_root=out / RUNS, deadline=t0 + o.budget_s, view=view,
         clock=clock,
     )  # fmt: skip
 

@@ -5,17 +5,26 @@ that turns them into a ValidationTarget."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Self
+
+from pydantic import model_validator
 
 from kvstack.errors import InputError
-from kvstack.flags import Inputs, flag
+from kvstack.flags import Inputs, Json, flag
 from kvstack.names import CONNECTORS, ENGINES, choice
+from kvstack.validation.thresholds import (
+    DEFAULT_MIN_SPEEDUP,
+    DEFAULT_MIN_TIER_SPEEDUP,
+    DEFAULT_NOISE_CEILING,
+    DEFAULT_TOKENS,
+    DEFAULT_TOP_K,
+)
 
 if TYPE_CHECKING:
     from kvstack.validation.report import ValidationTarget
-from kvstack.validation.thresholds import DEFAULT_MIN_SPEEDUP, DEFAULT_MIN_TIER_SPEEDUP
 
 TIERS = ("cpu", "disk", "remote")
+MAX_CONCURRENCY = 256
 _CONNECTORS = tuple(c for c in CONNECTORS if c != "none")
 
 
@@ -129,3 +138,65 @@ class ServerInputs(Inputs):
             secrets=secrets,
             **fields,
         )
+
+
+class ValidateInputs(Inputs):
+    """``kvstack validate``'s own flags: how the pass is run against the server, and its report."""
+
+    log: Annotated[Path | None, flag("--log", help="The engine's log file, scanned for silent failures")] = (
+        None
+    )
+    repeat: Annotated[int, flag("--repeat", help="Rounds per step (the median is judged)")] = 3
+    correctness_tokens: Annotated[
+        int,
+        flag(
+            "--correctness-tokens",
+            help="Greedy tokens of each cached answer that a recompute scores, every one judged "
+            "(0: the correctness gate is off, and the summary says so)",
+        ),
+    ] = DEFAULT_TOKENS
+    noise_ceiling: Annotated[
+        float,
+        flag(
+            "--noise-ceiling",
+            help="Nats: the correctness gate is set from the noise floor measured on the cold answers, "
+            "and never above this",
+        ),
+    ] = DEFAULT_NOISE_CEILING
+    top_k: Annotated[int, flag("--top-k", help="Recompute's candidates reported per scored position")] = (
+        DEFAULT_TOP_K
+    )
+    reset_path: Annotated[
+        str | None,
+        flag("--reset-path", help="POST path that empties the GPU prefix cache (default per engine)"),
+    ] = None
+    as_json: Json
+    out: Annotated[Path | None, flag("--out", help="Also write the JSON report to this file")] = None
+    concurrency: Annotated[
+        int,
+        flag(
+            "--concurrency",
+            help="Requests in flight while the steps are judged (N-1 streams of fresh prompts beside them)",
+        ),
+    ] = 1
+
+    @model_validator(mode="after")
+    def _check(self) -> Self:
+        if not 1 <= self.concurrency <= MAX_CONCURRENCY:
+            raise InputError(
+                f"--concurrency must be between 1 and {MAX_CONCURRENCY}, not {self.concurrency}",
+                hint="e.g. --concurrency 4",
+            )
+        return self
+
+    def target_fields(self) -> dict[str, Any]:
+        """The ValidationTarget fields these flags set."""
+        return {
+            "reset_path": self.reset_path,
+            "log_file": str(self.log) if self.log else None,
+            "repeat": self.repeat,
+            "correctness_tokens": self.correctness_tokens,
+            "noise_ceiling": self.noise_ceiling,
+            "top_k": self.top_k,
+            "concurrency": self.concurrency,
+        }

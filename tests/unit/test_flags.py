@@ -78,3 +78,67 @@ def test_every_shared_flag_is_declared_once() -> None:
     assert set(ServerInputs.flags()) == {
         "url", "engine", "cache_dir", "tiers", "lmcache", "offload", "chunk_tokens", "model"
     }  # fmt: skip
+
+
+def test_bench_and_tune_share_their_replay_flags() -> None:
+    """A flag both commands take is one declaration (bench/flags.py): the same Flag, one default."""
+    from kvstack.bench.request import BenchRequest
+    from kvstack.replay.inputs import TraceInputs
+    from kvstack.tune.options import TuneRequest
+
+    bench, tune = BenchRequest.flags(), TuneRequest.flags()
+    shared = ("seed", "timeout_s", "check_correctness", "block_tokens", "time_scale", "max_output_tokens")
+    for name in shared:
+        assert bench[name] is tune[name], name
+    for name in ("seed", "timeout_s", "check_correctness", "time_scale", "max_output_tokens"):
+        assert BenchRequest.model_fields[name].default == TuneRequest.model_fields[name].default, name
+    for name, f in TraceInputs.flags().items():  # tune's trace is the TraceInputs'
+        assert tune[name] is f
+    names = [n for f in tune.values() for n in f.names]
+    assert len(names) == len(set(names))
+
+
+# A name that several models declare, each with a meaning of its own (not one flag declared twice):
+# a running server's --model/--engine/--offload/--cache-dir are what it runs (ServerInputs), not what
+# a plan asks for; each command's --out, --run-dir, --url, --lmcache is its own; bench's trace flags
+# slice after the session sample, the plan's before it; validate's --prompt-tokens and --concurrency
+# are the validation pass's, bench's the workload's; export's --host/--port are the deployment's.
+OTHER_MEANINGS = {
+    "--cache-dir", "--concurrency", "--engine", "--host", "--lmcache", "--max-requests", "--model",
+    "--offload", "--out", "--port", "--prompt-tokens", "--run-dir", "--start", "--trace",
+    "--trace-sample", "--url", "--workload",
+}  # fmt: skip
+
+
+def test_a_flag_that_models_share_is_one_declaration() -> None:
+    """Every inputs model a command takes: a flag name two of them hold is one Flag (declared once,
+    as bench's and tune's replay flags, --json, or a model's fields inherited), unless the name is
+    listed above with its other meanings."""
+    from kvstack.apikey import ApiKeyInputs
+    from kvstack.bench.request import BenchRequest
+    from kvstack.canary.inputs import CanaryInputs, WatchInputs
+    from kvstack.export.inputs import ExportInputs
+    from kvstack.flags import Flag, JsonInputs
+    from kvstack.hardware.inputs import DoctorInputs
+    from kvstack.remote.source import RemoteInputs
+    from kvstack.replay.inputs import TraceInputs
+    from kvstack.serving.plan_inputs import PlanInputs, PlanOutputInputs
+    from kvstack.serving.request import ServeRequest, ServeRunInputs
+    from kvstack.top.inputs import TopInputs
+    from kvstack.tune.options import TuneOutputInputs, TuneRequest
+    from kvstack.validation.inputs import ServerInputs, ValidateInputs, ValidationInputs
+
+    models = (
+        PlanInputs, ValidationInputs, TraceInputs, RemoteInputs, ApiKeyInputs, CanaryInputs, WatchInputs,
+        ExportInputs, ServerInputs, BenchRequest, ServeRequest, TuneRequest, DoctorInputs, TopInputs,
+        ValidateInputs, PlanOutputInputs, ServeRunInputs, TuneOutputInputs, JsonInputs,
+    )  # fmt: skip
+    declared: dict[str, set[int]] = {}
+    for model in models:
+        for f in model.flags().values():
+            assert isinstance(f, Flag)
+            for name in f.names:
+                declared.setdefault(name, set()).add(id(f))
+    twice = {name for name, flags in declared.items() if len(flags) > 1 and name not in OTHER_MEANINGS}
+    assert not twice, f"declared more than once: {sorted(twice)}"
+    assert {name for name in OTHER_MEANINGS if len(declared[name]) > 1} == OTHER_MEANINGS

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from kvstack.bench.command import BenchRequest, normalize_url, run_bench
+from kvstack.bench.command import normalize_url, run_bench
 from kvstack.bench.report import load_result
+from kvstack.bench.request import BenchRequest
 from kvstack.errors import EngineError, InputError, NetworkTargetError, ValidationFailed
 from kvstack.serving.served_layout import ServedLayout
 from tests.support.stream_server import ServerKnobs, StreamServer
@@ -39,7 +40,7 @@ def test_compare_runs_each_layout_and_writes_them_side_by_side(tmp_path: Path) -
         with StreamServer(ServerKnobs(connector=None if name == "none" else "native")) as srv:
             yield ServedLayout(name, srv.url, (srv.url + "/metrics",))
 
-    args = BenchRequest(url=None, model="demo-model", workload="long-doc-qa", requests=8, prompt_tokens=256,
+    args = BenchRequest(url=None, model="demo-model", workload="long-doc-qa", requests=8, prompt_tokens="256",
                      compare=["none", "native"], out=tmp_path)  # fmt: skip
     result = run_bench(args, start_layout=start)
     assert [lay.name for lay in result.layouts] == ["none", "native"]
@@ -60,7 +61,7 @@ def test_a_dead_engine_keeps_the_rows_in_the_report(tmp_path: Path) -> None:
             deadline.append(time.monotonic() + 0.5)
             yield ServedLayout(name, srv.url, (), check_alive=check)
 
-    args = BenchRequest(url=None, model="demo-model", workload="random", requests=500, prompt_tokens=64,
+    args = BenchRequest(url=None, model="demo-model", workload="random", requests=500, prompt_tokens="64",
                      concurrency=2, compare=["none"], out=tmp_path)  # fmt: skip
     with pytest.raises(EngineError, match="exited with code 1"):
         run_bench(args, start_layout=start)
@@ -95,7 +96,7 @@ def test_served_tier_overflow_is_sized_by_the_first_layouts_server(tmp_path: Pat
         with StreamServer(knobs) as srv:
             yield ServedLayout(name, srv.url, (srv.url + "/metrics",))
 
-    args = BenchRequest(url=None, model="demo-model", workload="tier-overflow", prompt_tokens=256,
+    args = BenchRequest(url=None, model="demo-model", workload="tier-overflow", prompt_tokens="256",
                      output_tokens=1, compare=["none", "native"], out=tmp_path)  # fmt: skip
     result = run_bench(args, start_layout=start)
     assert result.workload["shape"]["gpu_tokens"] == 1024
@@ -110,7 +111,7 @@ def test_served_tier_overflow_without_cache_sizes_says_what_to_pass(tmp_path: Pa
         with StreamServer(ServerKnobs()) as srv:
             yield ServedLayout(name, srv.url, ())  # no /metrics: no cache size to read
 
-    args = BenchRequest(url=None, model="demo-model", workload="tier-overflow", prompt_tokens=256,
+    args = BenchRequest(url=None, model="demo-model", workload="tier-overflow", prompt_tokens="256",
                      compare=["none"], out=tmp_path)  # fmt: skip
     with pytest.raises(InputError, match="tier-overflow needs the size of the GPU pool"):
         run_bench(args, start_layout=start)
@@ -128,7 +129,7 @@ def test_check_correctness_compares_cached_answers_with_recompute(
         with StreamServer(knobs) as srv:
             yield ServedLayout(name, srv.url, (srv.url + "/metrics",))
 
-    args = BenchRequest(url=None, model="demo-model", workload="tier-overflow", prompt_tokens=256,
+    args = BenchRequest(url=None, model="demo-model", workload="tier-overflow", prompt_tokens="256",
                      output_tokens=1, compare=["native"], check_correctness=2, out=tmp_path)  # fmt: skip
     if not failed:
         result = run_bench(args, start_layout=start)

@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from kvstack.bench.command import BenchRequest, run_bench
+from kvstack.bench.command import run_bench
 from kvstack.bench.report import load_result
+from kvstack.bench.request import BenchRequest
 from kvstack.cli.app import run
 from kvstack.serving.served_layout import ServedLayout
 from tests.support.stream_server import ServerKnobs, StreamServer
@@ -86,7 +87,7 @@ def test_sglang_answers_are_scored_with_sglangs_own_request(tmp_path: Path) -> N
         with StreamServer(knobs) as srv:
             yield ServedLayout(name, srv.url, (srv.url + "/metrics",))
 
-    args = BenchRequest(url=None, model="demo-model", workload="tier-overflow", prompt_tokens=256,
+    args = BenchRequest(url=None, model="demo-model", workload="tier-overflow", prompt_tokens="256",
                      output_tokens=1, compare=["hicache"], check_correctness=2, out=tmp_path)  # fmt: skip
     result = run_bench(args, start_layout=start)
     c = result.layouts[0].correctness

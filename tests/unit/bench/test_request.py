@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from kvstack.bench.request import BenchInputs
+from kvstack.bench.request import BenchRequest
 from kvstack.errors import InputError
 
 URL = "http://127.0.0.1:8000"
@@ -39,26 +39,25 @@ URL = "http://127.0.0.1:8000"
 )
 def test_refusals(flags: dict[str, Any], message: str) -> None:
     with pytest.raises(InputError) as err:
-        BenchInputs(**flags)
+        BenchRequest(**flags)
     assert message in err.value.message
 
 
 def test_the_layouts_served_are_the_compare_list_else_the_offload() -> None:
-    assert BenchInputs(compare=["none, lmcache", "none", "native"]).layouts() == [
+    assert BenchRequest(compare=["none, lmcache", "none", "native"]).layouts() == [
         "none",
         "lmcache",
         "native",
     ]
-    assert BenchInputs(offload="native").layouts() == ["native"]
-    assert BenchInputs(url=URL, offload="native").layouts() == []
+    assert BenchRequest(offload="native").layouts() == ["native"]
+    assert BenchRequest(url=URL, offload="native").layouts() == []
 
 
 def test_the_workload_bench_gets_parsed_counts_and_the_cache_servers_metrics() -> None:
-    request = BenchInputs(
+    request = BenchRequest(
         url=URL, rate=2.5, prompt_tokens="8k", metrics_urls=["http://m:1"], lmcache="http://c:2"
     )
-    got = request.bench_args()
-    assert (got.prompt_tokens, got.rate, got.concurrency) == (8192, 2.5, None)
-    assert got.metrics_urls == ["http://m:1", "http://c:2"] and got.compare == []
+    assert (request.prompt_token_count, request.rate) == (8192, 2.5)
+    assert request.all_metrics_urls == ["http://m:1", "http://c:2"] and request.layouts() == []
     with pytest.raises(InputError, match="--prompt-tokens must be a token count"):
-        BenchInputs(url=URL, prompt_tokens="lots").bench_args()
+        _ = BenchRequest(url=URL, prompt_tokens="lots").prompt_token_count

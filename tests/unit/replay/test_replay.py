@@ -14,12 +14,12 @@ from typing import Any
 import pytest
 
 from kvstack.bench.report import REQUESTS_CSV, RESULTS_JSON
+from kvstack.bench.request import BenchRequest
 from kvstack.bench.schema import BenchResult
 from kvstack.errors import InputError
-from kvstack.replay.command import ReplayRequest
 from kvstack.replay.prompts import BlockTokens, ReplayShape, plan_requests
 from kvstack.replay.results import TraceReplay
-from kvstack.replay.run import TraceBenchRequest, run_trace_bench
+from kvstack.replay.run import run_trace_bench
 from kvstack.traces.mooncake import TraceRequest
 from tests.support.stream_server import ServerKnobs, StreamServer
 
@@ -78,14 +78,16 @@ def write_trace(path: Path) -> Path:
     return path
 
 
-def quick_replay(tmp_path: Path, concurrency: int = 1) -> ReplayRequest:
-    """write_trace's trace in 32-token blocks, sent at once, two output tokens a request."""
-    return ReplayRequest(
-        path=write_trace(tmp_path / "t.jsonl"),
+def quick_replay(tmp_path: Path, concurrency: int = 1, **given: Any) -> BenchRequest:
+    """bench --trace of write_trace's trace in 32-token blocks, sent at once, two output tokens a
+    request; ``given``: the other flags."""
+    return BenchRequest(
+        trace=write_trace(tmp_path / "t.jsonl"),
         block_tokens=32,
         time_scale=0.0,
         max_output_tokens=2,
         concurrency=concurrency,
+        **given,
     )
 
 
@@ -97,8 +99,8 @@ def test_a_replay_writes_rows_with_sources_and_predicted_vs_measured(
     with StreamServer(knobs) as srv:
         out = tmp_path / "out"
         result = run_trace_bench(
-            TraceBenchRequest(
-                quick_replay(tmp_path),
+            quick_replay(
+                tmp_path,
                 url=srv.url,
                 lmcache=srv.url,  # the stand-in is its own cache server (/status, lmcache_mp_*)
                 out=out,
@@ -222,7 +224,7 @@ def test_a_bad_trace_is_named_before_any_server_is_asked(tmp_path: Path) -> None
     bad = tmp_path / "t.jsonl"
     bad.write_text('{"timestamp": 0, "input_length": 10}\n')
     with pytest.raises(InputError, match=r"t\.jsonl:1: hash_ids must be a non-empty list"):
-        run_trace_bench(TraceBenchRequest(ReplayRequest(path=bad), url="http://127.0.0.1:1"), None)
+        run_trace_bench(BenchRequest(trace=bad, url="http://127.0.0.1:1"), None)
 
 
 def _replay(
@@ -230,10 +232,8 @@ def _replay(
 ) -> tuple[BenchResult, list[dict[str, Any]]]:
     with StreamServer(knobs) as srv:
         result = run_trace_bench(
-            TraceBenchRequest(
-                quick_replay(tmp_path, concurrency),
-                url=srv.url,  # its /metrics has the cache server's counters too
-            ),
+            # its /metrics has the cache server's counters too
+            quick_replay(tmp_path, concurrency, url=srv.url),
             None,
         )
         return result, srv.requests[: len(result.requests)]
@@ -321,8 +321,10 @@ def test_an_engine_that_dies_mid_replay_ends_it_with_its_error(tmp_path: Path) -
             yield ServedLayout(name, srv.url, (srv.url + "/metrics",), check_alive=check)
 
     out = tmp_path / "out"
-    args = ReplayRequest(path=write_trace(tmp_path / "t.jsonl"), block_tokens=32, time_scale=0.0)
-    opts = TraceBenchRequest(args, model="demo-model", compare=["none"], out=out)
+    opts = BenchRequest(
+        trace=write_trace(tmp_path / "t.jsonl"), block_tokens=32, time_scale=0.0, model="demo-model",
+        compare=["none"], out=out,
+    )  # fmt: skip
     # The engine's own error (one line for the CLI), not the task group that carried it.
     with pytest.raises(EngineError, match="exited with code 1"):
         run_trace_bench(opts, start)

@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
+from kvstack.bench.request import BenchRequest
 from kvstack.errors import InputError
 from kvstack.rendering.bench import bench_events
-from kvstack.replay.command import ReplayRequest
-from kvstack.replay.run import TraceBenchRequest, run_trace_bench
+from kvstack.replay.run import run_trace_bench
 from kvstack.replay.target import url_layout
 from tests.support.stream_server import ServerKnobs, StreamServer
 from tests.unit.replay.test_replay import write_trace
@@ -52,10 +52,11 @@ def serve_run(state: Path, name: str, doc: dict[str, Any]) -> Path:
 
 def replay(tmp_path: Path, url: str, **options: Any) -> dict[str, Any]:
     result = run_trace_bench(
-        TraceBenchRequest(
-            ReplayRequest(
-                path=write_trace(tmp_path / "t.jsonl"), block_tokens=32, time_scale=0.0, max_output_tokens=2
-            ),
+        BenchRequest(
+            trace=write_trace(tmp_path / "t.jsonl"),
+            block_tokens=32,
+            time_scale=0.0,
+            max_output_tokens=2,
             url=url,
             **options,
         ),
@@ -121,9 +122,8 @@ def test_the_table_prints_no_predicted_share_and_the_note(
 ) -> None:
     with StreamServer(TIERED) as srv:
         run_trace_bench(
-            TraceBenchRequest(
-                ReplayRequest(path=write_trace(tmp_path / "t.jsonl"), block_tokens=32, time_scale=0.0),
-                url=srv.url,
+            BenchRequest(
+                trace=write_trace(tmp_path / "t.jsonl"), block_tokens=32, time_scale=0.0, url=srv.url
             ),
             None,
             bench_events(json_mode=False),

@@ -193,28 +193,29 @@ def options(tmp_path: Path, block_tokens: int, **changes: object) -> TuneRequest
     """tune's options for the stand-in: the sessions at ``block_tokens``, the stand-in's costs, LMCache's
     server at 1 GiB of DRAM, none and ``max_candidates`` (1) candidates, two checked answers each."""
     tmp_path.mkdir(parents=True, exist_ok=True)
-    base = TuneRequest(
-        trace=write_sessions(tmp_path / "sessions.jsonl"),
-        calibration=write_calibration(tmp_path / "served-ttft.json"),
-        block_tokens=block_tokens,
-        hardware=NO_GPU,
-        engine_pool_tokens=STANDIN_POOL,
-        connector="lmcache-mp",
-        knobs={"--l1-size-gb": 1.0},
-        out=tmp_path / "tune",
-        budget_s=1800.0,
-        max_candidates=1,
-        max_output_tokens=2,
-        check_k=2,
-    )
-    return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
+    base: dict[str, Any] = {
+        "trace": write_sessions(tmp_path / "sessions.jsonl"),
+        "calibration": write_calibration(tmp_path / "served-ttft.json"),
+        "block_tokens": block_tokens,
+        "hardware": NO_GPU,
+        "engine_pool_tokens": STANDIN_POOL,
+        "connector": "lmcache-mp",
+        "knob": ["l1-size-gb=1"],
+        "out": tmp_path / "tune",
+        "budget": "30m",
+        "max_candidates": 1,
+        "max_output_tokens": 2,
+        "check_correctness": 2,
+        "time_scale": 0.0,  # back to back, as tune's --time-scale by default
+    }
+    return TuneRequest(**{**base, **changes})
 
 
 def read(o: TuneRequest) -> TraceInput:
     """``o``'s trace as the CLI reads it (its sample, start and first requests)."""
     from kvstack.replay.inputs import read_trace_input
 
-    traced = read_trace_input(o.trace, o.sample, o.start, o.max_requests, (None, None), None)
+    traced = read_trace_input(o.trace, o.trace_sample, o.start, o.max_requests, (None, None), None)
     assert traced is not None
     return traced
 

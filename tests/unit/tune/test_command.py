@@ -122,7 +122,7 @@ def test_a_stopped_tune_resumes_from_the_candidates_measured(tmp_path: Path) -> 
 def test_a_budget_too_small_for_one_candidate_is_refused_before_any_engine_starts(tmp_path: Path) -> None:
     engines = StandIn()
     with pytest.raises(InputError) as info:
-        tune(options(tmp_path, 128, budget_s=60.0), start=engines)
+        tune(options(tmp_path, 128, budget="60"), start=engines)
     msg = info.value.message
     assert msg.startswith("--budget 1 min is too small for one candidate: one takes about ")
     assert "engine start ~1 min 20 s" in msg and f"replay of {REQUESTS} requests" in msg
@@ -132,7 +132,7 @@ def test_a_budget_too_small_for_one_candidate_is_refused_before_any_engine_start
 def test_the_budget_stops_before_a_candidate_it_cannot_hold(tmp_path: Path) -> None:
     # Each engine start takes 5 min on this clock; the budget holds two candidates' 10 min, not a third.
     engines = StandIn(start_s=300.0)
-    opts = options(tmp_path, 32, budget_s=660.0, max_candidates=3, replay_requests=24)
+    opts = options(tmp_path, 32, budget="660", max_candidates=3, replay_requests=24)
     run = tune(opts, start=engines, clock=engines.clock)
     assert run.proof is not None and len(engines.started) == 2
     nxt = [p.candidate.label for p in queue(run.result.ranked, 3)[0]][2]
@@ -160,7 +160,7 @@ def test_each_candidate_is_served_as_serve_tuned_serves_a_winner(tmp_path: Path)
     from kvstack.tune.engines import candidate_request
     from tests.unit.tune.helpers import NO_GPU
 
-    opts = options(tmp_path, 128, knobs={"--l1-size-gb": 0.5, "--chunk-size": 512})
+    opts = options(tmp_path, 128, knob=["l1-size-gb=0.5", "chunk-size=512"])
     ranked = rank_inputs(opts, read(opts))[0].ranked
     pick = next(p for p in ranked if p.candidate.offloads and not p.candidate.not_settable)
     base = ServeRequest(hardware=NO_GPU, cache_dir=tmp_path / "cache", validate_after_start=False)

@@ -86,7 +86,7 @@ def test_a_second_tune_takes_the_first_ones_out_dir_as_its_calibration(tmp_path:
     )  # fmt: skip
     assert first.out is not None
     second = StandIn()
-    run = tune(options(tmp_path / "b", 32, calibration=first.out, budget_s=0.0), start=second)
+    run = tune(options(tmp_path / "b", 32, calibration=first.out, budget="0"), start=second)
     assert second.started == [] and run.proof is None
     assert run.doc["source"]["calibration"].startswith("kvstack tune's replays of")
 
@@ -111,10 +111,10 @@ def test_a_stopped_tune_that_measured_its_costs_resumes_with_them(tmp_path: Path
 @pytest.mark.parametrize(
     ("changes", "needle"),
     [
-        ({"budget_s": 120.0}, "--budget 2 min is too small to measure the costs first: none, lmcache-mp"),
+        ({"budget": "120"}, "--budget 2 min is too small to measure the costs first: none, lmcache-mp"),
         ({"objective": "goodput"}, "--objective goodput needs a TTFT SLO"),
-        ({"knobs": {"--chunk-size": 100.0}}, "is not a multiple of the engine's 128-token KV block"),
-        ({"budget_s": 0.0}, "--budget 0 ranks without replaying anything on the engine"),
+        ({"knob": ["chunk-size=100"]}, "is not a multiple of the engine's 128-token KV block"),
+        ({"budget": "0"}, "--budget 0 ranks without replaying anything on the engine"),
     ],
 )
 def test_what_cannot_be_measured_or_ranked_is_refused_before_any_engine_starts(
