@@ -74,7 +74,7 @@ def cpu_choices(asked: Asked, notes: Notes) -> PlatformChoices | None:
         tensor_parallel_size="1: no GPU",
         gpu_memory_utilization="not used on CPU",
     )
-    note_engine_limits(wl, notes)
+    note_engine_limits(wl, notes)  # here, beside the platform's reasons (assembly keeps them in place)
     for w in dtype.warnings:
         notes.warn(w)
     lower: list[Tier] = []

@@ -45,9 +45,10 @@ def offload_tiers(
 ) -> list[Tier]:
     """The tiers ``connector`` serves below the engine's pool, fastest first: DRAM, disk, remote.
 
-    The DRAM tier is sized the platform's way (_dram_below_gpu, _lmcache_l1); the disk tier fills the
-    retention target below it, and a remote store is planned whenever one is given. On CUDA, disk and
-    remote tiers without a DRAM tier get a small one to stage through, or are dropped.
+    The DRAM tier is sized the platform's way (below the GPU: tiers.cpu_tier; beside vllm-cpu's own
+    pool: _lmcache_l1); the disk tier fills the retention target below it (_disk), and a remote store
+    is planned whenever one is given. On CUDA, disk and remote tiers without a DRAM tier get a small
+    one to stage through, or are dropped.
     """
     # In-process LMCache has no CPU transfer path: wired as asked, degraded, with no disk tier.
     degraded = pool.platform == "cpu" and connector == "lmcache"
