@@ -8,7 +8,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from kvstack.hardware import checks, disk, fio, gpu, memory, software, summary
-from kvstack.hardware.nvml import NvmlBackend
 from kvstack.hardware.snapshot import DiskInfo, GpuInfo, HardwareSnapshot, MemoryInfo, SoftwareInfo
 
 
@@ -25,15 +24,6 @@ def probe(paths: Sequence[Path] | None = None, fio_seconds: float | None = 10.0)
             measure_disk(d, where, fio_seconds, fio_installed=sw.fio is not None)
     gpus, reason = gpu.probe_gpus()
     return assemble(gpus, reason, memory.probe_memory(), disks, sw)
-
-
-def probe_with(backend: NvmlBackend, root: Path, software_info: SoftwareInfo) -> HardwareSnapshot:
-    """The same snapshot from a recorded NVML backend and a sample /proc+/sys tree (no fio)."""
-    gpus, reason = gpu.probe_gpus(backend)
-    disks, _dirs = disk.probe_disks(None, root)
-    for d in disks:
-        d.unknown.setdefault("read_bw_bytes_per_s", checks.FIO_SKIPPED)
-    return assemble(gpus, reason, memory.probe_memory(root), disks, software_info)
 
 
 def measure_disk(d: DiskInfo, where: Path, seconds: float, fio_installed: bool = True) -> None:

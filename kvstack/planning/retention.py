@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 
 from kvstack.errors import InputError
 from kvstack.planning.notes import Notes
 from kvstack.planning.request import PlanRequest
-from kvstack.planning.schema import Workload
+from kvstack.planning.schema import Tier, Workload
 from kvstack.units import fmt_bytes, parse_bytes
 
 DEFAULT_RETAIN_FACTOR = 10.0
@@ -67,9 +68,11 @@ def retention_target(working_set: int, request: PlanRequest, workload: Workload)
     return target, f"{factor:g} x the working set = {fmt_bytes(target)} ({origin})"
 
 
-def retention_note(retention: int, held: int, notes: Notes, *, unsized_remote: bool = False) -> None:
-    """Say whether the tiers (inclusive: the largest bounds what they hold) meet the target."""
-    if unsized_remote and held < retention:
+def retention_note(retention: int, tiers: Sequence[Tier], notes: Notes) -> None:
+    """Say whether the tiers (inclusive: the largest bounds what they hold) meet the target; a remote
+    store of unknown size holds what its own memory limit allows."""
+    held = max(t.size_bytes for t in tiers)
+    if any(t.kind == "remote" and t.size_bytes == 0 for t in tiers) and held < retention:
         notes.reasons["retention"] += "; the remote store holds what its own memory limit allows"
         return
     if held >= retention:

@@ -168,8 +168,63 @@ def trace_sizing(
     sim: HierarchyResult = simulate_hierarchy(
         trace.requests, sizes, block_tokens=trace.block_tokens, readmit=readmit
     )
-    duration = trace.duration_s
     kinds = ["engine", *(t.kind for t in tiers[1:])]
+    out = _section(trace, curve, block_bytes, tiers, target, kinds, sizes, sim, (cost_s, cost_source))
+    if len(tiers) < 2:
+        return out.model_copy(update={"verdict": "no offload tier: the engine's pool alone"})
+    idle = idle_tiers(sim, cost_s, cost_source)
+    depth = _by_depth(trace, kinds, sim, block_bytes, ttft, cost_s, chunk_tokens)
+    if depth is None:
+        if idle:
+            return out.model_copy(update={"offload_pays": False, "verdict": idle})
+        return out.model_copy(
+            update={
+                "verdict": "no prefill figure for this platform: TTFT not predicted, the rule decides "
+                "(--calibration DIR: a kvstack bench --trace run measured on this engine gives one)"
+            }
+        )
+    without, with_ = depth[0], depth[-1]
+    pays = with_.mean_s < without.mean_s and not idle
+    served = sum(sim.hit_tokens[1:])
+    duration = trace.duration_s
+    figures = (
+        f"predicted TTFT with the offload tiers p50 {fmt_ms(with_.p50_s)}, p90 {fmt_ms(with_.p90_s)}, mean "
+        f"{fmt_ms(with_.mean_s)}; without p50 {fmt_ms(without.p50_s)}, p90 {fmt_ms(without.p90_s)}, mean "
+        f"{fmt_ms(without.mean_s)}; the offload tiers serve {served / max(1, sim.total_tokens):.1%} of "
+        f"prompt tokens ({served / duration:,.0f} tokens/s of prefill saved) at "
+        f"{fmt_ms(cost_s)} per request ({cost_source})"
+    )
+    verdict = (
+        f"{idle}; {figures}"
+        if idle
+        else ("offload pays on this trace: " if pays else "offload does not pay on this trace: ") + figures
+    )
+    return out.model_copy(
+        update={
+            "with_offload": with_,
+            "without_offload": without,
+            "by_depth": depth,
+            "offload_pays": pays,
+            "verdict": verdict,
+        }
+    )
+
+
+def _section(
+    trace: TraceInput,
+    curve: CapacityCurve,
+    block_bytes: int,
+    tiers: Sequence[Tier],
+    target: int,
+    kinds: list[str],
+    sizes: list[int],
+    sim: HierarchyResult,
+    cost: tuple[float, str],
+) -> TraceSizing:
+    """What the trace says of ``tiers`` before any TTFT is predicted: the curve, the target, each
+    tier's share of the hits in the simulated hierarchy, what the tiers fall short of, and what the
+    offload path costs a request (and where that figure comes from)."""
+    duration = trace.duration_s
     shares = [
         TierShare(
             kind=kind,
@@ -192,7 +247,7 @@ def trace_sizing(
             f"{curve.ratio_at(target // block_bytes):.1%}): the hardware allows no more (DRAM reserve, "
             "80% of free disk)"
         )
-    out = TraceSizing(
+    return TraceSizing(
         source=trace.source,
         sample=trace.sample,
         requests=len(trace.requests),
@@ -208,63 +263,37 @@ def trace_sizing(
         curve=curve_points(curve, block_bytes),
         table=key_table(curve, block_bytes, marks),
         tiers=shares,
-        offload_cost_s=cost_s,
-        offload_cost_source=cost_source,
+        offload_cost_s=cost[0],
+        offload_cost_source=cost[1],
     )
-    if len(tiers) < 2:
-        return out.model_copy(update={"verdict": "no offload tier: the engine's pool alone"})
-    idle = idle_tiers(sim, cost_s, cost_source)
+
+
+def _by_depth(
+    trace: TraceInput,
+    kinds: list[str],
+    sim: HierarchyResult,
+    block_bytes: int,
+    ttft: TtftModel | None,
+    cost_s: float,
+    chunk_tokens: int,
+) -> list[TtftSummary] | None:
+    """TTFT predicted with the tiers down to each depth (the engine's pool alone first): from costs
+    measured on the served engine where the trace has them, else from the plan's FLOP and bandwidth
+    model; None where neither is known (no prefill figure on this platform)."""
     lengths = np.fromiter((r.input_length for r in trace.requests), dtype=np.float64)
     levels = np.array(sim.per_request, dtype=np.float64)
     per_token = block_bytes / trace.block_tokens
-    depth: list[TtftSummary] | None
     if trace.served is not None:
         # Measured on the served engine: it wins over any FLOP estimate, on every platform.
         fallback = {
             kind: per_token / path.bw_bytes_per_s for kind, path in (ttft.fetch if ttft else {}).items()
         }
-        depth = served_depth(
+        return served_depth(
             kinds, lengths, levels, trace.served, cost_s=cost_s, fetch_fallback=fallback,
-            duration_s=duration, chunk_tokens=chunk_tokens,
+            duration_s=trace.duration_s, chunk_tokens=chunk_tokens,
         )  # fmt: skip
-    else:
-        depth = (
-            flop_depth(
-                kinds, lengths, levels, ttft, cost_s=cost_s, bytes_per_token=per_token, duration_s=duration
-            )
-            if ttft is not None
-            else None
-        )
-    if depth is None:
-        if idle:
-            return out.model_copy(update={"offload_pays": False, "verdict": idle})
-        return out.model_copy(
-            update={
-                "verdict": "no prefill figure for this platform: TTFT not predicted, the rule decides "
-                "(--calibration DIR: a kvstack bench --trace run measured on this engine gives one)"
-            }
-        )
-    without, with_ = depth[0], depth[-1]
-    pays = with_.mean_s < without.mean_s and not idle
-    served = sum(sim.hit_tokens[1:])
-    figures = (
-        f"predicted TTFT with the offload tiers p50 {fmt_ms(with_.p50_s)}, p90 {fmt_ms(with_.p90_s)}, mean "
-        f"{fmt_ms(with_.mean_s)}; without p50 {fmt_ms(without.p50_s)}, p90 {fmt_ms(without.p90_s)}, mean "
-        f"{fmt_ms(without.mean_s)}; the offload tiers serve {served / max(1, sim.total_tokens):.1%} of "
-        f"prompt tokens ({served / duration:,.0f} tokens/s of prefill saved) at "
-        f"{fmt_ms(cost_s)} per request ({cost_source})"
-    )
-    verdict = (
-        f"{idle}; {figures}"
-        if idle
-        else ("offload pays on this trace: " if pays else "offload does not pay on this trace: ") + figures
-    )
-    return out.model_copy(
-        update={
-            "with_offload": with_,
-            "without_offload": without,
-            "by_depth": depth,
-            "offload_pays": pays,
-            "verdict": verdict,
-        }
+    if ttft is None:
+        return None
+    return flop_depth(
+        kinds, lengths, levels, ttft, cost_s=cost_s, bytes_per_token=per_token, duration_s=trace.duration_s
     )

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -171,7 +171,3 @@ def token_pool(base_url: str, model: str, api_key: str | None, model_dir: str | 
         "has no local tokenizer.json",
         hint="replay against vLLM or SGLang (both serve /tokenize), or pass --model DIR",
     )
-
-
-def with_shape(sent: SentRequest, **changes: Any) -> SentRequest:
-    return replace(sent, **changes)

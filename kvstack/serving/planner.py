@@ -34,17 +34,6 @@ def plan_for_model(
     return plan if source.revision is None else plan.model_copy(update={"model_revision": source.revision})
 
 
-def plan_from_request(
-    request: PlanRequest,
-    model_spec: str,
-    workload_name: str | None,
-    snapshot: HardwareSnapshot,
-    revision: str | None = None,
-) -> Plan:
-    """Resolve the model (local dir, Hugging Face cache or hub, catalog), then plan for it."""
-    return plan_for_model(request, resolve_model(model_spec, revision), workload_name, snapshot)
-
-
 def plan_for_inputs(
     inputs: PlanInputs,
     remote: str | None,

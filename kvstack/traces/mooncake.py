@@ -160,8 +160,3 @@ def read_trace(path: str | Path, *, start: int = 0, max_requests: int | None = N
             )
         raise InputError(f"trace {p} has no requests", hint=_FIX)
     return Trace(requests=requests, source=str(p), first_line=first_line)
-
-
-def block_tokens_of(request: TraceRequest, block: int, block_tokens: int) -> int:
-    """Prompt tokens in block ``block`` of ``request`` (the last one may be partial)."""
-    return max(0, min(block_tokens, request.input_length - block * block_tokens))

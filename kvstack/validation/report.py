@@ -147,9 +147,6 @@ class ValidationReport(BaseModel):
         )
         self.overall = "PASS" if warm and all(st.verdict != "fail" for st in self.steps) else "FAIL"
 
-    def tier_steps(self) -> list[StepResult]:
-        return [s for s in self.steps if s.name.startswith("tier:")]
-
     def thresholds(self) -> str:
         """Every threshold the verdict applied, for the summary line."""
         if not self.correctness_tokens:

@@ -13,10 +13,12 @@ from kvstack.errors import InputError, UnsupportedError
 from kvstack.hardware import gpu_specs
 from kvstack.hardware.snapshot import RemoteInfo
 from kvstack.planning import (
+    assemble,
     breakeven,
     capacity,
     connector,
     cpu_plan,
+    cuda_plan,
     dtype,
     kv,
     layout,
@@ -595,9 +597,11 @@ def test_json_has_the_documented_keys(plan_for: PlanFor) -> None:
 
 PURE = [
     plan_module,
+    assemble,
     tiers,
     layout,
     parallel,
+    cuda_plan,
     cpu_plan,
     kv,
     dtype,

@@ -1,4 +1,4 @@
-"""plan_from_request: load the model and the workload, refuse a remote URL that remote/url.py refuses
+"""plan_for_inputs: load the model and the workload, refuse a remote URL that remote/url.py refuses
 (serving/planner.py)."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from kvstack.errors import ModelConfigError, NetworkTargetError, WorkloadError
-from kvstack.planning.plan import PlanRequest
 from kvstack.remote.url import ACCEPTED_FORMS
-from kvstack.serving.planner import plan_from_request
+from kvstack.serving.plan_inputs import PlanInputs
+from kvstack.serving.planner import plan_for_inputs
 from tests.unit.planning.helpers import snapshot
 
 CONFIGS = Path(__file__).resolve().parents[2] / "fixtures" / "configs"
@@ -22,7 +22,7 @@ def test_the_plan_takes_only_a_url_remote_url_py_accepts(url: str) -> None:
     # One rule for every command: plan refuses what serve, export and doctor refuse (a URL without a
     # port: LMCache's parse_remote_url asserts one), and names the accepted forms.
     with pytest.raises(NetworkTargetError) as info:
-        plan_from_request(PlanRequest(remote_url=url), "qwen3-32b", None, snapshot("h100-sxm"))
+        plan_for_inputs(PlanInputs(model="qwen3-32b"), url, snapshot=snapshot("h100-sxm"))
     assert info.value.exit_code == 2 and info.value.hint is not None and ACCEPTED_FORMS in info.value.hint
     assert "topsecret" not in info.value.message
 
@@ -31,11 +31,10 @@ def test_plan_from_a_local_model_and_a_workload(tmp_path: Path) -> None:
     model_dir = tmp_path / "gpt-oss-20b"
     model_dir.mkdir()
     shutil.copy(CONFIGS / "gpt-oss-20b.json", model_dir / "config.json")
-    plan = plan_from_request(
-        PlanRequest(remote_url="redis://u:topsecret@r:6379"),
-        str(model_dir),
-        "agent-multi-turn",
-        snapshot("h100-sxm"),
+    plan = plan_for_inputs(
+        PlanInputs(model=str(model_dir), workload="agent-multi-turn"),
+        "redis://u:topsecret@r:6379",
+        snapshot=snapshot("h100-sxm"),
     )
     assert plan.model_path == str(model_dir.resolve())
     assert plan.workload.name == "agent-multi-turn" and plan.workload.users == 16
@@ -44,13 +43,15 @@ def test_plan_from_a_local_model_and_a_workload(tmp_path: Path) -> None:
 
 
 def test_default_workload_is_one_user_at_the_model_maximum() -> None:
-    plan = plan_from_request(PlanRequest(), "qwen3-32b", None, snapshot("h200"))
+    plan = plan_for_inputs(PlanInputs(model="qwen3-32b"), None, snapshot=snapshot("h200"))
     assert (plan.workload.name, plan.workload.users, plan.max_model_len) == ("default", 1, 40960)
     assert plan.model_path == "Qwen/Qwen3-32B"
 
 
 def test_errors_from_loading_propagate() -> None:
     with pytest.raises(ModelConfigError):
-        plan_from_request(PlanRequest(), "no/such-model", None, snapshot("h100-sxm"))
+        plan_for_inputs(PlanInputs(model="no/such-model"), None, snapshot=snapshot("h100-sxm"))
     with pytest.raises(WorkloadError):
-        plan_from_request(PlanRequest(), "llama-3.1-8b", "no-such-workload", snapshot("h100-sxm"))
+        plan_for_inputs(
+            PlanInputs(model="llama-3.1-8b", workload="no-such-workload"), None, snapshot=snapshot("h100-sxm")
+        )
