@@ -291,10 +291,6 @@ def demo_server(
 _STARTS = EngineStarts()
 
 
-def pytest_sessionstart(session: pytest.Session) -> None:
-    _STARTS.start()
-
-
 def pytest_runtest_setup(item: pytest.Item) -> None:
     _STARTS.now(item.nodeid)
 

@@ -22,15 +22,16 @@ def fake_engine(code: str) -> subprocess.Popen[bytes]:
 
 def test_an_engine_and_its_fork_count_once_for_the_test_they_appear_in(tmp_path: Path) -> None:
     starts = EngineStarts(interval_s=0.05)
-    starts.start()
     try:
-        starts.now("tests/e2e/test_a.py::test_one")
+        starts.now("tests/e2e/test_a.py::test_one")  # the first call starts the sampling
         first = fake_engine(FORKING)
         time.sleep(1.0)
         starts.now("tests/e2e/test_b.py::test_two")
-        second = fake_engine("import time; time.sleep(2)")
-        other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(2)"])
-        time.sleep(1.0)
+        # An engine that comes and goes between two tests' starts: only the sampling sees it.
+        second = fake_engine("import time; time.sleep(0.5)")
+        other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.5)"])
+        time.sleep(1.5)
+        starts.now("tests/e2e/test_c.py::test_three")
     finally:
         starts.stop()
         for proc in (first, second, other):

@@ -47,7 +47,11 @@ class EngineStarts:
         self._thread.start()
 
     def now(self, nodeid: str) -> None:
-        """From now on, a new engine is ``nodeid``'s (its module-scoped fixtures run in its setup)."""
+        """From now on, a new engine is ``nodeid``'s (its module-scoped fixtures run in its setup).
+        The first call starts the sampling thread (a conftest below the root is loaded after the
+        session started: its pytest_sessionstart is never called)."""
+        if self._thread is None:
+            self.start()
         self.sample()
         with self._lock:
             self._current = nodeid
