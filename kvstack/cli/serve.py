@@ -33,7 +33,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Plan the KV tiers, write the connector config, launch the engine, validate it, keep serving."""
         from kvstack.rendering.serve import print_dry_run, serve_events
-        from kvstack.serving.command import serve
+        from kvstack.serving.serve import serve
 
         json_mode = run.as_json
         events = serve_events(json_mode)

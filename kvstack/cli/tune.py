@@ -1,4 +1,4 @@
-"""`kvstack tune`: parses, runs the tune (tune/command.py: rank on a trace, prove the best by replay on
+"""`kvstack tune`: parses, runs the tune (tune/tune.py: rank on a trace, prove the best by replay on
 the engine, keep the winner for `serve --tuned`), hands the run to rendering/tune.py."""
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def register(app: typer.Typer) -> None:
         from kvstack.rendering.tune import show
         from kvstack.rendering.tune_progress import proof_progress
         from kvstack.serving.start_layout import measuring_request
-        from kvstack.tune.command import run_tune
+        from kvstack.tune.tune import run_tune
 
         engine_args = list(extra_args or [])
         options = tune.served_by(serve, engine_args)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from kvstack.traces.mooncake import TraceRequest
+from kvstack.traces.mooncake import TraceRow
 
 IntArray = npt.NDArray[np.int64]
 
@@ -117,7 +117,7 @@ class _Blocks:
     total_tokens: int
 
 
-def _blocks(requests: Sequence[TraceRequest], block_tokens: int) -> _Blocks:
+def _blocks(requests: Sequence[TraceRow], block_tokens: int) -> _Blocks:
     counts = np.fromiter((len(r.hash_ids) for r in requests), dtype=np.int64, count=len(requests))
     lengths = np.fromiter((r.input_length for r in requests), dtype=np.int64, count=len(requests))
     total = int(counts.sum())
@@ -133,7 +133,7 @@ def _blocks(requests: Sequence[TraceRequest], block_tokens: int) -> _Blocks:
     return _Blocks(keyed, req[keep], tokens[keep], int(lengths.sum()))
 
 
-def capacity_curve(requests: Sequence[TraceRequest], block_tokens: int = 512) -> CapacityCurve:
+def capacity_curve(requests: Sequence[TraceRow], block_tokens: int = 512) -> CapacityCurve:
     """The prompt-token hit count of an LRU prefix cache at every size, in one pass.
 
     The curve (Mattson et al., 1970): a block reference's stack distance is the number of distinct
@@ -212,7 +212,7 @@ def _unit_stream(
 
 
 def simulate_hierarchy(
-    requests: Sequence[TraceRequest],
+    requests: Sequence[TraceRow],
     sizes_in_blocks: Sequence[int],
     *,
     inclusive: bool = True,
@@ -288,7 +288,7 @@ def simulate_hierarchy(
 
 
 def _without_readmission(
-    requests: Sequence[TraceRequest],
+    requests: Sequence[TraceRow],
     engine: HierarchyResult,
     sizes: list[int],
     units: list[int],
@@ -334,7 +334,7 @@ def _without_readmission(
     return HierarchyResult([sum(x) for x in per_level], engine.total_tokens, per_level)
 
 
-def _request_units(r: TraceRequest, unit: int, block_tokens: int) -> list[int]:
+def _request_units(r: TraceRow, unit: int, block_tokens: int) -> list[int]:
     out: list[int] = []
     for u in range(-(-r.input_length // unit)):
         end = min((u + 1) * unit, r.input_length)
@@ -346,7 +346,7 @@ def _request_units(r: TraceRequest, unit: int, block_tokens: int) -> list[int]:
 
 
 def _exclusive(
-    requests: Sequence[TraceRequest], sizes: list[int], block_tokens: int, unit: int
+    requests: Sequence[TraceRow], sizes: list[int], block_tokens: int, unit: int
 ) -> HierarchyResult:
     levels: list[OrderedDict[int, None]] = [OrderedDict() for _ in sizes]
     per_level = [[0] * len(requests) for _ in sizes]

@@ -11,11 +11,11 @@ from kvstack.planning.capacity import CapacityCurve, capacity_curve
 from kvstack.planning.connector import readmits_lower_hits
 from kvstack.planning.request import PlanRequest
 from kvstack.planning.schema import Plan
-from kvstack.planning.trace_sizing import TraceInput, trace_sizing, trace_target
+from kvstack.planning.trace_sizing import SizingTrace, trace_sizing, trace_target
 from kvstack.units import fmt_bytes
 
 
-def trace_curve(trace: TraceInput | None, request: PlanRequest) -> CapacityCurve | None:
+def trace_curve(trace: SizingTrace | None, request: PlanRequest) -> CapacityCurve | None:
     """The trace's capacity curve (None without a trace); --retain and a trace cannot both size."""
     if trace is None:
         return None
@@ -31,7 +31,7 @@ def block_bytes(bytes_per_token: float, curve: CapacityCurve) -> int:
     return max(1, math.ceil(bytes_per_token * curve.block_tokens))
 
 
-def _sizing_reason(plan: Plan, trace: TraceInput, curve: CapacityCurve) -> str:
+def _sizing_reason(plan: Plan, trace: SizingTrace, curve: CapacityCurve) -> str:
     sample = f" ({trace.sample})" if trace.sample else ""
     return (
         f"trace {trace.source}{sample}: {curve.requests:,} requests, {curve.total_tokens:,} prompt tokens, "
@@ -43,7 +43,7 @@ def _sizing_reason(plan: Plan, trace: TraceInput, curve: CapacityCurve) -> str:
 
 def apply_trace(
     plan: Plan,
-    trace: TraceInput,
+    trace: SizingTrace,
     curve: CapacityCurve,
     without_offload: Callable[[], Plan],
     *,

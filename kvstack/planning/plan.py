@@ -15,11 +15,11 @@ from kvstack.planning.notes import Notes
 from kvstack.planning.offload_verdict import apply_trace, trace_curve
 from kvstack.planning.request import PlanRequest, validate_request
 from kvstack.planning.schema import Plan, Workload
-from kvstack.planning.trace_sizing import TraceInput
+from kvstack.planning.trace_sizing import SizingTrace
 from kvstack.planning.tuned import apply_tuned
 from kvstack.units import fmt_tokens
 
-__all__ = ["PlanRequest", "TraceInput", "make_plan"]
+__all__ = ["PlanRequest", "SizingTrace", "make_plan"]
 
 
 def _workload(request: PlanRequest, workload: Workload, model: ModelGeometry, notes: Notes) -> Workload:
@@ -55,7 +55,7 @@ def make_plan(
     model_path: str,
     request: PlanRequest,
     workload: Workload,
-    trace: TraceInput | None = None,
+    trace: SizingTrace | None = None,
 ) -> Plan:
     """The plan; with ``trace``, the tiers are sized from its capacity curve (planning/trace_sizing.py)
     instead of the retention rule, and --offload auto drops offload that does not pay on it."""

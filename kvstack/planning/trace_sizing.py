@@ -31,7 +31,7 @@ from kvstack.planning.schema import Tier, TtftModel
 from kvstack.planning.served_ttft import ServedCalibration
 from kvstack.planning.trace_schema import CurvePoint, TierShare, TraceSizing, TtftSummary
 from kvstack.planning.trace_ttft import flop_depth, served_depth
-from kvstack.traces.mooncake import TraceRequest
+from kvstack.traces.mooncake import TraceRow
 from kvstack.units import fmt_bytes, fmt_ms
 
 TARGET_FRACTION = 0.95
@@ -54,10 +54,10 @@ FloatArray = npt.NDArray[np.float64]
 
 
 @dataclass(frozen=True)
-class TraceInput:
+class SizingTrace:
     """A trace as planning takes it (kvstack/traces reads and samples it)."""
 
-    requests: Sequence[TraceRequest]
+    requests: Sequence[TraceRow]
     block_tokens: int
     source: str
     sample: str = ""
@@ -118,7 +118,7 @@ def key_table(curve: CapacityCurve, block_bytes: int, marks: Mapping[str, int]) 
     return sorted(rows, key=lambda p: (p.size_bytes, p.label))
 
 
-def offload_cost(trace: TraceInput) -> tuple[float, str]:
+def offload_cost(trace: SizingTrace) -> tuple[float, str]:
     """(seconds, source) the offload path costs each request: measured with the served calibration
     when it has an offload layout, else the trace input's (given, from bench, or the default)."""
     served = trace.served
@@ -147,7 +147,7 @@ def idle_tiers(sim: HierarchyResult, cost_s: float, cost_source: str) -> str:
 
 
 def trace_sizing(
-    trace: TraceInput,
+    trace: SizingTrace,
     curve: CapacityCurve,
     block_bytes: int,
     tiers: Sequence[Tier],
@@ -211,7 +211,7 @@ def trace_sizing(
 
 
 def _section(
-    trace: TraceInput,
+    trace: SizingTrace,
     curve: CapacityCurve,
     block_bytes: int,
     tiers: Sequence[Tier],
@@ -269,7 +269,7 @@ def _section(
 
 
 def _by_depth(
-    trace: TraceInput,
+    trace: SizingTrace,
     kinds: list[str],
     sim: HierarchyResult,
     block_bytes: int,

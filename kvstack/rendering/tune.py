@@ -14,9 +14,9 @@ from kvstack.units import fmt_ms, fmt_ms_cell, fmt_pct, fmt_pct_of
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from kvstack.tune.command import TuneRun
     from kvstack.tune.ranking import TuneResult
     from kvstack.tune.results import Interval, Refit, TuneResults
+    from kvstack.tune.tune import TuneRun
 
 PIPED_WIDTH = 160  # tune's tables are wider than most commands'
 

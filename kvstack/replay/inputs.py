@@ -1,5 +1,5 @@
 """The trace inputs of plan, serve, export and tune (--trace, its sample and slice, the offload cost,
-the calibration), read into the TraceInput planning takes."""
+the calibration), read into the SizingTrace planning takes."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from kvstack.errors import InputError
 from kvstack.flags import Inputs, flag
 
 if TYPE_CHECKING:
-    from kvstack.planning.trace_sizing import TraceInput
+    from kvstack.planning.trace_sizing import SizingTrace
 
 
 def read_trace_input(
@@ -21,7 +21,7 @@ def read_trace_input(
     offload_cost: tuple[float | None, Path | None],
     curve_png: Path | None,
     calibration: Path | None = None,
-) -> TraceInput | None:
+) -> SizingTrace | None:
     """The trace as planning takes it, or None without --trace (options that need one are bad input).
     ``offload_cost``: (--offload-cost in ms, --offload-cost-from), at most one given;
     ``calibration``: --calibration (served-TTFT costs, the offload path's among them)."""
@@ -72,7 +72,7 @@ def read_trace_input(
             raise InputError(
                 f"--trace-sample {sample} keeps no request of {path}", hint="use a larger share, e.g. 1/10"
             )
-    return trace_sizing.TraceInput(
+    return trace_sizing.SizingTrace(
         requests=requests,
         block_tokens=trace.block_tokens,
         source=str(path),
@@ -155,7 +155,7 @@ class TraceInputs(Inputs):
         ),
     ] = None
 
-    def read(self, curve_png: Path | None = None) -> TraceInput | None:
+    def read(self, curve_png: Path | None = None) -> SizingTrace | None:
         """The trace as planning takes it, or None without --trace (an option that needs one, the
         curve's PNG included, is refused)."""
         return read_trace_input(

@@ -28,7 +28,7 @@ import httpx
 from kvstack.bench.text import pool_words
 from kvstack.clients.client import auth_headers, trusts_env
 from kvstack.errors import InputError
-from kvstack.traces.mooncake import TraceRequest
+from kvstack.traces.mooncake import TraceRow
 
 MIN_POOL = 32  # distinct token ids needed so that blocks of different ids differ
 
@@ -46,8 +46,8 @@ class SentRequest:
     session: str
     original_input: int  # input_length in the trace, before scaling
 
-    def as_trace(self) -> TraceRequest:
-        return TraceRequest(
+    def as_trace(self) -> TraceRow:
+        return TraceRow(
             timestamp_ms=self.arrival_s * 1000.0,
             input_length=self.prompt_tokens,
             output_length=self.output_tokens,
@@ -66,7 +66,7 @@ class ReplayShape:
 
 
 def plan_requests(
-    requests: Sequence[TraceRequest], shape: ReplayShape, session_of: Any = None
+    requests: Sequence[TraceRow], shape: ReplayShape, session_of: Any = None
 ) -> tuple[list[SentRequest], list[str]]:
     """The rows as sent (already scaled to ``shape.block_tokens``); notes say what was cut."""
     out: list[SentRequest] = []

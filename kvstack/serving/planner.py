@@ -6,7 +6,7 @@ from __future__ import annotations
 from kvstack.errors import PlanInfeasible
 from kvstack.hardware.snapshot import HardwareSnapshot
 from kvstack.model.source import ModelSource, resolve_model
-from kvstack.planning.plan import PlanRequest, TraceInput, make_plan
+from kvstack.planning.plan import PlanRequest, SizingTrace, make_plan
 from kvstack.planning.schema import Plan
 from kvstack.planning.workload import default_workload
 from kvstack.remote.url import parse_remote_url
@@ -19,7 +19,7 @@ def plan_for_model(
     source: ModelSource,
     workload_name: str | None,
     snapshot: HardwareSnapshot,
-    trace: TraceInput | None = None,
+    trace: SizingTrace | None = None,
 ) -> Plan:
     """Load the workload profile, then plan (pure from here) for a resolved model; ``trace`` (read by
     kvstack/traces) sizes the tiers from its capacity curve."""
@@ -37,7 +37,7 @@ def plan_for_model(
 def plan_for_inputs(
     inputs: PlanInputs,
     remote: str | None,
-    trace: TraceInput | None = None,
+    trace: SizingTrace | None = None,
     snapshot: HardwareSnapshot | None = None,
 ) -> Plan:
     """The plan ``plan`` prints and ``export`` deploys: the inputs checked, the model resolved before

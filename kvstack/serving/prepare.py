@@ -19,7 +19,7 @@ from kvstack.engines.render import render
 from kvstack.hardware.snapshot import HardwareSnapshot
 from kvstack.model.source import ModelSource, resolve_model
 from kvstack.netaddr import check_port
-from kvstack.planning.plan import PlanRequest, TraceInput
+from kvstack.planning.plan import PlanRequest, SizingTrace
 from kvstack.planning.replicas import device_groups, replica_snapshot
 from kvstack.planning.schema import Plan
 from kvstack.runtime.specs import LaunchSpec, ServeOptions
@@ -66,7 +66,7 @@ def plan_for(
     workload: str | None,
     snapshot: HardwareSnapshot,
     source: ModelSource,
-    trace: TraceInput | None = None,
+    trace: SizingTrace | None = None,
 ) -> Plan:
     """The Plan ``serve`` launches (sized from ``trace`` when given); an infeasible one raises
     PlanInfeasible."""
@@ -145,7 +145,7 @@ def prepare(
     request: ServeRequest,
     snapshot: HardwareSnapshot | None = None,
     env: Mapping[str, str] | None = None,
-    trace: TraceInput | None = None,
+    trace: SizingTrace | None = None,
 ) -> Launch:
     """The launch ``request`` asks for; ``env`` (CUDA_VISIBLE_DEVICES) defaults to this process's;
     ``trace`` (serve --trace, read by the CLI) sizes the tiers and decides --offload auto."""

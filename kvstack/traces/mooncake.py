@@ -25,7 +25,7 @@ _FIX = "each line must be a JSON object with timestamp, input_length, output_len
 
 
 @dataclass(frozen=True, slots=True)
-class TraceRequest:
+class TraceRow:
     timestamp_ms: float
     input_length: int
     output_length: int
@@ -36,7 +36,7 @@ class TraceRequest:
 
 @dataclass(frozen=True)
 class Trace:
-    requests: list[TraceRequest]
+    requests: list[TraceRow]
     block_tokens: int = MOONCAKE_BLOCK_TOKENS
     source: str = ""
     first_line: int = 1  # the file line of requests[0]
@@ -79,8 +79,8 @@ def _number(value: object, key: str, where: str) -> float:
     return float(value)
 
 
-def parse_row(row: object, where: str, last_in_session: dict[str, float]) -> TraceRequest:
-    """One decoded JSON line -> TraceRequest; ``where`` (file:line) names it in errors."""
+def parse_row(row: object, where: str, last_in_session: dict[str, float]) -> TraceRow:
+    """One decoded JSON line -> TraceRow; ``where`` (file:line) names it in errors."""
     if not isinstance(row, dict):
         raise _bad(where, f"expected a JSON object, not {type(row).__name__}")
     if "text_input" in row and "hash_ids" not in row:
@@ -105,7 +105,7 @@ def parse_row(row: object, where: str, last_in_session: dict[str, float]) -> Tra
         raise _bad(where, "timestamp is missing (and no delay to place the request)")
     if session_id is not None:
         last_in_session[session_id] = timestamp
-    return TraceRequest(timestamp, input_length, output_length, ids, session_id, delay)
+    return TraceRow(timestamp, input_length, output_length, ids, session_id, delay)
 
 
 def read_trace(path: str | Path, *, start: int = 0, max_requests: int | None = None) -> Trace:
@@ -129,7 +129,7 @@ def read_trace(path: str | Path, *, start: int = 0, max_requests: int | None = N
         raise InputError(f"trace {p} is a directory", hint="pass a Mooncake-format JSONL file") from exc
     except OSError as exc:
         raise InputError(f"trace {p} cannot be read ({exc.strerror})", hint="check its permissions") from exc
-    requests: list[TraceRequest] = []
+    requests: list[TraceRow] = []
     sessions: dict[str, float] = {}
     index, first_line = 0, 0
     with handle:

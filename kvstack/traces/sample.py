@@ -17,10 +17,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from kvstack.errors import InputError
-from kvstack.traces.mooncake import Trace, TraceRequest
+from kvstack.traces.mooncake import Trace, TraceRow
 
 
-def session_key(request: TraceRequest) -> str | int:
+def session_key(request: TraceRow) -> str | int:
     """The request's session: its session_id, else its second block id, else its first."""
     if request.session_id is not None:
         return request.session_id
@@ -40,7 +40,7 @@ def _keeper(ratio: float, seed: int) -> Callable[[str | int], bool]:
     return lambda key: _hashed(key, seed) < ratio
 
 
-def sample_sessions(requests: Sequence[TraceRequest], ratio: float, seed: int = 0) -> list[TraceRequest]:
+def sample_sessions(requests: Sequence[TraceRow], ratio: float, seed: int = 0) -> list[TraceRow]:
     """The requests whose session hashes into the first ``ratio`` of [0, 1) (stable across runs,
     machines and Python hash seeds); ``ratio`` 1 keeps all."""
     if not 0 < ratio <= 1:
@@ -51,7 +51,7 @@ def sample_sessions(requests: Sequence[TraceRequest], ratio: float, seed: int = 
         return list(requests)
     keeps = _keeper(ratio, seed)
     cache: dict[str | int, bool] = {}
-    out: list[TraceRequest] = []
+    out: list[TraceRow] = []
     for r in requests:
         key = session_key(r)
         keep = cache.get(key)
@@ -82,7 +82,7 @@ def parse_ratio(text: str) -> float:
     return value
 
 
-def scale_request(request: TraceRequest, block_tokens: int, from_tokens: int) -> TraceRequest:
+def scale_request(request: TraceRow, block_tokens: int, from_tokens: int) -> TraceRow:
     """The request with its blocks ``block_tokens`` long instead of ``from_tokens`` (same ids, same
     block count, the partial last block scaled in proportion)."""
     n = len(request.hash_ids)
@@ -103,5 +103,5 @@ def scale_blocks(trace: Trace, block_tokens: int) -> Trace:
     return replace(trace, requests=requests, block_tokens=block_tokens)
 
 
-def with_requests(trace: Trace, requests: list[TraceRequest]) -> Trace:
+def with_requests(trace: Trace, requests: list[TraceRow]) -> Trace:
     return replace(trace, requests=requests)

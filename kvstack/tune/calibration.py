@@ -22,8 +22,8 @@ from pathlib import Path
 
 from kvstack.errors import EngineError, Interrupted
 from kvstack.planning.served_ttft import ServedCalibration
-from kvstack.replay.command import ReplayOutcome, Shared
 from kvstack.replay.results import Costs
+from kvstack.replay.trace_bench import ReplayOutcome, Shared
 from kvstack.serving.served_layout import ServedLayout, StartLayout
 from kvstack.tune import results
 from kvstack.tune.measure import CandidateReplay, EngineSize, engine_size, replay

@@ -1,7 +1,7 @@
 """One candidate measured on a running layout: bench --trace's replay of the slice with its
 --check-correctness judgement.
 
-The replay is ``replay.command.run_layout_replay``, exactly as ``bench --trace --compare
+The replay is ``replay.trace_bench.run_layout_replay``, exactly as ``bench --trace --compare
 --check-correctness K`` runs each layout: the first layout decides what is sent (its context and
 KV block, the token pool of the served model) and every later one gets the same prompts
 (``Shared``); the K replayed answers the caches served most of (the offload tiers' first) are
@@ -16,11 +16,11 @@ from dataclasses import dataclass
 
 from kvstack.bench.schema import RequestRow
 from kvstack.clients import token_sources
-from kvstack.replay.command import ReplayOutcome, ReplayRequest, Shared, run_layout_replay
 from kvstack.replay.prompts import BlockTokens, ReplayShape, plan_requests
 from kvstack.replay.results import LayoutComparison
+from kvstack.replay.trace_bench import ReplayOutcome, ReplayRequest, Shared, run_layout_replay
 from kvstack.serving.served_layout import ServedLayout
-from kvstack.traces.mooncake import TraceRequest
+from kvstack.traces.mooncake import TraceRow
 from kvstack.traces.sample import session_key
 from kvstack.tune import results
 
@@ -30,7 +30,7 @@ class CandidateReplay:
     """What every candidate's replay shares: the slice (scaled) and how it is sent (``args``: its
     ``check_correctness`` is the answers judged)."""
 
-    rows: list[TraceRequest]
+    rows: list[TraceRow]
     args: ReplayRequest
     model: str
     api_key: str | None = None
@@ -92,7 +92,7 @@ def shared_state(shared: Shared, engine: EngineSize | None) -> results.ReplaySta
     )
 
 
-def restore(doc: results.ReplayState, rows: Sequence[TraceRequest]) -> tuple[Shared, EngineSize | None]:
+def restore(doc: results.ReplayState, rows: Sequence[TraceRow]) -> tuple[Shared, EngineSize | None]:
     """``shared_state``'s document back: the same prompts for the candidates still to measure;
     ValueError when this slice does not send what was saved."""
     sh = doc.shape

@@ -24,8 +24,8 @@ import numpy as np
 
 from kvstack.bench.schema import RequestRow
 from kvstack.errors import InputError, Interrupted, KvstackError
-from kvstack.replay.command import ReplayOutcome, Shared
 from kvstack.replay.results import Costs as CostsDoc
+from kvstack.replay.trace_bench import ReplayOutcome, Shared
 from kvstack.serving.served_layout import ServedLayout
 from kvstack.serving.start_layout import MIN_L1_BYTES
 from kvstack.tune import budget as bud
@@ -402,7 +402,7 @@ class _ProofLoop:
                 if self.sliced is None and self.served is not None:
                     self.sliced = _Slice(self.shared, setup, self.served, self.costs, self.bpt)
         except Interrupted:
-            raise  # Ctrl-C during a replay (replay/command.py says so): the tune stops, not the candidate
+            raise  # Ctrl-C during a replay (replay/trace_bench.py says so): the tune stops, not the candidate
         except KvstackError as exc:
             if not c.offloads:
                 raise

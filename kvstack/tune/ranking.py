@@ -14,7 +14,7 @@ from kvstack.errors import InputError
 from kvstack.planning.capacity import capacity_curve
 from kvstack.planning.served_ttft import ServedCalibration
 from kvstack.planning.trace_sizing import OFFLOAD_REQUEST_COST_S
-from kvstack.traces.mooncake import TraceRequest
+from kvstack.traces.mooncake import TraceRow
 from kvstack.tune.knobs import CONNECTORS, check_connector, check_knobs
 from kvstack.tune.options import Objective
 from kvstack.tune.rank import CandidatePrediction, Costs, rank
@@ -97,7 +97,7 @@ def check_ranking(
 
 
 def tune(
-    requests: Sequence[TraceRequest],
+    requests: Sequence[TraceRow],
     block_tokens: int,
     limits: Limits,
     calibration: ServedCalibration,

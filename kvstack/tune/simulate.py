@@ -26,7 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from kvstack.planning.capacity import prefix_distances, simulate_hierarchy
-from kvstack.traces.mooncake import TraceRequest
+from kvstack.traces.mooncake import TraceRow
 
 IntArray = npt.NDArray[np.int64]
 
@@ -54,7 +54,7 @@ class TraceSim:
 
     def __init__(
         self,
-        requests: Sequence[TraceRequest],
+        requests: Sequence[TraceRow],
         *,
         block_tokens: int,
         engine_block_tokens: int,

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from kvstack.bench.command import run_bench
 from kvstack.bench.report import load_result
 from kvstack.bench.request import BenchRequest
+from kvstack.bench.workload_run import run_bench
 from kvstack.cli.app import run
 from kvstack.serving.served_layout import ServedLayout
 from tests.support.stream_server import ServerKnobs, StreamServer

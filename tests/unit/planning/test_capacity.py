@@ -15,18 +15,18 @@ from kvstack.planning.capacity import (
     simulate_hierarchy,
     stack_distances,
 )
-from kvstack.traces.mooncake import TraceRequest, read_trace
+from kvstack.traces.mooncake import TraceRow, read_trace
 
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "traces" / "conversation_1in40.jsonl"
 B = 4  # tokens per trace block in the generated traces
 
 
-def _req(ids: list[int], tokens: int | None = None) -> TraceRequest:
-    return TraceRequest(0.0, tokens if tokens is not None else len(ids) * B, 1, ids)
+def _req(ids: list[int], tokens: int | None = None) -> TraceRow:
+    return TraceRow(0.0, tokens if tokens is not None else len(ids) * B, 1, ids)
 
 
 @st.composite
-def traces(draw: st.DrawFn, alphabet: int = 8) -> list[TraceRequest]:
+def traces(draw: st.DrawFn, alphabet: int = 8) -> list[TraceRow]:
     out = []
     for _ in range(draw(st.integers(1, 25))):
         ids = draw(st.lists(st.integers(0, alphabet), min_size=1, max_size=6))
@@ -36,7 +36,7 @@ def traces(draw: st.DrawFn, alphabet: int = 8) -> list[TraceRequest]:
     return out
 
 
-def _lru_prefix_hits(requests: list[TraceRequest], size: int) -> int:
+def _lru_prefix_hits(requests: list[TraceRow], size: int) -> int:
     """Block-by-block LRU of ``size`` blocks; a block counts while the request's blocks hit in a row.
     A block is its id and its token count (a partial last block is a prefix of its own)."""
     cache: OrderedDict[tuple[int, int], None] = OrderedDict()
@@ -59,7 +59,7 @@ def _lru_prefix_hits(requests: list[TraceRequest], size: int) -> int:
 
 @settings(max_examples=200, deadline=None)
 @given(traces())
-def test_curve_equals_brute_force_lru_at_every_size(requests: list[TraceRequest]) -> None:
+def test_curve_equals_brute_force_lru_at_every_size(requests: list[TraceRow]) -> None:
     curve = capacity_curve(requests, block_tokens=B)
     distinct = sum(len(r.hash_ids) for r in requests)
     for size in range(1, distinct + 2):
@@ -125,7 +125,7 @@ def test_fixture_slice_figures() -> None:
     assert round(curve.max_ratio, 3) == 0.416
 
 
-def _cascade(requests: list[TraceRequest], sizes: list[int], units: list[int]) -> list[int]:
+def _cascade(requests: list[TraceRow], sizes: list[int], units: list[int]) -> list[int]:
     """Inclusive hierarchy, unit by unit: each level walks the request from where the levels
     above stopped, serves its contiguous run, and every unit it was asked for becomes its newest."""
     levels: list[OrderedDict[tuple[int, int], None]] = [OrderedDict() for _ in sizes]
@@ -164,7 +164,7 @@ def _cascade(requests: list[TraceRequest], sizes: list[int], units: list[int]) -
     st.lists(st.sampled_from([1, 2, 4, 8]), min_size=3, max_size=3),
 )
 def test_inclusive_hierarchy_equals_a_unit_by_unit_cascade(
-    requests: list[TraceRequest], sizes: list[int], units: list[int]
+    requests: list[TraceRow], sizes: list[int], units: list[int]
 ) -> None:
     units = units[: len(sizes)]
     got = simulate_hierarchy(requests, sizes, block_tokens=B, unit_tokens=units)
@@ -175,7 +175,7 @@ def test_inclusive_hierarchy_equals_a_unit_by_unit_cascade(
 
 @settings(max_examples=100, deadline=None)
 @given(traces(), st.integers(1, 10))
-def test_one_level_is_the_curve(requests: list[TraceRequest], size: int) -> None:
+def test_one_level_is_the_curve(requests: list[TraceRow], size: int) -> None:
     curve = capacity_curve(requests, block_tokens=B)
     for inclusive in (True, False):
         got = simulate_hierarchy(requests, [size], block_tokens=B, inclusive=inclusive)
@@ -185,7 +185,7 @@ def test_one_level_is_the_curve(requests: list[TraceRequest], size: int) -> None
 @settings(max_examples=100, deadline=None)
 @given(traces(), st.integers(1, 6), st.integers(1, 6))
 def test_exclusive_levels_hold_no_more_than_one_lru_of_their_sum(
-    requests: list[TraceRequest], a: int, b: int
+    requests: list[TraceRow], a: int, b: int
 ) -> None:
     got = simulate_hierarchy(requests, [a, b], block_tokens=B, inclusive=False)
     assert sum(got.hit_tokens) <= capacity_curve(requests, block_tokens=B).tokens_at(a + b)
@@ -223,7 +223,7 @@ def test_without_readmission_an_l2_hit_is_not_copied_back_into_l1() -> None:
 @settings(max_examples=150, deadline=None)
 @given(traces(), st.integers(0, 6), st.integers(0, 6))
 def test_without_readmission_the_same_tokens_are_served_over_an_unbounded_bottom_level(
-    requests: list[TraceRequest], l1: int, engine: int
+    requests: list[TraceRow], l1: int, engine: int
 ) -> None:
     # Every block first seen is stored in the unbounded bottom level either way, so the offload
     # levels together reach the same prefix; only which level serves it differs.

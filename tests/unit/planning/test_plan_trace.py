@@ -11,11 +11,11 @@ from kvstack.errors import InputError
 from kvstack.hardware.snapshot import HardwareSnapshot
 from kvstack.planning import trace_sizing
 from kvstack.planning.capacity import capacity_curve, simulate_hierarchy
-from kvstack.planning.plan import PlanRequest, TraceInput, make_plan
+from kvstack.planning.plan import PlanRequest, SizingTrace, make_plan
 from kvstack.planning.schema import FetchPath, Plan, Tier, TtftModel
 from kvstack.planning.served_ttft import ServedCalibration, ServedCosts
 from kvstack.planning.workload import default_workload
-from kvstack.traces.mooncake import TraceRequest, read_trace
+from kvstack.traces.mooncake import TraceRow, read_trace
 
 from .helpers import catalog_model, roomy_cpu_host, snapshot
 
@@ -25,16 +25,16 @@ FULL = REPO.parent / "shared" / "traces" / "conversation_trace.jsonl"
 GIB = 1 << 30
 
 
-def _plan(hw: str | HardwareSnapshot = "h100-sxm", trace: TraceInput | None = None, **req: object) -> Plan:
+def _plan(hw: str | HardwareSnapshot = "h100-sxm", trace: SizingTrace | None = None, **req: object) -> Plan:
     geo = catalog_model("llama-3.1-8b")
     request = PlanRequest(**{"context": 131072, "users": 8, **req})  # type: ignore[arg-type]
     snap = snapshot(hw) if isinstance(hw, str) else hw
     return make_plan(snap, geo, geo.name, request, default_workload(geo.max_context), trace)
 
 
-def _fixture(**kw: object) -> TraceInput:
+def _fixture(**kw: object) -> SizingTrace:
     t = read_trace(FIXTURE)
-    return TraceInput(t.requests, t.block_tokens, str(FIXTURE), **kw)  # type: ignore[arg-type]
+    return SizingTrace(t.requests, t.block_tokens, str(FIXTURE), **kw)  # type: ignore[arg-type]
 
 
 def test_the_trace_sizes_the_tiers_and_says_so() -> None:
@@ -170,7 +170,7 @@ def test_cpu_platform_gives_a_ttft_verdict_from_a_served_calibration() -> None:
     assert costly.reasons["offload"].startswith("none (--offload auto): offload does not pay on this trace")
 
 
-def _demo_plan(trace: TraceInput, **req: object) -> Plan:
+def _demo_plan(trace: SizingTrace, **req: object) -> Plan:
     from kvstack.model.source import resolve_model
     from kvstack.profiles import profiles_dir
 
@@ -201,10 +201,10 @@ def test_cpu_auto_drops_an_offload_path_whose_tiers_serve_nothing() -> None:
     assert any("offload planned as asked: --offload lmcache-mp" in w for w in forced.warnings)
 
 
-def _synthetic(n: int, shared: int, own: int) -> list[TraceRequest]:
+def _synthetic(n: int, shared: int, own: int) -> list[TraceRow]:
     """``n`` requests of one shared prefix (``shared`` blocks) and ``own`` unique blocks each."""
     return [
-        TraceRequest(
+        TraceRow(
             float(i * 1000),
             (shared + own) * 512,
             1,
@@ -218,8 +218,8 @@ def test_tiers_serving_under_the_negligible_share_never_pay_even_when_free() -> 
     # The pool holds the shared prefix; the one tier below serves a request's repeat only once in
     # 400: a positive TTFT gain at no cost, still within the simulation's error of nothing.
     requests = _synthetic(400, 4, 4)
-    requests.append(TraceRequest(400_000.0, 8 * 512, 1, list(requests[0].hash_ids)))
-    trace = TraceInput(requests, 512, "synthetic", offload_cost_s=0.0, offload_cost_source="test")
+    requests.append(TraceRow(400_000.0, 8 * 512, 1, list(requests[0].hash_ids)))
+    trace = SizingTrace(requests, 512, "synthetic", offload_cost_s=0.0, offload_cost_source="test")
     curve = capacity_curve(requests)
     pool = Tier(kind="gpu", size_bytes=8 * 512, size_bytes_per_rank=8 * 512, tokens=8 * 512)
     dram = Tier(kind="cpu", size_bytes=10_000 * 512, size_bytes_per_rank=10_000 * 512, tokens=10_000 * 512)

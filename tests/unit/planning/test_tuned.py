@@ -6,19 +6,19 @@ import pytest
 
 from kvstack.errors import InputError
 from kvstack.model.source import resolve_model
-from kvstack.planning.plan import PlanRequest, TraceInput, make_plan
+from kvstack.planning.plan import PlanRequest, SizingTrace, make_plan
 from kvstack.planning.schema import Plan
 from kvstack.planning.tuned import TunedLayout
 from kvstack.planning.workload import default_workload
 from kvstack.profiles import profiles_dir
-from kvstack.traces.mooncake import TraceRequest
+from kvstack.traces.mooncake import TraceRow
 
 from .helpers import snapshot
 
 GIB = 1 << 30
 
 
-def _plan(tuned: TunedLayout, hw: str = "no-gpu", trace: TraceInput | None = None) -> Plan:
+def _plan(tuned: TunedLayout, hw: str = "no-gpu", trace: SizingTrace | None = None) -> Plan:
     demo = resolve_model(str(profiles_dir() / "demo"))
     wl = default_workload(demo.geometry.max_context)
     return make_plan(snapshot(hw), demo.geometry, demo.path, PlanRequest(tuned=tuned), wl, trace)
@@ -65,7 +65,7 @@ def test_a_tuned_gate_is_planned_and_said_and_a_plan_without_one_serializes_as_b
 
 
 def test_a_tuned_layout_and_a_trace_together_are_bad_input() -> None:
-    trace = TraceInput([TraceRequest(0.0, 512, 1, [1])], 512, "t")
+    trace = SizingTrace([TraceRow(0.0, 512, 1, [1])], 512, "t")
     with pytest.raises(InputError, match="--tuned and --trace both choose the layout"):
         _plan(TunedLayout(connector="none"), trace=trace)
 

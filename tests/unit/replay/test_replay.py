@@ -17,17 +17,17 @@ from kvstack.bench.report import REQUESTS_CSV, RESULTS_JSON
 from kvstack.bench.request import BenchRequest
 from kvstack.bench.schema import BenchResult
 from kvstack.errors import InputError
+from kvstack.replay.bench import run_trace_bench
 from kvstack.replay.prompts import BlockTokens, ReplayShape, plan_requests
 from kvstack.replay.results import TraceReplay
-from kvstack.replay.run import run_trace_bench
-from kvstack.traces.mooncake import TraceRequest
+from kvstack.traces.mooncake import TraceRow
 from tests.support.stream_server import ServerKnobs, StreamServer
 
 POOL = list(range(100, 200))
 
 
-def row(ts: float, length: int, ids: list[int], out: int = 50) -> TraceRequest:
-    return TraceRequest(timestamp_ms=ts, input_length=length, output_length=out, hash_ids=ids)
+def row(ts: float, length: int, ids: list[int], out: int = 50) -> TraceRow:
+    return TraceRow(timestamp_ms=ts, input_length=length, output_length=out, hash_ids=ids)
 
 
 def test_the_same_hash_id_gives_the_same_block_and_different_ids_differ() -> None:

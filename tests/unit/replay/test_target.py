@@ -16,7 +16,7 @@ import pytest
 from kvstack.bench.request import BenchRequest
 from kvstack.errors import InputError
 from kvstack.rendering.bench import bench_events
-from kvstack.replay.run import run_trace_bench
+from kvstack.replay.bench import run_trace_bench
 from kvstack.replay.target import url_layout
 from tests.support.stream_server import ServerKnobs, StreamServer
 from tests.unit.replay.test_replay import write_trace

@@ -8,7 +8,7 @@ import pytest
 
 from kvstack.errors import InputError
 from kvstack.planning.capacity import capacity_curve
-from kvstack.traces.mooncake import TraceRequest, read_trace
+from kvstack.traces.mooncake import TraceRow, read_trace
 from kvstack.traces.sample import parse_ratio, sample_sessions, scale_blocks, session_key
 
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "traces" / "conversation_1in40.jsonl"
@@ -29,7 +29,7 @@ def test_one_in_forty_keeps_sessions_whose_second_block_is_its_residue() -> None
 
 
 def test_named_sessions_are_hashed_and_kept_whole() -> None:
-    requests = [TraceRequest(float(i), 10, 1, [i], session_id=f"s{i % 7}") for i in range(70)]
+    requests = [TraceRow(float(i), 10, 1, [i], session_id=f"s{i % 7}") for i in range(70)]
     kept = sample_sessions(requests, 1 / 2, seed=5)
     sessions = {r.session_id for r in kept}
     assert 0 < len(sessions) < 7

@@ -11,12 +11,12 @@ from typing import Any
 
 from kvstack.errors import EngineError, Interrupted
 from kvstack.planning.served_ttft import ServedCosts
-from kvstack.planning.trace_sizing import TraceInput
+from kvstack.planning.trace_sizing import SizingTrace
 from kvstack.serving.served_layout import ServedLayout
 from kvstack.traces.mooncake import Trace, read_trace
 from kvstack.traces.sample import scale_blocks
-from kvstack.tune.command import TuneRequest, TuneRun, run_tune
 from kvstack.tune.space import Candidate
+from kvstack.tune.tune import TuneRequest, TuneRun, run_tune
 from tests.support.stream_server import ServerKnobs, StreamServer
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -211,7 +211,7 @@ def options(tmp_path: Path, block_tokens: int, **changes: object) -> TuneRequest
     return TuneRequest(**{**base, **changes})
 
 
-def read(o: TuneRequest) -> TraceInput:
+def read(o: TuneRequest) -> SizingTrace:
     """``o``'s trace as the CLI reads it (its sample, start and first requests)."""
     from kvstack.replay.inputs import read_trace_input
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from kvstack.tune.command import rank_inputs
 from kvstack.tune.results import TuneResults
+from kvstack.tune.tune import rank_inputs
 from tests.unit.tune.helpers import StandIn, options, read, tune
 
 

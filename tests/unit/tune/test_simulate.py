@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kvstack.planning.capacity import simulate_hierarchy
-from kvstack.traces.mooncake import TraceRequest
+from kvstack.traces.mooncake import TraceRow
 from kvstack.tune.simulate import TraceSim
 
 from .helpers import sample, whole_blocks
@@ -14,7 +14,7 @@ POOL_BLOCKS = 300  # of 128 tokens: the sample's engine pool serves some, the ti
 
 
 @pytest.fixture(scope="module")
-def sim_and_trace() -> tuple[TraceSim, list[TraceRequest]]:
+def sim_and_trace() -> tuple[TraceSim, list[TraceRow]]:
     trace = whole_blocks(sample())
     sim = TraceSim(
         trace.requests, block_tokens=512, engine_block_tokens=128, engine_pool_tokens=POOL_BLOCKS * 128
@@ -35,7 +35,7 @@ def sim_and_trace() -> tuple[TraceSim, list[TraceRequest]]:
     ],
 )
 def test_every_candidates_levels_are_the_planning_simulations(
-    sim_and_trace: tuple[TraceSim, list[TraceRequest]], chunk: int, dram: int, disk: int, readmit: bool
+    sim_and_trace: tuple[TraceSim, list[TraceRow]], chunk: int, dram: int, disk: int, readmit: bool
 ) -> None:
     sim, requests = sim_and_trace
     got = sim.offload(chunk, dram, disk, readmit=readmit)
@@ -52,7 +52,7 @@ def test_every_candidates_levels_are_the_planning_simulations(
 def test_only_whole_chunks_are_offloaded() -> None:
     # One 300-token prompt twice, no engine pool: a 256-token chunk serves 256 tokens of it, a
     # 512-token chunk none (LMCache stores complete chunks only).
-    reqs = [TraceRequest(float(t), 300, 1, [7]) for t in (0, 1)]
+    reqs = [TraceRow(float(t), 300, 1, [7]) for t in (0, 1)]
     sim = TraceSim(reqs, block_tokens=512, engine_block_tokens=128, engine_pool_tokens=0)
     assert sim.offload(256, 10, 0, readmit=True).dram.tolist() == [0, 256]
     assert sim.offload(512, 10, 0, readmit=True).dram.tolist() == [0, 0]

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from kvstack.errors import InputError
-from kvstack.planning.trace_sizing import TraceInput
+from kvstack.planning.trace_sizing import SizingTrace
 from kvstack.serving.lifecycle import ServeEvents, run
 from kvstack.serving.prepare import Launch, prepare
 from kvstack.serving.request import ServeRequest
@@ -17,7 +17,7 @@ from kvstack.serving.request_checks import check_request
 def serve(
     request: ServeRequest,
     events: ServeEvents,
-    trace: TraceInput | None = None,
+    trace: SizingTrace | None = None,
     dry_run: Callable[[Launch], None] | None = None,
 ) -> int:
     """Serve ``request`` until stopped and return the exit code; with ``dry_run``, prepare the

@@ -36,7 +36,7 @@ from kvstack.replay.results import LayoutComparison, TraceReplay, TraceSlice, Tt
 from kvstack.replay.sizes import Hierarchy, engine_level, lmcache_hierarchy, lmcache_levels
 from kvstack.replay.target import url_layout
 from kvstack.serving.served_layout import ServedLayout, StartLayout
-from kvstack.traces.mooncake import TraceRequest, read_trace
+from kvstack.traces.mooncake import TraceRow, read_trace
 from kvstack.traces.sample import sample_sessions, scale_blocks, session_key, with_requests
 
 UNBOUNDED = 1 << 40
@@ -97,7 +97,7 @@ class ReplayOutcome(NamedTuple):
     compared: LayoutComparison
 
 
-def load_slice(args: ReplayRequest) -> tuple[list[TraceRequest], TraceSlice]:
+def load_slice(args: ReplayRequest) -> tuple[list[TraceRow], TraceSlice]:
     """The trace rows to replay (scaled), and what was taken."""
     trace = read_trace(args.path, start=args.start)
     rows = trace.requests
@@ -138,7 +138,7 @@ def _status(layout: ServedLayout, api_key: str | None) -> LMCacheStatus | None:
 
 
 def _decide(
-    layout: ServedLayout, rows: list[TraceRequest], args: ReplayRequest, api_key: str | None, model: str
+    layout: ServedLayout, rows: list[TraceRow], args: ReplayRequest, api_key: str | None, model: str
 ) -> Shared:
     card = served_models(layout.base_url, api_key)[0]
     context = int(card.get("max_model_len") or 0) or (layout.plan.max_model_len if layout.plan else 0)
@@ -246,7 +246,7 @@ def ideal_prefixes(sent: list[SentRequest], block_tokens: int) -> list[int]:
 
 def run_layout_replay(
     layout: ServedLayout,
-    rows: list[TraceRequest],
+    rows: list[TraceRow],
     args: ReplayRequest,
     shared: Shared,
     *,
@@ -420,7 +420,7 @@ def _ttft_check(
 
 def run_trace(
     args: ReplayRequest,
-    sliced: tuple[list[TraceRequest], TraceSlice],
+    sliced: tuple[list[TraceRow], TraceSlice],
     *,
     url: str | None,
     names: list[str],

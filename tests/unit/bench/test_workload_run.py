@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from kvstack.bench.command import normalize_url, run_bench
 from kvstack.bench.report import load_result
 from kvstack.bench.request import BenchRequest
+from kvstack.bench.workload_run import normalize_url, run_bench
 from kvstack.errors import EngineError, InputError, NetworkTargetError, ValidationFailed
 from kvstack.serving.served_layout import ServedLayout
 from tests.support.stream_server import ServerKnobs, StreamServer

@@ -19,10 +19,10 @@ from typing import Any
 
 from kvstack.errors import InputError, KvstackError
 from kvstack.planning.served_ttft import ServedCalibration
-from kvstack.planning.trace_sizing import TraceInput
-from kvstack.replay.command import ReplayRequest
+from kvstack.planning.trace_sizing import SizingTrace
+from kvstack.replay.trace_bench import ReplayRequest
 from kvstack.serving.served_layout import StartLayout
-from kvstack.traces.mooncake import TraceRequest
+from kvstack.traces.mooncake import TraceRow
 from kvstack.tune.calibration import MeasuredCosts
 from kvstack.tune.files import now, source_line, write_json, write_ranking, write_results
 from kvstack.tune.measure import CandidateReplay, EngineSize, shared_state
@@ -68,17 +68,17 @@ class TuneRun:
 
 
 @dataclass(frozen=True)
-class Inputs:
+class TuneBasis:
     """What a ranking reads besides the costs: the trace's requests (scaled), the machine's limits."""
 
-    traced: TraceInput
-    requests: list[TraceRequest]
+    traced: SizingTrace
+    requests: list[TraceRow]
     block_tokens: int
     limits: Limits
     model: str  # the model's name, as results.json's source keeps it
 
 
-def read_trace(o: TuneRequest) -> TraceInput:
+def read_trace(o: TuneRequest) -> SizingTrace:
     """``o.trace`` as tune reads it: its sample, start and first requests."""
     from kvstack.replay.inputs import read_trace_input
 
@@ -87,7 +87,7 @@ def read_trace(o: TuneRequest) -> TraceInput:
     return traced
 
 
-def read_inputs(o: TuneRequest, traced: TraceInput) -> Inputs:
+def read_basis(o: TuneRequest, traced: SizingTrace) -> TuneBasis:
     from kvstack.model.source import resolve_model
     from kvstack.planning.plan import PlanRequest
     from kvstack.planning.workload import default_workload
@@ -103,14 +103,14 @@ def read_inputs(o: TuneRequest, traced: TraceInput) -> Inputs:
         requests, bt = [scale_request(r, o.block_tokens, bt) for r in requests], o.block_tokens
     workload = default_workload(source.geometry.max_context)
     plan = most_plan(snapshot, source.geometry, source.path, PlanRequest(), workload)
-    return Inputs(traced, requests, bt, limits_of(plan, o.engine_pool_tokens), source.geometry.name)
+    return TuneBasis(traced, requests, bt, limits_of(plan, o.engine_pool_tokens), source.geometry.name)
 
 
 def _slo_s(o: TuneRequest) -> float | None:
     return o.slo_ms / 1000 if o.slo_ms is not None else None
 
 
-def rank(o: TuneRequest, inputs: Inputs, cal: ServedCalibration) -> tuple[TuneResult, TuneResults]:
+def rank(o: TuneRequest, inputs: TuneBasis, cal: ServedCalibration) -> tuple[TuneResult, TuneResults]:
     """The ranking with ``cal``'s costs, and its results.json document."""
     from kvstack.tune.ranking import tune
     from kvstack.tune.report import results_document
@@ -134,16 +134,14 @@ def rank(o: TuneRequest, inputs: Inputs, cal: ServedCalibration) -> tuple[TuneRe
     return result, results_document(result, source, cal, rank_s)
 
 
-def rank_inputs(
-    o: TuneRequest, traced: TraceInput
-) -> tuple[TuneResult, TuneResults, list[TraceRequest], int]:
+def rank_inputs(o: TuneRequest, traced: SizingTrace) -> tuple[TuneResult, TuneResults, list[TraceRow], int]:
     """The ranking of ``traced`` with ``o.calibration``: (result, results.json document, the trace's
     requests as ranked, their block)."""
     from kvstack.replay.served_calibration import served_calibration_from
 
     assert o.calibration is not None
     cal = served_calibration_from(o.calibration)  # before the probe: bad input fails at once
-    inputs = read_inputs(o, traced)
+    inputs = read_basis(o, traced)
     return (*rank(o, inputs, cal), inputs.requests, inputs.block_tokens)
 
 
@@ -250,7 +248,7 @@ def _measured_first(
     return proof, docs
 
 
-def _replay_setup(o: TuneRequest, inputs: Inputs, serve: Any) -> CandidateReplay:
+def _replay_setup(o: TuneRequest, inputs: TuneBasis, serve: Any) -> CandidateReplay:
     """What every replay sends: the first ``--replay-requests`` of the trace, one at a time."""
     from kvstack.serving.request import demo_model_dir
 
@@ -266,7 +264,7 @@ def _replay_setup(o: TuneRequest, inputs: Inputs, serve: Any) -> CandidateReplay
 
 def run_tune(
     o: TuneRequest,
-    traced: TraceInput | None = None,
+    traced: SizingTrace | None = None,
     *,
     start: StartCandidate | None = None,
     start_layout: StartLayout | None = None,
@@ -289,7 +287,7 @@ def run_tune(
     traced = traced if traced is not None else read_trace(o)
     saved = _saved(o)
     cal = _given_calibration(o, saved)  # before the probe: bad input fails at once
-    inputs = read_inputs(o, traced)
+    inputs = read_basis(o, traced)
     out = o.directory
     if not o.measures:
         assert cal is not None  # TuneRequest: --budget 0 needs a calibration
@@ -344,7 +342,7 @@ def run_tune(
 
 def _measure_costs(
     o: TuneRequest,
-    inputs: Inputs,
+    inputs: TuneBasis,
     setup: CandidateReplay,
     start_layout: StartLayout | None,
     serve: Any,

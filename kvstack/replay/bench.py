@@ -6,15 +6,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvstack.bench.command import check_out, conclude, run_bench, target, write_files
 from kvstack.bench.events import BenchEvents
 from kvstack.bench.report import environment
 from kvstack.bench.request import BenchRequest
 from kvstack.bench.schema import BenchResult
+from kvstack.bench.workload_run import check_out, conclude, run_bench, target, write_files
 from kvstack.errors import InputError
 from kvstack.redact import redact_url
-from kvstack.replay.command import ReplayRequest, load_slice, run_trace
 from kvstack.replay.results import layouts_of
+from kvstack.replay.trace_bench import ReplayRequest, load_slice, run_trace
 from kvstack.serving.request import ServeRequest
 from kvstack.serving.served_layout import StartLayout
 from kvstack.serving.start_layout import sized_layout_starter

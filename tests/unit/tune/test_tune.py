@@ -17,8 +17,8 @@ import pytest
 
 from kvstack.errors import InputError, Interrupted
 from kvstack.planning.tuned import TUNED_JSON, TunedLayout
-from kvstack.tune.command import rank_inputs
 from kvstack.tune.prove import queue
+from kvstack.tune.tune import rank_inputs
 from tests.unit.tune.helpers import (
     REQUESTS,
     STANDIN_OFFLOAD_S,
