@@ -39,11 +39,16 @@ class ProcessFailed(EngineError):
         log_path: Path,
         tail: list[str],
         hint: str,
+        cause: str | None = None,
     ) -> None:
+        """``cause``: the root cause read from the log (runtime/root_cause.py), quoted in the first
+        line, since the tail may hold only a wrapper's word that the cause is above."""
         shown = "\n".join(f"  {line}" for line in tail) or "  (the log is empty)"
-        message = f"{name} {what}\nlast {len(tail)} lines of {log_path}:\n{shown}"
+        first = f"{name} {what}: {cause}" if cause else f"{name} {what}"
+        message = f"{first}\nlast {len(tail)} lines of {log_path}:\n{shown}"
         super().__init__(message, hint=hint)
         self.name = name
         self.process_exit_code = process_exit_code
         self.log_path = log_path
         self.tail = tail
+        self.cause = cause

@@ -25,6 +25,7 @@ from kvstack.runtime.failure import FATAL_LINE, HUNG, ProcessFailed, describe_ex
 from kvstack.runtime.liveness import HangWatch
 from kvstack.runtime.process import Proc, WatchdogLink, launch
 from kvstack.runtime.readiness import probe_ready, wait_until_ready
+from kvstack.runtime.root_cause import root_cause
 from kvstack.runtime.signals import StopOnSignal
 from kvstack.runtime.spawn import child_env, remove_start_files
 from kvstack.runtime.specs import LaunchSpec, ProcessSpec
@@ -225,13 +226,17 @@ class Supervisor:
         if rc == HUNG:
             silent = self.liveness.hung(name) or 0.0
             what = f"stopped answering {self.liveness.url(name)} for {silent:.0f} s (hung, not dead)"
+        tail = self.tail(name)
+        # A process that exited on its own may have logged why above the tail's last frames.
+        cause = None if rc in (FATAL_LINE, HUNG) or rc < 0 else root_cause(self.log_path(name))
         return ProcessFailed(
             self.shown(name),
             f"{what} during {during} (pid {self._proc(name).popen.pid})",
             None if rc in (FATAL_LINE, HUNG) else rc,
             self.log_path(name),
-            self.tail(name),
+            tail,
             hint=f"read the full log: {self.log_path(name)}",
+            cause=cause,
         )
 
     def _probe(self, client: httpx.Client, pspec: ProcessSpec) -> bool:

@@ -247,7 +247,7 @@ def launched(launch: Launch, events: ServeEvents | None = None) -> Iterator[Supe
         try:
             group.wait_ready(req.ready_timeout_s)
         except ProcessFailed as exc:
-            raise known_startup_failure(exc) or exc from exc
+            raise known_startup_failure(exc, kvstack_chose=req.offload == "auto") or exc from exc
         if launch.router is not None:
             router = Supervisor(
                 launch.router, launch.run_dir, on_status=ev.status, api_key=req.api_key, handle_signals=False
@@ -258,9 +258,10 @@ def launched(launch: Launch, events: ServeEvents | None = None) -> Iterator[Supe
         yield group
 
 
-def known_startup_failure(exc: ProcessFailed) -> EngineError | None:
+def known_startup_failure(exc: ProcessFailed, kvstack_chose: bool = False) -> EngineError | None:
     """A start that died on a known incompatibility, named in one line (validation/diagnosis.py's
-    startup patterns) instead of the log's traceback tail."""
+    startup patterns) instead of the log's traceback tail. ``kvstack_chose``: the layout was
+    kvstack's own choice (--offload auto), so a fix that says to let kvstack choose is no fix."""
     try:
         found = [d for d in scan_log(exc.log_path) if d.startup_fatal]
     except OSError:
@@ -268,9 +269,14 @@ def known_startup_failure(exc: ProcessFailed) -> EngineError | None:
     if not found:
         return None
     d = found[0]
+    fix = d.fix or f"read the full log: {exc.log_path}"
+    if kvstack_chose and fix.startswith("let kvstack"):
+        fix = (
+            "serve it with --offload none: kvstack chose this layout itself (--offload auto), and the "
+            f"engine refused it (a planning mistake: please report it with {exc.log_path})"
+        )
     return EngineError(
-        f"{exc.name} could not start: {d.explanation} (line {d.first_line} of {exc.log_path})",
-        hint=d.fix or f"read the full log: {exc.log_path}",
+        f"{exc.name} could not start: {d.explanation} (line {d.first_line} of {exc.log_path})", hint=fix
     )
 
 

@@ -240,6 +240,36 @@ def test_death_during_startup_is_noticed_within_two_seconds(tmp_path: Path) -> N
     assert err.hint is not None and "engine.log" in err.hint
 
 
+# An engine whose core dies in a process of its own, as vLLM's does: the real error first, then
+# many lines, then the API server's word that the cause is above (what a log tail shows).
+CORE_DIES = """
+import sys
+at = "(EngineCore pid=2) ERROR 11-28 01:05:18 [core.py:1] "
+print(at + "Traceback (most recent call last):", flush=True)
+print(at + "  File 'core.py', line 9, in run", flush=True)
+print(at + "AssertionError: Sliding window for some but all layers", flush=True)
+for i in range(40):
+    print(f"shutting down {i}", flush=True)
+print("Traceback (most recent call last):", flush=True)
+print("RuntimeError: Engine core initialization failed. See root cause above.", flush=True)
+sys.exit(1)
+"""
+
+
+def test_a_death_at_startup_quotes_the_root_cause_above_the_tail(tmp_path: Path) -> None:
+    argv = [PY, script(tmp_path, "core_dies.py", CORE_DIES)]
+    server = ProcessSpec(name="engine", argv=argv, ready_url="http://127.0.0.1:1/health")
+    with Supervisor(spec(server), tmp_path / "run") as sup:
+        sup.start()
+        with pytest.raises(ProcessFailed) as info:
+            sup.wait_ready(60)
+    err = info.value
+    first = err.message.splitlines()[0]
+    assert first.startswith("engine exited with code 1 during startup (pid ")
+    assert first.endswith("): AssertionError: Sliding window for some but all layers"), first
+    assert not any("Sliding window" in line for line in err.tail)  # the tail alone would not say it
+
+
 def test_death_notice_latency(tmp_path: Path) -> None:
     argv = [PY, script(tmp_path, "crash.py", CRASH), "1", "7", "1.5"]
     server = ProcessSpec(name="engine", argv=argv, ready_url="http://127.0.0.1:1/health")

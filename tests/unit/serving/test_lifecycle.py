@@ -179,6 +179,10 @@ def test_a_known_startup_incompatibility_is_one_line(tmp_path: Path) -> None:
     assert err is not None and "\n" not in err.message
     assert err.message.startswith("engine could not start: LMCache's engine-driven transfer")
     assert "--offload none" in (err.hint or "")
+    # Where kvstack chose the layout (--offload auto), "let kvstack choose" is no fix.
+    chosen = known_startup_failure(died, kvstack_chose=True)
+    assert chosen is not None and "let kvstack" not in (chosen.hint or "")
+    assert (chosen.hint or "").startswith("serve it with --offload none: kvstack chose this layout itself")
     plain = tmp_path / "engine.log"
     plain.write_text("RuntimeError: something else\n")
     other = ProcessFailed("engine", "exited with code 1 during startup", 1, plain, ["x"], hint="x")
