@@ -12,7 +12,7 @@ decision in results.json (``shared_state``) so that a resumed tune sends the sam
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from kvstack.bench.schema import RequestRow
 from kvstack.clients import token_sources
@@ -72,15 +72,8 @@ def engine_size(compared: LayoutComparison) -> EngineSize | None:
 def shared_state(shared: Shared, engine: EngineSize | None) -> results.ReplayState:
     """What the first layout decided, as results.json keeps it (``restore`` reads it back)."""
     assert shared.shape is not None and shared.blocks is not None
-    s = shared.shape
     return results.ReplayState(
-        shape=results.Shape(
-            block_tokens=s.block_tokens,
-            align=s.align,
-            max_prompt_tokens=s.max_prompt_tokens,
-            max_output_tokens=s.max_output_tokens,
-            time_scale=s.time_scale,
-        ),
+        shape=results.Shape(**asdict(shared.shape)),  # the replay's shape, field for field
         pool=shared.blocks.pool,
         seed=shared.blocks.seed,
         notes=shared.notes,
