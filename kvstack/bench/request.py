@@ -10,13 +10,18 @@ from typing import TYPE_CHECKING, Annotated, Self
 from pydantic import Field, model_validator
 
 from kvstack.bench.flags import BLOCK_TOKENS, CheckCorrectness, MaxOutputTokens, Seed, Timeout, TimeScale
+from kvstack.bench.sweep.ladder import LoadLadder, parse_ladder
 from kvstack.errors import InputError
 from kvstack.flags import Inputs, flag
 from kvstack.names import OFFLOAD_CHOICES, choice
 from kvstack.units import parse_bytes, parse_tokens
 
 if TYPE_CHECKING:  # imported where used: `kvstack --help` imports this module, never the bench
+    from kvstack.bench.sweep.schema import Slo
     from kvstack.serving.start_layout import TierOverrides
+
+DEFAULT_SLO_SHARE = 0.9
+MAX_BISECT = 10  # each extra step runs the whole workload once more
 
 
 def check_correctness_count(k: int) -> None:
@@ -130,6 +135,47 @@ class BenchRequest(Inputs):
         str | None,
         flag("--disk-size", help="Without --url: the disk tier's cap for every layout (e.g. 8MiB)"),
     ] = None
+    sweep: Annotated[
+        str | None,
+        flag(
+            "--sweep",
+            help="Run the workload at each load of a ladder, e.g. concurrency:1,2,4,8 or rate:0.5,1,2,4 "
+            "(excludes --concurrency and --rate), then bisect the knee; needs --slo-ttft or --slo-tpot",
+            metavar="KIND:LOADS",
+            show_default=False,
+        ),
+    ] = None
+    sweep_bisect: Annotated[
+        int,
+        flag(
+            "--sweep-bisect",
+            help="--sweep: extra steps bisecting between the highest load that met the SLO and the "
+            "lowest that did not",
+            ge=0,
+            example="2",
+        ),
+    ] = 2
+    slo_ttft: Annotated[
+        float | None,
+        flag("--slo-ttft", help="--sweep: a request's TTFT must be at most this", metavar="MS", gt=0,
+             example="500", show_default=False),
+    ] = None  # fmt: skip
+    slo_tpot: Annotated[
+        float | None,
+        flag("--slo-tpot", help="--sweep: a request's time per output token must be at most this",
+             metavar="MS", gt=0, example="50", show_default=False),
+    ] = None  # fmt: skip
+    slo_share: Annotated[
+        float | None,
+        flag(
+            "--slo-share",
+            help=f"--sweep: the share of a step's requests that must meet the SLO for the step to pass "
+            f"(default {DEFAULT_SLO_SHARE}); a layout's capacity is the highest load that passes",
+            gt=0,
+            example="0.9",
+            show_default=False,
+        ),
+    ] = None
     extra_args: list[str] = Field(default_factory=list)  # for the engines kvstack starts
 
     @model_validator(mode="after")
@@ -141,6 +187,7 @@ class BenchRequest(Inputs):
                 hint="use --concurrency C (closed loop) or --rate R (Poisson arrivals), not both",
             )
         check_correctness_count(self.check_correctness)
+        self.check_sweep()
         if compare_names(self.compare) and url:
             raise InputError(
                 "--compare starts its own servers and cannot be combined with --url",
@@ -167,6 +214,61 @@ class BenchRequest(Inputs):
         sizes.check()
         self.layouts()  # each an --offload choice: refused here, before the CLI reads --engine
         return self
+
+    def check_sweep(self) -> None:
+        """--sweep and its SLO: what a sweep needs, and what only a sweep reads."""
+        slo_flags = [f for f, v in (("--slo-ttft", self.slo_ttft), ("--slo-tpot", self.slo_tpot),
+                                    ("--slo-share", self.slo_share)) if v is not None]  # fmt: skip
+        if self.sweep is None:
+            if slo_flags:
+                raise InputError(f"{slo_flags[0]} is read by --sweep only", hint="add --sweep KIND:LOADS")
+            return
+        self.ladder  # noqa: B018  (parsed here: a bad ladder is refused with the other flags)
+        if self.concurrency is not None or self.rate is not None:
+            raise InputError(
+                "--sweep sets the load of each step: it excludes --concurrency and --rate",
+                hint="drop --concurrency/--rate; the ladder names them, e.g. --sweep concurrency:1,2,4",
+            )
+        if self.trace is not None:
+            raise InputError(
+                "--sweep runs a synthetic --workload; a trace replay is not swept yet",
+                hint="drop --trace, or replay it at one --time-scale",
+            )
+        if self.check_correctness:
+            raise InputError(
+                "--check-correctness judges one load; --sweep runs many",
+                hint="drop --check-correctness, or check at one --concurrency",
+            )
+        if self.slo_ttft is None and self.slo_tpot is None:
+            raise InputError(
+                "--sweep needs an SLO to find the capacity against",
+                hint="add --slo-ttft MS and/or --slo-tpot MS (and --slo-share, default 0.9)",
+            )
+        if self.sweep_bisect > MAX_BISECT:
+            raise InputError(
+                f"--sweep-bisect must be at most {MAX_BISECT} steps, not {self.sweep_bisect}",
+                hint="e.g. --sweep-bisect 2",
+            )
+        if self.slo_share is not None and self.slo_share > 1:
+            raise InputError(
+                f"--slo-share must be at most 1, not {self.slo_share:g}", hint="e.g. --slo-share 0.9"
+            )
+
+    @property
+    def ladder(self) -> LoadLadder | None:
+        """--sweep as its loads (None: no sweep)."""
+        return parse_ladder(self.sweep) if self.sweep is not None else None
+
+    @property
+    def slo(self) -> Slo:
+        """--slo-ttft/--slo-tpot (milliseconds) and --slo-share, as a sweep judges each step."""
+        from kvstack.bench.sweep.schema import Slo
+
+        return Slo(
+            ttft_s=None if self.slo_ttft is None else self.slo_ttft / 1000,
+            tpot_s=None if self.slo_tpot is None else self.slo_tpot / 1000,
+            share=DEFAULT_SLO_SHARE if self.slo_share is None else self.slo_share,
+        )
 
     def with_key_and_engine_args(self, api_key: str | None, extra_args: list[str]) -> BenchRequest:
         """These inputs with what their flags do not hold: the API key and the engine arguments after

@@ -93,7 +93,7 @@ def load_plan(path: Path) -> Plan:
     return read_model(path, Plan, "a kvstack plan", hint, what="--plan")
 
 
-def _tier_sizes(args: BenchRequest, base_url: str | None, metrics_urls: list[str]) -> TierSizes | None:
+def tier_sizes(args: BenchRequest, base_url: str | None, metrics_urls: list[str]) -> TierSizes | None:
     if args.workload != "tier-overflow":
         return None
     if args.plan_file is not None:
@@ -103,7 +103,7 @@ def _tier_sizes(args: BenchRequest, base_url: str | None, metrics_urls: list[str
     return tier_sizes_from_metrics(scrape_sync(metrics_urls, args.api_key))
 
 
-def _spec(args: BenchRequest) -> WorkloadSpec:
+def workload_spec(args: BenchRequest) -> WorkloadSpec:
     spec = WorkloadSpec(
         name=args.workload,
         requests=args.requests,
@@ -166,7 +166,7 @@ def run_bench(
     """Run one bench invocation end to end, write its report and hand it to ``events``."""
     events = events or BenchEvents()
     check_out(args.out)
-    spec = _spec(args)
+    spec = workload_spec(args)
     base_url, metrics_urls, model = target(args.url, args.all_metrics_urls, args.model, args.api_key)
     if base_url is None and not model:
         raise InputError("--compare needs --model (the model every layout serves)", hint="add --model DIR")
@@ -197,7 +197,7 @@ def run_bench(
 
         source: RequestSet | Callable[[ServedLayout], RequestSet] = sized_by
     else:
-        workload = source = build_workload(spec, text, _tier_sizes(args, base_url, all_metrics))
+        workload = source = build_workload(spec, text, tier_sizes(args, base_url, all_metrics))
         events.workload(workload, opts)
     recorder = Recorder(workload)
     config = _config(args, base_url, model, all_metrics)

@@ -15,6 +15,7 @@ from kvstack.bench.events import BenchEvents
 from kvstack.bench.runner import RunOptions
 from kvstack.bench.schema import BenchResult, Distribution
 from kvstack.bench.workloads import RequestSet
+from kvstack.rendering.bench_sweep import print_sweep, step_line
 from kvstack.rendering.console import err_console, out_console
 from kvstack.rendering.progress import ProgressView
 from kvstack.rendering.replay import print_trace
@@ -172,5 +173,7 @@ def bench_events(json_mode: bool, *, live: bool | None = None) -> BenchEvents:
         live=lambda: view,
         progress=view.update,
         report=lambda result, written: print_result(result, written, json_mode),
+        sweep_step=lambda layout, ladder, step: _say(step_line(layout, ladder, step)),
+        sweep_report=lambda result, written: print_sweep(result, written, json_mode),
         serving=serve_events(json_mode=True),
     )

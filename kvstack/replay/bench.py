@@ -10,6 +10,8 @@ from kvstack.bench.events import BenchEvents
 from kvstack.bench.report import environment
 from kvstack.bench.request import BenchRequest
 from kvstack.bench.schema import BenchResult
+from kvstack.bench.sweep.run import run_sweep
+from kvstack.bench.sweep.schema import SweepResult
 from kvstack.bench.workload_run import check_out, conclude, run_bench, target, write_files
 from kvstack.errors import InputError
 from kvstack.redact import redact_url
@@ -100,11 +102,13 @@ def run_trace_bench(
 
 def run_bench_command(
     request: BenchRequest, serve: ServeRequest | None, events: BenchEvents | None = None
-) -> BenchResult:
+) -> BenchResult | SweepResult:
     """``kvstack bench``: on the layouts ``serve`` starts in turn (None: the server at --url), the
-    trace replay with --trace, else the workload bench."""
+    trace replay with --trace, the load sweep with --sweep, else the workload bench."""
     events = events or BenchEvents()
     start_layout = None if serve is None else sized_layout_starter(serve, request.sizes, events.serving)
+    if request.sweep is not None:
+        return run_sweep(request, start_layout, events)
     if request.trace is not None:
         return run_trace_bench(request, start_layout, events)
     return run_bench(request, start_layout, events)

@@ -41,3 +41,46 @@ def test_bench_long_doc_qa_reads_real_hits(demo_server: ServeSession, tmp_path: 
     assert query["summary"]["ttft_s"]["p50"] < warm["summary"]["ttft_s"]["p50"]
     for name in ("ttft_cdf.png", "ttft_by_round.png", "prompt_sources.png", "requests.csv"):
         assert (out / name).stat().st_size > 0
+
+
+def test_bench_sweep_on_the_demo_engine(demo_server: ServeSession, tmp_path: Path) -> None:
+    """A 2-step concurrency sweep on the real engine: each step a whole run with its own prompts, and
+    the capacity and its bracket what the steps' own verdicts say (checked against the steps, not
+    against times, which this machine does not promise)."""
+    out = tmp_path / "sweep"
+    opts = (
+        "--workload random --requests 4 --prompt-tokens 64 --output-tokens 4 "
+        "--sweep concurrency:1,2 --sweep-bisect 0 --slo-ttft 2000"
+    )
+    res = subprocess.run(
+        kvstack_cmd("bench", "--url", demo_server.base_url, *opts.split(), "--out", str(out)),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+    )
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    data = json.loads((out / "results.json").read_text())
+    assert data["schema"] == "kvstack.bench.sweep/1" and data["kind"] == "concurrency"
+    (layout,) = data["layouts"]
+    steps = layout["steps"]
+    assert [(s["load"], s["origin"], s["seed"]) for s in steps] == [(1, "ladder", 0), (2, "ladder", 1)]
+    assert all(s["complete"] and s["summary"]["ok"] == 4 for s in steps)
+    for s in steps:
+        assert s["meets_slo"] == (s["share_within_slo"] >= data["slo"]["share"])
+        assert s["summary"]["ttft_s"]["p50"] <= s["summary"]["ttft_s"]["p90"] <= s["summary"]["ttft_s"]["p99"]
+        assert s["prompt_token_shares"], "the engine's counters say where each step's prompt tokens came from"
+    passed = [s["meets_slo"] for s in steps]
+    capacity = layout["capacity"]
+    if passed == [True, True]:
+        assert capacity == {"status": "above_ladder", "load": 2, "highest_passing": 2, "lowest_failing": None,
+                            "passing_above_failure": []}  # fmt: skip
+    elif passed == [True, False]:
+        assert capacity["status"] == "bracketed" and (capacity["load"], capacity["lowest_failing"]) == (1, 2)
+    else:
+        assert capacity["status"] == "below_first_step" and capacity["lowest_failing"] == 1
+    assert "capacity" in res.stdout and "sweep over concurrency" in res.stdout
+    with (out / "requests.csv").open() as f:
+        assert sorted(line.split(",")[1] for line in list(f)[1:]) == ["0"] * 4 + ["1"] * 4
+    for name in ("sweep_ttft_p90.png", "sweep_throughput.png"):
+        assert (out / name).stat().st_size > 0

@@ -65,6 +65,10 @@ class ServerKnobs:
     # fixed cost that makes offload lose on short prompts).
     connector_request_s: float = 0.0
     itl_s: float = 0.001
+    # Load: each request's TTFT grows by this for every request in flight when it arrives (itself
+    # included), so that latency rises with concurrency as a saturated engine's does. A request
+    # leaves the count before its last event is written: a closed loop of C never counts above C.
+    ttft_s_per_in_flight: float = 0.0
     status: int = 200  # non-200: /v1/completions answers with this status and a JSON error
     stall_s: float = 0.0  # sleep before answering at all
     disconnect_after: int | None = None  # close the connection after this many token events
@@ -114,6 +118,7 @@ class _State:
     requests: list[dict[str, Any]] = field(default_factory=list)
     resets: int = 0
     connections: int = 0  # TCP connections accepted
+    in_flight: int = 0  # completions between their arrival and their last token (ttft_s_per_in_flight)
 
 
 TIE_STEP = 0.0625  # one bf16 step of a log-probability, as the demo model shows them
@@ -751,7 +756,34 @@ class _Handler(BaseHTTPRequestHandler):
         ttft = k.base_ttft_s + computed * k.prefill_s_per_token + fetch
         if k.connector and not k.degraded:
             ttft += k.connector_request_s
-        time.sleep(ttft)
+        counted = k.ttft_s_per_in_flight > 0
+        if counted:
+            self._left = False
+            with srv.lock:
+                srv.state.in_flight += 1
+                ttft += k.ttft_s_per_in_flight * srv.state.in_flight
+        try:
+            time.sleep(ttft)
+            self._tokens(body, tokens, max_tokens, gpu_hit, tier_hit, ttft, counted)
+        finally:
+            if counted:
+                self._leave()
+
+    def _leave(self) -> None:
+        """This request is no longer in flight (once: before its last event, or when it ends early)."""
+        srv = self.server_owner
+        if getattr(self, "_left", False):
+            return
+        self._left = True
+        with srv.lock:
+            srv.state.in_flight -= 1
+
+    def _tokens(
+        self, body: dict[str, Any], tokens: tuple[int, ...], max_tokens: int, gpu_hit: int, tier_hit: int,
+        ttft: float, counted: bool,
+    ) -> None:  # fmt: skip
+        srv = self.server_owner
+        k = srv.knobs
         with srv.lock:
             srv.metrics.record_ttft(ttft)
         seed = toy_seed(tokens)
@@ -769,6 +801,8 @@ class _Handler(BaseHTTPRequestHandler):
             if i:
                 time.sleep(k.itl_s)
             finish = "length" if i == max_tokens - 1 else None
+            if finish and counted:
+                self._leave()  # before the last event: the client cannot send its next request first
             pos = len(tokens) + i
             best, _, second, _ = candidates(seed, pos, k.near_tie_at)
             wrong = tier_hit > 0 and (

@@ -1,0 +1,110 @@
+"""The shape of a sweep's result: results.json is a dump of ``SweepResult``; its tables, requests.csv
+and plots are rendered from these models, never from the runner's state."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from kvstack.bench.schema import RequestRow, Summary
+from kvstack.bench.sweep.ladder import LoadKind
+
+SWEEP_SCHEMA = "kvstack.bench.sweep/1"
+
+# bracketed: a step passed below the lowest failing one; above_ladder: no step failed;
+# below_first_step: the lowest step already failed; not_measured: no step completed.
+CapacityStatus = Literal["bracketed", "above_ladder", "below_first_step", "not_measured"]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Slo(_Model):
+    """What a request must meet (None: not asked), and the share of a step's requests that must."""
+
+    ttft_s: float | None = None
+    tpot_s: float | None = None
+    share: float = 0.9
+
+
+class Capacity(_Model):
+    """The highest load whose step met the SLO below the lowest load whose step did not."""
+
+    status: CapacityStatus
+    load: float | None = None  # the capacity (= highest_passing), None when no step passed below a failure
+    highest_passing: float | None = None
+    lowest_failing: float | None = None
+    # Steps that passed above the lowest failing one (noise, or a server that recovered): not capacity.
+    passing_above_failure: list[float] = Field(default_factory=list)
+
+
+class SweepStep(_Model):
+    """One load applied to one layout: the whole workload, sent at that load with its own seed."""
+
+    step: int  # the order it ran in, within its layout
+    origin: Literal["ladder", "bisect"]
+    load: float
+    seed: int  # the workload's seed: each step's prompts are fresh, so no step hits an earlier one's cache
+    complete: bool
+    aborted: str | None = None
+    summary: Summary
+    within_slo: int  # requests that succeeded within every SLO given
+    share_within_slo: float  # within_slo / requests sent (a failed request is outside)
+    meets_slo: bool  # share_within_slo >= slo.share
+    token_hit_rate: float | None = None  # prompt tokens the server did not recompute (its counters)
+    # Each tier's share of the step's prompt tokens (recomputed, engine_cache, dram, disk, ...).
+    prompt_token_shares: dict[str, float] = Field(default_factory=dict)
+
+
+class LayoutSweep(_Model):
+    name: str
+    base_url: str
+    steps: list[SweepStep] = Field(default_factory=list)
+    capacity: Capacity
+
+
+class SweepRow(RequestRow):
+    """One request of a sweep: bench's row, with the step and load it was sent at."""
+
+    step: int
+    load: float
+
+
+class SweepConfig(_Model):
+    """What was asked, secrets redacted."""
+
+    url: str | None
+    model: str
+    api_key: str | None  # "***" when one was given
+    workload: str
+    requests: int
+    prompt_tokens: int
+    output_tokens: int
+    seed: int
+    compare: list[str]
+    ladder: list[float]
+    bisect: int
+    metrics_urls: list[str]
+    timeout_s: float
+
+
+class Environment(_Model):
+    kvstack: str
+    engines: dict[str, str | None]
+    python: str
+    platform: str
+    cpu_count: int | None
+
+
+class SweepResult(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    schema_: str = Field(default=SWEEP_SCHEMA, alias="schema")
+    kind: LoadKind
+    slo: Slo
+    config: SweepConfig
+    environment: Environment
+    layouts: list[LayoutSweep]
+    requests: list[SweepRow]

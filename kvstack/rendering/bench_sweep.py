@@ -1,0 +1,96 @@
+"""``kvstack bench --sweep``'s output: a line on standard error per step as it is measured, then a
+table per layout (load, TTFT p50/p90/p99, TPOT, tok/s, share within the SLO) and its capacity line,
+rendered from the ``SweepResult`` (results.json itself with --json)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from rich import box
+from rich.table import Table
+
+from kvstack.bench.schema import Distribution
+from kvstack.bench.sweep.ladder import LoadKind, LoadLadder
+from kvstack.bench.sweep.schema import Capacity, LayoutSweep, Slo, SweepResult, SweepStep
+from kvstack.rendering.console import err_console, out_console
+from kvstack.units import fmt_ms_cell, fmt_pct
+
+
+def _cell(d: Distribution | None, field: str) -> str:
+    return fmt_ms_cell(None if d is None else getattr(d, field), sep=False)
+
+
+def slo_text(slo: Slo) -> str:
+    """``90% of requests within TTFT <= 500 ms and TPOT <= 50 ms``."""
+    parts = [f"{what} <= {s * 1000:g} ms" for what, s in (("TTFT", slo.ttft_s), ("TPOT", slo.tpot_s)) if s]
+    return f"{slo.share * 100:g}% of requests within {' and '.join(parts)}"
+
+
+def load_text(kind: LoadKind, load: float) -> str:
+    return LoadLadder(kind, (load,)).label(load)
+
+
+def capacity_line(name: str, kind: LoadKind, capacity: Capacity, slo: Slo) -> str:
+    """The layout's capacity with its bracket, in one line."""
+
+    def at(load: float | None) -> str:
+        return "-" if load is None else load_text(kind, load)
+
+    if capacity.status == "bracketed":
+        text = (f"capacity {at(capacity.load)} (passes at {at(capacity.highest_passing)}, "
+                f"fails at {at(capacity.lowest_failing)})")  # fmt: skip
+    elif capacity.status == "above_ladder":
+        text = f"capacity above the ladder: every step up to {at(capacity.load)} passed"
+    elif capacity.status == "below_first_step":
+        text = f"capacity below the first step: {at(capacity.lowest_failing)} already fails"
+    else:
+        text = "capacity not measured: no step completed"
+    if capacity.passing_above_failure:
+        noisy = ", ".join(at(x) for x in capacity.passing_above_failure)
+        text += f"; passed again at {noisy}, above a failing step (not counted)"
+    return f"{name}: {text}; SLO {slo_text(slo)}"
+
+
+def layout_table(result: SweepResult, lay: LayoutSweep) -> Table:
+    """One row per step of the layout, by load; a bisect step is marked *."""
+    table = Table(title=f"{lay.name}: sweep over {result.kind} (times in ms)", box=box.SIMPLE_HEAD,
+                  show_edge=False, padding=0, caption="*: a bisect step between the ladder's")  # fmt: skip
+    table.add_column("load", no_wrap=True)
+    for col in ("ok", "TTFT p50", "p90", "p99", "TPOT p50", "tok/s", "in SLO", "pass", "hit"):
+        table.add_column(col, justify="right", no_wrap=True, min_width=4)
+    for s in sorted(lay.steps, key=lambda s: s.load):
+        d = s.summary
+        mark = "*" if s.origin == "bisect" else ""
+        load = load_text(result.kind, s.load) + mark + ("" if s.complete else " (cut short)")
+        table.add_row(load, f"{d.ok}/{d.requests}", _cell(d.ttft_s, "p50"), _cell(d.ttft_s, "p90"),
+                      _cell(d.ttft_s, "p99"), _cell(d.tpot_s, "p50"), f"{d.output_tokens_per_s:.0f}",
+                      fmt_pct(s.share_within_slo), "yes" if s.meets_slo else "NO",
+                      fmt_pct(s.token_hit_rate))  # fmt: skip
+    return table
+
+
+def step_line(layout: str, ladder: LoadLadder, step: SweepStep) -> str:
+    """One step as it is measured (standard error)."""
+    d = step.summary
+    p90 = "-" if d.ttft_s is None else f"{d.ttft_s.p90 * 1000:.1f} ms"
+    verdict = "meets the SLO" if step.meets_slo else "misses the SLO"
+    cut = "" if step.complete else f" (cut short: {step.aborted})"
+    head = f"sweep {layout} {ladder.label(step.load)} ({step.origin}): {d.ok}/{d.requests} ok"
+    return f"{head}, TTFT p90 {p90}, {fmt_pct(step.share_within_slo)} within the SLO: {verdict}{cut}"
+
+
+def print_sweep(result: SweepResult, written: list[Path], json_mode: bool) -> None:
+    """The report: results.json on stdout with --json; else a table and capacity line per layout on
+    stdout, the files written on stderr."""
+    if json_mode:
+        sys.stdout.write(result.model_dump_json(by_alias=True, indent=1) + "\n")
+        return
+    console = out_console(None, soft_wrap=False, highlight=True)
+    for lay in result.layouts:
+        console.print(layout_table(result, lay))
+        line = capacity_line(lay.name, result.kind, lay.capacity, result.slo)
+        console.print(line, markup=False, highlight=False, soft_wrap=True)  # one line, for grep
+    err = err_console(soft_wrap=False, highlight=True)
+    for path in written:
+        err.print(f"wrote {path}", markup=False, highlight=False)
