@@ -140,7 +140,8 @@ class BenchRequest(Inputs):
         flag(
             "--sweep",
             help="Run the workload at each load of a ladder, e.g. concurrency:1,2,4,8 or rate:0.5,1,2,4 "
-            "(excludes --concurrency and --rate), then bisect the knee; needs --slo-ttft or --slo-tpot",
+            "(excludes --concurrency and --rate), then bisect the knee; needs --slo-ttft or --slo-tpot. "
+            "With --trace: rate:0.5,1,2,4 in x trace rate (a step at 2 replays the arrival times / 2)",
             metavar="KIND:LOADS",
             show_default=False,
         ),
@@ -230,10 +231,7 @@ class BenchRequest(Inputs):
                 hint="drop --concurrency/--rate; the ladder names them, e.g. --sweep concurrency:1,2,4",
             )
         if self.trace is not None:
-            raise InputError(
-                "--sweep runs a synthetic --workload; a trace replay is not swept yet",
-                hint="drop --trace, or replay it at one --time-scale",
-            )
+            self.check_trace_sweep()
         if self.check_correctness:
             raise InputError(
                 "--check-correctness judges one load; --sweep runs many",
@@ -254,10 +252,28 @@ class BenchRequest(Inputs):
                 f"--slo-share must be at most 1, not {self.slo_share:g}", hint="e.g. --slo-share 0.9"
             )
 
+    def check_trace_sweep(self) -> None:
+        """--trace with --sweep: multiples of the trace's own rate, on its clock."""
+        ladder = parse_ladder(self.sweep or "")
+        if ladder.kind != "rate":
+            raise InputError(
+                "--trace --sweep replays the trace at multiples of its own rate: its ladder is rate:, "
+                f"not {ladder.kind}:",
+                hint="e.g. --sweep rate:0.5,1,2,4 (x the trace's rate)",
+            )
+        if self.time_scale == 0:
+            raise InputError(
+                "--time-scale 0 sends the trace back to back: it has no rate for --sweep to multiply",
+                hint="drop --time-scale (load 1 is the trace's own clock), or give a positive one",
+            )
+
     @property
     def ladder(self) -> LoadLadder | None:
-        """--sweep as its loads (None: no sweep)."""
-        return parse_ladder(self.sweep) if self.sweep is not None else None
+        """--sweep as its loads (None: no sweep); with --trace, multiples of the trace's rate."""
+        if self.sweep is None:
+            return None
+        ladder = parse_ladder(self.sweep)
+        return ladder.of_trace() if self.trace is not None else ladder
 
     @property
     def slo(self) -> Slo:

@@ -3,27 +3,37 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Literal, get_args
+from dataclasses import dataclass, replace
+from typing import Literal
 
 from kvstack.errors import InputError
 
-LoadKind = Literal["concurrency", "rate"]
-LOAD_KINDS: tuple[str, ...] = get_args(LoadKind)
+# trace_rate: multiples of a trace's own arrival rate (bench --trace --sweep rate:...): a step at 2
+# replays the trace's arrival times divided by 2.
+LoadKind = Literal["concurrency", "rate", "trace_rate"]
+LOAD_KINDS: tuple[str, ...] = ("concurrency", "rate")  # what --sweep KIND names
+TRACE_RATE_UNIT = "x trace rate"
 MAX_STEPS = 32  # a ladder longer than this is a typo, not a sweep anyone waits for
 _HINT = "e.g. --sweep concurrency:1,2,4,8 or --sweep rate:0.5,1,2,4"
 
 
 @dataclass(frozen=True)
 class LoadLadder:
-    """The loads of a sweep, ascending and distinct: requests in flight, or Poisson requests/s."""
+    """The loads of a sweep, ascending and distinct: requests in flight, Poisson requests/s, or
+    multiples of a trace's rate."""
 
     kind: LoadKind
     loads: tuple[float, ...]
 
     def label(self, load: float) -> str:
-        """A load as the tables and plots name it: ``c=4``, ``2.5/s``."""
-        return f"c={load:g}" if self.kind == "concurrency" else f"{load:g}/s"
+        """A load as the tables and plots name it: ``c=4``, ``2.5/s``, ``2x`` (the trace's rate)."""
+        if self.kind == "concurrency":
+            return f"c={load:g}"
+        return f"{load:g}x" if self.kind == "trace_rate" else f"{load:g}/s"
+
+    def of_trace(self) -> LoadLadder:
+        """A rate ladder read as multiples of a trace's own rate (``bench --trace --sweep rate:...``)."""
+        return replace(self, kind="trace_rate")
 
 
 def _kind(text: str) -> LoadKind:

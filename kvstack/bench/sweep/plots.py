@@ -12,7 +12,11 @@ from kvstack.bench.sweep.schema import LayoutSweep, SweepResult, SweepStep
 
 SWEEP_TTFT = "sweep_ttft_p90.png"
 SWEEP_THROUGHPUT = "sweep_throughput.png"
-_AXIS = {"concurrency": "concurrency (requests in flight)", "rate": "request rate (requests/s)"}
+_AXIS = {
+    "concurrency": "concurrency (requests in flight)",
+    "rate": "request rate (requests/s)",
+    "trace_rate": "load (x trace rate)",
+}
 
 
 def _ttft_p90_ms(step: SweepStep) -> float | None:

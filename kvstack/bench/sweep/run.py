@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 from kvstack.bench.events import BenchEvents
 from kvstack.bench.report import environment
@@ -202,15 +203,21 @@ def run_sweep(
     result = SweepResult(kind=ladder.kind, slo=plan.slo, config=_config(args, plan, base_url, metrics),
                          environment=Environment.model_validate(environment()), layouts=measured.layouts,
                          requests=measured.rows)  # fmt: skip
-    written = write_sweep(result, args.out) if args.out is not None and result.requests else []
+    return conclude_sweep(result, args.out, events, failure)
+
+
+def conclude_sweep(
+    result: SweepResult, out: Path | None, events: BenchEvents, failure: KvstackError | None
+) -> SweepResult:
+    """Write the report, hand it to ``events``, then raise what the sweep ended with (its own error,
+    or an EngineError when no request succeeded)."""
+    written = write_sweep(result, out) if out is not None and result.requests else []
     events.sweep_report(result, written)
     if failure is not None:
         raise failure
     if result.requests and not any(r.ok for r in result.requests):
         raise EngineError(
             f"no request of the sweep succeeded ({len(result.requests)} failed)",
-            hint="see requests.csv for every error"
-            if args.out
-            else "rerun with --out DIR to keep every error",
+            hint="see requests.csv for every error" if out else "rerun with --out DIR to keep every error",
         )
     return result
