@@ -9,7 +9,18 @@ from typing import TYPE_CHECKING, Annotated, Self
 
 from pydantic import Field, model_validator
 
-from kvstack.bench.flags import BLOCK_TOKENS, CheckCorrectness, MaxOutputTokens, Seed, Timeout, TimeScale
+from kvstack.bench.flags import (
+    BLOCK_TOKENS,
+    DEFAULT_SLO_SHARE,
+    CheckCorrectness,
+    MaxOutputTokens,
+    Seed,
+    SloShare,
+    SloTpot,
+    SloTtft,
+    Timeout,
+    TimeScale,
+)
 from kvstack.bench.sweep.ladder import LoadLadder, parse_ladder
 from kvstack.errors import InputError
 from kvstack.flags import Inputs, flag
@@ -20,7 +31,6 @@ if TYPE_CHECKING:  # imported where used: `kvstack --help` imports this module, 
     from kvstack.bench.sweep.schema import Slo
     from kvstack.serving.start_layout import TierOverrides
 
-DEFAULT_SLO_SHARE = 0.9
 MAX_BISECT = 10  # each extra step runs the whole workload once more
 
 
@@ -31,6 +41,22 @@ def check_correctness_count(k: int) -> None:
             f"--check-correctness must be between 0 and 1000 requests, not {k}",
             hint="e.g. --check-correctness 4",
         )
+
+
+def slo_of(ttft_ms: float | None, tpot_ms: float | None, share: float | None) -> Slo:
+    """The SLO flags (milliseconds; the share's default when not given) as a sweep judges a step."""
+    from kvstack.bench.sweep.schema import Slo
+
+    return Slo(
+        ttft_s=None if ttft_ms is None else ttft_ms / 1000,
+        tpot_s=None if tpot_ms is None else tpot_ms / 1000,
+        share=DEFAULT_SLO_SHARE if share is None else share,
+    )
+
+
+def check_slo_share(share: float | None) -> None:
+    if share is not None and share > 1:
+        raise InputError(f"--slo-share must be at most 1, not {share:g}", hint="e.g. --slo-share 0.9")
 
 
 def compare_names(values: list[str]) -> list[str]:
@@ -156,27 +182,9 @@ class BenchRequest(Inputs):
             example="2",
         ),
     ] = 2
-    slo_ttft: Annotated[
-        float | None,
-        flag("--slo-ttft", help="--sweep: a request's TTFT must be at most this", metavar="MS", gt=0,
-             example="500", show_default=False),
-    ] = None  # fmt: skip
-    slo_tpot: Annotated[
-        float | None,
-        flag("--slo-tpot", help="--sweep: a request's time per output token must be at most this",
-             metavar="MS", gt=0, example="50", show_default=False),
-    ] = None  # fmt: skip
-    slo_share: Annotated[
-        float | None,
-        flag(
-            "--slo-share",
-            help=f"--sweep: the share of a step's requests that must meet the SLO for the step to pass "
-            f"(default {DEFAULT_SLO_SHARE}); a layout's capacity is the highest load that passes",
-            gt=0,
-            example="0.9",
-            show_default=False,
-        ),
-    ] = None
+    slo_ttft: SloTtft
+    slo_tpot: SloTpot
+    slo_share: SloShare
     extra_args: list[str] = Field(default_factory=list)  # for the engines kvstack starts
 
     @model_validator(mode="after")
@@ -247,10 +255,7 @@ class BenchRequest(Inputs):
                 f"--sweep-bisect must be at most {MAX_BISECT} steps, not {self.sweep_bisect}",
                 hint="e.g. --sweep-bisect 2",
             )
-        if self.slo_share is not None and self.slo_share > 1:
-            raise InputError(
-                f"--slo-share must be at most 1, not {self.slo_share:g}", hint="e.g. --slo-share 0.9"
-            )
+        check_slo_share(self.slo_share)
 
     def check_trace_sweep(self) -> None:
         """--trace with --sweep: multiples of the trace's own rate, on its clock."""
@@ -278,13 +283,7 @@ class BenchRequest(Inputs):
     @property
     def slo(self) -> Slo:
         """--slo-ttft/--slo-tpot (milliseconds) and --slo-share, as a sweep judges each step."""
-        from kvstack.bench.sweep.schema import Slo
-
-        return Slo(
-            ttft_s=None if self.slo_ttft is None else self.slo_ttft / 1000,
-            tpot_s=None if self.slo_tpot is None else self.slo_tpot / 1000,
-            share=DEFAULT_SLO_SHARE if self.slo_share is None else self.slo_share,
-        )
+        return slo_of(self.slo_ttft, self.slo_tpot, self.slo_share)
 
     def with_key_and_engine_args(self, api_key: str | None, extra_args: list[str]) -> BenchRequest:
         """These inputs with what their flags do not hold: the API key and the engine arguments after

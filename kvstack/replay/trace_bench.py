@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -89,11 +89,16 @@ class Shared:
         ``multiple`` (the trace's rate times it), and every block's tokens drawn anew from ``seed``,
         so that the step shares prefixes as the trace does and nothing with an earlier step."""
         assert self.blocks is not None and multiple > 0
-        sent = [dataclasses.replace(s, arrival_s=s.arrival_s / multiple) for s in self.sent]
-        blocks = BlockTokens(self.blocks.pool, self.blocks.block_tokens, seed)
-        step = Shared(sent=sent, blocks=blocks, shape=self.shape, notes=self.notes)
-        step._ideal = self._ideal  # the same hash ids: what an unbounded cache holds is unchanged
+        step = self.on_clock([s.arrival_s / multiple for s in self.sent])
+        step.blocks = BlockTokens(self.blocks.pool, self.blocks.block_tokens, seed)
         return step
+
+    def on_clock(self, arrivals: Sequence[float]) -> Shared:
+        """The same requests and blocks, sent at ``arrivals`` (seconds after the first, per request)."""
+        sent = [dataclasses.replace(s, arrival_s=a) for s, a in zip(self.sent, arrivals, strict=True)]
+        moved = Shared(sent=sent, blocks=self.blocks, shape=self.shape, notes=self.notes)
+        moved._ideal = self._ideal  # the same hash ids: what an unbounded cache holds is unchanged
+        return moved
 
     def unbounded_hit_ratio(self) -> float | None:
         """The share of the prompt tokens sent an unbounded prefix cache serves."""

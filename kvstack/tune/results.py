@@ -13,6 +13,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from kvstack.bench.schema import CorrectnessResult
+from kvstack.bench.sweep.schema import LayoutSweep, Slo
 from kvstack.replay.results import Costs
 
 
@@ -47,6 +48,25 @@ class Predicted(_Doc):
     goodput: float | None = None
 
 
+class CapacityRow(_Doc):
+    """--objective capacity: the candidate swept on the trace at multiples of its rate
+    (capacity_curve.CandidateCapacity.document): bench --sweep's steps and capacity, and each step's
+    TTFT per request sent (aligned with ``sweep.steps``; None: failed), which the verdict pairs."""
+
+    sweep: LayoutSweep
+    step_ttft_s: list[list[float | None]]
+
+
+class CapacitySetup(_Doc):
+    """--objective capacity: the SLO a step is judged by and the loads (x trace rate) swept."""
+
+    slo: Slo
+    multiples: list[float]
+    seed: int  # step i's blocks are drawn from seed + i
+    unit: str = "x trace rate"
+    trace_rate_per_s: float | None = None  # load 1 as requests/s (the replayed slice's own rate)
+
+
 class MeasuredRow(_Doc):
     """One candidate replayed (verdict.MeasuredCandidate.document)."""
 
@@ -69,6 +89,7 @@ class MeasuredRow(_Doc):
     wall_s: dict[str, float]
     run_dir: str | None
     error: str | None
+    capacity: CapacityRow | None = None  # --objective capacity only
 
     @field_validator("correctness", mode="before")
     @classmethod
@@ -157,6 +178,7 @@ class Measured(_Doc):
     skipped: dict[str, str]
     refits: list[Refit]
     verdict: Verdict | None
+    capacity: CapacitySetup | None = None  # --objective capacity only
 
 
 class Gate(_Doc):

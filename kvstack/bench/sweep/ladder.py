@@ -45,28 +45,31 @@ def _kind(text: str) -> LoadKind:
     raise InputError(f"--sweep load must be one of {', '.join(LOAD_KINDS)}, not {text.strip()!r}", hint=_HINT)
 
 
-def _load(kind: LoadKind, text: str) -> float:
+def _load(kind: LoadKind, text: str, flag: str, hint: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise InputError(f"--sweep step {text.strip()!r} is not a number", hint=_HINT) from None
+        raise InputError(f"{flag} step {text.strip()!r} is not a number", hint=hint) from None
     if not math.isfinite(value) or value <= 0:
-        raise InputError(f"--sweep steps must be positive, not {text.strip()}", hint=_HINT)
+        raise InputError(f"{flag} steps must be positive, not {text.strip()}", hint=hint)
     if kind == "concurrency" and value != int(value):
-        raise InputError(f"--sweep concurrency steps are whole requests, not {text.strip()}", hint=_HINT)
+        raise InputError(f"{flag} concurrency steps are whole requests, not {text.strip()}", hint=hint)
     return value
 
 
-def parse_ladder(text: str) -> LoadLadder:
-    """``concurrency:1,2,4,8`` -> LoadLadder("concurrency", (1, 2, 4, 8)); the steps sorted, each once."""
+def parse_ladder(text: str, flag: str = "--sweep") -> LoadLadder:
+    """``concurrency:1,2,4,8`` -> LoadLadder("concurrency", (1, 2, 4, 8)); the steps sorted, each once.
+    ``flag``: the flag the steps came from, as the errors name it (tune's --sweep-multiples gives
+    its steps after a ``rate:`` of its own)."""
+    hint = _HINT if flag == "--sweep" else f"e.g. {flag} 0.5,1,2,4"
     kind_text, sep, steps = text.partition(":")
     if not sep:
-        raise InputError(f"--sweep needs KIND:STEPS, not {text!r}", hint=_HINT)
+        raise InputError(f"{flag} needs KIND:STEPS, not {text!r}", hint=hint)
     kind = _kind(kind_text)
     parts = [p for p in steps.split(",") if p.strip()]
     if not parts:
-        raise InputError(f"--sweep {kind} names no step", hint=_HINT)
-    loads = tuple(sorted({_load(kind, p) for p in parts}))
+        raise InputError(f"{flag} {kind} names no step", hint=hint)
+    loads = tuple(sorted({_load(kind, p, flag, hint) for p in parts}))
     if len(loads) > MAX_STEPS:
-        raise InputError(f"--sweep takes at most {MAX_STEPS} steps, not {len(loads)}", hint=_HINT)
+        raise InputError(f"{flag} takes at most {MAX_STEPS} steps, not {len(loads)}", hint=hint)
     return LoadLadder(kind, loads)
