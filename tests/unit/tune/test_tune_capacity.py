@@ -68,6 +68,12 @@ def test_tune_chooses_the_candidate_that_sustains_the_most_of_the_traces_rate(tm
     assert tuned.connector == "lmcache-mp" and tuned.objective == "capacity"
     for png in ("sweep_ttft_p90.png", "sweep_throughput.png", "candidates.png"):
         assert (run.out / png).stat().st_size > 0  # type: ignore[operator]
+    # What kvstack top --capacity reads of it (and of a serve --tuned run): the winner's, 4x or more.
+    from kvstack.top.capacity import read_capacity
+
+    cap = read_capacity(str(run.out))
+    assert cap.layout == offload.label and cap.status == "above_ladder"
+    assert cap.rate_per_s == pytest.approx(20.0)
     # The report: what 1x is, then each candidate's capacity with its bracket.
     console = Console(record=True, width=300)
     render_measured(doc, console)

@@ -84,6 +84,10 @@ def test_a_trace_sweep_finds_the_multiple_of_the_traces_rate_it_sustains(
         assert step[0]["gpu_hit"] == 0 and all(r["gpu_hit"] >= 32 for r in step[1:]), i
     assert load_sweep(out) == result and result.config.workload == "trace"
     assert (out / "sweep_ttft_p90.png").stat().st_size > 0 and (out / "requests.csv").is_file()
+    # What kvstack top --capacity reads of it: 2x the trace's 5 requests/s.
+    from kvstack.top.capacity import read_capacity
+
+    assert read_capacity(str(out)).rate_per_s == pytest.approx(10.0)
 
 
 def test_compared_layouts_are_each_swept_with_the_same_prompts(tmp_path: Path) -> None:
