@@ -56,6 +56,13 @@ class CapacityRow(_Doc):
     sweep: LayoutSweep
     step_ttft_s: list[list[float | None]]
 
+    @field_validator("sweep", mode="before")
+    @classmethod
+    def _whole(cls, value: object) -> object:
+        # As JSON, so that every key counts as set (results.json is dumped with exclude_unset; the
+        # sweep's steps were appended to a list, never assigned, and would be left out).
+        return value.model_dump(mode="json") if isinstance(value, BaseModel) else value
+
 
 class CapacitySetup(_Doc):
     """--objective capacity: the SLO a step is judged by and the loads (x trace rate) swept."""

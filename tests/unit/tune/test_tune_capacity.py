@@ -64,6 +64,8 @@ def test_tune_chooses_the_candidate_that_sustains_the_most_of_the_traces_rate(tm
     assert doc.winner == offload.label
     rows = {c.label: c for c in doc.measured.candidates}
     assert rows["none"].capacity is not None and rows["none"].capacity.sweep.capacity.load == 1
+    assert [s.load for s in rows["none"].capacity.sweep.steps] == [1, 2, 4]  # kept, with each step's TTFTs
+    assert [len(t) for t in rows["none"].capacity.step_ttft_s] == [ROWS] * 3
     tuned = TunedLayout.model_validate_json((run.out / TUNED_JSON).read_text())  # type: ignore[operator]
     assert tuned.connector == "lmcache-mp" and tuned.objective == "capacity"
     for png in ("sweep_ttft_p90.png", "sweep_throughput.png", "candidates.png"):
@@ -125,3 +127,26 @@ def test_a_slice_that_spans_no_time_is_refused_before_any_engine_starts(tmp_path
     with pytest.raises(InputError, match="spans no time"):
         tune(o, start=engines)
     assert engines.started == []
+
+
+def test_a_stopped_capacity_tune_resumes_with_nones_sweep_kept(tmp_path: Path) -> None:
+    from kvstack.errors import InputError, Interrupted
+
+    trace = write_paced(tmp_path / "paced.jsonl")
+    given = {"trace": trace, "objective": "capacity", "slo_ttft": 200.0, "slo_share": 0.75,
+             "sweep_multiples": "2,4"}  # fmt: skip
+    stopped = StandIn(per_in_flight=(0.12, 0.02), offload_request_s=0.0, interrupt_at=2)
+    with pytest.raises(Interrupted, match="--resume continues"):
+        tune(options(tmp_path, 32, **given), start=stopped)
+    resumed = StandIn(per_in_flight=(0.12, 0.02), offload_request_s=0.0)
+    again = options(tmp_path, 32, **given, out=None, resume=tmp_path / "tune")
+    run = tune(again, start=resumed)
+    assert run.proof is not None and run.proof.verdict is not None
+    assert "none" not in resumed.started  # none's replay and sweep come back from results.json
+    none, offload = run.proof.measured
+    assert none.capacity is not None and none.capacity.value == 1
+    assert run.proof.verdict.winner == offload.label, (run.proof.verdict.why, run.proof.verdict.excluded)
+    # Another SLO is not the stopped tune's sweep: refused.
+    other = options(tmp_path, 32, **{**given, "slo_ttft": 300.0}, out=None, resume=tmp_path / "tune")
+    with pytest.raises(InputError, match="that tune ran with another capacity sweep"):
+        tune(other, start=StandIn())
