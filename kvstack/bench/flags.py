@@ -54,3 +54,31 @@ MaxOutputTokens = Annotated[
     ),
     Field(default=16),
 ]
+
+# A load sweep's SLO (bench --sweep, tune --objective capacity): what a request must meet, and the
+# share of a step's requests that must meet it for the step to pass.
+DEFAULT_SLO_SHARE = 0.9
+SloTtft = Annotated[
+    float | None,
+    flag("--slo-ttft", help="--sweep: a request's TTFT must be at most this", metavar="MS", gt=0,
+         example="500", show_default=False),
+    Field(default=None),
+]  # fmt: skip
+SloTpot = Annotated[
+    float | None,
+    flag("--slo-tpot", help="--sweep: a request's time per output token must be at most this",
+         metavar="MS", gt=0, example="50", show_default=False),
+    Field(default=None),
+]  # fmt: skip
+SloShare = Annotated[
+    float | None,
+    flag(
+        "--slo-share",
+        help=f"--sweep: the share of a step's requests that must meet the SLO for the step to pass "
+        f"(default {DEFAULT_SLO_SHARE}); a layout's capacity is the highest load that passes",
+        gt=0,
+        example="0.9",
+        show_default=False,
+    ),
+    Field(default=None),
+]

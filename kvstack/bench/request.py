@@ -9,7 +9,18 @@ from typing import TYPE_CHECKING, Annotated, Self
 
 from pydantic import Field, model_validator
 
-from kvstack.bench.flags import BLOCK_TOKENS, CheckCorrectness, MaxOutputTokens, Seed, Timeout, TimeScale
+from kvstack.bench.flags import (
+    BLOCK_TOKENS,
+    DEFAULT_SLO_SHARE,
+    CheckCorrectness,
+    MaxOutputTokens,
+    Seed,
+    SloShare,
+    SloTpot,
+    SloTtft,
+    Timeout,
+    TimeScale,
+)
 from kvstack.bench.sweep.ladder import LoadLadder, parse_ladder
 from kvstack.errors import InputError
 from kvstack.flags import Inputs, flag
@@ -20,7 +31,6 @@ if TYPE_CHECKING:  # imported where used: `kvstack --help` imports this module, 
     from kvstack.bench.sweep.schema import Slo
     from kvstack.serving.start_layout import TierOverrides
 
-DEFAULT_SLO_SHARE = 0.9
 MAX_BISECT = 10  # each extra step runs the whole workload once more
 
 
@@ -31,6 +41,22 @@ def check_correctness_count(k: int) -> None:
             f"--check-correctness must be between 0 and 1000 requests, not {k}",
             hint="e.g. --check-correctness 4",
         )
+
+
+def slo_of(ttft_ms: float | None, tpot_ms: float | None, share: float | None) -> Slo:
+    """The SLO flags (milliseconds; the share's default when not given) as a sweep judges a step."""
+    from kvstack.bench.sweep.schema import Slo
+
+    return Slo(
+        ttft_s=None if ttft_ms is None else ttft_ms / 1000,
+        tpot_s=None if tpot_ms is None else tpot_ms / 1000,
+        share=DEFAULT_SLO_SHARE if share is None else share,
+    )
+
+
+def check_slo_share(share: float | None) -> None:
+    if share is not None and share > 1:
+        raise InputError(f"--slo-share must be at most 1, not {share:g}", hint="e.g. --slo-share 0.9")
 
 
 def compare_names(values: list[str]) -> list[str]:
@@ -140,7 +166,8 @@ class BenchRequest(Inputs):
         flag(
             "--sweep",
             help="Run the workload at each load of a ladder, e.g. concurrency:1,2,4,8 or rate:0.5,1,2,4 "
-            "(excludes --concurrency and --rate), then bisect the knee; needs --slo-ttft or --slo-tpot",
+            "(excludes --concurrency and --rate), then bisect the knee; needs --slo-ttft or --slo-tpot. "
+            "With --trace: rate:0.5,1,2,4 in x trace rate (a step at 2 replays the arrival times / 2)",
             metavar="KIND:LOADS",
             show_default=False,
         ),
@@ -155,27 +182,9 @@ class BenchRequest(Inputs):
             example="2",
         ),
     ] = 2
-    slo_ttft: Annotated[
-        float | None,
-        flag("--slo-ttft", help="--sweep: a request's TTFT must be at most this", metavar="MS", gt=0,
-             example="500", show_default=False),
-    ] = None  # fmt: skip
-    slo_tpot: Annotated[
-        float | None,
-        flag("--slo-tpot", help="--sweep: a request's time per output token must be at most this",
-             metavar="MS", gt=0, example="50", show_default=False),
-    ] = None  # fmt: skip
-    slo_share: Annotated[
-        float | None,
-        flag(
-            "--slo-share",
-            help=f"--sweep: the share of a step's requests that must meet the SLO for the step to pass "
-            f"(default {DEFAULT_SLO_SHARE}); a layout's capacity is the highest load that passes",
-            gt=0,
-            example="0.9",
-            show_default=False,
-        ),
-    ] = None
+    slo_ttft: SloTtft
+    slo_tpot: SloTpot
+    slo_share: SloShare
     extra_args: list[str] = Field(default_factory=list)  # for the engines kvstack starts
 
     @model_validator(mode="after")
@@ -230,10 +239,7 @@ class BenchRequest(Inputs):
                 hint="drop --concurrency/--rate; the ladder names them, e.g. --sweep concurrency:1,2,4",
             )
         if self.trace is not None:
-            raise InputError(
-                "--sweep runs a synthetic --workload; a trace replay is not swept yet",
-                hint="drop --trace, or replay it at one --time-scale",
-            )
+            self.check_trace_sweep()
         if self.check_correctness:
             raise InputError(
                 "--check-correctness judges one load; --sweep runs many",
@@ -249,26 +255,35 @@ class BenchRequest(Inputs):
                 f"--sweep-bisect must be at most {MAX_BISECT} steps, not {self.sweep_bisect}",
                 hint="e.g. --sweep-bisect 2",
             )
-        if self.slo_share is not None and self.slo_share > 1:
+        check_slo_share(self.slo_share)
+
+    def check_trace_sweep(self) -> None:
+        """--trace with --sweep: multiples of the trace's own rate, on its clock."""
+        ladder = parse_ladder(self.sweep or "")
+        if ladder.kind != "rate":
             raise InputError(
-                f"--slo-share must be at most 1, not {self.slo_share:g}", hint="e.g. --slo-share 0.9"
+                "--trace --sweep replays the trace at multiples of its own rate: its ladder is rate:, "
+                f"not {ladder.kind}:",
+                hint="e.g. --sweep rate:0.5,1,2,4 (x the trace's rate)",
+            )
+        if self.time_scale == 0:
+            raise InputError(
+                "--time-scale 0 sends the trace back to back: it has no rate for --sweep to multiply",
+                hint="drop --time-scale (load 1 is the trace's own clock), or give a positive one",
             )
 
     @property
     def ladder(self) -> LoadLadder | None:
-        """--sweep as its loads (None: no sweep)."""
-        return parse_ladder(self.sweep) if self.sweep is not None else None
+        """--sweep as its loads (None: no sweep); with --trace, multiples of the trace's rate."""
+        if self.sweep is None:
+            return None
+        ladder = parse_ladder(self.sweep)
+        return ladder.of_trace() if self.trace is not None else ladder
 
     @property
     def slo(self) -> Slo:
         """--slo-ttft/--slo-tpot (milliseconds) and --slo-share, as a sweep judges each step."""
-        from kvstack.bench.sweep.schema import Slo
-
-        return Slo(
-            ttft_s=None if self.slo_ttft is None else self.slo_ttft / 1000,
-            tpot_s=None if self.slo_tpot is None else self.slo_tpot / 1000,
-            share=DEFAULT_SLO_SHARE if self.slo_share is None else self.slo_share,
-        )
+        return slo_of(self.slo_ttft, self.slo_tpot, self.slo_share)
 
     def with_key_and_engine_args(self, api_key: str | None, extra_args: list[str]) -> BenchRequest:
         """These inputs with what their flags do not hold: the API key and the engine arguments after

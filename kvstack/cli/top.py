@@ -24,7 +24,9 @@ def register(app: typer.Typer) -> None:
         from kvstack.top.targets import resolve_targets
 
         key = api_key.value()
-        targets = resolve_targets(top.urls, top.lmcache, remote.url(), top.run_dir, top.disk_dir)
+        targets = resolve_targets(
+            top.urls, top.lmcache, remote.url(), top.run_dir, top.disk_dir, capacity=top.capacity
+        )
         if top.once:
             print_window(snapshot_once(targets, top.interval, key), top.as_json)
         else:

@@ -29,6 +29,10 @@ TuneFlags = Annotated[
             "so a request's TTFT starts when it is sent either way).",
             "seed": "Same seed, same token prompts (as bench --trace).",
             "timeout_s": "Per-request timeout, seconds.",
+            "slo_ttft": "--objective capacity: a request's TTFT must be at most this.",
+            "slo_tpot": "--objective capacity: a request's time per output token must be at most this.",
+            "slo_share": "--objective capacity: the share of a step's requests that must meet the SLO "
+            "for the step to pass (default 0.9).",
         },
         default={"check_correctness": DEFAULT_CHECKS, "time_scale": 0.0},
     ),

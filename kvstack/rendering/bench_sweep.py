@@ -54,7 +54,8 @@ def capacity_line(name: str, kind: LoadKind, capacity: Capacity, slo: Slo) -> st
 
 def layout_table(result: SweepResult, lay: LayoutSweep) -> Table:
     """One row per step of the layout, by load; a bisect step is marked *."""
-    table = Table(title=f"{lay.name}: sweep over {result.kind} (times in ms)", box=box.SIMPLE_HEAD,
+    over = "load (x trace rate)" if result.kind == "trace_rate" else result.kind
+    table = Table(title=f"{lay.name}: sweep over {over} (times in ms)", box=box.SIMPLE_HEAD,
                   show_edge=False, padding=0, caption="*: a bisect step between the ladder's")  # fmt: skip
     table.add_column("load", no_wrap=True)
     for col in ("ok", "TTFT p50", "p90", "p99", "TPOT p50", "tok/s", "in SLO", "pass", "hit"):
@@ -80,6 +81,17 @@ def step_line(layout: str, ladder: LoadLadder, step: SweepStep) -> str:
     return f"{head}, TTFT p90 {p90}, {fmt_pct(step.share_within_slo)} within the SLO: {verdict}{cut}"
 
 
+def trace_line(result: SweepResult) -> str | None:
+    """What load 1 is in a trace sweep, and why no step is served from an earlier one."""
+    t = result.trace
+    if t is None:
+        return None
+    return (
+        f"load 1x = the trace's own rate: {t.requests} requests of {t.source} over {t.span_s:,.1f} s "
+        f"({t.rate_per_s:.3g} requests/s); caches: {t.caches}"
+    )
+
+
 def print_sweep(result: SweepResult, written: list[Path], json_mode: bool) -> None:
     """The report: results.json on stdout with --json; else a table and capacity line per layout on
     stdout, the files written on stderr."""
@@ -87,6 +99,9 @@ def print_sweep(result: SweepResult, written: list[Path], json_mode: bool) -> No
         sys.stdout.write(result.model_dump_json(by_alias=True, indent=1) + "\n")
         return
     console = out_console(None, soft_wrap=False, highlight=True)
+    trace = trace_line(result)
+    if trace is not None:
+        console.print(trace, markup=False, highlight=False, soft_wrap=True)
     for lay in result.layouts:
         console.print(layout_table(result, lay))
         line = capacity_line(lay.name, result.kind, lay.capacity, result.slo)

@@ -12,7 +12,7 @@ from rich.text import Text
 
 from kvstack.clients import token_sources
 from kvstack.rendering.console import out_console
-from kvstack.top.snapshot import CanaryView, LmcacheView, ServerView, TopSnapshot
+from kvstack.top.snapshot import CanaryView, CapacityView, LmcacheView, ServerView, TopSnapshot
 from kvstack.units import fmt_bytes, fmt_ms, fmt_pct
 
 
@@ -188,6 +188,16 @@ def canary_lines(snap: TopSnapshot) -> list[Text]:
     return out
 
 
+def capacity_line(c: CapacityView) -> str:
+    """The live load against the capacity measured for the served layout."""
+    if c.concurrency is not None:
+        live = "-" if c.live_in_flight is None else f"{c.live_in_flight:g} in flight"
+    else:
+        live = "-" if c.live_per_s is None else f"{c.live_per_s:.3g} requests/s"
+    used = "" if c.used is None else f" ({c.used:.0%} of it)"
+    return f"load {live}{used} · capacity {c.capacity} for {c.layout} · SLO {c.slo} · from {c.source}"
+
+
 def render(snap: TopSnapshot) -> RenderableType:
     stamp = time.strftime("%H:%M:%S", time.localtime(snap.time))
     head = Text(f"kvstack top  {stamp}  window {snap.window_s:.1f} s", style="bold")
@@ -203,6 +213,9 @@ def render(snap: TopSnapshot) -> RenderableType:
     if snap.lmcache or snap.remote is not None or snap.disk is not None:
         parts.append(tiers_table(snap))
     parts += canary_lines(snap)
+    if snap.capacity is not None:
+        over = snap.capacity.used is not None and snap.capacity.used > 1
+        parts.append(Text(capacity_line(snap.capacity), style="bold yellow" if over else ""))
     for w in snap.warnings:
         parts.append(Text("warning: ", style="bold yellow") + Text(w))
     for n in snap.notes:

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from kvstack.tune.ranking import TuneResult
-    from kvstack.tune.results import Interval, Refit, TuneResults
+    from kvstack.tune.results import Interval, Measured, Refit, TuneResults
     from kvstack.tune.tune import TuneRun
 
 PIPED_WIDTH = 160  # tune's tables are wider than most commands'
@@ -66,6 +66,25 @@ def render_ranking(result: TuneResult, top: int, console: Console) -> None:
     if ranked[0] is not win:
         c = ranked[0].candidate
         console.print(f"  ranked above it, modelled only: {c.label}: {c.not_settable}", markup=False)
+
+
+def capacity_lines(measured: Measured) -> list[str]:
+    """--objective capacity: what load 1 is, then each swept candidate's capacity with its bracket."""
+    from kvstack.rendering.bench_sweep import capacity_line
+
+    setup = measured.capacity
+    if setup is None:
+        return []
+    rate = setup.trace_rate_per_s
+    ladder = ", ".join(f"{k:g}x" for k in setup.multiples)
+    head = f"  capacity: swept at {ladder} the trace's rate" + (
+        f" (1x = {rate:.3g} requests/s)" if rate is not None else ""
+    )
+    lines = [head]
+    for c in measured.candidates:
+        if c.capacity is not None:
+            lines.append("    " + capacity_line(c.label, "trace_rate", c.capacity.sweep.capacity, setup.slo))
+    return lines
 
 
 def render_measured(results: TuneResults, console: Console) -> None:
@@ -121,6 +140,8 @@ def render_measured(results: TuneResults, console: Console) -> None:
             verdict_text,
         )
     console.print(table)
+    for line in capacity_lines(measured):
+        console.print(line, markup=False)
     if verdict is not None:
         console.print(f"  winner (measured, {measured.objective}): {verdict.why}", markup=False)
     for label, why in excluded.items():

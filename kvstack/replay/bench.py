@@ -104,9 +104,14 @@ def run_bench_command(
     request: BenchRequest, serve: ServeRequest | None, events: BenchEvents | None = None
 ) -> BenchResult | SweepResult:
     """``kvstack bench``: on the layouts ``serve`` starts in turn (None: the server at --url), the
-    trace replay with --trace, the load sweep with --sweep, else the workload bench."""
+    trace replay with --trace, the load sweep with --sweep (of the trace with both), else the
+    workload bench."""
     events = events or BenchEvents()
     start_layout = None if serve is None else sized_layout_starter(serve, request.sizes, events.serving)
+    if request.sweep is not None and request.trace is not None:
+        from kvstack.replay.trace_sweep import run_trace_sweep  # it imports this module's replay_of
+
+        return run_trace_sweep(request, start_layout, events)
     if request.sweep is not None:
         return run_sweep(request, start_layout, events)
     if request.trace is not None:

@@ -10,8 +10,9 @@ the table sets each tier's predicted share of prompt tokens next to the measured
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -82,6 +83,22 @@ class Shared:
             assert self.shape is not None
             self._ideal = ideal_prefixes(self.sent, self.shape.block_tokens)
         return self._ideal
+
+    def stepped(self, multiple: float, seed: int) -> Shared:
+        """What a sweep's step sends: the same requests with their arrival times divided by
+        ``multiple`` (the trace's rate times it), and every block's tokens drawn anew from ``seed``,
+        so that the step shares prefixes as the trace does and nothing with an earlier step."""
+        assert self.blocks is not None and multiple > 0
+        step = self.on_clock([s.arrival_s / multiple for s in self.sent])
+        step.blocks = BlockTokens(self.blocks.pool, self.blocks.block_tokens, seed)
+        return step
+
+    def on_clock(self, arrivals: Sequence[float]) -> Shared:
+        """The same requests and blocks, sent at ``arrivals`` (seconds after the first, per request)."""
+        sent = [dataclasses.replace(s, arrival_s=a) for s, a in zip(self.sent, arrivals, strict=True)]
+        moved = Shared(sent=sent, blocks=self.blocks, shape=self.shape, notes=self.notes)
+        moved._ideal = self._ideal  # the same hash ids: what an unbounded cache holds is unchanged
+        return moved
 
     def unbounded_hit_ratio(self) -> float | None:
         """The share of the prompt tokens sent an unbounded prefix cache serves."""
@@ -262,8 +279,7 @@ def run_layout_replay(
     with its own calibration and skips it."""
     with quiet.hold(layout.base_url):  # the server's canary sends nothing while the replay measures
         model = layout.served_model or model
-        if shared.blocks is None:
-            shared.adopt(_decide(layout, rows, args, api_key, model))
+        decide_once(layout, rows, args, shared, api_key, model)
         run, result, rows_out = _replay_rows(layout, args, shared, model, api_key, timeout_s, on_row)
         if args.check_correctness:
             result.correctness = _check_answers(
@@ -271,6 +287,19 @@ def run_layout_replay(
             )
         compared = _compare(layout, run, rows_out, args, shared, model, api_key, ttft_check)
     return ReplayOutcome(result, rows_out, compared)
+
+
+def decide_once(
+    layout: ServedLayout,
+    rows: list[TraceRow],
+    args: ReplayRequest,
+    shared: Shared,
+    api_key: str | None,
+    model: str,
+) -> None:
+    """What every layout is sent, decided by the first one replayed (``shared`` kept after that)."""
+    if shared.blocks is None:
+        shared.adopt(_decide(layout, rows, args, api_key, model))
 
 
 def _replay_rows(
@@ -284,6 +313,25 @@ def _replay_rows(
 ) -> tuple[ReplayRun, LayoutResult, list[RequestRow]]:
     """The replay itself: its run, the layout's result and its rows (each with the prefix an
     unbounded cache would hold)."""
+    kept: list[tuple[LayoutResult, list[RequestRow]]] = []
+    run = replay_step(
+        layout, args, shared, model, api_key, timeout_s, lambda r, rows: kept.append((r, rows)), on_row
+    )
+    return run, *kept[0]
+
+
+def replay_step(
+    layout: ServedLayout,
+    args: ReplayRequest,
+    shared: Shared,
+    model: str,
+    api_key: str | None,
+    timeout_s: float,
+    record: Callable[[LayoutResult, list[RequestRow]], None],
+    on_row: Callable[[RequestRow], None] | None = None,
+) -> ReplayRun:
+    """Replay ``shared.sent`` on ``layout`` and ``record`` its result and rows, complete or cut
+    short (before the error it ended with propagates)."""
     assert shared.blocks is not None
     run = ReplayRun()
     aborted: str | None = "interrupted"
@@ -303,23 +351,30 @@ def _replay_rows(
     except KeyboardInterrupt as exc:
         raise Interrupted("interrupted: the rows measured so far are kept in the report") from exc
     finally:
-        ideal = shared.ideal()
-        rows_out = sorted(
-            (r.model_copy(update={"expected_prefix_tokens": ideal[r.index]}) for r in run.rows),
-            key=lambda r: r.index,
-        )
-        first, last = run.first, run.last
-        result = LayoutResult(
-            name=layout.name,
-            base_url=redact_url(layout.base_url),
-            metrics_urls=[redact_url(u) for u in layout.metrics_urls],
-            started_at=run.started_at,
-            complete=aborted is None,
-            aborted=aborted,
-            summary=summarize(rows_out),
-            cache=cache_stats(first, last) if first is not None and last is not None else CacheStats(),
-        )
-    return run, result, rows_out
+        record(*_layout_result(layout, run, shared, aborted))
+    return run
+
+
+def _layout_result(
+    layout: ServedLayout, run: ReplayRun, shared: Shared, aborted: str | None
+) -> tuple[LayoutResult, list[RequestRow]]:
+    ideal = shared.ideal()
+    rows_out = sorted(
+        (r.model_copy(update={"expected_prefix_tokens": ideal[r.index]}) for r in run.rows),
+        key=lambda r: r.index,
+    )
+    first, last = run.first, run.last
+    result = LayoutResult(
+        name=layout.name,
+        base_url=redact_url(layout.base_url),
+        metrics_urls=[redact_url(u) for u in layout.metrics_urls],
+        started_at=run.started_at,
+        complete=aborted is None,
+        aborted=aborted,
+        summary=summarize(rows_out),
+        cache=cache_stats(first, last) if first is not None and last is not None else CacheStats(),
+    )
+    return result, rows_out
 
 
 def _compare(

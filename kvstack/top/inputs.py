@@ -43,6 +43,17 @@ class TopInputs(Inputs):
         Path | None,
         flag("--disk-dir", help="The disk tier's directory (default: the run dir's)", show_default=False),
     ] = None
+    capacity: Annotated[
+        str | None,
+        flag(
+            "--capacity",
+            help="Set the live load against the capacity a sweep measured: a bench --sweep --out DIR "
+            "(PATH#LAYOUT for one of several layouts) or a tune --objective capacity --out DIR "
+            "(default: the tune behind serve --tuned, if it measured one)",
+            metavar="PATH",
+            show_default=False,
+        ),
+    ] = None
     interval: Annotated[float, flag("--interval", help="Seconds between scrapes: the window")] = 2.0
     once: Annotated[bool, flag("--once", help="One window (two scrapes --interval apart), then exit")] = False
     as_json: Json

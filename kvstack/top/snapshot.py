@@ -133,6 +133,22 @@ class CanaryView(_Model):
         return self.status == "fallback" or (self.fallback is not None and bool(self.fallback.tiers_off))
 
 
+class CapacityView(_Model):
+    """The live load against the capacity a sweep measured for the served layout (top/capacity.py)."""
+
+    source: str
+    layout: str
+    kind: str  # concurrency | rate | trace_rate
+    status: str
+    capacity: str  # in words: "2x the trace's rate = 6.6 requests/s", "c=4", "at least ..."
+    rate_per_s: float | None = None  # a rate capacity, requests/s
+    concurrency: float | None = None  # a concurrency capacity, requests in flight
+    slo: str
+    live_per_s: float | None = None  # requests served per second in the window, every server
+    live_in_flight: float | None = None  # requests running at the window's end, every server
+    used: float | None = None  # live / capacity
+
+
 class TopSnapshot(_Model):
     schema_: str = Field(default=SCHEMA, alias="schema")
     time: float  # wall clock of the window's end
@@ -143,6 +159,7 @@ class TopSnapshot(_Model):
     remote: RemoteView | None = None
     disk: DiskView | None = None
     canary: CanaryView | None = None  # a run dir with a canary.json only
+    capacity: CapacityView | None = None  # --capacity, or the capacity the tune behind --tuned measured
     warnings: list[str] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)
 

@@ -18,6 +18,7 @@ from kvstack.clients.client import check_http_url
 from kvstack.errors import InputError, PathError
 from kvstack.redact import MASK, redact_url
 from kvstack.rundir import LAUNCH_JSON, PLAN_JSON, default_runs_root
+from kvstack.top.capacity import MeasuredCapacity, read_capacity, tuned_capacity
 from kvstack.userfile import read_json_object
 
 
@@ -31,6 +32,8 @@ class Targets:
     adapters: dict[str, str] = field(default_factory=dict)  # tier -> LMCache L2 adapter ("disk" -> "fs")
     run_dir: str | None = None
     notes: tuple[str, ...] = ()  # what could not be used, said once
+    capacity: MeasuredCapacity | None = None  # what the live load is set against
+    connector: str | None = None  # the run's (plan.json), which picks a compared sweep's layout
 
     @property
     def remote_shown(self) -> str | None:
@@ -103,9 +106,11 @@ def from_run_dir(run_dir: Path) -> Targets:
     tiers: tuple[str, ...] = ()
     remote: str | None = None
     notes: list[str] = []
+    connector: str | None = None
     plan_path = run_dir / PLAN_JSON
     if plan_path.is_file():
         plan = _read_json(plan_path)
+        connector = str(plan["connector"]) if plan.get("connector") else None
         # tiers[0] is the engine's own KV pool (GPU HBM, or host memory on the CPU platform).
         kinds = [t.get("kind") for t in plan.get("tiers", [])[1:] if isinstance(t, dict)]
         tiers = tuple(str(k) for k in kinds if k in ("cpu", "disk", "remote"))
@@ -131,7 +136,16 @@ def from_run_dir(run_dir: Path) -> Targets:
         adapters={str(k): str(v) for k, v in adapters.items()} if isinstance(adapters, dict) else {},
         run_dir=str(run_dir),
         notes=tuple(notes),
+        capacity=_tuned_capacity(first),
+        connector=connector,
     )
+
+
+def _tuned_capacity(launch: dict[str, Any]) -> MeasuredCapacity | None:
+    """A run ``serve --tuned DIR`` started: the capacity that tune measured, if it did."""
+    tuned = launch.get("tuned")
+    path = tuned.get("path") if isinstance(tuned, dict) else None
+    return tuned_capacity(path) if isinstance(path, str) and path else None
 
 
 def resolve_targets(
@@ -141,6 +155,7 @@ def resolve_targets(
     run_dir: Path | None,
     disk_dir: Path | None = None,
     runs_root: Path | None = None,
+    capacity: str | None = None,
 ) -> Targets:
     """Flags win over the run dir; without --url the run dir (given, else the latest) is read."""
     if remote is not None:
@@ -171,4 +186,7 @@ def resolve_targets(
         adapters=base.adapters if base else {},
         run_dir=base.run_dir if base else None,
         notes=notes,
+        capacity=read_capacity(capacity, base.connector if base else None)
+        if capacity is not None
+        else (base.capacity if base else None),
     )

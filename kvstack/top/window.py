@@ -14,8 +14,10 @@ from kvstack.clients import token_sources
 from kvstack.clients.metrics import MetricsSnapshot
 from kvstack.redact import redact_url
 from kvstack.top.canary import canary_view, canary_warnings
+from kvstack.top.capacity import MeasuredCapacity
 from kvstack.top.snapshot import (
     AdapterView,
+    CapacityView,
     DiskView,
     LmcacheView,
     RemoteView,
@@ -326,6 +328,40 @@ def warnings(snap: TopSnapshot, targets: Targets) -> list[str]:
     return out
 
 
+def capacity_view(cap: MeasuredCapacity, servers: Sequence[ServerView], window_s: float) -> CapacityView:
+    """The live load (every server answering, together) against ``cap``."""
+    up = [s for s in servers if s.up]
+    served = [s.requests for s in up if s.requests is not None]
+    live_per_s = sum(served) / window_s if served and window_s > 0 else None
+    running = [s.running for s in up if s.running is not None]
+    live_in_flight = sum(running) if running else None
+    concurrency = cap.load if cap.kind == "concurrency" else None
+    if concurrency is not None:
+        used = _ratio(live_in_flight, concurrency)
+    else:
+        used = _ratio(live_per_s, cap.rate_per_s)
+    return CapacityView(
+        source=cap.source, layout=cap.layout, kind=cap.kind, status=cap.status, capacity=cap.label,
+        rate_per_s=cap.rate_per_s, concurrency=concurrency, slo=cap.slo, live_per_s=live_per_s,
+        live_in_flight=live_in_flight, used=used,
+    )  # fmt: skip
+
+
+def capacity_warnings(c: CapacityView, w: str) -> list[str]:
+    """A load beyond what the sweep found the layout sustains within its SLO."""
+    if c.used is None or c.used <= 1 or c.status == "above_ladder":
+        return []  # above the ladder: the capacity is a lower bound, nothing is known beyond it
+    live = (
+        f"{c.live_in_flight:g} requests in flight"
+        if c.concurrency is not None
+        else f"{c.live_per_s:.3g} requests/s"
+    )
+    return [
+        f"serving {live} in the last {w}, {c.used:.1f}x the capacity {c.layout} was measured to sustain "
+        f"({c.capacity}; {c.slo}): expect the SLO to be missed"
+    ]
+
+
 def build(
     targets: Targets, before: Scrape, after: Scrape, previous_redis: RedisStats | None = None
 ) -> TopSnapshot:
@@ -367,7 +403,12 @@ def build(
         canary=canary_view(after.canary, after.wall) if after.canary is not None else None,
         notes=list(targets.notes),
     )
+    if targets.capacity is not None:
+        snap.capacity = capacity_view(targets.capacity, servers, window_s)
     snap.warnings = warnings(snap, targets)
+    if snap.capacity is not None:
+        w = f"{window_s:.0f}s" if window_s >= 1 else f"{window_s:.1f}s"
+        snap.warnings += capacity_warnings(snap.capacity, w)
     if snap.canary is not None:
         snap.warnings += canary_warnings(snap.canary)
     return snap

@@ -9,19 +9,37 @@ from typing import TYPE_CHECKING, Annotated, Literal, Self
 
 from pydantic import Field, model_validator
 
-from kvstack.bench.flags import BLOCK_TOKENS, CheckCorrectness, MaxOutputTokens, Seed, Timeout, TimeScale
+from kvstack.bench.flags import (
+    BLOCK_TOKENS,
+    CheckCorrectness,
+    MaxOutputTokens,
+    Seed,
+    SloShare,
+    SloTpot,
+    SloTtft,
+    Timeout,
+    TimeScale,
+)
+from kvstack.bench.request import check_slo_share, slo_of
+from kvstack.bench.sweep.ladder import LoadLadder, parse_ladder
 from kvstack.errors import InputError
 from kvstack.flags import Inputs, Json, flag
 from kvstack.replay.inputs import TraceInputs
 from kvstack.tune.budget import DEFAULT_BUDGET, check_measuring_budget, parse_duration
 
 if TYPE_CHECKING:
+    from kvstack.bench.sweep.schema import Slo
     from kvstack.serving.request import ServeRequest
 
 DEFAULT_REPLAY_REQUESTS = 400
 DEFAULT_CHECKS = 4  # cached answers judged against recompute after each replay
-Objective = Literal["p50", "p90", "mean", "goodput"]
-OBJECTIVES: tuple[Objective, ...] = ("p50", "p90", "mean", "goodput")
+Objective = Literal["p50", "p90", "mean", "goodput"]  # what the model ranks by
+# capacity: the highest multiple of the trace's rate a candidate sustains within the SLO, measured by
+# sweeping each proven candidate (tune/capacity.py); the model ranks them by mean TTFT meanwhile.
+TuneObjective = Literal["p50", "p90", "mean", "goodput", "capacity"]
+RANK_OBJECTIVES: tuple[Objective, ...] = ("p50", "p90", "mean", "goodput")
+OBJECTIVES: tuple[TuneObjective, ...] = (*RANK_OBJECTIVES, "capacity")
+DEFAULT_MULTIPLES = "0.5,1,2,4"
 
 
 def parse_knobs(texts: Sequence[str], connector: str | None) -> dict[str, float]:
@@ -68,14 +86,29 @@ class TuneRequest(TraceInputs):
         flag("--knob", help="Fix a knob of --connector: NAME=VALUE (e.g. chunk-size=512); repeatable."),
     ] = Field(default_factory=list)
     objective: Annotated[
-        Objective,
+        TuneObjective,
         flag(
             "--objective",
-            help="p50, p90, mean of TTFT, or goodput (requests within --slo-ms).",
+            help="p50, p90, mean of TTFT, goodput (requests within --slo-ms), or capacity (the multiple "
+            "of the trace's rate each proven candidate sustains within --slo-ttft/--slo-tpot).",
             choices=OBJECTIVES,
         ),
     ] = "p50"
     slo_ms: Annotated[float | None, flag("--slo-ms", help="The TTFT SLO goodput counts, in ms.")] = None
+    slo_ttft: SloTtft
+    slo_tpot: SloTpot
+    slo_share: SloShare
+    sweep_multiples: Annotated[
+        str | None,
+        flag(
+            "--sweep-multiples",
+            help=f"--objective capacity: the loads each proven candidate is swept at, in x trace rate "
+            f"(a step at 2 replays the slice's arrival times / 2; 1 is always measured; default "
+            f"{DEFAULT_MULTIPLES}).",
+            metavar="K1,K2,...",
+            show_default=False,
+        ),
+    ] = None
     budget: Annotated[
         str,
         flag(
@@ -157,7 +190,53 @@ class TuneRequest(TraceInputs):
                 f"{d} exists and is not a directory", hint="choose a directory for tune's results"
             )
         parse_knobs(self.knob, self.connector)  # a knob that is not NAME=VALUE is refused here
+        self.check_capacity()
         return self
+
+    def check_capacity(self) -> None:
+        """--objective capacity and the flags only it reads."""
+        given = [f for f, v in (("--slo-ttft", self.slo_ttft), ("--slo-tpot", self.slo_tpot),
+                                ("--slo-share", self.slo_share), ("--sweep-multiples", self.sweep_multiples))
+                 if v is not None]  # fmt: skip
+        if self.objective != "capacity":
+            if given:
+                raise InputError(
+                    f"{given[0]} is read by --objective capacity only", hint="add --objective capacity"
+                )
+            return
+        if self.slo_ttft is None:
+            raise InputError(
+                "--objective capacity needs the TTFT SLO each step is judged by",
+                hint="add --slo-ttft MS (and --slo-tpot MS, --slo-share, default 0.9)",
+            )
+        if self.slo_ms is not None:
+            raise InputError(
+                "--slo-ms is goodput's SLO; --objective capacity takes --slo-ttft (and --slo-tpot)",
+                hint="drop --slo-ms",
+            )
+        if not self.measures:
+            raise InputError(
+                "--objective capacity is measured by sweeping the candidates on the engine: --budget 0 "
+                "measures nothing",
+                hint="give a --budget, or rank by --objective p50/p90/mean",
+            )
+        check_slo_share(self.slo_share)
+        self.multiples  # noqa: B018  (parsed here: a bad ladder is refused with the other flags)
+
+    @property
+    def ranking_objective(self) -> Objective:
+        """What the model ranks by: the objective, or mean TTFT while capacity is measured."""
+        return "mean" if self.objective == "capacity" else self.objective
+
+    @property
+    def multiples(self) -> LoadLadder:
+        """--sweep-multiples as a ladder in x trace rate, 1 (the trace's own load) always in it."""
+        ladder = parse_ladder("rate:" + (self.sweep_multiples or DEFAULT_MULTIPLES), "--sweep-multiples")
+        return LoadLadder("trace_rate", tuple(sorted({*ladder.loads, 1.0})))
+
+    @property
+    def slo(self) -> Slo:
+        return slo_of(self.slo_ttft, self.slo_tpot, self.slo_share)
 
     @property
     def trace_path(self) -> Path:

@@ -6,6 +6,8 @@ bench's figure helpers (matplotlib's Agg backend, ``Figure`` objects, atomic wri
   perfect model, the dotted lines 1.5x either way.
 - ``candidates.png``: each measured candidate's p50 and p90 with their noise, ``none`` first and
   the winner marked.
+- --objective capacity: ``sweep_ttft_p90.png`` and ``sweep_throughput.png``, bench --sweep's plots
+  of each swept candidate's curve against the load (x trace rate), its capacity ringed.
 """
 
 from __future__ import annotations
@@ -95,8 +97,22 @@ def candidates_plot(doc: TuneResults, path: Path) -> Path:
     return _save(fig, path)
 
 
+def capacity_plots(doc: TuneResults, out: Path) -> list[Path]:
+    """--objective capacity: each swept candidate's curve (none: no candidate was swept)."""
+    from kvstack.bench.sweep.plots import curve_plots
+
+    measured = doc.measured
+    if measured is None or measured.capacity is None:
+        return []
+    layouts = [
+        c.capacity.sweep for c in measured.candidates if c.capacity is not None and c.capacity.sweep.steps
+    ]
+    return curve_plots(layouts, "trace_rate", measured.capacity.slo, out) if layouts else []
+
+
 def write_plots(doc: TuneResults, out: Path) -> Sequence[Path]:
     return [
         predicted_vs_measured(doc, out / PREDICTED_VS_MEASURED),
         candidates_plot(doc, out / CANDIDATES),
+        *capacity_plots(doc, out),
     ]

@@ -30,6 +30,9 @@ from kvstack.serving.served_layout import ServedLayout
 from kvstack.serving.start_layout import MIN_L1_BYTES
 from kvstack.tune import budget as bud
 from kvstack.tune import results
+from kvstack.tune.capacity import CapacityRequest, measure_capacity
+from kvstack.tune.capacity_curve import CandidateCapacity
+from kvstack.tune.capacity_verdict import decide_capacity
 from kvstack.tune.measure import CandidateReplay, EngineSize, engine_size, replay, restore, shared_state
 from kvstack.tune.noise import Stat, measure
 from kvstack.tune.progress import RowClock, View
@@ -68,6 +71,7 @@ class ProofRequest:
     budget_s: float
     max_candidates: int | None = None  # besides none; None: as many as the budget holds
     run_root: Path | None = None  # each candidate's run dir is below it (candidate_run_dir)
+    capacity: CapacityRequest | None = None  # --objective capacity: each candidate swept after its replay
 
 
 def candidate_run_dir(root: Path, index: int) -> Path:
@@ -138,6 +142,8 @@ def preflight(
     measured = previous.measured if previous is not None else []
     done = {m.label for m in measured}
     first = _first_estimate(setup, costs, engine)
+    if settings.capacity is not None:  # each candidate is swept after its replay and check
+        first = dataclasses.replace(first, check_s=first.check_s + settings.capacity.sweep_s)
     estimate = bud.measured_estimate([(m.label, m.wall_s) for m in measured]) or first
     pending = [p for p in todo if p.candidate.label not in done]
     if pending and refuse:
@@ -320,7 +326,11 @@ class _ProofLoop:
                 self.view.end()
         proof.elapsed_s = self.clock() - self.t0
         if proof.baseline() is not None:
-            proof.verdict = decide(proof.measured, self.settings.objective, self.settings.slo_s)
+            proof.verdict = (
+                decide_capacity(proof.measured)
+                if self.settings.capacity is not None
+                else decide(proof.measured, self.settings.objective, self.settings.slo_s)
+            )
         self.save(proof)
         return proof
 
@@ -379,6 +389,7 @@ class _ProofLoop:
         c, view, clock, setup = p.candidate, self.view, self.clock, self.setup
         t_start = clock()
         walls: dict[str, float] = {}
+        capacity: CandidateCapacity | None = None
         # the replay's last answer: the correctness check follows it
         then = "checking correctness" if setup.args.check_correctness else None
         on_row = RowClock(view, lambda: len(self.shared.sent), clock, then)
@@ -397,6 +408,9 @@ class _ProofLoop:
                 t_done = clock()
                 walls["replay"] = on_row.replay_s(t_ready, t_done)
                 walls["check"] = t_done - t_ready - walls["replay"]
+                if self.settings.capacity is not None:  # the same engine, swept after its replay
+                    capacity = measure_capacity(layout, setup, self.shared, self.settings.capacity)
+                    walls["sweep"] = clock() - t_done
                 if self.served is None:
                     self.served = engine_size(replayed.compared)
                 if self.sliced is None and self.served is not None:
@@ -413,7 +427,8 @@ class _ProofLoop:
             )  # fmt: skip
         walls["total"] = clock() - t_start
         predicted = self.sliced.predict(c, self.settings.slo_s) if self.sliced is not None else None
-        return _record(p, self.ranks[c.label], replayed, predicted, self.settings, walls, run_dir)
+        m = _record(p, self.ranks[c.label], replayed, predicted, self.settings, walls, run_dir)
+        return dataclasses.replace(m, capacity=capacity)
 
 
 def _baseline_failed(m: MeasuredCandidate) -> KvstackError:

@@ -121,8 +121,11 @@ def proof_document(proof: Proof, settings: ProofRequest, setup: results.Setup) -
     """results.json's ``measured``: every candidate replayed, in the order measured, and the
     verdict; ``setup`` says how the slice was replayed (a resumed tune must match it)."""
     est = proof.estimate
+    capacity = settings.capacity
+    extra = {} if capacity is None else {"capacity": capacity.setup()}
     return results.Measured(
-        objective=settings.objective,
+        **extra,
+        objective="capacity" if capacity is not None else settings.objective,
         slo_ms=settings.slo_s * 1000 if settings.slo_s is not None else None,
         budget_s=settings.budget_s,
         elapsed_s=proof.elapsed_s,

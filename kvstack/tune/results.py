@@ -13,6 +13,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from kvstack.bench.schema import CorrectnessResult
+from kvstack.bench.sweep.schema import LayoutSweep, Slo
 from kvstack.replay.results import Costs
 
 
@@ -47,6 +48,32 @@ class Predicted(_Doc):
     goodput: float | None = None
 
 
+class CapacityRow(_Doc):
+    """--objective capacity: the candidate swept on the trace at multiples of its rate
+    (capacity_curve.CandidateCapacity.document): bench --sweep's steps and capacity, and each step's
+    TTFT per request sent (aligned with ``sweep.steps``; None: failed), which the verdict pairs."""
+
+    sweep: LayoutSweep
+    step_ttft_s: list[list[float | None]]
+
+    @field_validator("sweep", mode="before")
+    @classmethod
+    def _whole(cls, value: object) -> object:
+        # As JSON, so that every key counts as set (results.json is dumped with exclude_unset; the
+        # sweep's steps were appended to a list, never assigned, and would be left out).
+        return value.model_dump(mode="json") if isinstance(value, BaseModel) else value
+
+
+class CapacitySetup(_Doc):
+    """--objective capacity: the SLO a step is judged by and the loads (x trace rate) swept."""
+
+    slo: Slo
+    multiples: list[float]
+    seed: int  # step i's blocks are drawn from seed + i
+    unit: str = "x trace rate"
+    trace_rate_per_s: float | None = None  # load 1 as requests/s (the replayed slice's own rate)
+
+
 class MeasuredRow(_Doc):
     """One candidate replayed (verdict.MeasuredCandidate.document)."""
 
@@ -69,6 +96,7 @@ class MeasuredRow(_Doc):
     wall_s: dict[str, float]
     run_dir: str | None
     error: str | None
+    capacity: CapacityRow | None = None  # --objective capacity only
 
     @field_validator("correctness", mode="before")
     @classmethod
@@ -157,6 +185,7 @@ class Measured(_Doc):
     skipped: dict[str, str]
     refits: list[Refit]
     verdict: Verdict | None
+    capacity: CapacitySetup | None = None  # --objective capacity only
 
 
 class Gate(_Doc):

@@ -24,6 +24,7 @@ from kvstack.replay.trace_bench import ReplayRequest
 from kvstack.serving.served_layout import StartLayout
 from kvstack.traces.mooncake import TraceRow
 from kvstack.tune.calibration import MeasuredCosts
+from kvstack.tune.capacity import CapacityRequest
 from kvstack.tune.files import now, source_line, write_json, write_ranking, write_results
 from kvstack.tune.measure import CandidateReplay, EngineSize, shared_state
 from kvstack.tune.options import DEFAULT_REPLAY_REQUESTS, TuneRequest
@@ -117,7 +118,7 @@ def rank(o: TuneRequest, inputs: TuneBasis, cal: ServedCalibration) -> tuple[Tun
 
     t0 = time.perf_counter()
     result = tune(
-        inputs.requests, inputs.block_tokens, inputs.limits, cal, objective=o.objective,
+        inputs.requests, inputs.block_tokens, inputs.limits, cal, objective=o.ranking_objective,
         connector=o.connector, knobs=o.knobs, slo_s=_slo_s(o),
     )  # fmt: skip
     rank_s = time.perf_counter() - t0
@@ -197,7 +198,13 @@ def _given_calibration(o: TuneRequest, saved: TuneResults | None) -> ServedCalib
         ) from exc
 
 
-def _previous(o: TuneRequest, doc: TuneResults, setup: CandidateReplay, old: TuneResults) -> Proof:
+def _previous(
+    o: TuneRequest,
+    doc: TuneResults,
+    setup: CandidateReplay,
+    old: TuneResults,
+    capacity: CapacityRequest | None,
+) -> Proof:
     """The proof of the stopped tune --resume continues, checked against this one."""
     measured = old.measured
     assert measured is not None  # _saved: a tune with candidates measured
@@ -205,6 +212,11 @@ def _previous(o: TuneRequest, doc: TuneResults, setup: CandidateReplay, old: Tun
         ("source", doc.source.model_dump(mode="json"), old.source.model_dump(mode="json")),
         ("replay", _setup_info(setup).model_dump(mode="json"), measured.setup.model_dump(mode="json")),
         ("objective", doc.objective, old.objective),
+        (
+            "capacity sweep",
+            capacity.setup().model_dump(mode="json") if capacity else None,
+            measured.capacity.model_dump(mode="json") if measured.capacity else None,
+        ),
     ):
         if now_ != then:
             raise InputError(
@@ -262,6 +274,16 @@ def _replay_setup(o: TuneRequest, inputs: TuneBasis, serve: Any) -> CandidateRep
     return CandidateReplay(inputs.requests[: o.replay_requests], args, model, api_key, o.timeout_s)
 
 
+def _capacity(o: TuneRequest, setup: CandidateReplay) -> CapacityRequest | None:
+    """--objective capacity: the sweep each proven candidate gets after its replay (its blocks from
+    seeds after the replay's)."""
+    from kvstack.tune.capacity import capacity_request
+
+    if o.objective != "capacity":
+        return None
+    return capacity_request(o.multiples, o.slo, o.seed + 1, setup.rows, str(o.trace_path))
+
+
 def run_tune(
     o: TuneRequest,
     traced: SizingTrace | None = None,
@@ -278,6 +300,7 @@ def run_tune(
     ``events``: what its starts report, serve's ServeEvents). Without a calibration the costs are
     measured first, on layouts ``start_layout`` serves (default: ``serve``'s, as bench --compare
     serves them)."""
+    from kvstack.bench.sweep.plots import SWEEP_THROUGHPUT, SWEEP_TTFT
     from kvstack.planning.tuned import TUNED_JSON
     from kvstack.rundir import default_runs_root
     from kvstack.tune.engines import serve_starter
@@ -298,6 +321,7 @@ def run_tune(
         raise InputError("tune measures on an engine kvstack serves", hint="pass --budget 0 to rank only")
     out = out or default_runs_root() / f"tune-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
     setup = _replay_setup(o, inputs, serve)
+    capacity = _capacity(o, setup)  # a slice with no rate is refused before anything is served
     measured: MeasuredCosts | None = None
     t0 = clock()
     if cal is None:  # measured here first, as bench --trace --compare none,lmcache-mp measures it
@@ -305,11 +329,12 @@ def run_tune(
         cal = measured.calibration
     result, doc = rank(o, inputs, cal)
     settings = ProofRequest(
-        objective=o.objective,
+        objective=o.ranking_objective,
         slo_s=result.slo_s,
         budget_s=o.budget_s,
         max_candidates=o.max_candidates,
         run_root=out / RUNS,
+        capacity=capacity,
     )
     if start is None:
         start = serve_starter(serve, out / RUNS, events, result.ranked, o.objective)
@@ -319,8 +344,10 @@ def run_tune(
     previous: Proof | None = None
     if measured is not None:
         previous, replays = _measured_first(measured, result, setup, settings)
+        if capacity is not None:  # none is measured again, with its sweep (on the same prompts)
+            previous = Proof(budget_s=settings.budget_s, replay=previous.replay)
     else:
-        previous = _previous(o, doc, setup, saved) if saved is not None else None
+        previous = _previous(o, doc, setup, saved, capacity) if saved is not None else None
         # Before anything is written or served: a budget too small is refused.
         preflight(result.ranked, setup, settings, result.costs, engine, previous)
     update: dict[str, object] = {"predicted_winner": result.winner.candidate.label, "winner": None}
@@ -337,6 +364,8 @@ def run_tune(
     )  # fmt: skip
     if proof.verdict is not None:
         written += [out / TUNED_JSON, out / PREDICTED_VS_MEASURED, out / CANDIDATES]
+        if capacity is not None:
+            written += [out / SWEEP_TTFT, out / SWEEP_THROUGHPUT]
     return TuneRun(result, keep.results, out, proof, written)
 
 
@@ -358,7 +387,9 @@ def _measure_costs(
     from kvstack.tune.engines import calibration_starter
     from kvstack.tune.ranking import check_ranking
 
-    check_ranking(inputs.limits, objective=o.objective, connector=o.connector, knobs=o.knobs, slo_s=_slo_s(o))
+    check_ranking(
+        inputs.limits, objective=o.ranking_objective, connector=o.connector, knobs=o.knobs, slo_s=_slo_s(o)
+    )
     if start_layout is None:
         if serve is None:
             raise InputError("tune measures its costs on engines kvstack serves", hint="pass --calibration")

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 from kvstack.bench.schema import CorrectnessResult
 from kvstack.tune import results
+from kvstack.tune.capacity_curve import CandidateCapacity
 from kvstack.tune.noise import Interval, Stat, Stats, better, paired, worse
 
 BASELINE = "none"
@@ -49,6 +50,7 @@ class MeasuredCandidate:
     wall_s: dict[str, float] = field(default_factory=dict)  # start, replay, check, total
     run_dir: str | None = None
     error: str | None = None  # why it could not be measured
+    capacity: CandidateCapacity | None = None  # --objective capacity: its sweep on the trace
 
     @property
     def baseline(self) -> bool:
@@ -81,7 +83,9 @@ class MeasuredCandidate:
         """results.json's record of it (``measured.candidates``)."""
         predicted_p50 = self.predicted.get("p50_s")
         ratio = self.stats.p50.value / predicted_p50 if self.stats is not None and predicted_p50 else None
+        extra = {} if self.capacity is None else {"capacity": self.capacity.document()}
         return results.MeasuredRow(
+            **extra,
             label=self.label,
             rank=self.rank,
             connector=self.connector,
@@ -124,6 +128,7 @@ class MeasuredCandidate:
             wall_s=dict(doc.wall_s),
             run_dir=doc.run_dir,
             error=doc.error,
+            capacity=None if doc.capacity is None else CandidateCapacity.of(doc.capacity),
         )
 
 
@@ -201,7 +206,7 @@ def difference(
     return paired(x, y, stat, slo_s) if x else None
 
 
-def _exclusion(c: MeasuredCandidate, diffs: dict[str, Interval]) -> str:
+def exclusion(c: MeasuredCandidate, diffs: dict[str, Interval]) -> str:
     if c.error:
         return f"not measured: {c.error}"
     if c.stats is None:
@@ -252,7 +257,7 @@ def decide(measured: Sequence[MeasuredCandidate], objective: Stat, slo_s: float 
                 if d is not None:
                     diffs[stat] = d
             versus[c.label] = diffs
-        why = _exclusion(c, diffs)
+        why = exclusion(c, diffs)
         if why:
             excluded[c.label] = why
         else:

@@ -3,16 +3,21 @@ per layout, the TTFT SLO as a line and each layout's capacity (the knee) marked.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from kvstack.bench.plots import _figure, _save
-from kvstack.bench.sweep.schema import LayoutSweep, SweepResult, SweepStep
+from kvstack.bench.sweep.ladder import LoadKind
+from kvstack.bench.sweep.schema import LayoutSweep, Slo, SweepResult, SweepStep
 
 SWEEP_TTFT = "sweep_ttft_p90.png"
 SWEEP_THROUGHPUT = "sweep_throughput.png"
-_AXIS = {"concurrency": "concurrency (requests in flight)", "rate": "request rate (requests/s)"}
+_AXIS = {
+    "concurrency": "concurrency (requests in flight)",
+    "rate": "request rate (requests/s)",
+    "trace_rate": "load (x trace rate)",
+}
 
 
 def _ttft_p90_ms(step: SweepStep) -> float | None:
@@ -39,7 +44,8 @@ def _line(ax: Any, lay: LayoutSweep, figure: Callable[[SweepStep], float | None]
 
 
 def _plot(
-    result: SweepResult,
+    layouts: Sequence[LayoutSweep],
+    kind: LoadKind,
     path: Path,
     figure: Callable[[SweepStep], float | None],
     ylabel: str,
@@ -48,11 +54,11 @@ def _plot(
 ) -> Path:
     fig = _figure()
     ax = fig.add_subplot()
-    for lay in result.layouts:
+    for lay in layouts:
         _line(ax, lay, figure)
     if slo_ms is not None:
         ax.axhline(slo_ms, color="red", linestyle="dashed", label=f"SLO {slo_ms:g} ms")
-    ax.set_xlabel(_AXIS[result.kind])
+    ax.set_xlabel(_AXIS[kind])
     ax.set_ylabel(ylabel)
     ax.set_ylim(bottom=0)
     ax.set_title(title)
@@ -63,19 +69,27 @@ def _plot(
 
 
 def write_plots(result: SweepResult, out_dir: Path) -> list[Path]:
-    slo = result.slo.ttft_s
-    share = f"{result.slo.share * 100:g}%"
+    return curve_plots(result.layouts, result.kind, result.slo, out_dir)
+
+
+def curve_plots(layouts: Sequence[LayoutSweep], kind: LoadKind, slo: Slo, out_dir: Path) -> list[Path]:
+    """TTFT p90 and output tokens/s against load, one line per layout (a sweep's, or tune
+    --objective capacity's candidates)."""
+    ttft = slo.ttft_s
+    share = f"{slo.share * 100:g}%"
     return [
         _plot(
-            result,
+            layouts,
+            kind,
             out_dir / SWEEP_TTFT,
             _ttft_p90_ms,
             "TTFT p90 (ms)",
             f"TTFT p90 against load (capacity: {share} within the SLO)",
-            None if slo is None else slo * 1000,
+            None if ttft is None else ttft * 1000,
         ),
         _plot(
-            result,
+            layouts,
+            kind,
             out_dir / SWEEP_THROUGHPUT,
             _tokens_per_s,
             "output tokens/s",

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from pathlib import Path
 
 from kvstack.bench.events import BenchEvents
 from kvstack.bench.report import environment
@@ -26,8 +26,7 @@ from kvstack.bench.sweep.schema import (
     SweepResult,
     SweepRow,
 )
-from kvstack.bench.sweep.search import capacity_of, next_probe
-from kvstack.bench.sweep.stats import points, step_of, sweep_rows
+from kvstack.bench.sweep.steps import Record, StepPlan, StepRunner, sweep_steps
 from kvstack.bench.text import TextBuilder
 from kvstack.bench.tokenize import resolve_tokenizer
 from kvstack.bench.workload_run import check_out, target, tier_sizes, workload_spec
@@ -94,36 +93,27 @@ def step_options(opts: RunOptions, ladder: LoadLadder, load: float, seed: int) -
     return replace(opts, concurrency=None, rate=load, seed=seed)
 
 
-def _run_step(
-    layout: ServedLayout,
-    plan: SweepPlan,
-    workloads: _Workloads,
-    events: BenchEvents,
-    lay: LayoutSweep,
-    measured: _Measured,
-    load: float,
-    origin: Literal["ladder", "bisect"],
-) -> None:
-    index = len(lay.steps)
-    seed = plan.opts.seed + index
-    workload = workloads.build(layout, seed)
-    recorder = Recorder(workload)
-    label = plan.ladder.label(load)
+def _workload_runner(
+    layout: ServedLayout, plan: SweepPlan, workloads: _Workloads, events: BenchEvents
+) -> StepRunner:
+    """A step of the workload on ``layout``: bench's own run at the step's load and seed."""
 
-    def progress(p: Progress) -> None:
-        events.progress(replace(p, layout=f"{p.layout} {label}"))
+    def run(load: float, seed: int, record: Record) -> None:
+        workload = workloads.build(layout, seed)
+        recorder = Recorder(workload)
+        label = plan.ladder.label(load)
 
-    try:
-        asyncio.run(
-            run_layout(layout, workload, step_options(plan.opts, plan.ladder, load, seed), recorder, progress)
-        )
-    finally:
-        if recorder.layouts:  # the step ran (complete or cut short): its record, then its capacity
-            step = step_of(index, origin, load, seed, recorder.layouts[-1], recorder.rows, plan.slo)
-            lay.steps.append(step)
-            measured.rows.extend(sweep_rows(index, load, recorder.rows))
-            lay.capacity = capacity_of(points(lay.steps))
-            events.sweep_step(layout.name, plan.ladder, step)
+        def progress(p: Progress) -> None:
+            events.progress(replace(p, layout=f"{p.layout} {label}"))
+
+        opts = step_options(plan.opts, plan.ladder, load, seed)
+        try:
+            asyncio.run(run_layout(layout, workload, opts, recorder, progress))
+        finally:
+            if recorder.layouts:  # the step ran (complete or cut short): its record, then its capacity
+                record(recorder.layouts[-1], recorder.rows)
+
+    return run
 
 
 def sweep_layout(
@@ -134,14 +124,11 @@ def sweep_layout(
         name=layout.name, base_url=redact_url(layout.base_url), capacity=Capacity(status="not_measured")
     )
     measured.layouts.append(lay)
-    for load in plan.ladder.loads:
-        _run_step(layout, plan, workloads, events, lay, measured, load, "ladder")
-    for _ in range(plan.bisect):
-        probe = next_probe(plan.ladder.kind, lay.capacity)
-        if probe is None or any(s.load == probe for s in lay.steps):
-            break
-        _run_step(layout, plan, workloads, events, lay, measured, probe, "bisect")
-    return lay
+    steps = StepPlan(plan.ladder, plan.bisect, plan.slo, plan.opts.seed)
+    runner = _workload_runner(layout, plan, workloads, events)
+    return sweep_steps(
+        lay, steps, runner, measured.rows, lambda step: events.sweep_step(layout.name, plan.ladder, step)
+    )
 
 
 def _config(args: BenchRequest, plan: SweepPlan, base_url: str | None, metrics: list[str]) -> SweepConfig:
@@ -216,15 +203,21 @@ def run_sweep(
     result = SweepResult(kind=ladder.kind, slo=plan.slo, config=_config(args, plan, base_url, metrics),
                          environment=Environment.model_validate(environment()), layouts=measured.layouts,
                          requests=measured.rows)  # fmt: skip
-    written = write_sweep(result, args.out) if args.out is not None and result.requests else []
+    return conclude_sweep(result, args.out, events, failure)
+
+
+def conclude_sweep(
+    result: SweepResult, out: Path | None, events: BenchEvents, failure: KvstackError | None
+) -> SweepResult:
+    """Write the report, hand it to ``events``, then raise what the sweep ended with (its own error,
+    or an EngineError when no request succeeded)."""
+    written = write_sweep(result, out) if out is not None and result.requests else []
     events.sweep_report(result, written)
     if failure is not None:
         raise failure
     if result.requests and not any(r.ok for r in result.requests):
         raise EngineError(
             f"no request of the sweep succeeded ({len(result.requests)} failed)",
-            hint="see requests.csv for every error"
-            if args.out
-            else "rerun with --out DIR to keep every error",
+            hint="see requests.csv for every error" if out else "rerun with --out DIR to keep every error",
         )
     return result

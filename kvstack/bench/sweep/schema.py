@@ -90,6 +90,20 @@ class SweepConfig(_Model):
     timeout_s: float
 
 
+class TraceLoad(_Model):
+    """A trace sweep's unit: each step replays the same slice with its arrival times divided by the
+    step's load, so load 1 is the trace's own rate (``rate_per_s``, its clock x --time-scale)."""
+
+    source: str
+    requests: int  # requests sent per step
+    span_s: float  # first to last arrival at load 1
+    rate_per_s: float  # requests / span at load 1
+    time_scale: float
+    unit: str = "x trace rate"
+    # How no step is served from what an earlier step left in the caches.
+    caches: str
+
+
 class Environment(_Model):
     kvstack: str
     engines: dict[str, str | None]
@@ -108,3 +122,12 @@ class SweepResult(BaseModel):
     environment: Environment
     layouts: list[LayoutSweep]
     requests: list[SweepRow]
+    trace: TraceLoad | None = None  # kind trace_rate: what load 1 is
+
+    def rate_per_s(self, load: float) -> float | None:
+        """A load as requests/s (None: a concurrency has no rate)."""
+        if self.kind == "rate":
+            return load
+        if self.kind == "trace_rate" and self.trace is not None:
+            return load * self.trace.rate_per_s
+        return None

@@ -112,7 +112,12 @@ class StandIn:
         interrupt_at: int | None = None,
         start_s: float = 0.0,
         die_at: int | None = None,
+        per_in_flight: tuple[float, float] = (0.0, 0.0),
+        offload_request_s: float = STANDIN_OFFLOAD_S,
     ) -> None:
+        # Each request's TTFT grows by (none's, an offload candidate's) this per request in flight
+        # (--objective capacity's sweeps); the offload path's fixed cost a request.
+        self.per_in_flight, self.offload_request_s = per_in_flight, offload_request_s
         self.corrupt = corrupt
         self.interrupt_at = interrupt_at
         self.die_at = die_at
@@ -152,9 +157,10 @@ class StandIn:
             connector="native" if candidate.offloads else None,
             prefill_s_per_token=STANDIN_PREFILL_S,
             tier_s_per_token=STANDIN_FETCH_S,
-            connector_request_s=STANDIN_OFFLOAD_S,
+            connector_request_s=self.offload_request_s,
             itl_s=0.0005,
             corrupt_tier_from=0 if candidate.label in self.corrupt else None,
+            ttft_s_per_in_flight=self.per_in_flight[1 if candidate.offloads else 0],
         )
         with StreamServer(knobs) as srv:
             yield ServedLayout(

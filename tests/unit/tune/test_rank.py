@@ -9,7 +9,7 @@ import pytest
 
 from kvstack.planning.capacity import capacity_curve
 from kvstack.tune import rank as rk
-from kvstack.tune.options import OBJECTIVES
+from kvstack.tune.options import RANK_OBJECTIVES
 from kvstack.tune.simulate import TraceSim
 from kvstack.tune.space import Candidate, Gate, Limits, candidate_space, curve_sizes
 
@@ -71,7 +71,7 @@ def test_the_winner_follows_the_traffic(block_tokens: int, winner: str) -> None:
 
 
 def test_each_objective_ranks_by_its_own_figure_ties_within_the_tolerance() -> None:
-    for objective in OBJECTIVES:
+    for objective in RANK_OBJECTIVES:
         ranked = _ranked(32, 0.015, objective)
         values = [p.value(objective) for p in ranked]
         best = min(values)

@@ -20,7 +20,10 @@ def _server() -> StreamServer:
     return StreamServer(ServerKnobs(base_ttft_s=0.002, prefill_s_per_token=0.0, ttft_s_per_in_flight=0.08))
 
 
-def test_sweep_prints_a_table_and_the_capacity(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_sweep_prints_a_table_and_the_capacity(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "400")  # the paths written, unwrapped however long the tmp dir
     with _server() as srv:
         rc = run(
             ["bench", "--url", srv.url, "--sweep", "concurrency:1,4", *SMALL.split(), "--out", str(tmp_path)]
@@ -72,7 +75,7 @@ def test_sweep_json(capsys: pytest.CaptureFixture[str]) -> None:
             ["--sweep", "rate:1", "--slo-ttft", "9", "--sweep-bisect", "-1"],
             "--sweep-bisect must be 0 or more",
         ),
-        (["--sweep", "rate:1", "--slo-ttft", "9", "--trace", "t.jsonl"], "a trace replay is not swept yet"),
+        (["--sweep", "concurrency:1", "--slo-ttft", "9", "--trace", "t.jsonl"], "its ladder is rate:"),
         (["--sweep", "rate:1", "--slo-ttft", "9", "--check-correctness", "2"], "--sweep runs many"),
     ],
 )
