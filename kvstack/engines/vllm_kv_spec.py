@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import platform
 import subprocess
 import sys
 import tempfile
@@ -79,9 +80,22 @@ def vllm_version(python: str) -> str | None:
     return done.stdout.strip() or None
 
 
+def host_facts() -> str:
+    """What of this host changes vLLM's answer: the CPU's flags (vllm/platforms/cpu.py keeps the SSM
+    state in float32 on AVX512-BF16 hosts) and the architecture."""
+    flags = ""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as file:
+            flags = next((line for line in file if line.startswith(("flags", "Features"))), "")
+    except OSError:
+        pass
+    return hashlib.sha256(f"{platform.machine()} {flags}".encode()).hexdigest()[:16]
+
+
 def cache_key(job: SpecJob, version: str) -> str:
     config = (Path(job.model) / "config.json").read_bytes()
-    blob = json.dumps({"config": hashlib.sha256(config).hexdigest(), "vllm": version, **asdict(job)})
+    facts = {"config": hashlib.sha256(config).hexdigest(), "vllm": version, "host": host_facts()}
+    blob = json.dumps({**facts, **asdict(job)})
     # The model's path is not in the key: the same config.json is the same spec wherever it lies.
     return hashlib.sha256(blob.replace(job.model, "").encode()).hexdigest()[:32]
 
