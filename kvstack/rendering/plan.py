@@ -25,16 +25,21 @@ def _kv_layers(plan: Plan) -> str:
 
 def _kv_fact(plan: Plan) -> str:
     """The KV dtype line: bytes per token of the full-length layers, or, where no layer keeps every
-    token (every attention layer slides), what one layer keeps; and whose figure it is."""
+    token (every attention layer slides or is chunked), what the bounded layers keep; and whose
+    figure it is."""
+    from kvstack.planning.dtype import dtype_bytes
     from kvstack.units import fmt_bytes
 
     model = plan.model
     if plan.kv_bytes_per_token or plan.hybrid_manager == "off" or not model.attention_layers:
         figure = f"{fmt_bytes(plan.kv_bytes_per_token)}/token, {_kv_layers(plan)}"
     else:
-        bounded = model.sliding_window or model.attention_chunk
+        scale = dtype_bytes(plan.kv_cache_dtype, model) / model.dtype_bytes
+        per_token = model.attention_layers * model.layer_kv_bytes_per_token * scale
+        bound = model.sliding_window or model.attention_chunk
         figure = (
-            f"no layer keeps every token; the model: {model.layer_summary()}, at most {bounded} tokens each"
+            f"{fmt_bytes(per_token)}/token up to {bound} tokens a layer: no layer keeps every token; "
+            f"the model: {model.layer_summary()}"
         )
     return f"{plan.kv_cache_dtype} ({figure}; {_kv_source(plan)})"
 
