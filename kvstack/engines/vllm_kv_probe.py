@@ -8,7 +8,7 @@ Prints one JSON object on its last stdout line (kvstack/engines/vllm_kv_spec.py 
 It asks vLLM what the engine would allocate, the way the engine does it: ``EngineArgs(...)
 .create_engine_config()`` (the CPU platform, ``load_format`` dummy), the model class built on the
 ``meta`` device under ``set_current_vllm_config`` (a single-rank gloo group for the model-parallel
-layers), each layer's ``get_kv_cache_spec(vllm_config)`` from the static forward context as
+layers), the platform's ``update_block_size_for_backend`` as the executor calls it, each layer's ``get_kv_cache_spec(vllm_config)`` from the static forward context as
 ``GPUModelRunner.get_kv_cache_spec`` collects them (cross-layer shared layers skipped), then
 ``get_kv_cache_groups`` (vllm/v1/core/kv_cache_utils.py) with the hybrid KV cache manager on and
 off. A refusal (the config or the model class raises) is reported with the engine's own message.
@@ -78,6 +78,11 @@ def _build_model(config: Any) -> None:
         with torch.device("meta"):
             model_cls, _ = get_model_architecture(config.model_config)
             model_cls(vllm_config=config, prefix="")
+        # As the executor does once the worker loaded the model (v1/executor/uniproc_executor.py):
+        # a hybrid's attention block grows until a page holds a state layer's.
+        from vllm.platforms import current_platform
+
+        current_platform.update_block_size_for_backend(config)
 
 
 def _layer_specs(config: Any) -> tuple[dict[str, Any], dict[str, str]]:

