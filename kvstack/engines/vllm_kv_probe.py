@@ -8,7 +8,8 @@ Prints one JSON object on its last stdout line (kvstack/engines/vllm_kv_spec.py 
 It asks vLLM what the engine would allocate, the way the engine does it: ``EngineArgs(...)
 .create_engine_config()`` (the CPU platform, ``load_format`` dummy), the model class built on the
 ``meta`` device under ``set_current_vllm_config`` (a single-rank gloo group for the model-parallel
-layers), the platform's ``update_block_size_for_backend`` as the executor calls it, each layer's ``get_kv_cache_spec(vllm_config)`` from the static forward context as
+layers), the platform's ``update_block_size_for_backend`` as the executor calls it, each layer's
+``get_kv_cache_spec(vllm_config)`` from the static forward context as
 ``GPUModelRunner.get_kv_cache_spec`` collects them (cross-layer shared layers skipped), then
 ``get_kv_cache_groups`` (vllm/v1/core/kv_cache_utils.py) with the hybrid KV cache manager on and
 off. A refusal (the config or the model class raises) is reported with the engine's own message.
