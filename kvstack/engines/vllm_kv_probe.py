@@ -216,7 +216,10 @@ def probe(job: dict[str, Any]) -> dict[str, Any]:
         if specs:
             _resolve_layout(config, specs)
     except Exception as exc:
-        return {**out, "stage": "model", "reason": _reason(exc)}
+        # A model class that cannot be built on the meta device is this probe's limit, not the
+        # engine's refusal: the parent falls back to its estimate.
+        stage = "probe" if "meta" in str(exc).lower() else "model"
+        return {**out, "stage": stage, "reason": _reason(exc)}
     out.update(
         ok=True,
         shared_layers=shared,

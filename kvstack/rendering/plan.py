@@ -48,6 +48,8 @@ def _kv_source(plan: Plan) -> str:
     spec = plan.model.engine_spec
     if spec is None:
         return "estimated: kvstack's reader of config.json, not checked with the engine"
+    if not spec.blocks_checked:
+        return f"layers from {spec.source()}; block sizes estimated for {plan.platform}"
     return f"from {spec.source()}"
 
 

@@ -19,7 +19,9 @@ from tests.support.engine_specs import GIB, edge_config, recorded_spec, vllm_tok
 from tests.unit.planning.helpers import snapshot
 
 
-def _plan(tmp_path: Path, name: str, answer: EngineKvSpec | None, **flags: object) -> Plan:
+def _plan(
+    tmp_path: Path, name: str, answer: EngineKvSpec | None, hardware: str = "no-gpu", **flags: object
+) -> Plan:
     model_dir = tmp_path / name
     model_dir.mkdir()
     (model_dir / "config.json").write_text(json.dumps(edge_config(name)))
@@ -32,7 +34,7 @@ def _plan(tmp_path: Path, name: str, answer: EngineKvSpec | None, **flags: objec
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(engine_check, "probe_engine_spec", probe)
         plan = plan_for_inputs(
-            PlanInputs(model=str(model_dir), context="16k", **flags), None, snapshot=snapshot("no-gpu")
+            PlanInputs(model=str(model_dir), context="16k", **flags), None, snapshot=snapshot(hardware)
         )
     assert asked, "the engine was not asked"
     return plan
@@ -98,3 +100,12 @@ def test_another_engine_or_a_catalog_model_is_not_probed() -> None:
         patch.setattr(engine_check, "probe_engine_spec", probe)
         plan = plan_for_inputs(PlanInputs(model="qwen3-32b"), None, snapshot=snapshot("h100-sxm"))
     assert plan.model.engine_spec is None
+
+
+def test_on_a_gpu_the_layers_are_the_engines_and_the_blocks_estimated(tmp_path: Path) -> None:
+    from kvstack.rendering.plan import _kv_source
+
+    plan = _plan(tmp_path, "falcon-h1", recorded_spec("falcon-h1"), hardware="h100-sxm")
+    assert plan.model.state_layers == 4
+    assert plan.model.engine_spec is not None and not plan.model.engine_spec.blocks_checked
+    assert _kv_source(plan) == "layers from vLLM 0.32.0's KV cache spec; block sizes estimated for cuda"
