@@ -109,3 +109,23 @@ def test_on_a_gpu_the_layers_are_the_engines_and_the_blocks_estimated(tmp_path: 
     assert plan.model.state_layers == 4
     assert plan.model.engine_spec is not None and not plan.model.engine_spec.blocks_checked
     assert _kv_source(plan) == "layers from vLLM 0.32.0's KV cache spec; block sizes estimated for cuda"
+
+
+def test_an_architecture_vllm_does_not_know_is_refused_at_its_config(tmp_path: Path) -> None:
+    from kvstack.profiles import profiles_dir
+
+    model_dir = tmp_path / "foo"
+    model_dir.mkdir()
+    config = json.loads((profiles_dir() / "demo" / "config.json").read_text())
+    config.update(architectures=["FooBarForCausalLM"], model_type="foobar")
+    (model_dir / "config.json").write_text(json.dumps(config))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(engine_check, "probe_engine_spec", lambda job, python: recorded_spec("unknown-arch"))
+        with pytest.raises(UnsupportedError) as info:
+            plan_for_inputs(PlanInputs(model=str(model_dir)), None, snapshot=snapshot("no-gpu"))
+    assert (
+        "refuses foo (FooBarForCausalLM; layers as config.json reads: 2 full-attention)" in info.value.message
+    )
+    assert (
+        "its config raised" in info.value.message and "Transformers does not recognize" in info.value.message
+    )
