@@ -4,7 +4,8 @@ The engine's Python (``KVSTACK_ENGINE_PYTHON``, else this interpreter) runs
 ``vllm_kv_probe.py`` in a subprocess, so that kvstack itself never imports vLLM; its JSON answer is
 ``EngineKvSpec`` (model/engine_spec.py). The answer depends only on the model's config.json, the
 vLLM version and the arguments that change the spec, so it is kept per (config.json hash, vLLM
-version, arguments) in the user's cache (``$XDG_CACHE_HOME/kvstack/engine-spec``, private 0700):
+version, arguments) in the user's cache (``$XDG_CACHE_HOME/kvstack/engine-spec``, private 0700;
+``KVSTACK_ENGINE_SPEC_CACHE`` moves it): it is the one file plan and ``serve --dry-run`` may write,
 the first plan of a model pays the probe (seconds), the next ones a file read.
 
 No answer (``None``): vLLM is not installed for the engine, the probe is turned off
@@ -33,6 +34,7 @@ from kvstack.rundir import xdg_dir
 
 PROBE_SCRIPT = Path(__file__).with_name("vllm_kv_probe.py")
 SWITCH_ENV = "KVSTACK_ENGINE_SPEC"  # "off": never probe (the plan stays an estimate)
+CACHE_ENV = "KVSTACK_ENGINE_SPEC_CACHE"  # where the answers are kept (default: the user's cache dir)
 TIMEOUT_S = 300.0
 PROBE_VERSION = 3  # in the cache key: a changed probe asks again
 _VERSION_SNIPPET = (
@@ -54,7 +56,8 @@ class SpecJob:
 
 
 def spec_cache_dir() -> Path:
-    return xdg_dir("XDG_CACHE_HOME", ".cache") / "kvstack" / "engine-spec"
+    override = os.environ.get(CACHE_ENV, "").strip()
+    return Path(override) if override else xdg_dir("XDG_CACHE_HOME", ".cache") / "kvstack" / "engine-spec"
 
 
 def probing_enabled() -> bool:
