@@ -201,7 +201,10 @@ def probe(job: dict[str, Any]) -> dict[str, Any]:
     except Exception as exc:
         return {**out, "stage": "config", "reason": _reason(exc)}
     mc = config.model_config
+    from vllm.platforms import current_platform
+
     out.update(
+        platform=str(current_platform.device_type),
         architecture=mc.architecture,
         max_model_len=int(mc.max_model_len),
         kv_cache_dtype=str(config.cache_config.cache_dtype),

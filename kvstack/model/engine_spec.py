@@ -69,6 +69,9 @@ class EngineKvSpec(BaseModel):
     ok: bool
     stage: str | None = None  # where it refused: "config", "model" (or "probe": the probe itself failed)
     reason: str | None = None
+    platform: str = (
+        "cpu"  # vLLM's platform where it was asked (its device_type): its block sizes are that one's
+    )
     architecture: str | None = None
     max_model_len: int | None = None
     kv_cache_dtype: str | None = None

