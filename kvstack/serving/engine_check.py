@@ -31,13 +31,17 @@ def _model_dir(source: ModelSource) -> Path | None:
 
 
 def refuse_if_engine_refuses(model: ModelGeometry, spec: EngineKvSpec) -> None:
-    """The engine's own refusal (its config or its model class raised), as kvstack's: exit 2, one line."""
-    if not spec.refused:
+    """The engine's own refusal (its config or its model class raised, or it can group the layers'
+    KV in no layout), as kvstack's: exit 2, one line."""
+    layouts = [x for x in (spec.manager_on, spec.manager_off) if x is not None]
+    ungroupable = spec.ok and bool(layouts) and not any(x.ok for x in layouts)
+    if not spec.refused and not ungroupable:
         return
-    where = "config" if spec.stage == "config" else "model class"
+    where = {"config": "config", "model": "model class"}.get(spec.stage or "", "KV cache grouping")
+    reason = spec.reason if spec.refused else layouts[0].reason
     raise UnsupportedError(
         f"vLLM {spec.vllm_version} refuses {model.name} ({model.architecture or 'unknown architecture'}; "
-        f"layers as config.json reads: {model.layer_summary()}): its {where} raised: {spec.reason}",
+        f"layers as config.json reads: {model.layer_summary()}): its {where} raised: {reason}",
         hint="serve it with another engine (--engine sglang), another vLLM version, or a config.json "
         "vLLM accepts",
     )

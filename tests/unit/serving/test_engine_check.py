@@ -129,3 +129,16 @@ def test_an_architecture_vllm_does_not_know_is_refused_at_its_config(tmp_path: P
     assert (
         "its config raised" in info.value.message and "Transformers does not recognize" in info.value.message
     )
+
+
+def test_kv_the_engine_can_group_in_no_layout_is_refused() -> None:
+    from kvstack.model.engine_spec import SpecLayout
+    from kvstack.serving.engine_check import refuse_if_engine_refuses
+    from tests.support.engine_specs import edge_geometry
+
+    no = SpecLayout(ok=False, reason="NotImplementedError: no unified page size")
+    spec = recorded_spec("lfm2").model_copy(update={"manager_on": no, "manager_off": no})
+    with pytest.raises(UnsupportedError) as info:
+        refuse_if_engine_refuses(edge_geometry("lfm2"), spec)
+    assert "its KV cache grouping raised: NotImplementedError: no unified page size" in info.value.message
+    refuse_if_engine_refuses(edge_geometry("lfm2"), recorded_spec("lfm2"))  # groups with the manager on
