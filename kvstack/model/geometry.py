@@ -11,6 +11,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model_serializer
 
 from kvstack.errors import ModelConfigError
+from kvstack.model.engine_spec import EngineKvSpec
 from kvstack.model.layers import StateShape, layer_stack, state_shape
 
 Attention = Literal["mha", "gqa", "mla"]
@@ -60,6 +61,9 @@ class ModelGeometry(BaseModel):
     experts_per_token: int | None = None
     # The weight files' size as stored, when the checkpoint (or the hub's listing of it) is at hand.
     checkpoint_bytes: int | None = None
+    # The engine's own answer (model/engine_spec.py): where set, the layer counts above are its, and
+    # model/kv_groups.py sizes blocks and groups from it; None: the figures are kvstack's estimate.
+    engine_spec: EngineKvSpec | None = None
 
     @model_serializer(mode="wrap")
     def _drop_plain_layers(self, handler: SerializerFunctionWrapHandler) -> Any:
@@ -140,6 +144,7 @@ _LAYER_DEFAULTS: dict[str, Any] = {
     "state": None,
     "attention_sinks": False,
     "layer_kinds_source": None,
+    "engine_spec": None,
 }
 
 # vLLM's dtype "auto" serves float32 checkpoints in 16-bit (its --dtype help), so the KV does too.
@@ -212,6 +217,8 @@ def _estimate_params(cfg: Mapping[str, Any], geo: dict[str, Any]) -> tuple[int, 
         hd, kvh = geo["head_dim"], geo["kv_heads"]
         attn = 2 * hidden * heads * hd + 2 * hidden * kvh * hd
     inter = cfg.get("intermediate_size") or 4 * hidden
+    if isinstance(inter, list):  # Gemma 3n: one per layer
+        inter = max((int(x) for x in inter if isinstance(x, int | float)), default=4 * hidden)
     experts, per_tok = geo["num_experts"], geo["experts_per_token"]
     dense_mlp = 3 * hidden * int(inter)
     if experts is None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from kvstack.model.engine_spec import SpecLayout, spec_block_bytes, spec_blocks_per_request
 from kvstack.model.geometry import ModelGeometry
 
 
@@ -93,8 +94,21 @@ def attention_block(model: ModelGeometry, engine: EngineKvParams) -> int:
     return engine.block_size * max(1, math.ceil(state / step))
 
 
+def engine_layout(model: ModelGeometry, hybrid_manager: bool) -> SpecLayout | None:
+    """The groups the engine itself reported for this layout, when it was asked and answered."""
+    spec = model.engine_spec
+    layout = spec.layout(hybrid_manager) if spec is not None and spec.blocks_checked else None
+    return layout if layout is not None and layout.ok and layout.groups else None
+
+
 def kv_groups(model: ModelGeometry, *, hybrid_manager: bool) -> KvGroups:
     """The groups of equal size vLLM forms (state layers are a kind of their own)."""
+    if (layout := engine_layout(model, hybrid_manager)) is not None:
+        counts: dict[str, int] = {}
+        for group in layout.groups:
+            counts[group.kind] = counts.get(group.kind, 0) + 1
+        size = max(g.layers for g in layout.groups)
+        return KvGroups(hybrid_manager=hybrid_manager, group_size=size, groups=tuple(counts.items()))
     if promotes_local_layers(model, hybrid_manager):
         return KvGroups(hybrid_manager=False, group_size=model.attention_layers, groups=(("full", 1),))
     counts = {
@@ -134,6 +148,15 @@ def blocks_per_request(
     model: ModelGeometry, tokens: int, engine: EngineKvParams, *, hybrid_manager: bool
 ) -> int:
     """Blocks of the shared pool one request of ``tokens`` tokens takes, over every group."""
+    if (spec := engine_layout(model, hybrid_manager)) is not None:
+        assert model.engine_spec is not None
+        return spec_blocks_per_request(
+            spec,
+            tokens,
+            engine.in_flight_tokens,
+            prefix_caching=engine.prefix_caching,
+            probed_prefix_caching=model.engine_spec.prefix_caching,
+        )
     layout = kv_groups(model, hybrid_manager=hybrid_manager)
     return sum(n * _blocks(kind, model, tokens, engine) for kind, n in layout.groups)
 
@@ -144,6 +167,8 @@ def block_bytes(
     """Bytes one block of the shared pool costs: a group's layers for one attention block (a state
     layer's page is padded to it)."""
     scale = (dtype_bytes or model.dtype_bytes) / model.dtype_bytes
+    if (spec := engine_layout(model, hybrid_manager)) is not None:
+        return spec_block_bytes(spec, scale)
     layout = kv_groups(model, hybrid_manager=hybrid_manager)
     return layout.group_size * attention_block(model, engine) * model.layer_kv_bytes_per_token * scale
 

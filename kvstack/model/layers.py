@@ -154,6 +154,12 @@ def layer_stack(cfg: Mapping[str, Any], layers: int, max_context: int) -> LayerS
     if found is None:
         found = _sliding_default(cfg, layers) if window else (["full"] * layers, "every layer full")
     kinds, source = found
+    shared = _int(cfg.get("num_kv_shared_layers"))
+    if shared:
+        # Gemma 3n: the last num_kv_shared_layers layers read an earlier layer's KV and keep none
+        # (vLLM skips their spec: kv_sharing_target_layer_name, v1/worker/gpu_model_runner.py).
+        kinds = [*kinds[: max(0, layers - shared)], *(["none"] * min(shared, layers))]  # type: ignore[list-item]
+        source = f"{source} + num_kv_shared_layers"
     counts = Counter(kinds)
     sliding, chunked = counts["sliding"], counts["chunked"]
     if sliding and (window is None or window >= max_context):
@@ -178,7 +184,7 @@ class StateShape(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    kind: Literal["mamba2", "gdn", "mamba1"]
+    kind: Literal["mamba2", "gdn", "mamba1", "short_conv"]
     conv_elements: int  # at the model's dtype
     ssm_elements: int  # at the SSM cache dtype
     ssm_float32: bool = False  # the family's default SSM cache dtype is float32 (Nemotron-H)

@@ -144,8 +144,26 @@ def _feature(model: ModelGeometry) -> str:
     return f"{model.name}'s layers ({model.layer_summary()})"
 
 
+def _engine_refuses_off(model: ModelGeometry) -> str | None:
+    """The engine's own reason it cannot run the model with its hybrid KV cache manager off (its
+    spec asked: model/engine_spec.py), or None where it can or was not asked."""
+    spec = model.engine_spec
+    off = spec.manager_off if spec is not None else None
+    if spec is None or off is None or off.ok:
+        return None
+    return f'vLLM {spec.vllm_version} with the manager off: "{off.reason}"'
+
+
 def carry(model: ModelGeometry, connector: Connector, platform: Platform) -> CarryDecision:
     """How ``connector`` carries ``model`` on ``platform`` (``none`` carries everything)."""
+    decision = _carry(model, connector, platform)
+    refused = _engine_refuses_off(model) if decision.carriage != "as-allocated" else None
+    if refused is not None and refused not in decision.reason:
+        return CarryDecision("cannot", True, f"{decision.reason} ({refused})")
+    return decision
+
+
+def _carry(model: ModelGeometry, connector: Connector, platform: Platform) -> CarryDecision:
     reach = REACH.get((connector, platform))
     default = engine_default_manager(model)
     if connector == "none" or reach is None:

@@ -23,6 +23,36 @@ def _kv_layers(plan: Plan) -> str:
     return "full-attention layers"
 
 
+def _kv_fact(plan: Plan) -> str:
+    """The KV dtype line: bytes per token of the full-length layers, or, where no layer keeps every
+    token (every attention layer slides or is chunked), what the bounded layers keep; and whose
+    figure it is."""
+    from kvstack.planning.dtype import dtype_bytes
+    from kvstack.units import fmt_bytes
+
+    model = plan.model
+    if plan.kv_bytes_per_token or plan.hybrid_manager == "off" or not model.attention_layers:
+        figure = f"{fmt_bytes(plan.kv_bytes_per_token)}/token, {_kv_layers(plan)}"
+    else:
+        scale = dtype_bytes(plan.kv_cache_dtype, model) / model.dtype_bytes
+        per_token = model.attention_layers * model.layer_kv_bytes_per_token * scale
+        bound = model.sliding_window or model.attention_chunk
+        figure = (
+            f"{fmt_bytes(per_token)}/token up to {bound} tokens a layer: no layer keeps every token; "
+            f"the model: {model.layer_summary()}"
+        )
+    return f"{plan.kv_cache_dtype} ({figure}; {_kv_source(plan)})"
+
+
+def _kv_source(plan: Plan) -> str:
+    spec = plan.model.engine_spec
+    if spec is None:
+        return "estimated: kvstack's reader of config.json, not checked with the engine"
+    if not spec.blocks_checked:
+        return f"layers from {spec.source()}; block sizes estimated for {plan.platform}"
+    return f"from {spec.source()}"
+
+
 def _breakeven(kind: str, tokens: int | None, platform: str) -> str:
     from kvstack.units import fmt_tokens
 
@@ -81,7 +111,7 @@ def render(plan: Plan) -> None:
     facts = [
         (
             "KV dtype",
-            f"{plan.kv_cache_dtype} ({fmt_bytes(plan.kv_bytes_per_token)}/token, {_kv_layers(plan)})",
+            _kv_fact(plan),
         ),
         ("connector", plan.connector),
         ("tensor parallel", str(plan.tensor_parallel_size)),

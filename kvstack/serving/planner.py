@@ -10,6 +10,7 @@ from kvstack.planning.plan import PlanRequest, SizingTrace, make_plan
 from kvstack.planning.schema import Plan
 from kvstack.planning.workload import default_workload
 from kvstack.remote.url import parse_remote_url
+from kvstack.serving.engine_check import engine_checked
 from kvstack.serving.plan_inputs import PlanInputs
 from kvstack.serving.workload_files import load_workload
 
@@ -22,8 +23,9 @@ def plan_for_model(
     trace: SizingTrace | None = None,
 ) -> Plan:
     """Load the workload profile, then plan (pure from here) for a resolved model; ``trace`` (read by
-    kvstack/traces) sizes the tiers from its capacity curve."""
-    model = source.geometry
+    kvstack/traces) sizes the tiers from its capacity curve. The engine is asked first: its layers
+    size the plan, and what it refuses is refused here (serving/engine_check.py)."""
+    model = engine_checked(source, request, snapshot)
     workload = load_workload(workload_name) if workload_name else default_workload(model.max_context)
     if request.remote_url is not None:
         # remote/url.py's rules (LMCache's): a malformed URL is an InputError naming the accepted forms;

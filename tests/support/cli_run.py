@@ -18,6 +18,8 @@ from pathlib import Path
 
 import psutil
 
+from tests.support.fs_guard import USER_SPEC_CACHE, USER_VLLM_CACHE
+
 MARK_VAR = "KVSTACK_TEST_RUN_MARK"
 
 
@@ -37,6 +39,9 @@ def isolated_env(home: Path, extra: Mapping[str, str] | None = None) -> dict[str
     """The caller's environment with HOME and XDG dirs inside ``home`` (defaults land there)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("KVSTACK_", "XDG_"))}
     env.update(
+        # The caches that only save time stay the user's (tests/support/fs_guard.py says why).
+        VLLM_CACHE_ROOT=USER_VLLM_CACHE,
+        KVSTACK_ENGINE_SPEC_CACHE=USER_SPEC_CACHE,
         HOME=str(home),
         XDG_CACHE_HOME=str(home / ".cache"),
         XDG_STATE_HOME=str(home / ".local" / "state"),

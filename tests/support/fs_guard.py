@@ -17,6 +17,7 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kvstack.engines.vllm_kv_spec import CACHE_ENV, spec_cache_dir
 from tests.support.deps import ROOT
 
 # Relative to the temporary HOME: what the engines write there on their own (each seen in a run of
@@ -34,15 +35,20 @@ Snapshot = dict[str, tuple[int, int]]  # path -> (size, mtime_ns)
 # are what a user's engine finds on its second start. A fresh one costs each engine start ~11 s of
 # compiling here (a warm-up of 18 s against 7 s).
 USER_VLLM_CACHE = os.environ.get("VLLM_CACHE_ROOT") or os.path.expanduser("~/.cache/vllm")
+# The same for the answers of the engine spec probe (kvstack/engines/vllm_kv_spec.py): a fresh cache
+# costs each plan of a model the probe (~10-30 s here).
+USER_SPEC_CACHE = str(spec_cache_dir())
 
 
 def isolated_home(base: Path) -> dict[str, str]:
     """Environment entries that put HOME and the XDG base directories under ``base``; vLLM's
-    compile cache stays the user's (USER_VLLM_CACHE)."""
+    compile cache and kvstack's engine spec answers stay the user's (USER_VLLM_CACHE,
+    USER_SPEC_CACHE)."""
     home = base / "home"
     home.mkdir(parents=True, exist_ok=True)
     return {
         "VLLM_CACHE_ROOT": USER_VLLM_CACHE,
+        CACHE_ENV: USER_SPEC_CACHE,
         "HOME": str(home),
         "XDG_CACHE_HOME": str(home / ".cache"),
         "XDG_CONFIG_HOME": str(home / ".config"),

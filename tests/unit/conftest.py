@@ -31,3 +31,11 @@ def _isolated_hugging_face(_empty_hf_home: Path, monkeypatch: pytest.MonkeyPatch
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("HF_HOME", str(_empty_hf_home))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
+@pytest.fixture(autouse=True)
+def _no_engine_spec_probe(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Unit tests plan with kvstack's own reader: asking the installed vLLM (a subprocess of seconds,
+    kvstack/engines/vllm_kv_spec.py) is what tests/integration/test_engine_spec.py covers, and unit
+    tests of the planner side feed it recorded answers."""
+    monkeypatch.setenv("KVSTACK_ENGINE_SPEC", "off")

@@ -208,3 +208,22 @@ def test_bad_hardware_files(tmp_path: Path) -> None:
 def test_missing_model_option_is_a_usage_error() -> None:
     proc = kvstack("--hardware", hw("h100-sxm"))
     assert proc.returncode == 2 and "--model" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_model_whose_every_layer_slides_shows_what_its_layers_keep(tmp_path: Path) -> None:
+    # It was shown as "fp8 (0 B/token, full-attention layers; ...)".
+    model_dir = tmp_path / "Mistral-7B-v0.1"
+    model_dir.mkdir()
+    shutil.copy(CONFIGS / "Mistral-7B-v0.1.json", model_dir / "config.json")
+    proc = kvstack("--model", str(model_dir), "--hardware", hw("h100-sxm"), "--kv-dtype", "fp8")
+    assert proc.returncode == 0, proc.stderr
+    line = next(x for x in proc.stdout.splitlines() if "KV dtype" in x)
+    assert "0 B/token" not in line and "full-attention layers" not in line
+    assert "64.0 KiB/token up to 4096 tokens a layer" in line and "32 sliding-window (4096)" in line
+
+
+def test_kv_figures_not_checked_with_the_engine_say_they_are_estimated() -> None:
+    proc = kvstack("--model", "llama-3.1-8b", "--hardware", hw("h100-sxm"))
+    assert proc.returncode == 0, proc.stderr
+    line = next(x for x in proc.stdout.splitlines() if "KV dtype" in x)
+    assert "estimated: kvstack's reader of config.json, not checked with the engine" in line

@@ -6,6 +6,8 @@ measures it."""
 from __future__ import annotations
 
 import inspect
+import sys
+from pathlib import Path
 
 import pytest
 import typer
@@ -62,3 +64,26 @@ def test_a_plan_imports_no_other_commands_module_and_no_http_client() -> None:
     argv = ["plan", "--model", "llama-3.1-8b", "--hardware", hardware, "--json"]
     loaded = modules_loaded_by(argv, (*COMMAND_MODULES, *ENGINES, "kvstack.apikey", "httpx", "aiohttp"))
     assert loaded == ["kvstack.cli.plan"]
+
+
+def test_a_plan_that_asks_the_engine_imports_no_engine(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The engine spec is asked in a subprocess (kvstack/engines/vllm_kv_spec.py); here its answer
+    comes from the cache, so that the plan goes the whole way without starting it."""
+    from kvstack.engines.vllm_kv_spec import SpecJob, cache_key, vllm_version
+    from kvstack.profiles import profiles_dir
+
+    demo = profiles_dir() / "demo"
+    monkeypatch.setenv("KVSTACK_ENGINE_SPEC", "on")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setenv("KVSTACK_ENGINE_PYTHON", sys.executable)
+    version = vllm_version(sys.executable)
+    if version is not None:
+        cache = tmp_path / "kvstack" / "engine-spec"
+        cache.mkdir(parents=True, mode=0o700)
+        recorded = Path(__file__).resolve().parents[2] / "fixtures" / "engine_spec" / "demo.json"
+        (cache / f"{cache_key(SpecJob(model=str(demo)), version)}.json").write_text(recorded.read_text())
+    hardware = str(profiles_dir() / "hardware" / "no-gpu.json")
+    loaded = modules_loaded_by(["plan", "--model", str(demo), "--hardware", hardware], ENGINES)
+    assert loaded == []

@@ -317,3 +317,13 @@ def test_quantized_checkpoints_count_as_stored(
     embeddings = 2 * 128256 * 4096  # untied embeddings and lm_head stay in bf16
     linear = model.params - embeddings
     assert model.weight_bytes == pytest.approx(linear * linear_bytes + embeddings * 2, rel=0.001)
+
+
+def test_gemma3n_per_layer_lists_and_shared_kv_layers() -> None:
+    """(a) of issue #49: Gemma 3n's intermediate_size is a list per layer (TypeError before), and its
+    last num_kv_shared_layers layers read an earlier layer's KV and keep none."""
+    from tests.support.engine_specs import edge_config
+
+    geo = geometry_from_config(edge_config("gemma3n"), "gemma3n", "test")
+    assert (geo.sliding_layers, geo.full_attention_layers) == (2, 1)
+    assert geo.layer_kinds_source is not None and "num_kv_shared_layers" in geo.layer_kinds_source

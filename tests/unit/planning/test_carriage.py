@@ -99,3 +99,21 @@ def test_cpu_plan_mamba2_runs_without_prefix_caching(plan_for: PlanFor) -> None:
     gdn = geometry_from_config(family_config("qwen3-next"), "qwen3-next", "test")
     kept = plan_for(roomy_cpu_host(), gdn)
     assert kept.prefix_caching and "prefix_caching" not in kept.model_dump()
+
+
+def test_a_layout_the_engine_refuses_with_the_manager_off_cannot_be_carried() -> None:
+    """Where the engine was asked (model/engine_spec.py) and refused its groups with the hybrid KV
+    cache manager off, a connector that needs it off cannot carry the model, in vLLM's own words;
+    where it accepted them (Gemma 3n), the manager goes off as before."""
+    from kvstack.model.engine_layers import apply_engine_spec
+    from tests.support.engine_specs import edge_geometry, recorded_spec
+
+    falcon = apply_engine_spec(edge_geometry("falcon-h1"), recorded_spec("falcon-h1"))
+    decision = carry(falcon, "lmcache-mp", "cpu")
+    assert decision.carriage == "cannot"
+    assert decision.reason.endswith(
+        '(vLLM 0.32.0 with the manager off: "Failed to promote local KV cache specs to one unified type.")'
+    )
+    gemma3n = apply_engine_spec(edge_geometry("gemma3n"), recorded_spec("gemma3n"))
+    assert carry(gemma3n, "lmcache-mp", "cpu").carriage == "manager-off"
+    assert carry(falcon, "none", "cpu").carriage == "as-allocated"

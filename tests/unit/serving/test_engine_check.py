@@ -1,0 +1,144 @@
+"""The plan asks the engine (serving/engine_check.py), fed the probe's recorded answers: the four
+families of issue #49 that kvstack's own reader planned wrong or crashed on."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kvstack.errors import UnsupportedError
+from kvstack.model.engine_spec import EngineKvSpec
+from kvstack.planning.engine_kv import kv_expectation
+from kvstack.planning.schema import Plan
+from kvstack.serving import engine_check
+from kvstack.serving.plan_inputs import PlanInputs
+from kvstack.serving.planner import plan_for_inputs
+from tests.support.engine_specs import GIB, edge_config, recorded_spec, vllm_tokens
+from tests.unit.planning.helpers import snapshot
+
+
+def _plan(
+    tmp_path: Path, name: str, answer: EngineKvSpec | None, hardware: str = "no-gpu", **flags: object
+) -> Plan:
+    model_dir = tmp_path / name
+    model_dir.mkdir()
+    (model_dir / "config.json").write_text(json.dumps(edge_config(name)))
+    asked: list[str] = []
+
+    def probe(job: object, python: str) -> EngineKvSpec | None:
+        asked.append(python)
+        return answer
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(engine_check, "probe_engine_spec", probe)
+        plan = plan_for_inputs(
+            PlanInputs(model=str(model_dir), context="16k", **flags), None, snapshot=snapshot(hardware)
+        )
+    assert asked, "the engine was not asked"
+    return plan
+
+
+def test_falcon_h1_state_beside_attention_is_not_given_lmcache_mp(tmp_path: Path) -> None:
+    # (b): planned as full attention, lmcache-mp was chosen and the engine died at start.
+    plan = _plan(tmp_path, "falcon-h1", recorded_spec("falcon-h1"))
+    assert plan.connector == "none"
+    assert "state-space" in plan.reasons["connector"]
+    assert "Failed to promote local KV cache specs" in plan.reasons["connector"]
+
+
+def test_a_forced_connector_that_cannot_carry_the_groups_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(UnsupportedError) as info:
+        _plan(tmp_path, "falcon-h1", recorded_spec("falcon-h1"), offload="lmcache-mp")
+    assert info.value.exit_code == 2
+    assert "4 full-attention + 4 state-space" in info.value.message
+    assert 'vLLM 0.32.0 with the manager off: "Failed to promote' in info.value.message
+    assert info.value.hint is not None and "--offload none" in info.value.hint
+
+
+def test_lfm2s_kv_tokens_are_the_engines(tmp_path: Path) -> None:
+    # (c): sized by the Mamba formula, engine/plan was 1.116 and the kv-size check failed.
+    spec = recorded_spec("lfm2")
+    plan = _plan(tmp_path, "lfm2", spec)
+    assert plan.max_model_len == spec.max_model_len == 16384
+    assert spec.manager_on is not None
+    expect = kv_expectation(plan, GIB)
+    assert expect.tokens(GIB) == vllm_tokens(spec.manager_on, GIB, 16384)
+
+
+def test_gemma3n_plans_with_its_shared_layers(tmp_path: Path) -> None:
+    # (a): the plan crashed with a TypeError on the per-layer lists.
+    spec = recorded_spec("gemma3n")
+    plan = _plan(tmp_path, "gemma3n", spec, offload="none")
+    assert plan.model.layer_summary() == "2 sliding-window (128) + 1 full-attention"
+    assert spec.manager_on is not None
+    assert kv_expectation(plan, GIB).tokens(GIB) == vllm_tokens(spec.manager_on, GIB, 16384)
+
+
+def test_what_vllm_refuses_kvstack_refuses_before_launch(tmp_path: Path) -> None:
+    # (d): vLLM asserts on Qwen2 sliding some layers only; kvstack launched it before.
+    with pytest.raises(UnsupportedError) as info:
+        _plan(tmp_path, "qwen2-swa", recorded_spec("qwen2-swa"))
+    message = info.value.message
+    assert info.value.exit_code == 2 and "\n" not in message
+    assert message.startswith("vLLM 0.32.0 refuses qwen2-swa (Qwen2ForCausalLM; layers as config.json reads:")
+    assert "Sliding window for some but all layers is not supported" in message
+    assert info.value.hint is not None and "another engine" in info.value.hint
+
+
+def test_without_an_answer_the_plan_is_the_labelled_estimate(tmp_path: Path) -> None:
+    plan = _plan(tmp_path, "lfm2", None)
+    assert plan.model.engine_spec is None
+
+
+def test_another_engine_or_a_catalog_model_is_not_probed() -> None:
+    def probe(job: object, python: str) -> EngineKvSpec | None:
+        raise AssertionError("probed")
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(engine_check, "probe_engine_spec", probe)
+        plan = plan_for_inputs(PlanInputs(model="qwen3-32b"), None, snapshot=snapshot("h100-sxm"))
+    assert plan.model.engine_spec is None
+
+
+def test_on_a_gpu_the_layers_are_the_engines_and_the_blocks_estimated(tmp_path: Path) -> None:
+    from kvstack.rendering.plan import _kv_source
+
+    plan = _plan(tmp_path, "falcon-h1", recorded_spec("falcon-h1"), hardware="h100-sxm")
+    assert plan.model.state_layers == 4
+    assert plan.model.engine_spec is not None and not plan.model.engine_spec.blocks_checked
+    assert _kv_source(plan) == "layers from vLLM 0.32.0's KV cache spec; block sizes estimated for cuda"
+
+
+def test_an_architecture_vllm_does_not_know_is_refused_at_its_config(tmp_path: Path) -> None:
+    from kvstack.profiles import profiles_dir
+
+    model_dir = tmp_path / "foo"
+    model_dir.mkdir()
+    config = json.loads((profiles_dir() / "demo" / "config.json").read_text())
+    config.update(architectures=["FooBarForCausalLM"], model_type="foobar")
+    (model_dir / "config.json").write_text(json.dumps(config))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(engine_check, "probe_engine_spec", lambda job, python: recorded_spec("unknown-arch"))
+        with pytest.raises(UnsupportedError) as info:
+            plan_for_inputs(PlanInputs(model=str(model_dir)), None, snapshot=snapshot("no-gpu"))
+    assert (
+        "refuses foo (FooBarForCausalLM; layers as config.json reads: 2 full-attention)" in info.value.message
+    )
+    assert (
+        "its config raised" in info.value.message and "Transformers does not recognize" in info.value.message
+    )
+
+
+def test_kv_the_engine_can_group_in_no_layout_is_refused() -> None:
+    from kvstack.model.engine_spec import SpecLayout
+    from kvstack.serving.engine_check import refuse_if_engine_refuses
+    from tests.support.engine_specs import edge_geometry
+
+    no = SpecLayout(ok=False, reason="NotImplementedError: no unified page size")
+    spec = recorded_spec("lfm2").model_copy(update={"manager_on": no, "manager_off": no})
+    with pytest.raises(UnsupportedError) as info:
+        refuse_if_engine_refuses(edge_geometry("lfm2"), spec)
+    assert "its KV cache grouping raised: NotImplementedError: no unified page size" in info.value.message
+    refuse_if_engine_refuses(edge_geometry("lfm2"), recorded_spec("lfm2"))  # groups with the manager on
