@@ -74,3 +74,43 @@ def test_a_server_no_one_names_the_tiers_of_is_not_predicted(
     assert "whose sizes kvstack cannot read" in layout["no_prediction"]
     assert all(t["predicted"] is None for t in layout["tiers"])
     assert layout["ttft"]["predicted"]["p50_s"] is None
+
+
+def test_the_trace_swept_at_two_multiples_of_its_rate(demo_server: ServeSession, tmp_path: Path) -> None:
+    """`bench --trace --sweep rate:1,2` on the real engine: load 1 is the slice's own clock (here
+    100x faster, --time-scale 0.01), 2 sends it twice as fast; each step replays the same slice with
+    blocks of its own, and the capacity is what the steps' own verdicts say (not their times)."""
+    if not TRACE.is_file():
+        pytest.skip(f"the shared trace is not here ({TRACE})")
+    out = tmp_path / "sweep"
+    env = env_for_tests()
+    env["XDG_STATE_HOME"] = str(tmp_path / "state")
+    args = (
+        "bench", "--trace", str(TRACE), "--session-sample", "1/40", "--max-requests", "12",
+        "--block-tokens", "128", "--time-scale", "0.01", "--max-output-tokens", "4",
+        "--url", demo_server.base_url, "--sweep", "rate:1,2", "--sweep-bisect", "0",
+        "--slo-ttft", "60000", "--out", str(out), "--json",
+    )  # fmt: skip
+    proc = kvstack_run(*args, env=env, timeout=REPLAY_TIMEOUT_S)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    data: dict[str, Any] = json.loads(proc.stdout)
+    assert data == json.loads((out / "results.json").read_text())
+    assert data["kind"] == "trace_rate" and data["trace"]["unit"] == "x trace rate"
+    sent = data["trace"]["requests"]
+    assert sent > 0 and data["trace"]["span_s"] > 0
+    assert data["trace"]["rate_per_s"] == pytest.approx(sent / data["trace"]["span_s"], rel=0.01)
+    (layout,) = data["layouts"]
+    steps = layout["steps"]
+    assert [(s["load"], s["seed"]) for s in steps] == [(1, 0), (2, 1)]
+    assert all(s["complete"] and s["summary"]["ok"] == sent for s in steps), steps
+    for s in steps:
+        assert s["meets_slo"] == (s["share_within_slo"] >= data["slo"]["share"])
+        assert s["prompt_token_shares"], "the engine's counters say where each step's prompt tokens came from"
+    capacity = layout["capacity"]
+    passed = [s["meets_slo"] for s in steps]
+    expected = {(True, True): ("above_ladder", 2), (True, False): ("bracketed", 1)}.get(tuple(passed))
+    if expected is None:
+        assert capacity["status"] == "below_first_step", capacity
+    else:
+        assert (capacity["status"], capacity["load"]) == expected, capacity
+    assert (out / "sweep_ttft_p90.png").stat().st_size > 0 and (out / "requests.csv").is_file()
