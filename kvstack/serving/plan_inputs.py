@@ -6,12 +6,16 @@ snapshot loaded or probed."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Self
 
+from pydantic import model_validator
+
+from kvstack.errors import InputError
 from kvstack.flags import Inputs, Json, flag
 from kvstack.hardware.checks import DISK_MIN_BW
 from kvstack.hardware.snapshot import HardwareSnapshot, load_snapshot
 from kvstack.names import ENGINES, OFFLOAD_CHOICES
+from kvstack.planning.bound import CapacityAsk
 from kvstack.planning.request import PlanRequest
 from kvstack.planning.retention import parse_retain
 from kvstack.planning.schema import Engine, OffloadChoice
@@ -166,10 +170,49 @@ def load_or_probe(hardware: Path | None, disk: Path | None, fio_seconds: float =
 
 
 class PlanOutputInputs(Inputs):
-    """``kvstack plan``'s output flags: the trace's capacity curve as a PNG, the plan as JSON."""
+    """``kvstack plan``'s own flags: the trace's capacity curve as a PNG, the plan as JSON, and the
+    SLO each layout's capacity is predicted under (planning/bound.py)."""
 
     curve_png: Annotated[
         Path | None,
         flag("--curve-png", help="Write the trace's capacity curve, tier boundaries marked, as a PNG."),
     ] = None
     as_json: Json
+    slo_ttft: Annotated[
+        float | None,
+        flag("--slo-ttft", help="Predict each layout's capacity (requests/s) under this TTFT SLO, and the "
+             "resource that bounds it.", metavar="MS", gt=0, example="500", show_default=False),
+    ] = None  # fmt: skip
+    slo_share: Annotated[
+        float | None,
+        flag("--slo-share", help="--slo-ttft: the share of requests that must meet it (default 0.9).",
+             gt=0, example="0.9", show_default=False),
+    ] = None  # fmt: skip
+    output_tokens: Annotated[
+        int | None,
+        flag("--output-tokens", help="--slo-ttft: output tokens per request, for decode and the KV in "
+             "flight (default 128).", ge=0, show_default=False),
+    ] = None  # fmt: skip
+
+    @model_validator(mode="after")
+    def _check_slo(self) -> Self:
+        if self.slo_share is not None and self.slo_share > 1:
+            share = self.slo_share
+            raise InputError(f"--slo-share must be at most 1, not {share:g}", hint="e.g. --slo-share 0.9")
+        if self.slo_ttft is None:
+            given = [f for f, v in (("--slo-share", self.slo_share), ("--output-tokens", self.output_tokens))
+                     if v is not None]  # fmt: skip
+            if given:
+                raise InputError(f"{given[0]} is read with --slo-ttft only", hint="add --slo-ttft MS")
+        return self
+
+    def capacity_ask(self) -> CapacityAsk | None:
+        """What each layout's capacity is predicted under; None without --slo-ttft."""
+        if self.slo_ttft is None:
+            return None
+        ask = CapacityAsk(slo_ttft_s=self.slo_ttft / 1000)
+        if self.slo_share is not None:
+            ask = ask.model_copy(update={"share": self.slo_share})
+        if self.output_tokens is not None:
+            ask = ask.model_copy(update={"output_tokens": self.output_tokens})
+        return ask
