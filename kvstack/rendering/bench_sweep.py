@@ -77,9 +77,9 @@ def predicted_line(name: str, kind: LoadKind, lay: LayoutSweep) -> str | None:
     if p.load is None:
         why = p.note or ("an idle engine's TTFT is above the SLO" if p.status == "slo_below_unloaded" else "")
         return f"{name}: predicted capacity: none ({why})"
-    text = f"{name}: predicted capacity {load_text(kind, p.load)}"
+    text = f"{name}: predicted capacity {load_text(kind, float(f'{p.load:.3g}'))}"
     if p.bound is not None:
-        text += f" (bound: {bound_text(p.bound)})"
+        text += f", bound: {bound_text(p.bound)}"
     if p.measured_load is None:
         return text + "; no measured capacity to compare"
     measured = load_text(kind, p.measured_load)

@@ -4,15 +4,13 @@ predicted capacity per layout (planning/bound.py computes; this only words it)."
 from __future__ import annotations
 
 from kvstack.planning.bound import LayoutCapacity, PlanCapacity, ResourceUse
-from kvstack.units import fmt_bw, fmt_ms, fmt_tokens
+from kvstack.units import fmt_bw, fmt_ms
 
 
 def amount(value: float, unit: str) -> str:
-    """A resource's figure in its unit: ``1.9 GB/s``, ``12,400 tokens/s``, ``1.2M tokens``."""
+    """A resource's figure in its unit: ``1.9 GB/s``, ``12,400 tokens/s``, ``1,200,000 tokens``."""
     if unit == "B/s":
         return fmt_bw(value)
-    if unit == "tokens":
-        return f"{fmt_tokens(round(value))} tokens"
     return f"{value:,.0f} {unit}"
 
 
