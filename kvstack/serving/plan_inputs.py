@@ -11,7 +11,16 @@ from typing import Annotated, Self
 from pydantic import model_validator
 
 from kvstack.errors import InputError
-from kvstack.flags import Inputs, Json, flag
+from kvstack.flags import (
+    DEFAULT_SLO_SHARE,
+    Inputs,
+    Json,
+    OutputTokens,
+    SloShare,
+    SloTtft,
+    check_slo_share,
+    flag,
+)
 from kvstack.hardware.checks import DISK_MIN_BW
 from kvstack.hardware.snapshot import HardwareSnapshot, load_snapshot
 from kvstack.names import ENGINES, OFFLOAD_CHOICES
@@ -178,41 +187,23 @@ class PlanOutputInputs(Inputs):
         flag("--curve-png", help="Write the trace's capacity curve, tier boundaries marked, as a PNG."),
     ] = None
     as_json: Json
-    slo_ttft: Annotated[
-        float | None,
-        flag("--slo-ttft", help="Predict each layout's capacity (requests/s) under this TTFT SLO, and the "
-             "resource that bounds it.", metavar="MS", gt=0, example="500", show_default=False),
-    ] = None  # fmt: skip
-    slo_share: Annotated[
-        float | None,
-        flag("--slo-share", help="--slo-ttft: the share of requests that must meet it (default 0.9).",
-             gt=0, example="0.9", show_default=False),
-    ] = None  # fmt: skip
-    output_tokens: Annotated[
-        int | None,
-        flag("--output-tokens", help="--slo-ttft: output tokens per request, for decode and the KV in "
-             "flight (default 128).", ge=0, show_default=False),
-    ] = None  # fmt: skip
+    # plan --slo-ttft: the SLO each layout's capacity is predicted under (cli/plan.py words them).
+    slo_ttft: SloTtft
+    slo_share: SloShare
+    output_tokens: OutputTokens = 128
 
     @model_validator(mode="after")
     def _check_slo(self) -> Self:
-        if self.slo_share is not None and self.slo_share > 1:
-            share = self.slo_share
-            raise InputError(f"--slo-share must be at most 1, not {share:g}", hint="e.g. --slo-share 0.9")
-        if self.slo_ttft is None:
-            given = [f for f, v in (("--slo-share", self.slo_share), ("--output-tokens", self.output_tokens))
-                     if v is not None]  # fmt: skip
-            if given:
-                raise InputError(f"{given[0]} is read with --slo-ttft only", hint="add --slo-ttft MS")
+        check_slo_share(self.slo_share)
+        if self.slo_ttft is None and self.slo_share is not None:
+            raise InputError("--slo-share is read with --slo-ttft only", hint="add --slo-ttft MS")
+        if self.output_tokens < 0:
+            raise InputError(f"--output-tokens must be 0 or more, not {self.output_tokens}", hint="e.g. 128")
         return self
 
     def capacity_ask(self) -> CapacityAsk | None:
         """What each layout's capacity is predicted under; None without --slo-ttft."""
         if self.slo_ttft is None:
             return None
-        ask = CapacityAsk(slo_ttft_s=self.slo_ttft / 1000)
-        if self.slo_share is not None:
-            ask = ask.model_copy(update={"share": self.slo_share})
-        if self.output_tokens is not None:
-            ask = ask.model_copy(update={"output_tokens": self.output_tokens})
-        return ask
+        share = DEFAULT_SLO_SHARE if self.slo_share is None else self.slo_share
+        return CapacityAsk(slo_ttft_s=self.slo_ttft / 1000, share=share, output_tokens=self.output_tokens)
