@@ -207,19 +207,16 @@ def _demands(costs: LayoutCosts, shape: RequestShape) -> list[_Demand]:
 
 
 def _use(
-    resource: str, per_rate: float, demand: float, capacity: float, unit: str, source: str
+    resource: str,
+    per_rate: float,
+    demand: float,
+    capacity: float,
+    unit: Literal["B/s", "tokens/s", "tokens"],
+    source: str,
 ) -> ResourceUse:
-    return ResourceUse.model_validate(
-        {
-            "resource": resource,
-            "label": RESOURCE_LABELS.get(resource, resource),
-            "utilisation": per_rate,
-            "demand": demand,
-            "capacity": capacity,
-            "unit": unit,
-            "source": source,
-        }
-    )
+    label = RESOURCE_LABELS.get(resource, resource)
+    return ResourceUse(resource=resource, label=label, utilisation=per_rate, demand=demand,
+                       capacity=capacity, unit=unit, source=source)  # fmt: skip
 
 
 def utilisation(costs: LayoutCosts, shape: RequestShape, rate: float) -> list[ResourceUse]:

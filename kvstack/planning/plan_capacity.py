@@ -74,8 +74,12 @@ def plan_costs(plan: Plan) -> list[LayoutCosts] | None:
     ]
 
 
-def _shape(prompt: int, ask: CapacityAsk, levels: Sequence[tuple[str, float]], depth: int) -> RequestShape:
-    return RequestShape(float(prompt), float(ask.output_tokens), dict(levels[: depth + 1]))
+def _shape(
+    prompt: int, ask: CapacityAsk, levels: Sequence[tuple[str, float]], costs: LayoutCosts
+) -> RequestShape:
+    """The request on ``costs``' layout: the shares of the levels it has (the pool and its tiers)."""
+    kinds = {"engine", *(f.kind for f in costs.fetch)}
+    return RequestShape(float(prompt), float(ask.output_tokens), {k: v for k, v in levels if k in kinds})
 
 
 def plan_capacity(plan: Plan, ask: CapacityAsk) -> PlanCapacity:
@@ -96,8 +100,8 @@ def plan_capacity(plan: Plan, ask: CapacityAsk) -> PlanCapacity:
     return out.model_copy(
         update={
             "layouts": [
-                predict_capacity(costs, _shape(prompt, ask, levels, depth), ask.slo_ttft_s, ask.share)
-                for depth, costs in enumerate(layouts)
+                predict_capacity(costs, _shape(prompt, ask, levels, costs), ask.slo_ttft_s, ask.share)
+                for costs in layouts
             ]
         }
     )

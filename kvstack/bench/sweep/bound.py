@@ -62,7 +62,9 @@ def step_shape(step: SweepStep, offload_kind: str | None) -> RequestShape | None
         return None
     shares: dict[str, float] = {}
     for source, share in step.prompt_token_shares.items():
-        level = LEVEL_OF_SOURCE.get(source) or (offload_kind if source == "offload" else None)
+        level = LEVEL_OF_SOURCE.get(source)
+        if source == "offload":  # held by a tier no counter names: the plan's first, else held all the same
+            level = offload_kind or source
         if level is not None:
             shares[level] = shares.get(level, 0.0) + share
     if not step.prompt_token_shares and step.token_hit_rate is not None:

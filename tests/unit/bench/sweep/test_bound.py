@@ -65,6 +65,8 @@ def test_a_step_is_its_mean_request_and_the_levels_shares() -> None:
     assert dict(shape.shares) == {"engine": 0.25, "cpu": 0.5}
     offload = step_shape(step(2, True, shares={"recomputed": 0.5, "offload": 0.5}), "disk")
     assert offload is not None and dict(offload.shares) == {"disk": 0.5}  # the plan's first tier
+    unnamed = step_shape(step(2, True, shares={"recomputed": 0.5, "offload": 0.5}), None)
+    assert unnamed is not None and unnamed.held_tokens == 500  # held, whichever tier
     assert in_flight(step(2, True, e2e=0.5)) == pytest.approx(2.5)  # 10 x 0.5 s over 2 s
 
 
