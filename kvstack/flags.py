@@ -97,3 +97,40 @@ class JsonInputs(Inputs):
     """--json alone, for a command whose other flags say nothing of its output."""
 
     as_json: Json
+
+
+# A load sweep's SLO (bench --sweep, tune --objective capacity): what a request must meet, and the
+# share of a step's requests that must meet it for the step to pass.
+DEFAULT_SLO_SHARE = 0.9
+SloTtft = Annotated[
+    float | None,
+    flag("--slo-ttft", help="--sweep: a request's TTFT must be at most this", metavar="MS", gt=0,
+         example="500", show_default=False),
+    Field(default=None),
+]  # fmt: skip
+SloTpot = Annotated[
+    float | None,
+    flag("--slo-tpot", help="--sweep: a request's time per output token must be at most this",
+         metavar="MS", gt=0, example="50", show_default=False),
+    Field(default=None),
+]  # fmt: skip
+SloShare = Annotated[
+    float | None,
+    flag(
+        "--slo-share",
+        help=f"--sweep: the share of a step's requests that must meet the SLO for the step to pass "
+        f"(default {DEFAULT_SLO_SHARE}); a layout's capacity is the highest load that passes",
+        gt=0,
+        example="0.9",
+        show_default=False,
+    ),
+    Field(default=None),
+]
+# Tokens generated per request (bench's workload; plan --slo-ttft's decode and KV in flight).
+OutputTokens = Annotated[int, flag("--output-tokens", help="Tokens generated per request")]
+
+
+def check_slo_share(share: float | None) -> None:
+    """--slo-share is a share: at most 1 (its flag says more than 0)."""
+    if share is not None and share > 1:
+        raise InputError(f"--slo-share must be at most 1, not {share:g}", hint="e.g. --slo-share 0.9")

@@ -8,7 +8,11 @@ from typing import Annotated
 
 from pydantic import Field
 
-from kvstack.flags import flag
+# A load's SLO (bench --sweep, tune --objective capacity, plan --slo-ttft) is declared once in
+# kvstack/flags.py; named here too, for bench's and tune's models.
+from kvstack.flags import DEFAULT_SLO_SHARE, SloShare, SloTpot, SloTtft, flag
+
+__all__ = ["DEFAULT_SLO_SHARE", "SloShare", "SloTpot", "SloTtft"]
 
 Seed = Annotated[
     int,
@@ -53,32 +57,4 @@ MaxOutputTokens = Annotated[
         example="16",
     ),
     Field(default=16),
-]
-
-# A load sweep's SLO (bench --sweep, tune --objective capacity): what a request must meet, and the
-# share of a step's requests that must meet it for the step to pass.
-DEFAULT_SLO_SHARE = 0.9
-SloTtft = Annotated[
-    float | None,
-    flag("--slo-ttft", help="--sweep: a request's TTFT must be at most this", metavar="MS", gt=0,
-         example="500", show_default=False),
-    Field(default=None),
-]  # fmt: skip
-SloTpot = Annotated[
-    float | None,
-    flag("--slo-tpot", help="--sweep: a request's time per output token must be at most this",
-         metavar="MS", gt=0, example="50", show_default=False),
-    Field(default=None),
-]  # fmt: skip
-SloShare = Annotated[
-    float | None,
-    flag(
-        "--slo-share",
-        help=f"--sweep: the share of a step's requests that must meet the SLO for the step to pass "
-        f"(default {DEFAULT_SLO_SHARE}); a layout's capacity is the highest load that passes",
-        gt=0,
-        example="0.9",
-        show_default=False,
-    ),
-    Field(default=None),
 ]

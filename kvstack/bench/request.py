@@ -23,7 +23,7 @@ from kvstack.bench.flags import (
 )
 from kvstack.bench.sweep.ladder import LoadLadder, parse_ladder
 from kvstack.errors import InputError
-from kvstack.flags import Inputs, flag
+from kvstack.flags import Inputs, OutputTokens, check_slo_share, flag
 from kvstack.names import OFFLOAD_CHOICES, choice
 from kvstack.units import parse_bytes, parse_tokens
 
@@ -52,11 +52,6 @@ def slo_of(ttft_ms: float | None, tpot_ms: float | None, share: float | None) ->
         tpot_s=None if tpot_ms is None else tpot_ms / 1000,
         share=DEFAULT_SLO_SHARE if share is None else share,
     )
-
-
-def check_slo_share(share: float | None) -> None:
-    if share is not None and share > 1:
-        raise InputError(f"--slo-share must be at most 1, not {share:g}", hint="e.g. --slo-share 0.9")
 
 
 def compare_names(values: list[str]) -> list[str]:
@@ -96,7 +91,7 @@ class BenchRequest(Inputs):
         flag("--rate", help="Poisson arrivals, requests/s (seeded; excludes --concurrency)"),
     ] = None
     prompt_tokens: Annotated[str, flag("--prompt-tokens", help="Prompt length, e.g. 2048 or 8k")] = "2048"
-    output_tokens: Annotated[int, flag("--output-tokens", help="Tokens generated per request")] = 16
+    output_tokens: OutputTokens = 16
     seed: Seed
     compare: Annotated[
         list[str],

@@ -11,7 +11,18 @@ from kvstack.remote.source import RemoteInputs
 from kvstack.replay.inputs import TraceInputs
 from kvstack.serving.plan_inputs import PlanInputs, PlanOutputInputs
 
-PlanOutput = Annotated[PlanOutputInputs, Pick(help={"as_json": "Print the plan as JSON."})]
+PlanOutput = Annotated[
+    PlanOutputInputs,
+    Pick(
+        help={
+            "as_json": "Print the plan as JSON.",
+            "slo_ttft": "Predict each layout's capacity (requests/s) under this TTFT SLO, and the resource "
+            "that bounds it.",
+            "slo_share": "--slo-ttft: the share of requests that must meet it (default 0.9).",
+            "output_tokens": "--slo-ttft: tokens generated per request (decode, and the KV in flight).",
+        }
+    ),
+]
 
 
 def register(app: typer.Typer) -> None:
@@ -22,7 +33,8 @@ def register(app: typer.Typer) -> None:
         from kvstack.serving.planner import plan_for_inputs
 
         curve_png = output.curve_png
-        plan = plan_for_inputs(plan_inputs, remote.url(), trace.read(curve_png))
+        ask = output.capacity_ask()
+        plan = plan_for_inputs(plan_inputs, remote.url(), trace.read(curve_png), capacity=ask)
         if curve_png is not None and plan.trace is not None:
             write_png(plan, curve_png)
         if output.as_json:

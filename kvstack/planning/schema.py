@@ -23,6 +23,7 @@ from kvstack.names import (
     Platform,
     TierKind,
 )
+from kvstack.planning.bound import PlanCapacity
 from kvstack.planning.trace_schema import TraceSizing
 
 # The connector kvstack gates per request (engines/lmcache_gate.py): the only one a plan's
@@ -170,6 +171,8 @@ class Plan(BaseModel):
     # False where the engine runs without a prefix cache for this model (reasons["prefix_caching"]
     # says why): nothing is reused, so no tier is planned and validation has no warm step to prove.
     prefix_caching: bool = True
+    # plan --slo-ttft: each layout's predicted capacity and the resource bounding it (planning/bound.py).
+    capacity: PlanCapacity | None = None
 
     @model_validator(mode="after")
     def _gate_on_lmcache_mp(self) -> Plan:
@@ -185,7 +188,7 @@ class Plan(BaseModel):
         # A plan sized by the rule, with no gate, serializes exactly as before either existed.
         out = handler(self)
         if isinstance(out, dict):
-            for key in ("trace", "gate_prompt_tokens", "hybrid_manager", "kv_in_flight_tokens"):
+            for key in ("trace", "gate_prompt_tokens", "hybrid_manager", "kv_in_flight_tokens", "capacity"):
                 if key in out and out[key] is None:
                     del out[key]
             if out.get("prefix_caching") is True:

@@ -224,3 +224,9 @@ def render_plan_result(plan: Plan, curve_png: Path | None) -> None:
     render(plan)
     if plan.trace is not None:
         render_trace(plan, curve_png)
+    if plan.capacity is not None:
+        from kvstack.rendering.bound import capacity_lines
+
+        console = out_console(120)
+        for line in capacity_lines(plan.capacity):
+            console.print(line, markup=False, highlight=False, soft_wrap=True)

@@ -40,6 +40,7 @@ from kvstack.bench.sweep.steps import Record, StepPlan, StepRunner, sweep_steps
 from kvstack.bench.workload_run import check_out, target
 from kvstack.clients import quiet
 from kvstack.errors import InputError, Interrupted, KvstackError
+from kvstack.planning.schema import Plan
 from kvstack.redact import redact_url
 from kvstack.replay.bench import replay_of
 from kvstack.replay.target import url_layout
@@ -126,12 +127,12 @@ def _measure(
     model: str,
     start_layout: StartLayout | None,
     events: BenchEvents,
-    found: tuple[list[LayoutSweep], list[SweepRow]],
+    found: tuple[list[LayoutSweep], list[SweepRow], dict[str, Plan | None]],
 ) -> None:
     ladder = o.ladder
     assert ladder is not None
     plan = StepPlan(ladder, o.sweep_bisect, o.slo, o.seed)
-    layouts, requests = found
+    layouts, requests, plans = found
 
     def one(layout: ServedLayout) -> None:
         served = layout.served_model or model
@@ -140,6 +141,7 @@ def _measure(
             name=layout.name, base_url=redact_url(layout.base_url), capacity=Capacity(status="not_measured")
         )
         layouts.append(lay)
+        plans[layout.name] = layout.plan
         runner = trace_runner(layout, replay, shared, served, o.api_key, o.timeout_s)
         on_step: Callable[..., None] = lambda step: events.sweep_step(layout.name, ladder, step)  # noqa: E731
         sweep_steps(lay, plan, runner, requests, on_step)
@@ -171,9 +173,11 @@ def run_trace_sweep(
     shared = Shared()
     layouts: list[LayoutSweep] = []
     requests: list[SweepRow] = []
+    plans: dict[str, Plan | None] = {}
     failure: KvstackError | None = None
     try:
-        _measure(o, replay, rows, shared, base_url, metrics, model, start_layout, events, (layouts, requests))
+        found = (layouts, requests, plans)
+        _measure(o, replay, rows, shared, base_url, metrics, model, start_layout, events, found)
     except KeyboardInterrupt:
         failure = Interrupted("interrupted: the steps measured so far are kept in the report")
     except KvstackError as exc:
@@ -183,4 +187,4 @@ def run_trace_sweep(
         environment=Environment.model_validate(environment()), layouts=layouts, requests=requests,
         trace=trace_load(shared, replay) if shared.sent else None,
     )  # fmt: skip
-    return conclude_sweep(result, o.out, events, failure)
+    return conclude_sweep(result, o.out, events, failure, plans)

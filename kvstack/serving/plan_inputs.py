@@ -6,12 +6,25 @@ snapshot loaded or probed."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Self
 
-from kvstack.flags import Inputs, Json, flag
+from pydantic import model_validator
+
+from kvstack.errors import InputError
+from kvstack.flags import (
+    DEFAULT_SLO_SHARE,
+    Inputs,
+    Json,
+    OutputTokens,
+    SloShare,
+    SloTtft,
+    check_slo_share,
+    flag,
+)
 from kvstack.hardware.checks import DISK_MIN_BW
 from kvstack.hardware.snapshot import HardwareSnapshot, load_snapshot
 from kvstack.names import ENGINES, OFFLOAD_CHOICES
+from kvstack.planning.bound import CapacityAsk
 from kvstack.planning.request import PlanRequest
 from kvstack.planning.retention import parse_retain
 from kvstack.planning.schema import Engine, OffloadChoice
@@ -166,10 +179,31 @@ def load_or_probe(hardware: Path | None, disk: Path | None, fio_seconds: float =
 
 
 class PlanOutputInputs(Inputs):
-    """``kvstack plan``'s output flags: the trace's capacity curve as a PNG, the plan as JSON."""
+    """``kvstack plan``'s own flags: the trace's capacity curve as a PNG, the plan as JSON, and the
+    SLO each layout's capacity is predicted under (planning/bound.py)."""
 
     curve_png: Annotated[
         Path | None,
         flag("--curve-png", help="Write the trace's capacity curve, tier boundaries marked, as a PNG."),
     ] = None
     as_json: Json
+    # plan --slo-ttft: the SLO each layout's capacity is predicted under (cli/plan.py words them).
+    slo_ttft: SloTtft
+    slo_share: SloShare
+    output_tokens: OutputTokens = 128
+
+    @model_validator(mode="after")
+    def _check_slo(self) -> Self:
+        check_slo_share(self.slo_share)
+        if self.slo_ttft is None and self.slo_share is not None:
+            raise InputError("--slo-share is read with --slo-ttft only", hint="add --slo-ttft MS")
+        if self.output_tokens < 0:
+            raise InputError(f"--output-tokens must be 0 or more, not {self.output_tokens}", hint="e.g. 128")
+        return self
+
+    def capacity_ask(self) -> CapacityAsk | None:
+        """What each layout's capacity is predicted under; None without --slo-ttft."""
+        if self.slo_ttft is None:
+            return None
+        share = DEFAULT_SLO_SHARE if self.slo_share is None else self.slo_share
+        return CapacityAsk(slo_ttft_s=self.slo_ttft / 1000, share=share, output_tokens=self.output_tokens)

@@ -6,7 +6,9 @@ from __future__ import annotations
 from kvstack.errors import PlanInfeasible
 from kvstack.hardware.snapshot import HardwareSnapshot
 from kvstack.model.source import ModelSource, resolve_model
+from kvstack.planning.bound import CapacityAsk
 from kvstack.planning.plan import PlanRequest, SizingTrace, make_plan
+from kvstack.planning.plan_capacity import plan_capacity
 from kvstack.planning.schema import Plan
 from kvstack.planning.workload import default_workload
 from kvstack.remote.url import parse_remote_url
@@ -41,13 +43,18 @@ def plan_for_inputs(
     remote: str | None,
     trace: SizingTrace | None = None,
     snapshot: HardwareSnapshot | None = None,
+    capacity: CapacityAsk | None = None,
 ) -> Plan:
     """The plan ``plan`` prints and ``export`` deploys: the inputs checked, the model resolved before
     the hardware is probed (a model that is not there fails at once), then planned on ``snapshot``
-    (default: --hardware's, else this machine probed)."""
+    (default: --hardware's, else this machine probed); with ``capacity`` (plan --slo-ttft), each
+    layout's predicted capacity under its SLO."""
     request = inputs.plan_request(remote)
     source = resolve_model(inputs.model, inputs.revision)
-    return plan_for_model(request, source, inputs.workload, snapshot or inputs.snapshot(), trace)
+    plan = plan_for_model(request, source, inputs.workload, snapshot or inputs.snapshot(), trace)
+    if capacity is None:
+        return plan
+    return plan.model_copy(update={"capacity": plan_capacity(plan, capacity)})
 
 
 def require_feasible(plan: Plan, model_spec: str) -> Plan:

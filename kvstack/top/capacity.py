@@ -23,7 +23,7 @@ from kvstack.errors import InputError
 from kvstack.userfile import read_json_object
 
 RESULTS_JSON = "results.json"  # what bench --sweep and tune write (bench/report.py, tune/report.py)
-SWEEP_SCHEMA = "kvstack.bench.sweep/1"
+SWEEP_SCHEMAS = ("kvstack.bench.sweep/1", "kvstack.bench.sweep/2")  # /2 adds fields only
 HINT = "give the --out DIR of kvstack bench --sweep or of kvstack tune --objective capacity"
 
 
@@ -163,7 +163,7 @@ def read_capacity(given: str, connector: str | None = None) -> MeasuredCapacity:
     path = _path(Path(text))
     doc = read_json_object(path, InputError, HINT, what="--capacity")
     try:
-        if doc.get("schema") == SWEEP_SCHEMA:
+        if doc.get("schema") in SWEEP_SCHEMAS:
             return _of_sweep(_Sweep.model_validate(doc), str(path), layout or None, connector)
         if doc.get("kind") == "kvstack-tune":
             return _of_tune(_Tune.model_validate(doc), str(path))

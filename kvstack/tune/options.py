@@ -20,10 +20,10 @@ from kvstack.bench.flags import (
     Timeout,
     TimeScale,
 )
-from kvstack.bench.request import check_slo_share, slo_of
+from kvstack.bench.request import slo_of
 from kvstack.bench.sweep.ladder import LoadLadder, parse_ladder
 from kvstack.errors import InputError
-from kvstack.flags import Inputs, Json, flag
+from kvstack.flags import Inputs, Json, check_slo_share, flag
 from kvstack.replay.inputs import TraceInputs
 from kvstack.tune.budget import DEFAULT_BUDGET, check_measuring_budget, parse_duration
 

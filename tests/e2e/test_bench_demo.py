@@ -61,7 +61,7 @@ def test_bench_sweep_on_the_demo_engine(demo_server: ServeSession, tmp_path: Pat
     )
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
     data = json.loads((out / "results.json").read_text())
-    assert data["schema"] == "kvstack.bench.sweep/1" and data["kind"] == "concurrency"
+    assert data["schema"] == "kvstack.bench.sweep/2" and data["kind"] == "concurrency"
     (layout,) = data["layouts"]
     steps = layout["steps"]
     assert [(s["load"], s["origin"], s["seed"]) for s in steps] == [(1, "ladder", 0), (2, "ladder", 1)]

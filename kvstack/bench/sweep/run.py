@@ -7,7 +7,7 @@ hold was refused when they were read; a step cut short keeps what it measured in
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -15,6 +15,7 @@ from kvstack.bench.events import BenchEvents
 from kvstack.bench.report import environment
 from kvstack.bench.request import BenchRequest
 from kvstack.bench.runner import Progress, Recorder, RunOptions, run_layout
+from kvstack.bench.sweep.bound import explain_sweep
 from kvstack.bench.sweep.ladder import LoadLadder
 from kvstack.bench.sweep.report import write_sweep
 from kvstack.bench.sweep.schema import (
@@ -29,7 +30,7 @@ from kvstack.bench.sweep.schema import (
 from kvstack.bench.sweep.steps import Record, StepPlan, StepRunner, sweep_steps
 from kvstack.bench.text import TextBuilder
 from kvstack.bench.tokenize import resolve_tokenizer
-from kvstack.bench.workload_run import check_out, target, tier_sizes, workload_spec
+from kvstack.bench.workload_run import check_out, load_plan, target, tier_sizes, workload_spec
 from kvstack.bench.workloads import (
     RequestSet,
     TierSizes,
@@ -39,6 +40,7 @@ from kvstack.bench.workloads import (
 )
 from kvstack.clients.metrics import scrape_sync
 from kvstack.errors import EngineError, InputError, Interrupted, KvstackError
+from kvstack.planning.schema import Plan
 from kvstack.redact import redact_url
 from kvstack.serving.served_layout import ServedLayout, StartLayout
 
@@ -84,6 +86,7 @@ class _Measured:
 
     layouts: list[LayoutSweep] = field(default_factory=list)
     rows: list[SweepRow] = field(default_factory=list)
+    plans: dict[str, Plan | None] = field(default_factory=dict)  # what each layout ran, where known
 
 
 def step_options(opts: RunOptions, ladder: LoadLadder, load: float, seed: int) -> RunOptions:
@@ -124,6 +127,7 @@ def sweep_layout(
         name=layout.name, base_url=redact_url(layout.base_url), capacity=Capacity(status="not_measured")
     )
     measured.layouts.append(lay)
+    measured.plans[layout.name] = layout.plan
     steps = StepPlan(plan.ladder, plan.bisect, plan.slo, plan.opts.seed)
     runner = _workload_runner(layout, plan, workloads, events)
     return sweep_steps(
@@ -161,7 +165,9 @@ def _measure(
 ) -> None:
     with events.live():
         if base_url is not None:
-            sweep_layout(ServedLayout("server", base_url, tuple(metrics)), plan, workloads, events, measured)
+            given = load_plan(args.plan_file) if args.plan_file is not None else None
+            server = ServedLayout("server", base_url, tuple(metrics), plan=given)
+            sweep_layout(server, plan, workloads, events, measured)
             return
         assert start_layout is not None
         for name in args.layouts():
@@ -203,14 +209,20 @@ def run_sweep(
     result = SweepResult(kind=ladder.kind, slo=plan.slo, config=_config(args, plan, base_url, metrics),
                          environment=Environment.model_validate(environment()), layouts=measured.layouts,
                          requests=measured.rows)  # fmt: skip
-    return conclude_sweep(result, args.out, events, failure)
+    return conclude_sweep(result, args.out, events, failure, measured.plans)
 
 
 def conclude_sweep(
-    result: SweepResult, out: Path | None, events: BenchEvents, failure: KvstackError | None
+    result: SweepResult,
+    out: Path | None,
+    events: BenchEvents,
+    failure: KvstackError | None,
+    plans: Mapping[str, Plan | None] | None = None,
 ) -> SweepResult:
-    """Write the report, hand it to ``events``, then raise what the sweep ended with (its own error,
-    or an EngineError when no request succeeded)."""
+    """Each layout's bound at its knee and predicted capacity (``plans``: what each ran, where
+    known), then write the report, hand it to ``events``, then raise what the sweep ended with (its
+    own error, or an EngineError when no request succeeded)."""
+    result = explain_sweep(result, plans or {})
     written = write_sweep(result, out) if out is not None and result.requests else []
     events.sweep_report(result, written)
     if failure is not None:

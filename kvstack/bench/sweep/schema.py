@@ -9,8 +9,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from kvstack.bench.schema import RequestRow, Summary
 from kvstack.bench.sweep.ladder import LoadKind
+from kvstack.planning.bound import CapacityStatus as PredictedStatus
+from kvstack.planning.bound import ResourceUse
 
-SWEEP_SCHEMA = "kvstack.bench.sweep/1"
+# /2: each layout's bound at its knee and, where its plan is known, the predicted capacity beside it.
+SWEEP_SCHEMA = "kvstack.bench.sweep/2"
 
 # bracketed: a step passed below the lowest failing one; above_ladder: no step failed;
 # below_first_step: the lowest step already failed; not_measured: no step completed.
@@ -58,11 +61,41 @@ class SweepStep(_Model):
     prompt_token_shares: dict[str, float] = Field(default_factory=dict)
 
 
+class KneeBound(_Model):
+    """What bounds the layout at its knee, from what the steps around it measured
+    (bench/sweep/bound.py): each resource's utilisation at the step that failed (or the top step,
+    when none did) and at the highest step that passed below it."""
+
+    at_load: float  # the step the bound is read at
+    passing_load: float | None = None  # the highest passing step below it (None: none below)
+    bound: ResourceUse | None = None  # the resource nearest saturation at ``at_load``
+    resources: list[ResourceUse] = Field(default_factory=list)  # at ``at_load``
+    passing: list[ResourceUse] = Field(default_factory=list)  # at ``passing_load``
+    figures: str = ""  # where each resource's capacity comes from
+    note: str = ""
+
+
+class CapacityPrediction(_Model):
+    """The plan's predicted capacity (planning/bound.py) for the workload as the sweep sent it,
+    beside the measured one."""
+
+    status: PredictedStatus
+    load: float | None = None  # in the sweep's unit (requests in flight, requests/s, x trace rate)
+    rate_per_s: float | None = None
+    bound: ResourceUse | None = None
+    measured_load: float | None = None
+    ratio: float | None = None  # predicted / measured
+    at_least: bool = False  # the measured capacity is above the ladder: it is at least measured_load
+    note: str = ""
+
+
 class LayoutSweep(_Model):
     name: str
     base_url: str
     steps: list[SweepStep] = Field(default_factory=list)
     capacity: Capacity
+    bound: KneeBound | None = None
+    predicted: CapacityPrediction | None = None
 
 
 class SweepRow(RequestRow):

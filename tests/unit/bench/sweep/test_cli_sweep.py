@@ -49,7 +49,7 @@ def test_sweep_json(capsys: pytest.CaptureFixture[str]) -> None:
         argv = ["bench", "--url", srv.url, "--sweep", "rate:50", "--slo-tpot", "1000", "--json"]
         rc = run([*argv, "--workload", "random", "--requests", "4", "--prompt-tokens", "32"])
     data = json.loads(capsys.readouterr().out)
-    assert rc == 0 and data["schema"] == "kvstack.bench.sweep/1" and data["kind"] == "rate"
+    assert rc == 0 and data["schema"] == "kvstack.bench.sweep/2" and data["kind"] == "rate"
     assert data["slo"] == {"ttft_s": None, "tpot_s": 1.0, "share": 0.9}
     assert data["layouts"][0]["capacity"]["status"] == "above_ladder" and len(data["requests"]) == 4
 

@@ -147,3 +147,39 @@ def test_a_dead_engine_keeps_the_steps_measured(tmp_path: Path) -> None:
     assert [s.complete for s in lay.steps] == [True, True, False]
     assert lay.steps[2].aborted and "code 1" in lay.steps[2].aborted
     assert lay.capacity == Capacity(status="above_ladder", load=2, highest_passing=2)
+
+
+def test_each_layouts_bound_at_its_knee_and_its_plans_prediction(tmp_path: Path, capsys: Any) -> None:
+    """'none' runs a plan kvstack made (an H100's: the plan's TTFT model judges it and predicts its
+    capacity); 'lmcache' has none, so its prefill rate is its lowest step's own. Both bracket at c=2."""
+    from kvstack.rendering.bench_sweep import print_sweep
+    from tests.unit.planning.helpers import plan_for
+
+    plan = plan_for("h100-sxm", "llama-3.1-8b", context=8192)
+
+    @contextlib.contextmanager
+    def start(name: str) -> Iterator[ServedLayout]:
+        knobs = ServerKnobs(base_ttft_s=0.002, prefill_s_per_token=2e-4, ttft_s_per_in_flight=0.08)
+        with StreamServer(knobs) as srv:
+            yield ServedLayout(name, srv.url, (srv.url + "/metrics",), plan=plan if name == "none" else None)
+
+    args = BenchRequest(model="demo-model", compare=["none,lmcache"], sweep="concurrency:1,2,4",
+                        sweep_bisect=0, out=tmp_path, **SLO, **SMALL)  # fmt: skip
+    result = run_sweep(args, start_layout=start)
+    none, lmcache = result.layouts
+    for lay in (none, lmcache):
+        assert lay.capacity.status == "bracketed" and lay.bound is not None
+        assert lay.bound.at_load == 4 and lay.bound.passing_load == 2 and lay.bound.bound is not None
+    assert "the plan's TTFT model" in none.bound.figures  # type: ignore[union-attr]
+    assert {u.resource for u in none.bound.resources} >= {"prefill", "decode", "pool"}  # type: ignore[union-attr]
+    pred = none.predicted
+    assert pred is not None and pred.load is not None and pred.measured_load == 2
+    assert pred.ratio == pytest.approx(pred.load / 2)
+    # No plan: the prefill rate is measured, the only resource judged.
+    assert lmcache.predicted is None and "measured" in lmcache.bound.figures  # type: ignore[union-attr]
+    assert lmcache.bound.bound.resource == "prefill"  # type: ignore[union-attr]
+    assert load_sweep(tmp_path) == result  # kept in results.json (schema /2)
+    print_sweep(result, [], json_mode=False)
+    out = capsys.readouterr().out
+    assert "lmcache: bound at the knee: prefill compute" in out and "at c=4 (" in out
+    assert "none: predicted capacity c=" in out and "predicted / measured" in out

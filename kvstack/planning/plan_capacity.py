@@ -1,0 +1,107 @@
+"""``plan --slo-ttft``: each layout's predicted capacity (planning/bound.py) from the plan's own TTFT
+model and the workload it sizes. Pure.
+
+The layouts are the plan's depths, as the trace's ``by_depth``: the engine's pool alone, then one
+offload tier more each (an offload layout pays the offload path's per-request cost). A request is
+the workload's context (a trace's mean prompt where a trace sized the tiers). The share of it each
+level serves is the trace's simulated share where a trace sized the tiers, else the warm set's:
+every request returns to one of ``users x reuse`` context-sized prefixes, evenly, so a level holding
+``k`` of those ``W`` tokens (the tiers are inclusive: the largest so far) serves ``k / W``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from kvstack.planning.bound import (
+    CapacityAsk,
+    FetchCost,
+    LayoutCosts,
+    PlanCapacity,
+    RequestShape,
+    predict_capacity,
+)
+from kvstack.planning.schema import Plan
+from kvstack.planning.trace_sizing import OFFLOAD_REQUEST_COST_S
+
+
+def level_shares(plan: Plan) -> tuple[list[tuple[str, float]], str]:
+    """(each level's share of a prompt, pool first; what the shares come from)."""
+    if plan.trace is not None and plan.trace.tiers:
+        return [(t.kind, t.hit_ratio) for t in plan.trace.tiers], f"the trace {plan.trace.source}, simulated"
+    wl = plan.workload
+    warm = max(1.0, wl.users * wl.reuse * wl.context_tokens)
+    out: list[tuple[str, float]] = []
+    held = 0.0
+    for i, tier in enumerate(plan.tiers):
+        reach = max(held, min(1.0, tier.tokens / warm))
+        out.append(("engine" if i == 0 else tier.kind, reach - held))
+        held = reach
+    why = (
+        f"the warm set: {wl.users} user(s) x {wl.reuse:g} prefix(es) of {wl.context_tokens:,} tokens, "
+        "each request returning to one of them evenly"
+    )
+    return out, why
+
+
+def plan_costs(plan: Plan) -> list[LayoutCosts] | None:
+    """The plan's layouts by depth, in seconds; None without a prefill figure or a forward step."""
+    m, pool = plan.ttft, plan.engine_pool
+    if m is None or pool is None or m.step_s is None:
+        return None
+    if m.prefill_flops_per_s is None or m.linear_flops_per_token is None or m.attn_flops_coeff is None:
+        return None
+    cost_s = plan.trace.offload_cost_s if plan.trace is not None else OFFLOAD_REQUEST_COST_S
+    fetch = [
+        FetchCost(t.kind, p.bw_bytes_per_s, p.latency_s, p.source)
+        for t in plan.offload_tiers
+        if (p := m.fetch.get(t.kind)) is not None
+    ]
+    names = ["engine", *(f"engine+{'+'.join(f.kind for f in fetch[:k])}" for k in range(1, len(fetch) + 1))]
+    return [
+        LayoutCosts(
+            name=name,
+            fixed_s=m.step_s + (cost_s if k else 0.0),
+            linear_s=m.linear_flops_per_token / m.prefill_flops_per_s,
+            quadratic_s=m.attn_flops_coeff / m.prefill_flops_per_s,
+            bytes_per_token=m.bytes_per_token,
+            step_s=m.step_s,
+            pool_tokens=pool.tokens,
+            fetch=tuple(fetch[:k]),
+            prefill_source=m.prefill_source,
+        )
+        for k, name in enumerate(names)
+    ]
+
+
+def _shape(
+    prompt: int, ask: CapacityAsk, levels: Sequence[tuple[str, float]], costs: LayoutCosts
+) -> RequestShape:
+    """The request on ``costs``' layout: the shares of the levels it has (the pool and its tiers)."""
+    kinds = {"engine", *(f.kind for f in costs.fetch)}
+    return RequestShape(float(prompt), float(ask.output_tokens), {k: v for k, v in levels if k in kinds})
+
+
+def plan_capacity(plan: Plan, ask: CapacityAsk) -> PlanCapacity:
+    """Each of the plan's layouts' predicted capacity under ``ask``'s SLO, and what bounds it."""
+    t = plan.trace
+    prompt = plan.workload.context_tokens
+    if t is not None and t.requests:
+        prompt = round(t.prompt_tokens / t.requests)
+    levels, why = level_shares(plan)
+    out = PlanCapacity(ask=ask, prompt_tokens=prompt, shares_from=why)
+    layouts = plan_costs(plan)
+    if layouts is None:
+        note = (
+            "no prefill figure on this platform to predict TTFT with "
+            f"({plan.prefill_source}): calibrate it (doctor --calibrate) or measure with bench --sweep"
+        )
+        return out.model_copy(update={"note": note})
+    return out.model_copy(
+        update={
+            "layouts": [
+                predict_capacity(costs, _shape(prompt, ask, levels, costs), ask.slo_ttft_s, ask.share)
+                for costs in layouts
+            ]
+        }
+    )
