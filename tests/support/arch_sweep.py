@@ -83,7 +83,6 @@ SHRINK: dict[str, Any] = {
     "topk_group": 1,
     "n_shared_experts": 1,
     "num_shared_experts": 1,
-    "first_k_dense_replace": 1,
     "q_lora_rank": 128,
     "rotary_dim": 32,
     "vocab_size_per_layer_input": 1024,
@@ -104,6 +103,13 @@ SHRINK: dict[str, Any] = {
     "state_size": 16,
     "time_step_rank": 16,
 }
+# Counts of layers that must stay below the shrunk layer count.
+_LAYER_COUNTS = (
+    "num_kv_shared_layers",
+    "max_window_layers",
+    "first_k_dense_replace",
+    "num_nextn_predict_layers",
+)
 _LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers")
 # Integer periods of a layer pattern: the model keeps at least one of each kind at this many layers.
 _PERIODS = (
@@ -222,6 +228,9 @@ def _shrink_kwargs(cls: Any) -> tuple[dict[str, Any], int | None, int]:
     for key, value in defaults.items():
         if old_layers and key not in kwargs and isinstance(value, (list, str)) and len(value) == old_layers:
             kwargs[key] = _keep_kinds(value, layers)
+        elif key in _LAYER_COUNTS and isinstance(value, int) and not isinstance(value, bool):
+            # A count of layers: all of them where it was all of them, else half (Gemma 3n's shared).
+            kwargs[key] = layers if value == old_layers else min(value, layers // 2)
     text_cls = getattr(cls, "sub_configs", {}).get("text_config")
     if isinstance(text_cls, type) and isinstance(defaults.get("text_config"), dict):
         kwargs["text_config"] = {**_shrink_kwargs(text_cls)[0], **_TOKENS}  # a multimodal config's LM
