@@ -150,10 +150,27 @@ def _vllm_bases(module: str, impl: str) -> list[str]:
 
 
 def _transformers_model_types() -> dict[str, str]:
-    """Architecture class name -> model_type, from every transformers auto mapping."""
+    """Architecture class name -> model_type, from every transformers auto mapping; of several, a
+    text model's (Llama4ForCausalLM is llama4_text's, not the multimodal llama4's)."""
+    from transformers import CONFIG_MAPPING
     from transformers.models.auto import modeling_auto
 
     found: dict[str, str] = {}
+    for arch, model_type in _all_model_types(modeling_auto).items():
+        text = [
+            t for t in model_type if t in CONFIG_MAPPING and "text_config" not in _subs(CONFIG_MAPPING[t])
+        ]
+        found[arch] = (text or model_type)[0]
+    return found
+
+
+def _subs(cls: Any) -> dict[str, Any]:
+    subs = getattr(cls, "sub_configs", None)
+    return subs if isinstance(subs, dict) else {}
+
+
+def _all_model_types(modeling_auto: Any) -> dict[str, list[str]]:
+    found: dict[str, list[str]] = {}
     # The causal-LM mapping first: Llama4ForCausalLM is llama4_text's (llama4 is the multimodal one).
     names = sorted(dir(modeling_auto), key=lambda n: n != "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES")
     for name in names:
@@ -162,7 +179,9 @@ def _transformers_model_types() -> dict[str, str]:
             continue
         for model_type, classes in mapping.items():
             for cls in classes if isinstance(classes, (tuple, list)) else [classes]:
-                found.setdefault(str(cls), str(model_type))
+                types = found.setdefault(str(cls), [])
+                if str(model_type) not in types:
+                    types.append(str(model_type))
     return found
 
 
@@ -231,8 +250,8 @@ def _shrink_kwargs(cls: Any) -> tuple[dict[str, Any], int | None, int]:
         elif key in _LAYER_COUNTS and isinstance(value, int) and not isinstance(value, bool):
             # A count of layers: all of them where it was all of them, else half (Gemma 3n's shared).
             kwargs[key] = layers if value == old_layers else min(value, layers // 2)
-    text_cls = getattr(cls, "sub_configs", {}).get("text_config")
-    if isinstance(text_cls, type) and isinstance(defaults.get("text_config"), dict):
+    text_cls = _subs(cls).get("text_config")
+    if getattr(text_cls, "model_type", "") and isinstance(defaults.get("text_config"), dict):
         kwargs["text_config"] = {**_shrink_kwargs(text_cls)[0], **_TOKENS}  # a multimodal config's LM
     return kwargs, old_layers, layers
 
