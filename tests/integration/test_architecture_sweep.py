@@ -11,6 +11,7 @@ runs the probe, the engine and serve for all of them.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,8 @@ import pytest
 from tests.support.arch_sweep import plan_verdict, run_plan, write_models
 from tests.support.deps import require_engine_module
 from tests.support.fs_guard import isolated_home
+
+pytestmark = pytest.mark.integration
 
 # One per layer layout (full, sliding + full, chunked + full, MLA, Mamba2 + attention, Mamba only,
 # gated delta-net + attention) and one vLLM refuses (Afmoe's sliding window on some layers only).
@@ -45,8 +48,6 @@ def manifest(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def home_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    import os
-
     env = {k: v for k, v in os.environ.items() if not k.startswith("KVSTACK_")}
     env.update(isolated_home(tmp_path_factory.mktemp("home")), COLUMNS="200")
     env["KVSTACK_ENGINE_PYTHON"] = require_engine_module("vllm")
