@@ -180,8 +180,23 @@ def _int(cfg: Mapping[str, Any], source: str, *keys: str, required: bool = True)
     return None
 
 
+# The model's context length, first found; after kvstack's own keys, the rest of the keys vLLM reads
+# (vllm/transformers_utils/model_arch_config_convertor.py, derive_max_model_len_and_key): Kimi
+# Linear's model_max_length, Step 3's max_seq_len.
+_MAX_CONTEXT_KEYS = (
+    "max_position_embeddings",
+    "n_positions",
+    "max_sequence_length",
+    "seq_length",
+    "max_seq_len",
+    "model_max_length",
+    "max_seq_length",
+    "seq_len",
+)
+
+
 def _max_context(cfg: Mapping[str, Any], source: str) -> int:
-    value = _int(cfg, source, "max_position_embeddings", "n_positions", "max_sequence_length", "seq_length")
+    value = _int(cfg, source, *_MAX_CONTEXT_KEYS)
     assert value is not None
     return value
 

@@ -130,6 +130,14 @@ def test_qwen2_use_sliding_window_applies_above_max_window_layers() -> None:
     assert (model.full_attention_layers, model.sliding_layers, model.sliding_window) == (20, 8, 4096)
 
 
+@pytest.mark.parametrize(("key", "value"), [("max_seq_len", 65536), ("model_max_length", 1048576)])
+def test_the_context_length_from_the_other_keys_vllm_reads(key: str, value: int) -> None:
+    # Step 3's and Kimi Linear's config.json (scripts/sweep-architectures): no max_position_embeddings.
+    cfg = {**json.loads((CONFIGS / "Llama-3.1-8B.json").read_text()), key: value}
+    del cfg["max_position_embeddings"]
+    assert geometry_from_config(cfg, "other-key", "test").max_context == value
+
+
 @pytest.mark.parametrize(
     ("change", "field"),
     [
