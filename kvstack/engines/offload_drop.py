@@ -1,7 +1,8 @@
 """A rendered launch without its offload tiers: what serving restarts when the canary finds wrong KV.
 
 The engine is rendered again without the connector: vLLM without ``--kv-transfer-config`` (and the
-native offloading flags, and the hybrid-manager switch the connector needed: planning/carriage.py),
+native offloading flags, and the hybrid-manager switch the connector needed: planning/carriage.py,
+unless the engine's pool is pinned in blocks),
 SGLang without HiCache's flags; LMCache's cache server is not started, and no LMCACHE_ variable
 reaches the engine. The engine keeps its own prefix cache: a restart empties it, so nothing the
 failed tier loaded survives. The tiers' directories are left as they are (serving/wrong_kv.py marks
@@ -23,9 +24,15 @@ HICACHE_VALUED = ("--hicache-",)  # every --hicache-* flag takes a value
 # SGLang with LMCache (engines/sglang.py render_sglang_lmcache_mp): the switch and its config file.
 SGLANG_LMCACHE_FLAG, SGLANG_LMCACHE_CONFIG = "--enable-lmcache", "--lmcache-config-file"
 LMCACHE_ENV_PREFIX = "LMCACHE_"
+# A pool pinned in blocks: with vLLM's hybrid manager back on, a block is another size (a page across
+# the layer groups), so the same count no longer holds the model's context. Gemma 3 270M's fallback
+# with --num-gpu-blocks-override 40 died at start ("0.05 GiB KV cache is needed ... 0.01 GiB"): the
+# manager stays off where the blocks are pinned, the layout the engine ran before.
+BLOCKS_PINNED_FLAG = "--num-gpu-blocks-override"
 
 
 def _without_flags(argv: list[str]) -> list[str]:
+    pinned = any(a.split("=", 1)[0] == BLOCKS_PINNED_FLAG for a in argv)
     out: list[str] = []
     i = 0
     while i < len(argv):
@@ -34,7 +41,7 @@ def _without_flags(argv: list[str]) -> list[str]:
         if name in CONNECTOR_FLAGS or name == SGLANG_LMCACHE_CONFIG or name.startswith(HICACHE_VALUED):
             i += 1 if "=" in arg else 2
             continue
-        if name in HICACHE_FLAGS or name in (MANAGER_OFF_FLAG, SGLANG_LMCACHE_FLAG):
+        if name in HICACHE_FLAGS or name == SGLANG_LMCACHE_FLAG or (name == MANAGER_OFF_FLAG and not pinned):
             i += 1
             continue
         out.append(arg)

@@ -161,6 +161,22 @@ def test_the_hybrid_manager_switch_goes_with_the_connector_that_needed_it() -> N
     assert dropped is not None and "--disable-hybrid-kv-cache-manager" not in dropped.server.argv
 
 
+def test_the_hybrid_manager_stays_off_where_the_pool_is_pinned_in_blocks() -> None:
+    """With the manager back on, a block is another size: Gemma 3's fallback with 40 blocks died."""
+    spec = rendered("vllm-cpu-lmcache-mp-hybrid-off")
+    spec = spec.model_copy(
+        update={
+            "server": spec.server.model_copy(
+                update={"argv": [*spec.server.argv, "--num-gpu-blocks-override", "40"]}
+            )
+        }
+    )
+    dropped = without_offload(spec)
+    assert dropped is not None and "--kv-transfer-config" not in dropped.server.argv
+    assert "--disable-hybrid-kv-cache-manager" in dropped.server.argv
+    assert dropped.server.argv[-2:] == ["--num-gpu-blocks-override", "40"]
+
+
 def test_the_in_process_connector_loses_its_config_variable() -> None:
     spec = rendered("vllm-lmcache-in-process-cpu-disk-remote")
     assert "LMCACHE_CONFIG_FILE" in spec.server.env
