@@ -29,20 +29,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[2]
-DEMO = ROOT / "profiles" / "demo"
-TOKENIZER_FILES = (
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "generation_config.json",
-)
+from tests.support.edge_models import ROOT, write_config_model
+
 LAYERS = 4
 MAX_LAYERS = 8
 HIDDEN = 256
@@ -280,11 +273,8 @@ def shrunk_config(arch: str, cls: Any) -> dict[str, Any]:
 
 
 def write_arch_model(arch: str, config: dict[str, Any], out: Path) -> Path:
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True, default=str) + "\n")
-    for file in TOKENIZER_FILES:
-        shutil.copy(DEMO / file, out / file)
-    return out
+    """``out`` with the architecture's shrunk config.json and the demo tokenizer."""
+    return write_config_model(config, out)
 
 
 def write_all(out: Path, only: list[str] | None = None) -> dict[str, Any]:

@@ -19,7 +19,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[2]  # not tests.support.deps's: the sweep runs it without pytest
 DEMO = ROOT / "profiles" / "demo"
 TOKENIZER_FILES = (
     "tokenizer.json",
@@ -135,10 +135,16 @@ def edge_config(name: str) -> dict[str, Any]:
     return out
 
 
-def write_edge_model(name: str, out: Path) -> Path:
-    """``out`` with the family's config.json and the demo tokenizer."""
+def write_config_model(config: dict[str, Any], out: Path) -> Path:
+    """``out`` with ``config`` as its config.json and the demo tokenizer: a checkpoint without
+    weights (plans read the config, the probe builds the model on the meta device)."""
     out.mkdir(parents=True, exist_ok=True)
-    (out / "config.json").write_text(json.dumps(edge_config(name), indent=2, sort_keys=True) + "\n")
+    (out / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True, default=str) + "\n")
     for file in TOKENIZER_FILES:
         shutil.copy(DEMO / file, out / file)
     return out
+
+
+def write_edge_model(name: str, out: Path) -> Path:
+    """``out`` with the family's config.json and the demo tokenizer."""
+    return write_config_model(edge_config(name), out)
