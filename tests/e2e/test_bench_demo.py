@@ -7,7 +7,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from tests.e2e.conftest import ServeSession, kvstack_cmd
+from tests.e2e.conftest import ServeSession, kvstack_cmd, kvstack_run
 from tests.support.deps import ROOT
 
 
@@ -52,13 +52,7 @@ def test_bench_sweep_on_the_demo_engine(demo_server: ServeSession, tmp_path: Pat
         "--workload random --requests 4 --prompt-tokens 64 --output-tokens 4 "
         "--sweep concurrency:1,2 --sweep-bisect 0 --slo-ttft 2000"
     )
-    res = subprocess.run(
-        kvstack_cmd("bench", "--url", demo_server.base_url, *opts.split(), "--out", str(out)),
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=ROOT,
-    )
+    res = kvstack_run("bench", "--url", demo_server.base_url, *opts.split(), "--out", str(out), timeout=600)
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
     data = json.loads((out / "results.json").read_text())
     assert data["schema"] == "kvstack.bench.sweep/2" and data["kind"] == "concurrency"
