@@ -88,6 +88,16 @@ def target(
     return base_url, metrics, model or ""
 
 
+def bench_target(args: BenchRequest) -> tuple[str | None, list[str], str]:
+    """What a bench run is sent to: --url as a base URL (None: the layouts of --compare), every
+    /metrics URL it reads (the server's own first), and the model; --compare without --model is
+    refused."""
+    base_url, metrics_urls, model = target(args.url, args.all_metrics_urls, args.model, args.api_key)
+    if base_url is None and not model:
+        raise InputError("--compare needs --model (the model every layout serves)", hint="add --model DIR")
+    return base_url, [base_url + "/metrics", *metrics_urls] if base_url is not None else metrics_urls, model
+
+
 def load_plan(path: Path) -> Plan:
     hint = "write one with kvstack plan ... --json > plan.json"
     return read_model(path, Plan, "a kvstack plan", hint, what="--plan")
@@ -167,10 +177,7 @@ def run_bench(
     events = events or BenchEvents()
     check_out(args.out)
     spec = workload_spec(args)
-    base_url, metrics_urls, model = target(args.url, args.all_metrics_urls, args.model, args.api_key)
-    if base_url is None and not model:
-        raise InputError("--compare needs --model (the model every layout serves)", hint="add --model DIR")
-    all_metrics = [base_url + "/metrics", *metrics_urls] if base_url is not None else metrics_urls
+    base_url, all_metrics, model = bench_target(args)
     text = TextBuilder(resolve_tokenizer(base_url, model, args.api_key))
     opts = RunOptions(
         model=model,

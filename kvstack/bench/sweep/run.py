@@ -30,7 +30,7 @@ from kvstack.bench.sweep.schema import (
 from kvstack.bench.sweep.steps import Record, StepPlan, StepRunner, sweep_steps
 from kvstack.bench.text import TextBuilder
 from kvstack.bench.tokenize import resolve_tokenizer
-from kvstack.bench.workload_run import check_out, load_plan, target, tier_sizes, workload_spec
+from kvstack.bench.workload_run import bench_target, check_out, load_plan, tier_sizes, workload_spec
 from kvstack.bench.workloads import (
     RequestSet,
     TierSizes,
@@ -39,7 +39,7 @@ from kvstack.bench.workloads import (
     tier_sizes_from_metrics,
 )
 from kvstack.clients.metrics import scrape_sync
-from kvstack.errors import EngineError, InputError, Interrupted, KvstackError
+from kvstack.errors import EngineError, Interrupted, KvstackError
 from kvstack.planning.schema import Plan
 from kvstack.redact import redact_url
 from kvstack.serving.served_layout import ServedLayout, StartLayout
@@ -185,10 +185,7 @@ def run_sweep(
     assert ladder is not None, "run_sweep without --sweep"
     check_out(args.out)
     spec = workload_spec(args)
-    base_url, metrics_urls, model = target(args.url, args.all_metrics_urls, args.model, args.api_key)
-    if base_url is None and not model:
-        raise InputError("--compare needs --model (the model every layout serves)", hint="add --model DIR")
-    metrics = [base_url + "/metrics", *metrics_urls] if base_url is not None else metrics_urls
+    base_url, metrics, model = bench_target(args)
     opts = RunOptions(
         model=model, api_key=args.api_key, concurrency=1, seed=args.seed, timeout_s=args.timeout_s
     )
