@@ -14,7 +14,8 @@ module:
 
 KVSTACK_REAL_MODEL_RUNS=N (default 1) repeats 2 and each case of 3 N times on the same engine
 (docs/measurements.md's figures: N=5, twice, so on two engines: 2 x (1 + 4 of the 5) validations
-were counted as the ten).
+were counted as the ten). KVSTACK_REAL_MODEL=NAME runs the same claims on another fixture under
+.models (`KVSTACK_REAL_MODEL=gemma3-270m`: Gemma 3's sliding-window hybrid, docs/models.md).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from tests.e2e.conftest import (
 from tests.support.deps import ROOT, missing
 from tests.support.kv_tamper import DiskTamper
 
-REAL_MODEL = ROOT / ".models" / "smollm2-135m-instruct"
+REAL_MODEL = ROOT / ".models" / os.environ.get("KVSTACK_REAL_MODEL", "smollm2-135m-instruct")
 PROMPT_TOKENS = 2048
 CHUNK = 256  # LMCache's chunk
 RUNS = int(os.environ.get("KVSTACK_REAL_MODEL_RUNS", "1"))
@@ -51,7 +52,7 @@ RUNS = int(os.environ.get("KVSTACK_REAL_MODEL_RUNS", "1"))
 def real(engine_ready: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServeSession]:
     if not (REAL_MODEL / "model.safetensors").is_file():
         missing(
-            "the real-model fixture (.models/smollm2-135m-instruct)",
+            f"the real-model fixture ({REAL_MODEL.relative_to(ROOT)})",
             "scripts/test builds it (ensure_real_model)",
         )
     tmp = tmp_path_factory.mktemp("real")
@@ -88,7 +89,7 @@ def assert_judged(report: dict[str, object]) -> None:
 def test_serve_validates_the_real_model(real: ServeSession) -> None:
     report = json.loads((real.run_dir / "validation.json").read_text())
     assert report["overall"] == "PASS", json.dumps(report["steps"], indent=1)[:6000]
-    assert report["model"] == "smollm2-135m-instruct" and report["prompt_tokens"] == PROMPT_TOKENS
+    assert report["model"] == REAL_MODEL.name and report["prompt_tokens"] == PROMPT_TOKENS
     assert_judged(report)
     cold = next(s for s in report["steps"] if s["name"] == "cold")
     assert any(e.startswith("noise floor ") for e in cold["evidence"]), cold["evidence"]
