@@ -2,6 +2,13 @@
 lmcache-mp, LMCache's cache server.
 
 It runs before the session's shared demo server starts (file order), so only one engine runs at a time.
+
+A `sweep` test (scripts/e2e-sweeps runs it, CI does not): two engine starts for claims CI proves on
+engines it starts anyway. test_bench_trace.py's `bench --trace --compare none,lmcache-mp` serves each
+layout in turn, overflows the engine's pool and LMCache's DRAM, and its re-reads come from DRAM and
+disk, each tier's share measured; test_tune.py judges replayed cached answers against recompute
+(--check-correctness). What only this test shows is the synthetic tier-overflow workload on a real
+engine (its unit tests build it against a stand-in server).
 """
 
 from __future__ import annotations
@@ -10,10 +17,13 @@ import json
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from tests.e2e.conftest import free_port, kvstack_cmd
 from tests.support.deps import ROOT
 
 
+@pytest.mark.sweep
 def test_tier_overflow_rereads_come_from_lmcache_and_not_from_recompute(
     engine_ready: str, tmp_path: Path
 ) -> None:
