@@ -322,5 +322,8 @@ class PlanCapacity(BaseModel):
     ask: CapacityAsk
     prompt_tokens: int  # a request of the plan's workload: its context (a trace's mean prompt)
     shares_from: str  # what the levels' shares of a prompt come from (the trace, or the warm set)
+    # what the layouts' costs come from: costs measured on the served engine (--calibration), or the
+    # plan's TTFT model ("" with no layout predicted)
+    costs_from: str = ""
     layouts: list[LayoutCapacity] = Field(default_factory=list)
     note: str = ""  # why no layout has a prediction, when none has

@@ -7,6 +7,9 @@ the workload's context (a trace's mean prompt where a trace sized the tiers). Th
 level serves is the trace's simulated share where a trace sized the tiers, else the warm set's:
 every request returns to one of ``users x reuse`` context-sized prefixes, evenly, so a level holding
 ``k`` of those ``W`` tokens (the tiers are inclusive: the largest so far) serves ``k / W``.
+
+The costs are measured on the served engine where the plan has a calibration (``--calibration``:
+planning/served_capacity.py), on every platform; else the plan's FLOP model. The result names them.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ from kvstack.planning.bound import (
     predict_capacity,
 )
 from kvstack.planning.schema import Plan
+from kvstack.planning.served_capacity import layout_names, served_costs
+from kvstack.planning.served_ttft import ServedCalibration
 from kvstack.planning.trace_sizing import OFFLOAD_REQUEST_COST_S
 
 
@@ -57,7 +62,7 @@ def plan_costs(plan: Plan) -> list[LayoutCosts] | None:
         for t in plan.offload_tiers
         if (p := m.fetch.get(t.kind)) is not None
     ]
-    names = ["engine", *(f"engine+{'+'.join(f.kind for f in fetch[:k])}" for k in range(1, len(fetch) + 1))]
+    names = layout_names([f.kind for f in fetch])
     return [
         LayoutCosts(
             name=name,
@@ -77,31 +82,50 @@ def plan_costs(plan: Plan) -> list[LayoutCosts] | None:
 def _shape(
     prompt: int, ask: CapacityAsk, levels: Sequence[tuple[str, float]], costs: LayoutCosts
 ) -> RequestShape:
-    """The request on ``costs``' layout: the shares of the levels it has (the pool and its tiers)."""
-    kinds = {"engine", *(f.kind for f in costs.fetch)}
+    """The request on ``costs``' layout: the shares of the levels it has (the pool and its tiers,
+    as its name lists them)."""
+    kinds = {"engine", *costs.name.split("+")}
     return RequestShape(float(prompt), float(ask.output_tokens), {k: v for k, v in levels if k in kinds})
 
 
-def plan_capacity(plan: Plan, ask: CapacityAsk) -> PlanCapacity:
-    """Each of the plan's layouts' predicted capacity under ``ask``'s SLO, and what bounds it."""
+def capacity_costs(
+    plan: Plan, served: ServedCalibration | None, prompt: int
+) -> tuple[list[LayoutCosts], str] | None:
+    """(the layouts' costs by depth, what they come from): measured on the served engine (``served``,
+    for requests of ``prompt`` tokens), else the plan's FLOP model; None: neither."""
+    if served is not None:
+        return served_costs(plan, served, prompt)
+    layouts = plan_costs(plan)
+    if layouts is None or plan.ttft is None:
+        return None
+    return layouts, f"the plan's TTFT model ({plan.ttft.prefill_source})"
+
+
+def plan_capacity(plan: Plan, ask: CapacityAsk, served: ServedCalibration | None = None) -> PlanCapacity:
+    """Each of the plan's layouts' predicted capacity under ``ask``'s SLO, and what bounds it, from
+    ``served`` (costs measured on the served engine) where given, else the plan's TTFT model."""
     t = plan.trace
     prompt = plan.workload.context_tokens
     if t is not None and t.requests:
         prompt = round(t.prompt_tokens / t.requests)
     levels, why = level_shares(plan)
     out = PlanCapacity(ask=ask, prompt_tokens=prompt, shares_from=why)
-    layouts = plan_costs(plan)
-    if layouts is None:
+    costed = capacity_costs(plan, served, prompt)
+    if costed is None and served is not None:
+        return out.model_copy(update={"note": "the plan has no engine pool to hold the KV in flight"})
+    if costed is None:
         note = (
             "no prefill figure on this platform to predict TTFT with "
             f"({plan.prefill_source}): calibrate it (doctor --calibrate) or measure with bench --sweep"
         )
         return out.model_copy(update={"note": note})
+    layouts, costs_from = costed
     return out.model_copy(
         update={
+            "costs_from": costs_from,
             "layouts": [
                 predict_capacity(costs, _shape(prompt, ask, levels, costs), ask.slo_ttft_s, ask.share)
                 for costs in layouts
-            ]
+            ],
         }
     )

@@ -39,7 +39,7 @@ def _layout_line(lay: LayoutCapacity, quantile: str) -> str:
 
 
 def capacity_lines(cap: PlanCapacity) -> list[str]:
-    """The heading, then one line per layout."""
+    """The heading, what the costs come from, then one line per layout."""
     q = f"p{cap.ask.share * 100:g}"
     head = (
         f"predicted capacity under TTFT {q} <= {cap.ask.slo_ttft_s * 1000:g} ms: requests of "
@@ -48,4 +48,8 @@ def capacity_lines(cap: PlanCapacity) -> list[str]:
     )
     if not cap.layouts:
         return [head, f"  no prediction: {cap.note}"]
-    return [head, *(f"  {_layout_line(lay, q)}" for lay in cap.layouts)]
+    costs = (
+        f"  costs: {cap.costs_from}; capacity in requests/s (as bench --sweep rate:..., Poisson "
+        "arrivals; with --trace, x the trace's rate), in flight at an idle request's residence"
+    )
+    return [head, costs, *(f"  {_layout_line(lay, q)}" for lay in cap.layouts)]

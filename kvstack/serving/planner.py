@@ -48,13 +48,14 @@ def plan_for_inputs(
     """The plan ``plan`` prints and ``export`` deploys: the inputs checked, the model resolved before
     the hardware is probed (a model that is not there fails at once), then planned on ``snapshot``
     (default: --hardware's, else this machine probed); with ``capacity`` (plan --slo-ttft), each
-    layout's predicted capacity under its SLO."""
+    layout's predicted capacity under its SLO (from the trace's calibration where it has one)."""
     request = inputs.plan_request(remote)
     source = resolve_model(inputs.model, inputs.revision)
     plan = plan_for_model(request, source, inputs.workload, snapshot or inputs.snapshot(), trace)
     if capacity is None:
         return plan
-    return plan.model_copy(update={"capacity": plan_capacity(plan, capacity)})
+    served = trace.served if trace is not None else None  # --calibration: costs measured on the engine
+    return plan.model_copy(update={"capacity": plan_capacity(plan, capacity, served)})
 
 
 def require_feasible(plan: Plan, model_spec: str) -> Plan:

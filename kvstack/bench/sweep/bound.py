@@ -12,6 +12,11 @@ model's prefill and decode figures, each tier's bandwidth, the pool's tokens. Wh
 prefill figure (the CPU platform) or there is no plan (``--url``), the prefill rate is measured: the
 lowest step's recomputed tokens per request over its TTFT p50 (one prefill with little queueing),
 and decode is not judged.
+
+The predicted capacity is the plan's TTFT model's (``predicted_capacity``) or, given costs measured
+on the served engine (``served_prediction``: ``plan --calibration``'s, as scripts/bench-capacity
+predict compares them), those costs' (planning/served_capacity.py), for the workload as the lowest
+step sent it.
 """
 
 from __future__ import annotations
@@ -40,8 +45,9 @@ from kvstack.planning.bound import (
     predict_capacity,
     utilisation,
 )
-from kvstack.planning.plan_capacity import plan_costs
+from kvstack.planning.plan_capacity import capacity_costs, plan_costs
 from kvstack.planning.schema import Plan
+from kvstack.planning.served_ttft import ServedCalibration
 from kvstack.units import fmt_bw, fmt_tokens
 
 
@@ -210,14 +216,52 @@ def predicted_capacity(
     shape = step_shape(lowest, offload_kind) if lowest is not None else None
     if shape is None:
         return CapacityPrediction(status="no_costs", note="no step completed to take the workload from")
-    pred = predict_capacity(costs[-1], shape, slo.ttft_s, slo.share)
+    return _beside(lay, predict_capacity(costs[-1], shape, slo.ttft_s, slo.share), kind, trace_rate_per_s)
+
+
+def _beside(
+    lay: LayoutSweep, pred: LayoutCapacity, kind: LoadKind, trace_rate_per_s: float | None, note: str = ""
+) -> CapacityPrediction:
+    """A predicted capacity in the sweep's unit beside the measured one, and their ratio."""
     load = _in_unit(pred, kind, trace_rate_per_s)
     cap = lay.capacity
     measured = cap.load if cap.status in ("bracketed", "above_ladder") else None
     ratio = load / measured if load is not None and measured else None
     return CapacityPrediction(status=pred.status, load=load, rate_per_s=pred.rate_per_s, bound=pred.bound,
                               measured_load=measured, ratio=ratio, at_least=cap.status == "above_ladder",
-                              note=pred.note)  # fmt: skip
+                              note="; ".join(x for x in (note, pred.note) if x))  # fmt: skip
+
+
+def served_prediction(
+    lay: LayoutSweep,
+    plan: Plan,
+    served: ServedCalibration,
+    kind: LoadKind,
+    slo: Slo,
+    trace_rate_per_s: float | None,
+) -> CapacityPrediction:
+    """The capacity predicted from costs measured on the served engine (``plan --calibration``'s,
+    planning/served_capacity.py) for the workload as the lowest step sent it, beside the measured
+    one: ``plan``'s deepest layout (its pool alone for a layout without offload); the note says
+    which costs."""
+    if slo.ttft_s is None:
+        return CapacityPrediction(
+            status="no_costs", note="the calibration predicts TTFT only; the SLO has none"
+        )
+    offload_kind = plan.offload_tiers[0].kind if plan.offload_tiers else None
+    lowest = min((s for s in lay.steps if s.complete), key=lambda s: s.load, default=None)
+    shape = step_shape(lowest, offload_kind) if lowest is not None else None
+    if shape is None:
+        return CapacityPrediction(status="no_costs", note="no step completed to take the workload from")
+    costed = capacity_costs(plan, served, round(shape.prompt_tokens))
+    if not costed or not costed[0]:
+        return CapacityPrediction(
+            status="no_costs", note="the plan has no engine pool to hold the KV in flight"
+        )
+    costs, source = costed
+    return _beside(
+        lay, predict_capacity(costs[-1], shape, slo.ttft_s, slo.share), kind, trace_rate_per_s, source
+    )
 
 
 def explain_sweep(result: SweepResult, plans: Mapping[str, Plan | None]) -> SweepResult:

@@ -1,14 +1,19 @@
 """`kvstack plan --slo-ttft` through the real CLI: each layout's predicted capacity and its bound,
-in the human form and in --json; the SLO's companion flags refused without it."""
+in the human form and in --json (from a served calibration on the CPU platform); the SLO's
+companion flags refused without it."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from kvstack.profiles import profiles_dir
+from tests.support.calibration import demo_served_ttft
 from tests.support.cli_run import one_line_error, run_kvstack
 
 L40S = str(profiles_dir() / "hardware" / "l40s.json")
+NO_GPU = str(profiles_dir() / "hardware" / "no-gpu.json")
+TRACE = Path(__file__).resolve().parents[2] / "fixtures" / "traces" / "conversation_1in40.jsonl"
 BASE = (
     "--model",
     "llama-3.1-8b",
@@ -52,3 +57,30 @@ def test_the_slos_companions_need_it() -> None:
     one_line_error(
         run_kvstack("plan", *BASE, "--slo-ttft", "500", "--slo-share", "1.5"), "--slo-share must be at"
     )
+
+
+def test_a_calibration_predicts_the_cpu_platforms_capacity_and_says_so(tmp_path: Path) -> None:
+    """The demo on the CPU platform has no prefill figure: with the costs bench --trace measured on
+    it (the recorded calibration), each layout gets a capacity, and the output names those costs."""
+    cal = demo_served_ttft(tmp_path / "served-ttft.json", "the demo's recorded calibration")
+    args = ("--model", str(profiles_dir() / "demo"), "--hardware", NO_GPU, "--trace", str(TRACE))
+    args += ("--offload", "lmcache-mp", "--slo-ttft", "30000", "--output-tokens", "16")
+    proc = run_kvstack("plan", *args, "--calibration", str(cal), "--json")
+    assert proc.returncode == 0, proc.stderr
+    cap = json.loads(proc.stdout)["capacity"]
+    assert cap["costs_from"].startswith("costs measured on the served engine (the demo's recorded")
+    assert [lay["layout"] for lay in cap["layouts"]] == ["engine", "engine+cpu", "engine+cpu+disk"]
+    assert all(lay["rate_per_s"] > 0 and lay["in_flight"] > 0 for lay in cap["layouts"])
+    assert "measured: 103 us a token recomputed" in cap["layouts"][0]["bound"]["source"]
+    proc = run_kvstack("plan", *args, "--calibration", str(cal))
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("predicted capacity under TTFT p90"))
+    assert lines[at + 1].startswith("  costs: costs measured on the served engine (the demo's recorded")
+    assert lines[at + 2].startswith("  engine pool alone: ") and " requests/s (~" in lines[at + 2]
+    assert lines[at + 3].startswith("  + cpu: ") and "bound: prefill compute" in lines[at + 3]
+    # Without it, the same plan predicts nothing, as before.
+    proc = run_kvstack("plan", *args)
+    assert proc.returncode == 0, proc.stderr
+    assert "  no prediction: no prefill figure on this platform" in proc.stdout
+    assert "  costs: " not in proc.stdout

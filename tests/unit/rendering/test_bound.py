@@ -80,10 +80,15 @@ def test_plan_capacity_lines() -> None:
     )
     idle = LayoutCapacity(layout="engine", status="slo_below_unloaded", rate_per_s=0.0, unloaded_ttft_s=5.4)
     cap = PlanCapacity(
-        ask=CapacityAsk(slo_ttft_s=2.0), prompt_tokens=32768, shares_from="the warm set", layouts=[idle, lay]
+        ask=CapacityAsk(slo_ttft_s=2.0),
+        prompt_tokens=32768,
+        shares_from="the warm set",
+        costs_from="the plan's TTFT model (x)",
+        layouts=[idle, lay],
     )
-    head, first, second = capacity_lines(cap)
+    head, costs, first, second = capacity_lines(cap)
     assert head.startswith("predicted capacity under TTFT p90 <= 2000 ms: requests of 32,768 prompt and 128")
+    assert costs.startswith("  costs: the plan's TTFT model (x); capacity in requests/s (as bench --sweep")
     assert first == "  engine pool alone: no capacity: an idle engine's TTFT is 5,400 ms, above the SLO"
     assert second == (
         "  + cpu + disk: 0.311 requests/s (~1.0 in flight), where it reaches the SLO at TTFT p90; "

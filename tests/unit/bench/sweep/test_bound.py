@@ -1,5 +1,6 @@
 """bench/sweep/bound.py: the bound at a layout's knee from what its steps measured, and the plan's
-predicted capacity beside the measured one, on figures worked out by hand."""
+predicted capacity beside the measured one (from the plan's model or a served calibration), on
+figures worked out by hand."""
 
 from __future__ import annotations
 
@@ -12,12 +13,15 @@ from kvstack.bench.sweep.bound import (
     knee_bound,
     layout_figures,
     predicted_capacity,
+    served_prediction,
     step_resources,
     step_shape,
 )
 from kvstack.bench.sweep.schema import Capacity, LayoutSweep, Slo, SweepStep
-from kvstack.planning.bound import FetchCost, LayoutCosts
-from tests.unit.planning.helpers import plan_for
+from kvstack.planning.bound import FetchCost, LayoutCosts, predict_capacity
+from kvstack.planning.served_ttft import ServedCalibration, ServedCosts
+from tests.support.calibration import DEMO_LMCACHE_MP, DEMO_NONE
+from tests.unit.planning.helpers import plan_for, roomy_cpu_host
 
 
 def _dist(value: float, n: int = 10) -> Distribution:
@@ -132,3 +136,50 @@ def test_the_plans_prediction_beside_the_measured_capacity() -> None:
     tpot_only = predicted_capacity(lay, plan, "rate", Slo(tpot_s=0.05), None)
     assert tpot_only is not None and tpot_only.load is None and "TTFT only" in tpot_only.note
     assert predicted_capacity(lay, None, "rate", Slo(ttft_s=0.5), None) is None
+
+
+def test_a_served_calibrations_prediction_beside_the_measured_capacity() -> None:
+    """On the CPU platform the plan has no prefill figure; the demo's recorded calibration predicts
+    the capacity for the workload as the lowest step sent it, in x the trace's rate."""
+    found = [
+        ("none", False, ServedCosts.from_dict(DEMO_NONE)),
+        ("lmcache-mp", True, ServedCosts.from_dict(DEMO_LMCACHE_MP)),
+    ]
+    cal = ServedCalibration.first_of(found, "the demo's calibration")
+    assert cal is not None
+    plan = plan_for(roomy_cpu_host(), "llama-3.1-8b", context=8192, offload="lmcache-mp")
+    assert predicted_capacity(_lay([step(1, True)]), plan, "rate", Slo(ttft_s=0.5), None).status == "no_costs"  # type: ignore[union-attr]
+    lay = _lay([step(1, True), step(2, False)])
+    pred = served_prediction(lay, plan, cal, "trace_rate", Slo(ttft_s=0.5), 2.0)
+    assert pred.note.startswith("costs measured on the served engine (the demo's calibration)")
+    assert pred.rate_per_s is not None and pred.load == pytest.approx(pred.rate_per_s / 2)
+    assert pred.measured_load == 1 and pred.ratio == pytest.approx(pred.load)
+    assert pred.bound is not None and pred.bound.resource == "prefill"
+    # By hand: LMCache's path (66.1 ms a request), 500 tokens recomputed, 500 fetched at 3.8 us each.
+    bpt = plan.ttft.bytes_per_token  # type: ignore[union-attr]
+    by_hand = LayoutCosts(
+        "engine+cpu", 0.0661, 1.03e-4, 3.4e-8, bpt, 0.0411, plan.tiers[0].tokens,
+        (FetchCost("cpu", bpt / 3.8e-6), FetchCost("disk", bpt / 3.8e-6)),
+    )  # fmt: skip
+    shape = step_shape(lay.steps[0], "cpu")
+    assert shape is not None
+    expected = predict_capacity(by_hand, shape, 0.5, 0.9)
+    assert pred.rate_per_s == pytest.approx(expected.rate_per_s)
+    # The pool alone (the plan's tiers cut to it) pays the plain path: more capacity on no hits.
+    plain = _lay([step(1, True, shares={"recomputed": 1.0})])
+    alone = served_prediction(
+        plain, plan.model_copy(update={"tiers": plan.tiers[:1]}), cal, "rate", Slo(ttft_s=0.5), None
+    )
+    offload = served_prediction(plain, plan, cal, "rate", Slo(ttft_s=0.5), None)
+    assert alone.rate_per_s is not None and offload.rate_per_s is not None
+    assert alone.rate_per_s > offload.rate_per_s
+    assert served_prediction(lay, plan, cal, "rate", Slo(tpot_s=0.05), None).status == "no_costs"
+
+
+def _lay(steps: list[SweepStep]) -> LayoutSweep:
+    return LayoutSweep(
+        name="lmcache-mp",
+        base_url="http://x",
+        steps=steps,
+        capacity=Capacity(status="bracketed", load=1, highest_passing=1, lowest_failing=2),
+    )

@@ -1,0 +1,115 @@
+"""planning/served_capacity.py: ``plan --slo-ttft``'s capacity from costs measured on the served
+engine (the demo's recorded calibration), on the CPU platform the FLOP model has no figure for."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvstack.planning.bound import CapacityAsk, RequestShape, unloaded_ttft
+from kvstack.planning.plan_capacity import level_shares, plan_capacity
+from kvstack.planning.schema import Plan
+from kvstack.planning.served_capacity import served_costs
+from kvstack.planning.served_ttft import ServedCalibration, ServedCosts
+from tests.support.calibration import DEMO_LMCACHE_MP, DEMO_NONE
+from tests.unit.planning.helpers import plan_for, roomy_cpu_host
+from tests.unit.planning.test_plan_trace import _fixture, _plan
+
+SOURCE = "kvstack bench --trace demo.jsonl, 2026-11-28 07:00 UTC"
+
+
+def _calibration(offload: dict | None = DEMO_LMCACHE_MP) -> ServedCalibration:
+    found = [("none", False, ServedCosts.from_dict(DEMO_NONE))]
+    if offload is not None:
+        found.append(("lmcache-mp", True, ServedCosts.from_dict(offload)))
+    cal = ServedCalibration.first_of(found, SOURCE)
+    assert cal is not None
+    return cal
+
+
+@pytest.fixture(scope="module")
+def cpu_plan() -> Plan:
+    """An 8B model on the CPU platform with LMCache's tiers: no prefill figure in FLOPs."""
+    plan = plan_for(roomy_cpu_host(), "llama-3.1-8b", context=8192, offload="lmcache-mp")
+    assert plan.platform == "cpu" and len(plan.offload_tiers) == 2
+    return plan
+
+
+def test_without_a_calibration_the_cpu_plan_predicts_nothing(cpu_plan: Plan) -> None:
+    cap = plan_capacity(cpu_plan, CapacityAsk(slo_ttft_s=5.0))
+    assert cap.layouts == [] and cap.costs_from == "" and "no prefill figure" in cap.note
+
+
+def test_the_layouts_take_the_measured_costs(cpu_plan: Plan) -> None:
+    costed = served_costs(cpu_plan, _calibration(), prompt_tokens=8192)
+    assert costed is not None
+    layouts, why = costed
+    assert [c.name for c in layouts] == ["engine", "engine+cpu", "engine+cpu+disk"]
+    plain, cpu, disk = layouts
+    assert plain.fixed_s == pytest.approx(0.0511) and cpu.fixed_s == pytest.approx(0.0661)
+    assert plain.linear_s == pytest.approx(1.03e-4) and plain.quadratic_s == pytest.approx(3.4e-8)
+    assert plain.fetch == () and plain.pool_tokens == cpu_plan.tiers[0].tokens
+    # The DRAM fetch, 3.8 us a token, as a bandwidth; the disk has no figure: taken at DRAM's.
+    bpt = cpu.bytes_per_token
+    assert [f.kind for f in disk.fetch] == ["cpu", "disk"]
+    assert all(f.bw_bytes_per_s == pytest.approx(bpt / 3.8e-6) for f in disk.fetch)
+    assert "measured: 3.8 us a token fetched" in cpu.fetch[0].source
+    # No decode step on this platform: a whole-prompt hit's (41 ms) stands for it, and says so.
+    assert plain.step_s == pytest.approx(0.0411)
+    assert why.startswith(f"costs measured on the served engine ({SOURCE}): none for the pool alone")
+    assert "lmcache-mp for the offload layouts" in why and "whole-prompt hit's 41 ms" in why
+
+
+def test_an_idle_request_costs_what_the_trace_verdict_predicts(cpu_plan: Plan) -> None:
+    """bound.py's unloaded TTFT on the mapped costs is ServedCosts.ttft's for the same request."""
+    cal = _calibration()
+    layouts, _ = served_costs(cpu_plan, cal, prompt_tokens=4000) or ([], "")
+    shape = RequestShape(4000, 16, {"engine": 0.25, "cpu": 0.5})
+    assert unloaded_ttft(layouts[0], RequestShape(4000, 16, {"engine": 0.25})) == pytest.approx(
+        cal.plain.ttft(4000, 1000, {})
+    )
+    offload = cal.offload_costs(0, {})
+    assert unloaded_ttft(layouts[1], shape) == pytest.approx(offload.ttft(4000, 1000, {"dram": 2000}))
+
+
+def test_the_plan_predicts_each_layouts_capacity_from_the_calibration() -> None:
+    """The conversation trace sizes an 8B model's tiers on a roomy CPU host (the pool 19.7% of the
+    prompt tokens, DRAM 20.6%): a request of the trace's mean 12,407 tokens recomputes less with the
+    DRAM tier, so the offload layout sustains more, and recompute bounds both."""
+    cal = _calibration()
+    plan = _plan(roomy_cpu_host(256), _fixture(served=cal), users=1, offload="lmcache-mp")
+    cap = plan_capacity(plan, CapacityAsk(slo_ttft_s=30.0, output_tokens=16), cal)
+    assert cap.costs_from.startswith("costs measured on the served engine") and cap.prompt_tokens == 12407
+    assert "the trace" in cap.shares_from
+    assert [lay.layout for lay in cap.layouts] == ["engine", "engine+cpu", "engine+cpu+disk"]
+    for lay in cap.layouts:
+        assert lay.status == "slo" and lay.rate_per_s and lay.rate_per_s > 0
+        assert lay.bound is not None and lay.bound.resource == "prefill"
+        assert lay.in_flight is not None and lay.in_flight > 0
+        assert lay.ttft_at_capacity_s == pytest.approx(30.0, rel=1e-3)
+    engine, cpu = cap.layouts[0], cap.layouts[1]
+    assert engine.bound is not None and "measured: 103 us a token recomputed" in engine.bound.source
+    assert cpu.rate_per_s > engine.rate_per_s  # type: ignore[operator]
+    assert cpu.unloaded_ttft_s < engine.unloaded_ttft_s  # type: ignore[operator]
+    # An SLO below an idle request's TTFT (over 5 s at 12K tokens here) leaves no capacity.
+    tight = plan_capacity(plan, CapacityAsk(slo_ttft_s=1.0), cal)
+    assert {lay.status for lay in tight.layouts} == {"slo_below_unloaded"}
+
+
+def test_without_a_measured_offload_layout_the_plans_offload_cost_is_charged(cpu_plan: Plan) -> None:
+    layouts, why = served_costs(cpu_plan, _calibration(offload=None), prompt_tokens=8192) or ([], "")
+    assert layouts[1].fixed_s == pytest.approx(0.0511 + 0.015)  # the default 15 ms a request
+    assert "none plus the plan's offload cost (15 ms)" in why
+    # No fetch figure at all: the plan's paths for the tiers.
+    assert [f.source for f in layouts[-1].fetch] == [
+        p.source
+        for p in (cpu_plan.ttft.fetch[k] for k in ("cpu", "disk"))  # type: ignore[union-attr]
+    ]
+
+
+def test_a_tier_measured_free_keeps_its_share(cpu_plan: Plan) -> None:
+    free = {**DEMO_LMCACHE_MP, "fetch_s_per_token": {"dram": 0.0}}
+    layouts, _ = served_costs(cpu_plan, _calibration(free), prompt_tokens=8192) or ([], "")
+    assert layouts[1].fetch == ()
+    cap = plan_capacity(cpu_plan, CapacityAsk(slo_ttft_s=5.0), _calibration(free))
+    levels = dict(level_shares(cpu_plan)[0])
+    assert cap.layouts[1].shares.get("cpu") == pytest.approx(round(levels["cpu"], 6))
