@@ -11,6 +11,7 @@ import csv
 import io
 import os
 import platform
+from collections.abc import Sequence
 from dataclasses import asdict
 from importlib import metadata
 from pathlib import Path
@@ -75,13 +76,15 @@ def write_report(result: BenchResult, out_dir: Path, plots: bool = True) -> list
     return written
 
 
-def requests_csv(rows: list[RequestRow]) -> str:
+def requests_csv(rows: Sequence[RequestRow], fields: Sequence[str] = CSV_FIELDS) -> str:
+    """requests.csv: a header of ``fields``, then a line per row (None an empty cell); bench's and,
+    with its own fields (layout, step and load first), a sweep's."""
     buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=CSV_FIELDS, lineterminator="\n")
+    writer = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n")
     writer.writeheader()
     for row in rows:
         data = row.model_dump(exclude={"itl_s"})
-        writer.writerow({k: "" if v is None else v for k, v in data.items()})
+        writer.writerow({k: "" if data[k] is None else data[k] for k in fields})
     return buf.getvalue()
 
 

@@ -280,7 +280,13 @@ def run_layout_replay(
     with quiet.hold(layout.base_url):  # the server's canary sends nothing while the replay measures
         model = layout.served_model or model
         decide_once(layout, rows, args, shared, api_key, model)
-        run, result, rows_out = _replay_rows(layout, args, shared, model, api_key, timeout_s, on_row)
+        # The replay itself: its run, the layout's result and its rows (each with the prefix an
+        # unbounded cache would hold).
+        kept: list[tuple[LayoutResult, list[RequestRow]]] = []
+        run = replay_step(
+            layout, args, shared, model, api_key, timeout_s, lambda r, rs: kept.append((r, rs)), on_row
+        )
+        result, rows_out = kept[0]
         if args.check_correctness:
             result.correctness = _check_answers(
                 layout, run, rows_out, shared, args.check_correctness, model, api_key, timeout_s
@@ -300,24 +306,6 @@ def decide_once(
     """What every layout is sent, decided by the first one replayed (``shared`` kept after that)."""
     if shared.blocks is None:
         shared.adopt(_decide(layout, rows, args, api_key, model))
-
-
-def _replay_rows(
-    layout: ServedLayout,
-    args: ReplayRequest,
-    shared: Shared,
-    model: str,
-    api_key: str | None,
-    timeout_s: float,
-    on_row: Callable[[RequestRow], None] | None,
-) -> tuple[ReplayRun, LayoutResult, list[RequestRow]]:
-    """The replay itself: its run, the layout's result and its rows (each with the prefix an
-    unbounded cache would hold)."""
-    kept: list[tuple[LayoutResult, list[RequestRow]]] = []
-    run = replay_step(
-        layout, args, shared, model, api_key, timeout_s, lambda r, rows: kept.append((r, rows)), on_row
-    )
-    return run, *kept[0]
 
 
 def replay_step(

@@ -8,9 +8,9 @@ earlier kvstack wrote, comes back unchanged.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from kvstack.bench.schema import CorrectnessResult
 from kvstack.bench.sweep.schema import LayoutSweep, Slo
@@ -19,6 +19,16 @@ from kvstack.replay.results import Costs
 
 class _Doc(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+def _as_json(value: object) -> object:
+    return value.model_dump(mode="json") if isinstance(value, BaseModel) else value
+
+
+# A model given whole, taken as JSON so that every key of it counts as set: results.json is dumped
+# with exclude_unset (for the keys only some tunes write), which would drop a default the code did not
+# set (a judgement's) and a list it appended to rather than assigned (a sweep's steps).
+_WHOLE = BeforeValidator(_as_json)
 
 
 class Interval(_Doc):
@@ -53,15 +63,8 @@ class CapacityRow(_Doc):
     (capacity_curve.CandidateCapacity.document): bench --sweep's steps and capacity, and each step's
     TTFT per request sent (aligned with ``sweep.steps``; None: failed), which the verdict pairs."""
 
-    sweep: LayoutSweep
+    sweep: Annotated[LayoutSweep, _WHOLE]
     step_ttft_s: list[list[float | None]]
-
-    @field_validator("sweep", mode="before")
-    @classmethod
-    def _whole(cls, value: object) -> object:
-        # As JSON, so that every key counts as set (results.json is dumped with exclude_unset; the
-        # sweep's steps were appended to a list, never assigned, and would be left out).
-        return value.model_dump(mode="json") if isinstance(value, BaseModel) else value
 
 
 class CapacitySetup(_Doc):
@@ -91,19 +94,12 @@ class MeasuredRow(_Doc):
     measured_tokens: dict[str, float]
     lookups: int | None
     below_gate: int | None
-    correctness: CorrectnessResult | None
+    correctness: Annotated[CorrectnessResult | None, _WHOLE]
     correct: bool
     wall_s: dict[str, float]
     run_dir: str | None
     error: str | None
     capacity: CapacityRow | None = None  # --objective capacity only
-
-    @field_validator("correctness", mode="before")
-    @classmethod
-    def _whole(cls, value: object) -> object:
-        # As JSON, so that every key counts as set: results.json is dumped with exclude_unset (for the
-        # keys only some tunes write), which would drop a default the judgement did not set.
-        return value.model_dump(mode="json") if isinstance(value, BaseModel) else value
 
 
 class Inversion(_Doc):
