@@ -59,7 +59,9 @@ def _error_kind(error: str) -> str:
 
 
 def wall_time(rows: Sequence[RequestRow]) -> float:
-    """From the first request's start to the last one's end."""
+    """From the first request's start to the last one's end (its stream read to the end): what
+    ``vllm bench serve`` takes as its benchmark duration (serve.py, benchmark: from before the first
+    request is sent to after every request's stream has ended)."""
     if not rows:
         return 0.0
     start = min(r.start_s for r in rows)
@@ -91,11 +93,22 @@ def summarize(rows: Sequence[RequestRow], wall_s: float | None = None) -> Summar
     )
 
 
-def tpot(e2e_s: float | None, ttft_s: float | None, output_tokens: int) -> float | None:
-    """Mean time per output token after the first (vLLM's bench definition)."""
-    if e2e_s is None or ttft_s is None or output_tokens < 2:
+def tpot(last_token_s: float | None, ttft_s: float | None, output_tokens: int) -> float | None:
+    """Mean time per output token after the first: from the first content event to the last one,
+    over the tokens after the first. vLLM's bench definition (vllm/benchmarks/serve.py,
+    calculate_metrics: ``(latency - ttft) / (output_len - 1)``, its ``latency`` ending at the last
+    content event, lib/endpoint_request_func.py), not the end of the stream: the usage event and
+    ``[DONE]`` that follow the last token are no decode time."""
+    if last_token_s is None or ttft_s is None or output_tokens < 2:
         return None
-    return (e2e_s - ttft_s) / (output_tokens - 1)
+    return (last_token_s - ttft_s) / (output_tokens - 1)
+
+
+def last_token_s(res: RequestResult) -> float | None:
+    """Seconds from the send to the last content event: the TTFT plus every later gap."""
+    if res.ttft_s is None:
+        return None
+    return res.ttft_s + math.fsum(res.itl_s)
 
 
 def measured(res: RequestResult, started_at: float) -> dict[str, Any]:
@@ -107,7 +120,7 @@ def measured(res: RequestResult, started_at: float) -> dict[str, Any]:
         "error": res.error,
         "start_s": max(0.0, res.start_time - started_at),
         "ttft_s": res.ttft_s,
-        "tpot_s": tpot(res.e2e_s, res.ttft_s, res.output_tokens) if res.ok else None,
+        "tpot_s": tpot(last_token_s(res), res.ttft_s, res.output_tokens) if res.ok else None,
         "e2e_s": res.e2e_s,
         "itl_s": res.itl_s,
         "server_prompt_tokens": res.prompt_tokens,

@@ -3,8 +3,18 @@ from __future__ import annotations
 import pytest
 
 from kvstack.bench.schema import RequestRow
-from kvstack.bench.stats import cache_stats, distribution, percentile, summarize, tpot, wall_time
+from kvstack.bench.stats import (
+    cache_stats,
+    distribution,
+    last_token_s,
+    measured,
+    percentile,
+    summarize,
+    tpot,
+    wall_time,
+)
 from kvstack.clients.metrics import MetricsSnapshot, parse_metrics
+from kvstack.clients.streaming import RequestResult
 from tests.support.deps import ROOT
 
 FIXTURES = ROOT / "tests" / "fixtures" / "metrics"
@@ -59,9 +69,41 @@ def test_distribution_skips_missing_values() -> None:
 
 
 def test_tpot_is_decode_time_per_token_after_the_first() -> None:
-    assert tpot(e2e_s=1.0, ttft_s=0.2, output_tokens=5) == pytest.approx(0.2)  # 0.8 s / 4 tokens
+    assert tpot(last_token_s=1.0, ttft_s=0.2, output_tokens=5) == pytest.approx(0.2)  # 0.8 s / 4 tokens
     assert tpot(1.0, 0.2, 1) is None
     assert tpot(None, 0.2, 5) is None
+
+
+def test_tpot_ends_at_the_last_token_not_the_end_of_the_stream() -> None:
+    # Sent at 0; first token at 0.10 s, then gaps of 0.02, 0.03 and 0.05 s (last token at 0.20 s);
+    # the usage event and [DONE] end the stream at 0.25 s. vLLM's bench: (latency - ttft) / (n - 1)
+    # with its latency at the last token = (0.20 - 0.10) / 3; the stream's end is not decode time.
+    res = RequestResult(ok=True, start_time=1000.0, ttft_s=0.10, itl_s=[0.02, 0.03, 0.05], e2e_s=0.25,
+                        output_tokens=4)  # fmt: skip
+    assert last_token_s(res) == pytest.approx(0.20)
+    row = measured(res, started_at=999.5)
+    assert row["tpot_s"] == pytest.approx(0.10 / 3)
+    assert row["e2e_s"] == pytest.approx(0.25) and row["start_s"] == pytest.approx(0.5)
+    # Tokens bundled in one event (no gaps): no decode time seen, as vLLM's bench counts it.
+    bundled = RequestResult(ok=True, ttft_s=0.1, e2e_s=0.3, output_tokens=8)
+    assert measured(bundled, 0.0)["tpot_s"] == pytest.approx(0.0)
+    assert last_token_s(RequestResult(error="HTTP 500")) is None
+    assert measured(RequestResult(error="HTTP 500", e2e_s=0.01), 0.0)["tpot_s"] is None
+
+
+def test_throughput_and_ttft_p90_as_vllm_bench_serve_computes_them() -> None:
+    # Hand-computed as vllm/benchmarks/serve.py does: output token throughput = the successful
+    # requests' output tokens / the duration from the first send to the last stream's end; TTFT p90
+    # = numpy's linear percentile over the successful requests. 10 requests of 32 tokens, 2 at a
+    # time: request i starts at 0.2 * (i // 2), takes 0.2 s; TTFT i * 0.01 + 0.02; request 9 failed.
+    rows = [
+        _row(i, start=0.2 * (i // 2), e2e=0.2, ttft=0.02 + 0.01 * i, output_tokens=32) for i in range(9)
+    ] + [_row(9, ok=False, start=0.8, e2e=0.05)]
+    s = summarize(rows)
+    assert s.wall_s == pytest.approx(1.0)  # first send 0.0, last end 0.8 + 0.2
+    assert s.output_tokens_per_s == pytest.approx(9 * 32 / 1.0)
+    # 9 TTFTs 0.02 .. 0.10: rank (9 - 1) * 0.9 = 7.2 -> 0.09 + 0.2 * (0.10 - 0.09)
+    assert s.ttft_s is not None and s.ttft_s.p90 == pytest.approx(0.092)
 
 
 def test_summary_throughput_and_errors() -> None:
