@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model_serializer
 
-from kvstack.errors import ModelConfigError
+from kvstack.errors import MissingConfigKey, ModelConfigError
 from kvstack.model.engine_spec import EngineKvSpec
 from kvstack.model.layers import StateShape, layer_stack, state_shape
 
@@ -189,7 +189,7 @@ def _int(cfg: Mapping[str, Any], source: str, *keys: str, required: bool = True)
             )
         return int(value)
     if required:
-        raise ModelConfigError(
+        raise MissingConfigKey(
             f"{source}: config.json has no '{keys[0]}'",
             hint="point --model at a Hugging Face-style model directory (config.json of a decoder LLM)",
         )

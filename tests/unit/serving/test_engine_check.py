@@ -189,3 +189,46 @@ def test_bloom_without_an_answer_is_the_estimate_at_vllms_default_context(tmp_pa
     plan = _plan(tmp_path, "bloom", None, context="2k")
     assert plan.model.engine_spec is None
     assert (plan.max_model_len, plan.model.layer_summary()) == (2048, "4 full-attention")
+
+
+def _headless(tmp_path: Path, answer: EngineKvSpec | None) -> pytest.ExceptionInfo[Exception]:
+    """A decoder whose config.json lacks num_attention_heads (a key shape the reader does not know),
+    planned with the engine's ``answer``."""
+    from kvstack.errors import InputError
+
+    config = edge_config("dbrx")
+    del config["n_heads"]
+    model_dir = tmp_path / "headless"
+    model_dir.mkdir()
+    (model_dir / "config.json").write_text(json.dumps(config))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(engine_check, "probe_engine_spec", lambda job, python: answer)
+        with pytest.raises(InputError) as info:
+            plan_for_inputs(PlanInputs(model=str(model_dir)), None, snapshot=snapshot("no-gpu"))
+    assert info.value.exit_code == 2 and "\n" not in info.value.message
+    return info
+
+
+def test_a_key_the_reader_lacks_where_vllm_refuses_is_vllms_refusal(tmp_path: Path) -> None:
+    refused = recorded_spec("nemotron-h")
+    info = _headless(tmp_path, refused)
+    assert isinstance(info.value, UnsupportedError)
+    assert info.value.message.startswith(
+        "vLLM 0.32.0 refuses headless (NemotronHForCausalLM; kvstack's reader:"
+    )
+    assert "config.json has no 'num_attention_heads'" in info.value.message
+    assert info.value.message.endswith(f"its model class raised: {refused.reason}")
+
+
+def test_a_key_the_reader_lacks_where_vllm_builds_it_says_so(tmp_path: Path) -> None:
+    info = _headless(tmp_path, recorded_spec("dbrx"))
+    assert not isinstance(info.value, UnsupportedError)
+    assert (
+        "config.json has no 'num_attention_heads'; vLLM 0.32.0 would build DbrxForCausalLM (4 full layers)"
+        in (info.value.message)
+    )
+
+
+def test_a_key_the_reader_lacks_without_an_answer_is_the_readers_error(tmp_path: Path) -> None:
+    info = _headless(tmp_path, None)
+    assert info.value.message.endswith("config.json has no 'num_attention_heads'")
