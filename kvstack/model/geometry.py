@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model
 
 from kvstack.errors import MissingConfigKey, ModelConfigError
 from kvstack.model.engine_spec import EngineKvSpec
-from kvstack.model.layers import StateShape, layer_stack, state_shape
+from kvstack.model.layers import ATTENTION_FREE, StateShape, layer_stack, state_shape
 
 Attention = Literal["mha", "gqa", "mla"]
 
@@ -238,9 +238,6 @@ def _layers(cfg: Mapping[str, Any], source: str) -> int:
     return value
 
 
-# Families without attention: every layer keeps a state-space state, no per-token KV (vLLM's
-# IsAttentionFree models: vllm/model_executor/models/mamba.py, mamba2.py).
-ATTENTION_FREE = ("mamba", "mamba2", "falcon_mamba")
 _HEAD_KEYS = ("num_attention_heads", "n_head", "n_heads")
 
 

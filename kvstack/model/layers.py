@@ -47,6 +47,9 @@ _BY_NAME: dict[str, LayerKind] = {
     "moe": "none",
 }
 _PATTERN: dict[str, LayerKind] = {"M": "state", "*": "full", "-": "none", "E": "none"}
+# Families without attention: every layer a Mamba mixer, no attention heads (vLLM's IsAttentionFree
+# models: vllm/model_executor/models/mamba.py, mamba2.py).
+ATTENTION_FREE = ("mamba", "mamba2", "falcon_mamba")
 
 
 class LayerStack(BaseModel):
@@ -130,8 +133,7 @@ def _by_family(cfg: Mapping[str, Any], layers: int) -> tuple[list[LayerKind], st
     if model_type.startswith("gemma3"):
         pattern = _int(cfg.get("sliding_window_pattern")) or 6
         return ["sliding" if (i + 1) % pattern else "full" for i in range(layers)], "sliding_window_pattern"
-    if model_type in ("mamba", "mamba2", "falcon_mamba"):
-        # Attention-free: every layer a Mamba mixer (vLLM's IsAttentionFree models).
+    if model_type in ATTENTION_FREE:
         return ["state"] * layers, f"{model_type}: attention-free"
     if model_type.startswith(("gemma2", "gpt_oss")):
         return ["sliding" if (i + 1) % 2 else "full" for i in range(layers)], f"{model_type}: alternating"
