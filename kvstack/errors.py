@@ -39,6 +39,10 @@ class ModelConfigError(InputError):
     """A model directory, config.json or catalog name is unusable."""
 
 
+class MissingConfigKey(ModelConfigError):
+    """config.json lacks a key kvstack's reader needs (the engine may know the model without it)."""
+
+
 class HubError(ModelConfigError):
     """A Hugging Face id cannot be resolved: not cached while offline, gated, missing, hub unreachable."""
 

@@ -10,9 +10,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model_serializer
 
-from kvstack.errors import ModelConfigError
+from kvstack.errors import MissingConfigKey, ModelConfigError
 from kvstack.model.engine_spec import EngineKvSpec
-from kvstack.model.layers import StateShape, layer_stack, state_shape
+from kvstack.model.layers import ATTENTION_FREE, StateShape, layer_stack, state_shape
 
 Attention = Literal["mha", "gqa", "mla"]
 
@@ -151,13 +151,29 @@ _LAYER_DEFAULTS: dict[str, Any] = {
 _DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 2, "float": 2, "fp32": 2}
 
 
+# DBRX keeps its attention and MoE shapes in sub-configs, under its own names; vLLM reads them
+# there (vllm/model_executor/models/dbrx.py; its KV heads: DbrxModelArchConfigConvertor).
+_DBRX_KEYS = {
+    ("attn_config", "kv_n_heads"): "num_key_value_heads",
+    ("ffn_config", "ffn_hidden_size"): "intermediate_size",
+    ("ffn_config", "moe_num_experts"): "num_experts",
+    ("ffn_config", "moe_top_k"): "num_experts_per_tok",
+}
+
+
 def _text_config(config: Mapping[str, Any]) -> dict[str, Any]:
-    """Multimodal checkpoints nest the language model under text_config / llm_config."""
+    """Multimodal checkpoints nest the language model under text_config / llm_config; DBRX its
+    attention under attn_config and its experts under ffn_config."""
     out = dict(config)
     for key in ("text_config", "llm_config", "language_config"):
         nested = config.get(key)
         if isinstance(nested, Mapping) and "num_hidden_layers" in nested:
             out.update(nested)
+    if out.get("model_type") == "dbrx":
+        for (section, key), name in _DBRX_KEYS.items():
+            nested = out.get(section)
+            if isinstance(nested, Mapping) and nested.get(key) is not None:
+                out[name] = nested[key]
     return out
 
 
@@ -173,7 +189,7 @@ def _int(cfg: Mapping[str, Any], source: str, *keys: str, required: bool = True)
             )
         return int(value)
     if required:
-        raise ModelConfigError(
+        raise MissingConfigKey(
             f"{source}: config.json has no '{keys[0]}'",
             hint="point --model at a Hugging Face-style model directory (config.json of a decoder LLM)",
         )
@@ -195,10 +211,40 @@ _MAX_CONTEXT_KEYS = (
 )
 
 
+# vLLM's max_model_len where config.json has none of the keys (vllm/config/model.py
+# _get_and_verify_max_len: "Assuming the model's maximum length is 2048"): Bloom, Mamba.
+DEFAULT_MAX_CONTEXT = 2048
+
+
 def _max_context(cfg: Mapping[str, Any], source: str) -> int:
-    value = _int(cfg, source, *_MAX_CONTEXT_KEYS)
+    value = _int(cfg, source, *_MAX_CONTEXT_KEYS, required=False)
+    return DEFAULT_MAX_CONTEXT if value is None else value
+
+
+_LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers")  # DBRX, MPT: n_layers
+
+
+def _layers(cfg: Mapping[str, Any], source: str) -> int:
+    """The layer count; where no key has it, the per-layer list's length (transformers 5's
+    Nemotron-H keeps only ``layers_block_type``)."""
+    value = _int(cfg, source, *_LAYER_KEYS, required=False)
+    if value is not None:
+        return value
+    listed = cfg.get("layers_block_type")
+    if isinstance(listed, list) and listed:
+        return len(listed)
+    value = _int(cfg, source, *_LAYER_KEYS)
     assert value is not None
     return value
+
+
+_HEAD_KEYS = ("num_attention_heads", "n_head", "n_heads")
+
+
+def _heads(cfg: Mapping[str, Any], source: str) -> int:
+    """The attention heads; 0 for an attention-free family, which has none."""
+    value = _int(cfg, source, *_HEAD_KEYS, required=cfg.get("model_type") not in ATTENTION_FREE)
+    return value or 0
 
 
 def _moe(cfg: Mapping[str, Any]) -> tuple[int | None, int | None]:
@@ -231,7 +277,9 @@ def _estimate_params(cfg: Mapping[str, Any], geo: dict[str, Any]) -> tuple[int, 
     else:
         hd, kvh = geo["head_dim"], geo["kv_heads"]
         attn = 2 * hidden * heads * hd + 2 * hidden * kvh * hd
-    inter = cfg.get("intermediate_size") or 4 * hidden
+    # An attention-free family's mixer (in and out projections of expand x hidden) is costed as an MLP.
+    expand = cfg.get("expand") if cfg.get("model_type") in ATTENTION_FREE else None
+    inter = cfg.get("intermediate_size") or (expand if isinstance(expand, int) else 4) * hidden
     if isinstance(inter, list):  # Gemma 3n: one per layer
         inter = max((int(x) for x in inter if isinstance(x, int | float)), default=4 * hidden)
     experts, per_tok = geo["num_experts"], geo["experts_per_token"]
@@ -322,12 +370,12 @@ def geometry_from_config(config: Mapping[str, Any], name: str, source: str) -> M
     if not isinstance(config, Mapping):
         raise ModelConfigError(f"{source}: config.json must be a JSON object", hint="fix config.json")
     cfg = _text_config(config)
-    layers = _int(cfg, source, "num_hidden_layers", "n_layer", "num_layers")
+    layers = _layers(cfg, source)
     hidden = _int(cfg, source, "hidden_size", "n_embd", "d_model")
-    heads = _int(cfg, source, "num_attention_heads", "n_head")
-    assert layers is not None and hidden is not None and heads is not None
+    heads = _heads(cfg, source)
+    assert hidden is not None
     kv_heads = _int(cfg, source, "num_key_value_heads", "num_kv_heads", required=False) or heads
-    head_dim = _int(cfg, source, "head_dim", required=False) or hidden // heads
+    head_dim = (_int(cfg, source, "head_dim", required=False) or hidden // heads) if heads else 0
     raw_dtype = str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16").removeprefix("torch.")
     if raw_dtype not in _DTYPE_BYTES:
         raise ModelConfigError(

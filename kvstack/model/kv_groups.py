@@ -115,7 +115,8 @@ def kv_groups(model: ModelGeometry, *, hybrid_manager: bool) -> KvGroups:
         "full": model.full_attention_layers,
         "sliding": model.sliding_layers,
         "chunked": model.chunked_layers,
-        "state": model.state_layers if hybrid_manager else 0,
+        # An attention-free model's state is its one kind: a group with the manager on or off.
+        "state": model.state_layers if hybrid_manager or not model.attention_layers else 0,
     }
     present = {k: n for k, n in counts.items() if n} or {"full": 1}
     smallest, largest = min(present.values()), max(present.values())
@@ -131,11 +132,12 @@ def _blocks(kind: str, model: ModelGeometry, tokens: int, engine: EngineKvParams
     block = attention_block(model, engine)
     if kind == "state":
         # mamba_cache_mode "align" (vLLM's default with prefix caching): two state blocks, and one
-        # prefill checkpoint for Mamba (none for the gated delta-net), per state group and request;
+        # prefill checkpoint for a Mamba2 mixer (vllm/model_executor/layers/mamba/mamba_mixer2.py;
+        # none for Mamba1, the gated delta-net, a short convolution), per state group and request;
         # "none" (prefix caching off): one.
         if not engine.prefix_caching:
             return 1
-        return 2 + (0 if model.state is not None and model.state.kind == "gdn" else 1)
+        return 2 + (1 if model.state is not None and model.state.kind == "mamba2" else 0)
     if kind == "sliding" and model.sliding_window:
         held = min(model.sliding_window - 1 + engine.in_flight_tokens, tokens)
         return math.ceil(held / block) + 1
@@ -170,6 +172,8 @@ def block_bytes(
     if (spec := engine_layout(model, hybrid_manager)) is not None:
         return spec_block_bytes(spec, scale)
     layout = kv_groups(model, hybrid_manager=hybrid_manager)
+    if not model.attention_layers:  # attention-free: a block is the state layers' pages (no KV dtype)
+        return float(layout.group_size * model.state_page_bytes(engine.ssm_float32))
     return layout.group_size * attention_block(model, engine) * model.layer_kv_bytes_per_token * scale
 
 

@@ -18,7 +18,7 @@ global, a NoPE layer every ``no_rope_layer_interval`` = 4 by default); ``full_at
 (Qwen3-Next, default 4); ``hybrid_override_pattern`` (Nemotron-H: M mamba, * attention, - MLP,
 E MoE); ``attn_layer_indices`` (Bamba); ``attn_layer_period`` / ``attn_layer_offset`` (Jamba);
 ``use_sliding_window`` / ``max_window_layers`` (Qwen2); a bare ``sliding_window`` applies to every
-layer (Mistral-7B-v0.1).
+layer (Mistral-7B-v0.1); Mamba, Mamba2 and FalconMamba are attention-free, every layer a state.
 """
 
 from __future__ import annotations
@@ -47,6 +47,9 @@ _BY_NAME: dict[str, LayerKind] = {
     "moe": "none",
 }
 _PATTERN: dict[str, LayerKind] = {"M": "state", "*": "full", "-": "none", "E": "none"}
+# Families without attention: every layer a Mamba mixer, no attention heads (vLLM's IsAttentionFree
+# models: vllm/model_executor/models/mamba.py, mamba2.py).
+ATTENTION_FREE = ("mamba", "mamba2", "falcon_mamba")
 
 
 class LayerStack(BaseModel):
@@ -130,6 +133,8 @@ def _by_family(cfg: Mapping[str, Any], layers: int) -> tuple[list[LayerKind], st
     if model_type.startswith("gemma3"):
         pattern = _int(cfg.get("sliding_window_pattern")) or 6
         return ["sliding" if (i + 1) % pattern else "full" for i in range(layers)], "sliding_window_pattern"
+    if model_type in ATTENTION_FREE:
+        return ["state"] * layers, f"{model_type}: attention-free"
     if model_type.startswith(("gemma2", "gpt_oss")):
         return ["sliding" if (i + 1) % 2 else "full" for i in range(layers)], f"{model_type}: alternating"
     return None
@@ -209,11 +214,14 @@ def state_shape(cfg: Mapping[str, Any], hidden: int) -> StateShape:
         kh, vh = get("linear_num_key_heads"), get("linear_num_value_heads")
         conv = (get("linear_conv_kernel_dim", default=4) - 1) * (2 * kh * kd + vh * vd)
         return StateShape(kind="gdn", conv_elements=conv, ssm_elements=vh * kd * vd)
+    model_type = str(cfg.get("model_type") or "")
     d_state = get("mamba_d_state", "ssm_state_size", "state_size", default=128)
     d_conv = get("mamba_d_conv", "conv_kernel", "mamba_conv_kernel", default=4)
-    heads = get("mamba_n_heads", "mamba_num_heads")
+    # Mamba2's own config names its SSM heads as an attention config would: num_heads, head_dim.
+    plain = model_type == "mamba2"
+    heads = get("mamba_n_heads", "mamba_num_heads", *(("num_heads",) if plain else ()))
     if heads:
-        head_dim = get("mamba_d_head", "mamba_head_dim", default=64)
+        head_dim = get("mamba_d_head", "mamba_head_dim", *(("head_dim",) if plain else ()), default=64)
         groups = get("mamba_n_groups", "n_groups", default=1)
         d_inner = heads * head_dim
         return StateShape(
@@ -221,7 +229,9 @@ def state_shape(cfg: Mapping[str, Any], hidden: int) -> StateShape:
             conv_elements=(d_conv - 1) * (d_inner + 2 * groups * d_state),
             ssm_elements=heads * head_dim * d_state,
             # vllm/model_executor/models/config.py: NemotronH's default SSM cache dtype is float32.
-            ssm_float32=str(cfg.get("model_type") or "").startswith("nemotron_h"),
+            ssm_float32=model_type.startswith("nemotron_h"),
         )
-    d_inner = get("mamba_expand", default=2) * hidden
+    # Mamba and FalconMamba: d_inner is intermediate_size (expand x hidden); Jamba: mamba_expand.
+    own = get("intermediate_size") if model_type in ("mamba", "falcon_mamba") else 0
+    d_inner = own or get("mamba_expand", default=2) * hidden
     return StateShape(kind="mamba1", conv_elements=(d_conv - 1) * d_inner, ssm_elements=d_inner * d_state)

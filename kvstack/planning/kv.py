@@ -60,6 +60,8 @@ def rank_share(model: ModelGeometry, tp: int) -> float:
     """
     if model.attention == "mla":
         return 1.0
+    if not model.kv_heads:  # attention-free (Mamba): the state's heads and channels shard over ranks
+        return 1.0 / tp
     return max(1.0 / tp, 1.0 / model.kv_heads)
 
 

@@ -31,7 +31,9 @@ def _kv_fact(plan: Plan) -> str:
     from kvstack.units import fmt_bytes
 
     model = plan.model
-    if plan.kv_bytes_per_token or plan.hybrid_manager == "off" or not model.attention_layers:
+    if not model.attention_layers and model.state_layers:
+        figure = f"no per-token KV, a fixed state per sequence; the model: {model.layer_summary()}"
+    elif plan.kv_bytes_per_token or plan.hybrid_manager == "off" or not model.attention_layers:
         figure = f"{fmt_bytes(plan.kv_bytes_per_token)}/token, {_kv_layers(plan)}"
     else:
         scale = dtype_bytes(plan.kv_cache_dtype, model) / model.dtype_bytes

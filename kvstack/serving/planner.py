@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from kvstack.errors import PlanInfeasible
 from kvstack.hardware.snapshot import HardwareSnapshot
-from kvstack.model.source import ModelSource, resolve_model
+from kvstack.model.source import ModelSource
 from kvstack.planning.bound import CapacityAsk
 from kvstack.planning.plan import PlanRequest, SizingTrace, make_plan
 from kvstack.planning.plan_capacity import plan_capacity
 from kvstack.planning.schema import Plan
 from kvstack.planning.workload import default_workload
 from kvstack.remote.url import parse_remote_url
-from kvstack.serving.engine_check import engine_checked
+from kvstack.serving.engine_check import engine_checked, resolve_for_engine
 from kvstack.serving.plan_inputs import PlanInputs
 from kvstack.serving.workload_files import load_workload
 
@@ -50,7 +50,7 @@ def plan_for_inputs(
     (default: --hardware's, else this machine probed); with ``capacity`` (plan --slo-ttft), each
     layout's predicted capacity under its SLO (from the trace's calibration where it has one)."""
     request = inputs.plan_request(remote)
-    source = resolve_model(inputs.model, inputs.revision)
+    source = resolve_for_engine(inputs.model, inputs.revision, request.engine)
     plan = plan_for_model(request, source, inputs.workload, snapshot or inputs.snapshot(), trace)
     if capacity is None:
         return plan

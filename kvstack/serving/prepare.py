@@ -17,13 +17,14 @@ from kvstack.clients.control import new_token
 from kvstack.engines.facts import gather_facts
 from kvstack.engines.render import render
 from kvstack.hardware.snapshot import HardwareSnapshot
-from kvstack.model.source import ModelSource, resolve_model
+from kvstack.model.source import ModelSource
 from kvstack.netaddr import check_port
 from kvstack.planning.plan import PlanRequest, SizingTrace
 from kvstack.planning.replicas import device_groups, replica_snapshot
 from kvstack.planning.schema import Plan
 from kvstack.runtime.specs import LaunchSpec, ServeOptions
 from kvstack.runtime.writable import require_writable_dir
+from kvstack.serving.engine_check import resolve_for_engine
 from kvstack.serving.plan_inputs import load_or_probe, tuned_file
 from kvstack.serving.planner import plan_for_model, require_feasible
 from kvstack.serving.ports import PortLayout, port_layout
@@ -161,7 +162,7 @@ def prepare(
         else None
     )
     # Before the probe (seconds of fio): a model that is not there fails at once.
-    source = resolve_model(request.model_spec(), request.revision)
+    source = resolve_for_engine(request.model_spec(), request.revision, asked.engine)
     machine = (
         snapshot
         if snapshot is not None

@@ -269,7 +269,20 @@ def shrunk_config(arch: str, cls: Any) -> dict[str, Any]:
             out[key] = _keep_kinds(value, layers)
     out["architectures"] = [arch]
     out["dtype"] = out["torch_dtype"] = "bfloat16"
-    return out
+    return _own_sub_configs(out)
+
+
+def _own_sub_configs(config: dict[str, Any]) -> dict[str, Any]:
+    """An embedded sub-config without a model type of its own (DBRX's attn_config, ffn_config)
+    written with its own keys only, as a checkpoint writes it: vLLM 0.32 refuses the generic ones
+    transformers dumps beside them ("Found unknown kwargs={'_name_or_path': '', ...}")."""
+    from transformers import PretrainedConfig
+
+    generic = set(PretrainedConfig().to_dict())
+    for key, value in config.items():
+        if isinstance(value, dict) and "_name_or_path" in value and not value.get("model_type"):
+            config[key] = {k: v for k, v in value.items() if k not in generic}
+    return config
 
 
 def write_arch_model(arch: str, config: dict[str, Any], out: Path) -> Path:

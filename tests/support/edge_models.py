@@ -8,6 +8,15 @@ made from transformers' own config classes so that the keys are the family's rea
 - ``qwen2-swa``: Qwen2 with ``use_sliding_window`` and ``max_window_layers`` below the layer count,
   which vLLM refuses ("Sliding window for some but all layers is not supported").
 
+and the key shapes kvstack's reader once refused before the engine was asked (``READER_MODELS``):
+
+- ``bloom``: ``n_layer`` / ``n_head`` and no context key at all (ALiBi: vLLM assumes 2048);
+- ``mamba``, ``mamba2``, ``falcon-mamba``: attention-free, no ``num_attention_heads`` (Mamba2 names
+  its SSM heads ``num_heads`` / ``head_dim``);
+- ``nemotron-h``: transformers 5's config keeps the layer count in ``layers_block_type`` only;
+- ``dbrx``: ``n_layers``, ``d_model``, ``n_heads``, the KV heads under ``attn_config`` and the
+  experts under ``ffn_config`` (the sub-configs with the keys databricks/dbrx-instruct's carries).
+
 A directory gets config.json and the demo model's tokenizer files (vocab 1024), no weights: the
 engine's spec probe builds the model on the meta device and the planner reads only the config.
 """
@@ -28,6 +37,7 @@ TOKENIZER_FILES = (
     "generation_config.json",
 )
 EDGE_MODELS = ("gemma3n", "falcon-h1", "lfm2", "qwen2-swa")
+READER_MODELS = ("bloom", "mamba", "mamba2", "falcon-mamba", "nemotron-h", "dbrx")
 _COMMON: dict[str, Any] = {"vocab_size": 1024, "bos_token_id": 0, "eos_token_id": 1, "pad_token_id": 2}
 
 
@@ -124,7 +134,116 @@ def _qwen2_swa() -> Any:
     )
 
 
-_MAKERS = {"gemma3n": _gemma3n, "falcon-h1": _falcon_h1, "lfm2": _lfm2, "qwen2-swa": _qwen2_swa}
+def _bloom() -> Any:
+    from transformers import BloomConfig
+
+    return BloomConfig(hidden_size=256, n_layer=4, n_head=4, architectures=["BloomForCausalLM"], **_COMMON)
+
+
+def _mamba() -> Any:
+    from transformers import MambaConfig
+
+    return MambaConfig(
+        hidden_size=256,
+        intermediate_size=512,
+        num_hidden_layers=4,
+        state_size=16,
+        time_step_rank=16,
+        architectures=["MambaForCausalLM"],
+        **_COMMON,
+    )
+
+
+def _mamba2() -> Any:
+    from transformers import Mamba2Config
+
+    return Mamba2Config(
+        hidden_size=256,
+        num_hidden_layers=4,
+        num_heads=8,
+        head_dim=64,
+        n_groups=1,
+        state_size=16,
+        time_step_rank=16,
+        architectures=["Mamba2ForCausalLM"],
+        **_COMMON,
+    )
+
+
+def _falcon_mamba() -> Any:
+    from transformers import FalconMambaConfig
+
+    return FalconMambaConfig(
+        hidden_size=256,
+        intermediate_size=512,
+        num_hidden_layers=4,
+        state_size=16,
+        time_step_rank=16,
+        architectures=["FalconMambaForCausalLM"],
+        **_COMMON,
+    )
+
+
+def _nemotron_h() -> Any:
+    from transformers import NemotronHConfig
+
+    return NemotronHConfig(
+        hidden_size=256,
+        intermediate_size=512,
+        layers_block_type=["mamba", "moe", "attention", "mlp"],
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=64,
+        mamba_num_heads=8,
+        mamba_head_dim=64,
+        n_groups=1,
+        ssm_state_size=16,
+        n_routed_experts=4,
+        num_experts_per_tok=2,
+        moe_intermediate_size=128,
+        moe_shared_expert_intermediate_size=256,
+        n_group=1,
+        topk_group=1,
+        max_position_embeddings=16384,
+        architectures=["NemotronHForCausalLM"],
+        **_COMMON,
+    )
+
+
+def _dbrx() -> Any:
+    from transformers import DbrxConfig
+
+    return DbrxConfig(
+        d_model=256,
+        n_heads=4,
+        n_layers=4,
+        max_seq_len=16384,
+        attn_config={"clip_qkv": 8, "kv_n_heads": 2, "rope_theta": 500000},
+        ffn_config={"ffn_hidden_size": 512, "moe_num_experts": 4, "moe_top_k": 2},
+        architectures=["DbrxForCausalLM"],
+        **_COMMON,
+    )
+
+
+# The sub-configs as a published DBRX checkpoint writes them: transformers' full dump of them
+# (_name_or_path, output_attentions, ...) is what vLLM 0.32 refuses ("Found unknown kwargs").
+_DBRX_SECTIONS = {
+    "attn_config": ("clip_qkv", "kv_n_heads", "rope_theta"),
+    "ffn_config": ("ffn_hidden_size", "moe_jitter_eps", "moe_loss_weight", "moe_num_experts", "moe_top_k"),
+}
+
+_MAKERS = {
+    "gemma3n": _gemma3n,
+    "falcon-h1": _falcon_h1,
+    "lfm2": _lfm2,
+    "qwen2-swa": _qwen2_swa,
+    "bloom": _bloom,
+    "mamba": _mamba,
+    "mamba2": _mamba2,
+    "falcon-mamba": _falcon_mamba,
+    "nemotron-h": _nemotron_h,
+    "dbrx": _dbrx,
+}
 
 
 def edge_config(name: str) -> dict[str, Any]:
@@ -132,6 +251,9 @@ def edge_config(name: str) -> dict[str, Any]:
     config = _MAKERS[name]()
     config.dtype = "bfloat16"
     out: dict[str, Any] = json.loads(config.to_json_string(use_diff=False))
+    if name == "dbrx":
+        for section, keys in _DBRX_SECTIONS.items():
+            out[section] = {k: out[section][k] for k in keys if k in out[section]}
     return out
 
 

@@ -64,7 +64,7 @@ def _intermediate_size(geo: ModelGeometry) -> int:
 
 
 def shape_of(geo: ModelGeometry) -> Shape:
-    if geo.attention == "mla" or geo.num_experts or geo.sliding_layers or not geo.vocab_size:
+    if geo.attention == "mla" or geo.num_experts or geo.sliding_layers or not geo.vocab_size or not geo.heads:
         raise UnsupportedError(
             f"prefill calibration builds dense Llama-shaped models; {geo.name} is not one",
             hint="calibrate with a dense GQA/MHA catalog model such as llama-3.1-8b",

