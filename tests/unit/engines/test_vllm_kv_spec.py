@@ -118,4 +118,5 @@ def test_the_default_cache_is_under_the_users_cache_dir(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.delenv(vllm_kv_spec.CACHE_ENV, raising=False)  # the default, whatever the caller set
     assert vllm_kv_spec.spec_cache_dir() == tmp_path / "kvstack" / "engine-spec"
