@@ -11,7 +11,6 @@ runs the probe, the engine and serve for all of them.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,7 @@ import pytest
 
 from tests.support.arch_sweep import plan_verdict, run_plan, write_models
 from tests.support.deps import require_engine_module
-from tests.support.fs_guard import isolated_home
+from tests.support.fs_guard import isolated_cli_env
 
 pytestmark = pytest.mark.integration
 
@@ -48,10 +47,7 @@ def manifest(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def home_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KVSTACK_")}
-    env.update(isolated_home(tmp_path_factory.mktemp("home")), COLUMNS="200")
-    env["KVSTACK_ENGINE_PYTHON"] = require_engine_module("vllm")
-    return env
+    return isolated_cli_env(tmp_path_factory.mktemp("home"), require_engine_module("vllm"))
 
 
 def _dirs(manifest: dict[str, Any]) -> dict[str, Path]:

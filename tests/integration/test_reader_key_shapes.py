@@ -6,7 +6,6 @@ the engine, and what vLLM answers is the verdict: a plan on its spec, its own re
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -15,17 +14,14 @@ import pytest
 from tests.support.arch_sweep import plan_verdict, run_plan
 from tests.support.deps import require_engine_module
 from tests.support.edge_models import write_edge_model
-from tests.support.fs_guard import isolated_home
+from tests.support.fs_guard import isolated_cli_env
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    out = {k: v for k, v in os.environ.items() if not k.startswith("KVSTACK_")}
-    out.update(isolated_home(tmp_path_factory.mktemp("home")), COLUMNS="200")
-    out["KVSTACK_ENGINE_PYTHON"] = require_engine_module("vllm")
-    return out
+    return isolated_cli_env(tmp_path_factory.mktemp("home"), require_engine_module("vllm"))
 
 
 def _plan(name: str, tmp_path: Path, env: dict[str, str]) -> tuple[str, str, dict[str, Any] | None]:

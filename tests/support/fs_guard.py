@@ -57,6 +57,14 @@ def isolated_home(base: Path) -> dict[str, str]:
     }
 
 
+def isolated_cli_env(base: Path, engine_python: str) -> dict[str, str]:
+    """This process's environment for a kvstack subprocess: no KVSTACK_* setting of the caller's,
+    HOME and the XDG dirs under ``base`` (isolated_home), wide output, and the engine's Python."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KVSTACK_")}
+    env.update(isolated_home(base), COLUMNS="200", KVSTACK_ENGINE_PYTHON=engine_python)
+    return env
+
+
 def _walk(root: Path, into: Snapshot) -> None:
     if not root.exists():
         return
