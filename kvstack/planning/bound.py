@@ -114,6 +114,7 @@ class LayoutCosts:
     pool_tokens: int  # the engine's KV pool
     fetch: tuple[FetchCost, ...] = ()
     prefill_source: str = ""
+    levels: tuple[str, ...] = ("engine",)  # what serves its prompts: the pool, then its tiers' kinds
 
 
 @dataclass(frozen=True)

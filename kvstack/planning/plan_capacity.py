@@ -74,6 +74,7 @@ def plan_costs(plan: Plan) -> list[LayoutCosts] | None:
             pool_tokens=pool.tokens,
             fetch=tuple(fetch[:k]),
             prefill_source=m.prefill_source,
+            levels=("engine", *(f.kind for f in fetch[:k])),
         )
         for k, name in enumerate(names)
     ]
@@ -82,10 +83,9 @@ def plan_costs(plan: Plan) -> list[LayoutCosts] | None:
 def _shape(
     prompt: int, ask: CapacityAsk, levels: Sequence[tuple[str, float]], costs: LayoutCosts
 ) -> RequestShape:
-    """The request on ``costs``' layout: the shares of the levels it has (the pool and its tiers,
-    as its name lists them)."""
-    kinds = {"engine", *costs.name.split("+")}
-    return RequestShape(float(prompt), float(ask.output_tokens), {k: v for k, v in levels if k in kinds})
+    """The request on ``costs``' layout: the shares of the levels it has (the pool and its tiers)."""
+    shares = {k: v for k, v in levels if k in costs.levels}
+    return RequestShape(float(prompt), float(ask.output_tokens), shares)
 
 
 def capacity_costs(

@@ -83,6 +83,7 @@ def served_costs(
                 pool_tokens=pool.tokens,
                 fetch=tuple(f for f in fetch if f.kind in kinds[:k]),
                 prefill_source=f"measured: {c.linear_s * 1e6:.3g} us a token recomputed, {source}",
+                levels=("engine", *kinds[:k]),
             )
         )
     offload_how = (

@@ -20,7 +20,7 @@ from kvstack.planning.bound import (
     utilisation,
     wait_quantile,
 )
-from kvstack.planning.plan_capacity import level_shares, plan_capacity
+from kvstack.planning.plan_capacity import level_shares, plan_capacity, plan_costs
 from tests.unit.planning.helpers import plan_for, roomy_cpu_host
 
 # 10,000 recomputed tokens/s, 1 kB of KV per token, a 1 GB/s disk, a 100k-token pool.
@@ -121,6 +121,13 @@ def test_the_plan_predicts_each_depth_and_names_its_bound() -> None:
     warm = plan.workload.users * plan.workload.reuse * plan.workload.context_tokens
     assert levels[0] == ("engine", pytest.approx(min(1.0, plan.tiers[0].tokens / warm)))
     assert sum(s for _, s in levels) <= 1.0 + 1e-9
+    # Each depth's request takes the shares of the levels its costs carry, the pool's and its tiers'.
+    kinds = [t.kind for t in plan.offload_tiers]
+    costed = plan_costs(plan)
+    assert costed is not None
+    assert [c.levels for c in costed] == [("engine", *kinds[:k]) for k in range(len(kinds) + 1)]
+    for lay, costs in zip(cap.layouts, costed, strict=True):
+        assert set(lay.shares) == {k for k, _ in levels if k in costs.levels}
 
 
 def test_a_plan_without_a_prefill_figure_says_so() -> None:

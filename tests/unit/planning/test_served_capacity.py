@@ -44,6 +44,8 @@ def test_the_layouts_take_the_measured_costs(cpu_plan: Plan) -> None:
     assert costed is not None
     layouts, why = costed
     assert [c.name for c in layouts] == ["engine", "engine+cpu", "engine+cpu+disk"]
+    # What serves each layout's prompts, carried by its costs (a request's shape takes its shares).
+    assert [c.levels for c in layouts] == [("engine",), ("engine", "cpu"), ("engine", "cpu", "disk")]
     plain, cpu, disk = layouts
     assert plain.fixed_s == pytest.approx(0.0511) and cpu.fixed_s == pytest.approx(0.0661)
     assert plain.linear_s == pytest.approx(1.03e-4) and plain.quadratic_s == pytest.approx(3.4e-8)
@@ -109,7 +111,7 @@ def test_without_a_measured_offload_layout_the_plans_offload_cost_is_charged(cpu
 def test_a_tier_measured_free_keeps_its_share(cpu_plan: Plan) -> None:
     free = {**DEMO_LMCACHE_MP, "fetch_s_per_token": {"dram": 0.0}}
     layouts, _ = served_costs(cpu_plan, _calibration(free), prompt_tokens=8192) or ([], "")
-    assert layouts[1].fetch == ()
+    assert layouts[1].fetch == () and layouts[1].levels == ("engine", "cpu")
     cap = plan_capacity(cpu_plan, CapacityAsk(slo_ttft_s=5.0), _calibration(free))
     levels = dict(level_shares(cpu_plan)[0])
     assert cap.layouts[1].shares.get("cpu") == pytest.approx(round(levels["cpu"], 6))
