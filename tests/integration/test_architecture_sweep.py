@@ -11,6 +11,7 @@ runs the probe, the engine and serve for all of them.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,8 @@ PROBED_SAMPLE = (
 # vLLM 0.32 registers 118; transformers 5.19 and vLLM's config registry configure all but the
 # remote-code families (their config class lives in the checkpoint's repository).
 MIN_CONFIGURED = 90
+# Plans run side by side: each is mostly a child interpreter's start-up (and the probe's vLLM import).
+PARALLEL_PLANS = 4
 
 
 @pytest.fixture(scope="module")
@@ -75,16 +78,22 @@ def test_every_architecture_plans_or_refuses_in_one_line(
     manifest: dict[str, Any], home_env: dict[str, str]
 ) -> None:
     env = {**home_env, "KVSTACK_ENGINE_SPEC": "off"}
-    crashes = [x for arch, d in _dirs(manifest).items() if (x := _check(arch, d, env)) is not None]
+    dirs = _dirs(manifest)
+    with ThreadPoolExecutor(max_workers=PARALLEL_PLANS) as pool:
+        checked = list(pool.map(lambda arch: _check(arch, dirs[arch], env), dirs))
+    crashes = [x for x in checked if x is not None]
     assert not crashes, crashes
 
 
 def test_a_sample_plans_through_the_engines_spec(manifest: dict[str, Any], home_env: dict[str, str]) -> None:
     dirs = _dirs(manifest)
     env = {**home_env, "KVSTACK_ENGINE_SPEC": "on"}
+    with ThreadPoolExecutor(max_workers=PARALLEL_PLANS) as pool:
+        procs = dict(
+            zip(PROBED_SAMPLE, pool.map(lambda a: run_plan(dirs[a], env), PROBED_SAMPLE), strict=True)
+        )
     verdicts = {}
-    for arch in PROBED_SAMPLE:
-        proc = run_plan(dirs[arch], env)
+    for arch, proc in procs.items():
         verdicts[arch], detail, plan = plan_verdict(proc.returncode, proc.stdout, proc.stderr)
         assert verdicts[arch] in ("plan", "refused"), (arch, detail)
         if plan is not None:

@@ -5,8 +5,10 @@ Python): its JSON for the demo model and the four families of issue #49, the cac
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,16 +50,20 @@ def probed(tmp_path_factory: pytest.TempPathFactory) -> Probed:
     dirs = {name: write_edge_model(name, root / name) for name in EDGE_MODELS}
     dirs["demo"] = profiles_dir() / "demo"
     cache = root / "xdg"
-    specs: dict[str, EngineKvSpec | None] = {}
-    cold: dict[str, float] = {}
-    with pytest.MonkeyPatch.context() as patch:
+
+    def ask(directory: Path) -> tuple[EngineKvSpec | None, float]:
+        start = time.monotonic()
+        spec = probe_engine_spec(
+            SpecJob(model=str(directory)), python, cache_dir=cache / "kvstack" / "engine-spec"
+        )
+        return spec, time.monotonic() - start
+
+    # Side by side: each probe is mostly a child interpreter importing vLLM.
+    with pytest.MonkeyPatch.context() as patch, ThreadPoolExecutor(max_workers=len(dirs)) as pool:
         patch.delenv("KVSTACK_ENGINE_SPEC", raising=False)
-        for name, directory in dirs.items():
-            start = time.monotonic()
-            specs[name] = probe_engine_spec(
-                SpecJob(model=str(directory)), python, cache_dir=cache / "kvstack" / "engine-spec"
-            )
-            cold[name] = time.monotonic() - start
+        answers = dict(zip(dirs, pool.map(ask, dirs.values()), strict=True))
+    specs = {name: spec for name, (spec, _) in answers.items()}
+    cold = {name: seconds for name, (_, seconds) in answers.items()}
     return Probed(python, cache, dirs, specs, cold)
 
 
@@ -110,39 +116,51 @@ def test_the_second_ask_reads_the_cache(probed: Probed) -> None:
     assert cached_s < 1.0 < probed.cold_s["lfm2"], (cached_s, probed.cold_s)
 
 
-def _plan(probed: Probed, name: str, *args: str) -> tuple[int, str, str]:
+# The plans the tests below read: model -> its arguments beside --model and --hardware.
+PLANS = {
+    "qwen2-swa": (),
+    "falcon-h1": ("--context", "4k", "--json"),
+    "gemma3n": ("--context", "4k"),
+    "lfm2": ("--context", "4k"),
+}
+
+
+@pytest.fixture(scope="module")
+def plans(probed: Probed) -> dict[str, subprocess.CompletedProcess[str]]:
+    """``kvstack plan`` of each model in PLANS, asking the engine through the module's cache; side by
+    side (each plan's own probe, for the plan's context, is mostly vLLM's import)."""
     env = {
         "XDG_CACHE_HOME": str(probed.cache),
         "KVSTACK_ENGINE_SPEC": "on",
         "KVSTACK_ENGINE_PYTHON": probed.python,
     }
-    proc = run_kvstack(
-        "plan", "--model", str(probed.dirs[name]), "--hardware", HW, "--context", "4k", *args, env=env
-    )
-    return proc.returncode, proc.stdout, proc.stderr
+
+    def plan(name: str) -> subprocess.CompletedProcess[str]:
+        return run_kvstack("plan", "--model", str(probed.dirs[name]), "--hardware", HW, *PLANS[name], env=env)
+
+    with ThreadPoolExecutor(max_workers=len(PLANS)) as pool:
+        return dict(zip(PLANS, pool.map(plan, PLANS), strict=True))
 
 
-def test_plan_refuses_what_vllm_refuses(probed: Probed) -> None:
-    env = {
-        "XDG_CACHE_HOME": str(probed.cache),
-        "KVSTACK_ENGINE_SPEC": "on",
-        "KVSTACK_ENGINE_PYTHON": probed.python,
-    }
-    proc = run_kvstack("plan", "--model", str(probed.dirs["qwen2-swa"]), "--hardware", HW, env=env)
-    one_line_error(proc, "Sliding window for some but all layers is not supported")
+def test_plan_refuses_what_vllm_refuses(plans: dict[str, subprocess.CompletedProcess[str]]) -> None:
+    one_line_error(plans["qwen2-swa"], "Sliding window for some but all layers is not supported")
 
 
-def test_plan_gives_falcon_h1_no_connector_that_cannot_carry_it(probed: Probed) -> None:
-    code, out, err = _plan(probed, "falcon-h1", "--json")
-    assert code == 0, err
-    plan = json.loads(out)
+def test_plan_gives_falcon_h1_no_connector_that_cannot_carry_it(
+    plans: dict[str, subprocess.CompletedProcess[str]],
+) -> None:
+    proc = plans["falcon-h1"]
+    assert proc.returncode == 0, proc.stderr
+    plan = json.loads(proc.stdout)
     assert plan["connector"] == "none"
     assert plan["model"]["state_layers"] == 4 and plan["model"]["engine_spec"]["ok"]
 
 
 @pytest.mark.parametrize("name", ["gemma3n", "lfm2"])
-def test_plan_says_its_kv_figures_are_the_engines(probed: Probed, name: str) -> None:
-    code, out, err = _plan(probed, name)
-    assert code == 0, err
-    line = next(x for x in out.splitlines() if "KV dtype" in x)
+def test_plan_says_its_kv_figures_are_the_engines(
+    plans: dict[str, subprocess.CompletedProcess[str]], name: str
+) -> None:
+    proc = plans[name]
+    assert proc.returncode == 0, proc.stderr
+    line = next(x for x in proc.stdout.splitlines() if "KV dtype" in x)
     assert "from vLLM 0.32" in line and "estimated" not in line
