@@ -23,6 +23,7 @@ from tests.support.edge_models import EDGE_MODELS, write_edge_model
 from tests.support.engine_specs import recorded_spec
 
 HW = str(profiles_dir() / "hardware" / "no-gpu.json")
+PARALLEL = 2  # probes and plans at a time (each mostly vLLM's import): more starve the other workers
 
 
 @dataclass(frozen=True)
@@ -58,8 +59,8 @@ def probed(tmp_path_factory: pytest.TempPathFactory) -> Probed:
         )
         return spec, time.monotonic() - start
 
-    # Side by side: each probe is mostly a child interpreter importing vLLM.
-    with pytest.MonkeyPatch.context() as patch, ThreadPoolExecutor(max_workers=len(dirs)) as pool:
+    # Two at a time: each probe is mostly a child interpreter importing vLLM.
+    with pytest.MonkeyPatch.context() as patch, ThreadPoolExecutor(max_workers=PARALLEL) as pool:
         patch.delenv("KVSTACK_ENGINE_SPEC", raising=False)
         answers = dict(zip(dirs, pool.map(ask, dirs.values()), strict=True))
     specs = {name: spec for name, (spec, _) in answers.items()}
@@ -127,8 +128,8 @@ PLANS = {
 
 @pytest.fixture(scope="module")
 def plans(probed: Probed) -> dict[str, subprocess.CompletedProcess[str]]:
-    """``kvstack plan`` of each model in PLANS, asking the engine through the module's cache; side by
-    side (each plan's own probe, for the plan's context, is mostly vLLM's import)."""
+    """``kvstack plan`` of each model in PLANS, asking the engine through the module's cache, two at
+    a time (each plan's own probe, for the plan's context, is mostly vLLM's import)."""
     env = {
         "XDG_CACHE_HOME": str(probed.cache),
         "KVSTACK_ENGINE_SPEC": "on",
@@ -138,7 +139,7 @@ def plans(probed: Probed) -> dict[str, subprocess.CompletedProcess[str]]:
     def plan(name: str) -> subprocess.CompletedProcess[str]:
         return run_kvstack("plan", "--model", str(probed.dirs[name]), "--hardware", HW, *PLANS[name], env=env)
 
-    with ThreadPoolExecutor(max_workers=len(PLANS)) as pool:
+    with ThreadPoolExecutor(max_workers=PARALLEL) as pool:
         return dict(zip(PLANS, pool.map(plan, PLANS), strict=True))
 
 

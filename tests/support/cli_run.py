@@ -60,7 +60,12 @@ def _marked(mark: str) -> list[str]:
     return found
 
 
-def run_cli(argv: list[str], cwd: Path, env: Mapping[str, str], timeout: float = 60) -> CliResult:
+# Only a hang is cut off: a plan or dry run that asks vLLM for its spec (an import of vLLM, ~8 s of
+# CPU) took over 60 s on a fresh 2-core machine with the other test workers busy.
+CLI_TIMEOUT_S = 300.0
+
+
+def run_cli(argv: list[str], cwd: Path, env: Mapping[str, str], timeout: float = CLI_TIMEOUT_S) -> CliResult:
     """Safe to call from several threads at once: each run is told apart by its own marker."""
     mark = uuid.uuid4().hex
     proc = subprocess.run(
@@ -93,7 +98,7 @@ def tree_state(root: Path) -> dict[str, str]:
 
 
 def run_kvstack(
-    *args: str, env: Mapping[str, str] | None = None, timeout: float = 120
+    *args: str, env: Mapping[str, str] | None = None, timeout: float = CLI_TIMEOUT_S
 ) -> subprocess.CompletedProcess[str]:
     """``python -m kvstack ARGS`` as a user runs it (KVSTACK_DEBUG unset: errors are one line)."""
     full_env = {k: v for k, v in os.environ.items() if k != "KVSTACK_DEBUG"}
