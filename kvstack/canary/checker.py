@@ -30,6 +30,7 @@ from kvstack.clients import metrics as m
 from kvstack.clients import quiet
 from kvstack.clients.metrics import MetricsSnapshot
 from kvstack.clients.quiet import holder
+from kvstack.clients.streaming import RequestResult
 from kvstack.validation import correctness
 from kvstack.validation.isolation import chunk_tokens, covering_tokens
 from kvstack.validation.noise import NoiseFloor, measure
@@ -245,6 +246,8 @@ class Canary:
         if r.ok:
             budget.spend(self.n + len(r.token_ids))
         check = correctness.judge(r, scores, self.target.correctness_tokens, self.noise)
+        if check.verdict == "fail":
+            check = await self._confirm(api, probe, r, check, budget)
         running = before.get(m.VLLM_RUNNING) if before.samples else None
         record = CheckRecord(
             at=time.time(),
@@ -267,6 +270,30 @@ class Canary:
             self.state.record(record)
         self._cost(budget)
         self.on_check(record)
+
+    async def _confirm(
+        self,
+        api: ServerApi,
+        probe: Probe,
+        served: RequestResult,
+        first: correctness.CorrectnessCheck,
+        budget: PrefillBudget,
+    ) -> correctness.CorrectnessCheck:
+        """A failed check scored again by a second recompute before it counts. Wrong KV stays wrong
+        (the served tokens do not change); a recompute that a busy batch moved does not repeat. In one
+        CI run a clean real model under two streams of load measured 0.0501 nats against the 0.05
+        gate on its first check, and that one check turned the tiers off (tests/e2e/test_canary.py)."""
+        assert self.noise is not None
+        scores = await api.score(probe.prompt, served, self.engine)
+        budget.spend(self.n + len(served.token_ids))
+        second = correctness.judge(served, scores, self.target.correctness_tokens, self.noise)
+        if second.verdict != "pass":
+            return first
+        second.detail = (
+            f"passed on a second recompute; the first put it {first.typical:.3f} nats from recompute, "
+            f"over the {first.threshold:.3f}-nat gate (numerics, not wrong KV)"
+        )
+        return second
 
     @property
     def target_adapters(self) -> dict[str, str]:

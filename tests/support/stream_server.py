@@ -92,6 +92,10 @@ class ServerKnobs:
     # At this absolute sequence position recompute's top two are one bf16 step (0.0625 nats) apart,
     # and a request served from any cache picks the runner-up: numerics, not corruption.
     near_tie_at: int | None = None
+    # The scoring request (recompute) numbered this (0-based, in arrival order) sees every position
+    # ``score_shift`` nats off: a recompute that a busy batch moved, not the served KV.
+    shifted_score: int | None = None
+    score_shift: float = 0.0
     tier_hit_cap: int | None = None  # the tier serves at most this many tokens of a prompt
     token_ids: bool = True  # honour return_token_ids (token_ids per event, prompt_token_ids first)
     scoring: bool = True  # honour prompt_logprobs (vLLM) and /generate input logprobs (SGLang)
@@ -409,6 +413,7 @@ class StreamServer:
 
     def __init__(self, knobs: ServerKnobs | None = None) -> None:
         self.knobs = knobs or ServerKnobs()
+        self.scores = 0  # scoring requests (recomputes) answered
         self.state = _State()
         self.lock = threading.Lock()
         self.metrics = _Metrics(self.knobs)
@@ -697,9 +702,17 @@ class _Handler(BaseHTTPRequestHandler):
         self.server_owner.prefill(
             (zlib.crc32(str(salt).encode()), *tokens) if salt else tokens, read_cache=False
         )
+        with self.server_owner.lock:
+            number = self.server_owner.scores
+            self.server_owner.scores += 1
         choice: dict[str, Any] = {"index": 0, "text": " x", "finish_reason": "length"}
         if k.scoring:
-            choice["prompt_logprobs"] = prompt_logprobs(tokens, int(body["prompt_logprobs"]), k.near_tie_at)
+            scores = prompt_logprobs(tokens, int(body["prompt_logprobs"]), k.near_tie_at)
+            if number == k.shifted_score:
+                for position in scores[1:]:
+                    for entry in position.values():
+                        entry["logprob"] -= k.score_shift
+            choice["prompt_logprobs"] = scores
         self._json(200, {"id": "cmpl-score", "object": "text_completion", "choices": [choice]})
 
     def _plain(self, body: dict[str, Any]) -> None:
