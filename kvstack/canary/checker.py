@@ -238,16 +238,13 @@ class Canary:
         source, hits = where(after)
         covered = max((v for k, v in hits.items() if k in ("gpu", "offload")), default=0.0)
         budget.spend(max(0, self.n - int(min(covered, self.n))))
-        scores = (
-            await api.score(probe.prompt, r, self.engine)
-            if r.ok
-            else f"the probe's request failed: {r.error}"
-        )
-        if r.ok:
-            budget.spend(self.n + len(r.token_ids))
-        check = correctness.judge(r, scores, self.target.correctness_tokens, self.noise)
-        if check.verdict == "fail":
-            check = await self._confirm(api, probe, r, check, budget)
+        if not r.ok:
+            failed = f"the probe's request failed: {r.error}"
+            check = correctness.judge(r, failed, self.target.correctness_tokens, self.noise)
+        else:
+            check = await self._judged(api, probe, r, budget)
+            if check.verdict == "fail":
+                check = await self._confirm(api, probe, r, check, budget)
         running = before.get(m.VLLM_RUNNING) if before.samples else None
         record = CheckRecord(
             at=time.time(),
@@ -271,6 +268,15 @@ class Canary:
         self._cost(budget)
         self.on_check(record)
 
+    async def _judged(
+        self, api: ServerApi, probe: Probe, served: RequestResult, budget: PrefillBudget
+    ) -> correctness.CorrectnessCheck:
+        """The served answer judged by one recompute of the probe (its prefill paid from the budget)."""
+        assert self.noise is not None
+        scores = await api.score(probe.prompt, served, self.engine)
+        budget.spend(self.n + len(served.token_ids))
+        return correctness.judge(served, scores, self.target.correctness_tokens, self.noise)
+
     async def _confirm(
         self,
         api: ServerApi,
@@ -283,10 +289,7 @@ class Canary:
         (the served tokens do not change); a recompute that a busy batch moved does not repeat. In one
         CI run a clean real model under two streams of load measured 0.0501 nats against the 0.05
         gate on its first check, and that one check turned the tiers off (tests/e2e/test_canary.py)."""
-        assert self.noise is not None
-        scores = await api.score(probe.prompt, served, self.engine)
-        budget.spend(self.n + len(served.token_ids))
-        second = correctness.judge(served, scores, self.target.correctness_tokens, self.noise)
+        second = await self._judged(api, probe, served, budget)
         if second.verdict != "pass":
             return first
         second.detail = (
