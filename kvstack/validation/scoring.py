@@ -27,6 +27,8 @@ from typing import Any
 import httpx
 
 SCORE_TIMEOUT_S = 300.0
+# Each scoring request's fresh cache_salt starts so: its chunks are keyed apart from every prompt's.
+SCORE_SALT_PREFIX = "kvstack-score-"
 # What a served request the gate will judge asks for beyond an ordinary one (validation and bench):
 # its token ids (what recompute scores) and the served path's own log-probability of each token
 # (``logprobs: 1``; validation/noise.py compares it with recompute's).
@@ -55,7 +57,7 @@ def vllm_body(model: str, ids: list[int], top_k: int) -> dict[str, Any]:
         "max_tokens": 1,
         "temperature": 0.0,
         "prompt_logprobs": top_k,
-        "cache_salt": f"kvstack-score-{secrets.token_hex(16)}",
+        "cache_salt": f"{SCORE_SALT_PREFIX}{secrets.token_hex(16)}",
     }
 
 

@@ -121,7 +121,8 @@ def canary_story(session: ServeSession, t0: float) -> str:
     """What the canary did from ``t0``: its state and each check, for a failed wait's message."""
     rows = [
         f"  +{c['asked_at'] - t0:.1f}s {c['probe']} age {c['age_s']} s: {c['served_from']} {c['hit_tokens']} "
-        f"{c['verdict']} (in flight {c.get('in_flight')})"
+        f"{c['verdict']} {c.get('typical')} nats against {c.get('gate')} (in flight {c.get('in_flight')})"
+        + (f": {c['detail']}" if c.get("detail") else "")
         for c in events(session, "canary-check")
         if c["asked_at"] >= t0 - 30
     ]
