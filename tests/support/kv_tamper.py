@@ -57,12 +57,10 @@ def flip_signs(path: Path) -> None:
     while the tier went on writing unflipped ones (a CI run's disk canary read two of those)."""
     import numpy as np
 
-    data = bytearray(path.read_bytes())
-    values = np.frombuffer(data, dtype=np.uint16, count=len(data) // 2)
-    values ^= np.uint16(0x8000)  # little-endian bf16: the sign bit is the top bit of each 16-bit value
-    del values  # the bytearray cannot be used while a view holds it
+    data = np.fromfile(path, dtype=np.uint8)
+    data[1::2] ^= 0x80  # little-endian bf16: the sign bit is the high byte's top bit
     tmp = path.with_name(path.name + ".flipping")
-    tmp.write_bytes(bytes(data))
+    data.tofile(tmp)
     os.replace(tmp, path)
 
 
