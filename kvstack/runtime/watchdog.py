@@ -57,21 +57,22 @@ def _apply(line: str, pgids: set[int]) -> None:
 
 
 def watch(parent_pid: int, pgids: set[int], grace_s: float = GRACE_S) -> None:
+    """Read the parent's lines until it is gone, then kill what it left. A parent gone is acted on
+    only once the pipe holds nothing more: a kvstack killed right after it told us of a group may die
+    before this interpreter is up, and that group must still be killed."""
     fd = sys.stdin.fileno()
     buf = b""
     while True:
-        if os.getppid() != parent_pid:
+        orphaned = os.getppid() != parent_pid
+        ready, _, _ = select.select([fd], [], [], 0.0 if orphaned else 0.25)
+        chunk = os.read(fd, 4096) if ready else b""
+        if chunk:
+            buf += chunk
+            *lines, buf = buf.split(b"\n")
+            for raw in lines:
+                _apply(raw.decode("ascii", "replace"), pgids)
+        elif ready or orphaned:  # EOF, or a parent gone with nothing left to read
             break
-        ready, _, _ = select.select([fd], [], [], 0.25)
-        if not ready:
-            continue
-        chunk = os.read(fd, 4096)
-        if not chunk:
-            break
-        buf += chunk
-        *lines, buf = buf.split(b"\n")
-        for raw in lines:
-            _apply(raw.decode("ascii", "replace"), pgids)
     if pgids:
         kill_groups(pgids, grace_s)
 

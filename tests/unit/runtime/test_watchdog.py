@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import psutil
+import pytest
 
 from kvstack.runtime.watchdog import _apply, group_alive, main
 
@@ -42,10 +43,15 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def test_parent_death_kills_guarded_groups_only(tmp_path: Path) -> None:
+@pytest.mark.parametrize("dies_after_s", [1.0, 0.0], ids=["after-it-read", "before-it-read"])
+def test_parent_death_kills_guarded_groups_only(tmp_path: Path, dies_after_s: float) -> None:
+    """``before-it-read``: kvstack dies as soon as it has told the watchdog, before the watchdog's
+    interpreter is up; what is waiting in the pipe still counts (a loaded CI run's SIGKILL test once
+    left the engine's grandchildren alive that way)."""
     script = tmp_path / "parent.py"
     script.write_text(textwrap.dedent(PARENT.format(root=str(ROOT))))
-    proc = subprocess.Popen([sys.executable, str(script), "1.0"], stdout=subprocess.PIPE, text=True)
+    argv = [sys.executable, str(script), str(dies_after_s)]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     guarded, released, dog = json.loads(proc.stdout.readline())
     try:
