@@ -111,3 +111,18 @@ ensure_family_models() {
   mkdir -p "$ROOT/.models"
   "$PY" "$ROOT/scripts/make-family-models" "$dir" >&2
 }
+
+# The end-to-end tests' serves write their tiers' chunk files under the temporary dir; a module's
+# are removed when it passes (tests/support/disk_back.py), so a run holds a few GiB at a time (a CI
+# run on a nearly full disk failed 24 tests with "No space left on device"). Refused up front, in
+# one line, where less than KVSTACK_E2E_FREE_GIB (default 4) is free.
+check_tmp_space() {
+  local tmp_dir free_gib need_gib=${KVSTACK_E2E_FREE_GIB:-4}
+  tmp_dir=$("$PY" -c 'import tempfile; print(tempfile.gettempdir())')
+  free_gib=$(df -P -BG "$tmp_dir" | awk 'NR == 2 { print int($4) }')
+  if [ "$free_gib" -lt "$need_gib" ]; then
+    log "error: ${free_gib} GiB free under $tmp_dir, the end-to-end tests need ${need_gib}: free space there or set TMPDIR to a larger disk"
+    return 1
+  fi
+  log "${free_gib} GiB free under $tmp_dir"
+}

@@ -20,7 +20,7 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,6 +29,7 @@ import psutil
 import pytest
 
 from tests.support.deps import ROOT, engine_python, missing, require_engine_module
+from tests.support.disk_back import DiskBack, entries
 from tests.support.engine_starts import EngineStarts
 from tests.support.hf_cache import add_demo
 from tests.support.ports import free_block
@@ -289,10 +290,35 @@ def demo_server(
 
 
 _STARTS = EngineStarts()
+_DISK = DiskBack()
+_FAILED_MODULES: set[str] = set()
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
     _STARTS.now(item.nodeid)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    if report.failed:
+        _FAILED_MODULES.add(item.nodeid.split("::")[0])
+    return report
+
+
+@pytest.fixture(scope="module", autouse=True)
+def disk_given_back(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[None]:
+    """What a module wrote under pytest's temporary dirs (its tiers' chunk files) is removed when the
+    module is done, unless one of its tests failed (tests/support/disk_back.py)."""
+    root = tmp_path_factory.getbasetemp()
+    before = entries(root)
+    yield
+    module = request.node.nodeid.split("::")[0]
+    _DISK.after_module(module, root, before, failed=module in _FAILED_MODULES)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
@@ -303,6 +329,9 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     for module, count in _STARTS.by_module().items():
         terminalreporter.write_line(f"{count:3d}  {module}")
     terminalreporter.write_line(f"{_STARTS.total():3d}  in all")
+    terminalreporter.section("disk the modules wrote under pytest's temporary dir")
+    for line in _DISK.lines():
+        terminalreporter.write_line(line)
     out = os.environ.get("KVSTACK_E2E_STARTS")
     if out:
         _STARTS.write(Path(out))
