@@ -3,12 +3,13 @@ lmcache-mp, LMCache's cache server.
 
 It runs before the session's shared demo server starts (file order), so only one engine runs at a time.
 
-A `sweep` test (scripts/e2e-sweeps runs it, CI does not): two engine starts for claims CI proves on
-engines it starts anyway. test_bench_trace.py's `bench --trace --compare none,lmcache-mp` serves each
-layout in turn, overflows the engine's pool and LMCache's DRAM, and its re-reads come from DRAM and
-disk, each tier's share measured; test_tune.py judges replayed cached answers against recompute
-(--check-correctness). What only this test shows is the synthetic tier-overflow workload on a real
-engine (its unit tests build it against a stand-in server).
+A `sweep` test (scripts/e2e-sweeps runs it, CI does not): two engine starts for claims the sweep
+script's benchmarks prove on engines they start anyway. test_bench_trace.py's `bench --trace
+--compare none,lmcache-mp` serves each layout in turn, overflows the engine's pool and LMCache's DRAM,
+and its re-reads come from DRAM and disk, each tier's share measured; test_tune.py judges replayed
+cached answers against recompute (--check-correctness; in CI, test_bench_trace_url.py does). What
+only this test shows is the synthetic tier-overflow workload on a real engine (its unit tests build
+it against a stand-in server).
 """
 
 from __future__ import annotations

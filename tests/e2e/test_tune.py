@@ -25,6 +25,13 @@ against the rule it claims:
 Which layout wins is measured, not asserted: on this machine's demo model, recompute of a 2-layer
 model is cheaper than LMCache's lookup and fetch, and ``none`` won (docs/measurements.md has the
 figures).
+
+A `sweep` test (scripts/e2e-sweeps runs it, CI does not): a tune is a sweep of layouts, three engine
+starts and three replays (~2.2 min of CI's run), and its verdicts are timings. What CI proves of it
+elsewhere: the whole tune (ranking, replays, judgement, the winner kept, resume) against the stand-in
+engine, a real HTTP server (tests/unit/tune/); bench --trace's replay and --check-correctness's
+judgement against recompute on the real engine (test_bench_trace_url.py); a layout started with the
+tier sizes asked (test_disk_cap.py).
 """
 
 from __future__ import annotations
@@ -52,7 +59,7 @@ REPLAY_REQUESTS = 100
 GATE = 1024  # prompt tokens: ~40% of the slice's prompts are shorter
 BUDGET = "10m"  # the costs (none, lmcache-mp) and one candidate: three engine starts, three replays
 TUNE_TIMEOUT_S = 900
-pytestmark = pytest.mark.timeout(TUNE_TIMEOUT_S + 120)
+pytestmark = [pytest.mark.timeout(TUNE_TIMEOUT_S + 120), pytest.mark.sweep]
 STATS = ("p50", "p90")
 Tuned = tuple[Path, dict[str, Any], str]  # tune's --out DIR, its results.json, what it printed
 SHAPE = ("--block-tokens", "64", "--engine-pool-tokens", str(POOL_BLOCKS * 128))
