@@ -113,11 +113,12 @@ ensure_family_models() {
 }
 
 # The end-to-end tests' serves write their tiers' chunk files under the temporary dir; a module's
-# are removed when it passes (tests/support/disk_back.py), so a run holds a few GiB at a time (a CI
-# run on a nearly full disk failed 24 tests with "No space left on device"). Refused up front, in
-# one line, where less than KVSTACK_E2E_FREE_GIB (default 4) is free.
+# are removed when it passes (tests/support/disk_back.py), so a run holds ~3.5 GB at its peak (the
+# fault stack's loop-mounted disk tier beside the demo's tiers; ~8 GB by its end before). A CI run
+# on a nearly full disk failed 24 tests with "No space left on device": refused up front, in one
+# line, where less than KVSTACK_E2E_FREE_GIB (default 6) is free.
 check_tmp_space() {
-  local tmp_dir free_gib need_gib=${KVSTACK_E2E_FREE_GIB:-4}
+  local tmp_dir free_gib need_gib=${KVSTACK_E2E_FREE_GIB:-6}
   tmp_dir=$("$PY" -c 'import tempfile; print(tempfile.gettempdir())')
   free_gib=$(df -P -BG "$tmp_dir" | awk 'NR == 2 { print int($4) }')
   if [ "$free_gib" -lt "$need_gib" ]; then

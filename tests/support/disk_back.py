@@ -1,11 +1,12 @@
 """Giving back the disk an end-to-end module wrote, once the module is done.
 
 Every serve of the end-to-end run writes its tiers' chunk files under pytest's temporary dirs
-(the disk tier of one canary serve: ~1.6 GB), and pytest keeps every one of them until the run ends:
-a whole run held ~8 GB at its end, and a CI machine with less free than that failed its later modules
-with "No space left on device". tests/e2e/conftest.py takes a listing of pytest's base temporary dir
-before each module and, after it, removes what the module added (its fixtures' dirs and its tests'
-``tmp_path``s) unless one of its tests failed: a failed module's logs stay for reading.
+(the disk tier of one canary serve: ~1.6 GB; the fault stack's loop-mounted disk tier: ~3 GB), and
+pytest keeps every one of them until the run ends: a whole run held ~8 GB at its end, and a CI
+machine with less free than that failed its later modules with "No space left on device".
+tests/e2e/conftest.py takes a listing of pytest's base temporary dir before each module and, after
+it, removes what the module added (its fixtures' dirs and its tests' ``tmp_path``s) unless one of
+its tests failed: a failed module's logs stay for reading.
 
 The session's own dirs (the demo serve and its Redis) are in the listing taken before the first
 module that uses them ends: pytest sets up a test's session-scoped fixtures before its module-scoped
@@ -29,22 +30,19 @@ def entries(root: Path) -> frozenset[Path]:
 
 
 def size_of(path: Path) -> int:
-    """Bytes of the regular files below ``path`` (links not followed; what vanishes while counted
-    is not counted)."""
+    """Bytes of disk the files below ``path`` take: their allocated blocks, not their length (the
+    fault stack's 16 GB loop image is sparse). Links are not followed; what vanishes while counted
+    is not counted."""
     if path.is_symlink() or not path.is_dir():
-        try:
-            return path.lstat().st_size if path.is_file() and not path.is_symlink() else 0
-        except FileNotFoundError:
-            return 0
-    total = 0
-    for top, _dirs, files in os.walk(path):
-        for name in files:
-            try:
-                st = os.lstat(os.path.join(top, name))
-            except FileNotFoundError:
-                continue
-            total += st.st_size
-    return total
+        return _allocated(path)
+    return sum(_allocated(Path(top, name)) for top, _dirs, files in os.walk(path) for name in files)
+
+
+def _allocated(path: Path) -> int:
+    try:
+        return path.lstat().st_blocks * 512
+    except FileNotFoundError:
+        return 0
 
 
 @dataclass

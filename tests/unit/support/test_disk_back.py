@@ -17,14 +17,17 @@ def write(path: Path, size: int) -> Path:
 def test_what_a_passed_module_added_is_removed_and_what_was_there_stays(tmp_path: Path) -> None:
     session_dir = write(tmp_path / "demo0" / "cache" / "chunk.data", 1000).parent.parent
     before = entries(tmp_path)
-    write(tmp_path / "canary-disk0" / "cache" / "a.data", 3000)
-    write(tmp_path / "canary-disk0" / "cache" / "b.data", 2000)
-    write(tmp_path / "test_one0" / "out.json", 500)
+    added = [
+        write(tmp_path / "canary-disk0" / "cache" / "a.data", 3000),
+        write(tmp_path / "canary-disk0" / "cache" / "b.data", 2000),
+        write(tmp_path / "test_one0" / "out.json", 500),
+    ]
+    taken = sum(size_of(p) for p in added)
     back = DiskBack()
     back.after_module("tests/e2e/test_canary_disk.py", tmp_path, before, failed=False)
     assert entries(tmp_path) == {session_dir}
-    assert size_of(session_dir) == 1000
-    assert back.freed == {"tests/e2e/test_canary_disk.py": 5500}
+    assert (session_dir / "cache" / "chunk.data").read_bytes() == b"\0" * 1000
+    assert back.freed == {"tests/e2e/test_canary_disk.py": taken} and taken >= 5500
     assert back.lines()[-1].endswith("given back in all")
 
 
@@ -34,8 +37,17 @@ def test_a_failed_modules_files_are_kept_and_counted(tmp_path: Path) -> None:
     back = DiskBack()
     back.after_module("tests/e2e/test_serve_faults.py", tmp_path, before, failed=True)
     assert log.read_bytes() == b"\0" * 700
-    assert back.kept == {"tests/e2e/test_serve_faults.py": 700} and back.freed == {}
+    assert back.kept == {"tests/e2e/test_serve_faults.py": size_of(log)} and back.freed == {}
     assert any("kept (failed)" in line and "test_serve_faults.py" in line for line in back.lines())
+
+
+def test_a_sparse_file_counts_the_blocks_it_takes_not_its_length(tmp_path: Path) -> None:
+    image = tmp_path / "disk.img"
+    with image.open("wb") as f:
+        f.truncate(1 << 30)  # as the fault stack's loop image: long, nearly nothing on disk
+    assert size_of(image) < 1 << 20
+    write(tmp_path / "data" / "chunk.data", 1 << 20)
+    assert size_of(tmp_path / "data") >= 1 << 20
 
 
 def test_a_link_is_removed_not_followed(tmp_path: Path) -> None:
