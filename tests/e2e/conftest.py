@@ -20,7 +20,7 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Generator, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -291,21 +291,10 @@ def demo_server(
 
 _STARTS = EngineStarts()
 _DISK = DiskBack()
-_FAILED_MODULES: set[str] = set()
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
     _STARTS.now(item.nodeid)
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(
-    item: pytest.Item, call: pytest.CallInfo[None]
-) -> Generator[None, pytest.TestReport, pytest.TestReport]:
-    report = yield
-    if report.failed:
-        _FAILED_MODULES.add(item.nodeid.split("::")[0])
-    return report
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -313,12 +302,13 @@ def disk_given_back(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[None]:
     """What a module wrote under pytest's temporary dirs (its tiers' chunk files) is removed when the
-    module is done, unless one of its tests failed (tests/support/disk_back.py)."""
+    module is done, unless one of its tests failed (tests/support/disk_back.py). The e2e tests run
+    one at a time, so the session's failures counted during the module are the module's."""
     root = tmp_path_factory.getbasetemp()
-    before = entries(root)
+    before, failures_before = entries(root), request.session.testsfailed
     yield
-    module = request.node.nodeid.split("::")[0]
-    _DISK.after_module(module, root, before, failed=module in _FAILED_MODULES)
+    failed = request.session.testsfailed > failures_before
+    _DISK.after_module(request.node.nodeid, root, before, failed=failed)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

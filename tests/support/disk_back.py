@@ -69,16 +69,16 @@ class DiskBack:
 
     def lines(self) -> list[str]:
         """One line a module, largest first, then the totals."""
-        out = [
-            f"{_gib(n):7.2f} GiB  given back  {m}"
-            for m, n in sorted(self.freed.items(), key=lambda kv: -kv[1])
+        return [
+            *_rows(self.freed, "given back"),
+            *_rows(self.kept, "kept (failed)"),
+            f"{_gib(sum(self.freed.values())):7.2f} GiB  given back in all",
         ]
-        out += [
-            f"{_gib(n):7.2f} GiB  kept (failed)  {m}"
-            for m, n in sorted(self.kept.items(), key=lambda kv: -kv[1])
-        ]
-        out.append(f"{_gib(sum(self.freed.values())):7.2f} GiB  given back in all")
-        return out
+
+
+def _rows(by_module: dict[str, int], what: str) -> list[str]:
+    ranked = sorted(by_module.items(), key=lambda kv: -kv[1])
+    return [f"{_gib(n):7.2f} GiB  {what}  {module}" for module, n in ranked]
 
 
 def _gib(n: int) -> float:
