@@ -169,6 +169,7 @@ def _run_sglang(tmp_path: Path, caller_env: dict[str, str]) -> dict[str, Any]:
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "PYTHONPATH": f"{PARSER_DIR}:{Path(__file__).parent}",
         "KVSTACK_PROBE_OUT": str(out),
+        "TMPDIR": str(tmp_path),  # the launcher's key file: in the container's /tmp, here the test's dir
         **service["environment"],
     }
     proc = subprocess.run(
