@@ -49,13 +49,22 @@ class Inputs(BaseModel):
 
     @classmethod
     def flags(cls) -> dict[str, Flag]:
-        """field name -> its Flag, in declaration order (fields with no flag are set by code)."""
+        """field name -> its Flag, in declaration order, a ``FlagGroup``'s after the rest (fields with
+        no flag are set by code)."""
         if cls not in Inputs._flags_cache:
-            Inputs._flags_cache[cls] = {
-                name: next(m for m in info.metadata if isinstance(m, Flag))
+            grouped = {
+                name
+                for klass in cls.__mro__
+                if issubclass(klass, FlagGroup)
+                and FlagGroup in klass.__bases__  # a group, not a model that takes one
+                for name in klass.model_fields
+            }
+            flagged = [
+                (name, next(m for m in info.metadata if isinstance(m, Flag)))
                 for name, info in cls.model_fields.items()
                 if any(isinstance(m, Flag) for m in info.metadata)
-            }
+            ]
+            Inputs._flags_cache[cls] = dict(sorted(flagged, key=lambda item: item[0] in grouped))
         return Inputs._flags_cache[cls]
 
     @model_validator(mode="before")
@@ -87,6 +96,11 @@ class Inputs(BaseModel):
                     f"{f.name} must be {bound}, not {value:g}", hint=f"e.g. {f.name} {f.example or 1}"
                 )
         return self
+
+
+class FlagGroup(Inputs):
+    """Flags that several commands take together, declared once (a command's model inherits the
+    group): listed after the command's own."""
 
 
 # --json, declared once: a command's output as JSON (each command names what it prints with Pick).

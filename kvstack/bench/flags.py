@@ -4,15 +4,55 @@ and re-defaults them for its command with ``Pick``)."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 from pydantic import Field
 
 # A load's SLO (bench --sweep, tune --objective capacity, plan --slo-ttft) is declared once in
-# kvstack/flags.py; named here too, for bench's and tune's models.
-from kvstack.flags import DEFAULT_SLO_SHARE, SloShare, SloTpot, SloTtft, flag
+# kvstack/flags.py; bench's and tune's models take its three flags as one group (LoadSlo).
+from kvstack.flags import (
+    DEFAULT_SLO_SHARE,
+    FlagGroup,
+    SloShare,
+    SloTpot,
+    SloTtft,
+    check_slo_share,
+    flag,
+)
 
-__all__ = ["DEFAULT_SLO_SHARE", "SloShare", "SloTpot", "SloTtft"]
+if TYPE_CHECKING:  # imported where used: `kvstack --help` imports this module, never the bench
+    from kvstack.bench.sweep.schema import Slo
+
+__all__ = ["DEFAULT_SLO_SHARE", "LoadSlo", "ReplayFlags", "SloShare", "SloTpot", "SloTtft"]
+
+
+class LoadSlo(FlagGroup):
+    """The SLO a load is judged by (bench --sweep, tune --objective capacity): each request's TTFT
+    and time per output token (milliseconds), and the share of a step's requests that must meet them."""
+
+    slo_ttft: SloTtft
+    slo_tpot: SloTpot
+    slo_share: SloShare
+
+    def slo_flags_given(self) -> list[str]:
+        """The SLO flags set, by name (for the refusal of a command that reads none of them)."""
+        given = {"--slo-ttft": self.slo_ttft, "--slo-tpot": self.slo_tpot, "--slo-share": self.slo_share}
+        return [name for name, value in given.items() if value is not None]
+
+    def check_slo(self) -> None:
+        check_slo_share(self.slo_share)
+
+    @property
+    def slo(self) -> Slo:
+        """The flags as a sweep judges each step: seconds, the share's default when not given."""
+        from kvstack.bench.sweep.schema import Slo
+
+        return Slo(
+            ttft_s=None if self.slo_ttft is None else self.slo_ttft / 1000,
+            tpot_s=None if self.slo_tpot is None else self.slo_tpot / 1000,
+            share=DEFAULT_SLO_SHARE if self.slo_share is None else self.slo_share,
+        )
+
 
 Seed = Annotated[
     int,
@@ -58,3 +98,14 @@ MaxOutputTokens = Annotated[
     ),
     Field(default=16),
 ]
+
+
+class ReplayFlags(FlagGroup):
+    """How a measured replay runs (bench, tune): its prompts' seed, each request's timeout, the answers
+    judged against recompute, and a trace's clock and output cap."""
+
+    seed: Seed
+    timeout_s: Timeout
+    check_correctness: CheckCorrectness
+    time_scale: TimeScale
+    max_output_tokens: MaxOutputTokens

@@ -11,24 +11,16 @@ from pydantic import Field, model_validator
 
 from kvstack.bench.flags import (
     BLOCK_TOKENS,
-    DEFAULT_SLO_SHARE,
-    CheckCorrectness,
-    MaxOutputTokens,
-    Seed,
-    SloShare,
-    SloTpot,
-    SloTtft,
-    Timeout,
-    TimeScale,
+    LoadSlo,
+    ReplayFlags,
 )
 from kvstack.bench.sweep.ladder import LoadLadder, parse_ladder
 from kvstack.errors import InputError
-from kvstack.flags import Inputs, OutputTokens, check_slo_share, flag
+from kvstack.flags import OutputTokens, flag
 from kvstack.names import OFFLOAD_CHOICES, choice
 from kvstack.units import parse_bytes, parse_tokens
 
 if TYPE_CHECKING:  # imported where used: `kvstack --help` imports this module, never the bench
-    from kvstack.bench.sweep.schema import Slo
     from kvstack.serving.start_layout import TierOverrides
 
 MAX_BISECT = 10  # each extra step runs the whole workload once more
@@ -43,17 +35,6 @@ def check_correctness_count(k: int) -> None:
         )
 
 
-def slo_of(ttft_ms: float | None, tpot_ms: float | None, share: float | None) -> Slo:
-    """The SLO flags (milliseconds; the share's default when not given) as a sweep judges a step."""
-    from kvstack.bench.sweep.schema import Slo
-
-    return Slo(
-        ttft_s=None if ttft_ms is None else ttft_ms / 1000,
-        tpot_s=None if tpot_ms is None else tpot_ms / 1000,
-        share=DEFAULT_SLO_SHARE if share is None else share,
-    )
-
-
 def compare_names(values: list[str]) -> list[str]:
     """``--compare a,b --compare c`` -> ``[a, b, c]``, each once, blanks dropped."""
     names: list[str] = []
@@ -65,7 +46,7 @@ def compare_names(values: list[str]) -> list[str]:
     return names
 
 
-class BenchRequest(Inputs):
+class BenchRequest(LoadSlo, ReplayFlags):
     """The flags of ``kvstack bench`` as given (sizes and counts still text, read by the properties
     below); checked when made."""
 
@@ -92,7 +73,6 @@ class BenchRequest(Inputs):
     ] = None
     prompt_tokens: Annotated[str, flag("--prompt-tokens", help="Prompt length, e.g. 2048 or 8k")] = "2048"
     output_tokens: OutputTokens = 16
-    seed: Seed
     compare: Annotated[
         list[str],
         flag("--compare", help="Layouts to start and compare in turn (repeat or comma-separate)"),
@@ -104,8 +84,6 @@ class BenchRequest(Inputs):
         list[str],
         flag("--metrics-url", help="Extra /metrics to read hit counters from (e.g. an LMCache server)"),
     ] = Field(default_factory=list)
-    timeout_s: Timeout
-    check_correctness: CheckCorrectness
     out: Annotated[Path | None, flag("--out", help="Write results.json, requests.csv and plots here")] = None
     # The one layout served when --compare names none (checked as a layout: with --url it is unused).
     offload: Annotated[str, flag("--offload", help="auto, lmcache, lmcache-mp, native, hicache or none.")] = (
@@ -146,8 +124,6 @@ class BenchRequest(Inputs):
         ),
     ] = None
     block_tokens: Annotated[int, BLOCK_TOKENS] = 64
-    time_scale: TimeScale
-    max_output_tokens: MaxOutputTokens
     l1_size: Annotated[
         str | None,
         flag("--l1-size", help="Without --url: LMCache's DRAM tier size for every layout (e.g. 64MiB)"),
@@ -177,9 +153,6 @@ class BenchRequest(Inputs):
             example="2",
         ),
     ] = 2
-    slo_ttft: SloTtft
-    slo_tpot: SloTpot
-    slo_share: SloShare
     extra_args: list[str] = Field(default_factory=list)  # for the engines kvstack starts
 
     @model_validator(mode="after")
@@ -221,8 +194,7 @@ class BenchRequest(Inputs):
 
     def check_sweep(self) -> None:
         """--sweep and its SLO: what a sweep needs, and what only a sweep reads."""
-        slo_flags = [f for f, v in (("--slo-ttft", self.slo_ttft), ("--slo-tpot", self.slo_tpot),
-                                    ("--slo-share", self.slo_share)) if v is not None]  # fmt: skip
+        slo_flags = self.slo_flags_given()
         if self.sweep is None:
             if slo_flags:
                 raise InputError(f"{slo_flags[0]} is read by --sweep only", hint="add --sweep KIND:LOADS")
@@ -250,7 +222,7 @@ class BenchRequest(Inputs):
                 f"--sweep-bisect must be at most {MAX_BISECT} steps, not {self.sweep_bisect}",
                 hint="e.g. --sweep-bisect 2",
             )
-        check_slo_share(self.slo_share)
+        self.check_slo()
 
     def check_trace_sweep(self) -> None:
         """--trace with --sweep: multiples of the trace's own rate, on its clock."""
@@ -274,11 +246,6 @@ class BenchRequest(Inputs):
             return None
         ladder = parse_ladder(self.sweep)
         return ladder.of_trace() if self.trace is not None else ladder
-
-    @property
-    def slo(self) -> Slo:
-        """--slo-ttft/--slo-tpot (milliseconds) and --slo-share, as a sweep judges each step."""
-        return slo_of(self.slo_ttft, self.slo_tpot, self.slo_share)
 
     def with_key_and_engine_args(self, api_key: str | None, extra_args: list[str]) -> BenchRequest:
         """These inputs with what their flags do not hold: the API key and the engine arguments after

@@ -11,24 +11,16 @@ from pydantic import Field, model_validator
 
 from kvstack.bench.flags import (
     BLOCK_TOKENS,
-    CheckCorrectness,
-    MaxOutputTokens,
-    Seed,
-    SloShare,
-    SloTpot,
-    SloTtft,
-    Timeout,
-    TimeScale,
+    LoadSlo,
+    ReplayFlags,
 )
-from kvstack.bench.request import slo_of
 from kvstack.bench.sweep.ladder import LoadLadder, parse_ladder
 from kvstack.errors import InputError
-from kvstack.flags import Inputs, Json, check_slo_share, flag
+from kvstack.flags import Inputs, Json, flag
 from kvstack.replay.inputs import TraceInputs
 from kvstack.tune.budget import DEFAULT_BUDGET, check_measuring_budget, parse_duration
 
 if TYPE_CHECKING:
-    from kvstack.bench.sweep.schema import Slo
     from kvstack.serving.request import ServeRequest
 
 DEFAULT_REPLAY_REQUESTS = 400
@@ -64,7 +56,7 @@ def parse_knobs(texts: Sequence[str], connector: str | None) -> dict[str, float]
     return out
 
 
-class TuneRequest(TraceInputs):
+class TuneRequest(TraceInputs, LoadSlo, ReplayFlags):
     """What ``kvstack tune`` is asked, its flags as parsed: the trace's (TraceInputs'; tune reads no
     offload cost: --calibration gives it), tune's own and the replay's (bench's, declared once in
     bench/flags.py), and what the CLI sets from the engine's flags (``served_by``). Every check is
@@ -95,9 +87,6 @@ class TuneRequest(TraceInputs):
         ),
     ] = "p50"
     slo_ms: Annotated[float | None, flag("--slo-ms", help="The TTFT SLO goodput counts, in ms.")] = None
-    slo_ttft: SloTtft
-    slo_tpot: SloTpot
-    slo_share: SloShare
     sweep_multiples: Annotated[
         str | None,
         flag(
@@ -135,10 +124,6 @@ class TuneRequest(TraceInputs):
             example="4",
         ),
     ] = None
-    check_correctness: CheckCorrectness
-    max_output_tokens: MaxOutputTokens
-    time_scale: TimeScale
-    seed: Seed
     resume: Annotated[
         Path | None,
         flag("--resume", help="Continue a stopped tune in its --out DIR from the candidates measured."),
@@ -151,7 +136,6 @@ class TuneRequest(TraceInputs):
             "(default when measuring: a new tune-* dir under kvstack's runs).",
         ),
     ] = None
-    timeout_s: Timeout
     # Set by code: the engines' model, its revision and the hardware (serve's flags: served_by), the
     # API key (None: the served request's).
     model: str | None = None
@@ -195,9 +179,7 @@ class TuneRequest(TraceInputs):
 
     def check_capacity(self) -> None:
         """--objective capacity and the flags only it reads."""
-        given = [f for f, v in (("--slo-ttft", self.slo_ttft), ("--slo-tpot", self.slo_tpot),
-                                ("--slo-share", self.slo_share), ("--sweep-multiples", self.sweep_multiples))
-                 if v is not None]  # fmt: skip
+        given = self.slo_flags_given() + (["--sweep-multiples"] if self.sweep_multiples is not None else [])
         if self.objective != "capacity":
             if given:
                 raise InputError(
@@ -220,7 +202,7 @@ class TuneRequest(TraceInputs):
                 "measures nothing",
                 hint="give a --budget, or rank by --objective p50/p90/mean",
             )
-        check_slo_share(self.slo_share)
+        self.check_slo()
         self.multiples  # noqa: B018  (parsed here: a bad ladder is refused with the other flags)
 
     @property
@@ -233,10 +215,6 @@ class TuneRequest(TraceInputs):
         """--sweep-multiples as a ladder in x trace rate, 1 (the trace's own load) always in it."""
         ladder = parse_ladder("rate:" + (self.sweep_multiples or DEFAULT_MULTIPLES), "--sweep-multiples")
         return LoadLadder("trace_rate", tuple(sorted({*ladder.loads, 1.0})))
-
-    @property
-    def slo(self) -> Slo:
-        return slo_of(self.slo_ttft, self.slo_tpot, self.slo_share)
 
     @property
     def trace_path(self) -> Path:

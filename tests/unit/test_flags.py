@@ -3,6 +3,7 @@ model is made, from code or from the command line, with one wording."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import pytest
@@ -96,6 +97,30 @@ def test_bench_and_tune_share_their_replay_flags() -> None:
         assert tune[name] is f
     names = [n for f in tune.values() for n in f.names]
     assert len(names) == len(set(names))
+
+
+def test_a_flag_group_is_one_declaration_listed_after_a_commands_own_flags() -> None:
+    """bench and tune take the SLO and the replay's flags as groups (bench/flags.py): the same fields,
+    shown after each command's own; --slo-share's range is checked by the group for both."""
+    from kvstack.bench.flags import LoadSlo, ReplayFlags
+    from kvstack.bench.request import BenchRequest
+    from kvstack.tune.options import TuneRequest
+
+    groups = [*LoadSlo.flags(), *ReplayFlags.flags()]
+    for model in (BenchRequest, TuneRequest):
+        names = list(model.flags())
+        assert sorted(names[-len(groups) :]) == sorted(groups), model.__name__
+    assert next(iter(BenchRequest.flags())) == "url" and next(iter(TuneRequest.flags())) == "trace"
+    with pytest.raises(InputError, match="--slo-share must be at most 1"):
+        BenchRequest(sweep="concurrency:1,2", slo_ttft=500, slo_share=1.5)
+    with pytest.raises(InputError, match="--slo-share must be at most 1"):
+        TuneRequest(
+            trace=Path("t.jsonl"), check_correctness=4, objective="capacity", slo_ttft=500, slo_share=1.5
+        )
+    bench = BenchRequest(sweep="concurrency:1,2", slo_ttft=500, slo_tpot=40)
+    assert (bench.slo.ttft_s, bench.slo.tpot_s, bench.slo.share) == (0.5, 0.04, 0.9)
+    with pytest.raises(InputError, match="--slo-tpot is read by --sweep only"):
+        BenchRequest(slo_tpot=40)
 
 
 # A name that several models declare, each with a meaning of its own (not one flag declared twice):
