@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 import statistics
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 
 import torch
 import torch.nn.functional as F
@@ -31,19 +31,22 @@ ROPE_THETA = 500000.0  # Llama 3.1's; the rotation costs the same whatever the b
 @dataclass(frozen=True)
 class Shape:
     layers: int
-    hidden: int
+    hidden_size: int
     heads: int
     kv_heads: int
     head_dim: int
-    intermediate: int
-    vocab: int
+    intermediate_size: int
+    vocab_size: int
 
     @property
     def active_params(self) -> int:
         """Parameters as built: embedding + untied LM head, attention, MLP and norms per layer."""
-        attn = 2 * self.hidden * self.heads * self.head_dim + 2 * self.hidden * self.kv_heads * self.head_dim
-        per_layer = attn + 3 * self.hidden * self.intermediate + 2 * self.hidden
-        return 2 * self.vocab * self.hidden + self.layers * per_layer + self.hidden
+        attn = (
+            2 * self.hidden_size * self.heads * self.head_dim
+            + 2 * self.hidden_size * self.kv_heads * self.head_dim
+        )
+        per_layer = attn + 3 * self.hidden_size * self.intermediate_size + 2 * self.hidden_size
+        return 2 * self.vocab_size * self.hidden_size + self.layers * per_layer + self.hidden_size
 
     def flops(self, tokens: int) -> float:
         """The planner's FLOP count for a prompt of ``tokens`` tokens."""
@@ -71,12 +74,12 @@ def shape_of(geo: ModelGeometry) -> Shape:
         )
     return Shape(
         layers=geo.layers,
-        hidden=geo.hidden_size,
+        hidden_size=geo.hidden_size,
         heads=geo.heads,
         kv_heads=geo.kv_heads,
         head_dim=geo.head_dim,
-        intermediate=_intermediate_size(geo),
-        vocab=geo.vocab_size,
+        intermediate_size=_intermediate_size(geo),
+        vocab_size=geo.vocab_size,
     )
 
 
@@ -88,12 +91,12 @@ def scaled_down(shape: Shape) -> Shape:
     return replace(
         shape,
         layers=2,
-        hidden=hidden,
+        hidden_size=hidden,
         heads=heads,
         kv_heads=kv_heads,
         head_dim=hidden // heads,
-        intermediate=max(1, round(hidden * shape.intermediate / shape.hidden)),
-        vocab=512,
+        intermediate_size=max(1, round(hidden * shape.intermediate_size / shape.hidden_size)),
+        vocab_size=512,
     )
 
 
@@ -118,8 +121,8 @@ class Attention(nn.Module):
         super().__init__()
         self.s = s
         qkv_out = (s.heads + 2 * s.kv_heads) * s.head_dim
-        self.qkv = nn.Linear(s.hidden, qkv_out, bias=False, device=device, dtype=dtype)
-        self.o = nn.Linear(s.heads * s.head_dim, s.hidden, bias=False, device=device, dtype=dtype)
+        self.qkv = nn.Linear(s.hidden_size, qkv_out, bias=False, device=device, dtype=dtype)
+        self.o = nn.Linear(s.heads * s.head_dim, s.hidden_size, bias=False, device=device, dtype=dtype)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         s, (b, n, _) = self.s, x.shape
@@ -138,8 +141,10 @@ class Attention(nn.Module):
 class Mlp(nn.Module):
     def __init__(self, s: Shape, device: torch.device, dtype: torch.dtype) -> None:
         super().__init__()
-        self.gate_up = nn.Linear(s.hidden, 2 * s.intermediate, bias=False, device=device, dtype=dtype)
-        self.down = nn.Linear(s.intermediate, s.hidden, bias=False, device=device, dtype=dtype)
+        self.gate_up = nn.Linear(
+            s.hidden_size, 2 * s.intermediate_size, bias=False, device=device, dtype=dtype
+        )
+        self.down = nn.Linear(s.intermediate_size, s.hidden_size, bias=False, device=device, dtype=dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate, up = self.gate_up(x).chunk(2, dim=-1)
@@ -149,9 +154,9 @@ class Mlp(nn.Module):
 class Block(nn.Module):
     def __init__(self, s: Shape, device: torch.device, dtype: torch.dtype) -> None:
         super().__init__()
-        self.attn_norm = RMSNorm(s.hidden, device, dtype)
+        self.attn_norm = RMSNorm(s.hidden_size, device, dtype)
         self.attn = Attention(s, device, dtype)
-        self.mlp_norm = RMSNorm(s.hidden, device, dtype)
+        self.mlp_norm = RMSNorm(s.hidden_size, device, dtype)
         self.mlp = Mlp(s, device, dtype)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -163,10 +168,10 @@ class LlamaShaped(nn.Module):
     def __init__(self, s: Shape, device: torch.device, dtype: torch.dtype) -> None:
         super().__init__()
         self.s = s
-        self.embed = nn.Embedding(s.vocab, s.hidden, device=device, dtype=dtype)
+        self.embed = nn.Embedding(s.vocab_size, s.hidden_size, device=device, dtype=dtype)
         self.blocks = nn.ModuleList(Block(s, device, dtype) for _ in range(s.layers))
-        self.norm = RMSNorm(s.hidden, device, dtype)
-        self.lm_head = nn.Linear(s.hidden, s.vocab, bias=False, device=device, dtype=dtype)
+        self.norm = RMSNorm(s.hidden_size, device, dtype)
+        self.lm_head = nn.Linear(s.hidden_size, s.vocab_size, bias=False, device=device, dtype=dtype)
         inv_freq = 1.0 / ROPE_THETA ** (torch.arange(0, s.head_dim, 2, device=device).float() / s.head_dim)
         self.inv_freq = inv_freq
 
@@ -188,13 +193,7 @@ def _figures(model_name: str, shape: Shape, dtype: torch.dtype, scaled: bool) ->
         names=entry.names() if entry is not None else [model_name],
         dtype=str(dtype).removeprefix("torch."),
         scaled_down=scaled,
-        layers=shape.layers,
-        hidden_size=shape.hidden,
-        heads=shape.heads,
-        kv_heads=shape.kv_heads,
-        head_dim=shape.head_dim,
-        intermediate_size=shape.intermediate,
-        vocab_size=shape.vocab,
+        **asdict(shape),  # the record's names are the shape's
         active_params=shape.active_params,
     )
 
@@ -245,7 +244,7 @@ def _time_lengths(
         if figures.points and deadline.passed():
             figures.unknown["skipped"] = f"prompt lengths {lengths[i:]}: time budget spent"
             return
-        ids = torch.randint(0, shape.vocab, (1, n), device=device)
+        ids = torch.randint(0, shape.vocab_size, (1, n), device=device)
         # Longer prompts cost more: each length gets its share of the time by its FLOPs.
         weight = shape.flops(n) / sum(shape.flops(m) for m in lengths[i:])
         try:

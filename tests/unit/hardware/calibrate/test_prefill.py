@@ -25,13 +25,19 @@ CPU = torch.device("cpu")
 def test_llama_8b_shape_matches_its_published_parameter_count() -> None:
     geo, _ = catalog_model("meta-llama/Llama-3.1-8B")
     shape = shape_of(geo)
-    assert (shape.layers, shape.hidden, shape.heads, shape.kv_heads, shape.head_dim) == (32, 4096, 32, 8, 128)
-    assert (shape.intermediate, shape.vocab) == (14336, 128256)
+    assert (shape.layers, shape.hidden_size, shape.heads, shape.kv_heads, shape.head_dim) == (
+        32,
+        4096,
+        32,
+        8,
+        128,
+    )
+    assert (shape.intermediate_size, shape.vocab_size) == (14336, 128256)
     assert shape.active_params == 8_030_261_248  # meta-llama/Llama-3.1-8B's published count
 
 
 def test_flop_count_by_hand() -> None:
-    s = Shape(layers=1, hidden=4, heads=2, kv_heads=1, head_dim=2, intermediate=8, vocab=10)
+    s = Shape(layers=1, hidden_size=4, heads=2, kv_heads=1, head_dim=2, intermediate_size=8, vocab_size=10)
     # attention 2*4*2*2 + 2*4*1*2 = 48, MLP 3*4*8 = 96, norms 8, embedding + head 80, final norm 4
     assert s.active_params == 236
     # 2 x 236 x 3 tokens + heads 2 x (qk 2 + v 2) x 1 layer x 3^2
@@ -42,12 +48,12 @@ def test_scaled_down_keeps_the_kind_and_builds_what_it_counts() -> None:
     geo, _ = catalog_model("llama-3.1-8b")
     small = scaled_down(shape_of(geo))
     assert small.heads // small.kv_heads == 32 // 8
-    assert small.intermediate == round(small.hidden * 14336 / 4096)
+    assert small.intermediate_size == round(small.hidden_size * 14336 / 4096)
     model = LlamaShaped(small, CPU, torch.float32)
     assert sum(p.numel() for p in model.parameters()) == small.active_params
     with torch.inference_mode():
-        logits = model(torch.randint(0, small.vocab, (1, 16)))
-    assert logits.shape == (1, 1, small.vocab)
+        logits = model(torch.randint(0, small.vocab_size, (1, 16)))
+    assert logits.shape == (1, 1, small.vocab_size)
 
 
 def test_measure_prefill_on_cpu() -> None:
