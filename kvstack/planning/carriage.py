@@ -58,23 +58,20 @@ _MLA_CPU = (
     'disabled"): no block is ever reused, so there is nothing to offload'
 )
 
+
+def _lmcache_on_cpu(connector: str, why_groups: str) -> ConnectorReach:
+    """LMCache on the CPU platform, either way it runs: one full-length group, no state, no MLA."""
+    why_state = _NEEDS_MANAGER.format(connector=connector)
+    return ConnectorReach(
+        groups=False, state=False, mla=False, why_groups=why_groups, why_state=why_state, why_mla=_MLA_CPU
+    )
+
+
 # (connector, platform) -> reach. A connector missing here serves every model as allocated.
 REACH: dict[tuple[str, str], ConnectorReach] = {
-    ("lmcache-mp", "cpu"): ConnectorReach(
-        groups=False,
-        state=False,
-        mla=False,
-        why_groups=_ONE_GROUP_LMCACHE_CPU,
-        why_state=_NEEDS_MANAGER.format(connector="LMCache's engine-driven transfer"),
-        why_mla=_MLA_CPU,
-    ),
-    ("lmcache", "cpu"): ConnectorReach(
-        groups=False,
-        state=False,
-        mla=False,
-        why_groups="LMCache in-process has no CPU transfer path (degraded mode)",
-        why_state=_NEEDS_MANAGER.format(connector="LMCache in-process"),
-        why_mla=_MLA_CPU,
+    ("lmcache-mp", "cpu"): _lmcache_on_cpu("LMCache's engine-driven transfer", _ONE_GROUP_LMCACHE_CPU),
+    ("lmcache", "cpu"): _lmcache_on_cpu(
+        "LMCache in-process", "LMCache in-process has no CPU transfer path (degraded mode)"
     ),
     # vllm/distributed/kv_transfer/kv_connector/v1/lmcache_connector.py: LMCacheConnectorV1 does not
     # subclass SupportsHMA, so vLLM turns the manager off for it (vllm/config/vllm.py), and its
