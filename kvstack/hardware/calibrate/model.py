@@ -59,7 +59,19 @@ class PrefillPoint(_Model):
     peak_fraction: float | None = None  # of the GPU's data-sheet dense BF16 peak
 
 
-class PrefillFigures(_Model):
+class PrefillShape(_Model):
+    """The dense Llama-shaped model prefill is measured on (hardware/calibrate/prefill.py builds it)."""
+
+    layers: int
+    hidden_size: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    vocab_size: int
+
+
+class PrefillFigures(PrefillShape):
     """One forward pass (batch 1) of a randomly initialised model of a catalog model's shape."""
 
     model: str  # catalog name of the shape
@@ -68,13 +80,6 @@ class PrefillFigures(_Model):
     names: list[str] = Field(default_factory=list)
     dtype: str
     scaled_down: bool  # True: a smaller model of the same kind (tests on device cpu)
-    layers: int
-    hidden_size: int
-    heads: int
-    kv_heads: int
-    head_dim: int
-    intermediate_size: int
-    vocab_size: int
     active_params: int  # of the model as built: what prefill rates scale by for other models
     points: list[PrefillPoint] = Field(default_factory=list)
     peak_tflops: float | None = None

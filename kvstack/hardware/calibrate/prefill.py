@@ -12,15 +12,15 @@ from __future__ import annotations
 
 import functools
 import statistics
-from dataclasses import asdict, dataclass, replace
 
 import torch
 import torch.nn.functional as F
+from pydantic import ConfigDict
 from torch import nn
 
 from kvstack.errors import UnsupportedError
 from kvstack.hardware.calibrate import buffers
-from kvstack.hardware.calibrate.model import PrefillFigures, PrefillPoint
+from kvstack.hardware.calibrate.model import PrefillFigures, PrefillPoint, PrefillShape
 from kvstack.hardware.calibrate.timing import Deadline, median, timed_runs
 from kvstack.model.catalog import find_catalog_entry
 from kvstack.model.geometry import ModelGeometry
@@ -28,15 +28,10 @@ from kvstack.model.geometry import ModelGeometry
 ROPE_THETA = 500000.0  # Llama 3.1's; the rotation costs the same whatever the base
 
 
-@dataclass(frozen=True)
-class Shape:
-    layers: int
-    hidden_size: int
-    heads: int
-    kv_heads: int
-    head_dim: int
-    intermediate_size: int
-    vocab_size: int
+class Shape(PrefillShape):
+    """The shape, with what its figures are derived from."""
+
+    model_config = ConfigDict(frozen=True)
 
     @property
     def active_params(self) -> int:
@@ -88,15 +83,16 @@ def scaled_down(shape: Shape) -> Shape:
     heads = 4
     kv_heads = max(1, heads * shape.kv_heads // shape.heads)
     hidden = 128
-    return replace(
-        shape,
-        layers=2,
-        hidden_size=hidden,
-        heads=heads,
-        kv_heads=kv_heads,
-        head_dim=hidden // heads,
-        intermediate_size=max(1, round(hidden * shape.intermediate_size / shape.hidden_size)),
-        vocab_size=512,
+    return shape.model_copy(
+        update={
+            "layers": 2,
+            "hidden_size": hidden,
+            "heads": heads,
+            "kv_heads": kv_heads,
+            "head_dim": hidden // heads,
+            "intermediate_size": max(1, round(hidden * shape.intermediate_size / shape.hidden_size)),
+            "vocab_size": 512,
+        }
     )
 
 
@@ -193,7 +189,7 @@ def _figures(model_name: str, shape: Shape, dtype: torch.dtype, scaled: bool) ->
         names=entry.names() if entry is not None else [model_name],
         dtype=str(dtype).removeprefix("torch."),
         scaled_down=scaled,
-        **asdict(shape),  # the record's names are the shape's
+        **shape.model_dump(),
         active_params=shape.active_params,
     )
 
