@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from pydantic import BaseModel
+
 from kvstack.bench.correctness import Answer, cached_first, check_replayed, engine_of
 from kvstack.bench.schema import BenchResult, CacheStats, CorrectnessResult, LayoutResult, RequestRow
 from kvstack.bench.stats import cache_stats, summarize
@@ -58,6 +60,10 @@ class ReplayRequest:
     concurrency: int = 1
     seed: int = 0
     check_correctness: int = 0  # replayed requests whose answers a recompute judges
+
+    def recorded_as(self, doc: type[BaseModel]) -> dict[str, Any]:
+        """This request's fields that a results model records under the same names."""
+        return {name: value for name, value in dataclasses.asdict(self).items() if name in doc.model_fields}
 
 
 @dataclass
@@ -129,15 +135,9 @@ def load_slice(args: ReplayRequest) -> tuple[list[TraceRow], TraceSlice]:
         rows = rows[: args.max_requests]
     scaled = scale_blocks(with_requests(trace, rows), args.block_tokens)
     info = TraceSlice(
+        **args.recorded_as(TraceSlice),
         source=str(args.path),
-        start=args.start,
-        session_sample=args.session_sample,
-        max_requests=args.max_requests,
-        block_tokens=args.block_tokens,
         trace_block_tokens=trace.block_tokens,
-        time_scale=args.time_scale,
-        max_output_tokens=args.max_output_tokens,
-        concurrency=args.concurrency,
         rows_taken=len(rows),
     )
     return scaled.requests, info

@@ -147,15 +147,7 @@ def rank_inputs(o: TuneRequest, traced: SizingTrace) -> tuple[TuneResult, TuneRe
 
 
 def _setup_info(setup: CandidateReplay) -> Setup:
-    a = setup.args
-    return Setup(
-        requests=len(setup.rows),
-        block_tokens=a.block_tokens,
-        time_scale=a.time_scale,
-        max_output_tokens=a.max_output_tokens,
-        seed=a.seed,
-        check_correctness=a.check_correctness,
-    )
+    return Setup(requests=len(setup.rows), **setup.args.recorded_as(Setup))
 
 
 _RESUME_HINT = "pass the --out DIR of a kvstack tune that measured candidates"

@@ -1,0 +1,25 @@
+"""What a replay's records take from its request (kvstack/replay/trace_bench.py ReplayRequest)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kvstack.replay.results import TraceSlice
+from kvstack.replay.trace_bench import ReplayRequest
+from kvstack.tune.results import Setup
+
+
+def test_a_record_takes_the_requests_fields_it_names_and_nothing_else() -> None:
+    args = ReplayRequest(
+        path=Path("t.jsonl"), start=3, max_requests=9, session_sample=0.5, block_tokens=128,
+        time_scale=0.25, max_output_tokens=4, concurrency=2, seed=7, check_correctness=2,
+    )  # fmt: skip
+    assert args.recorded_as(TraceSlice) == {
+        "start": 3, "session_sample": 0.5, "max_requests": 9, "block_tokens": 128, "time_scale": 0.25,
+        "max_output_tokens": 4, "concurrency": 2,
+    }  # fmt: skip
+    setup = Setup(requests=40, **args.recorded_as(Setup))
+    assert setup.model_dump() == {
+        "requests": 40, "block_tokens": 128, "time_scale": 0.25, "max_output_tokens": 4, "seed": 7,
+        "check_correctness": 2,
+    }  # fmt: skip
