@@ -15,7 +15,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from pydantic import BaseModel
 
@@ -46,6 +46,9 @@ UNBOUNDED = 1 << 40
 OFFLOADED = (token_sources.DRAM, token_sources.DISK, token_sources.REMOTE, token_sources.OFFLOAD)
 
 
+Doc = TypeVar("Doc", bound=BaseModel)
+
+
 @dataclass(frozen=True)
 class ReplayRequest:
     """How a trace is replayed, made from flags already checked (bench's, tune's)."""
@@ -61,9 +64,10 @@ class ReplayRequest:
     seed: int = 0
     check_correctness: int = 0  # replayed requests whose answers a recompute judges
 
-    def recorded_as(self, doc: type[BaseModel]) -> dict[str, Any]:
-        """This request's fields that a results model records under the same names."""
-        return {name: value for name, value in dataclasses.asdict(self).items() if name in doc.model_fields}
+    def record(self, doc: type[Doc], **more: object) -> Doc:
+        """A results model with this request's fields it names (under the same names) and ``more``."""
+        fields = {name: value for name, value in dataclasses.asdict(self).items() if name in doc.model_fields}
+        return doc.model_validate({**fields, **more})
 
 
 @dataclass
@@ -134,11 +138,8 @@ def load_slice(args: ReplayRequest) -> tuple[list[TraceRow], TraceSlice]:
     if args.max_requests is not None:
         rows = rows[: args.max_requests]
     scaled = scale_blocks(with_requests(trace, rows), args.block_tokens)
-    info = TraceSlice(
-        **args.recorded_as(TraceSlice),
-        source=str(args.path),
-        trace_block_tokens=trace.block_tokens,
-        rows_taken=len(rows),
+    info = args.record(
+        TraceSlice, source=str(args.path), trace_block_tokens=trace.block_tokens, rows_taken=len(rows)
     )
     return scaled.requests, info
 

@@ -147,7 +147,7 @@ def rank_inputs(o: TuneRequest, traced: SizingTrace) -> tuple[TuneResult, TuneRe
 
 
 def _setup_info(setup: CandidateReplay) -> Setup:
-    return Setup(requests=len(setup.rows), **setup.args.recorded_as(Setup))
+    return setup.args.record(Setup, requests=len(setup.rows))
 
 
 _RESUME_HINT = "pass the --out DIR of a kvstack tune that measured candidates"
