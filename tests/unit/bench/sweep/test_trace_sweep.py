@@ -72,10 +72,14 @@ def test_a_trace_sweep_finds_the_multiple_of_the_traces_rate_it_sustains(
     assert result.trace.span_s == pytest.approx(1.4) and result.trace.rate_per_s == pytest.approx(5.0)
     assert result.trace.unit == "x trace rate" and "seed of its own" in result.trace.caches
     assert result.rate_per_s(2) == pytest.approx(10.0)
-    # Each step sent the trace at its multiple: the last request 1.4 s / load after the first.
+    # Each step sent the trace at its multiple: the last request 1.4 s / load after the first. A send
+    # is never early, but may be late on a loaded machine (0.57 s for 4x's 0.35 s was seen with three
+    # test workers on two cores), so each span is bounded within a factor of 2 of its own: the steps'
+    # windows do not overlap, and a step sent at another multiple falls outside its own.
     for step in lay.steps:
         starts = sorted(r.start_s for r in result.requests if r.step == step.step)
-        assert starts[-1] - starts[0] == pytest.approx(1.4 / step.load, abs=0.1)
+        nominal = 1.4 / step.load
+        assert 0.98 * nominal <= starts[-1] - starts[0] < 2 * nominal, (step.load, starts)
     # No step is served from an earlier one: each step's first request hits nothing, and the rest of
     # a step share its first block (32 tokens) as the trace says.
     assert len(seen) == 32
