@@ -29,9 +29,10 @@ ROPE_THETA = 500000.0  # Llama 3.1's; the rotation costs the same whatever the b
 
 
 class Shape(PrefillShape):
-    """The shape, with what its figures are derived from."""
+    """The shape, with what its figures are derived from. Built by code, never read from a file: a
+    field it does not have is refused (the figures' extra="allow" is for files a newer kvstack wrote)."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     @property
     def active_params(self) -> int:

@@ -6,6 +6,7 @@ import time
 
 import pytest
 import torch
+from pydantic import ValidationError
 
 from kvstack.errors import UnsupportedError
 from kvstack.hardware.calibrate.prefill import (
@@ -25,13 +26,8 @@ CPU = torch.device("cpu")
 def test_llama_8b_shape_matches_its_published_parameter_count() -> None:
     geo, _ = catalog_model("meta-llama/Llama-3.1-8B")
     shape = shape_of(geo)
-    assert (shape.layers, shape.hidden_size, shape.heads, shape.kv_heads, shape.head_dim) == (
-        32,
-        4096,
-        32,
-        8,
-        128,
-    )
+    assert (shape.layers, shape.hidden_size, shape.heads, shape.kv_heads) == (32, 4096, 32, 8)
+    assert shape.head_dim == 128
     assert (shape.intermediate_size, shape.vocab_size) == (14336, 128256)
     assert shape.active_params == 8_030_261_248  # meta-llama/Llama-3.1-8B's published count
 
@@ -42,6 +38,8 @@ def test_flop_count_by_hand() -> None:
     assert s.active_params == 236
     # 2 x 236 x 3 tokens + heads 2 x (qk 2 + v 2) x 1 layer x 3^2
     assert s.flops(3) == 2 * 236 * 3 + 2 * 4 * 1 * 9
+    with pytest.raises(ValidationError, match="hidden"):  # a misspelt field is refused, not kept
+        Shape(layers=1, hidden=4, heads=2, kv_heads=1, head_dim=2, intermediate_size=8, vocab_size=10)
 
 
 def test_scaled_down_keeps_the_kind_and_builds_what_it_counts() -> None:
