@@ -42,6 +42,9 @@ from tests.support.redis import free_port as free_redis_port
 
 DEMO_MODEL = ROOT / "profiles" / "demo"
 READY_TIMEOUT_S = 420
+# How often a wait looks again (a route, serve's output): each wait loses half of it on average, and
+# a run waits on ~40 serves.
+POLL_S = 0.2
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -191,7 +194,7 @@ def wait_http_ready(
                 return
         except httpx.HTTPError:
             pass
-        time.sleep(1)
+        time.sleep(POLL_S)
     raise AssertionError(f"server not ready in {timeout_s}s:\n{session.output()[-4000:]}")
 
 
@@ -201,7 +204,7 @@ def wait_serving(session: ServeSession, timeout_s: float = 600) -> None:
     while "serving at" not in session.output():
         assert session.proc.poll() is None, session.output()[-4000:]
         assert time.monotonic() < deadline, session.output()[-4000:]
-        time.sleep(1)
+        time.sleep(POLL_S)
 
 
 def stop(session: ServeSession, sig: int = signal.SIGTERM, timeout_s: float = 60) -> int:

@@ -22,6 +22,7 @@ import httpx
 import psutil
 
 from tests.e2e.conftest import (
+    POLL_S,
     ServeSession,
     env_for_tests,
     kvstack_cmd,
@@ -41,7 +42,7 @@ def wait_report(session: ServeSession, timeout_s: float = 600) -> dict[str, Any]
     while not path.exists():
         assert session.proc.poll() is None, session.output()[-3000:]
         assert time.monotonic() < deadline, "no validation report"
-        time.sleep(1)
+        time.sleep(POLL_S)
     time.sleep(0.5)  # written atomically; give the renderer its turn
     return json.loads(path.read_text())  # type: ignore[no-any-return]
 
