@@ -86,16 +86,29 @@ def test_real_disks_resolve_to_the_right_mount(tmp_path: Path) -> None:
         assert d.mount is not None and os.stat(w).st_dev == os.stat(d.mount).st_dev
 
 
+def _timed_doctor(path: Path) -> tuple[subprocess.CompletedProcess[str], float]:
+    start = time.monotonic()
+    res = kvstack("doctor", "--json", "--path", str(path), "--fio-seconds", "3")
+    return res, time.monotonic() - start
+
+
 @needs_fio
 def test_doctor_json_end_to_end(tmp_path: Path) -> None:
-    start = time.monotonic()
-    res = kvstack("doctor", "--json", "--path", str(tmp_path), "--fio-seconds", "3")
-    elapsed = time.monotonic() - start
+    res, elapsed = _timed_doctor(tmp_path)
     assert res.returncode == 0, res.stderr
     snap = parse_snapshot(res.stdout, "stdout")
     (disk,) = snap.disks
+    laying_out = str(disk.unknown.get("read_bw_bytes_per_s", ""))
+    if disk.read_bw_bytes_per_s is None and "test file took over" in laying_out:
+        # Laying out the 192 MiB file within its 1.8 s bound takes ~107 MB/s of buffered writes: once,
+        # with the other test workers writing, it did not (CI, stop 59). doctor said so, as it should;
+        # the claim here is a measurement end to end, so a second try on a quieter disk must make one.
+        res, elapsed = _timed_doctor(tmp_path)
+        assert res.returncode == 0, res.stderr
+        snap = parse_snapshot(res.stdout, "stdout")
+        (disk,) = snap.disks
     assert disk.path == str(tmp_path)
-    assert disk.read_bw_bytes_per_s is not None and disk.read_bw_bytes_per_s > 0
+    assert disk.read_bw_bytes_per_s is not None and disk.read_bw_bytes_per_s > 0, disk.unknown
     assert snap.summary and snap.checks
     assert elapsed < 3.0 + 5.0  # the fio bound plus interpreter start-up and the other probes
     assert list(tmp_path.iterdir()) == []
