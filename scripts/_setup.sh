@@ -29,6 +29,24 @@ ensure_apt() {
   # The Debian package starts a system redis on :6379; kvstack's tests start their own on free ports.
 }
 
+# Files the script removes when it ends (scripts/test's mypy log).
+SETUP_TEMP_FILES=()
+
+end_background_jobs_at_exit() {
+  # The setup's background jobs (the wheels' fetches, mypy) end with the script, whatever ends it, and the
+  # script's exit status stays its own: under `set -e` a failing command in an EXIT trap replaces it
+  # (`kill` with no job left exits 2, which made a passing CI run exit 2).
+  trap 'end_background_jobs $?' EXIT
+}
+
+end_background_jobs() {
+  local status=$1 pids
+  pids=$(jobs -p)
+  if [ -n "$pids" ]; then kill $pids 2>/dev/null || true; fi
+  if [ ${#SETUP_TEMP_FILES[@]} -gt 0 ]; then rm -f "${SETUP_TEMP_FILES[@]}" || true; fi
+  exit "$status"
+}
+
 CONSTRAINTS="$ROOT/scripts/constraints.txt"  # the versions CI passed with: every install here reads it
 UV_VERSION=0.13.9
 
