@@ -14,6 +14,7 @@ count per module, and KVSTACK_E2E_STARTS=FILE writes it as JSON (scripts/bench-e
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import shutil
 import signal
@@ -23,6 +24,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import psutil
@@ -205,6 +207,17 @@ def wait_serving(session: ServeSession, timeout_s: float = 600) -> None:
         assert session.proc.poll() is None, session.output()[-4000:]
         assert time.monotonic() < deadline, session.output()[-4000:]
         time.sleep(POLL_S)
+
+
+def wait_report(session: ServeSession, timeout_s: float = 600) -> dict[str, Any]:
+    """Serve's validation report (run dir's validation.json, written atomically) once it exists."""
+    path = session.run_dir / "validation.json"
+    deadline = time.monotonic() + timeout_s
+    while not path.exists():
+        assert session.proc.poll() is None, session.output()[-3000:]
+        assert time.monotonic() < deadline, "no validation report:\n" + session.output()[-3000:]
+        time.sleep(POLL_S)
+    return json.loads(path.read_text())  # type: ignore[no-any-return]
 
 
 def stop(session: ServeSession, sig: int = signal.SIGTERM, timeout_s: float = 60) -> int:

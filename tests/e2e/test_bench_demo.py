@@ -4,19 +4,15 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 from pathlib import Path
 
-from tests.e2e.conftest import POLL_S, ServeSession, kvstack_cmd, kvstack_run
+from tests.e2e.conftest import ServeSession, kvstack_cmd, kvstack_run, wait_report
 from tests.support.deps import ROOT
 
 
 def test_bench_long_doc_qa_reads_real_hits(demo_server: ServeSession, tmp_path: Path) -> None:
     # kvstack serve validates right after readiness; its requests would count in our deltas.
-    deadline = time.monotonic() + 300
-    while not (demo_server.run_dir / "validation.json").exists():
-        assert demo_server.proc.poll() is None and time.monotonic() < deadline, demo_server.output()[-3000:]
-        time.sleep(POLL_S)
+    wait_report(demo_server, 300)
     out = tmp_path / "bench"
     # 4096-token documents: a prefix-cache hit of the demo model is then ~2.5x faster than a recompute
     # (at 1024 tokens the two medians were within the noise of this machine: 38.7 vs 34.6 ms once).

@@ -16,21 +16,12 @@ import subprocess
 import httpx
 
 from kvstack.engines.lmcache import L2_ADAPTERS
-from tests.e2e.conftest import DEMO_REPO_ID, DemoHub, ServeSession, counter_delta, kvstack_cmd
+from tests.e2e.conftest import DEMO_REPO_ID, DemoHub, ServeSession, counter_delta, kvstack_cmd, wait_report
 from tests.support.deps import ROOT
 
 
 def test_serve_validates_and_answers(demo_server: ServeSession) -> None:
-    report_path = demo_server.run_dir / "validation.json"
-    # The validation pass runs right after readiness; wait for its report.
-    for _ in range(240):
-        if report_path.exists():
-            break
-        assert demo_server.proc.poll() is None, demo_server.output()[-3000:]
-        import time
-
-        time.sleep(1)
-    report = json.loads(report_path.read_text())
+    report = wait_report(demo_server, 240)  # the validation pass runs right after readiness
     assert report["overall"] == "PASS", demo_server.output()[-3000:]
     steps = {s["name"]: s for s in report["steps"]}
     assert steps["warm"]["verdict"] == "pass"

@@ -14,37 +14,23 @@ import json
 import os
 import signal
 import subprocess
-import time
 from pathlib import Path
-from typing import Any
 
 import httpx
 import psutil
 
 from tests.e2e.conftest import (
-    POLL_S,
-    ServeSession,
     env_for_tests,
     kvstack_cmd,
     start_serve,
     stop,
     wait_http_ready,
     wait_no_engine,
+    wait_report,
 )
 from tests.support.deps import missing
 from tests.support.ports import free_block
 from tests.support.redis import RedisFactory
-
-
-def wait_report(session: ServeSession, timeout_s: float = 600) -> dict[str, Any]:
-    path = session.run_dir / "validation.json"
-    deadline = time.monotonic() + timeout_s
-    while not path.exists():
-        assert session.proc.poll() is None, session.output()[-3000:]
-        assert time.monotonic() < deadline, "no validation report"
-        time.sleep(POLL_S)
-    time.sleep(0.5)  # written atomically; give the renderer its turn
-    return json.loads(path.read_text())  # type: ignore[no-any-return]
 
 
 def test_two_replicas_share_redis_behind_the_router_and_stop_together(
