@@ -104,9 +104,14 @@ class Validation:
         for i, item in enumerate(served):
             self.progress(f"{step.name}: scoring served tokens {i + 1}/{len(served)}")
             scores = await self.api.score(item.prompt, item.served, self.engine)
-            checks.append(
-                correctness.judge(item.served, scores, self.target.correctness_tokens, noise, item.recompute)
+            check = correctness.judge(
+                item.served, scores, self.target.correctness_tokens, noise, item.recompute
             )
+            if check.verdict == "fail" and item.recompute.ok and item.recompute is not item.served:
+                self.progress(f"{step.name}: scoring the recompute's own answer {i + 1}/{len(served)}")
+                own = await self.api.score(item.prompt, item.recompute, self.engine)
+                check = correctness.beside_recompute(check, item.recompute, own)
+            checks.append(check)
         step.correctness = checks
         line, problem = correctness.summary(checks, source)
         step.evidence.append(line)

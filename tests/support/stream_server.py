@@ -96,6 +96,9 @@ class ServerKnobs:
     # ``score_shift`` nats off: a recompute that a busy batch moved, not the served KV.
     shifted_score: int | None = None
     score_shift: float = 0.0
+    # Every scoring request from this number on sees every position ``score_shift`` nats off: prompts
+    # on which the engine's decode sits that far from its own prefill, whatever the KV's source.
+    shifted_scores_from: int | None = None
     tier_hit_cap: int | None = None  # the tier serves at most this many tokens of a prompt
     token_ids: bool = True  # honour return_token_ids (token_ids per event, prompt_token_ids first)
     scoring: bool = True  # honour prompt_logprobs (vLLM) and /generate input logprobs (SGLang)
@@ -708,7 +711,8 @@ class _Handler(BaseHTTPRequestHandler):
         choice: dict[str, Any] = {"index": 0, "text": " x", "finish_reason": "length"}
         if k.scoring:
             scores = prompt_logprobs(tokens, int(body["prompt_logprobs"]), k.near_tie_at)
-            if number == k.shifted_score:
+            shifted = k.shifted_scores_from is not None and number >= k.shifted_scores_from
+            if number == k.shifted_score or shifted:
                 for position in scores[1:]:
                     for entry in position.values():
                         entry["logprob"] -= k.score_shift

@@ -464,6 +464,39 @@ def test_correctness_gate_fails_a_tier_that_serves_other_tokens() -> None:
     assert "connector hit counters did not rise" not in tier.reason  # hits were counted: only the gate saw it
 
 
+def test_a_prompt_whose_decode_sits_off_its_prefill_passes_beside_its_recompute() -> None:
+    """Every scoring from the tier step's on sits 0.3 nats off the answers (the cold and warm steps'
+    four are exact): the served answers are over the 0.05 gate, and so are their recomputes' own
+    answers to the same prompts, scored then. What Gemma 3 270M's decode did on some prompts."""
+    with StreamServer(ServerKnobs(connector="lmcache", shifted_scores_from=4, score_shift=0.3)) as srv:
+        report = run_validation(target(srv.url, tiers=[TierTarget(kind="cpu")]))
+        scorings = srv.scores
+    assert report.overall == "PASS", report.to_json()
+    tier = report.step("tier:cpu")
+    assert tier is not None and tier.verdict == "pass"
+    for check in tier.correctness:
+        assert (check.verdict, check.typical, check.recompute_typical) == ("pass", 0.3, 0.3)
+        assert "within it of the recompute's own answer to this prompt (0.300 nats" in check.detail
+    assert any("2 over the gate within it of its recompute's own answer" in e for e in tier.evidence)
+    # 2 cold answers, 2 warm, each tier answer and then its recompute's own: only a failure costs one
+    assert scorings == 8
+    warm = report.step("warm")
+    assert warm is not None and all(c.recompute_typical is None for c in warm.correctness)
+
+
+def test_kv_served_wrong_fails_beside_its_recompute_too() -> None:
+    """The same 0.3-nat drift, and the tier serves the runner-up tokens from position 6 on: its
+    answers sit 2 nats further from the scorer than their recomputes' own, so the step still fails."""
+    knobs = ServerKnobs(connector="lmcache", shifted_scores_from=4, score_shift=0.3, corrupt_tier_from=5)
+    with StreamServer(knobs) as srv:
+        report = run_validation(target(srv.url, tiers=[TierTarget(kind="cpu")]))
+    assert report.overall == "FAIL"
+    tier = report.step("tier:cpu")
+    assert tier is not None and tier.verdict == "fail"
+    assert all(c.verdict == "fail" and c.recompute_typical == 0.3 for c in tier.correctness)
+    assert "the recompute's own answer to this prompt sits 0.300 nats from the same scorer" in tier.reason
+
+
 def test_one_wrong_token_is_numerics_not_corruption() -> None:
     """One position 2 nats off, every other one exact: a real model's correct answers show that much
     at one position (SmolLM2-135M in bf16: 2.5 nats), so one position alone does not fail the step;
