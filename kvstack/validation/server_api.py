@@ -16,7 +16,13 @@ from kvstack.clients.streaming import RequestResult, StreamClient
 from kvstack.errors import InputError
 from kvstack.validation.prompts import Prompt
 from kvstack.validation.report import ValidationTarget
-from kvstack.validation.scoring import CHECKED_EXTRA_BODY, CHECKED_LOGPROBS, PositionScore, score
+from kvstack.validation.scoring import (
+    CHECKED_EXTRA_BODY,
+    CHECKED_LOGPROBS,
+    PositionScore,
+    recompute_answer,
+    score,
+)
 
 
 class ServerApi:
@@ -106,6 +112,17 @@ class ServerApi:
             prompt_ids,
             served.token_ids,
             self.target.top_k,
+        )
+
+    async def recompute_answer(self, prompt: Prompt, engine: str) -> RequestResult | str:
+        """The prompt answered by a recompute that reads no cache (scoring.recompute_answer)."""
+        if self.between is not None:
+            self.between()
+        if prompt.token_ids is None:
+            return "the prompt's token ids are unknown (the server has no /tokenize)"
+        n = self.target.correctness_tokens
+        return await recompute_answer(
+            self.client, self.base, self.headers, engine, self.model, prompt.token_ids, n
         )
 
     async def scrape(self) -> MetricsSnapshot:

@@ -191,6 +191,18 @@ def sglang_input_logprobs(tokens: tuple[int, ...], k: int, near_tie_at: int | No
     return {"input_token_logprobs": chosen, "input_top_logprobs": tops}
 
 
+def _recompute_answer(tokens: tuple[int, ...], n: int, near_tie_at: int | None) -> dict[str, Any]:
+    """A non-streamed answer that read no cache: recompute's own greedy tokens, their ids and own
+    log-probabilities, in OpenAI's completions form."""
+    seed = toy_seed(tokens)
+    ids = [candidates(seed, len(tokens) + i, near_tie_at)[0] for i in range(n)]
+    parts = [_logprobs(seed, len(tokens) + i, t, near_tie_at) for i, t in enumerate(ids)]
+    logprobs = {
+        key: [x for part in parts for x in part[key]] for key in ("tokens", "token_logprobs", "top_logprobs")
+    }
+    return {"text": "".join(token_text(t) for t in ids), "token_ids": ids, "logprobs": logprobs}
+
+
 def _common_prefix(a: tuple[int, ...], b: tuple[int, ...]) -> int:
     n = 0
     for x, y in zip(a, b, strict=False):
@@ -717,6 +729,8 @@ class _Handler(BaseHTTPRequestHandler):
                     for entry in position.values():
                         entry["logprob"] -= k.score_shift
             choice["prompt_logprobs"] = scores
+        if int(body.get("max_tokens", 1)) > 1 and body.get("logprobs") is not None:
+            choice.update(_recompute_answer(tokens, int(body["max_tokens"]), k.near_tie_at))
         self._json(200, {"id": "cmpl-score", "object": "text_completion", "choices": [choice]})
 
     def _plain(self, body: dict[str, Any]) -> None:

@@ -65,3 +65,28 @@ def test_wrong_kv_fails_both_recomputes(tmp_path: Path) -> None:
         scored = srv.scores
     assert check["verdict"] == "fail" and "over the gate" in str(check["detail"])
     assert scored >= NOISE_PROBES + 2  # the check's recompute, then the second one
+
+
+def test_a_probe_whose_decode_sits_off_its_prefill_passes_beside_its_recompute(tmp_path: Path) -> None:
+    """Every scoring from the first check's on sits 0.3 nats off (a prompt on which the engine's decode
+    and prefill differ, whatever the KV's source): both recomputes fail the check, then the probe is
+    answered by a recompute that reads no cache, scored the same way, and the check passes beside it."""
+    knobs = replace(TIERED, shifted_scores_from=FIRST_CHECK_SCORE, score_shift=0.3)
+    with StreamServer(knobs) as srv:
+        (check,) = checks_of(srv, tmp_path, 1)
+        scored = srv.scores
+    assert check["served_from"] == "cpu" and check["verdict"] == "pass"
+    assert "within it of the recompute's own answer to this prompt (0.300 nats" in str(check["detail"])
+    # The noise probes, the check's two recomputes, the recompute's answer (with prompt log-probabilities:
+    # it reads no cache) and its scoring.
+    assert scored >= NOISE_PROBES + 4
+
+
+def test_wrong_kv_fails_beside_the_recomputes_own_answer_too(tmp_path: Path) -> None:
+    knobs = replace(TIERED, shifted_scores_from=FIRST_CHECK_SCORE, score_shift=0.3, corrupt_tier_from=0)
+    with StreamServer(knobs) as srv:
+        (check,) = checks_of(srv, tmp_path, 1)
+    assert check["verdict"] == "fail"
+    assert "the recompute's own answer to this prompt sits 0.300 nats from the same scorer" in str(
+        check["detail"]
+    )
