@@ -135,7 +135,8 @@ class Canary:
             if probe is None:
                 next_check = now + TICK_S * 4
                 continue
-            cost = self.n + self.n + self.target.correctness_tokens  # at most: asked cold, and recomputed
+            # Asked (at most every token computed) and scored; a check that fails costs more (_confirm).
+            cost = self.n + self.n + self.target.correctness_tokens
             if not budget.allows(cost):
                 self.pool.add(probe)  # not asked: it stays
                 self._waiting(f"budget: {budget.needed(cost):,.0f} more computed prompt tokens of traffic")
@@ -303,14 +304,19 @@ class Canary:
     ) -> correctness.CorrectnessCheck:
         """A check failed by both recomputes judged beside the recompute's own answer to the probe (one
         that reads no cache), scored the same way: on some prompts an engine's decode sits that far from
-        its own prefill whatever the KV's source (validation/correctness.py). Wrong KV still fails."""
+        its own prefill whatever the KV's source (validation/correctness.py). Wrong KV still fails. Like
+        the second recompute, it is spent whatever the budget: a false alarm turns the tiers off."""
         own = await api.recompute_answer(probe.prompt, self.engine)
-        budget.spend(self.n + self.target.correctness_tokens)
         if isinstance(own, str):
-            return correctness.beside_recompute(failed, RequestResult(), own)
+            return correctness.beside_recompute(failed, own, own, self.noise_ceiling)
+        budget.spend(self.n)
         scores = await api.score(probe.prompt, own, self.engine)
         budget.spend(self.n + len(own.token_ids))
-        return correctness.beside_recompute(failed, own, scores)
+        return correctness.beside_recompute(failed, own, scores, self.noise_ceiling)
+
+    @property
+    def noise_ceiling(self) -> float:
+        return self.noise.ceiling if self.noise is not None else self.target.noise_ceiling
 
     @property
     def target_adapters(self) -> dict[str, str]:

@@ -184,7 +184,7 @@ async def recompute_answer(
     if engine == "sglang":
         return "SGLang's completions cannot be asked to read no cache"
     body = vllm_body(model, prompt_ids, 0)
-    body.update(max_tokens=tokens, logprobs=1, return_token_ids=True)
+    body.update(max_tokens=tokens, logprobs=1, return_token_ids=True, ignore_eos=True)
     path = "/v1/completions"
     try:
         resp = await client.post(

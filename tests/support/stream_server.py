@@ -730,7 +730,10 @@ class _Handler(BaseHTTPRequestHandler):
                         entry["logprob"] -= k.score_shift
             choice["prompt_logprobs"] = scores
         if int(body.get("max_tokens", 1)) > 1 and body.get("logprobs") is not None:
-            choice.update(_recompute_answer(tokens, int(body["max_tokens"]), k.near_tie_at))
+            answer = _recompute_answer(tokens, int(body["max_tokens"]), k.near_tie_at)
+            if not k.token_ids:
+                del answer["token_ids"]
+            choice.update(answer)
         self._json(200, {"id": "cmpl-score", "object": "text_completion", "choices": [choice]})
 
     def _plain(self, body: dict[str, Any]) -> None:
