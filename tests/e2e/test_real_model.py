@@ -155,7 +155,11 @@ def test_wrong_kv_in_the_disk_tier_fails_by_the_correctness_gate(
     clean, bad = disk.correctness
     assert clean.verdict == "pass" and bad.verdict == "fail", disk.correctness
     noise = report.noise_floor
-    assert noise is not None
+    assert noise is not None and noise.threshold is not None
+    # Judged again beside the recompute's own answer (asked with prompt_logprobs: it read none of the
+    # wrong KV on disk), which sat within the gate of the scorer: the failure stands.
+    assert bad.recompute_typical is not None and bad.recompute_typical <= noise.threshold, bad
+    assert "the recompute's own answer to this prompt sits" in bad.detail, bad.detail
     print(  # the figures for the README (pytest -s)
         f"\n{case}: gate {noise.threshold} (floor {noise.floor}); typical clean {clean.typical} "
         f"tampered {bad.typical}, {bad.over}/{bad.tokens} positions over; {tamper.done[0]}"
