@@ -135,6 +135,29 @@ def parse_sglang(data: Any, start: int, served: list[int], top_k: int) -> list[P
     return out
 
 
+async def _post(
+    client: httpx.AsyncClient,
+    base_url: str,
+    path: str,
+    body: dict[str, Any],
+    headers: dict[str, str],
+    what: str,
+) -> Any:
+    """The JSON answer to one POST, or why there was none (``what`` names the request)."""
+    try:
+        resp = await client.post(
+            base_url.rstrip("/") + path, json=body, headers=headers, timeout=SCORE_TIMEOUT_S
+        )
+    except httpx.HTTPError as exc:
+        return f"{what} (POST {path}) failed: {type(exc).__name__}"
+    if resp.status_code != 200:
+        return f"{what} (POST {path}) answered HTTP {resp.status_code}: {resp.text[:160]}"
+    try:
+        return resp.json()
+    except ValueError:
+        return f"{what} (POST {path}) did not answer JSON"
+
+
 async def score(
     client: httpx.AsyncClient,
     base_url: str,
@@ -151,18 +174,9 @@ async def score(
         path, body = "/generate", sglang_body(ids, top_k)
     else:
         path, body = "/v1/completions", vllm_body(model, ids, top_k)
-    try:
-        resp = await client.post(
-            base_url.rstrip("/") + path, json=body, headers=headers, timeout=SCORE_TIMEOUT_S
-        )
-    except httpx.HTTPError as exc:
-        return f"the scoring request (POST {path}) failed: {type(exc).__name__}"
-    if resp.status_code != 200:
-        return f"the scoring request (POST {path}) answered HTTP {resp.status_code}: {resp.text[:160]}"
-    try:
-        data = resp.json()
-    except ValueError:
-        return f"the scoring request (POST {path}) did not answer JSON"
+    data = await _post(client, base_url, path, body, headers, "the scoring request")
+    if isinstance(data, str):
+        return data
     if engine == "sglang":
         return parse_sglang(data, len(prompt_ids), served_ids, top_k)
     return parse_vllm(data, len(prompt_ids), served_ids)
@@ -186,18 +200,13 @@ async def recompute_answer(
     body = vllm_body(model, prompt_ids, 0)
     body.update(max_tokens=tokens, logprobs=1, return_token_ids=True, ignore_eos=True)
     path = "/v1/completions"
+    data = await _post(client, base_url, path, body, headers, "the recompute's answer")
+    if isinstance(data, str):
+        return data
     try:
-        resp = await client.post(
-            base_url.rstrip("/") + path, json=body, headers=headers, timeout=SCORE_TIMEOUT_S
-        )
-    except httpx.HTTPError as exc:
-        return f"the recompute's answer (POST {path}) failed: {type(exc).__name__}"
-    if resp.status_code != 200:
-        return f"the recompute's answer (POST {path}) answered HTTP {resp.status_code}: {resp.text[:160]}"
-    try:
-        choice = resp.json()["choices"][0]
+        choice = data["choices"][0]
         ids = [int(t) for t in choice["token_ids"]]
         own = [float(x) if isinstance(x, int | float) else None for x in choice["logprobs"]["token_logprobs"]]
-    except (ValueError, KeyError, IndexError, TypeError):
+    except (KeyError, IndexError, TypeError, ValueError):
         return f"the recompute's answer (POST {path}) has no token ids or log-probabilities"
     return RequestResult(ok=True, status=200, token_ids=ids, prompt_token_ids=prompt_ids, token_logprobs=own)
