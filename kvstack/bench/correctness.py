@@ -11,7 +11,8 @@ they generated is then scored by a guaranteed recompute in the engine's own requ
 ``judge``, ``summary`` for the evidence line) against a noise floor measured here the way validation
 measures it (validation/noise.py): the same K prompts made fresh (led by a fresh nonce; a trace's
 token prompts get a fresh first block), so no cache holds any block of them, are answered and scored
-the same way.
+the same way. A failed answer is judged again beside the recompute's own answer to its prompt, as
+validation's are (``beside_recompute``).
 """
 
 from __future__ import annotations
@@ -30,11 +31,17 @@ from kvstack.clients.client import auth_headers, make_client
 from kvstack.clients.metrics import MetricsSnapshot
 from kvstack.clients.streaming import RequestResult, StreamClient
 from kvstack.planning.schema import Plan
-from kvstack.validation.correctness import CorrectnessCheck, judge, summary
+from kvstack.validation.correctness import CorrectnessCheck, beside_recompute, judge, summary
 from kvstack.validation.noise import NoiseFloor, measure
 from kvstack.validation.prompts import new_nonce
-from kvstack.validation.scoring import CHECKED_EXTRA_BODY, CHECKED_LOGPROBS, PositionScore, score
-from kvstack.validation.thresholds import DEFAULT_TOKENS, DEFAULT_TOP_K
+from kvstack.validation.scoring import (
+    CHECKED_EXTRA_BODY,
+    CHECKED_LOGPROBS,
+    PositionScore,
+    recompute_answer,
+    score,
+)
+from kvstack.validation.thresholds import DEFAULT_NOISE_CEILING, DEFAULT_TOKENS, DEFAULT_TOP_K
 
 NOISE_METHOD = "the checked prompts led by a fresh nonce (nothing cached), answered and scored by a recompute"
 TRACE_NOISE_METHOD = (
@@ -95,6 +102,30 @@ class Judge:
         )
         return await self.scored(served, prompt if isinstance(prompt, list) else None)
 
+    async def beside_recompute(
+        self, check: CorrectnessCheck, prompt_ids: list[int] | None
+    ) -> CorrectnessCheck:
+        """A failed check judged beside the recompute's own answer to its prompt, asked for now by a
+        request that reads no cache and scored the same way (validation/correctness.py)."""
+        if check.verdict != "fail" or not prompt_ids:
+            return check
+        headers = auth_headers(self.api_key)
+        base = self.client.base_url
+        own = await recompute_answer(
+            self.scorer, base, headers, self.engine, self.model, prompt_ids, check.asked
+        )
+        scores = (await self.scored(own, prompt_ids))[1] if not isinstance(own, str) else own
+        return beside_recompute(check, own, scores, DEFAULT_NOISE_CEILING)
+
+    async def judged_again(
+        self, result: CorrectnessResult, prompts: Sequence[list[int] | None], source: str
+    ) -> CorrectnessResult:
+        """``result`` with each failed check judged beside its recompute's own answer."""
+        if not result.failed:
+            return result
+        checks = [await self.beside_recompute(c, ids) for c, ids in zip(result.checks, prompts, strict=True)]
+        return CorrectnessResult.of(checks, result.noise_floor, summary(checks, source)[0])
+
 
 def verdicts(
     requests: Sequence[int],
@@ -150,10 +181,10 @@ async def check_correctness(
             used.add(nonce.split("-")[0])
             twins.append(f"{nonce} {req.prompt}")
         fresh = await side_by_side([judge_.answer(p, DEFAULT_TOKENS) for p in twins], in_flight)
-    indices = [r.index for r in sample]
-    result = verdicts(
-        indices, [DEFAULT_TOKENS] * len(sample), cached, fresh, NOISE_METHOD, "the layout's caches"
-    )
+        source = "the layout's caches"
+        indices = [r.index for r in sample]
+        result = verdicts(indices, [DEFAULT_TOKENS] * len(sample), cached, fresh, NOISE_METHOD, source)
+        result = await judge_.judged_again(result, [served.prompt_token_ids for served, _ in cached], source)
     result.in_flight = min(max(1, in_flight), len(sample)) if sample else 1
     return result
 
@@ -196,9 +227,9 @@ async def check_replayed(
         judge_ = Judge(client, scorer, engine, model, api_key, timeout_s)
         cached = [await judge_.scored(a.served, a.prompt_ids) for a in answers]
         fresh = [await judge_.answer(fresh_lead(a.prompt_ids, pool, lead), a.asked) for a in answers]
-    return verdicts(
-        [a.request for a in answers], [a.asked for a in answers], cached, fresh, TRACE_NOISE_METHOD, source
-    )
+        requests, asked = [a.request for a in answers], [a.asked for a in answers]
+        result = verdicts(requests, asked, cached, fresh, TRACE_NOISE_METHOD, source)
+        return await judge_.judged_again(result, [a.prompt_ids for a in answers], source)
 
 
 def cached_first(rows: Sequence[RequestRow], k: int) -> list[RequestRow]:

@@ -99,6 +99,7 @@ class ServerKnobs:
     # Every scoring request from this number on sees every position ``score_shift`` nats off: prompts
     # on which the engine's decode sits that far from its own prefill, whatever the KV's source.
     shifted_scores_from: int | None = None
+    shifted_scores: tuple[int, ...] = ()  # these scoring requests (numbered so) only, shifted so
     tier_hit_cap: int | None = None  # the tier serves at most this many tokens of a prompt
     token_ids: bool = True  # honour return_token_ids (token_ids per event, prompt_token_ids first)
     scoring: bool = True  # honour prompt_logprobs (vLLM) and /generate input logprobs (SGLang)
@@ -724,7 +725,7 @@ class _Handler(BaseHTTPRequestHandler):
         if k.scoring:
             scores = prompt_logprobs(tokens, int(body["prompt_logprobs"]), k.near_tie_at)
             shifted = k.shifted_scores_from is not None and number >= k.shifted_scores_from
-            if number == k.shifted_score or shifted:
+            if number == k.shifted_score or shifted or number in k.shifted_scores:
                 for position in scores[1:]:
                     for entry in position.values():
                         entry["logprob"] -= k.score_shift

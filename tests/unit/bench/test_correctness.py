@@ -80,6 +80,43 @@ def test_a_replay_whose_tier_serves_wrong_tokens_fails(
     assert all("first at token 2" in x.detail for x in c.checks)
 
 
+def test_a_replayed_answer_over_the_gate_passes_beside_its_recomputes_own(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The two cached answers' scorings (0, 1) sit 0.3 nats off and their fresh twins' (2, 3) do not.
+    The recomputes' own answers to the cached prompts (4, 6) are scored 5 and 7, 0.3 off too: prompts
+    on which the engine's decode and prefill differ, whatever the KV's source. Both pass beside them."""
+    from dataclasses import replace
+
+    with StreamServer(replace(TIERED, shifted_scores=(0, 1, 5, 7), score_shift=0.3)) as srv:
+        rc = bench_trace(tmp_path, srv, "--check-correctness", "2")
+        scored = srv.scores
+    assert rc == 0, capsys.readouterr().err
+    c = load_result(tmp_path / "out").layouts[0].correctness
+    assert c is not None and (c.checked, c.passed) == (2, 2)
+    assert all(
+        x.recompute_typical == 0.3 and "within half of it of the recompute's own" in x.detail
+        for x in c.checks
+    )
+    assert "2 over the gate within it of its recompute's own answer" in c.summary
+    assert scored == 8  # 2 cached, 2 twins, then per failed answer: the recompute's answer and its scoring
+
+
+def test_a_replayed_answer_far_from_its_recomputes_own_still_fails(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from dataclasses import replace
+
+    with StreamServer(replace(TIERED, shifted_scores=(0, 1), score_shift=0.3)) as srv:
+        rc = bench_trace(tmp_path, srv, "--check-correctness", "2")
+    assert rc == 1
+    c = load_result(tmp_path / "out").layouts[0].correctness
+    assert c is not None and c.failed == 2
+    assert all(
+        x.recompute_typical == 0.0 and "sits 0.000 nats from the same scorer" in x.detail for x in c.checks
+    )
+
+
 def test_sglang_answers_are_scored_with_sglangs_own_request(tmp_path: Path) -> None:
     @contextlib.contextmanager
     def start(name: str) -> Iterator[ServedLayout]:
