@@ -306,17 +306,11 @@ class Canary:
         that reads no cache), scored the same way: on some prompts an engine's decode sits that far from
         its own prefill whatever the KV's source (validation/correctness.py). Wrong KV still fails. Like
         the second recompute, it is spent whatever the budget: a false alarm turns the tiers off."""
-        own = await api.recompute_answer(probe.prompt, self.engine)
-        if isinstance(own, str):
-            return correctness.beside_recompute(failed, own, own, self.noise_ceiling)
-        budget.spend(self.n)
-        scores = await api.score(probe.prompt, own, self.engine)
-        budget.spend(self.n + len(own.token_ids))
-        return correctness.beside_recompute(failed, own, scores, self.noise_ceiling)
-
-    @property
-    def noise_ceiling(self) -> float:
-        return self.noise.ceiling if self.noise is not None else self.target.noise_ceiling
+        assert self.noise is not None
+        own, scores = await api.recompute_scored(probe.prompt, self.engine)
+        if not isinstance(own, str):
+            budget.spend(self.n + self.n + len(own.token_ids))  # the answer's prefill, then its scoring's
+        return correctness.beside_recompute(failed, own, scores, self.noise.ceiling)
 
     @property
     def target_adapters(self) -> dict[str, str]:

@@ -186,7 +186,7 @@ def summary(checks: list[CorrectnessCheck], source: str) -> tuple[str, str | Non
     beside = [c for c in checks if c.verdict == "pass" and c.recompute_typical is not None]
     if beside:
         line += (
-            f"; {len(beside)} over the gate within it of its recompute's own answer (which sat "
+            f"; {len(beside)} over the gate within half of it of its recompute's own answer (which sat "
             f"{max(c.recompute_typical or 0.0 for c in beside):.3f} nats from the scorer)"
         )
     identical = [c.identical for c in checks if c.identical is not None]

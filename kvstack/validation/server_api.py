@@ -114,16 +114,23 @@ class ServerApi:
             self.target.top_k,
         )
 
-    async def recompute_answer(self, prompt: Prompt, engine: str) -> RequestResult | str:
-        """The prompt answered by a recompute that reads no cache (scoring.recompute_answer)."""
+    async def recompute_scored(
+        self, prompt: Prompt, engine: str
+    ) -> tuple[RequestResult | str, list[PositionScore] | str]:
+        """The prompt answered by a recompute that reads no cache (scoring.recompute_answer), and that
+        answer's scores by the same recompute prefill as every served answer's; or why not."""
         if self.between is not None:
             self.between()
         if prompt.token_ids is None:
-            return "the prompt's token ids are unknown (the server has no /tokenize)"
+            why = "the prompt's token ids are unknown (the server has no /tokenize)"
+            return why, why
         n = self.target.correctness_tokens
-        return await recompute_answer(
+        own = await recompute_answer(
             self.client, self.base, self.headers, engine, self.model, prompt.token_ids, n
         )
+        if isinstance(own, str):
+            return own, own
+        return own, await self.score(prompt, own, engine)
 
     async def scrape(self) -> MetricsSnapshot:
         return await scrape(self.client, self.metrics_urls, self.target.api_key)

@@ -108,21 +108,14 @@ class Validation:
                 item.served, scores, self.target.correctness_tokens, noise, item.recompute
             )
             if check.verdict == "fail":
-                check = await self.beside_recompute(check, item.prompt, f"{step.name} {i + 1}/{len(served)}")
+                self.progress(f"{step.name}: the recompute's own answer {i + 1}/{len(served)}")
+                own, own_scores = await self.api.recompute_scored(item.prompt, self.engine)
+                check = correctness.beside_recompute(check, own, own_scores, noise.ceiling)
             checks.append(check)
         step.correctness = checks
         line, problem = correctness.summary(checks, source)
         step.evidence.append(line)
         return [problem] if problem else []
-
-    async def beside_recompute(self, check: CorrectnessCheck, prompt: Prompt, which: str) -> CorrectnessCheck:
-        """A failed check judged beside the recompute's own answer to its prompt, asked for now by a
-        request that reads no cache and scored the same way (correctness.beside_recompute)."""
-        self.progress(f"{which}: the recompute's own answer")
-        own = await self.api.recompute_answer(prompt, self.engine)
-        scores = await self.api.score(prompt, own, self.engine) if not isinstance(own, str) else own
-        ceiling = self.noise.ceiling if self.noise is not None else self.target.noise_ceiling
-        return correctness.beside_recompute(check, own, scores, ceiling)
 
     def _prefix_rose(self, before: MetricsSnapshot) -> Callable[[MetricsSnapshot], bool]:
         def rose(snap: MetricsSnapshot) -> bool:

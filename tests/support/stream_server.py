@@ -92,14 +92,13 @@ class ServerKnobs:
     # At this absolute sequence position recompute's top two are one bf16 step (0.0625 nats) apart,
     # and a request served from any cache picks the runner-up: numerics, not corruption.
     near_tie_at: int | None = None
-    # The scoring request (recompute) numbered this (0-based, in arrival order) sees every position
-    # ``score_shift`` nats off: a recompute that a busy batch moved, not the served KV.
-    shifted_score: int | None = None
-    score_shift: float = 0.0
-    # Every scoring request from this number on sees every position ``score_shift`` nats off: prompts
-    # on which the engine's decode sits that far from its own prefill, whatever the KV's source.
+    # The scoring requests (recomputes) numbered so (0-based, in arrival order) see every position
+    # ``score_shift`` nats off: one alone is a recompute that a busy batch moved, not the served KV;
+    # a served answer's and its recompute's own answer's, a prompt on which the engine's decode sits
+    # that far from its own prefill. ``shifted_scores_from``: every one from that number on.
+    shifted_scores: tuple[int, ...] = ()
     shifted_scores_from: int | None = None
-    shifted_scores: tuple[int, ...] = ()  # these scoring requests (numbered so) only, shifted so
+    score_shift: float = 0.0
     tier_hit_cap: int | None = None  # the tier serves at most this many tokens of a prompt
     token_ids: bool = True  # honour return_token_ids (token_ids per event, prompt_token_ids first)
     scoring: bool = True  # honour prompt_logprobs (vLLM) and /generate input logprobs (SGLang)
@@ -724,8 +723,8 @@ class _Handler(BaseHTTPRequestHandler):
         choice: dict[str, Any] = {"index": 0, "text": " x", "finish_reason": "length"}
         if k.scoring:
             scores = prompt_logprobs(tokens, int(body["prompt_logprobs"]), k.near_tie_at)
-            shifted = k.shifted_scores_from is not None and number >= k.shifted_scores_from
-            if number == k.shifted_score or shifted or number in k.shifted_scores:
+            onward = k.shifted_scores_from is not None and number >= k.shifted_scores_from
+            if onward or number in k.shifted_scores:
                 for position in scores[1:]:
                     for entry in position.values():
                         entry["logprob"] -= k.score_shift

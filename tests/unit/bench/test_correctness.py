@@ -98,7 +98,7 @@ def test_a_replayed_answer_over_the_gate_passes_beside_its_recomputes_own(
         x.recompute_typical == 0.3 and "within half of it of the recompute's own" in x.detail
         for x in c.checks
     )
-    assert "2 over the gate within it of its recompute's own answer" in c.summary
+    assert "2 over the gate within half of it of its recompute's own answer" in c.summary
     assert scored == 8  # 2 cached, 2 twins, then per failed answer: the recompute's answer and its scoring
 
 

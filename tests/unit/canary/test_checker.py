@@ -48,7 +48,7 @@ def checks_of(srv: StreamServer, run_dir: Path, count: int) -> list[dict[str, ob
 
 
 def test_a_recompute_that_moved_is_scored_again_and_the_check_passes(tmp_path: Path) -> None:
-    knobs = replace(TIERED, shifted_score=FIRST_CHECK_SCORE, score_shift=0.2)
+    knobs = replace(TIERED, shifted_scores=(FIRST_CHECK_SCORE,), score_shift=0.2)
     with StreamServer(knobs) as srv:
         first, second = checks_of(srv, tmp_path, 2)
         scored = srv.scores

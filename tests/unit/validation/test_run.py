@@ -477,7 +477,7 @@ def test_a_prompt_whose_decode_sits_off_its_prefill_passes_beside_its_recompute(
     for check in tier.correctness:
         assert (check.verdict, check.typical, check.recompute_typical) == ("pass", 0.3, 0.3)
         assert "within half of it of the recompute's own answer to this prompt (0.300 nats" in check.detail
-    assert any("2 over the gate within it of its recompute's own answer" in e for e in tier.evidence)
+    assert any("2 over the gate within half of it of its recompute's own answer" in e for e in tier.evidence)
     # 2 cold answers and 2 warm scored; each tier answer scored, then the recompute's own answer asked
     # for (a prompt_logprobs request: it reads no cache) and scored. Only a failure costs the last two.
     assert scorings == 10
