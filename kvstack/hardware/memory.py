@@ -35,7 +35,7 @@ def read_meminfo(root: Path = ROOT) -> dict[str, int]:
     return out
 
 
-def _self_cgroups(root: Path) -> dict[str, str]:
+def self_cgroups(root: Path) -> dict[str, str]:
     """Controller -> cgroup path from ``/proc/self/cgroup``; v2's unified entry is key ``""``."""
     out: dict[str, str] = {}
     try:
@@ -51,7 +51,7 @@ def _self_cgroups(root: Path) -> dict[str, str]:
     return out
 
 
-def _cgroup_dir(root: Path, mount: Mount, cg_path: str) -> Path:
+def cgroup_dir(root: Path, mount: Mount, cg_path: str) -> Path:
     """Our cgroup's directory under ``mount``. A cgroup namespace or a container's bind mount
     can hide the full path; then the mount point itself is our cgroup."""
     base = root / mount.mount_point.lstrip("/")
@@ -92,13 +92,13 @@ def cgroup_memory_limit(root: Path = ROOT) -> tuple[int | None, int | None, str 
     """``(cgroup_version, limit_bytes, reason)``: limit ``None`` means no limit (reason None)
     or unknown (reason says why)."""
     mounts = read_mounts(root)
-    groups = _self_cgroups(root)
+    groups = self_cgroups(root)
     if not mounts:
         return None, None, "cannot read /proc/self/mountinfo"
     try:
         v1 = next((m for m in mounts if m.fstype == "cgroup" and "memory" in m.options), None)
         if v1 is not None:
-            leaf = _cgroup_dir(root, v1, groups.get("memory", "/"))
+            leaf = cgroup_dir(root, v1, groups.get("memory", "/"))
             top = root / v1.mount_point.lstrip("/")
             return 1, _min_limit(leaf, top, "memory.limit_in_bytes"), None
         v2 = next((m for m in mounts if m.fstype == "cgroup2"), None)
@@ -106,7 +106,7 @@ def cgroup_memory_limit(root: Path = ROOT) -> tuple[int | None, int | None, str 
             top = root / v2.mount_point.lstrip("/")
             controllers = (top / "cgroup.controllers").read_text(encoding="utf-8").split()
             if "memory" in controllers:
-                leaf = _cgroup_dir(root, v2, groups.get("", "/"))
+                leaf = cgroup_dir(root, v2, groups.get("", "/"))
                 return 2, _min_limit(leaf, top, "memory.max"), None
     except (OSError, ValueError) as exc:
         return None, None, f"cannot read the cgroup memory limit: {exc}"

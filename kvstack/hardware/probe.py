@@ -7,13 +7,20 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
-from kvstack.hardware import checks, disk, fio, gpu, memory, software, summary
-from kvstack.hardware.snapshot import DiskInfo, GpuInfo, HardwareSnapshot, MemoryInfo, SoftwareInfo
+from kvstack.hardware import checks, cpu, disk, fio, gpu, memory, software, summary
+from kvstack.hardware.snapshot import (
+    CpuInfo,
+    DiskInfo,
+    GpuInfo,
+    HardwareSnapshot,
+    MemoryInfo,
+    SoftwareInfo,
+)
 
 
 def probe(paths: Sequence[Path] | None = None, fio_seconds: float | None = 10.0) -> HardwareSnapshot:
-    """Probe GPUs, memory, disks (fio bounded by ``fio_seconds`` per path; None skips it) and
-    software. Probes fail soft; only a bad ``--path`` raises (``PathError``)."""
+    """Probe GPUs, the CPU, memory, disks (fio bounded by ``fio_seconds`` per path; None skips it)
+    and software. Probes fail soft; only a bad ``--path`` raises (``PathError``)."""
     disks, dirs = disk.probe_disks(paths)
     sw = software.probe_software()
     if fio_seconds is None:
@@ -23,7 +30,7 @@ def probe(paths: Sequence[Path] | None = None, fio_seconds: float | None = 10.0)
         for d, where in zip(disks, dirs, strict=True):
             measure_disk(d, where, fio_seconds, fio_installed=sw.fio is not None)
     gpus, reason = gpu.probe_gpus()
-    return assemble(gpus, reason, memory.probe_memory(), disks, sw)
+    return assemble(gpus, reason, memory.probe_memory(), disks, sw, cpu.probe_cpu())
 
 
 def measure_disk(d: DiskInfo, where: Path, seconds: float, fio_installed: bool = True) -> None:
@@ -47,7 +54,12 @@ def measure_disk(d: DiskInfo, where: Path, seconds: float, fio_installed: bool =
 
 
 def assemble(
-    gpus: list[GpuInfo], gpu_reason: str | None, mem: MemoryInfo, disks: list[DiskInfo], sw: SoftwareInfo
+    gpus: list[GpuInfo],
+    gpu_reason: str | None,
+    mem: MemoryInfo,
+    disks: list[DiskInfo],
+    sw: SoftwareInfo,
+    cpu_info: CpuInfo | None = None,
 ) -> HardwareSnapshot:
     snap = HardwareSnapshot(
         hostname=socket.gethostname(),
@@ -55,6 +67,7 @@ def assemble(
         gpus=gpus,
         gpu_reason=gpu_reason,
         memory=mem,
+        cpu=cpu_info,
         disks=disks,
         software=sw,
     )

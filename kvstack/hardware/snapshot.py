@@ -53,6 +53,69 @@ class MemoryInfo(_Model):
     unknown: dict[str, str] = Field(default_factory=dict)
 
 
+# The instruction-set features that decide the CPU platform's kernels and compute dtype, as
+# /proc/cpuinfo spells them (x86 "flags", Arm "Features"): vllm/platforms/cpu.py builds _C_AVX512 with
+# AVX-512F and AVX512-BF16, else _C_AVX2; AMX tiles run bf16/int8/fp16 matmuls on Sapphire Rapids and
+# newer; Arm's bf16 and asimdhp are its bf16 and fp16 arithmetic.
+TRACKED_FEATURES = (
+    "avx2",
+    "avx512f",
+    "avx512_bf16",
+    "avx512_fp16",
+    "amx_bf16",
+    "amx_int8",
+    "amx_fp16",
+    "asimd",
+    "asimdhp",
+    "bf16",
+    "sve",
+)
+BF16_FEATURES = ("avx512_bf16", "amx_bf16", "bf16")
+FP16_FEATURES = ("avx512_fp16", "amx_fp16", "asimdhp")
+
+
+class CpuInfo(_Model):
+    model: str | None = None
+    vendor: str | None = None
+    architecture: str | None = None  # platform.machine(): x86_64, aarch64
+    logical_cpus: int | None = None
+    affinity_cpus: int | None = None  # CPUs this process may run on (its affinity mask)
+    cpu_quota: float | None = None  # the cgroup's CPU quota in cores; None: no quota (or unknown)
+    usable_cores: int | None = None  # affinity bounded by the quota: what the engine's threads get
+    numa_nodes: int | None = None
+    features: list[str] = Field(default_factory=list)  # of TRACKED_FEATURES, those this CPU has
+    copy_bw_bytes_per_s: float | None = None  # one thread's DRAM memcpy, measured
+    copy_bw_method: str | None = None
+    unknown: dict[str, str] = Field(default_factory=dict)
+
+    def has(self, *features: str) -> str | None:
+        """The first of ``features`` this CPU has, or None."""
+        return next((f for f in features if f in self.features), None)
+
+    @property
+    def bf16_native(self) -> str | None:
+        """The feature that computes bf16 natively here (None: bf16 is emulated, many times slower)."""
+        return self.has(*BF16_FEATURES)
+
+    @property
+    def fp16_native(self) -> str | None:
+        return self.has(*FP16_FEATURES)
+
+    @property
+    def isa(self) -> str:
+        """The instruction set in a few words: "AVX-512 + AVX512-BF16 + AMX", "AVX2", "Arm NEON"."""
+        if not self.features:
+            return "unknown instruction set"
+        names = {"avx512_bf16": "AVX512-BF16", "avx512_fp16": "AVX512-FP16", "bf16": "BF16", "sve": "SVE"}
+        base = "AVX-512" if self.has("avx512f") else "AVX2" if self.has("avx2") else None
+        if base is None:
+            base = "Arm NEON" if self.has("asimd") else "no AVX2"
+        extra = [names[f] for f in ("avx512_bf16", "avx512_fp16", "bf16", "sve") if self.has(f)]
+        if self.has("amx_bf16", "amx_int8", "amx_fp16"):
+            extra.append("AMX")
+        return " + ".join([base, *extra])
+
+
 class DiskInfo(_Model):
     path: str
     mount: str | None = None
@@ -121,6 +184,8 @@ class HardwareSnapshot(_Model):
     gpus: list[GpuInfo] = Field(default_factory=list)
     gpu_reason: str | None = None  # why the list is empty, when it is
     memory: MemoryInfo = Field(default_factory=MemoryInfo)
+    # None: a snapshot written before kvstack probed the CPU (profiles/hardware's GPU servers).
+    cpu: CpuInfo | None = None
     disks: list[DiskInfo] = Field(default_factory=list)
     software: SoftwareInfo = Field(default_factory=SoftwareInfo)
     remote: RemoteInfo | None = None

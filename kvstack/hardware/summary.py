@@ -64,7 +64,11 @@ def summarize(snap: HardwareSnapshot) -> str:
     disk = best_disk(snap.disks)
     if not snap.gpus:
         why = "no NVIDIA driver" if nvml.is_absent(snap.gpu_reason) else (snap.gpu_reason or "none visible")
-        return f"no GPU ({why}), {ram_part}, {_disk_part(disk)}: CPU platform, demo-sized models only"
+        cpu = snap.cpu
+        cpu_part = f"{cpu.usable_cores or '?'} cores {cpu.isa}, " if cpu is not None else ""
+        return (
+            f"no GPU ({why}), {cpu_part}{ram_part}, {_disk_part(disk)}: CPU platform, demo-sized models only"
+        )
     tiers = ["GPU"]
     shm_ok = mem.shm_bytes is None or mem.shm_bytes >= SHM_MIN_BYTES
     if ram is not None and ram >= CPU_TIER_MIN_RAM and shm_ok:

@@ -64,6 +64,42 @@ class ModelGeometry(BaseModel):
     # The engine's own answer (model/engine_spec.py): where set, the layer counts above are its, and
     # model/kv_groups.py sizes blocks and groups from it; None: the figures are kvstack's estimate.
     engine_spec: EngineKvSpec | None = None
+    # The checkpoint's own dtype where the engine computes in another (``computed_in``: float32 on a
+    # CPU without bf16 arithmetic); None: it computes in ``dtype``, the checkpoint's.
+    checkpoint_dtype: str | None = None
+    # vLLM's name for the checkpoint's quantization (its QuantizationMethods: fp8, mxfp4, modelopt_fp4,
+    # compressed-tensors, awq, gptq, ...); None: unquantized.
+    quant_method: str | None = None
+    # What vLLM on this machine's platform refused, where the plan is for another one (a CPU host
+    # planning a GPU): quoted as a note, not the verdict (serving/engine_check.py).
+    local_refusal: str | None = None
+
+    def computed_in(self, dtype: str) -> ModelGeometry:
+        """The model as the engine holds it when it computes in ``dtype`` (its ``--dtype``): the KV
+        and the unquantized weights at that dtype's bytes; the state's conv part follows dtype_bytes.
+        The engine's own spec keeps its layer kinds, but its pages were reported at the dtype it was
+        asked in: at another one the blocks are kvstack's estimate (``blocks_checked`` False)."""
+        if dtype == self.dtype:
+            return self
+        size = COMPUTE_DTYPES[dtype]
+        scale = size / self.dtype_bytes
+        update: dict[str, Any] = {
+            "dtype": dtype,
+            "dtype_bytes": size,
+            "kv_bytes_per_token": round(self.kv_bytes_per_token * scale),
+            "sliding_kv_bytes_per_sequence": round(self.sliding_kv_bytes_per_sequence * scale),
+            "checkpoint_dtype": None
+            if dtype == (self.checkpoint_dtype or self.dtype)
+            else (self.checkpoint_dtype or self.dtype),
+        }
+        if self.weight_dtype in COMPUTE_DTYPES:  # unquantized weights are cast to the compute dtype
+            update["weight_bytes_per_param"] = float(size)
+            if self.checkpoint_bytes is not None:
+                update["checkpoint_bytes"] = round(self.checkpoint_bytes * scale)
+        spec = self.engine_spec
+        if spec is not None and spec.model_dtype != dtype and spec.blocks_checked:
+            update["engine_spec"] = spec.model_copy(update={"blocks_checked": False})
+        return self.model_copy(update=update)
 
     @model_serializer(mode="wrap")
     def _drop_plain_layers(self, handler: SerializerFunctionWrapHandler) -> Any:
@@ -145,7 +181,13 @@ _LAYER_DEFAULTS: dict[str, Any] = {
     "attention_sinks": False,
     "layer_kinds_source": None,
     "engine_spec": None,
+    "checkpoint_dtype": None,
+    "quant_method": None,
+    "local_refusal": None,
 }
+
+# What the engine can compute in (--dtype), in bytes per element.
+COMPUTE_DTYPES = {"bfloat16": 2, "float16": 2, "float32": 4}
 
 # vLLM's dtype "auto" serves float32 checkpoints in 16-bit (its --dtype help), so the KV does too.
 _DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 2, "float": 2, "fp32": 2}
@@ -332,6 +374,27 @@ def _compressed_tensors(quant: Mapping[str, Any]) -> tuple[str, float] | None:
     return max(found, key=lambda s: s[1]) if found else None
 
 
+def vllm_quant_method(cfg: Mapping[str, Any]) -> str | None:
+    """vLLM's name for the checkpoint's quantization: the config's quant_method, where ModelOpt's is
+    resolved by its quant_algo as vLLM's ``override_quantization_method`` does
+    (vllm/model_executor/layers/quantization/modelopt.py: FP8 -> modelopt, NVFP4 -> modelopt_fp4,
+    MXFP8 -> modelopt_mxfp8, MIXED_PRECISION -> modelopt_mixed)."""
+    quant = cfg.get("quantization_config")
+    if not isinstance(quant, Mapping):
+        return None
+    method = str(quant.get("quant_method", "")).lower() or None
+    if method == "modelopt":
+        algo = str(quant.get("quant_algo", "")).upper()
+        for key, name in (
+            ("NVFP4", "modelopt_fp4"),
+            ("MXFP8", "modelopt_mxfp8"),
+            ("MIXED", "modelopt_mixed"),
+        ):
+            if key in algo:
+                return name
+    return method
+
+
 def _weight_format(cfg: Mapping[str, Any], dtype_bytes: int) -> tuple[str, float, float]:
     """(weight dtype, bytes per expert param, bytes per other linear param) from quantization_config."""
     quant = cfg.get("quantization_config")
@@ -431,5 +494,6 @@ def geometry_from_config(config: Mapping[str, Any], name: str, source: str) -> M
         weight_bytes_per_param=weight_bytes / total if total else float(dtype_bytes),
         model_type=cfg.get("model_type") if isinstance(cfg.get("model_type"), str) else None,
         weight_dtype=weight_dtype,
+        quant_method=vllm_quant_method(cfg),
         **geo,
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from kvstack.errors import ModelConfigError
 from kvstack.model.checkpoint import checkpoint_bytes
@@ -21,12 +22,30 @@ def load_model_dir(path: Path, name: str | None = None) -> ModelGeometry:
     if not cfg_file.exists():
         hint = "point --model at a model directory or use a catalog name"
     config = read_json_object(cfg_file, ModelConfigError, hint, missing=missing)
+    config = with_modelopt_file(path, config)
     if name is None:
         own = config.get("_name_or_path")
         name = own if isinstance(own, str) and own else path.name
     geometry = geometry_from_config(config, name, str(path))
     stored = checkpoint_bytes(path)
     return geometry if stored is None else geometry.model_copy(update={"checkpoint_bytes": stored})
+
+
+MODELOPT_FILE = "hf_quant_config.json"
+
+
+def with_modelopt_file(path: Path, config: dict[str, Any]) -> dict[str, Any]:
+    """``config`` with the quantization ModelOpt 0.29 and older saved beside it: vLLM reads
+    hf_quant_config.json where config.json has no quantization_config
+    (vllm/transformers_utils/config.py), its scheme under "quantization"."""
+    file = path / MODELOPT_FILE
+    if "quantization_config" in config or not file.is_file():
+        return config
+    saved = read_json_object(file, ModelConfigError, f"fix or re-download {MODELOPT_FILE}")
+    scheme = saved.get("quantization")
+    if not isinstance(scheme, dict):
+        return config
+    return {**config, "quantization_config": {"quant_method": "modelopt", **scheme}}
 
 
 def local_model_dir(spec: str) -> Path | None:

@@ -21,6 +21,7 @@ from kvstack.planning.kv import KvLayout
 from kvstack.planning.layout import EnginePool, offload_tiers, with_breakeven
 from kvstack.planning.notes import Notes
 from kvstack.planning.parallel import Attempt, choose_tp, infeasible_error, needed_gpus
+from kvstack.planning.quantization import weights_note
 from kvstack.planning.request import PlanRequest
 from kvstack.planning.retention import retention_note
 from kvstack.planning.schema import Connector, Tier, Workload
@@ -39,6 +40,8 @@ def cuda_choices(asked: Asked, notes: Notes) -> PlatformChoices | None:
     if decision.carriage == "manager-off" or model.hybrid:
         notes.reasons["layers"] = decision.reason
     gpu = snapshot.gpus[0]
+    if request.engine == "vllm" and (weights := weights_note(model, gpu)) is not None:
+        notes.reasons["quantization"] = weights
     layout = KvLayout(decision.hybrid_manager, gpu_engine(gpu.memory_total_bytes or 0, gpu.name))
     chosen, tp_why = choose_tp(snapshot, model, request, wl, versions.get("sglang"), layout)
     kv, budget = chosen.kv, chosen.budget

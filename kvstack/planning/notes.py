@@ -11,6 +11,12 @@ class Notes:
     warnings: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
 
+    def reason_after(self, anchor: str, key: str, text: str) -> None:
+        """Give ``key``'s reason right after ``anchor``'s (at the end where there is no anchor)."""
+        items = [(k, v) for k, v in self.reasons.items() if k != key]
+        at = next((i + 1 for i, (k, _) in enumerate(items) if k == anchor), len(items))
+        self.reasons = dict([*items[:at], (key, text), *items[at:]])
+
     def warn(self, text: str) -> None:
         if text not in self.warnings:
             self.warnings.append(text)

@@ -9,6 +9,7 @@ from kvstack.hardware.snapshot import HardwareSnapshot
 from kvstack.model.geometry import ModelGeometry
 from kvstack.planning.assemble import Asked, assemble_plan
 from kvstack.planning.capacity import CapacityCurve
+from kvstack.planning.compute_dtype import choose_compute_dtype
 from kvstack.planning.cpu_plan import cpu_choices
 from kvstack.planning.cuda_plan import cuda_choices
 from kvstack.planning.notes import Notes
@@ -89,8 +90,13 @@ def _plan(
     workload: Workload,
     curve: CapacityCurve | None,
 ) -> Plan:
-    """The platform's choices (CUDA where the snapshot has GPUs, else the CPU backend), assembled."""
+    """The platform's choices (CUDA where the snapshot has GPUs, else the CPU backend), assembled,
+    for the model as the engine computes it (planning/compute_dtype.py)."""
     notes = Notes()
+    compute = choose_compute_dtype(snapshot, model, request.dtype)
+    model = model.computed_in(compute.value)
+    if model.local_refusal is not None:
+        notes.warn(model.local_refusal)
     asked = Asked(snapshot, model, request, _workload(request, workload, model, notes), curve)
     without = request.model_copy(update={"offload": "none"})
     if snapshot.gpus:
@@ -103,4 +109,6 @@ def _plan(
             choices = cpu_choices(replace(asked, request=without), notes)
     if choices is None:
         raise AssertionError("--offload none always plans")
+    if compute.asked or not snapshot.gpus:  # on CUDA the model's own dtype, as it always was
+        notes.reason_after("platform", "dtype", compute.reason)
     return assemble_plan(asked, model_path, choices, notes)

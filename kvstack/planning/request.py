@@ -24,6 +24,7 @@ class PlanRequest(BaseModel):
     users: int | None = None  # None: the workload's users (1 without a workload)
     tp: int | None = None
     kv_dtype: str | None = None
+    dtype: str | None = None  # the engine's --dtype among its arguments (after --); None: kvstack's choice
     remote_url: str | None = None
     offload: OffloadChoice = "auto"
     cache_root: str | None = None  # where a disk tier goes; None: the best disk in the snapshot

@@ -200,6 +200,11 @@ class Plan(BaseModel):
         """The evidence that sized the tiers: "trace" or "rule" (the retention target)."""
         return "trace" if self.trace is not None else "rule"
 
+    def dtype_args(self) -> list[str]:
+        """The engines' ``--dtype`` (vLLM's and SGLang's spelling) where the plan computes in another
+        dtype than the checkpoint's (planning/compute_dtype.py); nothing where it is the checkpoint's."""
+        return ["--dtype", self.model.dtype] if self.model.checkpoint_dtype is not None else []
+
     @property
     def engine_pool(self) -> Tier | None:
         """The engine's own KV pool (GPU memory, or host memory on the CPU platform)."""

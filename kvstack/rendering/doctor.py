@@ -12,8 +12,9 @@ from rich.status import Status
 from rich.table import Table
 
 from kvstack.hardware.calibrate import Calibration, calibration_of
+from kvstack.hardware.checks import cores_text
 from kvstack.hardware.gpu import architecture
-from kvstack.hardware.snapshot import HardwareSnapshot, MemoryInfo, RemoteInfo
+from kvstack.hardware.snapshot import CpuInfo, HardwareSnapshot, MemoryInfo, RemoteInfo
 from kvstack.rendering.console import err_console, out_console
 from kvstack.units import fmt_bw, fmt_bytes, fmt_tokens
 
@@ -82,6 +83,24 @@ def gpu_table(snap: HardwareSnapshot) -> Table:
             _yes_no(g.mig_enabled),
             _opt(g.driver_version),
         )
+    return t
+
+
+def cpu_table(cpu: CpuInfo) -> Table:
+    t = Table(title="CPU", title_justify="left", show_header=False)
+    t.add_column("what")
+    t.add_column("value", overflow="fold")
+    copy = fmt_bw(cpu.copy_bw_bytes_per_s) if cpu.copy_bw_bytes_per_s is not None else "not measured"
+    rows = [
+        ("model", _opt(cpu.model)),
+        ("cores", cores_text(cpu)),
+        ("NUMA nodes", _opt(cpu.numa_nodes)),
+        ("instruction set", f"{cpu.isa} ({' '.join(cpu.features) or 'no tracked flags'})"),
+        ("bf16 arithmetic", cpu.bf16_native or "none (emulated)"),
+        ("DRAM copy", copy + (f" ({cpu.copy_bw_method})" if cpu.copy_bw_method else "")),
+    ]
+    for k, v in rows:
+        t.add_row(k, escape(v))
     return t
 
 
@@ -266,6 +285,8 @@ def render(snap: HardwareSnapshot, console: Console | None = None) -> None:
         out.print(gpu_table(snap))
     else:
         out.print(f"[bold]GPUs[/bold]: none visible ({escape(snap.gpu_reason or 'no reason given')})")
+    if snap.cpu is not None:
+        out.print(cpu_table(snap.cpu))
     out.print(memory_table(snap.memory))
     out.print(disk_table(snap))
     for note in disk_notes(snap):

