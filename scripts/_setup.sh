@@ -10,6 +10,19 @@ PY="$VENV/bin/python"
 
 log() { printf '[kvstack setup] %s\n' "$*" >&2; }
 
+host_line() {
+  # Which kind of host a run was on: hosts of one kind differ 4x in engine speed by their instruction
+  # set (AVX2 only, AVX-512, AVX512-BF16, AMX: kvstack/hardware/cpu.py reads the same flags).
+  local model flags isa=() f
+  model=$(grep -m1 -E '^(model name|Model name)' /proc/cpuinfo 2>/dev/null | cut -d: -f2- | sed 's/^ *//')
+  flags=" $(grep -m1 -E '^(flags|Features)' /proc/cpuinfo 2>/dev/null | cut -d: -f2-) "
+  for f in avx2 avx512f avx512_bf16 avx512_fp16 amx_bf16 amx_int8 bf16 sve; do
+    case "$flags" in *" $f "*) isa+=("$f") ;; esac
+  done
+  printf '%s, %s of %s CPUs, %s' "${model:-unknown CPU}" "$(nproc 2>/dev/null || echo '?')" \
+    "$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo '?')" "${isa[*]:-no AVX2}"
+}
+
 as_root() {
   if [ "$(id -u)" = 0 ]; then "$@"; elif command -v sudo >/dev/null; then sudo "$@"; else
     log "need root for: $*"; return 1; fi

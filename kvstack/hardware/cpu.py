@@ -17,7 +17,7 @@ import statistics
 import time
 from pathlib import Path
 
-from kvstack.hardware.memory import cgroup_dir, numa_nodes, self_cgroups
+from kvstack.hardware.memory import cgroup_dir, numa_nodes, self_cgroups, tightest
 from kvstack.hardware.mounts import read_mounts
 from kvstack.hardware.snapshot import TRACKED_FEATURES, CpuInfo
 from kvstack.units import fmt_bytes
@@ -79,26 +79,16 @@ def affinity_cpus(root: Path = ROOT) -> int | None:
     return None
 
 
-def _quota(leaf: Path, top: Path) -> float | None:
-    """The tightest CPU quota (in cores) from our cgroup up to the hierarchy's root."""
-    best: float | None = None
-    d = leaf
-    while True:
-        cores = None
-        if (d / "cpu.max").is_file():  # v2: "max 100000" or "200000 100000"
-            quota, _, period = (d / "cpu.max").read_text(encoding="utf-8").strip().partition(" ")
-            if quota != "max" and period:
-                cores = int(quota) / int(period)
-        elif (d / "cpu.cfs_quota_us").is_file():  # v1: -1 is no quota
-            quota_us = int((d / "cpu.cfs_quota_us").read_text(encoding="utf-8").strip())
-            period_us = int((d / "cpu.cfs_period_us").read_text(encoding="utf-8").strip())
-            if quota_us > 0 and period_us > 0:
-                cores = quota_us / period_us
-        if cores is not None and (best is None or cores < best):
-            best = cores
-        if d == top or top not in d.parents:
-            return best
-        d = d.parent
+def _cores(d: Path) -> float | None:
+    """The CPU quota one cgroup directory sets, in cores (None: none)."""
+    if (d / "cpu.max").is_file():  # v2: "max 100000" or "200000 100000"
+        quota, _, period = (d / "cpu.max").read_text(encoding="utf-8").strip().partition(" ")
+        return int(quota) / int(period) if quota != "max" and period else None
+    if (d / "cpu.cfs_quota_us").is_file():  # v1: -1 is no quota
+        quota_us = int((d / "cpu.cfs_quota_us").read_text(encoding="utf-8").strip())
+        period_us = int((d / "cpu.cfs_period_us").read_text(encoding="utf-8").strip())
+        return quota_us / period_us if quota_us > 0 and period_us > 0 else None
+    return None
 
 
 def cpu_quota(root: Path = ROOT) -> tuple[float | None, str | None]:
@@ -111,11 +101,11 @@ def cpu_quota(root: Path = ROOT) -> tuple[float | None, str | None]:
         v1 = next((m for m in mounts if m.fstype == "cgroup" and "cpu" in m.options), None)
         if v1 is not None:
             leaf = cgroup_dir(root, v1, groups.get("cpu", groups.get("cpu,cpuacct", "/")))
-            return _quota(leaf, root / v1.mount_point.lstrip("/")), None
+            return tightest(leaf, root / v1.mount_point.lstrip("/"), _cores), None
         v2 = next((m for m in mounts if m.fstype == "cgroup2"), None)
         if v2 is not None:
             top = root / v2.mount_point.lstrip("/")
-            return _quota(cgroup_dir(root, v2, groups.get("", "/")), top), None
+            return tightest(cgroup_dir(root, v2, groups.get("", "/")), top, _cores), None
     except (OSError, ValueError) as exc:
         return None, f"cannot read the cgroup CPU quota: {exc}"
     return None, None

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import re
 import resource
+from collections.abc import Callable
 from pathlib import Path
 
 from kvstack.hardware.mounts import Mount, read_mounts
@@ -73,19 +74,24 @@ def _read_limit(path: Path) -> int | None:
     return None if value >= _NO_LIMIT else value
 
 
-def _min_limit(leaf: Path, top: Path, filename: str) -> int | None:
-    """Tightest limit from our cgroup up to the hierarchy's root (limits are hierarchical)."""
-    best: int | None = None
+def tightest(leaf: Path, top: Path, read: Callable[[Path], float | None]) -> float | None:
+    """The tightest of ``read(dir)`` from our cgroup up to the hierarchy's root (limits are
+    hierarchical); ``read`` answers None for a directory with no limit."""
+    best: float | None = None
     d = leaf
     while True:
-        f = d / filename
-        if f.is_file():
-            value = _read_limit(f)
-            if value is not None and (best is None or value < best):
-                best = value
+        value = read(d)
+        if value is not None and (best is None or value < best):
+            best = value
         if d == top or top not in d.parents:
             return best
         d = d.parent
+
+
+def _min_limit(leaf: Path, top: Path, filename: str) -> int | None:
+    """Tightest memory limit in ``filename`` from our cgroup up."""
+    found = tightest(leaf, top, lambda d: _read_limit(d / filename) if (d / filename).is_file() else None)
+    return None if found is None else int(found)
 
 
 def cgroup_memory_limit(root: Path = ROOT) -> tuple[int | None, int | None, str | None]:
