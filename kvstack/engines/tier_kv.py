@@ -67,6 +67,13 @@ def tier_kv(req: RenderRequest, spec: LaunchSpec, environ: Mapping[str, str] | N
         if engine_arg(extra, flag, aliases) is not None
     }
     values = {field: engine_arg(argv, flag, aliases) for field, (flag, aliases) in ENGINE_FLAGS.items()}
+    kv_dtype = values["kv_cache_dtype"] or plan.kv_cache_dtype
+    if kv_dtype == "auto" and plan.model.checkpoint_dtype is not None:
+        # KV at the compute dtype (planning/compute_dtype.py): a float32 engine's bytes are not a bf16
+        # one's. Shown as "auto (float32)", so that writers at the checkpoint's dtype keep their fingerprint.
+        kv_dtype = f"auto ({plan.model.dtype})"
+        if engine_arg(extra, "--dtype") is not None:
+            set_by["kv_cache_dtype"] = ENGINE_ARGS
     seed = child_env(hashing_process(spec), HASH_SEED_ENV, os.environ if environ is None else environ)
     if seed is not None:
         set_by["hash_seed"] = ENVIRONMENT
@@ -75,7 +82,7 @@ def tier_kv(req: RenderRequest, spec: LaunchSpec, environ: Mapping[str, str] | N
         model=plan.model_path if facts.model_commit is None else f"{plan.model_path}@{facts.model_commit}",
         revision=(facts.model_config_sha256 or "")[:12] or None,
         weights="dummy" if engine_arg(argv, "--load-format") == "dummy" else "real",
-        kv_cache_dtype=values["kv_cache_dtype"] or plan.kv_cache_dtype,
+        kv_cache_dtype=kv_dtype,
         chunk_tokens=plan.chunk_size,
         block_tokens=int(block) if block is not None and block.isdigit() else None,
         hash_algorithm=LMCACHE_HASH_ALGORITHM,

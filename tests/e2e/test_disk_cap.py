@@ -37,7 +37,6 @@ from tests.support.ports import free_block
 
 MIB = 1 << 20
 CAP = 8 * MIB
-CHUNK = 256 * 1024  # LMCache's 256-token chunk of the demo model's KV (1 KiB per token)
 PROMPTS = 36
 PROMPT_TOKENS = 2304  # 9 chunks: 36 prompts write 324 chunks, 81 MiB, about 10x the cap
 # 0.1 GiB of DRAM: L1 evicts like L2 (20% once a second), so it must be large enough to keep up
@@ -111,7 +110,15 @@ def capped(engine_ready: str, tmp_path_factory: pytest.TempPathFactory) -> Itera
         yield layout
 
 
+def chunk_bytes(layout: ServedLayout) -> int:
+    """LMCache's 256-token chunk of the demo model's KV: 256 KiB at bf16 (1 KiB per token), twice that
+    where the plan computes in float32 (a CPU without bf16 arithmetic: planning/compute_dtype.py)."""
+    assert layout.plan is not None
+    return 256 * layout.plan.kv_bytes_per_token
+
+
 def test_the_disk_tier_stays_within_its_cap_and_keeps_the_recent_prefixes(capped: ServedLayout) -> None:
+    chunk = chunk_bytes(capped)
     disk = Path(capped.cache_dirs["disk"])
     argv_cap = capped.plan.tier("disk") if capped.plan else None
     assert argv_cap is not None and argv_cap.size_bytes == CAP
@@ -128,11 +135,11 @@ def test_the_disk_tier_stays_within_its_cap_and_keeps_the_recent_prefixes(capped
     finally:
         peak.stop.set()
         watcher.join()
-    written = PROMPTS * (PROMPT_TOKENS // 256) * CHUNK
+    written = PROMPTS * (PROMPT_TOKENS // 256) * chunk
     print(f"disk cap {CAP} B; written {written} B; settled sizes {settled}; peak {peak.peak} B")
     assert written >= 10 * CAP
-    assert max(settled) <= CAP + CHUNK, settled
-    assert peak.peak <= CAP + (PROMPT_TOKENS // 256) * CHUNK, peak.peak
+    assert max(settled) <= CAP + chunk, settled
+    assert peak.peak <= CAP + (PROMPT_TOKENS // 256) * chunk, peak.peak
     assert max(settled) >= CAP // 2  # the tier was in use, not empty
     assert lmcache_counter(capped, LMCACHE_MP_L2_EVICTED) > evicted_before  # LMCache evicted, too
     # The bound deletes through the server, so LMCache's own count of the tier follows the directory.
@@ -141,7 +148,7 @@ def test_the_disk_tier_stays_within_its_cap_and_keeps_the_recent_prefixes(capped
     status = httpx.get(capped.cache_server_url + "/status", headers=control(capped), timeout=10).json()
     (counted,) = status["storage_manager"]["l2_eviction_controller"]["adapters"]
     print(f"LMCache counts {counted['total_bytes_used']} B of {counted['total_capacity_bytes']} B")
-    assert counted["total_bytes_used"] <= CAP + CHUNK, counted
+    assert counted["total_bytes_used"] <= CAP + chunk, counted
 
     assert capped.cache_server_url is not None
     for newest_first, i in ((True, PROMPTS - 1), (False, 0)):

@@ -74,3 +74,19 @@ def test_engine_arguments_and_the_hash_seed_name_their_setters(
 def test_no_remote_tier_records_nothing() -> None:
     plan = make_plan(connector="lmcache-mp", model="demo", platform="cpu", cpu_gib=1)
     assert render(plan, make_options(), SOFTWARE["vllm-cpu"], DEMO_FACTS).tier_kv is None
+
+
+def test_kv_at_another_compute_dtype_is_another_layout() -> None:
+    # A float32 engine (a CPU without bf16 arithmetic, or -- --dtype float32) writes other bytes than
+    # a bf16 one: its "auto" KV is recorded with the dtype, and bf16 writers keep their fingerprint.
+    plan = remote_plan()
+    f32 = plan.model_copy(update={"model": plan.model.computed_in("float32")})
+    options = make_options(remote_url=REDIS_URL)
+    bf16_kv = render(plan, options, SOFTWARE["vllm-cpu"], DEMO_FACTS).tier_kv
+    asked = make_options(remote_url=REDIS_URL, extra_args=["--dtype", "float32"])
+    f32_kv = render(f32, asked, SOFTWARE["vllm-cpu"], DEMO_FACTS).tier_kv
+    chosen = render(f32, options, SOFTWARE["vllm-cpu"], DEMO_FACTS).tier_kv
+    assert bf16_kv is not None and f32_kv is not None and chosen is not None
+    assert bf16_kv.kv_cache_dtype == "auto" and f32_kv.kv_cache_dtype == "auto (float32)"
+    assert bf16_kv.differences(f32_kv) == ["kv_cache_dtype"]
+    assert f32_kv.set_by["kv_cache_dtype"] == ENGINE_ARGS and chosen.set_by["kv_cache_dtype"] == KVSTACK

