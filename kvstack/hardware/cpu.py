@@ -27,29 +27,18 @@ COPY_BYTES = 64 * 1024 * 1024  # larger than any last-level cache here, so the c
 COPY_RUNS = 7
 
 
-def _cpuinfo(root: Path) -> dict[str, str]:
-    """The first processor's fields of /proc/cpuinfo (x86 and Arm name them differently)."""
+def _cpuinfo(text: str) -> tuple[dict[str, str], int]:
+    """The first processor's fields of /proc/cpuinfo (x86 and Arm name them differently: the flags
+    are the same on every core here), and how many processors it lists."""
     out: dict[str, str] = {}
-    try:
-        text = (root / "proc/cpuinfo").read_text(encoding="utf-8")
-    except OSError:
-        return out
+    processors = 0
     for line in text.splitlines():
-        if not line.strip():
-            if out.get("flags") or out.get("Features"):
-                break  # one processor is enough: the flags are the same on every core here
-            continue
         key, _, value = line.partition(":")
-        out.setdefault(key.strip(), value.strip())
-    return out
-
-
-def _processors(root: Path) -> int | None:
-    try:
-        lines = (root / "proc/cpuinfo").read_text(encoding="utf-8").splitlines()
-    except OSError:
-        return None
-    return sum(1 for line in lines if line.startswith("processor")) or None
+        key = key.strip()
+        processors += key == "processor"
+        if key:
+            out.setdefault(key, value.strip())  # the first processor's
+    return out, processors
 
 
 def parse_cpu_list(text: str) -> int | None:
@@ -140,7 +129,10 @@ def usable_cores(affinity: int | None, quota: float | None) -> int | None:
 def probe_cpu(root: Path = ROOT, measure: bool = True) -> CpuInfo:
     """This machine's CPU; ``measure`` False skips the copy (a recorded tree has no memory to copy)."""
     unknown: dict[str, str] = {}
-    info = _cpuinfo(root)
+    try:
+        info, processors = _cpuinfo((root / "proc/cpuinfo").read_text(encoding="utf-8"))
+    except OSError:
+        info, processors = {}, 0
     model = info.get("model name") or info.get("Model name") or info.get("Hardware")
     if model is None:
         unknown["model"] = "no 'model name' in /proc/cpuinfo"
@@ -163,7 +155,7 @@ def probe_cpu(root: Path = ROOT, measure: bool = True) -> CpuInfo:
         model=model,
         vendor=info.get("vendor_id") or info.get("CPU implementer"),
         architecture=platform.machine() if root == ROOT else None,
-        logical_cpus=os.cpu_count() if root == ROOT else _processors(root),
+        logical_cpus=os.cpu_count() if root == ROOT else processors or None,
         affinity_cpus=affinity,
         cpu_quota=quota,
         usable_cores=usable_cores(affinity, quota),

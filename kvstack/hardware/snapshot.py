@@ -102,6 +102,14 @@ class CpuInfo(_Model):
         return self.has(*FP16_FEATURES)
 
     @property
+    def vllm_kernels(self) -> str | None:
+        """The kernel build vLLM's CPU platform loads here (vllm/platforms/cpu.py: ``_C_AVX512`` where
+        torch reports AVX-512 and AVX512-BF16, else ``_C_AVX2``); None off x86 or unknown."""
+        if self.has("avx512f") and self.has("avx512_bf16"):
+            return "_C_AVX512"
+        return "_C_AVX2" if self.has("avx2") else None
+
+    @property
     def isa(self) -> str:
         """The instruction set in a few words: "AVX-512 + AVX512-BF16 + AMX", "AVX2", "Arm NEON"."""
         if not self.features:

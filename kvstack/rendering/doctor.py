@@ -97,6 +97,7 @@ def cpu_table(cpu: CpuInfo) -> Table:
         ("NUMA nodes", _opt(cpu.numa_nodes)),
         ("instruction set", f"{cpu.isa} ({' '.join(cpu.features) or 'no tracked flags'})"),
         ("bf16 arithmetic", cpu.bf16_native or "none (emulated)"),
+        ("vLLM CPU kernels", cpu.vllm_kernels or "none for this instruction set"),
         ("DRAM copy", copy + (f" ({cpu.copy_bw_method})" if cpu.copy_bw_method else "")),
     ]
     for k, v in rows:

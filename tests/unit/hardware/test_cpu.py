@@ -26,7 +26,7 @@ def test_the_recorded_host_has_avx512_with_bf16_and_no_quota() -> None:
     assert info.usable_cores == 2 and info.numa_nodes == 1
     assert info.features == ["avx2", "avx512f", "avx512_bf16"]
     assert info.bf16_native == "avx512_bf16" and info.fp16_native is None
-    assert info.isa == "AVX-512 + AVX512-BF16"
+    assert info.isa == "AVX-512 + AVX512-BF16" and info.vllm_kernels == "_C_AVX512"
     assert "cpu_quota" not in info.unknown
 
 
@@ -43,7 +43,7 @@ def test_avx512_without_bf16_and_an_affinity_mask() -> None:
     assert info.logical_cpus == 8 and info.affinity_cpus == 4 and info.usable_cores == 4
     assert info.numa_nodes == 2
     assert "avx512f" in info.features and info.bf16_native is None
-    assert info.isa == "AVX-512"
+    assert info.isa == "AVX-512" and info.vllm_kernels == "_C_AVX2"  # AVX-512F alone is not enough
     assert "cpu_quota" not in info.unknown  # no cgroup mounted: no quota, not an error
 
 
