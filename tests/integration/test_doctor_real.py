@@ -44,9 +44,15 @@ def kvstack(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str
 @needs_fio
 def test_real_fio_measures_within_the_bound(tmp_path: Path) -> None:
     bound = 3.0
-    start = time.monotonic()
-    result = fio.measure_read_bw(tmp_path, bound)
-    elapsed = time.monotonic() - start
+    # Laying out the 192 MiB test file gets 60% of the bound; beside the other test workers' writes
+    # (CI's unit stage runs three on two cores) it can run past it, and measure_read_bw then says so
+    # instead of measuring. That is the bound working, not fio failing: try again, at most twice.
+    for _attempt in range(3):
+        start = time.monotonic()
+        result = fio.measure_read_bw(tmp_path, bound)
+        elapsed = time.monotonic() - start
+        if result.reason is None or not result.reason.startswith("writing a "):
+            break
     assert result.reason is None, result.reason
     assert result.bw_bytes_per_s is not None and result.bw_bytes_per_s > 0
     assert result.method is not None and "1 MiB sequential reads" in result.method
