@@ -17,7 +17,7 @@ import statistics
 import time
 from pathlib import Path
 
-from kvstack.hardware.memory import cgroup_dir, numa_nodes, self_cgroups, tightest
+from kvstack.hardware.memory import controller_hierarchy, numa_nodes, tightest
 from kvstack.hardware.mounts import read_mounts
 from kvstack.hardware.snapshot import TRACKED_FEATURES, CpuInfo
 from kvstack.units import fmt_bytes
@@ -85,19 +85,11 @@ def cpu_quota(root: Path = ROOT) -> tuple[float | None, str | None]:
     mounts = read_mounts(root)
     if not mounts:
         return None, "cannot read /proc/self/mountinfo"
-    groups = self_cgroups(root)
     try:
-        v1 = next((m for m in mounts if m.fstype == "cgroup" and "cpu" in m.options), None)
-        if v1 is not None:
-            leaf = cgroup_dir(root, v1, groups.get("cpu", groups.get("cpu,cpuacct", "/")))
-            return tightest(leaf, root / v1.mount_point.lstrip("/"), _cores), None
-        v2 = next((m for m in mounts if m.fstype == "cgroup2"), None)
-        if v2 is not None:
-            top = root / v2.mount_point.lstrip("/")
-            return tightest(cgroup_dir(root, v2, groups.get("", "/")), top, _cores), None
+        found = controller_hierarchy(root, mounts, "cpu")
+        return (tightest(found.leaf, found.top, _cores) if found is not None else None), None
     except (OSError, ValueError) as exc:
         return None, f"cannot read the cgroup CPU quota: {exc}"
-    return None, None
 
 
 def measure_copy_bw(size: int = COPY_BYTES, runs: int = COPY_RUNS) -> tuple[float, str]:

@@ -9,6 +9,7 @@ import os
 import re
 import resource
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from kvstack.hardware.mounts import Mount, read_mounts
@@ -94,26 +95,44 @@ def _min_limit(leaf: Path, top: Path, filename: str) -> int | None:
     return None if found is None else int(found)
 
 
+@dataclass(frozen=True)
+class Hierarchy:
+    """Where one cgroup controller's limits for this process live."""
+
+    version: int  # 1 or 2
+    leaf: Path  # our cgroup's directory
+    top: Path  # the hierarchy's root (limits are inherited from every directory up to it)
+
+
+def controller_hierarchy(root: Path, mounts: list[Mount], controller: str) -> Hierarchy | None:
+    """``controller``'s v1 hierarchy, else the v2 one where the controller is enabled; None where
+    neither is mounted. Raises OSError or ValueError where a cgroup file cannot be read."""
+    groups = self_cgroups(root)
+    v1 = next((m for m in mounts if m.fstype == "cgroup" and controller in m.options), None)
+    if v1 is not None:
+        return Hierarchy(
+            1, cgroup_dir(root, v1, groups.get(controller, "/")), root / v1.mount_point.lstrip("/")
+        )
+    v2 = next((m for m in mounts if m.fstype == "cgroup2"), None)
+    if v2 is None:
+        return None
+    top = root / v2.mount_point.lstrip("/")
+    if controller not in (top / "cgroup.controllers").read_text(encoding="utf-8").split():
+        return None
+    return Hierarchy(2, cgroup_dir(root, v2, groups.get("", "/")), top)
+
+
 def cgroup_memory_limit(root: Path = ROOT) -> tuple[int | None, int | None, str | None]:
     """``(cgroup_version, limit_bytes, reason)``: limit ``None`` means no limit (reason None)
     or unknown (reason says why)."""
     mounts = read_mounts(root)
-    groups = self_cgroups(root)
     if not mounts:
         return None, None, "cannot read /proc/self/mountinfo"
     try:
-        v1 = next((m for m in mounts if m.fstype == "cgroup" and "memory" in m.options), None)
-        if v1 is not None:
-            leaf = cgroup_dir(root, v1, groups.get("memory", "/"))
-            top = root / v1.mount_point.lstrip("/")
-            return 1, _min_limit(leaf, top, "memory.limit_in_bytes"), None
-        v2 = next((m for m in mounts if m.fstype == "cgroup2"), None)
-        if v2 is not None:
-            top = root / v2.mount_point.lstrip("/")
-            controllers = (top / "cgroup.controllers").read_text(encoding="utf-8").split()
-            if "memory" in controllers:
-                leaf = cgroup_dir(root, v2, groups.get("", "/"))
-                return 2, _min_limit(leaf, top, "memory.max"), None
+        found = controller_hierarchy(root, mounts, "memory")
+        if found is not None:
+            limit_file = "memory.limit_in_bytes" if found.version == 1 else "memory.max"
+            return found.version, _min_limit(found.leaf, found.top, limit_file), None
     except (OSError, ValueError) as exc:
         return None, None, f"cannot read the cgroup memory limit: {exc}"
     return None, None, "no cgroup memory controller mounted"

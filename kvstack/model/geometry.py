@@ -83,14 +83,13 @@ class ModelGeometry(BaseModel):
             return self
         size = COMPUTE_DTYPES[dtype]
         scale = size / self.dtype_bytes
+        own = self.checkpoint_dtype or self.dtype
         update: dict[str, Any] = {
             "dtype": dtype,
             "dtype_bytes": size,
             "kv_bytes_per_token": round(self.kv_bytes_per_token * scale),
             "sliding_kv_bytes_per_sequence": round(self.sliding_kv_bytes_per_sequence * scale),
-            "checkpoint_dtype": None
-            if dtype == (self.checkpoint_dtype or self.dtype)
-            else (self.checkpoint_dtype or self.dtype),
+            "checkpoint_dtype": None if dtype == own else own,
         }
         if self.weight_dtype in COMPUTE_DTYPES:  # unquantized weights are cast to the compute dtype
             update["weight_bytes_per_param"] = float(size)
