@@ -136,6 +136,15 @@ def busy_port(s: Scene) -> None:
     s.vars["busy"] = str(sock.getsockname()[1])
 
 
+def closed_port(s: Scene) -> None:
+    """{port} held bound but not listening for the whole run: a connect is refused, and no other
+    test's server (xdist runs them beside this one) can take the port between choosing and use."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    s.sockets.append(sock)
+    s.vars["port"] = str(sock.getsockname()[1])
+
+
 def a_file(s: Scene) -> None:
     s.file("afile", "not a directory\n")
 
@@ -565,6 +574,7 @@ CASES = [
         2,
         ("nothing is listening", "127.0.0.1:{port}"),
         ("kvstack serve",),
+        setup=closed_port,
     ),
     Case(
         "validate-remote-malformed",
@@ -586,6 +596,7 @@ CASES = [
         2,
         ("nothing is listening", "127.0.0.1:{port}"),
         ("kvstack serve",),
+        setup=closed_port,
     ),
     Case(
         "bench-url-not-a-url",
