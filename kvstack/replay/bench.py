@@ -16,31 +16,13 @@ from kvstack.bench.workload_run import check_out, conclude, run_bench, target, w
 from kvstack.errors import InputError
 from kvstack.redact import redact_url
 from kvstack.replay.results import layouts_of
-from kvstack.replay.trace_bench import ReplayRequest, load_slice, run_trace
+from kvstack.replay.trace_bench import ReplayRequest, load_slice, replay_of, run_trace
+from kvstack.replay.trace_sweep import run_trace_sweep
 from kvstack.serving.request import ServeRequest
 from kvstack.serving.served_layout import StartLayout
 from kvstack.serving.start_layout import sized_layout_starter
-from kvstack.traces.sample import parse_ratio
 
 PREDICTION_PLOT = "trace_prediction.png"
-
-
-def replay_of(request: BenchRequest) -> ReplayRequest:
-    """How ``bench --trace`` replays the trace (the session sample's ratio read here)."""
-    assert request.trace is not None
-    sample = request.session_sample
-    return ReplayRequest(
-        path=request.trace,
-        start=request.start,
-        max_requests=request.max_requests,
-        session_sample=parse_ratio(sample) if sample else None,
-        block_tokens=request.block_tokens,
-        time_scale=request.time_scale,
-        max_output_tokens=request.max_output_tokens,
-        concurrency=request.concurrency or 1,
-        seed=request.seed,
-        check_correctness=request.check_correctness,
-    )
 
 
 def _config(
@@ -109,8 +91,6 @@ def run_bench_command(
     events = events or BenchEvents()
     start_layout = None if serve is None else sized_layout_starter(serve, request.sizes, events.serving)
     if request.sweep is not None and request.trace is not None:
-        from kvstack.replay.trace_sweep import run_trace_sweep  # it imports this module's replay_of
-
         return run_trace_sweep(request, start_layout, events)
     if request.sweep is not None:
         return run_sweep(request, start_layout, events)

@@ -20,6 +20,7 @@ from typing import Any, NamedTuple, TypeVar
 from pydantic import BaseModel
 
 from kvstack.bench.correctness import Answer, cached_first, check_replayed, engine_of
+from kvstack.bench.request import BenchRequest
 from kvstack.bench.schema import BenchResult, CacheStats, CorrectnessResult, LayoutResult, RequestRow
 from kvstack.bench.stats import cache_stats, summarize
 from kvstack.clients import metrics as m
@@ -40,7 +41,7 @@ from kvstack.replay.sizes import Hierarchy, engine_level, lmcache_hierarchy, lmc
 from kvstack.replay.target import url_layout
 from kvstack.serving.served_layout import ServedLayout, StartLayout
 from kvstack.traces.mooncake import TraceRow, read_trace
-from kvstack.traces.sample import sample_sessions, scale_blocks, session_key, with_requests
+from kvstack.traces.sample import parse_ratio, sample_sessions, scale_blocks, session_key, with_requests
 
 UNBOUNDED = 1 << 40
 OFFLOADED = (token_sources.DRAM, token_sources.DISK, token_sources.REMOTE, token_sources.OFFLOAD)
@@ -68,6 +69,24 @@ class ReplayRequest:
         """A results model with this request's fields it names (under the same names) and ``more``."""
         fields = {name: value for name, value in dataclasses.asdict(self).items() if name in doc.model_fields}
         return doc.model_validate({**fields, **more})
+
+
+def replay_of(request: BenchRequest) -> ReplayRequest:
+    """How ``bench --trace`` replays the trace (the session sample's ratio read here)."""
+    assert request.trace is not None
+    sample = request.session_sample
+    return ReplayRequest(
+        path=request.trace,
+        start=request.start,
+        max_requests=request.max_requests,
+        session_sample=parse_ratio(sample) if sample else None,
+        block_tokens=request.block_tokens,
+        time_scale=request.time_scale,
+        max_output_tokens=request.max_output_tokens,
+        concurrency=request.concurrency or 1,
+        seed=request.seed,
+        check_correctness=request.check_correctness,
+    )
 
 
 @dataclass

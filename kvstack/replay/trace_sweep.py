@@ -42,9 +42,8 @@ from kvstack.clients import quiet
 from kvstack.errors import InputError, Interrupted, KvstackError
 from kvstack.planning.schema import Plan
 from kvstack.redact import redact_url
-from kvstack.replay.bench import replay_of
 from kvstack.replay.target import url_layout
-from kvstack.replay.trace_bench import ReplayRequest, Shared, decide_once, load_slice, replay_step
+from kvstack.replay.trace_bench import ReplayRequest, Shared, decide_once, load_slice, replay_of, replay_step
 from kvstack.serving.served_layout import ServedLayout, StartLayout
 from kvstack.traces.mooncake import TraceRow
 
