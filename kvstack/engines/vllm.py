@@ -36,7 +36,7 @@ def check_vllm(req: RenderRequest) -> list[str]:
     versions.check_removed_flags(req.options.extra_args, sw.vllm)
     refuse_owned_flags(req.options.extra_args)
     clash = [a for a in req.options.extra_args if any(sets_flag(a, f) for f in CONNECTOR_FLAGS)]
-    if clash and req.plan.connector != "none":
+    if clash and req.plan.offloads:
         shown = clash[0].split("=", 1)[0].split(".", 1)[0]
         raise UnsupportedError(
             f"{shown} in the extra arguments would replace the {req.plan.connector} connector "

@@ -41,7 +41,7 @@ def gib_ceil(n_bytes: float) -> int:
 def canary_runs(plan: Plan) -> bool:
     """Whether a deployment of ``plan`` runs the KV canary: only where offload tiers serve hits, as
     ``kvstack serve`` decides (serving/lifecycle.py canary_off_reason)."""
-    return plan.connector != "none" and bool(plan.offload_tiers)
+    return plan.offloads and bool(plan.offload_tiers)
 
 
 def deployment_name(plan: Plan, override: str | None = None) -> str:

@@ -65,7 +65,7 @@ def epp_config(plan: Plan) -> dict[str, object]:
     profile = [{"pluginRef": "queue-scorer"}, {"pluginRef": "kv-cache-utilization-scorer"}]
     profile.append({"pluginRef": "gpu-prefix-cache-scorer"})
     blocks = cpu_index_blocks(plan)
-    if blocks is not None and plan.connector != "none":
+    if blocks is not None and plan.offloads:
         plugins += [
             {
                 "type": "approx-prefix-cache-producer",
@@ -104,7 +104,7 @@ def _container(
     shm, shm_mount = shm_volume(plan)
     mounts: list[dict[str, object]] = [shm_mount]
     volumes: list[dict[str, object]] = [shm]
-    if disk is not None and plan.connector != "none":
+    if disk is not None and plan.offloads:
         mounts.append({"name": "kvstack-disk", "mountPath": DISK_DIR})
         volumes.append({"name": "kvstack-disk", "emptyDir": {"sizeLimit": f"{gib_ceil(disk.size_bytes)}Gi"}})
         notes.append(
@@ -176,7 +176,7 @@ def render_llm_d(plan: Plan, options: ExportOptions) -> Bundle:
         + (
             f"# cpu-prefix-cache-producer: the plan's CPU tier, {blocks:,} blocks of {BLOCK_SIZE_TOKENS} "
             "tokens per pod (vLLM reports no CPU-tier blocks, so the router cannot size it itself)\n"
-            if blocks is not None and plan.connector != "none"
+            if blocks is not None and plan.offloads
             else ""
         )
     )

@@ -19,6 +19,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from kvstack.connectors import spec_of
+from kvstack.connectors.lmcache_mp import MLA_CPU as _MLA_CPU
+from kvstack.connectors.spec import Reach
 from kvstack.errors import UnsupportedError
 from kvstack.model.geometry import ModelGeometry
 from kvstack.names import Connector, Platform
@@ -28,80 +31,9 @@ Carriage = Literal["as-allocated", "manager-off", "cannot"]
 MANAGER_OFF_FLAG = "--disable-hybrid-kv-cache-manager"
 
 
-@dataclass(frozen=True)
-class ConnectorReach:
-    """What one connector carries on one platform (True: as vLLM allocates it)."""
-
-    groups: bool  # several KV cache groups (sliding/chunked beside full layers, manager on)
-    state: bool  # state-space / linear-attention layers
-    mla: bool  # MLA's compressed latent
-    why_groups: str
-    why_state: str
-    why_mla: str = ""
-    # Whether a model whose every attention layer slides (Mistral-7B-v0.1) gets the offload at all.
-    sliding_only: bool = True
-    why_sliding_only: str = ""
-
-
-_ONE_GROUP_LMCACHE_CPU = (
-    "LMCache's engine-driven transfer (the CPU platform) registers one KV cache group and refuses "
-    'more at start ("engine-driven transfer does not support multiple KV transfer groups now", '
-    "lmcache/v1/multiprocess/transfer_context/worker_transfer.py)"
-)
-_NEEDS_MANAGER = (
-    "vLLM starts a state-space hybrid only with its hybrid KV cache manager on "
-    "(vllm/config/vllm.py), and {connector} needs it off"
-)
-_MLA_CPU = (
-    "vLLM turns prefix caching off for MLA on a non-GPU platform (vllm/platforms/cpu.py: "
-    '"MLA is enabled on a non-GPU platform; forcing chunked prefill and prefix caching to be '
-    'disabled"): no block is ever reused, so there is nothing to offload'
-)
-
-
-def _lmcache_on_cpu(connector: str, why_groups: str) -> ConnectorReach:
-    """LMCache on the CPU platform, either way it runs: one full-length group, no state, no MLA."""
-    why_state = _NEEDS_MANAGER.format(connector=connector)
-    return ConnectorReach(
-        groups=False, state=False, mla=False, why_groups=why_groups, why_state=why_state, why_mla=_MLA_CPU
-    )
-
-
-# (connector, platform) -> reach. A connector missing here serves every model as allocated.
-REACH: dict[tuple[str, str], ConnectorReach] = {
-    ("lmcache-mp", "cpu"): _lmcache_on_cpu("LMCache's engine-driven transfer", _ONE_GROUP_LMCACHE_CPU),
-    ("lmcache", "cpu"): _lmcache_on_cpu(
-        "LMCache in-process", "LMCache in-process has no CPU transfer path (degraded mode)"
-    ),
-    # vllm/distributed/kv_transfer/kv_connector/v1/lmcache_connector.py: LMCacheConnectorV1 does not
-    # subclass SupportsHMA, so vLLM turns the manager off for it (vllm/config/vllm.py), and its
-    # adapter tracks block_ids[0] only (lmcache/integration/vllm/vllm_v1_adapter.py); MLA it carries
-    # (kv_size 1: lmcache/integration/vllm/vllm_service_factory.py).
-    ("lmcache", "cuda"): ConnectorReach(
-        groups=False,
-        state=False,
-        mla=True,
-        why_groups="vLLM turns its hybrid KV cache manager off for LMCacheConnectorV1, which does not "
-        "declare SupportsHMA (vllm/distributed/kv_transfer/kv_connector/v1/lmcache_connector.py)",
-        why_state=_NEEDS_MANAGER.format(connector="LMCacheConnectorV1 (no SupportsHMA)"),
-    ),
-    # SGLang HiCache carries SWA, MLA and Mamba hybrids (sglang/srt/mem_cache/hybrid_cache/
-    # hybrid_pool_assembler.py strategies), but a model whose every layer slides gets a
-    # PureSWARadixCache and no host tier at all (sglang/srt/mem_cache/registry.py).
-    ("hicache", "cuda"): ConnectorReach(
-        groups=True,
-        state=True,
-        mla=True,
-        why_groups="",
-        why_state="",
-        sliding_only=False,
-        why_sliding_only="SGLang gives a model whose every attention layer slides a PureSWARadixCache, "
-        "which never attaches HiCache's host tier (sglang/srt/mem_cache/registry.py)",
-    ),
-}
-# lmcache-mp on CUDA (LMCache-driven transfer) and vLLM's native OffloadingConnector (SupportsHMA)
-# carry several groups, sliding windows, MLA and state-space state (mamba_cache_mode "align", vLLM's
-# default with prefix caching): they have no entry, so every model goes as allocated.
+def reach(connector: str, platform: Platform) -> Reach | None:
+    """What ``connector`` carries on ``platform`` (its spec's word); None: every model as allocated."""
+    return spec_of(connector).reach.get(platform)
 
 
 _MAMBA2_CPU = (
@@ -168,26 +100,26 @@ def carry(model: ModelGeometry, connector: Connector, platform: Platform) -> Car
 
 
 def _carry(model: ModelGeometry, connector: Connector, platform: Platform) -> CarryDecision:
-    reach = REACH.get((connector, platform))
+    got = reach(connector, platform)
     default = engine_default_manager(model)
-    if connector == "none" or reach is None:
+    if got is None:
         return CarryDecision(
             "as-allocated", default, f"{connector} carries {_feature(model)} as vLLM allocates it"
         )
-    if model.attention == "mla" and not reach.mla:
-        return CarryDecision("cannot", True, f"{connector} cannot serve MLA here: {reach.why_mla}")
-    if model.state_layers and not reach.state:
-        return CarryDecision("cannot", True, f"{connector} cannot carry {_feature(model)}: {reach.why_state}")
-    if not reach.sliding_only and model.sliding_layers and model.sliding_layers == model.attention_layers:
+    if model.attention == "mla" and not got.mla:
+        return CarryDecision("cannot", True, f"{connector} cannot serve MLA here: {got.why_mla}")
+    if model.state_layers and not got.state:
+        return CarryDecision("cannot", True, f"{connector} cannot carry {_feature(model)}: {got.why_state}")
+    if not got.sliding_only and model.sliding_layers and model.sliding_layers == model.attention_layers:
         return CarryDecision(
-            "cannot", True, f"{connector} cannot carry {_feature(model)}: {reach.why_sliding_only}"
+            "cannot", True, f"{connector} cannot carry {_feature(model)}: {got.why_sliding_only}"
         )
     multi = len([k for k in model.kv_kinds if k != "state"]) > 1
-    if multi and not reach.groups:
+    if multi and not got.groups:
         return CarryDecision(
             "manager-off",
             False,
-            f"{connector} carries one KV cache group only ({reach.why_groups}): kvstack turns vLLM's "
+            f"{connector} carries one KV cache group only ({got.why_groups}): kvstack turns vLLM's "
             f"hybrid KV cache manager off ({MANAGER_OFF_FLAG}), so {_feature(model)} all keep every token",
         )
     return CarryDecision(

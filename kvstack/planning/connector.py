@@ -1,37 +1,71 @@
-"""Which KV connector moves blocks between the GPU and the lower tiers, by engine and --offload."""
+"""Which KV connector moves blocks below the engine's pool: the one chooser for every platform.
+
+What each connector is comes from its spec (``kvstack/connectors``): the engines and platforms it
+runs on, whether it reaches a remote tier, --offload auto's order of preference, what it carries.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from kvstack.connectors import auto_order, offloading, spec_of
+from kvstack.connectors.spec import ConnectorSpec
 from kvstack.errors import UnsupportedError
+from kvstack.model.geometry import ModelGeometry
+from kvstack.names import Platform
+from kvstack.planning.carriage import CarryDecision, carry, first_as_allocated, refuse_forced
 from kvstack.planning.schema import Connector, Engine, OffloadChoice
 
-_BY_ENGINE: dict[str, tuple[str, ...]] = {
-    "vllm": ("lmcache", "lmcache-mp", "native"),
-    # kvstack drives SGLang's offload through HiCache (host pool + file storage backend).
-    "sglang": ("hicache",),
-}
-_REMOTE_CAPABLE = frozenset({"lmcache", "lmcache-mp"})
-# Connectors whose DRAM tier does not keep what a lower tier served: LMCache 0.5.6's server frees an
-# L2 hit once read (DefaultPrefetchPolicy retains nothing); in-process LMCache writes it back to
-# its CPU backend (StorageManager.batched_get), vLLM's native offload and HiCache keep host copies.
-_NO_READMIT = frozenset({"lmcache-mp"})
+Installed = Callable[[ConnectorSpec], bool]  # whether the environment has what a connector needs
 
 
-def auto_candidates(engine: Engine, remote_url: str | None) -> tuple[Connector, ...]:
-    """The connectors --offload auto may take for ``engine``, in order of preference."""
-    ordered = _BY_ENGINE[engine]
-    return tuple(c for c in ordered if remote_url is None or c in _REMOTE_CAPABLE)  # type: ignore[misc]
+def _everything(spec: ConnectorSpec) -> bool:
+    del spec
+    return True
+
+
+@dataclass(frozen=True)
+class ConnectorChoice:
+    connector: Connector  # what the plan wires if any offload tier survives sizing
+    reason: str
+    decision: CarryDecision  # how it carries the model's layers
+    cannot: str = ""  # why the connector --offload auto wanted cannot carry the model (planned none)
+
+
+def auto_candidates(
+    engine: Engine, remote_url: str | None, platform: Platform = "cuda", installed: Installed = _everything
+) -> tuple[Connector, ...]:
+    """The connectors --offload auto may take for ``engine`` on ``platform``, most preferred first."""
+    return tuple(
+        s.name for s in auto_order(engine, platform) if (remote_url is None or s.remote) and installed(s)
+    )
 
 
 def readmits_lower_hits(connector: str) -> bool:
     """Whether a block served from disk or remote is copied back into the DRAM tier."""
-    return connector not in _NO_READMIT
+    return spec_of(connector).readmits_lower_hits
 
 
-def wanted_connector(engine: Engine, offload: OffloadChoice, remote_url: str | None) -> tuple[Connector, str]:
+def _auto_reason(spec: ConnectorSpec, engine: Engine) -> str:
+    skipped = [s for s in offloading(engine) if s.deprecated and s.name != spec.name]
+    why = spec.reason + " (--offload auto)"
+    for s in skipped:
+        why += f"; {s.title} only when asked for (--offload {s.name}): {s.deprecated}"
+    return why
+
+
+def wanted_connector(
+    engine: Engine,
+    offload: OffloadChoice,
+    remote_url: str | None,
+    platform: Platform = "cuda",
+    installed: Installed = _everything,
+) -> tuple[Connector, str]:
     """The connector the plan uses if any offload tier survives sizing, and why.
 
-    Raises UnsupportedError for a combination the engine cannot run (e.g. SGLang with native).
+    Raises UnsupportedError for a combination the engine or platform cannot run (e.g. SGLang with
+    native, native without a GPU) and a remote tier the connector cannot reach.
     """
     if offload == "none":
         if remote_url:
@@ -39,32 +73,64 @@ def wanted_connector(engine: Engine, offload: OffloadChoice, remote_url: str | N
                 "--remote needs an offload connector, but --offload none turns offloading off",
                 hint="drop --offload none or drop --remote",
             )
-        return "none", "--offload none: the GPU prefix cache only"
-    choice: Connector
+        return "none", spec_of("none").reason
     if offload == "auto":
-        choice = "lmcache" if engine == "vllm" else "hicache"
-    elif offload in _BY_ENGINE[engine]:
-        choice = offload
-    else:
+        names = auto_candidates(engine, remote_url, platform, installed)
+        if not names:
+            return "none", "none: no connector --offload auto takes runs here"
+        spec = spec_of(names[0])
+        return spec.name, _auto_reason(spec, engine)
+    spec = spec_of(offload)
+    if engine not in spec.engines:
+        others = ", ".join(s.name for s in offloading(engine))
+        other = next(e for e in spec.engines if e != engine)
+        takers = " / ".join(s.name for s in offloading(other) if engine not in s.engines)
         raise UnsupportedError(
-            f"--offload {offload} does not work with {engine}; choose one of: auto, none, "
-            + ", ".join(_BY_ENGINE[engine]),
-            hint="--engine vllm for lmcache / native"
-            if engine == "sglang"
-            else "--engine sglang for hicache",
+            f"--offload {offload} does not work with {engine}; choose one of: auto, none, {others}",
+            hint=f"--engine {other} for {takers}",
         )
-    if remote_url and choice not in _REMOTE_CAPABLE:
+    if platform not in spec.platforms:
         raise UnsupportedError(
-            f"a remote store needs LMCache; {choice} has no Redis/LMCache-server backend",
-            hint="use --engine vllm --offload lmcache with --remote",
+            f"--offload {offload} needs an NVIDIA GPU (CUDA); none is visible",
+            hint="use --offload none (or auto) on a CPU-only machine",
         )
-    reasons = {
-        "lmcache": "vLLM + LMCache in-process (LMCacheConnectorV1): DRAM, disk and remote tiers together",
-        "lmcache-mp": "vLLM + LMCache multi-process server (LMCacheMPConnector), as asked",
-        "native": "vLLM native offloading (OffloadingConnector), as asked: DRAM tier in /dev/shm",
-        "hicache": "SGLang HiCache: host-memory pool per rank, file storage backend for the disk tier",
-    }
-    return choice, reasons[choice] + (" (--offload auto)" if offload == "auto" else "")
+    if remote_url and not spec.remote:
+        raise UnsupportedError(
+            f"a remote store needs LMCache; {offload} has no Redis/LMCache-server backend",
+            hint=f"use --engine {engine} --offload lmcache-mp with --remote",
+        )
+    reason = spec.reason + (f"; {spec.deprecated}" if spec.deprecated else "")
+    return spec.name, reason
+
+
+def choose_connector(
+    model: ModelGeometry,
+    engine: Engine,
+    offload: OffloadChoice,
+    remote_url: str | None,
+    platform: Platform,
+    installed: Installed = _everything,
+) -> ConnectorChoice:
+    """The connector wanted, why, and how it carries the model's layers: --offload auto takes one that
+    carries them as the engine allocates them where there is one, and none where nothing can; a
+    forced one that cannot is refused (exit 2)."""
+    wanted, why = wanted_connector(engine, offload, remote_url, platform, installed)
+    decision = carry(model, wanted, platform)
+    if offload == "auto" and wanted != "none" and decision.carriage != "as-allocated":
+        better = first_as_allocated(model, auto_candidates(engine, remote_url, platform, installed), platform)
+        if better is not None:
+            why = (
+                f"{better[0]}: carries {model.name}'s layers as vLLM allocates them, where {wanted} "
+                f"would not ({decision.reason}) (--offload auto)"
+            )
+            wanted, decision = better
+    if decision.carriage == "cannot":
+        if offload != "auto":
+            refuse_forced(model, wanted, decision)
+        return ConnectorChoice(
+            "none", f"none: {decision.reason}", carry(model, "none", platform), decision.reason
+        )
+    return ConnectorChoice(wanted, why, decision)
 
 
 def install_warnings(engine: Engine, connector: Connector, versions: dict[str, str | None]) -> list[str]:
@@ -74,6 +140,10 @@ def install_warnings(engine: Engine, connector: Connector, versions: dict[str, s
         out.append(
             f"{engine} is not installed in the probed environment: serve needs it (pip install {engine})"
         )
-    if connector in ("lmcache", "lmcache-mp") and versions.get("lmcache") is None:
-        out.append("LMCache is not installed in the probed environment: pip install lmcache before serving")
+    package = spec_of(connector).package
+    if package is not None and versions.get(package) is None:
+        title = spec_of(connector).package_title
+        out.append(
+            f"{title} is not installed in the probed environment: pip install {package} before serving"
+        )
     return out

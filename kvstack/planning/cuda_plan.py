@@ -3,6 +3,7 @@ pool and the tiers below it with their break-even lengths and predicted TTFT."""
 
 from __future__ import annotations
 
+from kvstack.connectors import spec_of
 from kvstack.hardware.gpu_specs import gpu_spec
 from kvstack.hardware.snapshot import GpuInfo, HardwareSnapshot
 from kvstack.model.geometry import ModelGeometry
@@ -15,8 +16,8 @@ from kvstack.planning.assemble import (
     manager_off_note,
     planned_retention,
 )
-from kvstack.planning.carriage import CarryDecision, carry, first_as_allocated, refuse_forced
-from kvstack.planning.connector import auto_candidates, install_warnings, wanted_connector
+from kvstack.planning.carriage import CarryDecision
+from kvstack.planning.connector import choose_connector, install_warnings
 from kvstack.planning.kv import KvLayout
 from kvstack.planning.layout import EnginePool, offload_tiers, with_breakeven
 from kvstack.planning.notes import Notes
@@ -61,7 +62,8 @@ def cuda_choices(asked: Asked, notes: Notes) -> PlatformChoices | None:
         )
     else:
         notes.reasons["connector"] = "none: the plan is infeasible"
-    if connector == "none" and decision.carriage == "manager-off":
+    wired = spec_of(connector).offloads
+    if not wired and decision.carriage == "manager-off":
         return None
     if decision.carriage == "manager-off":
         manager_off_note(model, chosen.dtype.bytes_per_element, wl.context_tokens, kv, notes, layout.engine)
@@ -69,7 +71,7 @@ def cuda_choices(asked: Asked, notes: Notes) -> PlatformChoices | None:
         notes.warn(w)
     lower, prefill = with_breakeven(snapshot, model, chosen, lower, notes, wl.context_tokens)
     tiers = [gpu_tier, *lower]
-    if decision.carriage == "manager-off" and connector != "none":
+    if decision.carriage == "manager-off" and wired:
         manager_off_cost(tiers, kv, notes)
     hbm = gpu_spec(gpu.name, gpu.compute_capability).hbm_bytes_per_s
     step = gpu_step(budget.weights_per_rank, hbm)
@@ -106,25 +108,8 @@ def _versions(snapshot: HardwareSnapshot, request: PlanRequest) -> dict[str, str
 def _connector(
     model: ModelGeometry, request: PlanRequest, remote: str | None
 ) -> tuple[Connector, str, CarryDecision]:
-    """The connector wanted, why, and how it carries the model's layers: --offload auto takes one that
-    carries them as vLLM allocates them where there is one, and none where nothing can; a forced one
-    that cannot is refused (exit 2)."""
-    wanted, connector_why = wanted_connector(request.engine, request.offload, remote)
-    decision = carry(model, wanted, "cuda")
-    if request.offload == "auto" and wanted != "none" and decision.carriage != "as-allocated":
-        better = first_as_allocated(model, auto_candidates(request.engine, remote), "cuda")
-        if better is not None:
-            connector_why = (
-                f"{better[0]}: carries {model.name}'s layers as vLLM allocates them, where {wanted} "
-                f"would not ({decision.reason}) (--offload auto)"
-            )
-            wanted, decision = better
-    if decision.carriage == "cannot":
-        if request.offload != "auto":
-            refuse_forced(model, wanted, decision)
-        wanted, connector_why = "none", f"none: {decision.reason}"
-        decision = carry(model, "none", "cuda")
-    return wanted, connector_why, decision
+    chosen = choose_connector(model, request.engine, request.offload, remote, "cuda")
+    return chosen.connector, chosen.reason, chosen.decision
 
 
 def _note_gpus(
@@ -227,10 +212,14 @@ def _below_gpu(
             notes.warn("no offload tier qualifies: prefixes that do not fit the GPU pool will be recomputed")
         return [], "none"
     notes.reasons["connector"] = connector_why
-    if wanted == "native":
+    spec = spec_of(wanted)
+    if spec.cache_server:
         notes.reasons["per_rank"] = (
-            "vLLM native offload takes the TOTAL across TP ranks (--kv-offloading-size)"
+            f"{wanted}: one cache server holds the KV of all {kv.tp} TP rank(s), so each tier's size is "
+            "the server's total (size_bytes)"
         )
+    elif spec.sizing.dram_figure == "total":
+        notes.reasons["per_rank"] = f"{spec.title} takes the TOTAL across TP ranks (size_bytes)"
     else:
         notes.reasons["per_rank"] = (
             f"{wanted} sizes its DRAM/disk tiers per TP rank: each of the {kv.tp} rank(s) gets "
@@ -252,7 +241,7 @@ def _note_capacity(
             "from the lower tiers"
         )
     covered = max(t.size_bytes for t in tiers)
-    if chosen.problem is None and chosen.working_set > covered and connector != "none":
+    if chosen.problem is None and chosen.working_set > covered and spec_of(connector).offloads:
         notes.warn(
             f"the working set ({fmt_bytes(chosen.working_set)}) exceeds the largest tier "
             f"({fmt_bytes(covered)}): the least recently used prefixes will be recomputed"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+from kvstack.connectors import spec_of
 from kvstack.hardware.calibrate.model import Calibration, calibration_of
 from kvstack.hardware.gpu_specs import GpuSpec, gpu_spec, host_link_bytes_per_s
 from kvstack.hardware.snapshot import HardwareSnapshot
@@ -51,8 +52,9 @@ def offload_tiers(
     one to stage through, or are dropped.
     """
     # In-process LMCache has no CPU transfer path: wired as asked, degraded, with no disk tier.
-    degraded = pool.platform == "cpu" and connector == "lmcache"
-    suffix = " (degraded here: the in-process connector has no CPU transfer path)" if degraded else ""
+    why_degraded = spec_of(connector).degraded_on_cpu if pool.platform == "cpu" else ""
+    degraded = bool(why_degraded)
+    suffix = f" (degraded here: {why_degraded})" if degraded else ""
     if pool.platform == "cpu":
         dram = _lmcache_l1(pool, retention, suffix, notes)
         if dram is None:

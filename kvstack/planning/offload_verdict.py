@@ -69,7 +69,7 @@ def apply_trace(
             f"this trace asks {busy:.1f}x the prefill the engine can do (predicted, with the planned tiers): "
             "requests will queue and TTFT grow past the predicted figures (more GPUs, or more replicas)"
         )
-    if sizing.offload_pays is False and plan.connector != "none":
+    if sizing.offload_pays is False and plan.offloads:
         if auto and plan.remote_url is None:
             base = without_offload()
             reasons = {

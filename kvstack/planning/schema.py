@@ -13,6 +13,7 @@ from pydantic import (
     model_validator,
 )
 
+from kvstack.connectors import SPECS, spec_of
 from kvstack.model.geometry import ModelGeometry
 from kvstack.names import (
     ENGINES,
@@ -27,8 +28,8 @@ from kvstack.planning.bound import PlanCapacity
 from kvstack.planning.trace_schema import TraceSizing
 
 # The connector kvstack gates per request (engines/lmcache_gate.py): the only one a plan's
-# gate_prompt_tokens is served on.
-GATED_CONNECTOR: Connector = "lmcache-mp"
+# gate_prompt_tokens is served on (its spec's gate compares the prompt's length).
+GATED_CONNECTOR: Connector = next(s.name for s in SPECS.values() if s.gate_kind == "prompt")
 
 __all__ = [
     "ENGINES",
@@ -176,7 +177,7 @@ class Plan(BaseModel):
 
     @model_validator(mode="after")
     def _gate_on_lmcache_mp(self) -> Plan:
-        if self.gate_prompt_tokens is not None and self.connector != GATED_CONNECTOR:
+        if self.gate_prompt_tokens is not None and spec_of(self.connector).gate_kind != "prompt":
             raise ValueError(
                 f"gate_prompt_tokens is served by kvstack's gate over {GATED_CONNECTOR} only, "
                 f"not {self.connector}"
@@ -209,6 +210,11 @@ class Plan(BaseModel):
     def engine_pool(self) -> Tier | None:
         """The engine's own KV pool (GPU memory, or host memory on the CPU platform)."""
         return self.tiers[0] if self.tiers else None
+
+    @property
+    def offloads(self) -> bool:
+        """Whether a connector moves KV below the engine's pool (any but ``none``)."""
+        return spec_of(self.connector).offloads
 
     @property
     def offload_tiers(self) -> list[Tier]:

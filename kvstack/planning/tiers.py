@@ -10,6 +10,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from kvstack.connectors import native, spec_of
 from kvstack.hardware.snapshot import DiskInfo, GpuInfo, HardwareSnapshot, MemoryInfo
 from kvstack.planning.kv import KvFootprint
 from kvstack.planning.schema import Connector, Tier
@@ -87,7 +88,7 @@ HOST_RESERVE_PER_GPU_RANK = 2 * GIB
 PINNED_FRACTION = 0.5
 # vLLM's native offload maps ~1.92x --kv-offloading-size as unreclaimable shared memory
 # (vllm#53042, measured 1.922x and 1.925x at 400 and 200 GiB on vLLM 0.26).
-NATIVE_SHM_FACTOR = 1.92
+NATIVE_SHM_FACTOR = native.SHM_FACTOR
 
 
 def host_capacity(memory: MemoryInfo, gpu_ranks: int, also_needed: int = 0) -> HostCapacity:
@@ -185,7 +186,8 @@ def _gib_ceil(n: float) -> int:
 
 def host_usable(host: HostCapacity, memory: MemoryInfo, connector: Connector) -> tuple[int, str]:
     """DRAM a tier of this connector may be sized to, and a note when its allocation costs more."""
-    if connector != "native":
+    factor = spec_of(connector).sizing.shm_factor
+    if factor is None:
         return host.usable, ""
     # vLLM's native CPU tier is an mmap in /dev/shm that takes ~1.92x its size (vllm#53042), counted
     # against the cgroup: both /dev/shm and host memory must hold 1.92x the tier.
@@ -195,9 +197,9 @@ def host_usable(host: HostCapacity, memory: MemoryInfo, connector: Connector) ->
             max(0, memory.shm_free_bytes - GIB),
             f"/dev/shm ({fmt_bytes(memory.shm_free_bytes)} free)",
         )
-    usable = int(room / NATIVE_SHM_FACTOR)
+    usable = int(room / factor)
     return usable, (
-        f"; vLLM's native tier maps {NATIVE_SHM_FACTOR}x its size as shared memory (vllm#53042): "
+        f"; vLLM's native tier maps {factor}x its size as shared memory (vllm#53042): "
         f"{fmt_bytes(usable)} fits {where}"
     )
 
@@ -220,7 +222,7 @@ def cpu_tier(
     tp = kv.tp
     usable, note = host_usable(host, memory, connector)
     # SGLang HiCache asserts host pool > device pool (HostKVCache: "host memory should be larger").
-    floor = pool_total + GIB * tp if connector == "hicache" else pool_total
+    floor = pool_total + GIB * tp if spec_of(connector).sizing.exceeds_gpu_pool else pool_total
     cap = _gib_floor(usable / tp) * tp
     if cap < max(floor, GIB * tp):
         return None, (
@@ -256,7 +258,7 @@ def staging_cpu_tier(
 ) -> Tier | None:
     """A small DRAM tier under disk/remote tiers: LMCache asserts without local_cpu when disk or
     remote is on, and vLLM's tiered spec stages through its CPU tier."""
-    if connector == "hicache":
+    if not spec_of(connector).sizing.staging:
         return None  # HiCache's host pool must exceed the device pool: a staging buffer cannot
     usable, note = host_usable(host, memory, connector)
     per_rank = min(4 * GIB, _gib_floor(usable / kv.tp))

@@ -340,7 +340,7 @@ def canary_off_reason(launch: Launch) -> str | None:
     req = launch.request
     if not req.canary:
         return "--no-canary"
-    if launch.replicas[0].spec.connector == "none" or not launch.plan.offload_tiers:
+    if not launch.plan.offloads or not launch.plan.offload_tiers:
         return "no offload tier is served"
     return None
 

@@ -137,7 +137,7 @@ def sized_layout_starter(
             update={"offload": name, "run_dir": run_root / name, "validate_after_start": control_routes}
         )
         launch = prepare(request)
-        if launch.plan.connector != "none":
+        if launch.plan.offloads:
             launch = resized_launch(launch, sizes)
         with launched(launch, events) as group:
 

@@ -65,7 +65,7 @@ CASES = [
     Case(
         "h100-sxm",
         "llama-3.1-8b",
-        connector="lmcache",
+        connector="lmcache-mp",
         tiers=("gpu", "cpu"),
         reason=("offload", "the retention target (80.0 GiB) exceeds the GPU pool"),
     ),
@@ -80,7 +80,7 @@ CASES = [
         "llama-3.1-70b",
         "rag-long-doc",
         tp=8,
-        connector="lmcache",
+        connector="lmcache-mp",
         tiers=("gpu", "cpu", "disk"),
         reason=("tensor_parallel_size", "all 8 concurrent sessions fit"),
     ),
@@ -90,12 +90,12 @@ CASES = [
         "rag-long-doc",
         {"users": 32},
         tp=8,
-        connector="lmcache",
+        connector="lmcache-mp",
         tiers=("gpu", "cpu", "disk"),
         warning="the GPU pool holds 21 of the 32",
         reason=("disk_tier", "/raid"),
     ),
-    Case("8x-h100", "llama-3.1-405b-fp8", tp=8, connector="lmcache", tiers=("gpu", "cpu")),
+    Case("8x-h100", "llama-3.1-405b-fp8", tp=8, connector="lmcache-mp", tiers=("gpu", "cpu")),
     Case("8x-h100", "llama-3.1-405b", feasible=False, tp=8, error="--tp 16 on 16 x"),
     Case("8x-h100", "deepseek-v3", feasible=False, tp=8, error="the weights (626.6 GiB)"),
     Case("8x-h100", "qwen3-235b-a22b", tp=8),
@@ -104,7 +104,7 @@ CASES = [
         "llama-3.1-70b",
         "rag-long-doc",
         dtype="nvfp4",
-        connector="lmcache",
+        connector="lmcache-mp",
         tiers=("gpu", "cpu", "disk"),
         warning="FP4 (NVFP4) KV",
         reason=("kv_cache_dtype", "does not fit the GPU pool even at FP8"),
@@ -115,7 +115,7 @@ CASES = [
         "llama-3.1-8b",
         "agent-multi-turn",
         dtype="auto",
-        connector="lmcache",
+        connector="lmcache-mp",
         tiers=("gpu", "cpu", "disk"),
         reason=("kv_cache_dtype", "CC 8.0"),
     ),
@@ -123,7 +123,7 @@ CASES = [
         "l40s",
         "llama-3.1-8b",
         "agent-multi-turn",
-        connector="lmcache",
+        connector="lmcache-mp",
         tiers=("gpu", "cpu", "disk"),
         warning="LMCache is not installed",
     ),
@@ -140,7 +140,7 @@ CASES = [
         "rtx-pro-6000",
         "qwen3-32b",
         "chatbot-shared-prompt",
-        connector="lmcache",
+        connector="lmcache-mp",
         tiers=("gpu", "cpu", "disk"),
     ),
     Case(
@@ -148,7 +148,7 @@ CASES = [
         "qwen3-32b",
         "chatbot-shared-prompt",
         {"disk_tier": False},
-        connector="lmcache",
+        connector="lmcache-mp",
         tiers=("gpu", "cpu"),
         reason=("disk_tier", "--no-disk"),
     ),
@@ -157,7 +157,7 @@ CASES = [
         "llama-3.1-8b",
         "rag-long-doc",
         {"users": 64},
-        connector="lmcache",
+        connector="lmcache-mp",
         tiers=("gpu", "cpu"),
         warning="reads at 530 MB/s, below the 1.0 GB/s",
     ),
@@ -166,7 +166,7 @@ CASES = [
         "llama-3.1-8b",
         "rag-long-doc",
         {"users": 64, "min_disk_bw": 0.5e9},
-        connector="lmcache",
+        connector="lmcache-mp",
         tiers=("gpu", "cpu", "disk"),
     ),
     Case(
@@ -174,7 +174,7 @@ CASES = [
         "llama-3.1-8b",
         "rag-long-doc",
         {"users": 64},
-        connector="lmcache",
+        connector="lmcache-mp",
         tiers=("gpu", "cpu"),
         warning="/tmp is tmpfs",
     ),
@@ -183,7 +183,7 @@ CASES = [
         "llama-3.1-8b",
         "rag-long-doc",
         {"users": 64},
-        connector="lmcache",
+        connector="lmcache-mp",
         tiers=("gpu", "cpu", "disk"),
         reason=("cpu_tier", "staging buffer"),
     ),
@@ -199,7 +199,7 @@ CASES = [
         "llama-3.1-8b",
         "rag-long-doc",
         {"users": 64},
-        connector="lmcache",
+        connector="lmcache-mp",
         tiers=("gpu", "cpu"),
         warning="9.0 GiB free",
     ),
@@ -207,7 +207,7 @@ CASES = [
     Case("h200", "gpt-oss-120b", "agent-multi-turn", connector="lmcache-mp", tiers=("gpu", "cpu", "disk")),
     # vLLM holds window + the tokens in flight (2 x 8192 on an H100) per sliding layer: a disk tier too.
     Case(
-        "h100-sxm", "mistral-7b", "chatbot-shared-prompt", connector="lmcache", tiers=("gpu", "cpu", "disk")
+        "h100-sxm", "mistral-7b", "chatbot-shared-prompt", connector="lmcache-mp", tiers=("gpu", "cpu", "disk")
     ),
     Case("h100-sxm", "mistral-7b", "chatbot-shared-prompt", {"retain_factor": 1.0}),
     Case(
@@ -241,7 +241,7 @@ CASES = [
         "rag-long-doc",
         {"users": 32, "cache_root": "/home/me/kv"},
         tp=8,
-        connector="lmcache",
+        connector="lmcache-mp",
         tiers=("gpu", "cpu"),
         # 80% of /'s free space is smaller than the DRAM tier: an inclusive disk tier would add nothing.
         reason=("disk_tier", "would hold no more than the 1.8 TiB above it"),
@@ -253,7 +253,7 @@ CASES = [
         "rag-long-doc",
         {"users": 32, "cache_root": "/home/me/kv", "retain_bytes": 10 * 1024 * GIB},
         tp=8,
-        connector="lmcache",
+        connector="lmcache-mp",
         tiers=("gpu", "cpu"),
         reason=("retention", "10.0 TiB (--retain)"),
     ),
@@ -263,7 +263,7 @@ CASES = [
         None,
         {"kv_dtype": "auto"},
         dtype="auto",
-        connector="lmcache",
+        connector="lmcache-mp",
         tiers=("gpu", "cpu", "disk"),
         reason=("kv_cache_dtype", "as asked"),
     ),
@@ -271,7 +271,7 @@ CASES = [
         "h100-sxm",
         "qwen3-32b",
         "rag-long-doc",
-        connector="lmcache",
+        connector="lmcache-mp",
         tiers=("gpu", "cpu", "disk"),
         warning="stops at 40K",
         reason=("context", "maximum"),
@@ -483,7 +483,7 @@ def test_no_gpu_remote_follows_explicit_lmcache(plan_for: PlanFor) -> None:
         (
             "h100-sxm",
             "llama-3.1-8b",
-            {"engine": "sglang", "remote_url": "redis://h:1"},
+            {"engine": "sglang", "offload": "hicache", "remote_url": "redis://h:1"},
             UnsupportedError,
             "LMCache",
         ),
@@ -516,7 +516,25 @@ def test_remote_url_password_never_enters_the_plan(plan_for: PlanFor) -> None:
     remote = plan.tier("remote")
     assert remote is not None and remote.url == plan.remote_url
     assert "s3cret-pass" not in plan.model_dump_json()
-    assert plan.connector == "lmcache" and plan.tier("cpu") is not None
+    assert plan.connector == "lmcache-mp" and plan.tier("cpu") is not None
+
+
+def test_sglang_with_a_remote_store_plans_lmcaches_cache_server(plan_for: PlanFor) -> None:
+    """HiCache has no remote tier: --offload auto takes LMCache's cache server, which has one."""
+    plan = plan_for("h100-sxm", "llama-3.1-8b", engine="sglang", remote_url="redis://cache.local:6379")
+    assert plan.connector == "lmcache-mp"
+    assert [t.kind for t in plan.tiers][-1] == "remote"
+    without = plan_for("h100-sxm", "llama-3.1-8b", engine="sglang")
+    assert without.connector == "hicache"
+
+
+def test_cuda_auto_plans_the_cache_server_and_says_why_not_in_process(plan_for: PlanFor) -> None:
+    plan = plan_for("h100-sxm", "llama-3.1-8b")
+    assert plan.connector == "lmcache-mp"
+    assert "LMCache#3927" in plan.reasons["connector"] and "--offload lmcache" in plan.reasons["connector"]
+    asked = plan_for("h100-sxm", "llama-3.1-8b", offload="lmcache")
+    assert asked.connector == "lmcache"
+    assert "deprecating" in asked.reasons["connector"]
 
 
 def test_probed_remote_store_sizes_the_tier(plan_for: PlanFor) -> None:

@@ -80,7 +80,7 @@ def test_offload_that_pays_is_kept_with_the_ttft_prediction() -> None:
     plan = _plan("l40s", trace=_fixture())
     t = plan.trace
     assert t is not None and t.with_offload is not None and t.without_offload is not None
-    assert t.offload_pays is True and plan.connector == "lmcache"
+    assert t.offload_pays is True and plan.connector == "lmcache-mp"
     # A cost high enough turns it around: at 5 s a request the path costs more than it saves.
     costly = _plan("l40s", trace=_fixture(offload_cost_s=5.0, offload_cost_source="--offload-cost"))
     assert costly.connector == "none" and costly.trace is not None and costly.trace.offload_pays is False

@@ -30,7 +30,7 @@ def test_json_carries_the_curve_and_the_evidence() -> None:
     assert len(t["curve"]) > 50 and t["curve"][-1]["hit_ratio"] == pytest.approx(t["max_ratio"])
     assert plan["concurrency"]["retention_target_bytes"] == t["target_bytes"]
     assert [x["kind"] for x in t["tiers"]] == ["engine", "cpu"]
-    assert t["offload_pays"] is True and plan["connector"] == "lmcache"
+    assert t["offload_pays"] is True and plan["connector"] == "lmcache-mp"
 
 
 def test_human_form_shows_the_curve_the_tiers_and_the_verdict(tmp_path: Path) -> None:
