@@ -58,6 +58,23 @@ def lmcache_on_cpu(connector: str, why_groups: str) -> Reach:
     )
 
 
+def sliding_tokens_per_chunk(window: int, chunk: int) -> int:
+    """The tokens of a sliding-window layer LMCache-driven transfer stores per chunk: the chunk's last
+    ``window`` tokens when the window is shorter than the chunk, else the whole chunk
+    (lmcache/v1/kv_layer_groups.py:580-602 get_subchunk_sw_size_tokens; the kept blocks are the
+    chunk's last: object_group_transfer.py:203-228). Full windows are forced only for
+    ``--engine-type blend`` (server.py:463-475), which kvstack does not run."""
+    return min(window, chunk)
+
+
+# One object group per sliding-window size (lmcache/v1/multiprocess/config.py:503-508,
+# BooleanOptionalAction, default off; kv_layer_groups.py:666-721). The bytes stored are the same
+# either way; with it, a hit needs only a sliding group's last ceil(window / chunk) chunks and a
+# retrieve reads only those (distributed/api.py:365-369, lmcache_driven_transfer.py:1010-1040), so
+# older sliding objects can be evicted without losing the hit. LMCache-driven transfer only (CUDA).
+OBJECT_GROUPS_FLAG = "--separate-object-groups"
+
+
 def _isolate(tier: str, present: frozenset[str]) -> StepPlan:
     if tier == "cpu":
         return StepPlan(tier, "tier:cpu", ("gpu",))
@@ -104,4 +121,6 @@ SPEC = ConnectorSpec(
     gate_kind="prompt",
     tune_platforms=frozenset({"cuda", "cpu"}),
     cache_server=True,
+    sliding_stored={"cuda": sliding_tokens_per_chunk},
+    object_groups_flag={"cuda": OBJECT_GROUPS_FLAG},
 )

@@ -154,6 +154,12 @@ class ConnectorSpec:
     # Runs on the CPU platform without moving anything (LMCache in-process: degraded mode).
     degraded_on_cpu: str = ""
     deprecated: str = ""  # upstream's deprecation of it, quoted where the plan uses it
+    # (platform) -> the tokens of a sliding-window layer it stores per chunk, from (window, chunk);
+    # a platform missing here: it stores what the engine allocates.
+    sliding_stored: Mapping[Platform, Callable[[int, int], int]] = field(default_factory=dict)
+    # (platform) -> the cache server's flag that keeps each sliding-window size in an object group
+    # of its own, for a hybrid with the engine's hybrid KV cache manager on.
+    object_groups_flag: Mapping[Platform, str] = field(default_factory=dict)
 
     @property
     def offloads(self) -> bool:

@@ -33,6 +33,7 @@ from kvstack.engines.lmcache_guard import SHM_FLAG, SHM_NAME  # the guard makes 
 from kvstack.engines.vllm import prepare_vllm, reset_path, vllm_server
 from kvstack.errors import NetworkTargetError, PathError, UnsupportedError
 from kvstack.names import CONTROL_ENV
+from kvstack.planning.stored_kv import object_groups_flag
 from kvstack.redact import redact_url
 from kvstack.runtime.specs import FileSpec, LaunchSpec, ProcessSpec
 from kvstack.units import GIB, fmt_bytes
@@ -288,6 +289,9 @@ def mp_server(req: RenderRequest, prep: LaunchBasics) -> MpServer:
         "--l1-size-gb", f"{l1:g}",
         "--eviction-policy", "LRU",
     ]  # fmt: skip
+    plan = req.plan
+    if flag := object_groups_flag(plan.model, plan.connector, plan.platform, plan.hybrid_manager != "off"):
+        argv.append(flag)
     if req.plan.platform == "cpu":
         argv += ["--supported-transfer-mode", "auto"]  # the CPU adapter is engine-driven
         if req.plan.engine == "vllm":  # the path measured; SGLang's adapter is not run here

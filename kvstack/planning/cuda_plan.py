@@ -3,6 +3,8 @@ pool and the tiers below it with their break-even lengths and predicted TTFT."""
 
 from __future__ import annotations
 
+import math
+
 from kvstack.connectors import spec_of
 from kvstack.hardware.gpu_specs import gpu_spec
 from kvstack.hardware.snapshot import GpuInfo, HardwareSnapshot
@@ -18,7 +20,7 @@ from kvstack.planning.assemble import (
 )
 from kvstack.planning.carriage import CarryDecision
 from kvstack.planning.connector import choose_connector, install_warnings
-from kvstack.planning.kv import KvLayout
+from kvstack.planning.kv import KvLayout, chunk_size
 from kvstack.planning.layout import EnginePool, offload_tiers, with_breakeven
 from kvstack.planning.notes import Notes
 from kvstack.planning.parallel import Attempt, choose_tp, infeasible_error, needed_gpus
@@ -26,6 +28,7 @@ from kvstack.planning.quantization import weights_note
 from kvstack.planning.request import PlanRequest
 from kvstack.planning.retention import retention_note
 from kvstack.planning.schema import Connector, Tier, Workload
+from kvstack.planning.stored_kv import StoredKv, object_groups_flag, stored_kv
 from kvstack.planning.ttft import gpu_step, ttft_model
 from kvstack.redact import redact_url
 from kvstack.units import fmt_bytes, fmt_tokens
@@ -56,9 +59,10 @@ def cuda_choices(asked: Asked, notes: Notes) -> PlatformChoices | None:
     retention = planned_retention(chosen.working_set, request, wl, kv, asked.curve, notes)
     lower: list[Tier] = []
     connector: Connector = "none"
+    stored: StoredKv | None = None
     if chosen.problem is None:
-        lower, connector = _below_gpu(
-            snapshot, request, chosen, wanted, connector_why, remote, retention, notes
+        lower, connector, stored = _below_gpu(
+            snapshot, request, chosen, wanted, connector_why, remote, retention, notes, model, layout
         )
     else:
         notes.reasons["connector"] = "none: the plan is infeasible"
@@ -75,7 +79,8 @@ def cuda_choices(asked: Asked, notes: Notes) -> PlatformChoices | None:
         manager_off_cost(tiers, kv, notes)
     hbm = gpu_spec(gpu.name, gpu.compute_capability).hbm_bytes_per_s
     step = gpu_step(budget.weights_per_rank, hbm)
-    ttft = ttft_model(wl.context_tokens, kv.effective_bytes_per_token, lower, prefill=prefill, step=step)
+    per_token = stored.bytes_per_token if stored is not None else kv.effective_bytes_per_token
+    ttft = ttft_model(wl.context_tokens, per_token, lower, prefill=prefill, step=step)
     covered = _note_capacity(chosen, tiers, connector, wl, retention, notes)
     return PlatformChoices(
         platform="cuda",
@@ -176,9 +181,12 @@ def _below_gpu(
     remote: str | None,
     retention: int,
     notes: Notes,
-) -> tuple[list[Tier], Connector]:
-    """(tiers below the GPU, connector): none where no offload is wanted, or where the retention
-    target fits the GPU pool and nothing forces a tier; else what offload_tiers plans."""
+    model: ModelGeometry,
+    layout: KvLayout,
+) -> tuple[list[Tier], Connector, StoredKv | None]:
+    """(tiers below the GPU, connector, what the connector stores where it differs from what the
+    engine allocates): none where no offload is wanted, or where the retention target fits the GPU
+    pool and nothing forces a tier; else what offload_tiers plans, sized by the stored bytes."""
     kv, pool = chosen.kv, chosen.budget.pool_total
     fits = chosen.working_set <= pool
     if wanted == "none":
@@ -186,7 +194,7 @@ def _below_gpu(
         notes.reasons["connector"] = "none"
         if not fits:
             notes.warn("--offload none: prefixes that do not fit the GPU pool will be recomputed")
-        return [], "none"
+        return [], "none", None
     # cache_root only says where a disk tier goes (serve always passes one): it forces nothing.
     forced = request.offload != "auto" or remote is not None
     if retention <= pool and not forced:
@@ -195,7 +203,7 @@ def _below_gpu(
             "no offload tier, no connector"
         )
         notes.reasons["connector"] = "none: nothing to offload"
-        return [], "none"
+        return [], "none", None
     if not fits:
         why = f"the working set ({fmt_bytes(chosen.working_set)}) exceeds the GPU pool ({fmt_bytes(pool)})"
     elif retention > pool:
@@ -205,12 +213,27 @@ def _below_gpu(
     notes.reasons["offload"] = why
     host = tr.host_capacity(snapshot.memory, kv.tp)
     below = EnginePool("cuda", kv, pool, chosen.working_set, host)
+    stored = stored_kv(
+        model, kv, chosen.dtype.bytes_per_element, wanted, "cuda", layout.hybrid_manager,
+        chunk_size(kv.context)[0],
+    )  # fmt: skip
+    if stored is not None:
+        notes.reasons["stored_kv"] = stored.reason
+    if flag := object_groups_flag(model, wanted, "cuda", layout.hybrid_manager):
+        notes.reasons["object_groups"] = (
+            f"{flag}: each sliding-window size gets an object group of its own, so a hit needs only "
+            "a sliding group's last ceil(window / chunk) chunks and older sliding chunks can be evicted "
+            "without losing it (lmcache/v1/kv_layer_groups.py:666-721, distributed/api.py:365-369)"
+        )
+    if stored is not None:
+        below = EnginePool("cuda", stored.kv, pool, math.ceil(chosen.working_set * stored.ratio), host)
+        retention = math.ceil(retention * stored.ratio)
     tiers = offload_tiers(snapshot, request, below, wanted, remote, retention, notes)
     if not tiers:
         notes.reasons["connector"] = "none: no tier below the GPU qualifies"
         if not fits:
             notes.warn("no offload tier qualifies: prefixes that do not fit the GPU pool will be recomputed")
-        return [], "none"
+        return [], "none", None
     notes.reasons["connector"] = connector_why
     spec = spec_of(wanted)
     if spec.cache_server:
@@ -225,7 +248,7 @@ def _below_gpu(
             f"{wanted} sizes its DRAM/disk tiers per TP rank: each of the {kv.tp} rank(s) gets "
             "size_bytes_per_rank"
         )
-    return tiers, wanted
+    return tiers, wanted, stored
 
 
 def _note_capacity(

@@ -208,6 +208,7 @@ def check_lmcache_server_argv(argv: list[str]) -> dict[str, Any]:
         "http_port": http.http_port if hasattr(http, "http_port") else None,
         "l1_size_gb": args.l1_size_gb,
         "eviction_policy": args.eviction_policy,
+        "separate_object_groups": mp.separate_object_groups,
         "l2_adapters": adapters,
     }
 

@@ -26,6 +26,8 @@ FIELDS = (
     "hicache_ratio",
     "hicache_write_policy",
     "hicache_storage_backend",
+    "enable_lmcache",
+    "lmcache_config_file",
     "served_model_name",
     "api_key",
     "admin_api_key",

@@ -25,16 +25,19 @@ from tests.unit.engines.cases import (
     API_KEY,
     CASES,
     DEMO_FACTS,
+    HUB_FACTS,
     REDIS_URL,
     REDIS_URL_REDACTED,
     SOFTWARE,
     make_options,
     make_plan,
 )
+from tests.unit.planning.helpers import plan_for
 
 pytestmark = pytest.mark.integration
 
 CONTROL = "control-misspelled-key"
+PLANNED = "planned-h100-llama8b-auto"
 GATED, GATE = "GatedLMCacheMPConnector", 1024
 
 # Beyond the golden cases: the connectors on the CPU demo machine itself, and more plan shapes.
@@ -73,6 +76,11 @@ EXTRA = {
         "vllm",
         {"connector": "lmcache-mp", "remote_gib": 50, "remote_url": REDIS_URL_REDACTED},
     ),
+    # A sliding-window hybrid on CUDA with the manager on: LMCache's object groups.
+    "cuda-lmcache-mp-gpt-oss-object-groups": (
+        "vllm",
+        {"model": "gpt-oss-20b", "connector": "lmcache-mp", "cpu_gib": 30},
+    ),
     "cuda-lmcache-remote-only": (
         "vllm",
         {"connector": "lmcache", "remote_gib": 50, "remote_url": REDIS_URL_REDACTED},
@@ -95,6 +103,11 @@ def engine_specs(run_dir: Path, cache_root: Path) -> dict[str, LaunchSpec]:
         facts = DEMO_FACTS if plan_args.get("model") == "demo" else CASES[2].facts
         options = make_options(**dirs(name), remote_url=REDIS_URL, api_key=API_KEY)
         specs[name] = render(make_plan(**plan_args), options, SOFTWARE[software], facts)
+    # The README's CUDA plan as the planner makes it (--offload auto: LMCache's cache server).
+    planned = plan_for("h100-sxm", "llama-3.1-8b", cache_root="/data/kv")
+    assert planned.connector == "lmcache-mp", planned.reasons["connector"]
+    options = make_options(**{**dirs(PLANNED), "cache_root": "/data/kv"})
+    specs[PLANNED] = render(planned, options, SOFTWARE["vllm"], HUB_FACTS)
     return specs
 
 
@@ -313,3 +326,10 @@ def test_every_lmcache_server_argv_parses_with_lmcaches_own_cli(
     assert len(resp) == 1 and resp[0]["host"] == "10.0.0.5" and resp[0]["port"] == 6379
     assert resp[0]["password"] == "", "the Redis password travels in the helper's environment"
     assert remote["l1_size_gb"] == 128.0  # one server holds L1 for both TP ranks
+    assert PLANNED in helpers and ok(results["lmcache_server_argv"][PLANNED], PLANNED)["l1_size_gb"] > 0
+    groups = {n for n, s in specs.items() for h in s.helpers if "--separate-object-groups" in h.argv}
+    assert groups == {"cuda-lmcache-mp-gpt-oss-object-groups"}
+    assert ok(results["lmcache_server_argv"]["cuda-lmcache-mp-gpt-oss-object-groups"], "gpt-oss")[
+        "separate_object_groups"
+    ]
+    assert not remote["separate_object_groups"]  # a dense model: one object group

@@ -40,6 +40,18 @@ def sglang_specs(tmp: Path) -> dict[str, LaunchSpec]:
     )
     options = make_options(run_dir=str(tmp / "run" / "planned"), cache_root="/data/kv", api_key=API_KEY)
     specs["planned-h100-hicache-file"] = render(plan, options, SOFTWARE["sglang"], HUB_FACTS)
+    # With a Redis tier the planner takes LMCache's cache server: HiCache has no remote tier.
+    plan = plan_for(
+        "h100-sxm", "llama-3.1-8b", None, engine="sglang", context=131072, users=8, cache_root="/data/kv",
+        remote_url="redis://cache.internal:6379",
+    )  # fmt: skip
+    assert plan.connector == "lmcache-mp", plan.reasons["connector"]
+    options = make_options(
+        run_dir=str(tmp / "run" / "planned-mp"),
+        cache_root="/data/kv",
+        remote_url="redis://cache.internal:6379",
+    )
+    specs["planned-h100-lmcache-mp-remote"] = render(plan, options, SOFTWARE["sglang"], HUB_FACTS)
     # What serve renders on loopback: the run's control token as SGLang's admin key.
     for key in (None, API_KEY):
         options = make_options(
@@ -92,7 +104,8 @@ def test_every_sglang_argv_parses_with_sglangs_own_parser(
     parsed: tuple[dict[str, LaunchSpec], dict[str, Any]],
 ) -> None:
     specs, results = parsed
-    assert "planned-h100-hicache-file" in specs and len(specs) >= 6
+    assert {"planned-h100-hicache-file", "planned-h100-lmcache-mp-remote"} <= set(specs) and len(specs) >= 7
+    assert "--enable-lmcache" in specs["planned-h100-lmcache-mp-remote"].server.argv
     for name, spec in specs.items():
         res, argv = results[name], spec.server.argv
         assert res["ok"], f"{name}: {res.get('error')}"
@@ -108,6 +121,9 @@ def test_every_sglang_argv_parses_with_sglangs_own_parser(
             size = flag(argv, "--hicache-size")
             assert res["hicache_size"] == (int(size) if size else 0), name
             assert res["hicache_storage_backend"] == flag(argv, "--hicache-storage-backend"), name
+        if "--enable-lmcache" in argv:
+            assert res["enable_lmcache"] is True and not res["enable_hierarchical_cache"], name
+            assert res["lmcache_config_file"] == flag(argv, "--lmcache-config-file"), name
         if "--config" in argv:
             # The key reaches SGLang through the YAML --config file, never argv.
             config = yaml.safe_load(Path(flag(argv, "--config") or "").read_text(encoding="utf-8"))

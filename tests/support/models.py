@@ -7,9 +7,11 @@ The bundled demo model (profiles/demo/config.json: 2 layers, 2 KV heads, head_di
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
-from kvstack.model.geometry import ModelGeometry
+from kvstack.model.geometry import ModelGeometry, geometry_from_config
 
 GIB = 1 << 30
 
@@ -71,4 +73,11 @@ DEEPSEEK_V3 = ModelGeometry(
     max_context=131072,
     params=671_000_000_000,
     active_params=37_000_000_000,
+)
+# openai/gpt-oss-20b's own config.json (tests/fixtures/configs): 24 layers alternating a 128-token
+# sliding window and full attention, 8 KV heads x 64, bf16.
+GPT_OSS_20B = geometry_from_config(
+    json.loads((Path(__file__).parents[1] / "fixtures" / "configs" / "gpt-oss-20b.json").read_text()),
+    "gpt-oss-20b",
+    "openai/gpt-oss-20b",
 )

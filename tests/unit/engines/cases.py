@@ -16,13 +16,14 @@ from kvstack.engines.base import HostFacts
 from kvstack.hardware.snapshot import SoftwareInfo
 from kvstack.planning.schema import Plan, Tier, TierKind, Workload
 from kvstack.runtime.specs import ServeOptions
-from tests.support.models import DEEPSEEK_V3, DEMO, GIB, LLAMA_8B
+from tests.support.models import DEEPSEEK_V3, DEMO, GIB, GPT_OSS_20B, LLAMA_8B
 
-MODELS = {"demo": DEMO, "llama8b": LLAMA_8B, "deepseek": DEEPSEEK_V3}
+MODELS = {"demo": DEMO, "llama8b": LLAMA_8B, "deepseek": DEEPSEEK_V3, "gpt-oss-20b": GPT_OSS_20B}
 MODEL_PATHS = {
     "demo": "/opt/kvstack/profiles/demo",
     "llama8b": "meta-llama/Llama-3.1-8B-Instruct",
     "deepseek": "deepseek-ai/DeepSeek-V3",
+    "gpt-oss-20b": "openai/gpt-oss-20b",
 }
 
 SOFTWARE = {

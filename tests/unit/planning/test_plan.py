@@ -207,7 +207,11 @@ CASES = [
     Case("h200", "gpt-oss-120b", "agent-multi-turn", connector="lmcache-mp", tiers=("gpu", "cpu", "disk")),
     # vLLM holds window + the tokens in flight (2 x 8192 on an H100) per sliding layer: a disk tier too.
     Case(
-        "h100-sxm", "mistral-7b", "chatbot-shared-prompt", connector="lmcache-mp", tiers=("gpu", "cpu", "disk")
+        "h100-sxm",
+        "mistral-7b",
+        "chatbot-shared-prompt",
+        connector="lmcache-mp",
+        tiers=("gpu", "cpu", "disk"),
     ),
     Case("h100-sxm", "mistral-7b", "chatbot-shared-prompt", {"retain_factor": 1.0}),
     Case(
