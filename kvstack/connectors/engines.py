@@ -5,9 +5,24 @@ testing the engine's name. Its launch renderers live in ``kvstack/engines``; thi
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Literal
 
 from kvstack.errors import InputError
+
+
+@dataclass(frozen=True)
+class EngineMetrics:
+    """The series of its /metrics that say what it serves (kvstack top's gauges and window; engine
+    detection by namespace), as vLLM V1's PrometheusStatLogger (vllm/v1/metrics/loggers.py) and
+    SGLang's collector (sglang/srt/metrics/collector.py) name them."""
+
+    prefix: str = ""  # its namespace: every series it serves starts so
+    running: str = ""  # gauge: requests running
+    waiting: str = ""  # gauge: requests queued
+    kv_usage: str = ""  # gauge, 0..1 of the KV pool
+    ttft: str = ""  # histogram, seconds
+    prompt_tokens: str = ""  # counter: prefill tokens
 
 
 @dataclass(frozen=True)
@@ -22,6 +37,53 @@ class EngineSpec:
     separate_external_hits: bool
     # The API key variable the engine itself reads ("" : kvstack's guard holds the key).
     api_key_env: str
+    # Its --kv-cache-dtype values: vLLM's CacheDType literal (vllm/config/cache.py), SGLang's
+    # --kv-cache-dtype choices.
+    kv_dtypes: tuple[str, ...] = ()
+    nvfp4_where: str = ""  # the GPUs it runs NVFP4 KV on, in words
+    # The first version with an nvfp4 KV cache (None: every version kvstack supports).
+    nvfp4_min_version: str | None = None
+    # Its spellings of what the plan must know from the engine arguments after --: the PlanRequest
+    # field -> (flag, aliases); and the flags kvstack owns -> the kvstack flag that sets them.
+    kv_args: Mapping[str, tuple[str, tuple[str, ...]]] = field(default_factory=dict)
+    owned_args: Mapping[str, str] = field(default_factory=dict)
+    # kvstack's guard app loads inside it (engines/vllm_guard.py), so serve asks its interpreter
+    # for the guard first; it also gates its development endpoints on validation.
+    guard_in_process: bool = False
+    # kvstack asks its own KV spec of a local model (model/engine_spec.py: vLLM's KV cache specs)
+    # and checks quantized weights against its kernels' minimum capabilities.
+    asks_own_kv_spec: bool = False
+    # With an API key, its client routes take the run token as the bearer (vllm-router's path).
+    takes_run_token_with_a_key: bool = True
+    # What a bind that is not loopback without an API key leaves open on it.
+    exposed_routes: str = ""
+    # Its CPU platform's LMCache cache server shares its DRAM tier through /dev/shm with the engine
+    # (the path measured here: engines/lmcache.py shm_transport).
+    lmcache_shm_transport: bool = False
+    # How its own prefix cache (the GPU copy) is emptied: the route; whether the route keeps the
+    # offload tiers; the query that also lets it preempt running requests ("": none needed). vLLM's
+    # POST /reset_prefix_cache keeps connector caches unless ?reset_external=true
+    # (vllm/entrypoints/serve/dev/cache/api_router.py) and refuses while requests hold blocks
+    # unless reset_running_requests=true (Scheduler.reset_prefix_cache); SGLang's POST /flush_cache
+    # also empties HiCache's host pool (HiRadixCache.reset).
+    reset_path: str = ""
+    reset_keeps_offload: bool = False
+    reset_running_query: str = ""
+    metrics: EngineMetrics = EngineMetrics()
+    # The route validation's scoring asks recompute's log-probabilities of the served tokens on
+    # (validation/scoring.py): "completions" (vLLM's /v1/completions with prompt_logprobs) or
+    # "generate" (SGLang's native /generate with return_logprob, logprob_start_len=0).
+    scoring: Literal["completions", "generate"] = "completions"
+    # Its completions can be asked for an answer that reads no cache (vLLM: prompt_logprobs skips
+    # the prefix cache and the connector, SamplingParams.skip_reading_prefix_cache); SGLang's
+    # completions take no prompt_logprobs.
+    uncached_answer: bool = False
+    # It logs the KV pool it allocated ("KV cache size: N tokens", vllm/v1/core/kv_cache_utils.py),
+    # which validation checks the plan's KV against (validation/kv_size.py).
+    logs_kv_pool: bool = False
+    # The connector validation takes to move KV below its pool when --offload names none it runs
+    # (SGLang: HiCache, its own hierarchical cache); "": not known (validation/isolation.py).
+    default_connector: str = ""
 
 
 VLLM = EngineSpec(
@@ -31,6 +93,33 @@ VLLM = EngineSpec(
     serves_on_cpu=True,
     separate_external_hits=True,
     api_key_env="VLLM_API_KEY",
+    kv_dtypes=("auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2", "nvfp4"),
+    nvfp4_where="CC 10.x (B200/B300/GB200)",  # FlashInfer trtllm-gen, vllm PR #40177
+    kv_args={
+        "dtype": ("--dtype", ()),
+        "kv_dtype": ("--kv-cache-dtype", ()),
+        "tp": ("--tensor-parallel-size", ("-tp",)),
+    },
+    owned_args={"--max-model-len": "--context", "--gpu-memory-utilization": "--gpu-memory-utilization"},
+    guard_in_process=True,
+    asks_own_kv_spec=True,
+    exposed_routes="can run completions (/v1/*, /invocations), tokenize and read /metrics; vLLM's "
+    "development endpoints stay off and its other control endpoints answer only this machine",
+    lmcache_shm_transport=True,
+    reset_path="/reset_prefix_cache",
+    reset_keeps_offload=True,
+    reset_running_query="reset_running_requests=true",
+    metrics=EngineMetrics(
+        prefix="vllm:",
+        running="vllm:num_requests_running",
+        waiting="vllm:num_requests_waiting",
+        kv_usage="vllm:kv_cache_usage_perc",
+        ttft="vllm:time_to_first_token_seconds",
+        prompt_tokens="vllm:prompt_tokens",
+    ),
+    scoring="completions",
+    uncached_answer=True,
+    logs_kv_pool=True,
 )
 SGLANG = EngineSpec(
     name="sglang",
@@ -39,6 +128,31 @@ SGLANG = EngineSpec(
     serves_on_cpu=False,
     separate_external_hits=False,
     api_key_env="",
+    kv_dtypes=("auto", "bf16", "bfloat16", "fp8_e4m3", "fp8_e5m2", "nvfp4"),
+    nvfp4_where="CC 10.x or 12.0",
+    nvfp4_min_version="0.5.20",  # sglang 0.5.20's --kv-cache-dtype choices list nvfp4 (PR #21601)
+    kv_args={
+        "dtype": ("--dtype", ()),
+        "kv_dtype": ("--kv-cache-dtype", ()),
+        "tp": ("--tp-size", ("--tp",)),
+    },
+    owned_args={"--context-length": "--context", "--mem-fraction-static": "--gpu-memory-utilization"},
+    # SGLang with an API key takes nothing but that key on its client routes (utils/auth.py).
+    takes_run_token_with_a_key=False,
+    exposed_routes="can run completions (/v1/*, /generate) and read /get_server_info and /metrics; "
+    "SGLang's admin endpoints (/flush_cache, /update_weights_from_disk, ...) are locked with a "
+    "random admin key (sglang >= 0.5.23; older ones leave them open)",
+    reset_path="/flush_cache",
+    metrics=EngineMetrics(
+        prefix="sglang:",
+        running="sglang:num_running_reqs",
+        waiting="sglang:num_queue_reqs",
+        kv_usage="sglang:token_usage",
+        ttft="sglang:time_to_first_token_seconds",
+        prompt_tokens="sglang:prompt_tokens",
+    ),
+    scoring="generate",
+    default_connector="hicache",
 )
 
 ENGINE_SPECS: Mapping[str, EngineSpec] = {s.name: s for s in (VLLM, SGLANG)}

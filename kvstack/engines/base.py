@@ -60,3 +60,21 @@ def register(engine: str, connector: str) -> Callable[[Renderer], Renderer]:
 
 def registered() -> dict[tuple[str, str], Renderer]:
     return dict(_REGISTRY)
+
+
+# What an engine's installed version leaves open that serve must say (None: nothing), by engine:
+# registered by the engine's renderer module, beside the launch it says it of.
+Warner = Callable[[SoftwareInfo], "str | None"]
+_WARNERS: dict[str, Warner] = {}
+
+
+def warns(engine: str) -> Callable[[Warner], Warner]:
+    def deco(fn: Warner) -> Warner:
+        _WARNERS[engine] = fn
+        return fn
+
+    return deco
+
+
+def warner(engine: str) -> Warner | None:
+    return _WARNERS.get(engine)

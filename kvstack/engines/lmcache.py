@@ -18,6 +18,7 @@ from urllib.parse import unquote, urlsplit
 
 import yaml
 
+from kvstack.connectors.engines import engine_spec
 from kvstack.engines import versions
 from kvstack.engines.base import RenderRequest, register
 from kvstack.engines.launch_basics import (
@@ -294,7 +295,7 @@ def mp_server(req: RenderRequest, prep: LaunchBasics) -> MpServer:
         argv.append(flag)
     if req.plan.platform == "cpu":
         argv += ["--supported-transfer-mode", "auto"]  # the CPU adapter is engine-driven
-        if req.plan.engine == "vllm":  # the path measured; SGLang's adapter is not run here
+        if engine_spec(req.plan.engine).lmcache_shm_transport:  # the path measured here
             shm, note = shm_transport(l1 * GIB, req.facts.shm_free_bytes)
             argv += shm
             prep.notes.append(note)

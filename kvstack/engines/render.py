@@ -4,7 +4,7 @@ from __future__ import annotations
 
 # Imported for their @register side effect: one module per engine/connector.
 from kvstack.engines import lmcache, native, sglang, vllm  # noqa: F401
-from kvstack.engines.base import HostFacts, RenderRequest, registered
+from kvstack.engines.base import HostFacts, RenderRequest, registered, warner
 from kvstack.engines.facts import gather_facts
 from kvstack.engines.tier_kv import shares_a_tier, tier_kv
 from kvstack.engines.versions import installed_versions
@@ -12,6 +12,13 @@ from kvstack.errors import UnsupportedError
 from kvstack.hardware.snapshot import SoftwareInfo
 from kvstack.planning.schema import Plan
 from kvstack.runtime.specs import LaunchSpec, ServeOptions
+
+
+def engine_warnings(engine: str, software: SoftwareInfo) -> list[str]:
+    """What ``engine``'s installed version leaves open that serve must say."""
+    fn = warner(engine)
+    said = fn(software) if fn is not None else None
+    return [said] if said is not None else []
 
 
 def supported() -> list[tuple[str, str]]:

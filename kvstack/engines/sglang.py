@@ -31,11 +31,12 @@ from pathlib import PurePosixPath
 import yaml
 
 from kvstack.engines import versions
-from kvstack.engines.base import RenderRequest, register
+from kvstack.engines.base import RenderRequest, register, warns
 from kvstack.engines.launch_basics import LaunchBasics, assemble, need_tier, prepare, tier_dir
 from kvstack.engines.lmcache import LMCACHE_ENV_PREFIX, MP_HOST, check_lmcache, mp_server, yaml_file
 from kvstack.engines.owned_flags import flag_name, refuse_owned_flags
 from kvstack.errors import UnsupportedError
+from kvstack.hardware.snapshot import SoftwareInfo
 from kvstack.netaddr import is_loopback
 from kvstack.releases import at_least
 from kvstack.runtime.specs import FileSpec, LaunchSpec, ProcessSpec
@@ -106,6 +107,11 @@ def open_admin_warning(version: str | None) -> str | None:
         f"({', '.join(ADMIN_ROUTES)}, ...) stay open to every local user on this machine; "
         f"sglang >= {MIN_SGLANG_CONFIG} locks them to kvstack"
     )
+
+
+@warns("sglang")
+def _open_admin(software: SoftwareInfo) -> str | None:
+    return open_admin_warning(software.sglang)
 
 
 def auth(req: RenderRequest, prep: LaunchBasics) -> tuple[list[str], list[FileSpec]]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 from kvstack.connectors import spec_of
+from kvstack.connectors.engines import engine_spec
 from kvstack.hardware.gpu_specs import gpu_spec
 from kvstack.hardware.snapshot import GpuInfo, HardwareSnapshot
 from kvstack.model.geometry import ModelGeometry
@@ -44,7 +45,7 @@ def cuda_choices(asked: Asked, notes: Notes) -> PlatformChoices | None:
     if decision.carriage == "manager-off" or model.hybrid:
         notes.reasons["layers"] = decision.reason
     gpu = snapshot.gpus[0]
-    if request.engine == "vllm" and (weights := weights_note(model, gpu)) is not None:
+    if engine_spec(request.engine).asks_own_kv_spec and (weights := weights_note(model, gpu)) is not None:
         notes.reasons["quantization"] = weights
     layout = KvLayout(decision.hybrid_manager, gpu_engine(gpu.memory_total_bytes or 0, gpu.name))
     chosen, tp_why = choose_tp(snapshot, model, request, wl, versions.get("sglang"), layout)

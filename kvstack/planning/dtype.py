@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from kvstack.connectors.engines import ENGINE_SPECS, SGLANG, EngineSpec, engine_spec
 from kvstack.errors import InputError, UnsupportedError
 from kvstack.hardware.gpu_specs import FP8_MIN_CC, fp8_native, nvfp4_native
 from kvstack.model.geometry import ModelGeometry
@@ -24,12 +25,9 @@ CC = tuple[int, int]
 _BYTES = {"bfloat16": 2.0, "bf16": 2.0, "float16": 2.0, "fp8": 1.0, "fp8_e4m3": 1.0, "fp8_e5m2": 1.0}
 _BYTES["nvfp4"] = 0.5625
 
-ENGINE_KV_DTYPES: dict[str, tuple[str, ...]] = {
-    "vllm": ("auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2", "nvfp4"),
-    "sglang": ("auto", "bf16", "bfloat16", "fp8_e4m3", "fp8_e5m2", "nvfp4"),
-}
+ENGINE_KV_DTYPES: dict[str, tuple[str, ...]] = {s.name: s.kv_dtypes for s in ENGINE_SPECS.values()}
 FP8_VALUES = frozenset({"fp8", "fp8_e4m3", "fp8_e5m2"})
-SGLANG_NVFP4_MIN = "0.5.20"
+SGLANG_NVFP4_MIN = SGLANG.nvfp4_min_version or ""
 ACCURACY_WARNING = (
     "{kind} KV with default scales (1.0) can cost accuracy: compare against --kv-dtype auto on your own evals"
 )
@@ -64,13 +62,18 @@ def sglang_has_nvfp4(version: str | None) -> bool:
     return at_least(version, SGLANG_NVFP4_MIN)
 
 
+def _has_nvfp4(spec: EngineSpec, version: str | None) -> bool:
+    return spec.nvfp4_min_version is None or at_least(version, spec.nvfp4_min_version)
+
+
 def check_override(
     engine: str, value: str, cc: CC | None, model: ModelGeometry, sglang_version: str | None
 ) -> DtypeChoice:
     """Validate ``--kv-dtype``: an unknown value is bad input; one this GPU cannot run is unsupported."""
-    choices = ENGINE_KV_DTYPES[engine]
+    spec = engine_spec(engine)
+    choices = spec.kv_dtypes
     if value not in choices:
-        hint = "SGLang spells it fp8_e4m3" if engine == "sglang" and value == "fp8" else None
+        hint = f"{spec.title} spells it {spec.fp8_kv}" if value == "fp8" else None
         raise InputError(
             f"unknown --kv-dtype {value!r} for {engine}; choose one of: {', '.join(choices)}",
             hint=hint or f"e.g. --kv-dtype {choices[0]}",
@@ -93,21 +96,20 @@ def check_override(
         return DtypeChoice(value, _BYTES[value], reason, _warnings(value) + extra)
     if value == "nvfp4":
         if not nvfp4_native(engine, cc):
-            where = "CC 10.x (B200/B300/GB200)" if engine == "vllm" else "CC 10.x or 12.0"
             raise UnsupportedError(
-                f"{engine} runs NVFP4 KV only on {where}; this machine has {_cc_text(cc)}",
-                hint="use --kv-dtype fp8" if engine == "vllm" else "use --kv-dtype fp8_e4m3",
+                f"{engine} runs NVFP4 KV only on {spec.nvfp4_where}; this machine has {_cc_text(cc)}",
+                hint=f"use --kv-dtype {spec.fp8_kv}",
             )
         if model.attention == "mla":
             raise UnsupportedError(
                 f"NVFP4 KV does not cover MLA models like {model.name} in {engine}",
                 hint="use FP8 KV for MLA models",
             )
-        if engine == "sglang" and not sglang_has_nvfp4(sglang_version):
-            need = SGLANG_NVFP4_MIN
+        if not _has_nvfp4(spec, sglang_version):
+            need = spec.nvfp4_min_version
             raise UnsupportedError(
-                f"SGLang {sglang_version or '(not installed)'} has no nvfp4 KV cache (needs >= {need})",
-                hint=f"pip install 'sglang>={need}' or use --kv-dtype fp8_e4m3",
+                f"{spec.title} {sglang_version or '(not installed)'} has no nvfp4 KV cache (needs >= {need})",
+                hint=f"pip install '{spec.name}>={need}' or use --kv-dtype {spec.fp8_kv}",
             )
         return DtypeChoice(
             value, _BYTES[value], f"--kv-dtype nvfp4 as asked ({_cc_text(cc)})", _warnings(value)
@@ -136,16 +138,17 @@ def choose_kv_dtype(
             "no FP8 tensor cores, FP8 KV would take slower paths" if cc >= FP8_MIN_CC else "no FP8 KV support"
         )
         return DtypeChoice("auto", dtype_bytes("auto", model), f"{_cc_text(cc)}: {why}; {own}")
-    fp8 = "fp8" if engine == "vllm" else "fp8_e4m3"
+    spec = engine_spec(engine)
+    fp8 = spec.fp8_kv
     if nvfp4_native(engine, cc) and not fits_gpu(_BYTES[fp8]) and model.attention != "mla":
-        if engine == "vllm" or sglang_has_nvfp4(sglang_version):
+        if _has_nvfp4(spec, sglang_version):
             reason = (
                 f"{_cc_text(cc)} runs NVFP4 KV natively and the working set does not fit the GPU pool "
                 f"even at FP8: NVFP4 (0.5625 B/element) holds 1.78x the tokens of FP8"
             )
             return DtypeChoice("nvfp4", _BYTES["nvfp4"], reason, _warnings("nvfp4"))
         reason = (
-            f"{_cc_text(cc)} could hold more at NVFP4 but SGLang {sglang_version or '(not installed)'} "
+            f"{_cc_text(cc)} could hold more at NVFP4 but {spec.title} {sglang_version or '(not installed)'} "
             f"predates it; {fp8} halves KV bytes against {model.dtype}"
         )
         return DtypeChoice(fp8, _BYTES[fp8], reason, _warnings(fp8))

@@ -11,28 +11,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from kvstack.connectors.engines import engine_spec
 from kvstack.engines.tier_kv import engine_arg
 from kvstack.errors import InputError
 from kvstack.planning.request import PlanRequest
 
-# (PlanRequest field, the kvstack flag that sets it too, the engine's spellings: (flag, aliases)).
-READ: dict[str, tuple[str | None, dict[str, tuple[str, tuple[str, ...]]]]] = {
-    "dtype": (None, {"vllm": ("--dtype", ()), "sglang": ("--dtype", ())}),
-    "kv_dtype": ("--kv-dtype", {"vllm": ("--kv-cache-dtype", ()), "sglang": ("--kv-cache-dtype", ())}),
-    "tp": (
-        "--tp",
-        {"vllm": ("--tensor-parallel-size", ("-tp",)), "sglang": ("--tp-size", ("--tp",))},
-    ),
-}
-# The engine's flag -> the kvstack flag that owns what it sets.
-REFUSED: dict[str, dict[str, str]] = {
-    "vllm": {"--max-model-len": "--context", "--gpu-memory-utilization": "--gpu-memory-utilization"},
-    "sglang": {"--context-length": "--context", "--mem-fraction-static": "--gpu-memory-utilization"},
-}
+# PlanRequest field -> the kvstack flag that sets it too (the engine's spellings: EngineSpec.kv_args).
+READ: dict[str, str | None] = {"dtype": None, "kv_dtype": "--kv-dtype", "tp": "--tp"}
 
 
 def _refuse_owned(extra: Sequence[str], engine: str) -> None:
-    for flag, owner in REFUSED.get(engine, {}).items():
+    for flag, owner in engine_spec(engine).owned_args.items():
         if engine_arg(list(extra), flag) is not None:
             raise InputError(
                 f"{flag} among the engine arguments would change what kvstack sizes the KV tiers from "
@@ -54,10 +43,9 @@ def with_engine_args(request: PlanRequest, extra: Sequence[str]) -> PlanRequest:
     contradicts kvstack's own flag for it is refused (exit 2)."""
     _refuse_owned(extra, request.engine)
     update: dict[str, object] = {}
-    for field, (own_flag, spellings) in READ.items():
-        if request.engine not in spellings:
-            continue
-        flag, aliases = spellings[request.engine]
+    spellings = engine_spec(request.engine).kv_args
+    for field, own_flag in READ.items():
+        flag, aliases = spellings[field]
         raw = engine_arg(list(extra), flag, aliases)
         if raw is None:
             continue

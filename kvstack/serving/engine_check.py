@@ -16,6 +16,7 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
+from kvstack.connectors.engines import engine_spec
 from kvstack.engines.vllm_kv_spec import SpecJob, probe_engine_spec
 from kvstack.errors import KvstackError, MissingConfigKey, ModelConfigError, UnsupportedError
 from kvstack.hardware.snapshot import HardwareSnapshot
@@ -76,7 +77,11 @@ def reader_gap(model: str, error: MissingConfigKey, engine: str) -> KvstackError
     refusal where it refuses the model too; else the reader's error, saying what vLLM would build
     (kvstack cannot size the weights and FLOPs without the key). Only a local directory is asked."""
     directory = local_model_dir(model)
-    if engine != "vllm" or directory is None or not (directory / "config.json").is_file():
+    if (
+        not engine_spec(engine).asks_own_kv_spec
+        or directory is None
+        or not (directory / "config.json").is_file()
+    ):
         return error
     spec = probe_engine_spec(SpecJob(model=str(directory)), engine_python())
     if spec is None:
@@ -98,7 +103,7 @@ def engine_checked(source: ModelSource, request: PlanRequest, snapshot: Hardware
     UnsupportedError where the engine refuses the model on the platform the plan is for."""
     model = source.geometry.computed_in(choose_compute_dtype(snapshot, source.geometry, request.dtype).value)
     directory = _model_dir(source)
-    if request.engine != "vllm" or directory is None:
+    if not engine_spec(request.engine).asks_own_kv_spec or directory is None:
         return model
     # Asked at the dtype it will compute in, so that its pages are that dtype's ("auto": the model's).
     job = SpecJob(model=str(directory), dtype=model.dtype if model.checkpoint_dtype else "auto")

@@ -11,7 +11,8 @@ import itertools
 from collections import Counter
 from pathlib import Path
 
-from kvstack.engines.sglang import open_admin_warning
+from kvstack.connectors.engines import engine_spec
+from kvstack.engines.render import engine_warnings
 from kvstack.errors import NetworkTargetError
 from kvstack.fsutil import check_private_dir
 from kvstack.model import hub
@@ -94,19 +95,16 @@ def preflight(launch: Launch) -> None:
 def launch_warnings(launch: Launch) -> list[str]:
     """The plan's warnings, then what the launch leaves open that a user must know about."""
     warnings = list(launch.plan.warnings)
-    if launch.request.engine == "sglang":
-        # An SGLang too old to lock its admin routes: refused on a public bind (rendering),
-        # served on loopback with this said.
-        open_admin = open_admin_warning(launch.snapshot.software.sglang)
-        if open_admin is not None:
-            warnings.append(open_admin)
+    # An engine too old to lock its admin routes: refused on a public bind (rendering), served on
+    # loopback with this said.
+    warnings += engine_warnings(launch.request.engine, launch.snapshot.software)
     return warnings
 
 
 def launch_notes(launch: Launch) -> list[str]:
     """What the launch leaves off, and why, said once its preflight passed."""
     req, notes = launch.request, []
-    if not req.validate_after_start and req.engine == "vllm":
+    if not req.validate_after_start and engine_spec(req.engine).guard_in_process:
         notes.append(
             "--no-validate: vLLM's development endpoints (/reset_prefix_cache, /collective_rpc, /sleep, "
             "...) stay off, nothing in this run needs them; the other control routes answer kvstack only"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import sys
 
+from kvstack.connectors.engines import engine_spec
 from kvstack.errors import InputError, MissingProgramError
 from kvstack.netaddr import is_loopback
 from kvstack.serving.request import ServeRequest, engine_python
@@ -16,7 +17,7 @@ def check_request(request: ServeRequest, *, dry_run: bool) -> list[str]:
     engine's interpreter is not asked for the guard)."""
     refuse_keyed_sglang_router(request)
     exposed = exposure_warning(request)
-    if not dry_run and request.engine == "vllm":
+    if not dry_run and engine_spec(request.engine).guard_in_process:
         require_guard(engine_python())
     return [exposed] if exposed is not None else []
 
@@ -27,17 +28,7 @@ def exposure_warning(request: ServeRequest) -> str | None:
         return None
     where = f"binding {request.host} without an API key: anyone who can reach port {request.port}"
     fix = "set one with --api-key-file FILE or KVSTACK_API_KEY"
-    if request.engine == "sglang":
-        return (
-            f"{where} can run completions (/v1/*, /generate) and read /get_server_info and /metrics; "
-            "SGLang's admin endpoints (/flush_cache, /update_weights_from_disk, ...) are locked with a "
-            f"random admin key (sglang >= 0.5.23; older ones leave them open) ({fix})"
-        )
-    return (
-        f"{where} can run completions (/v1/*, /invocations), tokenize and read /metrics; vLLM's "
-        "development endpoints stay off and its other control endpoints answer only this machine "
-        f"({fix})"
-    )
+    return f"{where} {engine_spec(request.engine).exposed_routes} ({fix})"
 
 
 def require_guard(python: str) -> None:
@@ -66,7 +57,7 @@ def refuse_keyed_sglang_router(request: ServeRequest) -> None:
     """vllm-router runs behind kvstack's guard and reaches its engines with the run's control token
     as the bearer (serving/router_front.py): vLLM's guard takes it in place of the key, SGLang, with
     an API key, takes nothing but that key on its client routes (utils/auth.py, NORMAL level)."""
-    if request.router and request.engine == "sglang" and request.api_key:
+    if request.router and request.api_key and not engine_spec(request.engine).takes_run_token_with_a_key:
         raise InputError(
             "--router with --engine sglang and an API key: the router reaches the engines with "
             "kvstack's run token, which SGLang refuses where it asks for the key",
