@@ -11,6 +11,7 @@ them, so that no later serve reads them unchecked).
 
 from __future__ import annotations
 
+from kvstack.connectors import spec_of
 from kvstack.engines.sglang import HICACHE_FLAGS
 from kvstack.engines.vllm import CONNECTOR_FLAGS
 from kvstack.planning.carriage import MANAGER_OFF_FLAG
@@ -51,7 +52,7 @@ def _without_flags(argv: list[str]) -> list[str]:
 
 def without_offload(spec: LaunchSpec) -> LaunchSpec | None:
     """``spec`` serving from the engine's own cache only; None when it has no offload to drop."""
-    if spec.connector == "none":
+    if not spec_of(spec.connector).offloads:
         return None
     env = {k: v for k, v in spec.server.env.items() if not k.startswith(LMCACHE_ENV_PREFIX)}
     server = spec.server.model_copy(update={"argv": _without_flags(spec.server.argv), "env": env})

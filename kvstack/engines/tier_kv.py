@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
+from kvstack.connectors import spec_of
 from kvstack.engines.base import RenderRequest
 from kvstack.engines.lmcache import MP_SERVER_NAME
 from kvstack.engines.owned_flags import sets_flag
@@ -54,7 +55,7 @@ def shares_a_tier(req: RenderRequest, spec: LaunchSpec) -> bool:
     """The engine writes to a remote tier other engines may share (LMCache's, the only kind)."""
     remote = req.plan.tier("remote")
     has_remote = req.plan.remote_url is not None or (remote is not None and remote.size_bytes > 0)
-    return has_remote and spec.connector in ("lmcache", "lmcache-mp")
+    return has_remote and spec_of(spec.connector).remote
 
 
 def tier_kv(req: RenderRequest, spec: LaunchSpec, environ: Mapping[str, str] | None = None) -> TierKv:

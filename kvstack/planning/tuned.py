@@ -13,6 +13,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from kvstack.connectors import spec_of
 from kvstack.planning.schema import GATED_CONNECTOR, Connector, Plan, Tier
 from kvstack.units import fmt_bytes
 
@@ -41,7 +42,7 @@ class TunedLayout(BaseModel):
 
     @property
     def label(self) -> str:
-        if self.connector == "none":
+        if not spec_of(self.connector).offloads:
             return "none"
         disk = f", disk {fmt_bytes(self.disk_bytes)}" if self.disk_bytes else ""
         gate = f", gate prompt < {self.gate_tokens:,}" if self.gate_tokens else ""
@@ -77,7 +78,7 @@ def apply_tuned(plan: Plan, tuned: TunedLayout) -> Plan:
             f"(connector: {plan.reasons.get('connector', plan.connector)}): the plan keeps {plan.connector}"
         )
         return plan.model_copy(update={"reasons": reasons, "warnings": warnings})
-    if tuned.connector == "none":
+    if not spec_of(tuned.connector).offloads:
         return plan.model_copy(update={"reasons": reasons})
     why = f"kvstack tune ({tuned.objective}: predicted p50 {tuned.predicted.get('p50_s', 0) * 1000:.1f} ms)"
     tiers = [plan.tiers[0]]
@@ -102,7 +103,7 @@ def apply_tuned(plan: Plan, tuned: TunedLayout) -> Plan:
     if tuned.not_settable:
         warnings.append(f"tune modelled {tuned.label}, not served as modelled: {tuned.not_settable}")
     elif tuned.gate_tokens:
-        if tuned.connector == GATED_CONNECTOR:
+        if spec_of(tuned.connector).gate_kind == "prompt":
             gate = tuned.gate_tokens
             reasons["gate"] = f"prompts shorter than {gate:,} tokens skip the offload lookup and load: {why}"
         else:
