@@ -7,6 +7,7 @@ a one-line message that names the file and a hint that names the fix.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any, TypeVar
@@ -36,6 +37,22 @@ def read_text(
     except (OSError, UnicodeDecodeError) as exc:
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise error(f"cannot read {label}: {why}", hint=hint) from exc
+
+
+def read_json_object_sha256(
+    path: Path, error: type[InputError], hint: str, *, what: str = "", missing: str | None = None
+) -> tuple[dict[str, Any], str]:
+    """The file as a JSON object and the SHA-256 of its bytes, from one read."""
+    label = f"{what} {path}" if what else str(path)
+    try:
+        raw = path.read_bytes()
+        text = raw.decode("utf-8")
+    except FileNotFoundError as exc:
+        raise error(missing or f"cannot read {label}: it does not exist", hint=hint) from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise error(f"cannot read {label}: {why}", hint=hint) from exc
+    return parse_json_object(text, label, error, hint), hashlib.sha256(raw).hexdigest()
 
 
 def parse_json_object(text: str, label: str, error: type[InputError], hint: str) -> dict[str, Any]:

@@ -97,10 +97,13 @@ def host_facts() -> str:
     return hashlib.sha256(f"{platform.machine()} {flags}".encode()).hexdigest()[:16]
 
 
-def cache_key(job: SpecJob, version: str) -> str:
-    config = (Path(job.model) / "config.json").read_bytes()
+def cache_key(job: SpecJob, version: str, config_sha256: str | None = None) -> str:
+    """The cache file's name for ``job``: the config.json's SHA-256 (``config_sha256``: already known
+    to the caller, else read here), the engine, the host and the probe's arguments."""
+    if config_sha256 is None:
+        config_sha256 = hashlib.sha256((Path(job.model) / "config.json").read_bytes()).hexdigest()
     facts = {
-        "config": hashlib.sha256(config).hexdigest(),
+        "config": config_sha256,
         "vllm": version,
         "host": host_facts(),
         "probe": PROBE_VERSION,
@@ -147,15 +150,17 @@ def probe_engine_spec(
     *,
     cache_dir: Path | None = None,
     timeout: float = TIMEOUT_S,
+    config_sha256: str | None = None,
 ) -> EngineKvSpec | None:
-    """The engine's answer for ``job``, from the cache or a fresh probe (None: no answer)."""
+    """The engine's answer for ``job``, from the cache or a fresh probe (None: no answer);
+    ``config_sha256``: the model's config.json hash where resolving it already read the file."""
     if not probing_enabled() or not (Path(job.model) / "config.json").is_file():
         return None
     version = vllm_version(python)
     if version is None:
         return None
     directory = cache_dir or spec_cache_dir()
-    path = directory / f"{cache_key(job, version)}.json"
+    path = directory / f"{cache_key(job, version, config_sha256)}.json"
     if (cached := _read_cached(path)) is not None:
         return cached
     spec = _run_probe(job, python, timeout)

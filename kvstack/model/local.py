@@ -8,7 +8,7 @@ from typing import Any
 from kvstack.errors import ModelConfigError
 from kvstack.model.checkpoint import checkpoint_bytes
 from kvstack.model.geometry import ModelGeometry, geometry_from_config
-from kvstack.userfile import read_json_object
+from kvstack.userfile import read_json_object, read_json_object_sha256
 
 
 def load_model_dir(path: Path, name: str | None = None) -> ModelGeometry:
@@ -16,19 +16,26 @@ def load_model_dir(path: Path, name: str | None = None) -> ModelGeometry:
 
     ``name`` (a hub id) overrides the config's ``_name_or_path`` and the directory's name.
     """
+    return read_model_dir(path, name)[0]
+
+
+def read_model_dir(path: Path, name: str | None = None) -> tuple[ModelGeometry, str]:
+    """``load_model_dir``'s geometry and the SHA-256 of the config.json it read (one read)."""
     cfg_file = path / "config.json"
     hint = "fix or re-download config.json"
     missing = f"{path} has no config.json"
     if not cfg_file.exists():
         hint = "point --model at a model directory or use a catalog name"
-    config = read_json_object(cfg_file, ModelConfigError, hint, missing=missing)
+    config, sha256 = read_json_object_sha256(cfg_file, ModelConfigError, hint, missing=missing)
     config = with_modelopt_file(path, config)
     if name is None:
         own = config.get("_name_or_path")
         name = own if isinstance(own, str) and own else path.name
     geometry = geometry_from_config(config, name, str(path))
     stored = checkpoint_bytes(path)
-    return geometry if stored is None else geometry.model_copy(update={"checkpoint_bytes": stored})
+    if stored is not None:
+        geometry = geometry.model_copy(update={"checkpoint_bytes": stored})
+    return geometry, sha256
 
 
 MODELOPT_FILE = "hf_quant_config.json"

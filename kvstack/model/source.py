@@ -9,13 +9,14 @@ network; the hub is asked (config.json and the safetensors index only) for ids t
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 from kvstack.errors import ModelConfigError
 from kvstack.model import hub
 from kvstack.model.catalog import catalog_model, find_catalog_entry
 from kvstack.model.geometry import ModelGeometry
-from kvstack.model.local import load_model_dir, local_model_dir
+from kvstack.model.local import local_model_dir, read_model_dir
 
 Origin = Literal["directory", "hf-cache", "hub", "catalog"]
 
@@ -27,10 +28,14 @@ class ModelSource:
     revision: str | None  # the engine's --revision (hub ids only)
     origin: Origin
     commit: str | None = None  # the cache snapshot's commit (hub ids found in or fetched into the cache)
+    # Where its config.json was read (a local directory or the cache snapshot; None: the catalog)
+    # and that file's SHA-256: what the launch and the engine probe use, with no second read.
+    directory: Path | None = None
+    config_sha256: str | None = None
 
 
 def _from_snapshot(snapshot: hub.Snapshot) -> ModelSource:
-    geometry = load_model_dir(snapshot.path, name=snapshot.repo_id)
+    geometry, sha256 = read_model_dir(snapshot.path, name=snapshot.repo_id)
     if geometry.checkpoint_bytes is None and snapshot.weight_bytes:
         geometry = geometry.model_copy(update={"checkpoint_bytes": snapshot.weight_bytes})
     return ModelSource(
@@ -39,6 +44,8 @@ def _from_snapshot(snapshot: hub.Snapshot) -> ModelSource:
         revision=snapshot.revision,
         origin="hub" if snapshot.fetched else "hf-cache",
         commit=snapshot.commit,
+        directory=snapshot.path,
+        config_sha256=sha256,
     )
 
 
@@ -57,7 +64,8 @@ def resolve_model(spec: str, revision: str | None = None) -> ModelSource:
                 f"--revision applies to a Hugging Face id, not to the local directory {local}",
                 hint="drop --revision, or give the model's id (org/name)",
             )
-        return ModelSource(load_model_dir(local), str(local), None, "directory")
+        geometry, sha256 = read_model_dir(local)
+        return ModelSource(geometry, str(local), None, "directory", directory=local, config_sha256=sha256)
     if hub.is_hub_id(spec):
         snapshot = hub.cached(spec, revision)
         if snapshot is not None:

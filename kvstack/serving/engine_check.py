@@ -31,6 +31,8 @@ from kvstack.serving.request import engine_python
 
 
 def _model_dir(source: ModelSource) -> Path | None:
+    if source.directory is not None:
+        return source.directory  # where resolving it read its config.json
     for candidate in (source.geometry.source, source.path):
         path = Path(candidate)
         if (path / "config.json").is_file():
@@ -107,7 +109,8 @@ def engine_checked(source: ModelSource, request: PlanRequest, snapshot: Hardware
         return model
     # Asked at the dtype it will compute in, so that its pages are that dtype's ("auto": the model's).
     job = SpecJob(model=str(directory), dtype=model.dtype if model.checkpoint_dtype else "auto")
-    spec = probe_engine_spec(job, engine_python())
+    known = source.config_sha256 if source.directory == directory else None
+    spec = probe_engine_spec(job, engine_python(), config_sha256=known)
     if spec is None:
         return model
     target = "cuda" if snapshot.gpus else "cpu"

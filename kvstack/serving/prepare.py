@@ -187,7 +187,7 @@ def prepare(
         device_groups(plan.tensor_parallel_size, n, visible) if n > 1 and plan.platform == "cuda" else None
     )
     run_root = request.resolved_run_dir()
-    facts = gather_facts(plan.model_path, snap.memory, revision=plan.model_revision)
+    facts = gather_facts(plan.model_path, snap.memory, revision=plan.model_revision, resolved=source)
     replicas: list[PreparedServe] = []
     token = run_token(request)
     for i, port in enumerate(layout.engine_ports):

@@ -32,7 +32,7 @@ def test_feasible_plan_as_json_exits_0() -> None:
     plan = json.loads(proc.stdout)
     assert (plan["engine"], plan["connector"], plan["kv_cache_dtype"], plan["feasible"]) == (
         "vllm",
-        "lmcache",
+        "lmcache-mp",
         "fp8",
         True,
     )

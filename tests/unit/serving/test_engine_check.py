@@ -33,7 +33,7 @@ def _plan(
     (model_dir / "config.json").write_text(json.dumps(edge_config(name)))
     asked: list[str] = []
 
-    def probe(job: object, python: str) -> EngineKvSpec | None:
+    def probe(job: object, python: str, **_known: object) -> EngineKvSpec | None:
         asked.append(python)
         return answer
 
@@ -99,7 +99,7 @@ def test_without_an_answer_the_plan_is_the_labelled_estimate(tmp_path: Path) -> 
 
 
 def test_another_engine_or_a_catalog_model_is_not_probed() -> None:
-    def probe(job: object, python: str) -> EngineKvSpec | None:
+    def probe(job: object, python: str, **_known: object) -> EngineKvSpec | None:
         raise AssertionError("probed")
 
     with pytest.MonkeyPatch.context() as patch:
@@ -126,7 +126,7 @@ def test_an_architecture_vllm_does_not_know_is_refused_at_its_config(tmp_path: P
     config.update(architectures=["FooBarForCausalLM"], model_type="foobar")
     (model_dir / "config.json").write_text(json.dumps(config))
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(engine_check, "probe_engine_spec", lambda job, python: recorded_spec("unknown-arch"))
+        patch.setattr(engine_check, "probe_engine_spec", lambda job, python, **_k: recorded_spec("unknown-arch"))
         with pytest.raises(UnsupportedError) as info:
             plan_for_inputs(PlanInputs(model=str(model_dir)), None, snapshot=snapshot("no-gpu"))
     assert (
@@ -225,7 +225,7 @@ def _headless(tmp_path: Path, answer: EngineKvSpec | None) -> pytest.ExceptionIn
     model_dir.mkdir()
     (model_dir / "config.json").write_text(json.dumps(config))
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(engine_check, "probe_engine_spec", lambda job, python: answer)
+        patch.setattr(engine_check, "probe_engine_spec", lambda job, python, **_k: answer)
         with pytest.raises(InputError) as info:
             plan_for_inputs(PlanInputs(model=str(model_dir)), None, snapshot=snapshot("no-gpu"))
     assert info.value.exit_code == 2 and "\n" not in info.value.message
@@ -271,7 +271,7 @@ def _elsewhere(
     (model_dir / "config.json").write_text((GPT_OSS / "config.json").read_text())
     asked: list[str] = []
 
-    def probe(job: SpecJob, python: str) -> EngineKvSpec | None:
+    def probe(job: SpecJob, python: str, **_known: object) -> EngineKvSpec | None:
         plain = "kvstack-unquantized-" in job.model
         asked.append("plain" if plain else "quantized")
         if plain:
