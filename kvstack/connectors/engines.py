@@ -35,6 +35,17 @@ class EngineSpec:
     # Whether the engine's own prefix-cache counters tell hits from the GPU apart from the
     # connector's (vLLM: prefix_cache_hits vs external_prefix_cache_hits); SGLang reports one.
     separate_external_hits: bool
+    # How `kvstack export` deploys it (kvstack/export): the --format values that can (the
+    # production-stack chart, KServe, llm-d and the LMCache operator run vLLM only); its image, and
+    # the tag an installed version pins ("v{version}"; "": kvstack pins none, the image stays at
+    # latest); the port it serves on by default, inside its container; whether kvstack's dashboard
+    # and Prometheus wiring know its metric names (vLLM's, checked against a real vLLM; SGLang's
+    # cannot be checked here).
+    exports: frozenset[str]
+    image: str
+    image_tag: str
+    port: int
+    dashboard: bool
     # The API key variable the engine itself reads ("" : kvstack's guard holds the key).
     api_key_env: str
     # Its --kv-cache-dtype values: vLLM's CacheDType literal (vllm/config/cache.py), SGLang's
@@ -92,6 +103,11 @@ VLLM = EngineSpec(
     fp8_kv="fp8",
     serves_on_cpu=True,
     separate_external_hits=True,
+    exports=frozenset({"helm", "compose", "systemd", "kserve", "llm-d", "lmcache-operator"}),
+    image="vllm/vllm-openai",
+    image_tag="v{version}",  # vllm/vllm-openai:v0.32.0
+    port=8000,  # vllm serve --port
+    dashboard=True,
     api_key_env="VLLM_API_KEY",
     kv_dtypes=("auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2", "nvfp4"),
     nvfp4_where="CC 10.x (B200/B300/GB200)",  # FlashInfer trtllm-gen, vllm PR #40177
@@ -127,6 +143,11 @@ SGLANG = EngineSpec(
     fp8_kv="fp8_e4m3",
     serves_on_cpu=False,
     separate_external_hits=False,
+    exports=frozenset({"compose", "systemd"}),
+    image="lmsysorg/sglang",
+    image_tag="",
+    port=30000,  # sglang.launch_server --port (sglang/srt/server_args.py)
+    dashboard=False,
     api_key_env="",
     kv_dtypes=("auto", "bf16", "bfloat16", "fp8_e4m3", "fp8_e5m2", "nvfp4"),
     nvfp4_where="CC 10.x or 12.0",

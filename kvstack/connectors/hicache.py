@@ -34,6 +34,8 @@ SPEC = ConnectorSpec(
     platforms=frozenset({"cuda"}),
     tiers=frozenset({"cpu", "disk"}),
     reason="SGLang HiCache: host-memory pool per rank, file storage backend for the disk tier",
+    exports=frozenset({"compose", "systemd"}),  # the Kubernetes formats run vLLM only
+    builtin_flags=("--enable-hierarchical-cache",),  # sglang/srt/server_args.py
     reach={
         "cuda": Reach(
             groups=True,

@@ -67,6 +67,13 @@ SPEC = ConnectorSpec(
     remote_backend="LMCache in-process (remote_url)",
     package="lmcache",
     package_title="LMCache",
+    # Helm: the production-stack chart's lmcacheConfig; KServe, llm-d: LMCACHE_* variables in the
+    # container; the LMCache operator runs its tiers in its cache server.
+    exports=frozenset({"helm", "compose", "systemd", "kserve", "llm-d", "lmcache-operator"}),
+    # vllm/vllm-openai does not ship LMCache; the production-stack chart's own default image does
+    # (helm/values.yaml modelSpec.repository "lmcache/vllm-openai").
+    images={"vllm": "lmcache/vllm-openai"},
+    lmcache_mode="in-process",
     default_chunk_tokens=256,
     isolate=_isolate,
     knobs=(

@@ -107,6 +107,10 @@ SPEC = ConnectorSpec(
     readmits_lower_hits=False,
     package="lmcache",
     package_title="LMCache",
+    # systemd: kvstack serve starts its server; KServe, llm-d: its tiers as in-process LMCache (they
+    # run nothing beside the engine); Compose and the production-stack chart run no LMCache server.
+    exports=frozenset({"systemd", "kserve", "llm-d", "lmcache-operator"}),
+    lmcache_mode="mp",
     sizing=Sizing(dram_figure="total", effective=EFFECTIVE),
     default_chunk_tokens=256,
     isolate=_isolate,

@@ -42,6 +42,8 @@ SPEC = ConnectorSpec(
     platforms=frozenset({"cuda"}),
     tiers=frozenset({"cpu", "disk"}),
     reason="vLLM native offloading (OffloadingConnector): DRAM tier in /dev/shm",
+    exports=frozenset({"helm", "compose", "systemd", "kserve", "llm-d"}),
+    builtin_flags=("--kv-offloading-backend", "native"),  # vllm/config/cache.py
     auto_rank={("vllm", "cuda"): 1},
     sizing=Sizing(dram_figure="total", shm_factor=SHM_FACTOR),
     default_chunk_tokens=16,

@@ -11,5 +11,7 @@ SPEC = ConnectorSpec(
     platforms=frozenset({"cuda", "cpu"}),
     tiers=frozenset(),
     reason="--offload none: the GPU prefix cache only",
+    # Every format that runs the engine (the LMCache operator wires only LMCache into it).
+    exports=frozenset({"helm", "compose", "systemd", "kserve", "llm-d"}),
     tune_platforms=frozenset({"cuda", "cpu"}),
 )

@@ -139,6 +139,18 @@ class ConnectorSpec:
     readmits_lower_hits: bool = True  # a block served from disk or remote is copied back into DRAM
     package: str | None = None  # the Python package the engine imports for it
     package_title: str = ""  # that package as its project spells it
+    # How `kvstack export` deploys it (kvstack/export). The --format values that can: every other
+    # format refuses its plans, naming the connectors that have it.
+    exports: frozenset[str] = frozenset()
+    # (engine) -> the engine image that ships it, where that engine's own image does not.
+    images: Mapping[Engine, str] = field(default_factory=dict)
+    # LMCache's mode it is: "in-process" (LMCacheConnectorV1 in every worker, settings as LMCACHE_*
+    # variables) or "mp" (its cache server); LMCache#3927 calls them non-MP and MP mode. An export
+    # whose platform runs no LMCache server beside the engine runs the in-process mode.
+    lmcache_mode: Literal["", "in-process", "mp"] = ""
+    # The engine's own flags that turn it on, where the engine builds it in (its sizes are flags of
+    # their own): vLLM's --kv-offloading-backend native, SGLang's --enable-hierarchical-cache.
+    builtin_flags: tuple[str, ...] = ()
     sizing: Sizing = Sizing()
     default_chunk_tokens: int = 256  # the unit a tier stores and hits in, when the plan does not say
     isolate: Isolate = isolate_unknown
