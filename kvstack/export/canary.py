@@ -17,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from kvstack.connectors.engines import engine_spec
 from kvstack.export.bundle import ExportFile, ExportOptions
 from kvstack.planning.schema import Plan
 
@@ -68,7 +69,7 @@ def sidecar_args(plan: Plan, engine_url: str, options: ExportOptions) -> list[st
 
 def api_key_env(plan: Plan) -> str:
     """The variable the engine's API key is in, which the canary reads too (apikey.ENV_VARS)."""
-    return "VLLM_API_KEY" if plan.engine == "vllm" else "KVSTACK_API_KEY"
+    return engine_spec(plan.engine).api_key_env or "KVSTACK_API_KEY"
 
 
 def scrape_job(target: str, credentials_file: str, job: str = JOB) -> dict[str, Any]:

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 
 import yaml
 
+from kvstack.connectors import spec_of
+from kvstack.connectors.engines import engine_spec
 from kvstack.engines.sglang import MIN_SGLANG_CONFIG
 from kvstack.errors import UnsupportedError
 from kvstack.export import canary
@@ -63,7 +65,6 @@ REDIS_ENTRYPOINT = [
     f'exec docker-entrypoint.sh "$$@" < /run/secrets/{REDIS_CONF_SECRET}',  # $$: Compose's literal $
     "redis-entrypoint",
 ]
-ENGINE_PORT = {"vllm": 8000, "sglang": 30000}
 API_KEY_ENV = "KVSTACK_API_KEY"  # SGLang's key, as the caller sets it (vLLM's is VLLM_API_KEY)
 # SGLang's container entrypoint: KVSTACK_API_KEY (taken out of the environment) into a 0600 YAML
 # file (JSON is YAML), then SGLang with "--config FILE" (sglang/srt/server_args.py reads its options
@@ -135,13 +136,16 @@ def _redis_service(plan: Plan, password: str | None) -> tuple[dict[str, object],
     return service, conf
 
 
-def _engine_command(
-    plan: Plan, model: str, port: int, disk_dir: str | None
-) -> tuple[list[str], dict[str, str]]:
+def _engine_launch(
+    plan: Plan, model: str, port: int, disk_dir: str | None, repo: str
+) -> tuple[list[str], list[str], dict[str, str]]:
+    """(entrypoint, command, environment) of the engine's container."""
+    # The engine's own command line: the one place Compose is written per engine, as kvstack/engines
+    # renders each engine's serve command (the two CLIs share no flag spelling).
     if plan.engine == "sglang":
         args, env = sglang_args(plan, disk_dir)
-        # After the entrypoint, python3 -c LAUNCH_SGLANG, which runs them with sys.executable.
-        return [
+        # The entrypoint python3 -c LAUNCH_SGLANG runs these with sys.executable.
+        return ["python3", "-c", LAUNCH_SGLANG], [
             "-m", "sglang.launch_server", "--model-path", model,
             "--host", "0.0.0.0", "--port", str(port), *args,
         ], env  # fmt: skip
@@ -152,7 +156,8 @@ def _engine_command(
         "--gpu-memory-utilization", str(plan.gpu_memory_utilization),
         *vllm_kv_args(plan, disk_dir),
     ]  # fmt: skip
-    return args, {}
+    # lmcache/vllm-openai keeps vllm in /opt/venv (production-stack deployment-vllm-multi.yaml).
+    return ["/opt/venv/bin/vllm" if repo == "lmcache/vllm-openai" else "vllm", "serve"], args, {}
 
 
 @dataclass
@@ -171,31 +176,30 @@ class _Project:
 
 
 def render_compose(plan: Plan, options: ExportOptions) -> Bundle:
-    supported = ("none", "lmcache", "native") if plan.engine == "vllm" else ("none", "hicache")
     require_connector(
         plan,
-        supported,
         "compose",
         "use --offload lmcache or native (vLLM) or hicache (SGLang); for LMCache MP use --format systemd",
     )
     url = remote(options, plan)
     name = deployment_name(plan, options.name)
     repo, tag, notes = engine_image(plan, options)
-    port = ENGINE_PORT[plan.engine]
+    engine = engine_spec(plan.engine)
+    port = engine.port
     disk = plan.tier("disk")
     disk_dir = DISK_DIR if disk is not None and disk.path else None
     project = _Project(notes=notes)
     model = _model_volumes(plan, disk_dir, project)
-    command, env = _engine_command(plan, model, port, disk_dir)
+    entrypoint, command, env = _engine_launch(plan, model, port, disk_dir, repo)
     project.environment = {"HF_TOKEN": "${HF_TOKEN:-}", "PYTHONHASHSEED": HASH_SEED, **env}
-    if plan.engine == "vllm":
-        project.environment["VLLM_API_KEY"] = "${VLLM_API_KEY:-}"  # vLLM reads it when --api-key is absent
+    if engine.api_key_env:  # the engine reads it when --api-key is absent
+        project.environment[engine.api_key_env] = f"${{{engine.api_key_env}:-}}"
     else:
         project.environment[API_KEY_ENV] = f"${{{API_KEY_ENV}:-}}"  # LAUNCH_SGLANG moves it into --config
-    project.engine = _engine_service(plan, options, repo, tag, command, port, project)
+    project.engine = _engine_service(plan, options, (repo, tag), entrypoint, command, port, project)
     if url is not None:
         _remote_tier(plan, url, project)
-    if plan.connector == "lmcache":
+    if spec_of(plan.connector).lmcache_mode == "in-process":
         _lmcache_config(plan, disk_dir, url, project)
     project.engine["environment"] = project.environment
     services = {plan.engine: project.engine, **project.services}
@@ -205,12 +209,13 @@ def render_compose(plan: Plan, options: ExportOptions) -> Bundle:
         # Made from the variable in .env by Compose (mode 0444 in the container, so that the canary's
         # and Prometheus's users both read it); unset, `docker compose up` refuses to start.
         project.secrets[canary.TOKEN_SECRET] = {"environment": canary.TOKEN_ENV}
-        project.notes += canary.compose_notes(options, monitored=plan.engine == "vllm")
-    if plan.engine == "vllm":
+        project.notes += canary.compose_notes(options, monitored=engine.dashboard)
+    if engine.dashboard:
         _monitoring(plan, name, port, url, options, watched, services, project)
     else:
         project.notes.append(
-            "no dashboard for SGLang: its metric names cannot be checked against a real SGLang here"
+            f"no dashboard for {engine.title}: its metric names cannot be checked against a real "
+            f"{engine.title} here"
         )
     return _bundle(plan, options, name, services, project)
 
@@ -234,15 +239,16 @@ def _model_volumes(plan: Plan, disk_dir: str | None, project: _Project) -> str:
 
 
 def _engine_service(
-    plan: Plan, options: ExportOptions, repo: str, tag: str, command: list[str], port: int, project: _Project
+    plan: Plan,
+    options: ExportOptions,
+    image: tuple[str, str],
+    entrypoint: list[str],
+    command: list[str],
+    port: int,
+    project: _Project,
 ) -> dict[str, object]:
-    engine: dict[str, object] = {"image": f"{repo}:{tag}"}
-    if plan.engine == "vllm":
-        # lmcache/vllm-openai keeps vllm in /opt/venv (production-stack deployment-vllm-multi.yaml).
-        engine["entrypoint"] = ["/opt/venv/bin/vllm" if repo == "lmcache/vllm-openai" else "vllm", "serve"]
-    else:
-        engine["entrypoint"] = ["python3", "-c", LAUNCH_SGLANG]
-    engine["command"] = command
+    repo, tag = image
+    engine: dict[str, object] = {"image": f"{repo}:{tag}", "entrypoint": entrypoint, "command": command}
     host = f"[{options.host}]" if ":" in options.host else options.host
     engine["ports"] = [f"{host}:{options.port}:{port}"]
     engine["shm_size"] = f"{gib_ceil(shm_bytes(plan))}gb"
@@ -367,8 +373,9 @@ def _bundle(
                 secret=True,
             )
         )
-    if plan.engine == "vllm":
-        key_how = "set VLLM_API_KEY (in .env or the environment)"
+    key_env = engine_spec(plan.engine).api_key_env
+    if key_env:
+        key_how = f"set {key_env} (in .env or the environment)"
     else:
         key_how = (
             f"set {API_KEY_ENV} (in .env or the environment): the container writes it to a 0600 file "

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from kvstack.connectors import spec_of
 from kvstack.export.deployment import canary_runs
 from kvstack.planning.schema import Plan
 
@@ -226,7 +227,7 @@ def dashboard(plan: Plan, name: str) -> dict[str, Any]:
     when there is a remote tier, and a KV canary row when the deployment runs one."""
     tiers: set[str] = {t.kind for t in plan.offload_tiers}
     specs = engine_panels()
-    if plan.connector == "lmcache":
+    if spec_of(plan.connector).lmcache_mode == "in-process":  # its metrics on the engine's /metrics
         specs += lmcache_panels(tiers)
     if "remote" in tiers:
         specs += redis_panels()

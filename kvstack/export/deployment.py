@@ -7,6 +7,9 @@ import math
 import re
 from pathlib import PurePosixPath
 
+from kvstack.connectors import SPECS, spec_of
+from kvstack.connectors.engines import ENGINE_SPECS, engine_spec
+from kvstack.connectors.spec import ConnectorSpec
 from kvstack.errors import UnsupportedError
 from kvstack.export.bundle import ExportOptions
 from kvstack.planning.schema import Plan
@@ -64,8 +67,16 @@ def remote(options: ExportOptions, plan: Plan) -> RemoteURL | None:
     return url
 
 
-def require_connector(plan: Plan, supported: tuple[str, ...], fmt: str, hint: str) -> None:
-    if plan.connector not in supported:
+def exports_engine(plan: Plan, fmt: str) -> bool:
+    """Whether ``--format fmt`` runs the plan's engine (its EngineSpec's ``exports``)."""
+    return fmt in engine_spec(plan.engine).exports
+
+
+def require_connector(plan: Plan, fmt: str, hint: str) -> None:
+    """Refuse a plan whose connector ``fmt`` cannot deploy, naming those of its engine it can."""
+    spec = spec_of(plan.connector)
+    if fmt not in spec.exports or plan.engine not in spec.engines:
+        supported = [s.name for s in SPECS.values() if fmt in s.exports and plan.engine in s.engines]
         raise UnsupportedError(
             f"--format {fmt} cannot deploy {plan.engine} with connector '{plan.connector}' "
             f"(supported: {', '.join(supported)})",
@@ -73,14 +84,20 @@ def require_connector(plan: Plan, supported: tuple[str, ...], fmt: str, hint: st
         )
 
 
-def require_vllm(plan: Plan, platform: str, fmt: str, connectors: tuple[str, ...], hint: str) -> None:
-    """Refuse a plan ``platform`` cannot run: another engine, or a connector not in ``connectors``."""
-    if plan.engine != "vllm":
+def require_engine(plan: Plan, platform: str, fmt: str, hint: str) -> None:
+    """Refuse a plan ``platform`` cannot run: another engine, or a connector it cannot deploy."""
+    if not exports_engine(plan, fmt):
+        runs = " and ".join(e.title for e in ENGINE_SPECS.values() if fmt in e.exports)
         raise UnsupportedError(
-            f"{platform} runs vLLM, this plan uses {plan.engine}",
+            f"{platform} runs {runs}, this plan uses {plan.engine}",
             hint="use --engine vllm, or --format compose / systemd for SGLang",
         )
-    require_connector(plan, connectors, fmt, hint)
+    require_connector(plan, fmt, hint)
+
+
+def lmcache_in(mode: str) -> ConnectorSpec:
+    """The connector that is LMCache in ``mode`` ("in-process", "mp": ConnectorSpec.lmcache_mode)."""
+    return next(s for s in SPECS.values() if s.lmcache_mode == mode)
 
 
 def pod_resources(plan: Plan) -> dict[str, dict[str, str]]:
@@ -103,23 +120,25 @@ def shm_volume(plan: Plan) -> tuple[dict[str, object], dict[str, object]]:
     )
 
 
-def engine_image(plan: Plan, options: ExportOptions) -> tuple[str, str, list[str]]:
-    """(repository, tag, notes)."""
+def engine_image(
+    plan: Plan, options: ExportOptions, connector: ConnectorSpec | None = None
+) -> tuple[str, str, list[str]]:
+    """(repository, tag, notes) of the image that runs the plan's engine with ``connector`` (by
+    default the plan's): the one that ships the connector where the engine's own image does not."""
     if options.image:
         repo, sep, tag = options.image.rpartition(":")
         if not sep or "/" in tag:  # "host:5000/img" has a port, not a tag
             return options.image, "latest", []
         return repo, tag, []
     notes: list[str] = []
-    if plan.engine == "sglang":
-        repo, tag = "lmsysorg/sglang", "latest"
-    elif plan.connector == "lmcache":
-        # vllm/vllm-openai does not ship LMCache; the production-stack chart's own default image
-        # does (helm/values.yaml modelSpec.repository "lmcache/vllm-openai").
-        repo, tag = "lmcache/vllm-openai", "latest"
+    engine = engine_spec(plan.engine)
+    shipped = (connector or spec_of(plan.connector)).images.get(plan.engine)
+    if shipped:
+        repo, tag = shipped, "latest"
     else:
-        repo = "vllm/vllm-openai"
-        tag = f"v{options.engine_version}" if options.engine_version else "latest"
+        repo = engine.image
+        pinned = engine.image_tag and options.engine_version
+        tag = engine.image_tag.format(version=options.engine_version) if pinned else "latest"
     if tag == "latest":
         notes.append(
             f"the image {repo}:latest is not pinned: pin a tag (--image REPO:TAG) for repeatable deploys"
@@ -177,8 +196,7 @@ def lmcache_in_engine(
     """(image, vLLM arguments, environment) that run the plan's LMCache tiers inside the engine
     (LMCacheConnectorV1, settings as LMCACHE_* variables), for a platform with no LMCache server;
     what that costs is added to ``notes``."""
-    as_lmcache = plan.model_copy(update={"connector": "lmcache"})
-    repo, tag, image_notes = engine_image(as_lmcache, options)
+    repo, tag, image_notes = engine_image(plan, options, lmcache_in("in-process"))
     notes += [*image_notes, *in_process_note(plan, platform)]
     return f"{repo}:{tag}", [*LMCACHE_CONNECTOR_ARGS], lmcache_env(plan, disk_dir)
 
@@ -200,11 +218,11 @@ def unsupervised_notes(plan: Plan, platform: str) -> list[str]:
 
 
 def in_process_note(plan: Plan, platform: str) -> list[str]:
-    """What an export that runs no LMCache server does with an lmcache-mp plan."""
-    if plan.connector != "lmcache-mp":
+    """What an export that runs no LMCache server does with a plan for LMCache's server."""
+    if spec_of(plan.connector).lmcache_mode != "mp":
         return []
     return [
-        f"{platform} runs no LMCache server beside the engine: the plan's lmcache-mp tiers run as "
+        f"{platform} runs no LMCache server beside the engine: the plan's {plan.connector} tiers run as "
         "in-process LMCache (LMCacheConnectorV1) with the same sizes"
     ]
 
@@ -212,11 +230,13 @@ def in_process_note(plan: Plan, platform: str) -> list[str]:
 def vllm_kv_args(plan: Plan, disk_dir: str | None, with_lmcache_connector: bool = True) -> list[str]:
     """The KV-related vLLM arguments."""
     args = ["--kv-cache-dtype", plan.kv_cache_dtype, *plan.dtype_args()]
+    spec = spec_of(plan.connector)
     cpu = plan.tier("cpu")
     disk = plan.tier("disk")
-    if plan.connector == "lmcache" and with_lmcache_connector:
-        args += [*LMCACHE_CONNECTOR_ARGS]
-    elif plan.connector == "native" and cpu is not None:
+    if spec.lmcache_mode == "in-process":
+        if with_lmcache_connector:
+            args += [*LMCACHE_CONNECTOR_ARGS]
+    elif spec.builtin_flags and cpu is not None:  # vLLM's own offloading (OffloadingConnector)
         if disk is not None and disk_dir:
             # The full form is the only one with a disk tier (vllm/v1/kv_offload/tiering/spec.py);
             # cpu_bytes_to_use is the total across ranks, as --kv-offloading-size (config/vllm.py).
@@ -232,12 +252,7 @@ def vllm_kv_args(plan: Plan, disk_dir: str | None, with_lmcache_connector: bool 
             }
             args += ["--kv-transfer-config", json.dumps(cfg)]
         else:
-            args += [
-                "--kv-offloading-size",
-                str(gib_floor(cpu.size_bytes)),
-                "--kv-offloading-backend",
-                "native",
-            ]
+            args += ["--kv-offloading-size", str(gib_floor(cpu.size_bytes)), *spec.builtin_flags]
     return args
 
 
@@ -254,10 +269,11 @@ def sglang_args(plan: Plan, disk_dir: str | None) -> tuple[list[str], dict[str, 
     env: dict[str, str] = {}
     cpu = plan.tier("cpu")
     disk = plan.tier("disk")
-    if plan.connector == "hicache" and cpu is not None:
+    builtin = spec_of(plan.connector).builtin_flags
+    if builtin and cpu is not None:  # SGLang's own hierarchical cache (HiCache)
         # --hicache-size is decimal GB per rank (sglang memory_pool_host.py: hicache_size * 1e9).
         args += [
-            "--enable-hierarchical-cache",
+            *builtin,
             "--hicache-size", str(max(1, cpu.size_bytes_per_rank // 10**9)),
             "--hicache-write-policy", "write_through",
         ]  # fmt: skip

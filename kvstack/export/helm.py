@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import yaml
 
+from kvstack.connectors import spec_of
 from kvstack.errors import UnsupportedError
 from kvstack.export import canary
 from kvstack.export.bundle import Bundle, ExportFile, ExportOptions
@@ -31,6 +32,7 @@ from kvstack.export.deployment import (
     canary_runs,
     deployment_name,
     engine_image,
+    exports_engine,
     gib_ceil,
     gib_floor,
     host_memory_bytes,
@@ -52,14 +54,13 @@ PVC_MARGIN = 1.10
 
 
 def render_helm(plan: Plan, options: ExportOptions) -> Bundle:
-    if plan.engine != "vllm":
+    if not exports_engine(plan, "helm"):
         raise UnsupportedError(
             "the vLLM production-stack chart runs vLLM only, this plan uses " + plan.engine,
             hint="use --engine vllm, or --format compose / systemd for SGLang",
         )
     require_connector(
         plan,
-        ("none", "lmcache", "native"),
         "helm",
         "use --offload lmcache or native (the chart runs no LMCache MP server), or --format systemd",
     )
@@ -107,7 +108,7 @@ def render_helm(plan: Plan, options: ExportOptions) -> Bundle:
         "vllmConfig": vllm_config,
     }
     files: list[ExportFile] = []
-    if plan.connector == "lmcache":
+    if spec_of(plan.connector).lmcache_mode == "in-process":
         lm: dict[str, object] = {"enabled": True, "logLevel": "INFO"}
         if cpu is not None:
             if gib_floor(cpu.size_bytes_per_rank) < 1:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import yaml
 
+from kvstack.connectors import spec_of
 from kvstack.export.bundle import Bundle, ExportFile, ExportOptions
 from kvstack.export.deployment import (
     deployment_name,
@@ -29,7 +30,7 @@ from kvstack.export.deployment import (
     local_model,
     pod_resources,
     remote,
-    require_vllm,
+    require_engine,
     shm_volume,
     unsupervised_notes,
 )
@@ -77,10 +78,7 @@ def _offloading(plan: Plan, notes: list[str]) -> dict[str, object] | None:
 
 
 def render_kserve(plan: Plan, options: ExportOptions) -> Bundle:
-    require_vllm(
-        plan, "KServe's LLMInferenceService", "kserve", ("none", "native", "lmcache", "lmcache-mp"),
-        "use --offload native or lmcache",
-    )  # fmt: skip
+    require_engine(plan, "KServe's LLMInferenceService", "kserve", "use --offload native or lmcache")
     url = remote(options, plan)
     name = deployment_name(plan, options.name)
     notes: list[str] = []
@@ -101,11 +99,12 @@ def render_kserve(plan: Plan, options: ExportOptions) -> Bundle:
     spec: dict[str, object] = {"model": _model(plan, notes), "replicas": 1}
     if tp > 1:
         spec["parallelism"] = {"tensor": tp}
-    if plan.connector == "native":
+    connector = spec_of(plan.connector)
+    if connector.builtin_flags:  # vLLM's own offloading, which kvCacheOffloading drives
         offloading = _offloading(plan, notes)
         if offloading is not None:
             spec["kvCacheOffloading"] = offloading
-    elif plan.connector in ("lmcache", "lmcache-mp"):
+    elif connector.lmcache_mode:  # either mode of LMCache: its tiers in-process, in the container
         disk = plan.tier("disk")
         image, connector_args, lmcache = lmcache_in_engine(
             plan, options, LMCACHE_DISK_DIR if disk is not None else None, "KServe", notes

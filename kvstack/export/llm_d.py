@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import yaml
 
+from kvstack.connectors import spec_of
 from kvstack.export.bundle import Bundle, ExportFile, ExportOptions
 from kvstack.export.deployment import (
     deployment_name,
@@ -26,7 +27,7 @@ from kvstack.export.deployment import (
     local_model,
     pod_resources,
     remote,
-    require_vllm,
+    require_engine,
     shm_volume,
     unsupervised_notes,
     vllm_kv_args,
@@ -112,7 +113,7 @@ def _container(
             "with a ReadWriteMany PVC to share it between pods (as llm-d's tiered-prefix-cache guide does)"
         )
     image = options.image
-    if plan.connector in ("lmcache", "lmcache-mp"):
+    if spec_of(plan.connector).lmcache_mode:  # either mode of LMCache: its tiers in-process
         image, connector_args, lmcache = lmcache_in_engine(
             plan, options, DISK_DIR if disk is not None else None, "llm-d", notes
         )
@@ -137,10 +138,7 @@ def _container(
 
 
 def render_llm_d(plan: Plan, options: ExportOptions) -> Bundle:
-    require_vllm(
-        plan, "llm-d's modelservice", "llm-d", ("none", "native", "lmcache", "lmcache-mp"),
-        "use --offload native or lmcache",
-    )  # fmt: skip
+    require_engine(plan, "llm-d's modelservice", "llm-d", "use --offload native or lmcache")
     name = deployment_name(plan, options.name)
     notes: list[str] = [api_key_note(name)]
     files: list[ExportFile] = []
@@ -182,7 +180,8 @@ def render_llm_d(plan: Plan, options: ExportOptions) -> Bundle:
     )
     epp = ExportFile(name=EPP_FILE, content=epp_header + yaml.safe_dump(epp_config(plan), sort_keys=False))
     files += [epp, helm_dashboard(plan, name)]
-    if plan.tier("remote") is not None and plan.connector == "native":
+    # Of the connectors llm-d deploys, only vLLM's native offloading moves KV with no remote tier.
+    if plan.tier("remote") is not None and plan.offloads and not spec_of(plan.connector).remote:
         notes.append("vLLM's native offloading has no remote tier: the plan's remote tier is not exported")
     notes += unsupervised_notes(plan, "llm-d")
     return Bundle(format="llm-d", files=[main, *files], notes=notes)

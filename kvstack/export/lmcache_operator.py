@@ -18,12 +18,15 @@ from __future__ import annotations
 
 import yaml
 
+from kvstack.connectors import spec_of
 from kvstack.errors import UnsupportedError
 from kvstack.export.bundle import Bundle, ExportFile, ExportOptions
 from kvstack.export.deployment import (
     deployment_name,
     engine_image,
+    exports_engine,
     gib_floor,
+    lmcache_in,
     local_model,
     pod_resources,
     remote,
@@ -120,7 +123,8 @@ def _engine(
 
 def _vllm(plan: Plan, options: ExportOptions, name: str, notes: list[str]) -> list[dict[str, object]]:
     tp = plan.tensor_parallel_size
-    repo, tag, image_notes = engine_image(plan.model_copy(update={"connector": "native"}), options)
+    # The webhook wires LMCache's server (MP mode) into the engine's pods: the engine's image for it.
+    repo, tag, image_notes = engine_image(plan, options, lmcache_in("mp"))
     notes += image_notes
     model = plan.model_path
     if local_model(plan):
@@ -171,12 +175,12 @@ def _vllm(plan: Plan, options: ExportOptions, name: str, notes: list[str]) -> li
 
 
 def render_lmcache_operator(plan: Plan, options: ExportOptions) -> Bundle:
-    if plan.engine != "vllm":
+    if not exports_engine(plan, "lmcache-operator"):
         raise UnsupportedError(
             f"the LMCache operator wires LMCache's server into vLLM pods; this plan uses {plan.engine}",
             hint="use --engine vllm, or --format compose / systemd for SGLang",
         )
-    require_connector(plan, ("lmcache", "lmcache-mp"), "lmcache-operator", "use --offload lmcache-mp")
+    require_connector(plan, "lmcache-operator", "use --offload lmcache-mp")
     name = deployment_name(plan, options.name)
     notes: list[str] = [api_key_note(name)]
     files: list[ExportFile] = []
@@ -185,7 +189,7 @@ def render_lmcache_operator(plan: Plan, options: ExportOptions) -> Bundle:
             "a CPU plan: the engine runs on any node (nodeSelector {}, no GPU runtime class), and vLLM's "
             "default image is a CUDA build: give a CPU build of vLLM with --image"
         )
-    if plan.connector == "lmcache":
+    if spec_of(plan.connector).lmcache_mode == "in-process":
         notes.append(
             "the operator runs LMCache's server beside the engine (MP mode): the plan's in-process LMCache "
             "tiers run there with the same sizes"
