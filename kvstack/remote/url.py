@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from urllib.parse import parse_qs, unquote
 
+from kvstack.connectors import SPECS, remote_capable
 from kvstack.errors import NetworkTargetError, UnsupportedError
 from kvstack.netaddr import PORT_RANGE, is_loopback, parse_port
 from kvstack.redact import redact_url, url_secrets
@@ -20,11 +21,8 @@ ACCEPTED_FORMS = (
     "redis-sentinel://[user:pass@]host:port[,host:port...][/service], lm://host:port"
 )
 
-# Connectors that can use a remote tier, and how they wire it.
-REMOTE_CONNECTORS: dict[str, str] = {
-    "lmcache": "LMCache in-process (remote_url)",
-    "lmcache-mp": "LMCache MP (resp L2 adapter)",
-}
+# Connectors that can use a remote tier, and how they wire it (ConnectorSpec.remote_backend).
+REMOTE_CONNECTORS: dict[str, str] = {s.name: s.remote_backend for s in remote_capable()}
 
 
 @dataclass(frozen=True)
@@ -175,19 +173,21 @@ def parse_remote_url(url: str) -> RemoteURL:
 
 def require_remote_support(connector: str, url: RemoteURL) -> None:
     """Refuse a connector that cannot use this remote tier, naming the ones that can."""
-    if connector not in REMOTE_CONNECTORS:
+    spec = SPECS.get(connector)
+    if spec is None or not spec.remote:
         which = "; ".join(f"{name}: {how}" for name, how in REMOTE_CONNECTORS.items())
+        offloads = " or ".join(f"--offload {name}" for name in REMOTE_CONNECTORS)
         raise UnsupportedError(
             f"connector '{connector}' has no remote tier, so --remote {url.redacted()} cannot be used",
-            hint=f"use --offload lmcache or --offload lmcache-mp ({which}), or drop --remote",
+            hint=f"use {offloads} ({which}), or drop --remote",
         )
-    if connector == "lmcache-mp":
-        # RESPL2AdapterConfig takes host, port, username, password only: no TLS, no sentinel,
-        # no database index (lmcache 0.5.6 v1/distributed/l2_adapters/resp_l2_adapter.py).
+    if spec.remote_schemes or spec.remote_db0_only:
+        # Only LMCache MP's backend is narrower than every form (ConnectorSpec.remote_schemes: its
+        # RESPL2AdapterConfig takes no TLS, no sentinel, no database index); the message names it.
         problem = None
-        if url.scheme != "redis":
+        if spec.remote_schemes and url.scheme not in spec.remote_schemes:
             problem = f"{url.scheme}:// URLs"
-        elif url.db not in (None, 0):
+        elif spec.remote_db0_only and url.db not in (None, 0):
             problem = "a database index other than 0"
         if problem:
             raise UnsupportedError(

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from kvstack.connectors import SPECS
 from kvstack.units import fmt_ms, fmt_ms_cell, fmt_pct, fmt_pct_of
 
 if TYPE_CHECKING:
@@ -19,6 +20,12 @@ if TYPE_CHECKING:
     from kvstack.tune.tune import TuneRun
 
 PIPED_WIDTH = 160  # tune's tables are wider than most commands'
+
+
+def _offloads(connector: str) -> bool:
+    """Whether a candidate's connector moves KV below the engine (one kvstack does not know: yes)."""
+    spec = SPECS.get(connector)
+    return spec is None or spec.offloads
 
 
 def _interval(iv: Interval | None) -> str:
@@ -120,7 +127,8 @@ def render_measured(results: TuneResults, console: Console) -> None:
         elif c.label in excluded:
             verdict_text = "out"
         else:
-            verdict_text = "kept" if c.connector == "none" else "not better"
+            # The candidate that moves no KV is the baseline: kept when nothing beats it.
+            verdict_text = "not better" if _offloads(c.connector) else "kept"
         good = m.goodput if m is not None else None
         within = [f"{fmt_pct(good.value)} ± {good.noise * 100:.1f}" if good else "-"]
         table.add_row(

@@ -13,6 +13,7 @@ import subprocess
 
 import psutil
 
+from kvstack.connectors import SPECS
 from kvstack.errors import MissingProgramError, NetworkTargetError
 from kvstack.netaddr import PORT_MAX, check_port
 from kvstack.runtime.specs import LaunchSpec, ServeOptions
@@ -20,7 +21,6 @@ from kvstack.runtime.writable import require_writable_dir
 
 # Python module to look for -> what to pip-install for it.
 ENGINE_MODULES: dict[str, str] = {"vllm": "vllm", "sglang": "sglang[all]", "lmcache": "lmcache"}
-_CONNECTOR_MODULES: dict[str, str] = {"lmcache": "lmcache", "lmcache-mp": "lmcache"}
 
 
 def _listener(port: int) -> str | None:
@@ -106,5 +106,6 @@ def preflight_launch(spec: LaunchSpec, options: ServeOptions, disk_need_bytes: i
         disk_dir or options.cache_root, "--cache-dir", need_bytes=disk_need_bytes, write_probe=True
     )
     check_module_importable(options.python, spec.engine)
-    if spec.connector in _CONNECTOR_MODULES:
-        check_module_importable(options.python, _CONNECTOR_MODULES[spec.connector])
+    package = SPECS[spec.connector].package  # the Python package the engine imports for it
+    if package:
+        check_module_importable(options.python, package)
