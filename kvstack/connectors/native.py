@@ -55,4 +55,8 @@ SPEC = ConnectorSpec(
     knob_values=_knob_values,
     tune_platforms=frozenset({"cuda"}),
     tune_chunk_is_block=True,
+    # CPU memory only: its knobs size no fs tier (--kv-offloading-size is the CPU tier's), so tune
+    # models it without the disk tier its spec can serve.
+    tune_disk=False,
+    tune_order=3,
 )

@@ -117,6 +117,10 @@ class Sizing:
     # Of a tier's size, the share the connector keeps filled on average (LMCache's server evicts
     # between watermark x (1 - ratio) and watermark).
     effective: float = 1.0
+    # The smallest DRAM tier its launch can say, and why a smaller one cannot be served (LMCache's
+    # server: --l1-size-gb rendered in 0.01 GiB steps, floored: engines.launch_basics.gib_floor).
+    min_dram_bytes: int = 0
+    min_dram_why: str = ""
 
 
 @dataclass(frozen=True)
@@ -162,6 +166,14 @@ class ConnectorSpec:
     gate_kind: Literal["prompt", "load", ""] = ""
     tune_platforms: frozenset[Platform] = frozenset()  # where tune may choose it
     tune_chunk_is_block: bool = False  # its chunk is the engine's block (no chunk knob)
+    # Whether tune sizes a disk tier under its DRAM one (where its tiers have one).
+    tune_disk: bool = True
+    # Where tune lists it among the connectors it ranks (lower first; candidates the ranking cannot
+    # tell apart keep this order: tune/rank.py).
+    tune_order: int = 0
+    # The platforms where tune reads each tier's hardware bound off a plan made for it
+    # (tune/limits.py most_plan): the connector whose tiers the rest of kvstack sizes there.
+    tune_limits: frozenset[Platform] = frozenset()
     cache_server: bool = False  # it runs as its own server process beside the engine
     # Runs on the CPU platform without moving anything (LMCache in-process: degraded mode).
     degraded_on_cpu: str = ""
