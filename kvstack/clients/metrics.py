@@ -13,6 +13,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from kvstack.clients.client import auth_headers
+from kvstack.connectors.engines import ENGINE_SPECS, SGLANG, VLLM
 
 # vLLM V1 (vllm/v1/metrics/loggers.py, PrometheusStatLogger; labels model_name, engine).
 # Counters are declared without ``_total``; the exposition adds it.
@@ -25,11 +26,12 @@ VLLM_PROMPT_TOKENS_BY_SOURCE = "vllm:prompt_tokens_by_source"  # source=local_co
 VLLM_CACHED_BY_SOURCE = "vllm:prompt_tokens_cached_by_source"
 VLLM_CACHE_CONFIG_INFO = "vllm:cache_config_info"  # gauge = 1, labels = CacheConfig fields
 VLLM_OFFLOAD_PREFIX = "vllm:kv_offload_"  # native offload; names changed across versions
-VLLM_PROMPT_TOKENS = "vllm:prompt_tokens"  # prefill tokens, counter
-VLLM_TTFT = "vllm:time_to_first_token_seconds"  # histogram
-VLLM_RUNNING = "vllm:num_requests_running"  # gauge
-VLLM_WAITING = "vllm:num_requests_waiting"  # gauge
-VLLM_KV_USAGE = "vllm:kv_cache_usage_perc"  # gauge, 0..1
+# What it serves (connectors/engines.py names them: kvstack top reads them per engine).
+VLLM_PROMPT_TOKENS = VLLM.metrics.prompt_tokens  # prefill tokens, counter
+VLLM_TTFT = VLLM.metrics.ttft  # histogram
+VLLM_RUNNING = VLLM.metrics.running  # gauge
+VLLM_WAITING = VLLM.metrics.waiting  # gauge
+VLLM_KV_USAGE = VLLM.metrics.kv_usage  # gauge, 0..1
 # LMCache in-process (lmcache/observability.py; labels model_name, worker_id, role, served_model_name).
 LMCACHE_HIT_TOKENS = "lmcache:num_hit_tokens"
 LMCACHE_STORED_TOKENS = "lmcache:num_stored_tokens"
@@ -52,11 +54,11 @@ LMCACHE_MP_L1_EVICTED = "lmcache_mp_l1_evicted_chunks"
 SGLANG_EFFECTIVE_TOKENS = "sglang:prefill_effective_tokens"
 SGLANG_CACHE_HIT_RATE = "sglang:cache_hit_rate"
 SGLANG_MAX_TOTAL_TOKENS = "sglang:max_total_num_tokens"
-SGLANG_PROMPT_TOKENS = "sglang:prompt_tokens"
-SGLANG_TTFT = "sglang:time_to_first_token_seconds"
-SGLANG_RUNNING = "sglang:num_running_reqs"
-SGLANG_WAITING = "sglang:num_queue_reqs"
-SGLANG_TOKEN_USAGE = "sglang:token_usage"  # gauge, 0..1 of the KV pool
+SGLANG_PROMPT_TOKENS = SGLANG.metrics.prompt_tokens
+SGLANG_TTFT = SGLANG.metrics.ttft
+SGLANG_RUNNING = SGLANG.metrics.running
+SGLANG_WAITING = SGLANG.metrics.waiting
+SGLANG_TOKEN_USAGE = SGLANG.metrics.kv_usage  # gauge, 0..1 of the KV pool
 
 Labels = dict[str, str]
 
@@ -116,10 +118,9 @@ class MetricsSnapshot:
     @property
     def engine(self) -> str | None:
         """``vllm`` or ``sglang`` judged by the metric namespace, None when neither shows."""
-        if any(s.name.startswith("vllm:") for s in self.samples):
-            return "vllm"
-        if any(s.name.startswith("sglang:") for s in self.samples):
-            return "sglang"
+        for spec in ENGINE_SPECS.values():
+            if any(s.name.startswith(spec.metrics.prefix) for s in self.samples):
+                return spec.name
         return None
 
 

@@ -16,13 +16,16 @@ import httpx
 
 from kvstack.clients.client import auth_headers
 from kvstack.clients.control import CONTROL_HEADER
+from kvstack.connectors.engines import ENGINE_SPECS, SGLANG, VLLM
 
 # Endpoints that empty the GPU prefix cache and keep the offload tiers. vLLM's keeps connector
 # caches unless ?reset_external=true (vllm/entrypoints/serve/dev/cache/api_router.py). SGLang's
 # /flush_cache also clears HiCache's host pool (HiRadixCache.reset), so SGLang's DRAM tier is
 # proven by overflowing the GPU pool instead.
-VLLM_RESET_PATH = "/reset_prefix_cache"
-RESET_PATHS = {"vllm": VLLM_RESET_PATH, "sglang": "/flush_cache"}
+# Each engine's is its spec's (connectors/engines.py).
+VLLM_RESET_PATH = VLLM.reset_path
+SGLANG_FLUSH_PATH = SGLANG.reset_path  # HiCache's disk step flushes with it (validation/tier_step.py)
+RESET_PATHS = {s.name: s.reset_path for s in ENGINE_SPECS.values() if s.reset_path}
 
 
 async def reset_cache(

@@ -28,7 +28,7 @@ from kvstack.clients import quiet, token_sources
 from kvstack.clients.lmcache_status import LMCacheStatus, cache_server_status
 from kvstack.clients.metrics import scrape_sync
 from kvstack.clients.models import served_models
-from kvstack.clients.reset import VLLM_RESET_PATH
+from kvstack.connectors.engines import ENGINE_SPECS
 from kvstack.errors import InputError, Interrupted, KvstackError
 from kvstack.planning.capacity import simulate_hierarchy
 from kvstack.redact import redact_url
@@ -406,7 +406,8 @@ def _compare(
     ttft: TtftCheck | None = None
     if ttft_check:
         # vLLM's reset keeps the offload tiers; SGLang's /flush_cache would empty HiCache's host pool.
-        reset = VLLM_RESET_PATH if engine_of(layout.plan, run.first) == "vllm" else None
+        own = ENGINE_SPECS.get(engine_of(layout.plan, run.first))
+        reset = own.reset_path if own is not None and own.reset_keeps_offload else None
         ttft = _ttft_check(layout, shared, hierarchy, prediction, rows_out, model, api_key, reset, why_not)
     one = args.concurrency == 1
     measured_from = "each request's counters (one in flight)" if one else "the replay's counters, in total"

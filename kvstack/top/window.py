@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from kvstack.clients import metrics as m
 from kvstack.clients import token_sources
 from kvstack.clients.metrics import MetricsSnapshot
+from kvstack.connectors.engines import ENGINE_SPECS, VLLM
 from kvstack.redact import redact_url
 from kvstack.top.canary import canary_view, canary_warnings
 from kvstack.top.capacity import MeasuredCapacity
@@ -130,21 +131,21 @@ def server_view(
     if error is not None:
         return ServerView(url=url, up=False, error=error)
     engine = after.engine
-    sg = engine == "sglang"
+    series = ENGINE_SPECS.get(engine or "", VLLM).metrics  # vLLM's where no namespace shows
     gauges = ServerView(
         url=url,
         up=True,
         engine=engine,
-        running=after.get(m.SGLANG_RUNNING if sg else m.VLLM_RUNNING),
-        waiting=after.get(m.SGLANG_WAITING if sg else m.VLLM_WAITING),
-        kv_usage=after.get(m.SGLANG_TOKEN_USAGE if sg else m.VLLM_KV_USAGE),
+        running=after.get(series.running),
+        waiting=after.get(series.waiting),
+        kv_usage=after.get(series.kv_usage),
     )
     if not before.samples:
         # No scrape to start the window from (the server was not answering then): counting from
         # zero would show totals since start as this window's. Gauges only, until the next one.
         return gauges
-    ttft = bucket_deltas(before, after, m.SGLANG_TTFT if sg else m.VLLM_TTFT)
-    prompt = counter_delta(before, after, m.SGLANG_PROMPT_TOKENS if sg else m.VLLM_PROMPT_TOKENS)
+    ttft = bucket_deltas(before, after, series.ttft)
+    prompt = counter_delta(before, after, series.prompt_tokens)
     # The engine's counters say recomputed / engine cache / offloaded; LMCache's which tier.
     eb, ea = (with_lmcache(before, lm[0]), with_lmcache(after, lm[1])) if lm else (before, after)
     split = token_sources.sources(eb, ea)
@@ -301,7 +302,10 @@ def warnings(snap: TopSnapshot, targets: Targets) -> list[str]:
         out += _lmcache_warnings(lm, targets, w, f" {lm.url}" if many else "")
     if not snap.lmcache:
         for s in snap.servers:
-            if not s.up or s.engine != "vllm":
+            # Only an engine whose counters tell its own hits from the connector's (vLLM) can say
+            # that the tiers served nothing.
+            own = ENGINE_SPECS.get(s.engine or "")
+            if not s.up or own is None or not own.separate_external_hits:
                 continue
             offloaded = sum(
                 v.tokens

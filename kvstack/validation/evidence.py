@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from kvstack.clients import metrics as m
 from kvstack.clients.metrics import MetricsSnapshot
+from kvstack.connectors.engines import ENGINE_SPECS
 
 
 @dataclass
@@ -46,9 +47,17 @@ def _collect(
     return Hits(max(values) if values else None, evidence)
 
 
+def _one_counter(engine: str) -> bool:
+    """Whether ``engine`` counts every hit on one counter by mode (SGLang's prefill_effective_tokens:
+    device_hit, host_hit, storage_hit) rather than its own hits apart from the connector's (vLLM's,
+    the counters read for an engine kvstack has no spec for)."""
+    spec = ENGINE_SPECS.get(engine)
+    return spec is not None and not spec.separate_external_hits
+
+
 def prefix_hits(engine: str, before: MetricsSnapshot, after: MetricsSnapshot) -> Hits:
     """Tokens the engine's own (GPU) prefix cache served."""
-    if engine == "sglang":
+    if _one_counter(engine):
         hits = _collect(before, after, [(m.SGLANG_EFFECTIVE_TOKENS, {"mode": "device_hit"})])
         rate = after.get(m.SGLANG_CACHE_HIT_RATE)
         if rate is not None:
@@ -64,7 +73,7 @@ def prefix_hits(engine: str, before: MetricsSnapshot, after: MetricsSnapshot) ->
 
 def connector_hits(engine: str, before: MetricsSnapshot, after: MetricsSnapshot) -> Hits:
     """Tokens an offload tier (KV connector, HiCache) served, with the tier when it is named."""
-    if engine == "sglang":
+    if _one_counter(engine):
         hits = _collect(
             before,
             after,

@@ -9,9 +9,10 @@ from typing import TYPE_CHECKING, Annotated, Any, Self
 
 from pydantic import model_validator
 
+from kvstack.connectors import SPECS
 from kvstack.errors import InputError
 from kvstack.flags import Inputs, Json, flag
-from kvstack.names import CONNECTORS, ENGINES, choice
+from kvstack.names import ENGINES, choice
 from kvstack.validation.thresholds import (
     DEFAULT_MIN_SPEEDUP,
     DEFAULT_MIN_TIER_SPEEDUP,
@@ -25,7 +26,9 @@ if TYPE_CHECKING:
 
 TIERS = ("cpu", "disk", "remote")
 MAX_CONCURRENCY = 256
-_CONNECTORS = tuple(c for c in CONNECTORS if c != "none")
+_CONNECTORS = tuple(s.name for s in SPECS.values() if s.offloads)
+# What a cache server given with --lmcache serves through (LMCache's: lmcache-mp).
+_CACHE_SERVER = next(s.name for s in SPECS.values() if s.cache_server)
 
 
 class ValidationInputs(Inputs):
@@ -74,9 +77,9 @@ class ServerInputs(Inputs):
         str | None,
         flag(
             "--offload",
-            help="The connector behind the tiers (lmcache, lmcache-mp, native, hicache): how each tier "
-            "step drops the copies above its tier (default: lmcache-mp with --lmcache, else unknown, and "
-            "a disk step that cannot empty DRAM is named tier:cpu+disk)",
+            help=f"The connector behind the tiers ({', '.join(_CONNECTORS)}): how each tier step "
+            f"drops the copies above its tier (default: {_CACHE_SERVER} with --lmcache, else unknown, "
+            "and a disk step that cannot empty DRAM is named tier:cpu+disk)",
             show_default=False,
             choices=_CONNECTORS,
         ),
@@ -133,7 +136,7 @@ class ServerInputs(Inputs):
             metrics_urls=[self.url.rstrip("/") + "/metrics", lmcache.rstrip("/") + "/metrics"]
             if lmcache
             else [],
-            connector=self.offload or ("lmcache-mp" if lmcache else None),
+            connector=self.offload or (_CACHE_SERVER if lmcache else None),
             chunk_tokens=self.chunk_tokens,
             secrets=secrets,
             **fields,

@@ -19,6 +19,7 @@ from typing import Any, ParamSpec
 
 from kvstack.clients.metrics import MetricsSnapshot
 from kvstack.clients.streaming import RequestResult
+from kvstack.connectors import SPECS, spec_of
 from kvstack.planning.schema import Plan
 from kvstack.validation.cache_server import moved_aside
 from kvstack.validation.evidence import (
@@ -44,9 +45,11 @@ def shared_tier_skip_reason(plan: Plan, replicas: int) -> str | None:
     """Why the step does not apply, or None when it does."""
     if replicas < 2:
         return "one replica: nothing to share with"
-    if plan.platform == "cpu" and plan.connector != "lmcache-mp":
+    # On the CPU platform only a connector with its own cache server moves KV (planning/cpu_plan.py).
+    if plan.platform == "cpu" and not spec_of(plan.connector).cache_server:
+        servers = " or ".join(f"--offload {s.name}" for s in SPECS.values() if s.cache_server)
         return (
-            "no offload tier on a CPU platform without LMCache's cache server (--offload lmcache-mp): "
+            f"no offload tier on a CPU platform without LMCache's cache server ({servers}): "
             "replicas share no KV, each keeps its own prefix cache"
         )
     if plan.tier("remote") is None:

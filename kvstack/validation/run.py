@@ -20,9 +20,13 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import cast
 
 from kvstack.clients import quiet
+from kvstack.connectors import spec_of
+from kvstack.connectors.engines import ENGINE_SPECS
 from kvstack.errors import InputError
+from kvstack.names import Engine
 from kvstack.planning.engine_kv import KvExpectation, kv_expectation
 from kvstack.planning.schema import Plan
 from kvstack.runtime.specs import LaunchSpec
@@ -77,13 +81,15 @@ def target_from_launch(
         base_url=spec.base_url,
         model=spec.served_model_name,
         api_key=api_key,
-        engine=None if spec.engine == "vllm-router" else spec.engine,
+        # What it launched when that is an engine; a router in front (vllm-router) is judged by
+        # the /metrics it serves.
+        engine=cast(Engine, spec.engine) if spec.engine in ENGINE_SPECS else None,
         platform=plan.platform,
         tiers=tiers,
         reset_path=spec.reset_cache_path,
         metrics_urls=list(spec.metrics_urls),
         cache_server_url=spec.cache_server_url,
-        connector=None if spec.connector == "none" else spec.connector,
+        connector=spec.connector if spec_of(spec.connector).offloads else None,
         chunk_tokens=plan.chunk_size or None,
         batch_invariant=spec.server.env.get(
             "VLLM_BATCH_INVARIANT", os.environ.get("VLLM_BATCH_INVARIANT", "0")
@@ -102,7 +108,8 @@ def target_from_launch(
 
 def _kv_expectation(spec: LaunchSpec, plan: Plan) -> KvExpectation | None:
     """The plan's KV pool as the engine will log it: vLLM only (the line is vLLM's)."""
-    if spec.engine != "vllm":
+    own = ENGINE_SPECS.get(spec.engine)
+    if own is None or not own.logs_kv_pool:
         return None
     space = spec.server.env.get("VLLM_CPU_KVCACHE_SPACE")
     pool = int(space) * GIB if plan.platform == "cpu" and space and space.isdigit() else None

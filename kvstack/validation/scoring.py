@@ -27,6 +27,7 @@ from typing import Any
 import httpx
 
 from kvstack.clients.streaming import RequestResult
+from kvstack.connectors.engines import ENGINE_SPECS, VLLM, EngineSpec
 
 SCORE_TIMEOUT_S = 300.0
 # Each scoring request's fresh cache_salt starts so: its chunks are keyed apart from every prompt's.
@@ -158,6 +159,11 @@ async def _post(
         return f"{what} (POST {path}) did not answer JSON"
 
 
+def _spec(engine: str) -> EngineSpec:
+    """``engine``'s spec; vLLM's routes for an engine kvstack has none for (the OpenAI ones)."""
+    return ENGINE_SPECS.get(engine, VLLM)
+
+
 async def score(
     client: httpx.AsyncClient,
     base_url: str,
@@ -170,14 +176,15 @@ async def score(
 ) -> list[PositionScore] | str:
     """Recompute's view of each served token, or why it could not be had."""
     ids = prompt_ids + served_ids
-    if engine == "sglang":
+    on_generate = _spec(engine).scoring == "generate"
+    if on_generate:
         path, body = "/generate", sglang_body(ids, top_k)
     else:
         path, body = "/v1/completions", vllm_body(model, ids, top_k)
     data = await _post(client, base_url, path, body, headers, "the scoring request")
     if isinstance(data, str):
         return data
-    if engine == "sglang":
+    if on_generate:
         return parse_sglang(data, len(prompt_ids), served_ids, top_k)
     return parse_vllm(data, len(prompt_ids), served_ids)
 
@@ -195,8 +202,9 @@ async def recompute_answer(
     recompute that reads no cache, or why it could not be had. vLLM: ``prompt_logprobs`` skips
     reading the prefix cache and the connector, and a fresh ``cache_salt`` keys it apart (the rule
     above). SGLang's completions take no ``prompt_logprobs``: not available there."""
-    if engine == "sglang":
-        return "SGLang's completions cannot be asked to read no cache"
+    spec = _spec(engine)
+    if not spec.uncached_answer:
+        return f"{spec.title}'s completions cannot be asked to read no cache"
     body = vllm_body(model, prompt_ids, 0)
     body.update(max_tokens=tokens, logprobs=1, return_token_ids=True, ignore_eos=True)
     path = "/v1/completions"

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from kvstack.clients.metrics import MetricsSnapshot
 from kvstack.clients.reset import RESET_PATHS
 from kvstack.clients.streaming import RequestResult
+from kvstack.connectors.engines import ENGINE_SPECS
 from kvstack.validation import correctness
 from kvstack.validation.cache_server import CacheServer
 from kvstack.validation.correctness import CorrectnessCheck
@@ -262,10 +263,12 @@ class Validation:
             if path is not None:
                 if external:
                     path += ("&" if "?" in path else "?") + "reset_external=true"
-                if self.target.concurrency > 1 and self.engine == "vllm":
+                own = ENGINE_SPECS.get(self.engine)
+                running = own.reset_running_query if own is not None else ""
+                if self.target.concurrency > 1 and running:
                     # vLLM refuses a reset while requests hold blocks, and the load always has some
                     # running: they are preempted and recomputed (Scheduler.reset_prefix_cache).
-                    path += ("&" if "?" in path else "?") + "reset_running_requests=true"
+                    path += ("&" if "?" in path else "?") + running
                 ok, detail = await self.api.reset(path)
                 if ok or external:
                     return ok, detail

@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass
 
 from kvstack.clients.metrics import MetricsSnapshot
-from kvstack.clients.reset import RESET_PATHS
+from kvstack.clients.reset import SGLANG_FLUSH_PATH
 from kvstack.validation.cache_server import moved_aside
 from kvstack.validation.evidence import (
     Hits,
@@ -115,7 +115,7 @@ async def _drop_above(
             ok, detail = await v.evict(await v.api.scrape(), overflow_only=True)
         elif drop == "flush_all_but_storage":
             await asyncio.sleep(STORE_GRACE_S)
-            ok, detail = await v.api.reset(v.target.reset_path or RESET_PATHS["sglang"])
+            ok, detail = await v.api.reset(v.target.reset_path or SGLANG_FLUSH_PATH)
             if ok:
                 detail += " and HiCache's host pool (its storage backend is kept)"
         else:  # hide_disk_files: done around the request itself

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from kvstack.validation.isolation import StepPlan, covering_tokens, step_plan
+from kvstack.connectors import SPECS
+from kvstack.connectors.engines import engine_spec
+from kvstack.connectors.spec import ConnectorSpec, isolate_unknown
+from kvstack.validation.isolation import StepPlan, chunk_tokens, covering_tokens, step_plan
 
 ALL = ["cpu", "disk", "remote"]
 
@@ -61,3 +64,32 @@ def test_a_hit_covers_the_prompt_when_it_holds_its_full_chunks_less_one(
     prompt: int, chunk: int, need: int
 ) -> None:
     assert covering_tokens(prompt, chunk) == need
+
+
+@pytest.mark.parametrize("spec", [s for s in SPECS.values() if s.offloads], ids=lambda s: s.name)
+@pytest.mark.parametrize("tier", ALL)
+def test_a_connectors_steps_are_its_specs(spec: ConnectorSpec, tier: str) -> None:
+    for engine in spec.engines:
+        assert step_plan(spec.name, engine, tier, ALL) == spec.isolate(tier, frozenset(ALL))
+
+
+@pytest.mark.parametrize("connector", [None, "none", "lmcache", "native", "unknown"])
+def test_sglang_without_a_connector_it_runs_takes_its_own_hicache(connector: str | None) -> None:
+    own = SPECS[engine_spec("sglang").default_connector]
+    assert step_plan(connector, "sglang", "cpu", ALL) == own.isolate("cpu", frozenset(ALL))
+    assert step_plan(connector, "sglang", "cpu", ALL).drops == ("gpu_overflow",)
+    # vLLM has no cache of its own: with no connector it runs named, only the GPU copy is dropped.
+    named = SPECS.get(connector or "")
+    if named is None or not named.offloads:
+        assert step_plan(connector, "vllm", "disk", ALL) == isolate_unknown("disk", frozenset(ALL))
+
+
+def test_the_default_chunk_is_the_specs_and_256_for_an_unknown_connector() -> None:
+    assert [chunk_tokens(c, None) for c in ("lmcache", "lmcache-mp", "native", "hicache")] == [
+        256,
+        256,
+        16,
+        64,
+    ]
+    assert chunk_tokens(None, None) == chunk_tokens("unknown", None) == 256
+    assert chunk_tokens("native", 512) == 512
