@@ -26,12 +26,14 @@ from kvstack.replay.results import Costs
 from kvstack.replay.trace_bench import ReplayOutcome, Shared
 from kvstack.serving.served_layout import ServedLayout, StartLayout
 from kvstack.tune import results
+from kvstack.tune.knobs import BASELINE, CALIBRATED, offloads
 from kvstack.tune.measure import CandidateReplay, EngineSize, engine_size, replay
 from kvstack.tune.progress import RowClock, View
 from kvstack.tune.prove import candidate_run_dir
 from kvstack.tune.space import Candidate
 
-LAYOUTS = ("none", "lmcache-mp")  # what bench --trace --compare none,lmcache-mp calibrates
+# What bench --trace --compare none,lmcache-mp calibrates: the plain path, then LMCache's server.
+LAYOUTS = (BASELINE, CALIBRATED)
 
 
 @dataclass(frozen=True)
@@ -74,7 +76,7 @@ class MeasuredCosts:
 def calibration_run_dir(root: Path, name: str) -> Path:
     """Where a calibration layout is served: none in the first candidate's run dir (it is the
     first candidate measured), lmcache-mp in one of its own."""
-    return candidate_run_dir(root, 1) if name == "none" else root / "calibration"
+    return root / "calibration" if offloads(name) else candidate_run_dir(root, 1)
 
 
 def from_results(doc: results.Calibration) -> ServedCalibration:
@@ -88,8 +90,8 @@ def from_results(doc: results.Calibration) -> ServedCalibration:
 
 def layout_candidate(name: str, layout: ServedLayout) -> Candidate | None:
     """The candidate a served layout is (its plan's connector, chunk and tier sizes), if known."""
-    if name == "none":
-        return Candidate("none")
+    if not offloads(name):
+        return Candidate(name)
     plan = layout.plan
     if plan is None or plan.connector != name:
         return None

@@ -21,9 +21,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from kvstack.tune.capacity_curve import CandidateCapacity
+from kvstack.tune.knobs import BASELINE
 from kvstack.tune.noise import Interval, Stat, paired, worse
 from kvstack.tune.verdict import (
-    BASELINE,
     Inversion,
     MeasuredCandidate,
     Verdict,

@@ -36,81 +36,79 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from kvstack.engines.lmcache import MP_GATE_KEY
+from kvstack.connectors import SPECS
+from kvstack.connectors.spec import ConnectorSpec, Knob
 from kvstack.errors import InputError
 
+__all__ = [
+    "BASELINE",
+    "CALIBRATED",
+    "CONNECTORS",
+    "LMCACHE_EFFECTIVE",
+    "Connector",
+    "Knob",
+    "Platform",
+    "offloads",
+    "runnable",
+]
+
 Platform = Literal["cpu", "cuda"]
-# LMCache's server holds between watermark x (1 - ratio) and watermark of a tier's size: the
-# simulation gives it the middle (as replay/sizes.py does for a served layout).
-LMCACHE_WATERMARK, LMCACHE_EVICTION_RATIO = 0.8, 0.2
-LMCACHE_EFFECTIVE = LMCACHE_WATERMARK * (1 - LMCACHE_EVICTION_RATIO / 2)
-
-
-@dataclass(frozen=True)
-class Knob:
-    name: str  # as the connector spells it
-    default: float | None  # None: required, no default
-    minimum: float  # smallest valid value (inclusive)
-    integer: bool
-    where: str  # file:line in the installed package
-    block_multiple: bool = False  # must be a multiple of the engine's KV block
 
 
 @dataclass(frozen=True)
 class Connector:
-    name: str
-    platforms: frozenset[str]
-    readmit: bool  # a lower tier's hit is copied back into DRAM (planning/connector.py)
-    knobs: tuple[Knob, ...]
-    gate: str = ""  # the request-level gate knob it has, if any
-    # What its gate compares: "prompt" (the prompt's length: no lookup below it) or "load" (the
-    # tokens a hit would load: looked up, not loaded below it).
-    gate_kind: Literal["prompt", "load", ""] = ""
+    """A connector as tune sees it: a view of its spec (kvstack/connectors/<connector>.py)."""
+
+    spec: ConnectorSpec
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def platforms(self) -> frozenset[str]:
+        return frozenset(self.spec.tune_platforms)
+
+    @property
+    def readmit(self) -> bool:
+        """A lower tier's hit is copied back into DRAM (planning/connector.py)."""
+        return self.spec.readmits_lower_hits
+
+    @property
+    def knobs(self) -> tuple[Knob, ...]:
+        return self.spec.knobs
+
+    @property
+    def gate(self) -> str:
+        """The request-level gate knob it has, if any."""
+        return self.spec.gate
+
+    @property
+    def gate_kind(self) -> Literal["prompt", "load", ""]:
+        """What its gate compares: "prompt" (the prompt's length: no lookup below it) or "load" (the
+        tokens a hit would load: looked up, not loaded below it)."""
+        return self.spec.gate_kind
 
 
+# The connectors tune may choose: those a spec gives platforms to tune on, in tune's order.
 CONNECTORS: dict[str, Connector] = {
-    "none": Connector("none", frozenset({"cpu", "cuda"}), True, ()),
-    "lmcache-mp": Connector(
-        "lmcache-mp",
-        frozenset({"cpu", "cuda"}),
-        False,
-        (
-            Knob("--chunk-size", 256, 1, True, "lmcache/v1/multiprocess/config.py:374", block_multiple=True),
-            Knob("--l1-size-gb", None, 0, False, "lmcache/v1/distributed/config.py:805"),
-            Knob(
-                "max_capacity_gb",
-                0,
-                0,
-                False,
-                "lmcache/v1/distributed/l2_adapters/fs_native_l2_adapter.py:95",
-            ),
-            Knob(MP_GATE_KEY, 0, 0, True, "kvstack/engines/lmcache_gate.py"),
-        ),
-        gate=MP_GATE_KEY,
-        gate_kind="prompt",
-    ),
-    "lmcache": Connector(
-        "lmcache",
-        frozenset({"cuda"}),
-        True,
-        (
-            Knob("chunk_size", 256, 1, True, "lmcache/v1/config.py:90", block_multiple=True),
-            Knob("max_local_cpu_size", 5.0, 0, False, "lmcache/v1/config.py:96"),
-            Knob("min_retrieve_tokens", 0, 0, True, "lmcache/v1/config.py:462"),
-        ),
-        gate="min_retrieve_tokens",
-        gate_kind="load",
-    ),
-    "native": Connector(
-        "native",
-        frozenset({"cuda"}),
-        True,
-        (
-            Knob("--kv-offloading-size", None, 0, False, "vllm/config/cache.py:266"),
-            Knob("store_threshold", 0, 0, True, "vllm/v1/kv_offload/cpu/spec.py:146"),
-        ),
-    ),
+    s.name: Connector(s) for s in sorted(SPECS.values(), key=lambda s: s.tune_order) if s.tune_platforms
 }
+# The candidate every other is measured against: the connector that moves nothing (none).
+BASELINE = next(c.name for c in CONNECTORS.values() if not c.spec.offloads)
+# The offload layout tune measures its costs on when given no calibration, as `bench --trace
+# --compare none,lmcache-mp` does: the connector with a cache server of its own (LMCache's).
+CALIBRATED = next(c.name for c in CONNECTORS.values() if c.spec.cache_server)
+# LMCache's server holds between watermark x (1 - ratio) and watermark of a tier's size: the
+# simulation gives it the middle (as replay/sizes.py does for a served layout): its spec's figure.
+LMCACHE_EFFECTIVE = CONNECTORS[CALIBRATED].spec.sizing.effective
+
+
+def offloads(connector: str) -> bool:
+    """Whether ``connector`` moves KV below the engine's pool (``none`` does not); a name kvstack has
+    no spec for counts as one that does, as a candidate's connector always has."""
+    spec = SPECS.get(connector)
+    return spec is None or spec.offloads
 
 
 def runnable(platform: Platform) -> list[Connector]:

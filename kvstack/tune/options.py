@@ -38,9 +38,8 @@ def parse_knobs(texts: Sequence[str], connector: str | None) -> dict[str, float]
     """``NAME=VALUE`` pairs, names as the connector spells them (leading dashes optional)."""
     from kvstack.tune.knobs import CONNECTORS
 
-    known = (
-        {k.name.lstrip("-"): k.name for k in CONNECTORS[connector].knobs} if connector in CONNECTORS else {}
-    )
+    found = CONNECTORS.get(connector or "")
+    known = {k.name.lstrip("-"): k.name for k in found.knobs} if found is not None else {}
     out: dict[str, float] = {}
     for text in texts:
         name, sep, value = text.partition("=")

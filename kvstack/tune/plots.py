@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from kvstack.bench.plots import _figure, _save
+from kvstack.tune.knobs import offloads
 from kvstack.tune.results import MeasuredRow, MeasuredStats, TuneResults
 from kvstack.units import in_ms
 
@@ -28,7 +29,7 @@ def _done(doc: TuneResults) -> list[MeasuredRow]:
 
 
 def _short(c: MeasuredRow) -> str:
-    return "none" if c.connector == "none" else f"#{c.rank}"
+    return f"#{c.rank}" if offloads(c.connector) else c.connector
 
 
 def _stat_ms(c: MeasuredRow, stat: str, part: str) -> float:

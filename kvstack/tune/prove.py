@@ -23,16 +23,17 @@ from pathlib import Path
 import numpy as np
 
 from kvstack.bench.schema import RequestRow
+from kvstack.connectors import SPECS
 from kvstack.errors import InputError, Interrupted, KvstackError
 from kvstack.replay.results import Costs as CostsDoc
 from kvstack.replay.trace_bench import ReplayOutcome, Shared
 from kvstack.serving.served_layout import ServedLayout
-from kvstack.serving.start_layout import MIN_L1_BYTES
 from kvstack.tune import budget as bud
 from kvstack.tune import results
 from kvstack.tune.capacity import CapacityRequest, measure_capacity
 from kvstack.tune.capacity_curve import CandidateCapacity
 from kvstack.tune.capacity_verdict import decide_capacity
+from kvstack.tune.knobs import BASELINE
 from kvstack.tune.measure import CandidateReplay, EngineSize, engine_size, replay, restore, shared_state
 from kvstack.tune.noise import Stat, measure
 from kvstack.tune.progress import RowClock, View
@@ -40,7 +41,7 @@ from kvstack.tune.rank import CandidatePrediction, Costs, predict
 from kvstack.tune.refit import Replayed, refit
 from kvstack.tune.simulate import TraceSim
 from kvstack.tune.space import Candidate
-from kvstack.tune.verdict import BASELINE, MeasuredCandidate, Verdict, decide
+from kvstack.tune.verdict import MeasuredCandidate, Verdict, decide
 
 # start(candidate, n): a context manager that serves ``candidate`` on a fresh engine (the n-th
 # measured: its run dir) and stops it on exit.
@@ -93,10 +94,9 @@ def queue(
         if c.not_settable or c.label in seen:
             continue  # modelled only (the ranking table says so), or served the same as one queued
         seen.add(c.label)
-        if c.connector == "lmcache-mp" and c.dram_bytes < MIN_L1_BYTES:
-            skipped[c.label] = (
-                "LMCache's server takes --l1-size-gb in steps of 0.01 GiB: this DRAM size rounds to 0"
-            )
+        spec = SPECS.get(c.connector)
+        if spec is not None and c.dram_bytes < spec.sizing.min_dram_bytes:
+            skipped[c.label] = spec.sizing.min_dram_why  # its launch cannot say so small a DRAM tier
             continue
         if max_candidates is not None and len(out) > max_candidates:
             break

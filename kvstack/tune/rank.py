@@ -19,7 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from kvstack.planning.served_ttft import FloatArray, ServedCosts, whole_chunks
-from kvstack.tune.knobs import CONNECTORS
+from kvstack.tune.knobs import CONNECTORS, offloads
 from kvstack.tune.options import Objective
 from kvstack.tune.simulate import SimulatedSources, TraceSim
 from kvstack.tune.space import Candidate
@@ -39,7 +39,7 @@ class Costs:
     by_connector: Mapping[str, ServedCosts] = field(default_factory=dict)
 
     def of(self, connector: str) -> ServedCosts:
-        if connector == "none":
+        if not offloads(connector):
             return self.plain
         return self.by_connector.get(connector, self.default)
 

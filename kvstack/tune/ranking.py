@@ -115,7 +115,7 @@ def tune(
     lengths = [r.input_length for r in requests]
     space = candidate_space(limits, sizes, lengths, calibration.plain, offload)
     if connector is not None:
-        space = [c for c in space if c.connector in ("none", connector)]
+        space = [c for c in space if not c.offloads or c.connector == connector]
         fixed = [with_knobs(c, knobs or {}) if c.offloads else c for c in space]
         once: dict[str, Candidate] = {}
         for c in fixed:  # fixing a knob makes candidates equal (their label says all they serve): once each

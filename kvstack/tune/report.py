@@ -7,6 +7,7 @@ from __future__ import annotations
 from kvstack.planning.served_ttft import ServedCalibration
 from kvstack.planning.tuned import TunedLayout
 from kvstack.tune import results
+from kvstack.tune.knobs import CALIBRATED
 from kvstack.tune.noise import METHOD
 from kvstack.tune.prove import Proof, ProofRequest
 from kvstack.tune.rank import CandidatePrediction
@@ -106,7 +107,7 @@ def refit_calibration(proof: Proof, doc: results.TuneResults) -> ServedCalibrati
     offload connector measured (else the calibration's offload layout over the refit plain path)."""
     assert proof.costs is not None
     layouts = doc.calibration.layouts
-    calibrated = next((name for name, entry in layouts.items() if entry.offload), "lmcache-mp")
+    calibrated = next((name for name, entry in layouts.items() if entry.offload), CALIBRATED)
     fitted = [m.connector for m in proof.measured if m.connector in proof.costs.by_connector]
     name = fitted[0] if fitted else calibrated
     return ServedCalibration(

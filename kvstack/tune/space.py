@@ -24,11 +24,12 @@ from typing import Literal
 
 import numpy as np
 
+from kvstack.connectors import SPECS
 from kvstack.planning.capacity import CapacityCurve
 from kvstack.planning.served_ttft import ServedCosts
 from kvstack.planning.trace_sizing import TARGET_FRACTION
-from kvstack.tune.knobs import CONNECTORS, LMCACHE_EFFECTIVE, Platform, runnable
-from kvstack.units import GIB, fmt_bytes
+from kvstack.tune.knobs import Platform, offloads, runnable
+from kvstack.units import fmt_bytes
 
 CHUNKS = (128, 256, 512, 1024)
 
@@ -64,7 +65,7 @@ class Candidate:
 
     @property
     def offloads(self) -> bool:
-        return self.connector != "none"
+        return offloads(self.connector)
 
     @property
     def prompt_gate(self) -> int | None:
@@ -72,32 +73,27 @@ class Candidate:
         return self.gate.tokens if self.gate is not None and self.gate.kind == "prompt" else None
 
     def blocks(self, bytes_per_token: float) -> tuple[int, int]:
-        """(DRAM, disk) capacity in chunks, as the simulation takes them (LMCache's server holds
-        the middle of its eviction band: knobs.LMCACHE_EFFECTIVE)."""
-        eff = LMCACHE_EFFECTIVE if self.connector == "lmcache-mp" else 1.0
+        """(DRAM, disk) capacity in chunks, as the simulation takes them (the share of a tier its
+        connector keeps filled: LMCache's server holds the middle of its eviction band)."""
+        spec = SPECS.get(self.connector)
+        eff = spec.sizing.effective if spec is not None else 1.0
         per_chunk = max(1.0, self.chunk_tokens * bytes_per_token)
         return int(self.dram_bytes * eff // per_chunk), int(self.disk_bytes * eff // per_chunk)
 
     def knobs(self) -> dict[str, float]:
-        """The connector's own knob names and values."""
-        if self.connector == "lmcache-mp":
-            out = {"--chunk-size": float(self.chunk_tokens), "--l1-size-gb": _gb(self.dram_bytes)}
-            if self.disk_bytes:
-                out["max_capacity_gb"] = _gb(self.disk_bytes)
-        elif self.connector == "lmcache":
-            out = {"chunk_size": float(self.chunk_tokens), "max_local_cpu_size": _gb(self.dram_bytes)}
-        elif self.connector == "native":
-            out = {"--kv-offloading-size": _gb(self.dram_bytes)}
-        else:
-            out = {}
+        """The connector's own knob names and values (its spec's ``knob_values``, and its gate)."""
+        spec = SPECS.get(self.connector)
+        if spec is None:
+            return {}
+        out = spec.knob_values(self.chunk_tokens, self.dram_bytes, self.disk_bytes)
         if self.gate is not None and self.offloads:
-            out[CONNECTORS[self.connector].gate] = float(self.gate.tokens)
+            out[spec.gate] = float(self.gate.tokens)
         return out
 
     @property
     def label(self) -> str:
         if not self.offloads:
-            return "none"
+            return self.connector
         parts = [self.connector, f"chunk {self.chunk_tokens}", f"DRAM {fmt_bytes(self.dram_bytes)}"]
         if self.disk_bytes:
             parts.append(f"disk {fmt_bytes(self.disk_bytes)}")
@@ -181,13 +177,14 @@ def candidate_space(
     shortest = min(lengths, default=0)
     thresholds = {t: why for t, why in thresholds.items() if t > shortest}  # a gate that gates nothing
     for connector in runnable(limits.platform):
-        if connector.name == "none":
+        spec = connector.spec
+        if not spec.offloads:
             continue
-        for chunk in chunks if connector.name != "native" else [block]:
+        # CPU memory only where tune sizes no disk tier for it (vLLM's native offload: its spec).
+        disk_tier = spec.tune_disk and "disk" in spec.tiers
+        for chunk in [block] if spec.tune_chunk_is_block else chunks:
             for dram, dram_why in drams.items():
-                below = {0: ""} | {d: why for d, why in disks.items() if d > dram}
-                if connector.name == "native":
-                    below = {0: ""}  # CPU memory only (vLLM's native offload has no disk tier here)
+                below = {0: ""} | ({d: why for d, why in disks.items() if d > dram} if disk_tier else {})
                 for disk, disk_why in below.items():
                     why = f"DRAM {dram_why}" + (f", disk {disk_why}" if disk else "")
                     base = Candidate(connector.name, chunk, dram, disk, None, why)
@@ -196,10 +193,6 @@ def candidate_space(
                         for tokens, gate_why in sorted(thresholds.items()):
                             out.append(_gated(base, Gate(connector.gate_kind, tokens, gate_why)))
     return out
-
-
-def _gb(size: int) -> float:
-    return round(size / GIB, 2)
 
 
 def _gated(base: Candidate, gate: Gate) -> Candidate:

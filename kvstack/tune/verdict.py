@@ -22,9 +22,8 @@ from dataclasses import dataclass, field
 from kvstack.bench.schema import CorrectnessResult
 from kvstack.tune import results
 from kvstack.tune.capacity_curve import CandidateCapacity
+from kvstack.tune.knobs import BASELINE, offloads
 from kvstack.tune.noise import Interval, Stat, Stats, better, paired, worse
-
-BASELINE = "none"
 
 
 @dataclass(frozen=True)
@@ -54,7 +53,7 @@ class MeasuredCandidate:
 
     @property
     def baseline(self) -> bool:
-        return self.connector == BASELINE
+        return not offloads(self.connector)
 
     @property
     def replayed(self) -> bool:

@@ -101,6 +101,45 @@ def test_a_connector_the_platform_cannot_run_is_bad_input() -> None:
     )
 
 
+def test_tunes_connectors_are_the_specs_it_may_choose_in_its_order() -> None:
+    from kvstack.connectors import SPECS
+
+    tuned = [s for s in SPECS.values() if s.tune_platforms]
+    assert list(knobs.CONNECTORS) == ["none", "lmcache-mp", "lmcache", "native"]
+    for spec in tuned:
+        c = knobs.CONNECTORS[spec.name]
+        assert (c.platforms, c.readmit, c.knobs, c.gate) == (
+            spec.tune_platforms,
+            spec.readmits_lower_hits,
+            spec.knobs,
+            spec.gate,
+        )
+    assert knobs.BASELINE == "none" and knobs.CALIBRATED == "lmcache-mp"
+    assert not knobs.offloads("none") and knobs.offloads("native") and knobs.offloads("unknown")
+
+
+def test_a_candidates_knobs_are_its_specs_and_its_gate() -> None:
+    from kvstack.tune.space import Gate
+
+    mp = Candidate("lmcache-mp", 256, 3 * GIB // 2, 4 * GIB, Gate("prompt", 900))
+    assert mp.knobs() == {
+        "--chunk-size": 256.0,
+        "--l1-size-gb": 1.5,
+        "max_capacity_gb": 4.0,
+        "kvstack.gate_prompt_tokens": 900.0,
+    }
+    assert Candidate("native", 16, GIB, 0).knobs() == {"--kv-offloading-size": 1.0}
+    assert Candidate("none").knobs() == {} and Candidate("none").label == "none"
+    # LMCache's server keeps its tiers 72% full on average; the others all of it.
+    assert mp.blocks(KIB) == (int(3 * GIB // 2 * 0.72 // (256 * KIB)), int(4 * GIB * 0.72 // (256 * KIB)))
+    assert Candidate("lmcache", 256, GIB).blocks(KIB) == (GIB // (256 * KIB), 0)
+
+
+def test_native_is_tuned_on_its_block_without_a_disk_tier() -> None:
+    native = [c for c in _space("cuda", 16, GIB, 10 * GIB) if c.connector == "native"]
+    assert native and {(c.chunk_tokens, c.disk_bytes) for c in native} == {(16, 0)}
+
+
 def test_limits_are_the_most_the_hardware_allows_each_tier() -> None:
     from kvstack.model.source import resolve_model
     from kvstack.planning.plan import PlanRequest, make_plan
