@@ -126,7 +126,9 @@ def test_an_architecture_vllm_does_not_know_is_refused_at_its_config(tmp_path: P
     config.update(architectures=["FooBarForCausalLM"], model_type="foobar")
     (model_dir / "config.json").write_text(json.dumps(config))
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(engine_check, "probe_engine_spec", lambda job, python, **_k: recorded_spec("unknown-arch"))
+        patch.setattr(
+            engine_check, "probe_engine_spec", lambda job, python, **_k: recorded_spec("unknown-arch")
+        )
         with pytest.raises(UnsupportedError) as info:
             plan_for_inputs(PlanInputs(model=str(model_dir)), None, snapshot=snapshot("no-gpu"))
     assert (
