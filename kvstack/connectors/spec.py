@@ -169,7 +169,7 @@ class ConnectorSpec:
     # Whether tune sizes a disk tier under its DRAM one (where its tiers have one).
     tune_disk: bool = True
     # Where tune lists it among the connectors it ranks (lower first; candidates the ranking cannot
-    # tell apart keep this order: tune/rank.py).
+    # tell apart keep this order: tune/predict.py).
     tune_order: int = 0
     # The platforms where tune reads each tier's hardware bound off a plan made for it
     # (tune/limits.py most_plan): the connector whose tiers the rest of kvstack sizes there.

@@ -9,16 +9,16 @@ from dataclasses import dataclass
 from kvstack.hardware.snapshot import GpuInfo, HardwareSnapshot
 from kvstack.model.geometry import ModelGeometry
 from kvstack.model.kv_groups import CPU_ENGINE, EngineKvParams
-from kvstack.planning.breakeven import PrefillModel
-from kvstack.planning.capacity import CapacityCurve
 from kvstack.planning.carriage import MANAGER_OFF_FLAG
 from kvstack.planning.kv import KvFootprint, KvLayout, bounded_layers, chunk_size, footprint
 from kvstack.planning.notes import Notes
 from kvstack.planning.offload_verdict import block_bytes
+from kvstack.planning.predict.breakeven import PrefillModel
+from kvstack.planning.predict.capacity import CapacityCurve
+from kvstack.planning.predict.trace_sizing import trace_target
 from kvstack.planning.request import PlanRequest
 from kvstack.planning.retention import retention_target
 from kvstack.planning.schema import Concurrency, Connector, Plan, Platform, Tier, TtftModel, Workload
-from kvstack.planning.trace_sizing import trace_target
 from kvstack.units import fmt_bytes, fmt_tokens
 
 
@@ -124,7 +124,7 @@ def planned_retention(
     notes: Notes,
 ) -> int:
     """What the tiers should hold together: the retention rule's target, or with a trace the size its
-    capacity curve asks for (planning/trace_sizing.py); the reason says which."""
+    capacity curve asks for (planning/predict/trace_sizing.py); the reason says which."""
     retention, why = retention_target(working_set, request, wl)
     if curve is not None:
         retention, why = trace_target(curve, block_bytes(kv.effective_bytes_per_token, curve))

@@ -13,7 +13,6 @@ from kvstack.hardware.snapshot import HardwareSnapshot
 from kvstack.model.geometry import ModelGeometry
 from kvstack.model.kv_groups import CPU_ENGINE
 from kvstack.planning import tiers as tr
-from kvstack.planning import ttft
 from kvstack.planning.assemble import (
     Asked,
     PlatformChoices,
@@ -28,6 +27,7 @@ from kvstack.planning.dtype import choose_kv_dtype
 from kvstack.planning.kv import KvFootprint, KvLayout, footprint
 from kvstack.planning.layout import EnginePool, offload_tiers
 from kvstack.planning.notes import Notes
+from kvstack.planning.predict import ttft
 from kvstack.planning.request import DEFAULT_UTILIZATION, PlanRequest
 from kvstack.planning.retention import retention_note
 from kvstack.planning.schema import Connector, Tier, TtftModel, Workload

@@ -25,12 +25,12 @@ from kvstack.planning.kv import KvLayout, chunk_size
 from kvstack.planning.layout import EnginePool, offload_tiers, with_breakeven
 from kvstack.planning.notes import Notes
 from kvstack.planning.parallel import Attempt, choose_tp, infeasible_error, needed_gpus
+from kvstack.planning.predict.ttft import gpu_step, ttft_model
 from kvstack.planning.quantization import weights_note
 from kvstack.planning.request import PlanRequest
 from kvstack.planning.retention import retention_note
 from kvstack.planning.schema import Connector, Tier, Workload
 from kvstack.planning.stored_kv import StoredKv, object_groups_flag, stored_kv
-from kvstack.planning.ttft import gpu_step, ttft_model
 from kvstack.redact import redact_url
 from kvstack.units import fmt_bytes, fmt_tokens
 

@@ -11,12 +11,12 @@ from kvstack.hardware.calibrate.model import Calibration, calibration_of
 from kvstack.hardware.gpu_specs import GpuSpec, gpu_spec, host_link_bytes_per_s
 from kvstack.hardware.snapshot import HardwareSnapshot
 from kvstack.model.geometry import ModelGeometry
-from kvstack.planning import breakeven as be
 from kvstack.planning import tiers as tr
-from kvstack.planning.calibrated import prefill_rate_explained, tier_read_bw_explained
 from kvstack.planning.kv import KvFootprint
 from kvstack.planning.notes import Notes
 from kvstack.planning.parallel import Attempt
+from kvstack.planning.predict import breakeven as be
+from kvstack.planning.predict.calibrated import prefill_rate_explained, tier_read_bw_explained
 from kvstack.planning.request import PlanRequest
 from kvstack.planning.schema import Connector, Platform, Tier
 from kvstack.redact import redact_url
@@ -177,7 +177,7 @@ def with_breakeven(
     """Each tier below the GPU with its read bandwidth and break-even prefix length.
 
     A calibrated snapshot (``kvstack doctor --calibrate``) supplies the measured prefill rate and the
-    host->device and disk read bandwidths (planning/calibrated.py) in place of the data sheets'.
+    host->device and disk read bandwidths (planning/predict/calibrated.py) in place of the data sheets'.
     """
     gpu = snapshot.gpus[0]
     spec = gpu_spec(gpu.name, gpu.compute_capability)

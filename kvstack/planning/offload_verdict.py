@@ -1,5 +1,5 @@
 """A trace in the plan: its capacity curve replaces the retention rule, and its verdict on offload
-decides ``--offload auto`` (planning/trace_sizing.py predicts; this module applies). Pure."""
+decides ``--offload auto`` (planning/predict/trace_sizing.py predicts; this module applies). Pure."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ import math
 from collections.abc import Callable
 
 from kvstack.errors import InputError
-from kvstack.planning.capacity import CapacityCurve, capacity_curve
 from kvstack.planning.connector import readmits_lower_hits
+from kvstack.planning.predict.capacity import CapacityCurve, capacity_curve
+from kvstack.planning.predict.trace_sizing import SizingTrace, trace_sizing, trace_target
 from kvstack.planning.request import PlanRequest
 from kvstack.planning.schema import Plan
-from kvstack.planning.trace_sizing import SizingTrace, trace_sizing, trace_target
 from kvstack.units import fmt_bytes
 
 

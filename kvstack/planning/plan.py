@@ -8,15 +8,15 @@ from kvstack.errors import InputError
 from kvstack.hardware.snapshot import HardwareSnapshot
 from kvstack.model.geometry import ModelGeometry
 from kvstack.planning.assemble import Asked, assemble_plan
-from kvstack.planning.capacity import CapacityCurve
 from kvstack.planning.compute_dtype import choose_compute_dtype
 from kvstack.planning.cpu_plan import cpu_choices
 from kvstack.planning.cuda_plan import cuda_choices
 from kvstack.planning.notes import Notes
 from kvstack.planning.offload_verdict import apply_trace, trace_curve
+from kvstack.planning.predict.capacity import CapacityCurve
+from kvstack.planning.predict.trace_sizing import SizingTrace
 from kvstack.planning.request import PlanRequest, validate_request
 from kvstack.planning.schema import Plan, Workload
-from kvstack.planning.trace_sizing import SizingTrace
 from kvstack.planning.tuned import apply_tuned
 from kvstack.units import fmt_tokens
 
@@ -58,8 +58,9 @@ def make_plan(
     workload: Workload,
     trace: SizingTrace | None = None,
 ) -> Plan:
-    """The plan; with ``trace``, the tiers are sized from its capacity curve (planning/trace_sizing.py)
-    instead of the retention rule, and --offload auto drops offload that does not pay on it."""
+    """The plan; with ``trace``, the tiers are sized from its capacity curve
+    (planning/predict/trace_sizing.py) instead of the retention rule, and --offload auto drops
+    offload that does not pay on it."""
     validate_request(request)
     if request.tuned is not None:
         if trace is not None:

@@ -24,7 +24,7 @@ from kvstack.names import (
     Platform,
     TierKind,
 )
-from kvstack.planning.bound import PlanCapacity
+from kvstack.planning.predict.bound import PlanCapacity
 from kvstack.planning.trace_schema import TraceSizing
 
 # The connector kvstack gates per request (engines/lmcache_gate.py): the only one a plan's
@@ -102,7 +102,7 @@ class FetchPath(BaseModel):
 
 
 class TtftModel(BaseModel):
-    """What the plan predicts time to first token from (planning/ttft.py computes with it).
+    """What the plan predicts time to first token from (planning/predict/ttft.py computes with it).
 
     Recomputing N tokens costs ``(linear x N + attn x N^2) / flops``; a prefix held by a tier costs
     ``latency + N x bytes_per_token / bw`` on top of a forward step; ``*_s`` are those figures for a
@@ -152,12 +152,12 @@ class Plan(BaseModel):
     compute_capability: tuple[int, int] | None = None
     prefill_tokens_per_s: float | None = None
     prefill_source: str = "estimate"  # "estimate" (peak table) or "calibrated"
-    ttft: TtftModel | None = None  # predicted TTFT per tier (planning/ttft.py)
+    ttft: TtftModel | None = None  # predicted TTFT per tier (planning/predict/ttft.py)
     warnings: list[str] = Field(default_factory=list)
     reasons: dict[str, str] = Field(default_factory=dict)
     feasible: bool = True
     errors: list[str] = Field(default_factory=list)
-    # What sized the tiers when a trace did (planning/trace_sizing.py); None: the retention rule.
+    # What sized the tiers when a trace did (planning/predict/trace_sizing.py); None: the retention rule.
     trace: TraceSizing | None = None
     # A per-request gate tune chose (lmcache-mp only: engines/lmcache_gate.py): prompts shorter
     # than this many tokens skip the offload lookup and load. None: every request is looked up.
@@ -172,7 +172,8 @@ class Plan(BaseModel):
     # False where the engine runs without a prefix cache for this model (reasons["prefix_caching"]
     # says why): nothing is reused, so no tier is planned and validation has no warm step to prove.
     prefix_caching: bool = True
-    # plan --slo-ttft: each layout's predicted capacity and the resource bounding it (planning/bound.py).
+    # plan --slo-ttft: each layout's predicted capacity and the resource bounding it
+    # (planning/predict/bound.py).
     capacity: PlanCapacity | None = None
 
     @model_validator(mode="after")

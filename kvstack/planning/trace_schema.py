@@ -1,5 +1,5 @@
 """What a trace says in a plan: the capacity curve, the sizes it chose, each tier's share and the
-predicted TTFT with and without offload (planning/trace_sizing.py fills it)."""
+predicted TTFT with and without offload (planning/predict/trace_sizing.py fills it)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
 """What bounds a layout, in words: ``disk read 92% of 1.9 GB/s``; and ``plan --slo-ttft``'s
-predicted capacity per layout (planning/bound.py computes; this only words it)."""
+predicted capacity per layout (planning/predict/bound.py computes; this only words it)."""
 
 from __future__ import annotations
 
-from kvstack.planning.bound import LayoutCapacity, PlanCapacity, ResourceUse
+from kvstack.planning.predict.bound import LayoutCapacity, PlanCapacity, ResourceUse
 from kvstack.units import fmt_bw, fmt_ms
 
 

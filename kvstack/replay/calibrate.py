@@ -1,5 +1,5 @@
 """A short calibration against the served layout, after its replay: the costs the plan's TTFT
-model needs on this machine (planning/served_ttft.py), measured in under a minute.
+model needs on this machine (planning/predict/served_ttft.py), measured in under a minute.
 
 Unique prompts (token blocks under hash ids no trace uses: negative ones) at a few lengths give
 the cost of a miss; each sent again gives the cost of a prompt the engine holds whole. On an
@@ -27,7 +27,7 @@ from kvstack.clients.metrics import MetricsSnapshot, scrape
 from kvstack.clients.reset import reset_cache
 from kvstack.clients.streaming import StreamClient
 from kvstack.errors import EngineError
-from kvstack.planning.served_ttft import ServedCosts, fit_costs
+from kvstack.planning.predict.served_ttft import ServedCosts, fit_costs
 from kvstack.replay import results
 from kvstack.replay.prompts import BlockTokens
 
@@ -184,7 +184,7 @@ def predicted_ttft(costs: ServedCosts, prompts: list[int], per_request: dict[str
 
 
 def summary(costs: ServedCosts, predicted: list[float], measured: list[float]) -> results.TtftCheck:
-    from kvstack.planning.served_ttft import percentiles
+    from kvstack.planning.predict.served_ttft import percentiles
 
     p, m = percentiles(predicted), percentiles(measured)
     ratio = {

@@ -10,7 +10,7 @@ from kvstack.errors import InputError
 from kvstack.flags import Inputs, flag
 
 if TYPE_CHECKING:
-    from kvstack.planning.trace_sizing import SizingTrace
+    from kvstack.planning.predict.trace_sizing import SizingTrace
 
 
 def read_trace_input(
@@ -43,7 +43,7 @@ def read_trace_input(
         if needs:
             raise InputError(f"{needs[0]} needs --trace", hint="add --trace FILE (Mooncake JSONL)")
         return None
-    from kvstack.planning import trace_sizing
+    from kvstack.planning.predict import trace_sizing
     from kvstack.traces.mooncake import read_trace
     from kvstack.traces.sample import parse_ratio, sample_sessions
 
@@ -85,7 +85,7 @@ def read_trace_input(
 
 def _offload_cost(ms: float | None, from_: Path | None) -> tuple[float, str]:
     """(seconds, source) of the offload path's per-request cost: given, measured by bench, or the default."""
-    from kvstack.planning import trace_sizing
+    from kvstack.planning.predict import trace_sizing
 
     if ms is not None and from_ is not None:
         raise InputError(

@@ -1,6 +1,6 @@
 """Predicted vs measured: simulate exactly the requests a replay sent on the sizes the servers report.
 
-The simulation is planning's (``planning.capacity.simulate_hierarchy``): each level an LRU over
+The simulation is planning's (``planning.predict.capacity.simulate_hierarchy``): each level an LRU over
 what it sees, inclusive as LMCache's write-through tiers are, and without copying an L2 hit back
 into L1 where LMCache does not (``replay.sizes.lmcache_hierarchy``). Measured shares come from the
 servers' counters (``clients.token_sources``), so the two columns answer the same question: of all
@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from kvstack.clients import token_sources
 from kvstack.clients.token_sources import MeasuredSources
-from kvstack.planning.capacity import simulate_hierarchy
+from kvstack.planning.predict.capacity import simulate_hierarchy
 from kvstack.replay import results
 from kvstack.replay.prompts import SentRequest
 from kvstack.replay.sizes import Hierarchy

@@ -21,7 +21,7 @@ from pydantic_core.core_schema import SerializerFunctionWrapHandler
 from kvstack.bench.schema import BenchResult
 from kvstack.clients.token_sources import ENGINE_CACHE
 from kvstack.errors import InputError
-from kvstack.planning.served_ttft import ServedCosts
+from kvstack.planning.predict.served_ttft import ServedCosts
 
 
 class _Doc(BaseModel):
@@ -29,7 +29,7 @@ class _Doc(BaseModel):
 
 
 class Costs(_Doc):
-    """planning.served_ttft.ServedCosts.to_dict."""
+    """planning.predict.served_ttft.ServedCosts.to_dict."""
 
     hit_s: float
     miss_s: float

@@ -3,7 +3,7 @@
 `bench --trace` calibrates every layout it serves after its replay (replay/calibrate.py) and
 keeps the costs in results.json (``trace.layouts[].ttft.calibration``); a layout without an offload
 tier gives the plain costs, one with gives the offload path's. A tune run keeps the same costs in
-``served-ttft.json`` (``planning.served_ttft.ServedCalibration.to_dict``). Either, as a directory
+``served-ttft.json`` (``planning.predict.served_ttft.ServedCalibration.to_dict``). Either, as a directory
 or the file itself, is what `plan --calibration` and `serve --calibration` take.
 """
 
@@ -15,7 +15,7 @@ from typing import Any
 
 from kvstack.bench.report import RESULTS_JSON, load_result
 from kvstack.errors import InputError
-from kvstack.planning.served_ttft import ServedCalibration, ServedCosts
+from kvstack.planning.predict.served_ttft import ServedCalibration, ServedCosts
 from kvstack.replay.results import Costs, read_layouts
 from kvstack.userfile import read_json_object
 

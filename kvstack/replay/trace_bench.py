@@ -30,7 +30,7 @@ from kvstack.clients.metrics import scrape_sync
 from kvstack.clients.models import served_models
 from kvstack.connectors.engines import ENGINE_SPECS
 from kvstack.errors import InputError, Interrupted, KvstackError
-from kvstack.planning.capacity import simulate_hierarchy
+from kvstack.planning.predict.capacity import simulate_hierarchy
 from kvstack.redact import redact_url
 from kvstack.replay.calibrate import calibrate, predicted_ttft, summary
 from kvstack.replay.predict import TierPrediction, comparison, predict

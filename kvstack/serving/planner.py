@@ -6,9 +6,9 @@ from __future__ import annotations
 from kvstack.errors import PlanInfeasible
 from kvstack.hardware.snapshot import HardwareSnapshot
 from kvstack.model.source import ModelSource
-from kvstack.planning.bound import CapacityAsk
 from kvstack.planning.plan import PlanRequest, SizingTrace, make_plan
-from kvstack.planning.plan_capacity import plan_capacity
+from kvstack.planning.predict.bound import CapacityAsk
+from kvstack.planning.predict.plan_capacity import plan_capacity
 from kvstack.planning.schema import Plan
 from kvstack.planning.workload import default_workload
 from kvstack.remote.url import parse_remote_url

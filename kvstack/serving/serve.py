@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from kvstack.errors import InputError
-from kvstack.planning.trace_sizing import SizingTrace
+from kvstack.planning.predict.trace_sizing import SizingTrace
 from kvstack.serving.lifecycle import ServeEvents, run
 from kvstack.serving.prepare import Launch, prepare
 from kvstack.serving.request import ServeRequest

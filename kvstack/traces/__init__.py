@@ -1,5 +1,5 @@
 """Traces of real traffic (Mooncake JSONL): reading, session sampling and block scaling.
 
-Pure data in, pure data out; the capacity simulation lives in kvstack/planning/capacity.py and
+Pure data in, pure data out; the capacity simulation lives in kvstack/planning/predict/capacity.py and
 the timed replay in kvstack/replay.
 """

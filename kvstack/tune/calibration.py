@@ -1,4 +1,4 @@
-"""The costs a tune ranks with (planning/served_ttft.py's ServedCalibration), from one of three places:
+"""The costs a tune ranks with (planning/predict/served_ttft.py's ServedCalibration), from three places:
 
 - ``--calibration``: a `bench --trace --compare none,lmcache-mp` result, a served-ttft.json, or an
   earlier tune's --out DIR (replay/served_calibration.py reads them);
@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from kvstack.errors import EngineError, Interrupted
-from kvstack.planning.served_ttft import ServedCalibration
+from kvstack.planning.predict.served_ttft import ServedCalibration
 from kvstack.replay.results import Costs
 from kvstack.replay.trace_bench import ReplayOutcome, Shared
 from kvstack.serving.served_layout import ServedLayout, StartLayout

@@ -18,8 +18,8 @@ from kvstack.fsutil import ensure_private_dir
 from kvstack.serving.served_layout import ServedLayout, StartLayout
 from kvstack.tune.calibration import calibration_run_dir
 from kvstack.tune.files import now, write_json
+from kvstack.tune.predict import CandidatePrediction
 from kvstack.tune.prove import StartCandidate, candidate_run_dir
-from kvstack.tune.rank import CandidatePrediction
 from kvstack.tune.space import Candidate
 
 

@@ -36,8 +36,8 @@ from kvstack.tune.capacity_verdict import decide_capacity
 from kvstack.tune.knobs import BASELINE
 from kvstack.tune.measure import CandidateReplay, EngineSize, engine_size, replay, restore, shared_state
 from kvstack.tune.noise import Stat, measure
+from kvstack.tune.predict import CandidatePrediction, Costs, predict
 from kvstack.tune.progress import RowClock, View
-from kvstack.tune.rank import CandidatePrediction, Costs, predict
 from kvstack.tune.refit import Replayed, refit
 from kvstack.tune.simulate import TraceSim
 from kvstack.tune.space import Candidate

@@ -1,5 +1,7 @@
 """One tune ranking, from inputs already read: the trace's requests, the machine's limits and the
-served engine's costs in, the ranked candidates and the winner out. Pure.
+served engine's costs in, the ranked candidates and the winner out. Each candidate's figures are
+tune/predict.py's; this orders them by the objective (goodput: the trace's arrivals fix the offered
+rate, so the share of requests within the SLO orders it). Pure.
 
 ``--connector`` keeps one connector's candidates (and ``none``, the baseline); ``--knob NAME=VALUE``
 fixes one of its knobs, checked against what the installed connector accepts (knobs.py).
@@ -11,13 +13,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from kvstack.errors import InputError
-from kvstack.planning.capacity import capacity_curve
-from kvstack.planning.served_ttft import ServedCalibration
-from kvstack.planning.trace_sizing import OFFLOAD_REQUEST_COST_S
+from kvstack.planning.predict.capacity import capacity_curve
+from kvstack.planning.predict.served_ttft import ServedCalibration
+from kvstack.planning.predict.trace_sizing import OFFLOAD_REQUEST_COST_S
 from kvstack.traces.mooncake import TraceRow
 from kvstack.tune.knobs import CONNECTORS, check_connector, check_knobs
 from kvstack.tune.options import Objective
-from kvstack.tune.rank import CandidatePrediction, Costs, rank
+from kvstack.tune.predict import CandidatePrediction, Costs, predict
 from kvstack.tune.simulate import TraceSim
 from kvstack.tune.space import Candidate, CurveSizes, Gate, Limits, candidate_space, curve_sizes
 from kvstack.units import GIB
@@ -31,6 +33,11 @@ _FIELDS: dict[str, str] = {
     "--kv-offloading-size": "dram_bytes",
     "max_capacity_gb": "disk_bytes",
 }
+
+LATENCIES: tuple[Objective, ...] = ("p50", "p90", "mean")
+# Predictions within 1% of each other are a tie on the objective: far below what a replay on 2 busy
+# cores can tell apart (README: fixed costs measured several ms apart run to run).
+TIE_TOLERANCE = 0.01
 
 
 @dataclass(frozen=True)
@@ -130,3 +137,31 @@ def tune(
     costs = Costs(calibration.plain, offload)
     ranked = rank(sim, space, costs, limits.bytes_per_token, objective, slo_s=slo_s)
     return TuneResult(ranked, sizes, limits, objective, costs, slo_s)
+
+
+def rank(
+    sim: TraceSim,
+    candidates: Sequence[Candidate],
+    costs: Costs,
+    bytes_per_token: float,
+    objective: Objective = "p50",
+    tolerance: float = TIE_TOLERANCE,
+    slo_s: float | None = None,
+) -> list[CandidatePrediction]:
+    """Every candidate predicted, best first by ``objective``. Candidates within ``tolerance`` (a
+    fraction) of the best remaining one are tied on it and ordered by the other figures, then by
+    the smaller layout (less memory, no gate): the model cannot tell a 0.1 ms difference apart."""
+    left = [predict(sim, c, costs, bytes_per_token, slo_s) for c in candidates]
+    others = [o for o in LATENCIES if o != objective]
+
+    def key(p: CandidatePrediction) -> tuple[float, ...]:
+        c = p.candidate
+        return (*(p.value(o) for o in others), float(c.dram_bytes + c.disk_bytes), float(c.gate is not None))
+
+    out: list[CandidatePrediction] = []
+    while left:
+        best = min(p.loss(objective) for p in left)
+        tied = [p for p in left if p.loss(objective) <= best * (1 + tolerance)]
+        out.extend(sorted(tied, key=key))
+        left = [p for p in left if p.loss(objective) > best * (1 + tolerance)]
+    return out

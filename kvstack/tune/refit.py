@@ -28,8 +28,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from kvstack.planning.served_ttft import FloatArray, ServedCosts, nonneg_fit, whole_chunks
-from kvstack.tune.rank import Costs, served
+from kvstack.planning.predict.served_ttft import FloatArray, ServedCosts, nonneg_fit, whole_chunks
+from kvstack.tune.predict import Costs, served
 from kvstack.tune.simulate import TraceSim
 from kvstack.tune.space import Candidate
 

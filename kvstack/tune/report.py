@@ -4,13 +4,13 @@ planning/tuned.py). Pure: documents, no files."""
 
 from __future__ import annotations
 
-from kvstack.planning.served_ttft import ServedCalibration
+from kvstack.planning.predict.served_ttft import ServedCalibration
 from kvstack.planning.tuned import TunedLayout
 from kvstack.tune import results
 from kvstack.tune.knobs import CALIBRATED
 from kvstack.tune.noise import METHOD
+from kvstack.tune.predict import CandidatePrediction
 from kvstack.tune.prove import Proof, ProofRequest
-from kvstack.tune.rank import CandidatePrediction
 from kvstack.tune.ranking import TuneResult
 from kvstack.tune.verdict import MeasuredCandidate
 

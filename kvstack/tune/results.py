@@ -244,7 +244,7 @@ class CalibrationLayout(_Doc):
 
 
 class Calibration(_Doc):
-    """planning.served_ttft.ServedCalibration.to_dict: the served-ttft.json form."""
+    """planning.predict.served_ttft.ServedCalibration.to_dict: the served-ttft.json form."""
 
     source: str
     layouts: dict[str, CalibrationLayout]

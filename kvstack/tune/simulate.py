@@ -1,6 +1,6 @@
 """What each candidate's tiers serve of a trace, request by request, fast enough to rank dozens.
 
-planning/capacity.py's hierarchy, organised for many candidates over one trace:
+planning/predict/capacity.py's hierarchy, organised for many candidates over one trace:
 
 - the engine's pool is the same for every candidate: simulated once (its block, its size);
 - a connector's chunk fixes the offload levels' blocks: a request's whole chunks only (LMCache and
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from kvstack.planning.capacity import prefix_distances, simulate_hierarchy
+from kvstack.planning.predict.capacity import prefix_distances, simulate_hierarchy
 from kvstack.traces.mooncake import TraceRow
 
 IntArray = npt.NDArray[np.int64]

@@ -25,9 +25,9 @@ from typing import Literal
 import numpy as np
 
 from kvstack.connectors import SPECS
-from kvstack.planning.capacity import CapacityCurve
-from kvstack.planning.served_ttft import ServedCosts
-from kvstack.planning.trace_sizing import TARGET_FRACTION
+from kvstack.planning.predict.capacity import CapacityCurve
+from kvstack.planning.predict.served_ttft import ServedCosts
+from kvstack.planning.predict.trace_sizing import TARGET_FRACTION
 from kvstack.tune.knobs import Platform, offloads, runnable
 from kvstack.units import fmt_bytes
 

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from kvstack.errors import InputError, KvstackError
-from kvstack.planning.served_ttft import ServedCalibration
-from kvstack.planning.trace_sizing import SizingTrace
+from kvstack.planning.predict.served_ttft import ServedCalibration
+from kvstack.planning.predict.trace_sizing import SizingTrace
 from kvstack.replay.trace_bench import ReplayRequest
 from kvstack.serving.served_layout import StartLayout
 from kvstack.traces.mooncake import TraceRow

@@ -1,4 +1,4 @@
-"""Measured against predicted TTFT for each validation step (the plan's model, planning/ttft.py).
+"""Measured against predicted TTFT for each validation step (the plan's model, planning/predict/ttft.py).
 
 The prediction is anchored on the warm step: a hit of the same prompts on this server (HTTP,
 scheduling and the last token's forward step). Cold adds the recompute estimate when the plan has a
@@ -10,7 +10,7 @@ estimates, and the step's verdict rests on the counters.
 
 from __future__ import annotations
 
-from kvstack.planning import ttft
+from kvstack.planning.predict import ttft
 from kvstack.planning.schema import TtftModel
 from kvstack.units import fmt_bw
 from kvstack.validation.report import StepResult, ValidationReport

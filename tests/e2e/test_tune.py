@@ -42,7 +42,7 @@ from typing import Any
 
 import pytest
 
-from kvstack.planning.served_ttft import ServedCosts
+from kvstack.planning.predict.served_ttft import ServedCosts
 from tests.e2e.conftest import free_port, kvstack_run
 from tests.support.deps import ROOT
 

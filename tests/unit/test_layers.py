@@ -210,3 +210,33 @@ def test_planning_reads_no_files() -> None:
                 if name in ("open", "read_text", "read_bytes"):
                     found.append(f"{path.name}:{node.lineno} calls {name}")
     assert not found, found
+
+
+# What planning/predict/ may import of planning/: its own modules and the plan's data types. The
+# choosing modules (connector, tiers, dtype, cuda_plan, assemble, plan, ...) ask predict/ for
+# figures; never the other way.
+PREDICT_MAY_IMPORT = {"kvstack.planning.schema", "kvstack.planning.trace_schema", "kvstack.planning.kv"}
+
+
+def test_predict_imports_no_choosing_module() -> None:
+    found = []
+    for path in sorted((ROOT / "planning" / "predict").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = (
+                    [node.module]
+                    if node.module != "kvstack.planning"
+                    else [f"kvstack.planning.{a.name}" for a in node.names]
+                )
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            else:
+                continue
+            found += [
+                f"{path.name} imports {name}"
+                for name in names
+                if _under(name, "kvstack.planning")
+                and not _under(name, "kvstack.planning.predict")
+                and name not in PREDICT_MAY_IMPORT
+            ]
+    assert not found, found

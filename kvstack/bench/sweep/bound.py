@@ -1,7 +1,7 @@
 """Pure: what bounds each layout at its knee, from what its steps measured, and the plan's predicted
 capacity beside the measured one.
 
-A step's load on each resource is planning/bound.py's, at the step's measured figures: its request
+A step's load on each resource is planning/predict/bound.py's, at the step's measured figures: its request
 rate (requests / its wall time), each request's mean prompt and output tokens and the share of the
 prompt tokens each level served (the server's counters): each tier moves ``share x prompt tokens x
 bytes_per_token`` per request against its bandwidth, prefill recomputes the rest against the
@@ -15,7 +15,7 @@ and decode is not judged.
 
 The predicted capacity is the plan's TTFT model's (``predicted_capacity``) or, given costs measured
 on the served engine (``served_prediction``: ``plan --calibration``'s, as scripts/bench-capacity
-predict compares them), those costs' (planning/served_capacity.py), for the workload as the lowest
+predict compares them), those costs' (planning/predict/served_capacity.py), for the workload as the lowest
 step sent it.
 """
 
@@ -33,7 +33,7 @@ from kvstack.bench.sweep.schema import (
     SweepResult,
     SweepStep,
 )
-from kvstack.planning.bound import (
+from kvstack.planning.predict.bound import (
     ENGINE,
     LEVEL_OF_SOURCE,
     FetchCost,
@@ -45,9 +45,9 @@ from kvstack.planning.bound import (
     predict_capacity,
     utilisation,
 )
-from kvstack.planning.plan_capacity import capacity_costs, plan_costs
+from kvstack.planning.predict.plan_capacity import capacity_costs, plan_costs
+from kvstack.planning.predict.served_ttft import ServedCalibration
 from kvstack.planning.schema import Plan
-from kvstack.planning.served_ttft import ServedCalibration
 from kvstack.units import fmt_bw, fmt_tokens
 
 
@@ -241,7 +241,7 @@ def served_prediction(
     trace_rate_per_s: float | None,
 ) -> CapacityPrediction:
     """The capacity predicted from costs measured on the served engine (``plan --calibration``'s,
-    planning/served_capacity.py) for the workload as the lowest step sent it, beside the measured
+    planning/predict/served_capacity.py) for the workload as the lowest step sent it, beside the measured
     one: ``plan``'s deepest layout (its pool alone for a layout without offload); the note says
     which costs."""
     if slo.ttft_s is None:

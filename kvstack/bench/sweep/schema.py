@@ -9,8 +9,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from kvstack.bench.schema import RequestRow, Summary
 from kvstack.bench.sweep.ladder import LoadKind
-from kvstack.planning.bound import CapacityStatus as PredictedStatus
-from kvstack.planning.bound import ResourceUse
+from kvstack.planning.predict.bound import CapacityStatus as PredictedStatus
+from kvstack.planning.predict.bound import ResourceUse
 
 # /2: each layout's bound at its knee and, where its plan is known, the predicted capacity beside it.
 SWEEP_SCHEMA = "kvstack.bench.sweep/2"
@@ -76,7 +76,7 @@ class KneeBound(_Model):
 
 
 class CapacityPrediction(_Model):
-    """The plan's predicted capacity (planning/bound.py) for the workload as the sweep sent it,
+    """The plan's predicted capacity (planning/predict/bound.py) for the workload as the sweep sent it,
     beside the measured one."""
 
     status: PredictedStatus

@@ -55,7 +55,7 @@ class PrefillPoint(_Model):
     prompt_tokens: int
     seconds: float
     tokens_per_s: float
-    achieved_tflops: float  # FLOPs counted as the planner counts them (planning/breakeven.py)
+    achieved_tflops: float  # FLOPs counted as the planner counts them (planning/predict/breakeven.py)
     peak_fraction: float | None = None  # of the GPU's data-sheet dense BF16 peak
 
 

@@ -3,7 +3,7 @@
 Plain torch modules (embedding, RMSNorm, GQA attention through scaled_dot_product_attention with
 RoPE, SwiGLU MLP), built on the device in the model's dtype: no weights, no hub. One forward pass
 at batch 1 per prompt length, logits for the last position only (as an engine's prefill does).
-FLOPs are counted as the planner counts them (planning/breakeven.py: 2 x active params per token
+FLOPs are counted as the planner counts them (planning/predict/breakeven.py: 2 x active params per token
 plus heads x (qk + v) x layers x N^2 for attention), so the rate measured here is the rate that
 makes the planner's recompute estimate match this machine.
 """

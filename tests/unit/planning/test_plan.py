@@ -14,8 +14,6 @@ from kvstack.hardware import gpu_specs
 from kvstack.hardware.snapshot import RemoteInfo
 from kvstack.planning import (
     assemble,
-    breakeven,
-    capacity,
     connector,
     cpu_plan,
     cuda_plan,
@@ -28,15 +26,12 @@ from kvstack.planning import (
     replicas,
     request,
     retention,
-    served_ttft,
     tiers,
     trace_schema,
-    trace_sizing,
-    trace_ttft,
-    ttft,
 )
 from kvstack.planning import plan as plan_module
 from kvstack.planning.kv import footprint, plan_layout
+from kvstack.planning.predict import breakeven, capacity, served_ttft, trace_sizing, trace_ttft, ttft
 
 from .helpers import PlanFor, catalog_model, plan_for, snapshot
 

@@ -9,11 +9,11 @@ import pytest
 
 from kvstack.errors import InputError
 from kvstack.hardware.snapshot import HardwareSnapshot
-from kvstack.planning import trace_sizing
-from kvstack.planning.capacity import capacity_curve, simulate_hierarchy
 from kvstack.planning.plan import PlanRequest, SizingTrace, make_plan
+from kvstack.planning.predict import trace_sizing
+from kvstack.planning.predict.capacity import capacity_curve, simulate_hierarchy
+from kvstack.planning.predict.served_ttft import ServedCalibration, ServedCosts
 from kvstack.planning.schema import FetchPath, Plan, Tier, TtftModel
-from kvstack.planning.served_ttft import ServedCalibration, ServedCosts
 from kvstack.planning.workload import default_workload
 from kvstack.traces.mooncake import TraceRow, read_trace
 

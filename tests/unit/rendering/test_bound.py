@@ -4,7 +4,7 @@ capacity lines."""
 from __future__ import annotations
 
 from kvstack.bench.sweep.schema import Capacity, CapacityPrediction, KneeBound, LayoutSweep
-from kvstack.planning.bound import CapacityAsk, LayoutCapacity, PlanCapacity, ResourceUse
+from kvstack.planning.predict.bound import CapacityAsk, LayoutCapacity, PlanCapacity, ResourceUse
 from kvstack.rendering.bench_sweep import bound_line, predicted_line
 from kvstack.rendering.bound import bound_text, capacity_lines
 

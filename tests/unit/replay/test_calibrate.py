@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from kvstack.planning.served_ttft import ServedCosts
+from kvstack.planning.predict.served_ttft import ServedCosts
 from kvstack.replay.calibrate import calibrate, dram_fetch_problem, predicted_ttft, summary
 from kvstack.replay.prompts import BlockTokens
 from tests.support.stream_server import ServerKnobs, StreamServer

@@ -11,7 +11,7 @@ import pytest
 
 from kvstack.bench.report import RESULTS_JSON
 from kvstack.errors import InputError
-from kvstack.planning.served_ttft import ServedCalibration, ServedCosts
+from kvstack.planning.predict.served_ttft import ServedCalibration, ServedCosts
 from kvstack.replay.served_calibration import SERVED_TTFT_JSON, served_calibration_from
 from tests.support.bench_results import write_trace_result
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from kvstack.errors import InputError
-from kvstack.planning.capacity import capacity_curve
+from kvstack.planning.predict.capacity import capacity_curve
 from kvstack.traces.mooncake import TraceRow, read_trace
 from kvstack.traces.sample import parse_ratio, sample_sessions, scale_blocks, session_key
 

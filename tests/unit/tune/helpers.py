@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from kvstack.errors import EngineError, Interrupted
-from kvstack.planning.served_ttft import ServedCosts
-from kvstack.planning.trace_sizing import SizingTrace
+from kvstack.planning.predict.served_ttft import ServedCosts
+from kvstack.planning.predict.trace_sizing import SizingTrace
 from kvstack.serving.served_layout import ServedLayout
 from kvstack.traces.mooncake import Trace, read_trace
 from kvstack.traces.sample import scale_blocks

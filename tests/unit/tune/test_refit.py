@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kvstack.planning.served_ttft import ServedCosts
-from kvstack.tune.rank import Costs, predict, served
+from kvstack.planning.predict.served_ttft import ServedCosts
+from kvstack.tune.predict import Costs, predict, served
 from kvstack.tune.refit import Replayed, refit
 from kvstack.tune.simulate import TraceSim
 from kvstack.tune.space import Candidate

@@ -1,10 +1,10 @@
-"""tune's simulation is planning's hierarchy (planning/capacity.py), organised for many candidates."""
+"""tune's simulation is planning's hierarchy (planning/predict/capacity.py), organised for many candidates."""
 
 from __future__ import annotations
 
 import pytest
 
-from kvstack.planning.capacity import simulate_hierarchy
+from kvstack.planning.predict.capacity import simulate_hierarchy
 from kvstack.traces.mooncake import TraceRow
 from kvstack.tune.simulate import TraceSim
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kvstack.errors import InputError
-from kvstack.planning.capacity import capacity_curve
+from kvstack.planning.predict.capacity import capacity_curve
 from kvstack.tune import knobs
 from kvstack.tune.space import Candidate, Limits, break_even_tokens, candidate_space, curve_sizes, knee_blocks
 

@@ -25,9 +25,9 @@ from kvstack.bench.sweep.schema import (
     SweepResult,
     TraceLoad,
 )
-from kvstack.planning.bound import CapacityAsk
-from kvstack.planning.plan_capacity import plan_capacity
-from kvstack.planning.served_ttft import ServedCalibration, ServedCosts
+from kvstack.planning.predict.bound import CapacityAsk
+from kvstack.planning.predict.plan_capacity import plan_capacity
+from kvstack.planning.predict.served_ttft import ServedCalibration, ServedCosts
 from kvstack.traces.mooncake import TraceRow
 from tests.support.calibration import DEMO_LMCACHE_MP, DEMO_NONE, demo_served_ttft
 from tests.unit.bench.sweep.test_bound import step

@@ -18,8 +18,8 @@ from kvstack.bench.sweep.bound import (
     step_shape,
 )
 from kvstack.bench.sweep.schema import Capacity, LayoutSweep, Slo, SweepStep
-from kvstack.planning.bound import FetchCost, LayoutCosts, predict_capacity
-from kvstack.planning.served_ttft import ServedCalibration, ServedCosts
+from kvstack.planning.predict.bound import FetchCost, LayoutCosts, predict_capacity
+from kvstack.planning.predict.served_ttft import ServedCalibration, ServedCosts
 from tests.support.calibration import DEMO_LMCACHE_MP, DEMO_NONE
 from tests.unit.planning.helpers import plan_for, roomy_cpu_host
 

@@ -98,7 +98,7 @@ def test_importing_the_record_and_the_planner_helpers_never_imports_torch() -> N
     res = _run(
         "import sys\n"
         "import kvstack.hardware.calibrate, kvstack.hardware.calibrate.run\n"
-        "import kvstack.planning.calibrated, kvstack.rendering.doctor\n"
+        "import kvstack.planning.predict.calibrated, kvstack.rendering.doctor\n"
         "print('torch' in sys.modules)\n"
     )
     assert res.returncode == 0, res.stderr

@@ -1,13 +1,14 @@
-"""Break-even prefix length between fetching from a tier and recomputing (kvstack/planning/breakeven.py)."""
+"""Break-even prefix length between fetching from a tier and recomputing
+(kvstack/planning/predict/breakeven.py)."""
 
 from __future__ import annotations
 
 import pytest
 
 from kvstack.hardware.gpu_specs import gpu_spec
-from kvstack.planning.breakeven import PEAK_FRACTION, breakeven_tokens, prefill_model
+from kvstack.planning.predict.breakeven import PEAK_FRACTION, breakeven_tokens, prefill_model
 
-from .helpers import catalog_model
+from ..helpers import catalog_model
 
 H100 = gpu_spec("NVIDIA H100 80GB HBM3", (9, 0))
 

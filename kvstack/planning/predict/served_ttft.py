@@ -1,6 +1,6 @@
 """TTFT on the served engine, from costs measured against it. Pure.
 
-The model is planning/trace_sizing.py's, in seconds instead of FLOPs, because on a platform the
+The model is planning/predict/trace_sizing.py's, in seconds instead of FLOPs, because on a platform the
 plan has no prefill figure for (vllm-cpu) the only figures are the ones the engine shows:
 
     TTFT = hit_s + miss_s + linear_s x recomputed + quadratic_s x (prompt^2 - held^2)

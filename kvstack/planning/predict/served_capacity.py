@@ -1,5 +1,5 @@
-"""``plan --slo-ttft --calibration``: each layout's costs for planning/bound.py's queueing model from
-costs measured on the served engine (planning/served_ttft.py), on every platform. Pure.
+"""``plan --slo-ttft --calibration``: each layout's costs for planning/predict/bound.py's queueing model from
+costs measured on the served engine (planning/predict/served_ttft.py), on every platform. Pure.
 
 The mapping, per layout by depth (the engine's pool alone, then one offload tier more each):
 
@@ -21,10 +21,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from kvstack.planning.bound import FetchCost, LayoutCosts
+from kvstack.planning.predict.bound import FetchCost, LayoutCosts
+from kvstack.planning.predict.served_ttft import ServedCalibration, ServedCosts
+from kvstack.planning.predict.trace_sizing import OFFLOAD_REQUEST_COST_S
 from kvstack.planning.schema import Plan
-from kvstack.planning.served_ttft import ServedCalibration, ServedCosts
-from kvstack.planning.trace_sizing import OFFLOAD_REQUEST_COST_S
 from kvstack.units import fmt_ms
 
 

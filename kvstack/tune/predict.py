@@ -1,8 +1,8 @@
 """Predicted TTFT of each candidate on the trace, from costs measured on the served engine, and
-the candidates ranked by an objective (p50, p90, mean, or goodput: the share of requests whose TTFT
-meets an SLO; the trace's arrivals fix the offered rate, so that share orders goodput). Pure.
+the figures an objective reads (p50, p90, mean, or goodput: the share of requests whose TTFT meets
+an SLO); tune/ranking.py orders the candidates by them. Pure.
 
-Per request (planning/served_ttft.py): the layout's fixed cost, the recompute of what no cache
+Per request (planning/predict/served_ttft.py): the layout's fixed cost, the recompute of what no cache
 held, and each tier's fetch. ``none`` is the plain layout's costs over the engine's hits; an
 offload candidate its connector's costs over the engine's, DRAM's and disk's. A prompt gate sends
 a request shorter than its threshold down the plain path (plain costs, the engine's hits only); a
@@ -12,22 +12,17 @@ fewer than its threshold, the lookup still paid.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
 
-from kvstack.planning.served_ttft import FloatArray, ServedCosts, whole_chunks
+from kvstack.planning.predict.served_ttft import FloatArray, ServedCosts, whole_chunks
 from kvstack.tune.knobs import CONNECTORS, offloads
 from kvstack.tune.options import Objective
 from kvstack.tune.simulate import SimulatedSources, TraceSim
 from kvstack.tune.space import Candidate
-
-LATENCIES: tuple[Objective, ...] = ("p50", "p90", "mean")
-# Predictions within 1% of each other are a tie on the objective: far below what a replay on 2 busy
-# cores can tell apart (README: fixed costs measured several ms apart run to run).
-TIE_TOLERANCE = 0.01
 
 
 @dataclass(frozen=True)
@@ -135,31 +130,3 @@ def predict(
         gated=int(gated_mask.sum()),
         under_slo=float((ttft <= slo_s).mean()) if slo_s is not None and len(ttft) else None,
     )
-
-
-def rank(
-    sim: TraceSim,
-    candidates: Sequence[Candidate],
-    costs: Costs,
-    bytes_per_token: float,
-    objective: Objective = "p50",
-    tolerance: float = TIE_TOLERANCE,
-    slo_s: float | None = None,
-) -> list[CandidatePrediction]:
-    """Every candidate predicted, best first by ``objective``. Candidates within ``tolerance`` (a
-    fraction) of the best remaining one are tied on it and ordered by the other figures, then by
-    the smaller layout (less memory, no gate): the model cannot tell a 0.1 ms difference apart."""
-    left = [predict(sim, c, costs, bytes_per_token, slo_s) for c in candidates]
-    others = [o for o in LATENCIES if o != objective]
-
-    def key(p: CandidatePrediction) -> tuple[float, ...]:
-        c = p.candidate
-        return (*(p.value(o) for o in others), float(c.dram_bytes + c.disk_bytes), float(c.gate is not None))
-
-    out: list[CandidatePrediction] = []
-    while left:
-        best = min(p.loss(objective) for p in left)
-        tied = [p for p in left if p.loss(objective) <= best * (1 + tolerance)]
-        out.extend(sorted(tied, key=key))
-        left = [p for p in left if p.loss(objective) > best * (1 + tolerance)]
-    return out

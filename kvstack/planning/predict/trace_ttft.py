@@ -1,8 +1,8 @@
 """TTFT per request over a simulated trace, with the offload tiers one level at a time. Pure.
 
-Two cost models, one shape (planning/trace_sizing.py picks): FLOPs (the plan's prefill figure: a
+Two cost models, one shape (planning/predict/trace_sizing.py picks): FLOPs (the plan's prefill figure: a
 forward step, recompute at the platform's FLOP/s, each tier's latency + bytes / bandwidth, and the
-offload path's cost per request) or seconds measured on the served engine (planning/served_ttft.py:
+offload path's cost per request) or seconds measured on the served engine (planning/predict/served_ttft.py:
 a plain layout's costs for the pool alone, an offload layout's below it). Down the hierarchy one
 tier at a time: the levels above a tier serve the same whatever lies below them (inclusive), so
 "the pool and the first k tiers" is the first k + 1 levels' hits.
@@ -14,9 +14,9 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from kvstack.planning.breakeven import PrefillModel
+from kvstack.planning.predict.breakeven import PrefillModel
+from kvstack.planning.predict.served_ttft import FloatArray, ServedCalibration, whole_chunks
 from kvstack.planning.schema import TtftModel
-from kvstack.planning.served_ttft import FloatArray, ServedCalibration, whole_chunks
 from kvstack.planning.trace_schema import TtftSummary
 
 

@@ -1,6 +1,6 @@
 """Sizing the tiers from a trace of the user's own traffic, and whether offload pays on it. Pure.
 
-The capacity curve (planning/capacity.py) gives the prompt-token hit ratio of an LRU prefix cache
+The capacity curve (planning/predict/capacity.py) gives the prompt-token hit ratio of an LRU prefix cache
 of every size; the plan's target is the smallest cache reaching ``TARGET_FRACTION`` of what an
 unbounded one gives. The tiers are then sized top-down to it (planning/layout.py, bounded by the
 DRAM reserve and 80% of free disk) and the hierarchy is simulated at the sizes chosen: the engine
@@ -11,7 +11,7 @@ back into DRAM: planning/connector.py ``readmits_lower_hits``). The engine pool 
 prefix cache (running requests hold some of it) and at the trace's block size.
 
 TTFT per request, one request at a time on the engine (no queueing; ``prefill_busy`` says how far
-that holds): one forward step, plus recomputing what no tier served (planning/breakeven.py's
+that holds): one forward step, plus recomputing what no tier served (planning/predict/breakeven.py's
 prefill model, attention over the positions recomputed), plus fetching what each offload tier
 served (its latency + bytes / bandwidth), plus, when a connector is wired, the offload path's own
 per-request cost (lookup, store, transfer setup), paid by every request whether it hits or not.
@@ -26,11 +26,11 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from kvstack.planning.capacity import CapacityCurve, HierarchyResult, simulate_hierarchy
+from kvstack.planning.predict.capacity import CapacityCurve, HierarchyResult, simulate_hierarchy
+from kvstack.planning.predict.served_ttft import ServedCalibration
+from kvstack.planning.predict.trace_ttft import flop_depth, served_depth
 from kvstack.planning.schema import Tier, TtftModel
-from kvstack.planning.served_ttft import ServedCalibration
 from kvstack.planning.trace_schema import CurvePoint, TierShare, TraceSizing, TtftSummary
-from kvstack.planning.trace_ttft import flop_depth, served_depth
 from kvstack.traces.mooncake import TraceRow
 from kvstack.units import fmt_bytes, fmt_ms
 

@@ -1,26 +1,24 @@
-"""The ranking model: each candidate's TTFT from the simulation and the served engine's costs."""
+"""The ranking: the candidates ordered by the objective, on each candidate's predicted TTFT."""
 
 from __future__ import annotations
 
 import itertools
 
-import numpy as np
 import pytest
 
-from kvstack.planning.capacity import capacity_curve
-from kvstack.tune import rank as rk
-from kvstack.tune.options import RANK_OBJECTIVES
+from kvstack.planning.predict.capacity import capacity_curve
+from kvstack.tune.options import RANK_OBJECTIVES, Objective
+from kvstack.tune.predict import CandidatePrediction, Costs
+from kvstack.tune.ranking import TIE_TOLERANCE, rank
 from kvstack.tune.simulate import TraceSim
-from kvstack.tune.space import Candidate, Gate, Limits, candidate_space, curve_sizes
+from kvstack.tune.space import Limits, candidate_space, curve_sizes
 
 from .helpers import DEMO_POOL, KIB, PLAIN, offload, sample
 
 GIB = 1 << 30
 
 
-def _ranked(
-    block_tokens: int, cost_s: float, objective: rk.Objective = "p50"
-) -> list[rk.CandidatePrediction]:
+def _ranked(block_tokens: int, cost_s: float, objective: Objective = "p50") -> list[CandidatePrediction]:
     trace = sample(block_tokens)
     sim = TraceSim(
         trace.requests, block_tokens=block_tokens, engine_block_tokens=128, engine_pool_tokens=DEMO_POOL
@@ -31,10 +29,10 @@ def _ranked(
     space = candidate_space(
         limits, curve_sizes(curve, int(block_tokens * KIB)), lengths, PLAIN, offload(cost_s)
     )
-    return rk.rank(sim, space, rk.Costs(PLAIN, offload(cost_s)), KIB, objective)
+    return rank(sim, space, Costs(PLAIN, offload(cost_s)), KIB, objective)
 
 
-def _best(ranked: list[rk.CandidatePrediction], kind: str) -> rk.CandidatePrediction:
+def _best(ranked: list[CandidatePrediction], kind: str) -> CandidatePrediction:
     pick = {
         "none": lambda c: not c.offloads,
         "offload": lambda c: c.offloads and c.gate is None,
@@ -57,7 +55,7 @@ def test_the_winner_follows_the_traffic(block_tokens: int, winner: str) -> None:
     top = ranked[0]
     assert top.candidate.offloads == (winner != "none"), top.candidate.label
     none, plain_offload = _best(ranked, "none"), _best(ranked, "offload")
-    tol = 1 + rk.TIE_TOLERANCE
+    tol = 1 + TIE_TOLERANCE
     if winner == "none":
         assert none.p50_s * tol < plain_offload.p50_s
     if winner == "offload":
@@ -75,39 +73,6 @@ def test_each_objective_ranks_by_its_own_figure_ties_within_the_tolerance() -> N
         ranked = _ranked(32, 0.015, objective)
         values = [p.value(objective) for p in ranked]
         best = min(values)
-        assert values[0] <= best * (1 + rk.TIE_TOLERANCE)
+        assert values[0] <= best * (1 + TIE_TOLERANCE)
         # Out of order only within the tolerance of a better one before it.
-        assert all(b >= a / (1 + rk.TIE_TOLERANCE) for a, b in itertools.pairwise(values))
-
-
-def test_a_prediction_is_the_served_costs_request_by_request() -> None:
-    trace = sample(64)
-    sim = TraceSim(trace.requests, block_tokens=64, engine_block_tokens=128, engine_pool_tokens=DEMO_POOL)
-    off = offload(0.015)
-    costs = rk.Costs(PLAIN, off)
-    cand = Candidate("lmcache-mp", 256, GIB // 8, 0)
-    got = rk.predict(sim, cand, costs, KIB)
-    s = sim.offload(256, *cand.blocks(KIB), readmit=False)
-    per = [
-        off.ttft(r.input_length, int(s.engine[i]), {"dram": int(s.dram[i])})
-        for i, r in enumerate(trace.requests)
-    ]
-    assert got.mean_s == pytest.approx(np.mean(per)) and got.p90_s == pytest.approx(np.percentile(per, 90))
-    assert sum(got.tokens.values()) == sum(r.input_length for r in trace.requests)
-    # A prompt gate: requests shorter than it take the plain path (plain costs, engine hits only).
-    gate = Gate("prompt", 1000)
-    gated = rk.predict(sim, Candidate("lmcache-mp", 256, GIB // 8, 0, gate), costs, KIB)
-    mixed = [
-        PLAIN.ttft(r.input_length, int(s.engine[i]), {}) if r.input_length < 1000 else per[i]
-        for i, r in enumerate(trace.requests)
-    ]
-    assert gated.mean_s == pytest.approx(np.mean(mixed))
-    assert gated.gated == sum(r.input_length < 1000 for r in trace.requests) > 0
-    # A load gate (min_retrieve_tokens): fewer tier tokens than it are recomputed, the path paid.
-    load = rk.predict(sim, Candidate("lmcache", 256, GIB // 8, 0, Gate("load", 512)), costs, KIB)
-    s2 = sim.offload(256, *Candidate("lmcache", 256, GIB // 8, 0).blocks(KIB), readmit=True)
-    expected = [
-        off.ttft(r.input_length, int(s2.engine[i]), {"dram": int(s2.dram[i]) if s2.dram[i] >= 512 else 0})
-        for i, r in enumerate(trace.requests)
-    ]
-    assert load.mean_s == pytest.approx(np.mean(expected))
+        assert all(b >= a / (1 + TIE_TOLERANCE) for a, b in itertools.pairwise(values))

@@ -12,10 +12,10 @@ from kvstack.hardware.calibrate.model import (
     PrefillPoint,
 )
 from kvstack.model.catalog import catalog_model
-from kvstack.planning.calibrated import prefill_rate_explained, tier_read_bw_explained
+from kvstack.planning.predict.calibrated import prefill_rate_explained, tier_read_bw_explained
 from tests.support.calibration import h100_calibration, llama8b_prefill
 
-from .helpers import PlanFor, snapshot
+from ..helpers import PlanFor, snapshot
 
 
 def prefill_rate_value(

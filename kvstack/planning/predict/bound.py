@@ -1,9 +1,9 @@
 """Where offload stops paying: each resource's utilisation at a load, the one that binds, and the
 highest load a layout sustains under a TTFT SLO. Pure.
 
-The costs are the plan's TTFT model (planning/ttft.py, planning/trace_ttft.py's ``flop_depth``) in
-seconds: a request of ``N`` prompt tokens of which the caches hold ``H`` costs the forward step and
-the offload path's per-request cost (``fixed_s``), the recompute of the rest
+The costs are the plan's TTFT model (planning/predict/ttft.py, planning/predict/trace_ttft.py's
+``flop_depth``) in seconds: a request of ``N`` prompt tokens of which the caches hold ``H`` costs the
+forward step and the offload path's per-request cost (``fixed_s``), the recompute of the rest
 (``linear_s x (N - H) + quadratic_s x (N^2 - H^2)``) and each offload tier's fetch
 (``latency + tokens x bytes_per_token / bandwidth``). At ``rate`` requests/s each resource is busy:
 

@@ -1,5 +1,5 @@
-"""planning/bound.py and planning/plan_capacity.py: each resource's utilisation at a load, the one
-that binds, and a layout's predicted capacity, on figures worked out by hand."""
+"""planning/predict/bound.py and planning/predict/plan_capacity.py: each resource's utilisation at a
+load, the one that binds, and a layout's predicted capacity, on figures worked out by hand."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from kvstack.planning.bound import (
+from kvstack.planning.predict.bound import (
     CapacityAsk,
     FetchCost,
     LayoutCosts,
@@ -20,7 +20,7 @@ from kvstack.planning.bound import (
     utilisation,
     wait_quantile,
 )
-from kvstack.planning.plan_capacity import level_shares, plan_capacity, plan_costs
+from kvstack.planning.predict.plan_capacity import level_shares, plan_capacity, plan_costs
 from tests.unit.planning.helpers import plan_for, roomy_cpu_host
 
 # 10,000 recomputed tokens/s, 1 kB of KV per token, a 1 GB/s disk, a 100k-token pool.

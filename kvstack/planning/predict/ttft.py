@@ -1,7 +1,7 @@
 """Predicted time to first token: recompute, a GPU hit, and a fetch from each tier. Pure.
 
 A prompt whose prefix no tier holds is recomputed: ``(linear x N + attn x N^2) / flops``
-(planning/breakeven.py's model). A prefix the engine still holds costs about one forward step,
+(planning/predict/breakeven.py's model). A prefix the engine still holds costs about one forward step,
 which reads every weight once: ``weights per GPU / HBM bandwidth``. A prefix held by an offload
 tier costs that step plus the tier's latency plus ``N x bytes_per_token / bandwidth``, with the
 bandwidth the plan gave the tier (per-rank host links, PCIe generation, the disk fio measured, the
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from kvstack.planning.breakeven import PrefillModel
+from kvstack.planning.predict.breakeven import PrefillModel
 from kvstack.planning.schema import FetchPath, Tier, TtftModel
 from kvstack.units import fmt_bw, fmt_bytes
 

@@ -1,4 +1,4 @@
-"""``plan --slo-ttft``: each layout's predicted capacity (planning/bound.py) from the plan's own TTFT
+"""``plan --slo-ttft``: each layout's predicted capacity (planning/predict/bound.py) from the plan's own TTFT
 model and the workload it sizes. Pure.
 
 The layouts are the plan's depths, as the trace's ``by_depth``: the engine's pool alone, then one
@@ -9,14 +9,14 @@ every request returns to one of ``users x reuse`` context-sized prefixes, evenly
 ``k`` of those ``W`` tokens (the tiers are inclusive: the largest so far) serves ``k / W``.
 
 The costs are measured on the served engine where the plan has a calibration (``--calibration``:
-planning/served_capacity.py), on every platform; else the plan's FLOP model. The result names them.
+planning/predict/served_capacity.py), on every platform; else the plan's FLOP model. The result names them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from kvstack.planning.bound import (
+from kvstack.planning.predict.bound import (
     CapacityAsk,
     FetchCost,
     LayoutCosts,
@@ -24,10 +24,10 @@ from kvstack.planning.bound import (
     RequestShape,
     predict_capacity,
 )
+from kvstack.planning.predict.served_capacity import layout_names, served_costs
+from kvstack.planning.predict.served_ttft import ServedCalibration
+from kvstack.planning.predict.trace_sizing import OFFLOAD_REQUEST_COST_S
 from kvstack.planning.schema import Plan
-from kvstack.planning.served_capacity import layout_names, served_costs
-from kvstack.planning.served_ttft import ServedCalibration
-from kvstack.planning.trace_sizing import OFFLOAD_REQUEST_COST_S
 
 
 def level_shares(plan: Plan) -> tuple[list[tuple[str, float]], str]:

@@ -9,7 +9,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvstack.planning.capacity import (
+from kvstack.planning.predict.capacity import (
     capacity_curve,
     prefix_distances,
     simulate_hierarchy,
@@ -17,7 +17,7 @@ from kvstack.planning.capacity import (
 )
 from kvstack.traces.mooncake import TraceRow, read_trace
 
-FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "traces" / "conversation_1in40.jsonl"
+FIXTURE = Path(__file__).resolve().parents[3] / "fixtures" / "traces" / "conversation_1in40.jsonl"
 B = 4  # tokens per trace block in the generated traces
 
 

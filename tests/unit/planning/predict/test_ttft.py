@@ -1,13 +1,13 @@
-"""Predicted TTFT (kvstack/planning/ttft.py): recompute, a hit, each tier's fetch."""
+"""Predicted TTFT (kvstack/planning/predict/ttft.py): recompute, a hit, each tier's fetch."""
 
 from __future__ import annotations
 
 import pytest
 
-from kvstack.planning import ttft
+from kvstack.planning.predict import ttft
 from kvstack.planning.schema import FetchPath, TtftModel
 
-from .helpers import plan_for, roomy_cpu_host
+from ..helpers import plan_for, roomy_cpu_host
 
 GIB = 1 << 30
 

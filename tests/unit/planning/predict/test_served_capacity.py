@@ -1,15 +1,15 @@
-"""planning/served_capacity.py: ``plan --slo-ttft``'s capacity from costs measured on the served
+"""planning/predict/served_capacity.py: ``plan --slo-ttft``'s capacity from costs measured on the served
 engine (the demo's recorded calibration), on the CPU platform the FLOP model has no figure for."""
 
 from __future__ import annotations
 
 import pytest
 
-from kvstack.planning.bound import CapacityAsk, RequestShape, unloaded_ttft
-from kvstack.planning.plan_capacity import level_shares, plan_capacity
+from kvstack.planning.predict.bound import CapacityAsk, RequestShape, unloaded_ttft
+from kvstack.planning.predict.plan_capacity import level_shares, plan_capacity
+from kvstack.planning.predict.served_capacity import served_costs
+from kvstack.planning.predict.served_ttft import ServedCalibration, ServedCosts
 from kvstack.planning.schema import Plan
-from kvstack.planning.served_capacity import served_costs
-from kvstack.planning.served_ttft import ServedCalibration, ServedCosts
 from tests.support.calibration import DEMO_LMCACHE_MP, DEMO_NONE
 from tests.unit.planning.helpers import plan_for, roomy_cpu_host
 from tests.unit.planning.test_plan_trace import _fixture, _plan

@@ -1,10 +1,10 @@
-"""The TTFT model on costs measured against the served engine (planning/served_ttft.py)."""
+"""The TTFT model on costs measured against the served engine (planning/predict/served_ttft.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from kvstack.planning.served_ttft import ServedCosts, fit_costs, percentiles
+from kvstack.planning.predict.served_ttft import ServedCosts, fit_costs, percentiles
 
 
 def test_the_fit_recovers_the_costs_it_was_made_from() -> None:
@@ -71,7 +71,7 @@ def test_a_tier_without_its_own_fetch_figure_is_taken_at_drams() -> None:
 
 
 def test_without_a_measured_offload_layout_the_plain_one_pays_the_given_cost() -> None:
-    from kvstack.planning.served_ttft import ServedCalibration
+    from kvstack.planning.predict.served_ttft import ServedCalibration
 
     plain = ServedCosts(0.02, 0.004, 1e-4, 0.0)
     cal = ServedCalibration(plain)
@@ -84,8 +84,8 @@ def test_without_a_measured_offload_layout_the_plain_one_pays_the_given_cost() -
 def test_an_offload_path_pays_its_per_chunk_cost_for_each_whole_chunk_only() -> None:
     import numpy as np
 
-    from kvstack.planning.served_ttft import ServedCalibration
-    from kvstack.planning.trace_ttft import served_depth
+    from kvstack.planning.predict.served_ttft import ServedCalibration
+    from kvstack.planning.predict.trace_ttft import served_depth
 
     c = ServedCosts(0.02, 0.0, 0.0, 0.0, {"dram": 0.0}, chunk_s=0.002)
     assert ServedCosts.from_dict(c.to_dict()) == c
