@@ -111,7 +111,9 @@ def test_dry_run_masks_a_password_in_the_remote_urls_query(
     home.mkdir()
     port = quiet_listener.getsockname()[1]
     remote = f"redis://127.0.0.1:{port}/0?socket_timeout=5&password={REDIS_PASSWORD}"
-    res = run_cli(_dry_run(tmp_path, "--remote", remote, "--json"), tmp_path, isolated_env(home, {}))
+    # In-process LMCache takes a URL's query (LMCache's server takes plain redis:// only).
+    argv = _dry_run(tmp_path, "--remote", remote, "--offload", "lmcache", "--json")
+    res = run_cli(argv, tmp_path, isolated_env(home, {}))
     assert res.code == 0, res.stderr
     assert REDIS_PASSWORD not in res.stdout + res.stderr
     assert f"redis://127.0.0.1:{port}/0?socket_timeout=5&password={MASK}" in res.stdout
@@ -147,7 +149,8 @@ def _model_dir(tmp_path: Path) -> Path:
 
 
 def test_secret_env_values_are_masked_in_dry_run_env(tmp_path: Path) -> None:
-    prepared = _prepared(tmp_path, _model_dir(tmp_path), api_key=API_KEY)
+    # In-process LMCache: its config file's path sits in the engine's environment.
+    prepared = _prepared(tmp_path, _model_dir(tmp_path), api_key=API_KEY, offload="lmcache")
     server = prepared.spec.server.model_copy(update={"env": {**prepared.spec.server.env, **ENV_SECRETS}})
     spec = prepared.spec.model_copy(update={"server": server})
     doc = spec.public()
@@ -351,7 +354,8 @@ def _mode(path: Path) -> int:
 
 def test_write_path_makes_private_dirs_and_files(tmp_path: Path) -> None:
     remote = f"redis://u:{REDIS_PASSWORD}@127.0.0.1:6390"
-    prepared = _prepared(tmp_path, _model_dir(tmp_path), api_key=API_KEY, remote=remote)
+    # In-process LMCache writes its config (the Redis URL in it) as a file.
+    prepared = _prepared(tmp_path, _model_dir(tmp_path), api_key=API_KEY, remote=remote, offload="lmcache")
     spec = prepared.spec
     assert spec.private_dirs and spec.files, "the case must exercise both: a disk tier and a connector config"
 
