@@ -124,7 +124,9 @@ def beside_recompute(
         return check
 
     def kept(why: str) -> CorrectnessCheck:
-        return check.model_copy(update={"detail": f"{check.detail}; the recompute's own answer: {why}"})
+        out = check.model_copy()
+        out.detail = f"{check.detail}; the recompute's own answer: {why}"
+        return out
 
     if isinstance(recompute, str):
         return kept(recompute)
@@ -143,13 +145,17 @@ def beside_recompute(
             f"{check.detail}; the recompute's own answer to this prompt sits {own:.3f} nats from the same "
             f"scorer ({why})"
         )
-        return check.model_copy(update={"recompute_typical": own, "detail": detail})
+        out = check.model_copy()
+        out.recompute_typical, out.detail = own, detail
+        return out
     detail = (
         f"typical disagreement with recompute {check.typical:.3f} nats, over the gate {check.threshold:.3f} "
         f"but within half of it of the recompute's own answer to this prompt ({own:.3f} nats from the "
         "same scorer): the engine's decode and prefill differ on this prompt, whatever the KV's source"
     )
-    return check.model_copy(update={"verdict": "pass", "recompute_typical": own, "detail": detail})
+    out = check.model_copy()
+    out.verdict, out.recompute_typical, out.detail = "pass", own, detail
+    return out
 
 
 def determinism(batch_invariant: bool | None) -> str:

@@ -53,10 +53,11 @@ def kv_size_step(expect: KvExpectation, log_file: Path) -> StepResult:
     if logged is None:
         return StepResult(name=name, verdict="skip", reason="the engine log has no 'KV cache size' line")
     engine_tokens = int(logged.replace(",", ""))
+    expect = expect.model_copy()  # shallow: what the log says is set on this copy, not the caller's
     if (length := _last(_LEN, text)) is not None:
-        expect = expect.model_copy(update={"max_model_len": int(length.replace(",", ""))})
+        expect.max_model_len = int(length.replace(",", ""))
     if _SSM_FLOAT32.search(text):
-        expect = expect.model_copy(update={"ssm_float32": True})
+        expect.ssm_float32 = True
     pool = expect.pool_bytes
     if pool is None and (available := _last(_AVAILABLE, text)) is not None:
         pool = int(float(available) * GIB)

@@ -123,7 +123,7 @@ async def shared_tier_step_async(
             sent = await s0.scrape()
             c = await s0.send(prompt)
             if err := _failed(c, first.base_url):
-                return step.model_copy(update={"verdict": "fail", "reason": err})
+                return step.with_verdict("fail", err)
             computed.append(c.ttft_s or 0.0)
             if judge.adapter is not None:
                 await s0.settled(sent, judge.stored(sent), wait_s=5.0)
@@ -138,7 +138,7 @@ async def shared_tier_step_async(
                 b = await s1.scrape()
                 r = await s1.send(prompt)
                 if err := _failed(r, second.base_url):
-                    return step.model_copy(update={"verdict": "fail", "reason": err})
+                    return step.with_verdict("fail", err)
                 served.append(r.ttft_s or 0.0)
                 a = await s1.settled(b, judge.rose(b))
             before = before or b

@@ -96,6 +96,12 @@ class StepResult(BaseModel):
     prediction: str = ""
     warnings: list[str] = Field(default_factory=list)  # worth a look, not a failure
 
+    def with_verdict(self, verdict: Verdict, reason: str) -> StepResult:
+        """A shallow copy judged ``verdict`` for ``reason``; its lists are this step's own."""
+        out = self.model_copy()
+        out.verdict, out.reason = verdict, reason
+        return out
+
 
 # What a report records of its target: the server and the thresholds its steps were judged by.
 JUDGED_BY = (

@@ -193,7 +193,7 @@ class Validation:
             return step
         cold_med = self.cold_median
         if cold_med is None or step.ttft_s is None:
-            return step.model_copy(update={"verdict": "skip", "reason": "no cold measurement to compare"})
+            return step.with_verdict("skip", "no cold measurement to compare")
         step.speedup = cold_med / step.ttft_s if step.ttft_s > 0 else math.inf
         need = self.target.min_speedup
         step.evidence.append(

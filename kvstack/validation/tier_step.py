@@ -146,10 +146,10 @@ async def _rounds(v: Validation, tier: TierTarget, plan: StepPlan) -> StepResult
         sent = await v.api.scrape()
         c = await v.api.send(p, generate=True)
         if not c.ok or c.ttft_s is None:
-            return step.model_copy(update={"verdict": "fail", "reason": f"request failed: {c.error}"})
+            return step.with_verdict("fail", f"request failed: {c.error}")
         ok, detail = await _drop_above(v, tier, plan, sent)
         if not ok:
-            return step.model_copy(update={"verdict": "fail", "reason": detail})
+            return step.with_verdict("fail", detail)
         hidden = new_files(hide_from, files_before) if hide_from else []
         with moved_aside(hide_from or "", hidden) as n_hidden:
             if i == 0:
@@ -166,7 +166,7 @@ async def _rounds(v: Validation, tier: TierTarget, plan: StepPlan) -> StepResult
 
             s1 = await v.api.settled(s0, covered)
         if not r.ok or r.ttft_s is None:
-            return step.model_copy(update={"verdict": "fail", "reason": f"request failed: {r.error}"})
+            return step.with_verdict("fail", f"request failed: {r.error}")
         served.append(Served(p, c, r))
         per_round.append(tier_hits(v, tier, plan, s0, s1))
         hits = _hits(v, tier, s0, s1)
