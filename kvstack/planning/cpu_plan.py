@@ -56,7 +56,7 @@ def cpu_choices(asked: Asked, notes: Notes) -> PlatformChoices | None:
     chosen = _carriage(snapshot, model, request, notes)
     decision = chosen.decision
     if chosen.cannot:
-        request = request.model_copy(update={"offload": "none"})
+        request = request.with_offload("none")
     no_prefix_cache = prefix_cache_off(model, "cpu")
     engine = replace(CPU_ENGINE, prefix_caching=no_prefix_cache is None)
     layout = KvLayout(hybrid_manager=decision.hybrid_manager, engine=engine)
@@ -271,12 +271,15 @@ def tight_warning(host: tr.HostCapacity, weights: int, kv_space: int, notes: Not
         )
 
 
+def _read_at(tier: Tier, bw: float) -> Tier:
+    out = tier.model_copy()
+    out.read_bw_bytes_per_s = bw
+    return out
+
+
 def cpu_ttft(context: int, kv: KvFootprint, offload: list[Tier]) -> TtftModel:
     """Fetch times of the offload tiers; no prefill figure: kvstack has none for a CPU backend, so
     the validation pass anchors predictions on the hit it measures."""
-    bws = [
-        t.model_copy(update={"read_bw_bytes_per_s": ttft.CPU_PLATFORM_L1_BW}) if t.kind == "cpu" else t
-        for t in offload
-    ]
+    bws = [_read_at(t, ttft.CPU_PLATFORM_L1_BW) if t.kind == "cpu" else t for t in offload]
     sources = {"cpu": "assumed: one memcpy stream through shared memory", "disk": "measured by fio"}
     return ttft.ttft_model(context, kv.effective_bytes_per_token, bws, sources=sources)

@@ -195,7 +195,9 @@ def with_breakeven(
             bw = disk[0]
             notes.reasons["disk_read_bw"] = disk[1]
         n = be.breakeven_tokens(prefill, kv.effective_bytes_per_token, bw or 0.0, tier.latency_s or 0.0)
-        out.append(tier.model_copy(update={"read_bw_bytes_per_s": bw, "breakeven_tokens": n}))
+        fetched = tier.model_copy()
+        fetched.read_bw_bytes_per_s, fetched.breakeven_tokens = bw, n
+        out.append(fetched)
         where = f"{tier.kind} ({host_how} x {kv.tp} rank(s))" if tier.kind == "cpu" else tier.kind
         if n is None:
             text = f"{where}: recomputing is always faster than fetching from this tier"

@@ -84,6 +84,10 @@ def apply_trace(
                 f"offload does not pay on this trace: the engine's pool ({held}) alone serves it; "
                 "--offload lmcache-mp (or another connector) plans the tiers anyway"
             )
-            return base.model_copy(update={"trace": sizing, "reasons": reasons, "warnings": kept})
+            out = base.with_notes(reasons=reasons, warnings=kept)
+            out.trace = sizing
+            return out
         warnings.append(f"{sizing.verdict} (offload planned as asked: --offload {plan.connector})")
-    return plan.model_copy(update={"trace": sizing, "reasons": reasons, "warnings": warnings})
+    out = plan.with_notes(reasons=reasons, warnings=warnings)
+    out.trace = sizing
+    return out

@@ -138,9 +138,12 @@ def needed_gpus(
     for tp in TP_SIZES[1:]:
         if not tp_ok(model, tp):
             continue
-        shadow = snapshot.model_copy(update={"gpus": [gpu] * tp})
+        shadow = snapshot.model_copy()
+        shadow.gpus = [gpu] * tp
+        asked = request.model_copy()
+        asked.tp = tp
         try:
-            if attempt(shadow, model, request.model_copy(update={"tp": tp}), wl, tp, None).problem is None:
+            if attempt(shadow, model, asked, wl, tp, None).problem is None:
                 return tp
         except InputError:
             return None

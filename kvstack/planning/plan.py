@@ -47,7 +47,9 @@ def _workload(request: PlanRequest, workload: Workload, model: ModelGeometry, no
         f"{fmt_tokens(context)} tokens from {why}; {users} concurrent user(s), "
         f"{workload.reuse:g} context-sized prefix(es) per user kept warm"
     )
-    return workload.model_copy(update={"context_tokens": context, "users": users})
+    out = workload.model_copy()
+    out.context_tokens, out.users = context, users
+    return out
 
 
 def make_plan(
@@ -67,13 +69,13 @@ def make_plan(
             raise InputError(
                 "--tuned and --trace both choose the layout", hint="drop --trace (tune read it) or --tuned"
             )
-        asked = request.model_copy(update={"offload": request.tuned.connector})
+        asked = request.with_offload(request.tuned.connector)
         return apply_tuned(_plan(snapshot, model, model_path, asked, workload, None), request.tuned)
     curve = trace_curve(trace, request)
     plan = _plan(snapshot, model, model_path, request, workload, curve)
     if trace is None or curve is None:
         return plan
-    without = request.model_copy(update={"offload": "none"})
+    without = request.with_offload("none")
     return apply_trace(
         plan,
         trace,
@@ -99,7 +101,7 @@ def _plan(
     if model.local_refusal is not None:
         notes.warn(model.local_refusal)
     asked = Asked(snapshot, model, request, _workload(request, workload, model, notes), curve)
-    without = request.model_copy(update={"offload": "none"})
+    without = request.with_offload("none")
     if snapshot.gpus:
         choices = cuda_choices(asked, notes)
         if choices is None:  # no tier to carry after all: plan the engine without a connector, afresh

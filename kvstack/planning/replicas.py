@@ -11,8 +11,10 @@ from kvstack.planning.tiers import host_capacity
 
 
 def _ceiling_view(memory: MemoryInfo, ceiling: int) -> MemoryInfo:
-    cgroup = None if memory.cgroup_limit_bytes is None else ceiling
-    return memory.model_copy(update={"available_bytes": ceiling, "cgroup_limit_bytes": cgroup})
+    out = memory.model_copy()
+    out.available_bytes = ceiling
+    out.cgroup_limit_bytes = None if memory.cgroup_limit_bytes is None else ceiling
+    return out
 
 
 def share_memory(memory: MemoryInfo, replicas: int) -> MemoryInfo:
@@ -39,25 +41,22 @@ def share_memory(memory: MemoryInfo, replicas: int) -> MemoryInfo:
     def part(value: int | None) -> int | None:
         return None if value is None else value // replicas
 
-    return view.model_copy(
-        update={"total_bytes": part(memory.total_bytes), "shm_free_bytes": part(memory.shm_free_bytes)}
-    )
+    view.total_bytes, view.shm_free_bytes = part(memory.total_bytes), part(memory.shm_free_bytes)
+    return view  # _ceiling_view's own copy
 
 
 def replica_snapshot(snapshot: HardwareSnapshot, replicas: int, gpus_each: int) -> HardwareSnapshot:
     """What one of ``replicas`` engines on this machine gets: ``gpus_each`` GPUs, its share of
     DRAM (share_memory) and /dev/shm, and 1/N of each disk's free space."""
-    disks = [
-        d.model_copy(update={"free_bytes": None if d.free_bytes is None else d.free_bytes // replicas})
-        for d in snapshot.disks
-    ]
-    return snapshot.model_copy(
-        update={
-            "gpus": snapshot.gpus[:gpus_each],
-            "memory": share_memory(snapshot.memory, replicas),
-            "disks": disks,
-        }
-    )
+    out = snapshot.model_copy()
+    out.gpus = snapshot.gpus[:gpus_each]
+    out.memory = share_memory(snapshot.memory, replicas)
+    out.disks = []
+    for d in snapshot.disks:
+        disk = d.model_copy()
+        disk.free_bytes = None if d.free_bytes is None else d.free_bytes // replicas
+        out.disks.append(disk)
+    return out
 
 
 def device_groups(tp: int, replicas: int, visible: list[str]) -> list[list[str]]:

@@ -38,6 +38,12 @@ class PlanRequest(BaseModel):
     engine_versions: dict[str, str] = Field(default_factory=dict)  # overrides snapshot.software
     tuned: TunedLayout | None = None  # --tuned: the connector, chunk and sizes kvstack tune chose
 
+    def with_offload(self, offload: OffloadChoice) -> PlanRequest:
+        """A shallow copy (unvalidated, as ``model_copy``) asking for ``offload``."""
+        out = self.model_copy()
+        out.offload = offload
+        return out
+
 
 def validate_request(request: PlanRequest) -> None:
     """Out-of-range numbers are bad input (exit 2), not a pydantic traceback."""

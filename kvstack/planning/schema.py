@@ -63,6 +63,13 @@ class Tier(BaseModel):
     url: str | None = None  # remote tier URL, password redacted
     reason: str = ""
 
+    def resized(self, *, size_bytes: int, size_bytes_per_rank: int, tokens: int, reason: str) -> Tier:
+        """A shallow copy holding ``size_bytes`` (``tokens`` KV tokens), for ``reason``."""
+        out = self.model_copy()
+        out.size_bytes, out.size_bytes_per_rank = size_bytes, size_bytes_per_rank
+        out.tokens, out.reason = tokens, reason
+        return out
+
 
 class Concurrency(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -228,3 +235,19 @@ class Plan(BaseModel):
             pool = self.engine_pool
             return pool if pool is not None and pool.kind == "gpu" else None
         return next((t for t in self.offload_tiers if t.kind == kind), None)
+
+    def with_notes(self, *, reasons: dict[str, str] | None = None, warnings: list[str] | None = None) -> Plan:
+        """A shallow copy (unvalidated, as ``model_copy``) with ``reasons`` and/or ``warnings`` in place
+        of this plan's; None keeps this plan's."""
+        out = self.model_copy()
+        if reasons is not None:
+            out.reasons = reasons
+        if warnings is not None:
+            out.warnings = warnings
+        return out
+
+    def with_tiers(self, tiers: list[Tier]) -> Plan:
+        """A shallow copy (unvalidated, as ``model_copy``) with ``tiers`` in place of this plan's."""
+        out = self.model_copy()
+        out.tiers = tiers
+        return out

@@ -63,9 +63,7 @@ class TunedLayout(BaseModel):
 def _resized(tier: Tier, size: int, why: str) -> Tier:
     tokens = int(size * tier.tokens / tier.size_bytes) if tier.size_bytes else 0
     per_rank = int(size * tier.size_bytes_per_rank / tier.size_bytes) if tier.size_bytes else size
-    return tier.model_copy(
-        update={"size_bytes": size, "size_bytes_per_rank": per_rank, "tokens": tokens, "reason": why}
-    )
+    return tier.resized(size_bytes=size, size_bytes_per_rank=per_rank, tokens=tokens, reason=why)
 
 
 def apply_tuned(plan: Plan, tuned: TunedLayout) -> Plan:
@@ -77,9 +75,9 @@ def apply_tuned(plan: Plan, tuned: TunedLayout) -> Plan:
             f"the tuned layout's connector {tuned.connector} could not be planned on this machine "
             f"(connector: {plan.reasons.get('connector', plan.connector)}): the plan keeps {plan.connector}"
         )
-        return plan.model_copy(update={"reasons": reasons, "warnings": warnings})
+        return plan.with_notes(reasons=reasons, warnings=warnings)
     if not spec_of(tuned.connector).offloads:
-        return plan.model_copy(update={"reasons": reasons})
+        return plan.with_notes(reasons=reasons)
     why = f"kvstack tune ({tuned.objective}: predicted p50 {tuned.predicted.get('p50_s', 0) * 1000:.1f} ms)"
     tiers = [plan.tiers[0]]
     seen_disk = False
@@ -112,12 +110,7 @@ def apply_tuned(plan: Plan, tuned: TunedLayout) -> Plan:
                 f"{GATED_CONNECTOR} can: planned without the gate"
             )
     reasons["chunk_size"] = f"{tuned.chunk_tokens} tokens from {why}"
-    return plan.model_copy(
-        update={
-            "tiers": tiers,
-            "chunk_size": tuned.chunk_tokens,
-            "gate_prompt_tokens": gate,
-            "reasons": reasons,
-            "warnings": warnings,
-        }
-    )
+    out = plan.with_tiers(tiers)
+    out.chunk_size, out.gate_prompt_tokens = tuned.chunk_tokens, gate
+    out.reasons, out.warnings = reasons, warnings
+    return out

@@ -222,12 +222,14 @@ def _use(
 
 def utilisation(costs: LayoutCosts, shape: RequestShape, rate: float) -> list[ResourceUse]:
     """Every resource at ``rate`` requests/s: prefill, decode, the pool, then each offload tier."""
-    uses = [
-        d.use.model_copy(update={"utilisation": d.use.utilisation * rate, "demand": d.use.demand * rate})
-        for d in _demands(costs, shape)
-    ]
+    uses = [d.use.model_copy() for d in _demands(costs, shape)]
+    for u in uses:
+        u.utilisation, u.demand = u.utilisation * rate, u.demand * rate
     engine = sum(u.utilisation for u in uses if u.resource in ENGINE)
-    return [u.model_copy(update={"engine_busy": engine}) if u.resource in ENGINE else u for u in uses]
+    for u in uses:  # each the copy made above
+        if u.resource in ENGINE:
+            u.engine_busy = engine
+    return uses
 
 
 def binding(uses: Sequence[ResourceUse]) -> ResourceUse | None:
@@ -267,21 +269,19 @@ def predict_capacity(
 ) -> LayoutCapacity:
     """The highest rate whose predicted TTFT at ``quantile`` is within ``slo_ttft_s``, and what binds it."""
     shares = {k: round(v, 6) for k, v in shape.shares.items()}
-    base = LayoutCapacity(layout=costs.name, status="no_costs", shares=shares)
+    out = LayoutCapacity(layout=costs.name, status="no_costs", shares=shares)  # filled in below
     unloaded = unloaded_ttft(costs, shape)
     sat = saturation_rate(costs, shape)
     if sat is None:
-        return base.model_copy(update={"note": "the request asks nothing of any resource"})
-    base = base.model_copy(update={"unloaded_ttft_s": unloaded, "saturation_rate_per_s": sat})
+        out.note = "the request asks nothing of any resource"
+        return out
+    out.unloaded_ttft_s, out.saturation_rate_per_s = unloaded, sat
     if unloaded > slo_ttft_s:
-        return base.model_copy(
-            update={
-                "status": "slo_below_unloaded",
-                "rate_per_s": 0.0,
-                "resources": utilisation(costs, shape, 0.0),
-                "note": "the SLO is below an idle engine's TTFT",
-            }
-        )
+        out.status, out.rate_per_s = "slo_below_unloaded", 0.0
+        out.resources = utilisation(costs, shape, 0.0)
+        out.note = "the SLO is below an idle engine's TTFT"
+        return out
+    status: CapacityStatus
     lo, hi = 0.0, sat
     if ttft_quantile(costs, shape, sat * (1 - 1e-9), quantile) <= slo_ttft_s:
         lo, status = sat, "saturation"
@@ -293,16 +293,10 @@ def predict_capacity(
     uses = utilisation(costs, shape, lo)
     residence = unloaded + shape.output_tokens * costs.step_s
     ttft = ttft_quantile(costs, shape, lo * (1 - 1e-9), quantile)
-    return base.model_copy(
-        update={
-            "status": status,
-            "rate_per_s": lo,
-            "in_flight": lo * residence,
-            "bound": binding(uses),
-            "resources": uses,
-            "ttft_at_capacity_s": ttft if math.isfinite(ttft) else None,
-        }
-    )
+    out.status, out.rate_per_s, out.in_flight = status, lo, lo * residence
+    out.bound, out.resources = binding(uses), uses
+    out.ttft_at_capacity_s = ttft if math.isfinite(ttft) else None
+    return out
 
 
 class CapacityAsk(BaseModel):

@@ -109,23 +109,21 @@ def plan_capacity(plan: Plan, ask: CapacityAsk, served: ServedCalibration | None
     if t is not None and t.requests:
         prompt = round(t.prompt_tokens / t.requests)
     levels, why = level_shares(plan)
-    out = PlanCapacity(ask=ask, prompt_tokens=prompt, shares_from=why)
+    out = PlanCapacity(ask=ask, prompt_tokens=prompt, shares_from=why)  # filled in below
     costed = capacity_costs(plan, served, prompt)
     if costed is None and served is not None:
-        return out.model_copy(update={"note": "the plan has no engine pool to hold the KV in flight"})
+        out.note = "the plan has no engine pool to hold the KV in flight"
+        return out
     if costed is None:
-        note = (
+        out.note = (
             "no prefill figure on this platform to predict TTFT with "
             f"({plan.prefill_source}): calibrate it (doctor --calibrate) or measure with bench --sweep"
         )
-        return out.model_copy(update={"note": note})
+        return out
     layouts, costs_from = costed
-    return out.model_copy(
-        update={
-            "costs_from": costs_from,
-            "layouts": [
-                predict_capacity(costs, _shape(prompt, ask, levels, costs), ask.slo_ttft_s, ask.share)
-                for costs in layouts
-            ],
-        }
-    )
+    out.costs_from = costs_from
+    out.layouts = [
+        predict_capacity(costs, _shape(prompt, ask, levels, costs), ask.slo_ttft_s, ask.share)
+        for costs in layouts
+    ]
+    return out

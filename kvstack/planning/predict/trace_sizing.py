@@ -171,18 +171,19 @@ def trace_sizing(
     kinds = ["engine", *(t.kind for t in tiers[1:])]
     out = _section(trace, curve, block_bytes, tiers, target, kinds, sizes, sim, (cost_s, cost_source))
     if len(tiers) < 2:
-        return out.model_copy(update={"verdict": "no offload tier: the engine's pool alone"})
+        out.verdict = "no offload tier: the engine's pool alone"  # out: _section's own, filled in here
+        return out
     idle = idle_tiers(sim, cost_s, cost_source)
     depth = _by_depth(trace, kinds, sim, block_bytes, ttft, cost_s, chunk_tokens)
     if depth is None:
         if idle:
-            return out.model_copy(update={"offload_pays": False, "verdict": idle})
-        return out.model_copy(
-            update={
-                "verdict": "no prefill figure for this platform: TTFT not predicted, the rule decides "
-                "(--calibration DIR: a kvstack bench --trace run measured on this engine gives one)"
-            }
+            out.offload_pays, out.verdict = False, idle
+            return out
+        out.verdict = (
+            "no prefill figure for this platform: TTFT not predicted, the rule decides "
+            "(--calibration DIR: a kvstack bench --trace run measured on this engine gives one)"
         )
+        return out
     without, with_ = depth[0], depth[-1]
     pays = with_.mean_s < without.mean_s and not idle
     served = sum(sim.hit_tokens[1:])
@@ -199,15 +200,9 @@ def trace_sizing(
         if idle
         else ("offload pays on this trace: " if pays else "offload does not pay on this trace: ") + figures
     )
-    return out.model_copy(
-        update={
-            "with_offload": with_,
-            "without_offload": without,
-            "by_depth": depth,
-            "offload_pays": pays,
-            "verdict": verdict,
-        }
-    )
+    out.with_offload, out.without_offload, out.by_depth = with_, without, depth
+    out.offload_pays, out.verdict = pays, verdict
+    return out
 
 
 def _section(

@@ -63,7 +63,8 @@ def flop_depth(
             prefill.linear_flops_per_token * left + prefill.attn_flops_coeff * (lengths**2 - held**2)
         ) / prefill.flops_per_s
         summary = summarize(step + recompute + extra, recompute, left, duration_s)
-        out.append(summary.model_copy(update={"tiers": "+".join(kinds[: k + 1])}))
+        summary.tiers = "+".join(kinds[: k + 1])
+        out.append(summary)
     return out
 
 
@@ -95,5 +96,6 @@ def served_depth(
         held = levels[: k + 1].sum(axis=0)
         ttft, recompute = costs.predict(lengths, held, fetched, chunks if k > 0 else None)
         summary = summarize(ttft, recompute, lengths - np.minimum(held, lengths), duration_s)
-        out.append(summary.model_copy(update={"tiers": "+".join(kinds[: k + 1])}))
+        summary.tiers = "+".join(kinds[: k + 1])
+        out.append(summary)
     return out

@@ -59,7 +59,8 @@ def ttft_model(
     )
     recompute = recompute_seconds(m, context)
     tier_s = {k: (m.step_s or 0.0) + fetch_seconds(m, k, context) for k in m.fetch}
-    return m.model_copy(update={"recompute_s": recompute, "hit_s": m.step_s, "tier_s": tier_s})
+    m.recompute_s, m.hit_s, m.tier_s = recompute, m.step_s, tier_s
+    return m
 
 
 def gpu_step(weights_per_rank: int, hbm_bytes_per_s: float) -> tuple[float, str]:
