@@ -41,7 +41,7 @@ class RequestRow(BaseModel):
     output_tokens: int = 0
     cached_tokens: int | None = None  # usage.prompt_tokens_details.cached_tokens when reported
     # Trace replays (one request in flight): where this request's prompt tokens came from, from the
-    # counters' change over it (replay/replay.py); None otherwise.
+    # counters' change over it (bench/replay/replay.py); None otherwise.
     recomputed_tokens: float | None = None
     engine_cache_tokens: float | None = None
     dram_tokens: float | None = None
@@ -188,7 +188,7 @@ class BenchResult(BaseModel):
     layouts: list[LayoutResult]
     requests: list[RequestRow]
     # A trace replay (bench --trace): the slice sent and, per layout, predicted vs measured hit
-    # ratios per tier (replay/predict.py).
+    # ratios per tier (bench/replay/predict.py).
     trace: dict[str, Any] | None = None
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)

@@ -39,8 +39,8 @@ def register(app: typer.Typer) -> None:
         ),
     ) -> None:
         """Measure TTFT/throughput on cache-heavy workloads and the server's cache hit rate."""
+        from kvstack.bench.bench import run_bench_command
         from kvstack.rendering.bench import bench_events
-        from kvstack.replay.bench import run_bench_command
 
         request = bench.with_key_and_engine_args(key.value(), list(extra_args or []))
         served = None

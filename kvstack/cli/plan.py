@@ -6,9 +6,9 @@ from typing import Annotated
 
 import typer
 
+from kvstack.bench.replay.inputs import TraceInputs
 from kvstack.cli.flags import Pick, command
 from kvstack.remote.source import RemoteInputs
-from kvstack.replay.inputs import TraceInputs
 from kvstack.serving.plan_inputs import PlanInputs, PlanOutputInputs
 
 PlanOutput = Annotated[

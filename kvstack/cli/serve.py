@@ -7,10 +7,10 @@ from typing import Annotated
 import typer
 
 from kvstack.apikey import ApiKeyInputs
+from kvstack.bench.replay.inputs import TraceInputs
 from kvstack.canary.inputs import CanaryInputs
 from kvstack.cli.flags import Pick, command
 from kvstack.remote.source import RemoteInputs
-from kvstack.replay.inputs import TraceInputs
 from kvstack.serving.request import ServeRequest, ServeRunInputs
 
 ServeFlags = Annotated[ServeRequest, Pick(without=("gpu_memory_utilization",))]

@@ -3,7 +3,7 @@
 vLLM: ``POST /reset_prefix_cache`` (served with VLLM_SERVER_DEV_MODE=1, which kvstack sets only on a
 loopback bind; its guard wants the run's control token, which ``make_client`` carries). SGLang:
 ``POST /flush_cache`` (its admin routes take the control token as their bearer). Validation drops a
-tier's upper copies with it; the replay's calibration (replay/calibrate.py) drops a prompt from the
+tier's upper copies with it; the replay's calibration (bench/replay/calibrate.py) drops a prompt from the
 engine's pool with it, so that the offload tier serves the prompt next.
 """
 

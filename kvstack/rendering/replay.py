@@ -6,9 +6,9 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
+from kvstack.bench.replay.results import Percentiles, TraceReplay, layouts_of
 from kvstack.bench.schema import BenchResult
 from kvstack.clients import token_sources
-from kvstack.replay.results import Percentiles, TraceReplay, layouts_of
 from kvstack.units import fmt_ms_cell, fmt_pct
 
 

@@ -1,13 +1,13 @@
 """The costs a tune ranks with (planning/predict/served_ttft.py's ServedCalibration), from three places:
 
 - ``--calibration``: a `bench --trace --compare none,lmcache-mp` result, a served-ttft.json, or an
-  earlier tune's --out DIR (replay/served_calibration.py reads them);
+  earlier tune's --out DIR (bench/replay/served_calibration.py reads them);
 - ``--resume DIR`` without it: the calibration the stopped tune ranked with (its results.json);
 - neither: measured by this tune on the engine, as `bench --trace FILE --compare none,lmcache-mp`
   measures it. ``none``, then LMCache's server (the layout bench serves: the plan's sizes), each on a
   fresh engine, replay the slice every candidate is sent and are calibrated after it
-  (replay/calibrate.py): none's costs are the plain path's, lmcache-mp's the offload path's (where
-  its tiers are known, as bench's calibration reads them: replay/offload_cost.py). A replay whose
+  (bench/replay/calibrate.py): none's costs are the plain path's, lmcache-mp's the offload path's (where
+  its tiers are known, as bench's calibration reads them: bench/replay/offload_cost.py). A replay whose
   layout the ranking has (``none`` always) is then that candidate's measurement: it is not replayed
   twice.
 """
@@ -20,10 +20,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from kvstack.bench.replay.results import Costs
+from kvstack.bench.replay.trace_bench import ReplayOutcome, Shared
 from kvstack.errors import EngineError, Interrupted
 from kvstack.planning.predict.served_ttft import ServedCalibration
-from kvstack.replay.results import Costs
-from kvstack.replay.trace_bench import ReplayOutcome, Shared
 from kvstack.serving.served_layout import ServedLayout, StartLayout
 from kvstack.tune import results
 from kvstack.tune.knobs import BASELINE, CALIBRATED, offloads

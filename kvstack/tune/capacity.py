@@ -1,6 +1,6 @@
 """--objective capacity, the measurement: a proven candidate, once its replay is judged, swept on the
 same engine at multiples of the trace's rate, as ``bench --trace --sweep rate:...`` sweeps a layout
-(replay/trace_sweep.py: an open loop, each step's blocks from a seed of its own, so no step is served
+(bench/replay/trace_sweep.py: an open loop, each step's blocks from a seed of its own, so no step is served
 from the replay or an earlier step; the ladder only, no bisection, so that every candidate is
 measured at the same loads and the verdict can pair them at any one of them).
 
@@ -12,13 +12,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from kvstack.bench.replay.trace_bench import Shared
+from kvstack.bench.replay.trace_sweep import span_s, sweep_replay, trace_runner
 from kvstack.bench.sweep.ladder import LoadLadder
 from kvstack.bench.sweep.schema import Capacity, LayoutSweep, Slo, SweepRow
 from kvstack.bench.sweep.steps import StepPlan, sweep_steps
 from kvstack.errors import InputError
 from kvstack.redact import redact_url
-from kvstack.replay.trace_bench import Shared
-from kvstack.replay.trace_sweep import span_s, sweep_replay, trace_runner
 from kvstack.serving.served_layout import ServedLayout
 from kvstack.traces.mooncake import TraceRow
 from kvstack.tune import results

@@ -46,8 +46,8 @@ def write_ranking(out: Path, result: TuneResult, doc: TuneResults, tuned: bool =
     written once the replays chose it), served-ttft.json (the calibration it ranked with, replaced by
     the model refit from the replays once one is measured: `plan --calibration DIR` and `tune
     --calibration DIR` read it back)."""
+    from kvstack.bench.replay.served_calibration import SERVED_TTFT_JSON
     from kvstack.planning.tuned import TUNED_JSON
-    from kvstack.replay.served_calibration import SERVED_TTFT_JSON
     from kvstack.tune.report import tuned_layout
 
     make_out_dir(out)

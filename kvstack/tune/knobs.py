@@ -100,7 +100,7 @@ BASELINE = next(c.name for c in CONNECTORS.values() if not c.spec.offloads)
 # --compare none,lmcache-mp` does: the connector with a cache server of its own (LMCache's).
 CALIBRATED = next(c.name for c in CONNECTORS.values() if c.spec.cache_server)
 # LMCache's server holds between watermark x (1 - ratio) and watermark of a tier's size: the
-# simulation gives it the middle (as replay/sizes.py does for a served layout): its spec's figure.
+# simulation gives it the middle (as bench/replay/sizes.py does for a served layout): its spec's figure.
 LMCACHE_EFFECTIVE = CONNECTORS[CALIBRATED].spec.sizing.effective
 
 

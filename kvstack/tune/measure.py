@@ -1,7 +1,7 @@
 """One candidate measured on a running layout: bench --trace's replay of the slice with its
 --check-correctness judgement.
 
-The replay is ``replay.trace_bench.run_layout_replay``, exactly as ``bench --trace --compare
+The replay is ``bench.replay.trace_bench.run_layout_replay``, exactly as ``bench --trace --compare
 --check-correctness K`` runs each layout: the first layout decides what is sent (its context and
 KV block, the token pool of the served model) and every later one gets the same prompts
 (``Shared``); the K replayed answers the caches served most of (the offload tiers' first) are
@@ -14,11 +14,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
+from kvstack.bench.replay.prompts import BlockTokens, ReplayShape, plan_requests
+from kvstack.bench.replay.results import LayoutComparison
+from kvstack.bench.replay.trace_bench import ReplayOutcome, ReplayRequest, Shared, run_layout_replay
 from kvstack.bench.schema import RequestRow
 from kvstack.clients import token_sources
-from kvstack.replay.prompts import BlockTokens, ReplayShape, plan_requests
-from kvstack.replay.results import LayoutComparison
-from kvstack.replay.trace_bench import ReplayOutcome, ReplayRequest, Shared, run_layout_replay
 from kvstack.serving.served_layout import ServedLayout
 from kvstack.traces.mooncake import TraceRow
 from kvstack.traces.sample import session_key

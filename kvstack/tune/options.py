@@ -14,10 +14,10 @@ from kvstack.bench.flags import (
     LoadSlo,
     ReplayFlags,
 )
+from kvstack.bench.replay.inputs import TraceInputs
 from kvstack.bench.sweep.ladder import LoadLadder, parse_ladder
 from kvstack.errors import InputError
 from kvstack.flags import Inputs, Json, flag
-from kvstack.replay.inputs import TraceInputs
 from kvstack.tune.budget import DEFAULT_BUDGET, check_measuring_budget, parse_duration
 
 if TYPE_CHECKING:

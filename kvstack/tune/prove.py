@@ -22,11 +22,11 @@ from pathlib import Path
 
 import numpy as np
 
+from kvstack.bench.replay.results import Costs as CostsDoc
+from kvstack.bench.replay.trace_bench import ReplayOutcome, Shared
 from kvstack.bench.schema import RequestRow
 from kvstack.connectors import SPECS
 from kvstack.errors import InputError, Interrupted, KvstackError
-from kvstack.replay.results import Costs as CostsDoc
-from kvstack.replay.trace_bench import ReplayOutcome, Shared
 from kvstack.serving.served_layout import ServedLayout
 from kvstack.tune import budget as bud
 from kvstack.tune import results
@@ -416,7 +416,8 @@ class _ProofLoop:
                 if self.sliced is None and self.served is not None:
                     self.sliced = _Slice(self.shared, setup, self.served, self.costs, self.bpt)
         except Interrupted:
-            raise  # Ctrl-C during a replay (replay/trace_bench.py says so): the tune stops, not the candidate
+            # Ctrl-C during a replay (bench/replay/trace_bench.py says so): the tune stops, not the candidate
+            raise
         except KvstackError as exc:
             if not c.offloads:
                 raise

@@ -12,9 +12,9 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
+from kvstack.bench.replay.results import Costs
 from kvstack.bench.schema import CorrectnessResult
 from kvstack.bench.sweep.schema import LayoutSweep, Slo
-from kvstack.replay.results import Costs
 
 
 class _Doc(BaseModel):

@@ -17,10 +17,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from kvstack.bench.replay.trace_bench import ReplayRequest
 from kvstack.errors import InputError, KvstackError
 from kvstack.planning.predict.served_ttft import ServedCalibration
 from kvstack.planning.predict.trace_sizing import SizingTrace
-from kvstack.replay.trace_bench import ReplayRequest
 from kvstack.serving.served_layout import StartLayout
 from kvstack.traces.mooncake import TraceRow
 from kvstack.tune.calibration import MeasuredCosts
@@ -81,7 +81,7 @@ class TuneBasis:
 
 def read_trace(o: TuneRequest) -> SizingTrace:
     """``o.trace`` as tune reads it: its sample, start and first requests."""
-    from kvstack.replay.inputs import read_trace_input
+    from kvstack.bench.replay.inputs import read_trace_input
 
     traced = read_trace_input(o.trace, o.trace_sample, o.start, o.max_requests, (None, None), None)
     assert traced is not None
@@ -138,7 +138,7 @@ def rank(o: TuneRequest, inputs: TuneBasis, cal: ServedCalibration) -> tuple[Tun
 def rank_inputs(o: TuneRequest, traced: SizingTrace) -> tuple[TuneResult, TuneResults, list[TraceRow], int]:
     """The ranking of ``traced`` with ``o.calibration``: (result, results.json document, the trace's
     requests as ranked, their block)."""
-    from kvstack.replay.served_calibration import served_calibration_from
+    from kvstack.bench.replay.served_calibration import served_calibration_from
 
     assert o.calibration is not None
     cal = served_calibration_from(o.calibration)  # before the probe: bad input fails at once
@@ -175,7 +175,7 @@ def _saved(o: TuneRequest) -> TuneResults | None:
 def _given_calibration(o: TuneRequest, saved: TuneResults | None) -> ServedCalibration | None:
     """``--calibration``'s costs, else (--resume) the ones the stopped tune ranked with; None: this
     tune measures its own."""
-    from kvstack.replay.served_calibration import served_calibration_from
+    from kvstack.bench.replay.served_calibration import served_calibration_from
     from kvstack.tune.calibration import from_results
 
     if o.calibration is not None:
@@ -411,8 +411,8 @@ class _Keeper:
         self.objective = objective
 
     def __call__(self, proof: Proof) -> None:
+        from kvstack.bench.replay.served_calibration import SERVED_TTFT_JSON
         from kvstack.planning.tuned import TUNED_JSON
-        from kvstack.replay.served_calibration import SERVED_TTFT_JSON
         from kvstack.tune.plots import write_plots
         from kvstack.tune.report import proof_document, refit_calibration, tuned_layout
 

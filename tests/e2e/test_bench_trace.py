@@ -20,7 +20,7 @@ disk as 892/109, 940/27, 951/16 and, at a 160 MiB L1, 988/13: disk 0.5-4.8% agai
 3.4-5.9%, while DRAM + disk stayed within 2.5 points of the simulation.
 
 The same slice is replayed on ``--offload none`` first (``--compare none,lmcache-mp``): after each
-replay bench calibrates the layout (replay/calibrate.py) and the plan's TTFT model predicts
+replay bench calibrates the layout (bench/replay/calibrate.py) and the plan's TTFT model predicts
 every request from its simulated sources; TTFT p50 and p90 must be within 1.5x of the prediction
 for each layout.
 
@@ -29,7 +29,7 @@ engine starts and two replays of ~590K prompt tokens (~1.7 min of CI's run), wit
 loaded 2-core machine missed once (docs/measurements.md). What CI proves of it elsewhere: `bench
 --trace` replayed against the real served demo, its tiers found and predicted, swept at two rates,
 its answers judged against recompute (test_bench_trace_url.py); the replay's simulation, calibration
-and offload cost against the stand-in engine (tests/unit/replay/).
+and offload cost against the stand-in engine (tests/unit/bench/replay/).
 """
 
 from __future__ import annotations

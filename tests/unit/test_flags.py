@@ -50,10 +50,10 @@ def test_every_shared_flag_is_declared_once() -> None:
     """The inputs models the commands take: a flag name belongs to one field of one model (serve's
     model re-declares --model: optional, the demo's by default; that is the one exception)."""
     from kvstack.apikey import ApiKeyInputs
+    from kvstack.bench.replay.inputs import TraceInputs
     from kvstack.canary.inputs import CanaryInputs
     from kvstack.export.inputs import ExportInputs
     from kvstack.remote.source import RemoteInputs
-    from kvstack.replay.inputs import TraceInputs
     from kvstack.serving.plan_inputs import PlanInputs
     from kvstack.validation.inputs import ServerInputs, ValidationInputs
 
@@ -83,8 +83,8 @@ def test_every_shared_flag_is_declared_once() -> None:
 
 def test_bench_and_tune_share_their_replay_flags() -> None:
     """A flag both commands take is one declaration (bench/flags.py): the same Flag, one default."""
+    from kvstack.bench.replay.inputs import TraceInputs
     from kvstack.bench.request import BenchRequest
-    from kvstack.replay.inputs import TraceInputs
     from kvstack.tune.options import TuneRequest
 
     bench, tune = BenchRequest.flags(), TuneRequest.flags()
@@ -140,13 +140,13 @@ def test_a_flag_that_models_share_is_one_declaration() -> None:
     as bench's and tune's replay flags, --json, or a model's fields inherited), unless the name is
     listed above with its other meanings."""
     from kvstack.apikey import ApiKeyInputs
+    from kvstack.bench.replay.inputs import TraceInputs
     from kvstack.bench.request import BenchRequest
     from kvstack.canary.inputs import CanaryInputs, WatchInputs
     from kvstack.export.inputs import ExportInputs
     from kvstack.flags import Flag, JsonInputs
     from kvstack.hardware.inputs import DoctorInputs
     from kvstack.remote.source import RemoteInputs
-    from kvstack.replay.inputs import TraceInputs
     from kvstack.serving.plan_inputs import PlanInputs, PlanOutputInputs
     from kvstack.serving.request import ServeRequest, ServeRunInputs
     from kvstack.top.inputs import TopInputs

@@ -52,8 +52,9 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
         (
             "export top",  # what writes a deployment from a plan; what reads running servers live
             "serving",  # the serve run path (validates what it starts)
-            "bench",  # serves layouts to measure them
-            "replay",  # a production trace replayed on served layouts; the costs calibrated from it
+            # measures a server: workloads, load sweeps, a production trace replayed on served
+            # layouts (bench.replay) and the costs calibrated from it
+            "bench",
             "tune",  # ranks connector x knobs on a trace (planning), then proves the best by replay
         ),
     ),

@@ -11,7 +11,7 @@ plan has no prefill figure for (vllm-cpu) the only figures are the ones the engi
 request pays beyond that on the layout's path whether it hits or not (on an offload layout: the
 connector's lookup, store and transfer setup, the issue's "about 15 ms"); the two recompute terms
 are the prefill of the positions no cache held, attention over the whole prefix included. The
-figures come from replay/calibrate.py: a few requests against the served layout, or from a
+figures come from bench/replay/calibrate.py: a few requests against the served layout, or from a
 replay of the trace itself (tune/refit.py). ``chunk_s`` is 0 unless two chunk sizes were measured
 (one chunk size cannot tell it apart from ``miss_s``).
 """

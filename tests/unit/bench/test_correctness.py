@@ -21,7 +21,7 @@ from kvstack.bench.workload_run import run_bench
 from kvstack.cli.app import run
 from kvstack.serving.served_layout import ServedLayout
 from tests.support.stream_server import ServerKnobs, StreamServer
-from tests.unit.replay.test_replay import write_trace
+from tests.unit.bench.replay.test_replay import write_trace
 
 TIERED = ServerKnobs(
     connector="lmcache", lmcache_mp=True, block_size=16, num_gpu_blocks=8, chunk_tokens=32, l1_tokens=256

@@ -74,7 +74,7 @@ def test_tune_ranks_prints_and_keeps_the_winner(
     assert top["predicted"]["p90_s"] < none["predicted"]["p90_s"]
     assert top["predicted"]["p50_s"] <= none["predicted"]["p50_s"] * 1.01
     # The calibration is kept beside it: plan --calibration reads it back from the same DIR.
-    from kvstack.replay.served_calibration import served_calibration_from
+    from kvstack.bench.replay.served_calibration import served_calibration_from
 
     assert served_calibration_from(out).offload_layout == "lmcache-mp"
 

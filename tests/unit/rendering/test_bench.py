@@ -15,7 +15,7 @@ from kvstack.rendering.bench import error_lines, print_result, rounds_table, sum
 from kvstack.rendering.progress import ProgressView
 from tests.support.bench_results import two_layouts
 
-# What a replay adds to its result (replay/trace_bench.py run_trace): what was sent, and per layout the
+# What a replay adds to its result (bench/replay/trace_bench.py run_trace): what was sent, and per layout the
 # predicted vs measured share of prompt tokens per tier.
 TRACE = {
     "source": "t.jsonl",

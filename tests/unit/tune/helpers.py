@@ -219,7 +219,7 @@ def options(tmp_path: Path, block_tokens: int, **changes: object) -> TuneRequest
 
 def read(o: TuneRequest) -> SizingTrace:
     """``o``'s trace as the CLI reads it (its sample, start and first requests)."""
-    from kvstack.replay.inputs import read_trace_input
+    from kvstack.bench.replay.inputs import read_trace_input
 
     traced = read_trace_input(o.trace, o.trace_sample, o.start, o.max_requests, (None, None), None)
     assert traced is not None

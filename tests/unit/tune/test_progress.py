@@ -57,7 +57,7 @@ def test_the_row_clock_reads_the_total_when_each_answer_comes() -> None:
     ticks = iter([1.0, 2.0, 3.0])
     seen = Seen()
     clock = RowClock(seen, lambda: len(sent), lambda: next(ticks), "checking correctness")
-    sent = [1, 2, 3]  # decided after the clock was made, as replay.trace_bench does
+    sent = [1, 2, 3]  # decided after the clock was made, as bench.replay.trace_bench does
     for _ in range(3):
         clock(None)
     assert seen.rows == [1, 2, 3] and seen.phases == ["checking correctness"]

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from kvstack.bench.replay.served_calibration import served_calibration_from
 from kvstack.errors import InputError, Interrupted
-from kvstack.replay.served_calibration import served_calibration_from
 from kvstack.tune.results import TuneResults
 from tests.unit.tune.helpers import (
     REQUESTS,

@@ -251,7 +251,7 @@ def test_each_replay_refits_the_model_that_predicts_the_next_candidate(tmp_path:
     fit = refits[-1]["by_connector"]["lmcache-mp"]
     assert fit["miss_s"] + fit["chunk_s"] * 8 > 0.6 * STANDIN_OFFLOAD_S
     # The refit replaces the calibration tune keeps: plan --calibration and tune --calibration read it.
-    from kvstack.replay.served_calibration import served_calibration_from
+    from kvstack.bench.replay.served_calibration import served_calibration_from
 
     kept = served_calibration_from(run.out)  # type: ignore[arg-type]
     assert kept.source.startswith("kvstack tune's replays of") and kept.offload_layout == "lmcache-mp"

@@ -16,12 +16,12 @@ from typing import Any
 
 import pytest
 
+from kvstack.bench.bench import run_bench_command
 from kvstack.bench.request import BenchRequest
 from kvstack.bench.sweep.report import load_sweep
 from kvstack.bench.sweep.schema import Capacity
 from kvstack.cli.app import run
 from kvstack.errors import InputError
-from kvstack.replay.bench import run_bench_command
 from kvstack.serving.served_layout import ServedLayout
 from tests.support.stream_server import ServerKnobs, StreamServer
 
@@ -105,7 +105,7 @@ def test_compared_layouts_are_each_swept_with_the_same_prompts(tmp_path: Path) -
             yield ServedLayout(name, srv.url, (srv.url + "/metrics",))
             prompts[name] = [r["tokens"] for r in srv.requests]
 
-    from kvstack.replay.trace_sweep import run_trace_sweep
+    from kvstack.bench.replay.trace_sweep import run_trace_sweep
 
     result = run_trace_sweep(_request(tmp_path, model="demo-model", compare=["none,lmcache"]), start)
     none, lmcache = result.layouts

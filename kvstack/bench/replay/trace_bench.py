@@ -20,6 +20,13 @@ from typing import Any, NamedTuple, TypeVar
 from pydantic import BaseModel
 
 from kvstack.bench.correctness import Answer, cached_first, check_replayed, engine_of
+from kvstack.bench.replay.calibrate import calibrate, predicted_ttft, summary
+from kvstack.bench.replay.predict import TierPrediction, comparison, predict
+from kvstack.bench.replay.prompts import BlockTokens, ReplayShape, SentRequest, plan_requests, token_pool
+from kvstack.bench.replay.replay import ReplayRun, replay
+from kvstack.bench.replay.results import LayoutComparison, TraceReplay, TraceSlice, TtftCheck
+from kvstack.bench.replay.sizes import Hierarchy, engine_level, lmcache_hierarchy, lmcache_levels
+from kvstack.bench.replay.target import url_layout
 from kvstack.bench.request import BenchRequest
 from kvstack.bench.schema import BenchResult, CacheStats, CorrectnessResult, LayoutResult, RequestRow
 from kvstack.bench.stats import cache_stats, summarize
@@ -32,13 +39,6 @@ from kvstack.connectors.engines import ENGINE_SPECS
 from kvstack.errors import InputError, Interrupted, KvstackError
 from kvstack.planning.predict.capacity import simulate_hierarchy
 from kvstack.redact import redact_url
-from kvstack.replay.calibrate import calibrate, predicted_ttft, summary
-from kvstack.replay.predict import TierPrediction, comparison, predict
-from kvstack.replay.prompts import BlockTokens, ReplayShape, SentRequest, plan_requests, token_pool
-from kvstack.replay.replay import ReplayRun, replay
-from kvstack.replay.results import LayoutComparison, TraceReplay, TraceSlice, TtftCheck
-from kvstack.replay.sizes import Hierarchy, engine_level, lmcache_hierarchy, lmcache_levels
-from kvstack.replay.target import url_layout
 from kvstack.serving.served_layout import ServedLayout, StartLayout
 from kvstack.traces.mooncake import TraceRow, read_trace
 from kvstack.traces.sample import parse_ratio, sample_sessions, scale_blocks, session_key, with_requests

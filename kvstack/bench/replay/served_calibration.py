@@ -1,6 +1,6 @@
 """The served-TTFT calibration a plan or tune predicts with, read from where kvstack measured it.
 
-`bench --trace` calibrates every layout it serves after its replay (replay/calibrate.py) and
+`bench --trace` calibrates every layout it serves after its replay (bench/replay/calibrate.py) and
 keeps the costs in results.json (``trace.layouts[].ttft.calibration``); a layout without an offload
 tier gives the plain costs, one with gives the offload path's. A tune run keeps the same costs in
 ``served-ttft.json`` (``planning.predict.served_ttft.ServedCalibration.to_dict``). Either, as a directory
@@ -13,10 +13,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from kvstack.bench.replay.results import Costs, read_layouts
 from kvstack.bench.report import RESULTS_JSON, load_result
 from kvstack.errors import InputError
 from kvstack.planning.predict.served_ttft import ServedCalibration, ServedCosts
-from kvstack.replay.results import Costs, read_layouts
 from kvstack.userfile import read_json_object
 
 SERVED_TTFT_JSON = "served-ttft.json"

@@ -1,11 +1,11 @@
-"""What a replay's records take from its request (kvstack/replay/trace_bench.py ReplayRequest)."""
+"""What a replay's records take from its request (kvstack/bench/replay/trace_bench.py ReplayRequest)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from kvstack.replay.results import TraceSlice
-from kvstack.replay.trace_bench import ReplayRequest
+from kvstack.bench.replay.results import TraceSlice
+from kvstack.bench.replay.trace_bench import ReplayRequest
 from kvstack.tune.results import Setup
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from kvstack.bench.plots import _figure, _save
+from kvstack.bench.replay.results import layouts_of
 from kvstack.bench.schema import BenchResult
 from kvstack.clients import token_sources
-from kvstack.replay.results import layouts_of
 
 
 def prediction_plot(result: BenchResult, path: Path) -> Path:

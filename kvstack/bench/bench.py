@@ -1,12 +1,16 @@
 """One ``kvstack bench --trace`` invocation: check the target, replay, write the report and hand it
 to the events; and ``run_bench_command``, the one call of ``kvstack bench`` (it sits here, above
-bench, because it chooses between the trace replay and the workload bench)."""
+workload_run and replay/, because it chooses between the trace replay and the workload bench;
+nothing of bench imports it)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from kvstack.bench.events import BenchEvents
+from kvstack.bench.replay.results import layouts_of
+from kvstack.bench.replay.trace_bench import ReplayRequest, load_slice, replay_of, run_trace
+from kvstack.bench.replay.trace_sweep import run_trace_sweep
 from kvstack.bench.report import environment
 from kvstack.bench.request import BenchRequest
 from kvstack.bench.schema import BenchResult
@@ -15,9 +19,6 @@ from kvstack.bench.sweep.schema import SweepResult
 from kvstack.bench.workload_run import check_out, conclude, run_bench, target, write_files
 from kvstack.errors import InputError
 from kvstack.redact import redact_url
-from kvstack.replay.results import layouts_of
-from kvstack.replay.trace_bench import ReplayRequest, load_slice, replay_of, run_trace
-from kvstack.replay.trace_sweep import run_trace_sweep
 from kvstack.serving.request import ServeRequest
 from kvstack.serving.served_layout import StartLayout
 from kvstack.serving.start_layout import sized_layout_starter
@@ -74,7 +75,9 @@ def run_trace_bench(
     )
     written = write_files(result, o.out)
     if o.out is not None and written and layouts_of(result):
-        from kvstack.replay.plots import prediction_plot  # matplotlib is slow to import: only when asked
+        from kvstack.bench.replay.plots import (
+            prediction_plot,  # matplotlib is slow to import: only when asked
+        )
 
         written.append(prediction_plot(result, o.out / PREDICTION_PLOT))
     events.report(result, written)

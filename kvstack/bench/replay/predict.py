@@ -2,7 +2,7 @@
 
 The simulation is planning's (``planning.predict.capacity.simulate_hierarchy``): each level an LRU over
 what it sees, inclusive as LMCache's write-through tiers are, and without copying an L2 hit back
-into L1 where LMCache does not (``replay.sizes.lmcache_hierarchy``). Measured shares come from the
+into L1 where LMCache does not (``bench.replay.sizes.lmcache_hierarchy``). Measured shares come from the
 servers' counters (``clients.token_sources``), so the two columns answer the same question: of all
 prompt tokens sent, what share did each tier serve?
 """
@@ -12,12 +12,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from kvstack.bench.replay import results
+from kvstack.bench.replay.prompts import SentRequest
+from kvstack.bench.replay.sizes import Hierarchy
 from kvstack.clients import token_sources
 from kvstack.clients.token_sources import MeasuredSources
 from kvstack.planning.predict.capacity import simulate_hierarchy
-from kvstack.replay import results
-from kvstack.replay.prompts import SentRequest
-from kvstack.replay.sizes import Hierarchy
 
 TIERS: tuple[str, ...] = token_sources.CACHE_ORDER
 

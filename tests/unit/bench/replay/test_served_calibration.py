@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
+from kvstack.bench.replay.served_calibration import SERVED_TTFT_JSON, served_calibration_from
 from kvstack.bench.report import RESULTS_JSON
 from kvstack.errors import InputError
 from kvstack.planning.predict.served_ttft import ServedCalibration, ServedCosts
-from kvstack.replay.served_calibration import SERVED_TTFT_JSON, served_calibration_from
 from tests.support.bench_results import write_trace_result
 
 PLAIN = ServedCosts(0.0411, 0.010, 1.03e-4, 3.4e-8, {}, "calibrated after the replay")

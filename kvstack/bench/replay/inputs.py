@@ -56,7 +56,7 @@ def read_trace_input(
     cost = _offload_cost(offload_cost_ms, offload_cost_from)  # before the trace: bad input fails at once
     served = None
     if calibration is not None:
-        from kvstack.replay.served_calibration import served_calibration_from
+        from kvstack.bench.replay.served_calibration import served_calibration_from
 
         served = served_calibration_from(calibration)
     ratio = parse_ratio(sample) if sample is not None else None
@@ -99,7 +99,7 @@ def _offload_cost(ms: float | None, from_: Path | None) -> tuple[float, str]:
             )
         return ms / 1000, "--offload-cost"
     if from_ is not None:
-        from kvstack.replay.offload_cost import offload_cost_from
+        from kvstack.bench.replay.offload_cost import offload_cost_from
 
         return offload_cost_from(from_)
     return trace_sizing.OFFLOAD_REQUEST_COST_S, trace_sizing.OFFLOAD_REQUEST_COST_SOURCE

@@ -13,13 +13,13 @@ from typing import Any
 
 import pytest
 
+from kvstack.bench.bench import run_trace_bench
+from kvstack.bench.replay.prompts import BlockTokens, ReplayShape, plan_requests
+from kvstack.bench.replay.results import TraceReplay
 from kvstack.bench.report import REQUESTS_CSV, RESULTS_JSON
 from kvstack.bench.request import BenchRequest
 from kvstack.bench.schema import BenchResult
 from kvstack.errors import InputError
-from kvstack.replay.bench import run_trace_bench
-from kvstack.replay.prompts import BlockTokens, ReplayShape, plan_requests
-from kvstack.replay.results import TraceReplay
 from kvstack.traces.mooncake import TraceRow
 from tests.support.stream_server import ServerKnobs, StreamServer
 
@@ -110,7 +110,7 @@ def test_a_replay_writes_rows_with_sources_and_predicted_vs_measured(
         seen = srv.requests
     assert len(result.requests) == 8 and all(r.ok for r in result.requests)
     # Token prompts arrive as sent (no BOS added), and a session's next turn hits its last one.
-    # The calibration's requests follow the replay's (replay/calibrate.py).
+    # The calibration's requests follow the replay's (bench/replay/calibrate.py).
     assert [s["tokens"] for s in seen[:8]] == [r.prompt_tokens for r in result.requests]
     assert len(seen) > 8
     assert seen[0]["gpu_hit"] == 0 and seen[2]["gpu_hit"] >= result.requests[0].prompt_tokens - 16
@@ -178,8 +178,8 @@ STATUS = {
 
 
 def test_lmcache_levels_come_from_its_status_at_the_middle_of_its_eviction_band() -> None:
+    from kvstack.bench.replay.sizes import lmcache_levels
     from kvstack.clients.lmcache_status import LMCacheStatus
-    from kvstack.replay.sizes import lmcache_levels
 
     status = LMCacheStatus.parse(STATUS)
     assert status is not None and status.bytes_per_token() == 1024  # the demo model's KV per token
@@ -196,10 +196,10 @@ def test_lmcache_levels_come_from_its_status_at_the_middle_of_its_eviction_band(
 
 
 def test_lmcache_with_an_l2_is_simulated_without_readmission() -> None:
+    from kvstack.bench.replay.predict import predict
+    from kvstack.bench.replay.prompts import SentRequest
+    from kvstack.bench.replay.sizes import Level, lmcache_hierarchy, lmcache_levels
     from kvstack.clients.lmcache_status import LMCacheStatus
-    from kvstack.replay.predict import predict
-    from kvstack.replay.prompts import SentRequest
-    from kvstack.replay.sizes import Level, lmcache_hierarchy, lmcache_levels
 
     status = LMCacheStatus.parse(STATUS)
     assert status is not None
@@ -334,11 +334,11 @@ def test_an_engine_that_dies_mid_replay_ends_it_with_its_error(tmp_path: Path) -
 def test_a_bench_trace_result_the_kvstack_before_the_typed_writer_wrote_loads_unchanged() -> None:
     """A bench --trace result written at 1a1c99d (the writer built dicts then) reads back whole:
     the typed models give its trace unchanged, and bench --trace's tables render from it."""
+    from kvstack.bench.replay.results import layouts_of
     from kvstack.bench.schema import BenchResult
     from kvstack.rendering.replay import prediction_table, trace_lines, ttft_table
-    from kvstack.replay.results import layouts_of
 
-    path = Path(__file__).resolve().parents[2] / "fixtures" / "results" / "bench-trace-1a1c99d.json"
+    path = Path(__file__).resolve().parents[3] / "fixtures" / "results" / "bench-trace-1a1c99d.json"
     result = BenchResult.model_validate_json(path.read_text())
     assert result.trace is not None
     assert TraceReplay.model_validate(result.trace).document() == result.trace

@@ -18,6 +18,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvstack.bench.replay.prompts import BlockTokens, SentRequest
 from kvstack.bench.schema import RequestRow
 from kvstack.bench.stats import measured
 from kvstack.clients import token_sources
@@ -25,7 +26,6 @@ from kvstack.clients.client import make_client
 from kvstack.clients.metrics import MetricsSnapshot, scrape
 from kvstack.clients.streaming import RequestResult, StreamClient
 from kvstack.errors import KvstackError
-from kvstack.replay.prompts import BlockTokens, SentRequest
 from kvstack.validation.scoring import CHECKED_EXTRA_BODY, CHECKED_LOGPROBS
 
 

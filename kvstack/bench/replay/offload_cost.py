@@ -1,6 +1,6 @@
 """The offload path's cost per request, read from a `kvstack bench --trace --compare` result.
 
-`bench --trace` calibrates every layout it serves after its replay (replay/calibrate.py):
+`bench --trace` calibrates every layout it serves after its replay (bench/replay/calibrate.py):
 ``hit_s`` is a prompt the engine holds whole, ``miss_s`` what every request pays beyond that on the
 layout's path. A layout with no offload tier and one with, measured on the same engine and
 machine, differ by what the connector adds to each request whether it hits or not (lookup, store,
@@ -12,9 +12,9 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from pathlib import Path
 
+from kvstack.bench.replay.results import LayoutComparison, read_layouts
 from kvstack.bench.report import load_result
 from kvstack.errors import InputError
-from kvstack.replay.results import LayoutComparison, read_layouts
 
 HINT = "run kvstack bench --trace FILE --compare none,lmcache-mp --out DIR and pass DIR"
 

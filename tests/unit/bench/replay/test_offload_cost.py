@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
+from kvstack.bench.replay.offload_cost import offload_cost_from
 from kvstack.bench.report import RESULTS_JSON
 from kvstack.errors import InputError
-from kvstack.replay.offload_cost import offload_cost_from
 from tests.support.bench_results import write_trace_result
 
 

@@ -6,7 +6,7 @@ offload_cost.py).
 A reader takes what it finds: keys it does not know are ignored and a key missing has its default
 (a file written by another kvstack still loads, as do the partial documents the tests write), and a
 figure of the wrong type is refused (pydantic's ValidationError, a ValueError).
-tests/unit/replay checks that every document a replay writes comes back unchanged, so the writer
+tests/unit/bench/replay checks that every document a replay writes comes back unchanged, so the writer
 and these models cannot drift apart unnoticed.
 """
 

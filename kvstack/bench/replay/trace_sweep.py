@@ -23,6 +23,15 @@ import dataclasses
 from collections.abc import Callable
 
 from kvstack.bench.events import BenchEvents
+from kvstack.bench.replay.target import url_layout
+from kvstack.bench.replay.trace_bench import (
+    ReplayRequest,
+    Shared,
+    decide_once,
+    load_slice,
+    replay_of,
+    replay_step,
+)
 from kvstack.bench.report import environment
 from kvstack.bench.request import BenchRequest
 from kvstack.bench.runner import DEFAULT_MAX_IN_FLIGHT
@@ -42,8 +51,6 @@ from kvstack.clients import quiet
 from kvstack.errors import InputError, Interrupted, KvstackError
 from kvstack.planning.schema import Plan
 from kvstack.redact import redact_url
-from kvstack.replay.target import url_layout
-from kvstack.replay.trace_bench import ReplayRequest, Shared, decide_once, load_slice, replay_of, replay_step
 from kvstack.serving.served_layout import ServedLayout, StartLayout
 from kvstack.traces.mooncake import TraceRow
 

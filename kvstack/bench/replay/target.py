@@ -6,7 +6,7 @@ says: ``--run-dir`` when given, else the newest run under the runs root whose la
 ``--url``; its launch.json names the cache server (as ``top`` reads it, top/targets.py) and its
 plan.json the tiers and kvstack's disk cap. A server no run dir knows and no ``--lmcache`` names has
 tiers kvstack cannot see: the replay then predicts nothing where the counters show an offload tier
-(replay/trace_bench.py says why).
+(bench/replay/trace_bench.py says why).
 """
 
 from __future__ import annotations

@@ -13,13 +13,13 @@ from typing import Any
 
 import pytest
 
+from kvstack.bench.bench import run_trace_bench
+from kvstack.bench.replay.target import url_layout
 from kvstack.bench.request import BenchRequest
 from kvstack.errors import InputError
 from kvstack.rendering.bench import bench_events
-from kvstack.replay.bench import run_trace_bench
-from kvstack.replay.target import url_layout
 from tests.support.stream_server import ServerKnobs, StreamServer
-from tests.unit.replay.test_replay import write_trace
+from tests.unit.bench.replay.test_replay import write_trace
 
 # The engine's pool holds 128 tokens, LMCache's DRAM 256 over a disk that keeps everything.
 TIERED = ServerKnobs(

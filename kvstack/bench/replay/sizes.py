@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from kvstack.bench.replay import results
 from kvstack.clients.lmcache_status import Eviction, LMCacheStatus
 from kvstack.clients.metrics import SGLANG_MAX_TOTAL_TOKENS, VLLM_CACHE_CONFIG_INFO, MetricsSnapshot
-from kvstack.replay import results
 
 # LMCache 0.5.6's server loads an L2 hit into L1 as a temporary object and frees it once read
 # (storage_controllers/prefetch_policy.py, DefaultPrefetchPolicy.plan_l1_retention: "Retain

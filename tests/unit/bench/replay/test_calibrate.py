@@ -7,9 +7,9 @@ from dataclasses import replace
 
 import pytest
 
+from kvstack.bench.replay.calibrate import calibrate, dram_fetch_problem, predicted_ttft, summary
+from kvstack.bench.replay.prompts import BlockTokens
 from kvstack.planning.predict.served_ttft import ServedCosts
-from kvstack.replay.calibrate import calibrate, dram_fetch_problem, predicted_ttft, summary
-from kvstack.replay.prompts import BlockTokens
 from tests.support.stream_server import ServerKnobs, StreamServer
 
 
@@ -32,7 +32,7 @@ def test_the_summary_sets_measured_against_predicted() -> None:
 
 
 def test_calibration_covers_the_context_up_to_8192_tokens() -> None:
-    from kvstack.replay.calibrate import calibration_lengths
+    from kvstack.bench.replay.calibrate import calibration_lengths
 
     assert calibration_lengths(16382) == [512, 1024, 2048, 4096, 8192]  # the demo's 16K context
     assert calibration_lengths(8190) == [512, 1024, 2048, 4096]

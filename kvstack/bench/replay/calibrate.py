@@ -21,6 +21,8 @@ from collections.abc import Sequence
 
 import httpx
 
+from kvstack.bench.replay import results
+from kvstack.bench.replay.prompts import BlockTokens
 from kvstack.clients import token_sources
 from kvstack.clients.client import auth_headers, make_client
 from kvstack.clients.metrics import MetricsSnapshot, scrape
@@ -28,8 +30,6 @@ from kvstack.clients.reset import reset_cache
 from kvstack.clients.streaming import StreamClient
 from kvstack.errors import EngineError
 from kvstack.planning.predict.served_ttft import ServedCosts, fit_costs
-from kvstack.replay import results
-from kvstack.replay.prompts import BlockTokens
 
 # Up to 8192 where the context allows: the attention term is fitted, not extrapolated, over most of
 # a replay's prompts (a 16K context's longest prompts are 2x past it, not 4x). With 4096 at most, a
