@@ -10,11 +10,12 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from pydantic import BaseModel, ValidationError
 
 from kvstack.errors import InputError
+from kvstack.jsonvalue import JsonObject
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -41,7 +42,7 @@ def read_text(
 
 def read_json_object_sha256(
     path: Path, error: type[InputError], hint: str, *, what: str = "", missing: str | None = None
-) -> tuple[dict[str, Any], str]:
+) -> tuple[JsonObject, str]:
     """The file as a JSON object and the SHA-256 of its bytes, from one read."""
     label = f"{what} {path}" if what else str(path)
     try:
@@ -55,7 +56,7 @@ def read_json_object_sha256(
     return parse_json_object(text, label, error, hint), hashlib.sha256(raw).hexdigest()
 
 
-def parse_json_object(text: str, label: str, error: type[InputError], hint: str) -> dict[str, Any]:
+def parse_json_object(text: str, label: str, error: type[InputError], hint: str) -> JsonObject:
     """``text`` as a JSON object; anything else raises ``error`` naming ``label`` and the line."""
     try:
         doc = json.loads(text)
@@ -68,7 +69,7 @@ def parse_json_object(text: str, label: str, error: type[InputError], hint: str)
 
 def read_json_object(
     path: Path, error: type[InputError], hint: str, *, what: str = "", missing: str | None = None
-) -> dict[str, Any]:
+) -> JsonObject:
     """The file as a JSON object (see ``read_text`` for ``what`` and ``missing``)."""
     text = read_text(path, error, hint, what=what, missing=missing)
     return parse_json_object(text, f"{what} {path}" if what else str(path), error, hint)

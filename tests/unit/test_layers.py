@@ -17,7 +17,8 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     (
         "foundation",  # what every layer above may use: no I/O of its own beyond files and secrets
         (
-            "kvstack errors",  # the version and the one exception tree
+            # the version, the one exception tree, the type of a JSON object at kvstack's edges
+            "kvstack errors jsonvalue",
             # leaves: names, sizes, addresses, files, secrets, where state lives
             "units names redact releases netaddr rundir fsutil userfile secretfile profiles",
             "flags",  # a flag declared once, on the inputs model that holds it (names, help, range)
