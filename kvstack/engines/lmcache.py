@@ -368,10 +368,12 @@ def render_vllm_lmcache_mp(req: RenderRequest) -> LaunchSpec:
         prep,
         kv_transfer_config=mp_connector_config(helper.port, req.plan.gate_prompt_tokens),
         unset_env_prefixes=[LMCACHE_ENV_PREFIX],
-    ).model_copy(update={"fatal_patterns": ENGINE_MP_FATAL})
+    )
+    server.fatal_patterns = ENGINE_MP_FATAL  # vllm_server built it fresh: set in place
     # vLLM's adapter waits for the cache server (lmcache.mp.mq_timeout, 300 s) where its connector
     # first asks it, ~16 s into the engine's start here: the server's 6.5 s start overlaps it.
-    cache_server = helper.process.model_copy(update={"starts_with_server": True})
+    cache_server = helper.process.model_copy()
+    cache_server.starts_with_server = True
     return _assemble_vllm_lmcache(
         req,
         prep,

@@ -55,21 +55,12 @@ def without_offload(spec: LaunchSpec) -> LaunchSpec | None:
     if not spec_of(spec.connector).offloads:
         return None
     env = {k: v for k, v in spec.server.env.items() if not k.startswith(LMCACHE_ENV_PREFIX)}
-    server = spec.server.model_copy(update={"argv": _without_flags(spec.server.argv), "env": env})
+    server = spec.server.with_command(argv=_without_flags(spec.server.argv), env=env)
     metrics = [spec.metrics_urls[0]] if spec.metrics_urls else []
     dropped = set(spec.server.argv) - set(server.argv)  # the config files only the connector read
     files = [f for f in spec.files if f.path not in dropped]
-    return spec.model_copy(
-        update={
-            "server": server,
-            "helpers": [],
-            "files": files,
-            "connector": "none",
-            "connector_version": None,
-            "cache_server_url": None,
-            "tier_adapters": {},
-            "metrics_urls": metrics,
-            "ports": [p for p in spec.ports[:1]],
-            "notes": [*spec.notes, FALLBACK_NOTE],
-        }
-    )
+    out = spec.with_processes(server=server, helpers=[], note=FALLBACK_NOTE)
+    out.files, out.connector, out.connector_version = files, "none", None
+    out.cache_server_url, out.tier_adapters = None, {}
+    out.metrics_urls, out.ports = metrics, [p for p in spec.ports[:1]]
+    return out

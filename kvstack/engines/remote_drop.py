@@ -63,10 +63,9 @@ def without_remote_tier(spec: LaunchSpec) -> LaunchSpec | None:
             continue
         changed = True
         env = {k: v for k, v in helper.env.items() if not k.startswith(RESP_ENV_PREFIX)}
-        helpers.append(helper.model_copy(update={"argv": argv, "env": env}))
+        helpers.append(helper.with_command(argv=argv, env=env))
     if not changed:
         return None
-    adapters = {kind: name for kind, name in spec.tier_adapters.items() if name != RESP_TYPE}
-    return spec.model_copy(
-        update={"helpers": helpers, "tier_adapters": adapters, "notes": [*spec.notes, DROPPED_NOTE]}
-    )
+    out = spec.with_processes(helpers=helpers, note=DROPPED_NOTE)
+    out.tier_adapters = {kind: name for kind, name in spec.tier_adapters.items() if name != RESP_TYPE}
+    return out

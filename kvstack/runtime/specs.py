@@ -57,6 +57,18 @@ class ProcessSpec(BaseModel):
     # is on disk only while the process starts; printed and recorded with their content masked.
     start_files: list[FileSpec] = Field(default_factory=list)
 
+    def with_command(
+        self, *, argv: list[str] | None = None, env: dict[str, str] | None = None
+    ) -> ProcessSpec:
+        """A shallow copy (unvalidated, as ``model_copy``) run with ``argv`` and/or ``env`` in place
+        of this one's; None keeps this one's."""
+        out = self.model_copy()
+        if argv is not None:
+            out.argv = argv
+        if env is not None:
+            out.env = env
+        return out
+
 
 class LaunchSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -89,6 +101,19 @@ class LaunchSpec(BaseModel):
     tier_kv: TierKv | None = None
     notes: list[str] = Field(default_factory=list)
     secrets: list[str] = Field(default_factory=list, exclude=True, repr=False)
+
+    def with_processes(
+        self, *, note: str, server: ProcessSpec | None = None, helpers: list[ProcessSpec] | None = None
+    ) -> LaunchSpec:
+        """A shallow copy (unvalidated, as ``model_copy``) with ``server`` and/or ``helpers`` in place of
+        this one's (None keeps this one's), and ``note`` after its notes."""
+        out = self.model_copy()
+        if server is not None:
+            out.server = server
+        if helpers is not None:
+            out.helpers = helpers
+        out.notes = [*self.notes, note]
+        return out
 
     def public(self) -> dict[str, Any]:
         """The dry-run form: argv/env/files exactly as they would run, secrets masked."""
