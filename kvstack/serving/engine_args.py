@@ -9,7 +9,8 @@ flags set and size every tier from. The other engine arguments pass through as g
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 from kvstack.connectors.engines import engine_spec
 from kvstack.engines.tier_kv import engine_arg
@@ -30,30 +31,49 @@ def _refuse_owned(extra: Sequence[str], engine: str) -> None:
             )
 
 
-def _value(field: str, raw: str) -> object:
-    if field != "tp":
-        return raw
+def _tp(raw: str) -> int:
     if not raw.isdigit() or int(raw) < 1:
         raise InputError(f"the tensor-parallel size among the engine arguments is {raw!r}", hint="e.g. -tp 2")
     return int(raw)
+
+
+T = TypeVar("T")
+
+
+def _given(
+    request: PlanRequest, extra: Sequence[str], field: str, mine: T | None, parse: Callable[[str], T]
+) -> T | None:
+    """What the engine arguments set ``field`` to (None: nothing); refused where it contradicts
+    ``mine``, what kvstack's own flag for it set."""
+    flag, aliases = engine_spec(request.engine).kv_args[field]
+    raw = engine_arg(list(extra), flag, aliases)
+    if raw is None:
+        return None
+    value = parse(raw)
+    if mine is not None and mine != value:
+        own_flag = READ[field]
+        raise InputError(
+            f"{own_flag} {mine} and {flag} {raw} among the engine arguments disagree",
+            hint=f"give it once: {own_flag} {raw}, or drop {flag} after --",
+        )
+    return value
 
 
 def with_engine_args(request: PlanRequest, extra: Sequence[str]) -> PlanRequest:
     """``request`` with what the engine arguments set that the plan must know; a value that
     contradicts kvstack's own flag for it is refused (exit 2)."""
     _refuse_owned(extra, request.engine)
-    update: dict[str, object] = {}
-    spellings = engine_spec(request.engine).kv_args
-    for field, own_flag in READ.items():
-        flag, aliases = spellings[field]
-        raw = engine_arg(list(extra), flag, aliases)
-        if raw is None:
-            continue
-        value, mine = _value(field, raw), getattr(request, field)
-        if mine is not None and mine != value:
-            raise InputError(
-                f"{own_flag} {mine} and {flag} {raw} among the engine arguments disagree",
-                hint=f"give it once: {own_flag} {raw}, or drop {flag} after --",
-            )
-        update[field] = value
-    return request.model_copy(update=update) if update else request
+    # READ's fields, in its order
+    dtype = _given(request, extra, "dtype", request.dtype, str)
+    kv_dtype = _given(request, extra, "kv_dtype", request.kv_dtype, str)
+    tp = _given(request, extra, "tp", request.tp, _tp)
+    if dtype is None and kv_dtype is None and tp is None:
+        return request
+    out = request.model_copy()
+    if dtype is not None:
+        out.dtype = dtype
+    if kv_dtype is not None:
+        out.kv_dtype = kv_dtype
+    if tp is not None:
+        out.tp = tp
+    return out

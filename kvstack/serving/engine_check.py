@@ -138,14 +138,16 @@ def planned_elsewhere(
     again = _probe_unquantized(directory, job) if model.quant_method is not None else None
     if again is not None and again.ok:
         note = f"{local}: its layers are vLLM's with the {model.quant_method} quantization set aside"
-        return apply_engine_spec(model, again, blocks_checked=False).model_copy(
-            update={"local_refusal": note}
-        )
+        out = apply_engine_spec(model, again, blocks_checked=False).model_copy()
+        out.local_refusal = note
+        return out
     stage = (again or spec).stage
     if stage == "config":
         refuse_if_engine_refuses(model, again or spec)
     note = f"{local}: the plan's KV figures are kvstack's estimate from config.json"
-    return model.model_copy(update={"local_refusal": note})
+    out = model.model_copy()
+    out.local_refusal = note
+    return out
 
 
 def first_sentence(text: str, limit: int = 160) -> str:

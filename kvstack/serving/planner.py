@@ -33,9 +33,13 @@ def plan_for_model(
         # remote/url.py's rules (LMCache's): a malformed URL is an InputError naming the accepted forms;
         # the plan keeps the redacted form, never the password.
         redacted = parse_remote_url(request.remote_url).redacted()
-        request = request.model_copy(update={"remote_url": redacted})
+        request = request.model_copy()
+        request.remote_url = redacted
     plan = make_plan(snapshot, model, source.path, request, workload, trace)
-    return plan if source.revision is None else plan.model_copy(update={"model_revision": source.revision})
+    if source.revision is not None:
+        plan = plan.model_copy()
+        plan.model_revision = source.revision
+    return plan
 
 
 def plan_for_inputs(
@@ -55,7 +59,9 @@ def plan_for_inputs(
     if capacity is None:
         return plan
     served = trace.served if trace is not None else None  # --calibration: costs measured on the engine
-    return plan.model_copy(update={"capacity": plan_capacity(plan, capacity, served)})
+    out = plan.model_copy()
+    out.capacity = plan_capacity(plan, capacity, served)
+    return out
 
 
 def require_feasible(plan: Plan, model_spec: str) -> Plan:

@@ -177,12 +177,11 @@ def prepare(
     gpus_each = len(visible) // n if machine.gpus else 0
     snap = replica_snapshot(machine, n, gpus_each) if n > 1 else machine
     if n > 1:
-        asked = asked.model_copy(update={"users": replica_request(request, machine, visible).users})
+        asked = asked.model_copy()
+        asked.users = replica_request(request, machine, visible).users
     plan = plan_for(asked, request.workload, snap, source, trace)
     if n > 1:
-        plan = plan.model_copy(
-            update={"warnings": [*plan.warnings, replica_warning(request, machine, gpus_each)]}
-        )
+        plan = plan.with_notes(warnings=[*plan.warnings, replica_warning(request, machine, gpus_each)])
     devices = (
         device_groups(plan.tensor_parallel_size, n, visible) if n > 1 and plan.platform == "cuda" else None
     )
@@ -204,7 +203,8 @@ def prepare(
         spec = render(plan, options, snap.software, facts)
         if devices is not None:
             spec = on_devices(spec, devices[i])
-        own = request.model_copy(update={"port": port, "run_dir": run_dir, "replicas": 1, "router": False})
+        own = request.model_copy()
+        own.port, own.run_dir, own.replicas, own.router = port, run_dir, 1, False
         replicas.append(
             PreparedServe(request=own, snapshot=machine, plan=plan, options=options, spec=spec, tuned=tuned)
         )

@@ -56,7 +56,9 @@ def replica_request(request: ServeRequest, snapshot: HardwareSnapshot, visible: 
             f"--replicas {n}{tp} needs {n * (request.tp or 1)} GPUs; {len(visible)} visible",
             hint=f"use --replicas {fit} or less" if fit else "lower --tp",
         )
-    return request.model_copy(update={"users": math.ceil(total_users(request) / n)})
+    out = request.model_copy()
+    out.users = math.ceil(total_users(request) / n)
+    return out
 
 
 def replica_warning(request: ServeRequest, snapshot: HardwareSnapshot, gpus_each: int) -> str:
@@ -75,12 +77,10 @@ def on_devices(spec: LaunchSpec, devices: list[str]) -> LaunchSpec:
     value = ",".join(devices)
 
     def pin(p: ProcessSpec) -> ProcessSpec:
-        return p.model_copy(update={"env": {**p.env, "CUDA_VISIBLE_DEVICES": value}})
+        return p.with_command(env={**p.env, "CUDA_VISIBLE_DEVICES": value})
 
-    return spec.model_copy(
-        update={
-            "server": pin(spec.server),
-            "helpers": [pin(h) for h in spec.helpers],
-            "notes": [*spec.notes, f"GPUs {value} (CUDA_VISIBLE_DEVICES)"],
-        }
+    return spec.with_processes(
+        server=pin(spec.server),
+        helpers=[pin(h) for h in spec.helpers],
+        note=f"GPUs {value} (CUDA_VISIBLE_DEVICES)",
     )

@@ -94,17 +94,14 @@ class ServeRequest(ValidationInputs, PlanInputs):
         """This request with what its flags do not hold: the remote store's URL and the API key (as
         resolved from their own inputs), the engine arguments after --, whether to validate after
         start, and the canary's fields (``CanaryInputs.fields``)."""
-        update = {
-            "remote": remote,
-            "api_key": api_key,
-            "extra_args": list(extra_args or []),
-            "validate_after_start": validate,
-            **fields,
-        }
-        unknown = [name for name in update if name not in type(self).model_fields]
+        unknown = [name for name in fields if name not in type(self).model_fields]
         if unknown:
             raise TypeError(f"ServeRequest has no field {unknown}")
-        return self.model_copy(update=update)
+        out = self.model_copy()
+        out.remote, out.api_key = remote, api_key
+        out.extra_args, out.validate_after_start = list(extra_args or []), validate
+        # The rest by name, checked above: bench's model and run dir, the canary's (CanaryInputs.fields).
+        return out.model_copy(update=fields) if fields else out
 
     @property
     def multi(self) -> bool:

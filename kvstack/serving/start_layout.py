@@ -14,12 +14,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from kvstack.engines.facts import gather_facts
 from kvstack.engines.render import render
 from kvstack.errors import InputError
-from kvstack.names import OFFLOAD_CHOICES, choice
+from kvstack.names import OFFLOAD_CHOICES, OffloadChoice, choice
 from kvstack.planning.schema import Plan
 from kvstack.serving.lifecycle import ServeEvents, launched
 from kvstack.serving.prepare import Launch, prepare
@@ -68,13 +68,11 @@ def resized_plan(plan: Plan, sizes: TierOverrides) -> Plan:
         tokens = size // max(1, plan.kv_bytes_per_token)
         reason = f"{fmt_bytes(size)}: set for this bench (was {fmt_bytes(tier.size_bytes)}: {tier.reason})"
         tiers.append(
-            tier.model_copy(
-                update={
-                    "size_bytes": size,
-                    "size_bytes_per_rank": size // plan.tensor_parallel_size,
-                    "tokens": tokens,
-                    "reason": reason,
-                }
+            tier.resized(
+                size_bytes=size,
+                size_bytes_per_rank=size // plan.tensor_parallel_size,
+                tokens=tokens,
+                reason=reason,
             )
         )
     missing = [k for k, v in wanted.items() if v is not None and plan.tier(k) is None]  # type: ignore[arg-type]
@@ -83,7 +81,7 @@ def resized_plan(plan: Plan, sizes: TierOverrides) -> Plan:
             f"the layout has no {' or '.join(missing)} tier to resize (--offload {plan.connector})",
             hint="drop --l1-size/--disk-size, or bench a layout with those tiers (e.g. lmcache-mp)",
         )
-    return plan.model_copy(update={"tiers": tiers})
+    return plan.with_tiers(tiers)
 
 
 def resized_launch(launch: Launch, sizes: TierOverrides) -> Launch:
@@ -133,9 +131,9 @@ def sized_layout_starter(
         choice(name, OFFLOAD_CHOICES, "--offload")  # a layout is an --offload choice
         # prepare() turns vLLM's dev mode (the reset route) on only for a validation pass; nothing
         # here validates (launched() only starts), so the flag says whether the route is wanted.
-        request = base.model_copy(
-            update={"offload": name, "run_dir": run_root / name, "validate_after_start": control_routes}
-        )
+        request = base.model_copy()
+        request.offload = cast(OffloadChoice, name)  # an --offload choice: checked just above
+        request.run_dir, request.validate_after_start = run_root / name, control_routes
         launch = prepare(request)
         if launch.plan.offloads:
             launch = resized_launch(launch, sizes)

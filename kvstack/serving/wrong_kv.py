@@ -85,13 +85,16 @@ def act(
             replica=record.replica,
         )
     )
-    runner.retarget(lambda target: target.model_copy(update=_no_tiers(target)))
+    runner.retarget(_no_tiers)
     say(
         f"serving without the offload tiers ({', '.join(tiers) or 'none'}): {restarted} engine(s) restarted; "
         f"they stay off for this run (marked: {', '.join(marked) or 'no directory'})"
     )
 
 
-def _no_tiers(target: ValidationTarget) -> dict[str, object]:
-    base = target.base_url.rstrip("/")
-    return {"tiers": [], "cache_server_url": None, "connector": None, "metrics_urls": [base + "/metrics"]}
+def _no_tiers(target: ValidationTarget) -> ValidationTarget:
+    """``target`` (a shallow copy) with no tier, cache server or connector: the engine's own /metrics."""
+    out = target.model_copy()
+    out.tiers, out.cache_server_url, out.connector = [], None, None
+    out.metrics_urls = [target.base_url.rstrip("/") + "/metrics"]
+    return out
