@@ -13,12 +13,12 @@ Compose, a Secret for Helm), so no token is ever in a rendered file.
 from __future__ import annotations
 
 from pathlib import PurePosixPath
-from typing import Any
 
 import yaml
 
 from kvstack.connectors.engines import engine_spec
 from kvstack.export.bundle import ExportFile, ExportOptions
+from kvstack.jsonvalue import JsonObject
 from kvstack.planning.schema import Plan
 
 JOB = "kvstack-canary"  # the Prometheus job, and the Compose service / Kubernetes name suffix
@@ -72,7 +72,7 @@ def api_key_env(plan: Plan) -> str:
     return engine_spec(plan.engine).api_key_env or "KVSTACK_API_KEY"
 
 
-def scrape_job(target: str, credentials_file: str, job: str = JOB) -> dict[str, Any]:
+def scrape_job(target: str, credentials_file: str, job: str = JOB) -> JsonObject:
     """A Prometheus scrape job for kvstack's /metrics, its bearer token read from a file."""
     return {
         "job_name": job,
@@ -82,7 +82,7 @@ def scrape_job(target: str, credentials_file: str, job: str = JOB) -> dict[str, 
     }
 
 
-def alert_rules(job: str, on_wrong_kv: str) -> dict[str, Any]:
+def alert_rules(job: str, on_wrong_kv: str) -> JsonObject:
     """Prometheus alerting rules: wrong KV found (what was done about it: ``on_wrong_kv``), and the
     canary's endpoint down."""
     return {
@@ -116,14 +116,12 @@ def alert_rules(job: str, on_wrong_kv: str) -> dict[str, Any]:
     }
 
 
-def dump(doc: dict[str, Any]) -> str:
+def dump(doc: JsonObject) -> str:
     """YAML without folded lines (a PromQL expression stays on one line)."""
     return yaml.safe_dump(doc, sort_keys=False, width=1000)
 
 
-def compose_service(
-    plan: Plan, engine_service: str, engine_port: int, options: ExportOptions
-) -> dict[str, Any]:
+def compose_service(plan: Plan, engine_service: str, engine_port: int, options: ExportOptions) -> JsonObject:
     """The Compose sidecar: ``kvstack canary`` against the engine service, its /metrics published on
     loopback (Prometheus in the project reaches it by service name)."""
     key = api_key_env(plan)
@@ -170,9 +168,9 @@ def _labels(name: str) -> dict[str, str]:  # a fresh dict each time: no YAML anc
     return {"app.kubernetes.io/name": JOB, "app.kubernetes.io/instance": name}
 
 
-def _helm_deployment(plan: Plan, name: str, options: ExportOptions, token_secret: str) -> dict[str, Any]:
+def _helm_deployment(plan: Plan, name: str, options: ExportOptions, token_secret: str) -> JsonObject:
     """The sidecar's Deployment: one non-root container, its token mounted from the Secret."""
-    container: dict[str, Any] = {
+    container: JsonObject = {
         "name": "canary",
         "image": options.canary_image,
         "command": ["kvstack", "canary"],

@@ -10,10 +10,10 @@ against them). Pure: the plan in, a JSON-able dict out.
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from kvstack.connectors import spec_of
 from kvstack.export.deployment import canary_runs
+from kvstack.jsonvalue import JsonObject
 from kvstack.planning.schema import Plan
 
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
@@ -29,7 +29,7 @@ CANARY_ROW = "KV canary"
 
 def _panel(
     title: str, exprs: list[tuple[str, str]], unit: str, x: int, y: int, *, stacked: bool = False
-) -> dict[str, Any]:
+) -> JsonObject:
     return {
         "type": "timeseries",
         "title": title,
@@ -203,7 +203,7 @@ def canary_panels() -> list[tuple[str, list[tuple[str, str]], str, bool]]:
     ]
 
 
-def _row(title: str, y: int) -> dict[str, Any]:
+def _row(title: str, y: int) -> JsonObject:
     # An expanded row: the panels below it, up to the next row, are its own (a collapsed one would
     # hold them in its "panels" instead).
     return {
@@ -215,14 +215,14 @@ def _row(title: str, y: int) -> dict[str, Any]:
     }
 
 
-def _grid(specs: list[tuple[str, list[tuple[str, str]], str, bool]], top: int) -> list[dict[str, Any]]:
+def _grid(specs: list[tuple[str, list[tuple[str, str]], str, bool]], top: int) -> list[JsonObject]:
     return [
         _panel(title, exprs, unit, 12 * (i % 2), top + 8 * (i // 2), stacked=stacked)
         for i, (title, exprs, unit, stacked) in enumerate(specs)
     ]
 
 
-def dashboard(plan: Plan, name: str) -> dict[str, Any]:
+def dashboard(plan: Plan, name: str) -> JsonObject:
     """The dashboard for ``plan`` (vLLM): engine panels, LMCache's when it holds the tiers, Redis's
     when there is a remote tier, and a KV canary row when the deployment runs one."""
     tiers: set[str] = {t.kind for t in plan.offload_tiers}
@@ -254,7 +254,7 @@ def dashboard(plan: Plan, name: str) -> dict[str, Any]:
     }
 
 
-def metric_names(board: dict[str, Any]) -> set[str]:
+def metric_names(board: JsonObject) -> set[str]:
     """Every metric a dashboard queries, as the exposition names it (counters end in _total)."""
     names: set[str] = set()
     for panel in board["panels"]:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from kvstack.errors import ModelConfigError
+from kvstack.jsonvalue import JsonObject
 from kvstack.model.geometry import ModelGeometry, geometry_from_config
 from kvstack.profiles import profiles_dir
 
@@ -23,7 +23,7 @@ class CatalogEntry(BaseModel):
     description: str = ""
     params: int | None = None  # published count, preferred over the estimate from shapes
     active_params: int | None = None
-    config: dict[str, Any]
+    config: JsonObject
 
     def names(self) -> list[str]:
         return [self.name, self.repo_id, *self.aliases]

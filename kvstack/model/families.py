@@ -8,8 +8,8 @@ tests plan them (unit), check vLLM's own KV figures against kvstack's, and serve
 from __future__ import annotations
 
 import json
-from typing import Any
 
+from kvstack.jsonvalue import JsonObject
 from kvstack.profiles import profiles_dir
 
 FAMILIES: dict[str, str] = {
@@ -23,7 +23,7 @@ FAMILIES: dict[str, str] = {
 }
 
 
-def family_config(name: str) -> dict[str, Any]:
+def family_config(name: str) -> JsonObject:
     """The family's config.json as a dict."""
-    config: dict[str, Any] = json.loads((profiles_dir() / "families" / f"{name}.json").read_text())
+    config: JsonObject = json.loads((profiles_dir() / "families" / f"{name}.json").read_text())
     return config

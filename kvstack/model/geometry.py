@@ -11,6 +11,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model_serializer
 
 from kvstack.errors import MissingConfigKey, ModelConfigError
+from kvstack.jsonvalue import JsonObject
 from kvstack.model.engine_spec import EngineKvSpec
 from kvstack.model.layers import ATTENTION_FREE, StateShape, layer_stack, state_shape
 
@@ -84,7 +85,7 @@ class ModelGeometry(BaseModel):
         size = COMPUTE_DTYPES[dtype]
         scale = size / self.dtype_bytes
         own = self.checkpoint_dtype or self.dtype
-        update: dict[str, Any] = {
+        update: dict[str, object] = {
             "dtype": dtype,
             "dtype_bytes": size,
             "kv_bytes_per_token": round(self.kv_bytes_per_token * scale),
@@ -172,7 +173,7 @@ class ModelGeometry(BaseModel):
         return " + ".join(parts) or "no attention layers"
 
 
-_LAYER_DEFAULTS: dict[str, Any] = {
+_LAYER_DEFAULTS: dict[str, object] = {
     "chunked_layers": 0,
     "attention_chunk": None,
     "state_layers": 0,
@@ -202,7 +203,7 @@ _DBRX_KEYS = {
 }
 
 
-def _text_config(config: Mapping[str, Any]) -> dict[str, Any]:
+def _text_config(config: Mapping[str, Any]) -> JsonObject:
     """Multimodal checkpoints nest the language model under text_config / llm_config; DBRX its
     attention under attn_config and its experts under ffn_config."""
     out = dict(config)

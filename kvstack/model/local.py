@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from kvstack.errors import ModelConfigError
+from kvstack.jsonvalue import JsonObject
 from kvstack.model.checkpoint import checkpoint_bytes
 from kvstack.model.geometry import ModelGeometry, geometry_from_config
 from kvstack.userfile import read_json_object, read_json_object_sha256
@@ -41,7 +41,7 @@ def read_model_dir(path: Path, name: str | None = None) -> tuple[ModelGeometry, 
 MODELOPT_FILE = "hf_quant_config.json"
 
 
-def with_modelopt_file(path: Path, config: dict[str, Any]) -> dict[str, Any]:
+def with_modelopt_file(path: Path, config: JsonObject) -> JsonObject:
     """``config`` with the quantization ModelOpt 0.29 and older saved beside it: vLLM reads
     hf_quant_config.json where config.json has no quantization_config
     (vllm/transformers_utils/config.py), its scheme under "quantization"."""
