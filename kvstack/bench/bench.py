@@ -5,8 +5,6 @@ nothing of bench imports it)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from kvstack.bench.events import BenchEvents
 from kvstack.bench.replay.results import layouts_of
 from kvstack.bench.replay.trace_bench import ReplayRequest, load_slice, replay_of, run_trace
@@ -18,6 +16,7 @@ from kvstack.bench.sweep.run import run_sweep
 from kvstack.bench.sweep.schema import SweepResult
 from kvstack.bench.workload_run import check_out, conclude, run_bench, target, write_files
 from kvstack.errors import InputError
+from kvstack.jsonvalue import JsonObject
 from kvstack.redact import redact_url
 from kvstack.serving.request import ServeRequest
 from kvstack.serving.served_layout import StartLayout
@@ -28,7 +27,7 @@ PREDICTION_PLOT = "trace_prediction.png"
 
 def _config(
     o: BenchRequest, replay: ReplayRequest, base_url: str | None, model: str, metrics: list[str]
-) -> dict[str, Any]:
+) -> JsonObject:
     return {
         "url": redact_url(base_url) if base_url else None,
         "model": model,

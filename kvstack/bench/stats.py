@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TypedDict
 
 from kvstack.bench.schema import CacheStats, Distribution, RequestRow, Summary
 from kvstack.clients import metrics as m
@@ -111,7 +111,23 @@ def last_token_s(res: RequestResult) -> float | None:
     return res.ttft_s + math.fsum(res.itl_s)
 
 
-def measured(res: RequestResult, started_at: float) -> dict[str, Any]:
+class Measured(TypedDict):
+    """A RequestRow's measured fields (``measured``)."""
+
+    ok: bool
+    status: int | None
+    error: str | None
+    start_s: float
+    ttft_s: float | None
+    tpot_s: float | None
+    e2e_s: float | None
+    itl_s: list[float]
+    server_prompt_tokens: int | None
+    output_tokens: int
+    cached_tokens: int | None
+
+
+def measured(res: RequestResult, started_at: float) -> Measured:
     """A RequestRow's measured fields, from one request's result (``started_at``: the layout's
     first request, on the same clock)."""
     return {

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 import httpx
 
 from kvstack.clients.client import IDLE_KEEPALIVE_S, auth_headers, trusts_env
+from kvstack.jsonvalue import JsonObject
 
 
 class Tokenizer(Protocol):
@@ -83,7 +84,7 @@ class ServerTokenizer:
         self._specials: int | None = None
 
     def _one(self, text: str) -> int:
-        body: dict[str, Any] = {"prompt": text, "add_special_tokens": False}
+        body: JsonObject = {"prompt": text, "add_special_tokens": False}
         if self.model:
             body["model"] = self.model
         resp = self._client.post(self.url, json=body, headers=self._headers)

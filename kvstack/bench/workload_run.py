@@ -11,7 +11,6 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlsplit
 
 from kvstack.bench.events import BenchEvents
@@ -39,6 +38,7 @@ from kvstack.errors import (
     KvstackError,
     ValidationFailed,
 )
+from kvstack.jsonvalue import JsonObject
 from kvstack.planning.schema import Plan
 from kvstack.redact import redact_url
 from kvstack.serving.served_layout import ServedLayout, StartLayout
@@ -125,7 +125,7 @@ def workload_spec(args: BenchRequest) -> WorkloadSpec:
     return spec
 
 
-def _config(args: BenchRequest, base_url: str | None, model: str, metrics_urls: list[str]) -> dict[str, Any]:
+def _config(args: BenchRequest, base_url: str | None, model: str, metrics_urls: list[str]) -> JsonObject:
     """What was asked, secrets redacted: the key is never written, URLs lose their credentials."""
     return {
         "url": redact_url(base_url) if base_url else None,

@@ -28,6 +28,7 @@ import httpx
 from kvstack.bench.text import pool_words
 from kvstack.clients.client import auth_headers, trusts_env
 from kvstack.errors import InputError
+from kvstack.jsonvalue import JsonObject
 from kvstack.traces.mooncake import TraceRow
 
 MIN_POOL = 32  # distinct token ids needed so that blocks of different ids differ
@@ -135,7 +136,7 @@ class BlockTokens:
 
 def _server_pool(base_url: str, model: str, api_key: str | None) -> list[int]:
     text = "".join(f" {w}" for w in pool_words())
-    body: dict[str, Any] = {"model": model, "prompt": text, "add_special_tokens": False}
+    body: JsonObject = {"model": model, "prompt": text, "add_special_tokens": False}
     with httpx.Client(timeout=30, trust_env=trusts_env(base_url)) as client:
         resp = client.post(base_url.rstrip("/") + "/tokenize", json=body, headers=auth_headers(api_key))
     resp.raise_for_status()

@@ -16,7 +16,6 @@ import asyncio
 import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from kvstack.bench.replay.prompts import BlockTokens, SentRequest
 from kvstack.bench.schema import RequestRow
@@ -111,7 +110,7 @@ async def replay(
                         logprobs=CHECKED_LOGPROBS if keep else None,
                     )
                     if keep:
-                        slim: dict[str, Any] = {
+                        slim: dict[str, object] = {
                             "itl_s": [],
                             "prompt_token_ids": None,
                             "tokens": [],

@@ -21,6 +21,7 @@ from pydantic_core.core_schema import SerializerFunctionWrapHandler
 from kvstack.bench.schema import BenchResult
 from kvstack.clients.token_sources import ENGINE_CACHE
 from kvstack.errors import InputError
+from kvstack.jsonvalue import JsonObject
 from kvstack.planning.predict.served_ttft import ServedCosts
 
 
@@ -118,8 +119,8 @@ class LayoutComparison(_Doc):
     ttft: TtftCheck | None = None  # bench calibrates each layout after its replay; tune does not
 
     @model_serializer(mode="wrap")
-    def _absent(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        out: dict[str, Any] = handler(self)
+    def _absent(self, handler: SerializerFunctionWrapHandler) -> JsonObject:
+        out: JsonObject = handler(self)
         for key in ("no_prediction", "ttft"):
             if out.get(key) is None:
                 out.pop(key, None)
@@ -161,7 +162,7 @@ class TraceReplay(TraceSlice):
         """``result``'s replay, typed (None for a workload bench)."""
         return cls.model_validate(result.trace) if result.trace is not None else None
 
-    def document(self) -> dict[str, Any]:
+    def document(self) -> JsonObject:
         return self.model_dump(mode="json")
 
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from kvstack.clients import control
 from kvstack.errors import InputError, KvstackError
+from kvstack.jsonvalue import JsonObject
 from kvstack.planning.schema import Plan
 from kvstack.redact import redact_url
 from kvstack.rundir import LAUNCH_JSON, PLAN_JSON, default_runs_root
@@ -61,7 +61,7 @@ def find_run(url: str, run_dir: Path | None, runs_root: Path | None = None) -> t
     return None
 
 
-def _plan(run_dir: Path, launch: dict[str, Any]) -> tuple[Plan | None, str | None]:
+def _plan(run_dir: Path, launch: JsonObject) -> tuple[Plan | None, str | None]:
     """The plan the server runs: its replica's plan.json where the launch names one, else the run's."""
     where = Path(str(launch["run_dir"])) if launch.get("run_dir") else run_dir
     path = where / PLAN_JSON
@@ -73,7 +73,7 @@ def _plan(run_dir: Path, launch: dict[str, Any]) -> tuple[Plan | None, str | Non
         return None, f"{exc.message}: the tiers are sized from the cache server alone"
 
 
-def _launch(run_dir: Path, url: str) -> dict[str, Any]:
+def _launch(run_dir: Path, url: str) -> JsonObject:
     doc = read_json_object(run_dir / LAUNCH_JSON, InputError, "restart kvstack serve", what="launch record")
     replicas = doc.get("replicas")
     launches = [r for r in replicas if isinstance(r, dict)] if isinstance(replicas, list) else [doc]

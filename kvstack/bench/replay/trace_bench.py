@@ -15,7 +15,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple, TypeVar
+from typing import NamedTuple, TypeVar
 
 from pydantic import BaseModel
 
@@ -37,6 +37,7 @@ from kvstack.clients.metrics import scrape_sync
 from kvstack.clients.models import served_models
 from kvstack.connectors.engines import ENGINE_SPECS
 from kvstack.errors import InputError, Interrupted, KvstackError
+from kvstack.jsonvalue import JsonObject
 from kvstack.planning.predict.capacity import simulate_hierarchy
 from kvstack.redact import redact_url
 from kvstack.serving.served_layout import ServedLayout, StartLayout
@@ -493,8 +494,8 @@ def run_trace(
     model: str,
     api_key: str | None,
     timeout_s: float,
-    config: dict[str, Any],
-    environment: dict[str, Any],
+    config: JsonObject,
+    environment: JsonObject,
     lmcache: str | None = None,
     run_dir: Path | None = None,
 ) -> tuple[BenchResult, KvstackError | None]:
