@@ -50,5 +50,6 @@ def register(app: typer.Typer) -> None:
             served = measuring_request(
                 serve, request.api_key, request.extra_args, model=request.model, run_dir=request.run_dir
             )
-            request = request.model_copy(update={"model": served.model_spec()})
+            request = request.model_copy()
+            request.model = served.model_spec()
         run_bench_command(request, served, bench_events(json_mode=output.as_json))

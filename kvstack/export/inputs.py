@@ -76,5 +76,5 @@ class ExportInputs(Inputs):
         )
         if self.out is not None:  # the unit reads the env file written beside it
             env_file = str((self.out / "kvstack.env").expanduser().resolve())
-            options = options.model_copy(update={"env_file": env_file})
+            options.env_file = env_file  # options: built just above
         return options

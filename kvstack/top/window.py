@@ -151,20 +151,18 @@ def server_view(
     split = token_sources.sources(eb, ea)
     sources = split.tokens
     total = sum(sources.values())
-    return gauges.model_copy(
-        update={
-            "requests": ttft[-1][1] if ttft else None,
-            "ttft_p50_s": histogram_quantile(0.5, ttft),
-            "ttft_p90_s": histogram_quantile(0.9, ttft),
-            "prompt_tokens": prompt,
-            "prompt_tokens_per_s": _rate(prompt, window_s),
-            "sources": {
-                k: SourceShare(tokens=v, share=_ratio(v, total), per_s=v / window_s if window_s > 0 else 0.0)
-                for k, v in sources.items()
-            },
-            "derived": split.derived,
-        }
-    )
+    # gauges was built just above: the window's figures are set on it
+    gauges.requests = ttft[-1][1] if ttft else None
+    gauges.ttft_p50_s = histogram_quantile(0.5, ttft)
+    gauges.ttft_p90_s = histogram_quantile(0.9, ttft)
+    gauges.prompt_tokens = prompt
+    gauges.prompt_tokens_per_s = _rate(prompt, window_s)
+    gauges.sources = {
+        k: SourceShare(tokens=v, share=_ratio(v, total), per_s=v / window_s if window_s > 0 else 0.0)
+        for k, v in sources.items()
+    }
+    gauges.derived = split.derived
+    return gauges
 
 
 def lmcache_view(url: str, before: MetricsSnapshot, after: MetricsSnapshot, window_s: float) -> LmcacheView:

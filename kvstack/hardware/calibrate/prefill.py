@@ -84,16 +84,14 @@ def scaled_down(shape: Shape) -> Shape:
     heads = 4
     kv_heads = max(1, heads * shape.kv_heads // shape.heads)
     hidden = 128
-    return shape.model_copy(
-        update={
-            "layers": 2,
-            "hidden_size": hidden,
-            "heads": heads,
-            "kv_heads": kv_heads,
-            "head_dim": hidden // heads,
-            "intermediate_size": max(1, round(hidden * shape.intermediate_size / shape.hidden_size)),
-            "vocab_size": 512,
-        }
+    return Shape(  # every field anew (Shape is frozen)
+        layers=2,
+        hidden_size=hidden,
+        heads=heads,
+        kv_heads=kv_heads,
+        head_dim=hidden // heads,
+        intermediate_size=max(1, round(hidden * shape.intermediate_size / shape.hidden_size)),
+        vocab_size=512,
     )
 
 
