@@ -11,6 +11,7 @@ import httpx
 
 from kvstack.clients.client import auth_headers, trusts_env
 from kvstack.clients.control import control_headers, token_for
+from kvstack.jsonvalue import JsonObject
 
 PATH = "/status"
 DEFAULT_WATERMARK, DEFAULT_RATIO = 0.8, 0.2
@@ -88,11 +89,11 @@ class LMCacheStatus:
         return next((a for a in self.l2_capacities if a.capacity_bytes > 0), None)
 
 
-def _obj(value: Any) -> dict[str, Any]:
+def _obj(value: Any) -> JsonObject:
     return value if isinstance(value, dict) else {}
 
 
-def _eviction(doc: dict[str, Any]) -> Eviction:
+def _eviction(doc: JsonObject) -> Eviction:
     return Eviction(
         float(doc.get("trigger_watermark", DEFAULT_WATERMARK)),
         float(doc.get("eviction_ratio", DEFAULT_RATIO)),

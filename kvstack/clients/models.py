@@ -8,6 +8,7 @@ import httpx
 
 from kvstack.clients.client import auth_headers, trusts_env
 from kvstack.errors import NetworkTargetError
+from kvstack.jsonvalue import JsonObject
 from kvstack.redact import redact_url
 
 PATH = "/v1/models"
@@ -26,7 +27,7 @@ def request_failed(exc: httpx.HTTPError, base_url: str) -> NetworkTargetError:
     )
 
 
-def model_cards(resp: httpx.Response, base_url: str) -> list[dict[str, Any]]:
+def model_cards(resp: httpx.Response, base_url: str) -> list[JsonObject]:
     """The model cards of a /v1/models answer (at least one, each with an ``id``)."""
     shown = redact_url(base_url)
     if resp.status_code in (401, 403):
@@ -49,7 +50,7 @@ def model_cards(resp: httpx.Response, base_url: str) -> list[dict[str, Any]]:
     return cards
 
 
-def served_models(base_url: str, api_key: str | None, timeout_s: float = 10.0) -> list[dict[str, Any]]:
+def served_models(base_url: str, api_key: str | None, timeout_s: float = 10.0) -> list[JsonObject]:
     """The model cards ``base_url`` serves (one blocking request)."""
     try:
         with httpx.Client(trust_env=trusts_env(base_url), timeout=timeout_s) as client:

@@ -23,6 +23,7 @@ import aiohttp
 from pydantic import BaseModel, Field
 
 from kvstack.clients.client import IDLE_KEEPALIVE_S, auth_headers, trusts_env
+from kvstack.jsonvalue import JsonObject
 
 
 class RequestResult(BaseModel):
@@ -92,11 +93,11 @@ class StreamClient:
         max_tokens: int,
         api_key: str | None = None,
         timeout_s: float = 300,
-        extra_body: dict[str, Any] | None = None,
+        extra_body: JsonObject | None = None,
         logprobs: int | None = None,
     ) -> RequestResult:
         """Send one streamed completion and return its timings; never raises on server failures."""
-        body: dict[str, Any] = {
+        body: JsonObject = {
             "model": model,
             "prompt": prompt,
             "max_tokens": max_tokens,
@@ -135,7 +136,7 @@ class StreamClient:
         return result
 
 
-def _usage(result: RequestResult, usage: dict[str, Any]) -> None:
+def _usage(result: RequestResult, usage: JsonObject) -> None:
     if isinstance(usage.get("prompt_tokens"), int):
         result.prompt_tokens = usage["prompt_tokens"]
     if isinstance(usage.get("completion_tokens"), int):

@@ -211,7 +211,7 @@ def require_reachable(url: str, timeout_s: float = 3.0) -> RemoteInfo:
     raise NetworkTargetError(f"remote store {info.url} is unusable: {error}", hint=hint)
 
 
-def store_info(url: str, timeout_s: float = 2.0) -> tuple[dict[str, Any] | None, int | None, str | None]:
+def store_info(url: str, timeout_s: float = 2.0) -> tuple[dict[str, object] | None, int | None, str | None]:
     """One INFO and DBSIZE of a Redis store: ``(info, keys, None)`` or ``(None, None, why)``.
 
     For monitors (``kvstack top``): the reason is redacted like every error of this module, and a

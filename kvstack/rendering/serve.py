@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from kvstack.jsonvalue import JsonObject
 from kvstack.names import ENGINES
 from kvstack.rendering.console import err_console, out_console
 
@@ -57,7 +58,7 @@ def serve_events(json_mode: bool) -> ServeEvents:
     )
 
 
-def _print_launch(console: Console, doc: dict[str, Any], title: str = "") -> None:
+def _print_launch(console: Console, doc: JsonObject, title: str = "") -> None:
     """One LaunchSpec's public form: helpers, the server's command line, its files."""
     from rich.markup import escape
 

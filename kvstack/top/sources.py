@@ -6,9 +6,10 @@ from __future__ import annotations
 import os
 import shutil
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from kvstack.canary.state import CanaryState, read_state
 from kvstack.clients.metrics import MetricsSnapshot, scrape_sync
@@ -63,7 +64,7 @@ class Scrape:
     canary: CanaryState | None = None  # the run dir's canary.json, when it has one
 
 
-def _int(info: dict[str, Any], key: str) -> int | None:
+def _int(info: Mapping[str, object], key: str) -> int | None:
     value = info.get(key)
     return int(value) if isinstance(value, int | float) else None
 

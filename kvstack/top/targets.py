@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlsplit
 
 from kvstack.clients.client import check_http_url
 from kvstack.errors import InputError, PathError
+from kvstack.jsonvalue import JsonObject
 from kvstack.redact import MASK, redact_url
 from kvstack.rundir import LAUNCH_JSON, PLAN_JSON, default_runs_root
 from kvstack.top.capacity import MeasuredCapacity, read_capacity, tuned_capacity
@@ -75,11 +75,11 @@ def latest_run_dir(root: Path) -> Path:
     return max(runs, key=lambda p: ((p / LAUNCH_JSON).stat().st_mtime, p.name))
 
 
-def _read_json(path: Path) -> dict[str, Any]:
+def _read_json(path: Path) -> JsonObject:
     return read_json_object(path, PathError, "give a kvstack serve --run-dir", what="launch record")
 
 
-def _launches(doc: dict[str, Any]) -> list[dict[str, Any]]:
+def _launches(doc: JsonObject) -> list[JsonObject]:
     replicas = doc.get("replicas")
     if isinstance(replicas, list):
         return [r for r in replicas if isinstance(r, dict)]
@@ -141,7 +141,7 @@ def from_run_dir(run_dir: Path) -> Targets:
     )
 
 
-def _tuned_capacity(launch: dict[str, Any]) -> MeasuredCapacity | None:
+def _tuned_capacity(launch: JsonObject) -> MeasuredCapacity | None:
     """A run ``serve --tuned DIR`` started: the capacity that tune measured, if it did."""
     tuned = launch.get("tuned")
     path = tuned.get("path") if isinstance(tuned, dict) else None

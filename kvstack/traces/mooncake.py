@@ -14,9 +14,9 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from kvstack.errors import InputError
+from kvstack.jsonvalue import JsonObject
 
 # Mooncake's hash_ids cover 512-token blocks (FAST'25 trace release README).
 MOONCAKE_BLOCK_TOKENS = 512
@@ -62,7 +62,7 @@ def _bad(where: str, what: str) -> InputError:
     return InputError(f"{where}: {what}", hint=_FIX)
 
 
-def _int(row: dict[str, Any], key: str, where: str, *, minimum: int) -> int:
+def _int(row: JsonObject, key: str, where: str, *, minimum: int) -> int:
     value = row.get(key)
     if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value):
         raise _bad(where, f"{key} must be an integer, not {value!r}")
