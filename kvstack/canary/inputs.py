@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Annotated, Any, Self
+from typing import Annotated, Self, TypedDict
 
 from pydantic import model_validator
 
@@ -106,7 +106,7 @@ class CanaryInputs(Inputs):
         parse_budget(self.canary_budget)
         return self
 
-    def fields(self) -> dict[str, Any]:
+    def fields(self) -> CanaryFields:
         """The ServeRequest fields these flags set (the token file read)."""
         return {
             "canary": not self.no_canary,
@@ -116,6 +116,17 @@ class CanaryInputs(Inputs):
             "metrics_port": self.metrics_port,
             "metrics_token": read_token(self.metrics_token_file),
         }
+
+
+class CanaryFields(TypedDict):
+    """The ServeRequest fields the canary's flags set (``CanaryInputs.fields``)."""
+
+    canary: bool
+    canary_interval_s: float
+    canary_budget: float
+    on_wrong_kv: str
+    metrics_port: int
+    metrics_token: str | None
 
 
 class WatchInputs(Inputs):

@@ -13,10 +13,10 @@ import secrets
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from kvstack.canary.checker import CanaryConfig
 from kvstack.canary.defaults import OnWrongKv
+from kvstack.canary.inputs import CanaryFields
 from kvstack.canary.runner import CanaryRunner
 from kvstack.canary.state import CheckRecord
 from kvstack.errors import Interrupted, WrongKvServed
@@ -93,7 +93,7 @@ def watch(
 
 def watch_server(
     target: ValidationTarget,
-    fields: dict[str, Any],
+    fields: CanaryFields,
     probe_tokens: int | None,
     on_wrong_kv: OnWrongKv,
     run_dir: Path | None,

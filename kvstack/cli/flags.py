@@ -38,7 +38,7 @@ class Pick:
     without: tuple[str, ...] = ()
     names: dict[str, tuple[str, ...]] = field(default_factory=dict)
     help: dict[str, str] = field(default_factory=dict)
-    default: dict[str, Any] = field(default_factory=dict)
+    default: dict[str, object] = field(default_factory=dict)
 
     def fields(self, model: type[Inputs]) -> list[str]:
         flags = model.flags()
@@ -86,7 +86,7 @@ def _option(model: type[Inputs], name: str, f: Flag, pick: Pick) -> inspect.Para
     return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
 
 
-def _made(model: type[Inputs], values: dict[str, Any], pick: Pick) -> Inputs:
+def _made(model: type[Inputs], values: dict[str, object], pick: Pick) -> Inputs:
     try:
         return model(**values)
     except ValidationError as exc:  # a value typer let through that the model's type refuses

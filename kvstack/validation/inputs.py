@@ -192,7 +192,7 @@ class ValidateInputs(Inputs):
             )
         return self
 
-    def target_fields(self) -> dict[str, Any]:
+    def target_fields(self) -> dict[str, object]:
         """The ValidationTarget fields these flags set."""
         return {
             "reset_path": self.reset_path,

@@ -28,6 +28,7 @@ import httpx
 
 from kvstack.clients.streaming import RequestResult
 from kvstack.connectors.engines import ENGINE_SPECS, VLLM, EngineSpec
+from kvstack.jsonvalue import JsonObject
 
 SCORE_TIMEOUT_S = 300.0
 # Each scoring request's fresh cache_salt starts so: its chunks are keyed apart from every prompt's.
@@ -35,7 +36,7 @@ SCORE_SALT_PREFIX = "kvstack-score-"
 # What a served request the gate will judge asks for beyond an ordinary one (validation and bench):
 # its token ids (what recompute scores) and the served path's own log-probability of each token
 # (``logprobs: 1``; validation/noise.py compares it with recompute's).
-CHECKED_EXTRA_BODY: dict[str, Any] = {"return_token_ids": True}
+CHECKED_EXTRA_BODY: JsonObject = {"return_token_ids": True}
 CHECKED_LOGPROBS = 1
 
 
@@ -53,7 +54,7 @@ class PositionScore:
         return max(0.0, self.best_logprob - self.logprob)
 
 
-def vllm_body(model: str, ids: list[int], top_k: int) -> dict[str, Any]:
+def vllm_body(model: str, ids: list[int], top_k: int) -> JsonObject:
     return {
         "model": model,
         "prompt": ids,
@@ -64,7 +65,7 @@ def vllm_body(model: str, ids: list[int], top_k: int) -> dict[str, Any]:
     }
 
 
-def sglang_body(ids: list[int], top_k: int) -> dict[str, Any]:
+def sglang_body(ids: list[int], top_k: int) -> JsonObject:
     return {
         "input_ids": ids,
         "sampling_params": {"max_new_tokens": 1, "temperature": 0.0},
@@ -140,7 +141,7 @@ async def _post(
     client: httpx.AsyncClient,
     base_url: str,
     path: str,
-    body: dict[str, Any],
+    body: JsonObject,
     headers: dict[str, str],
     what: str,
 ) -> Any:

@@ -26,6 +26,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from kvstack.jsonvalue import JsonObject
+
 FloatArray = npt.NDArray[np.float64]
 # The plan's tier kinds and the calibration's names for the same tiers (clients/token_sources.py).
 TIER_NAMES: dict[str, str] = {"cpu": "dram", "disk": "disk", "remote": "remote"}
@@ -81,7 +83,7 @@ class ServedCosts:
             ttft = ttft + self.chunk_s * chunks
         return ttft, recompute
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {
             "hit_s": self.hit_s,
             "miss_s": self.miss_s,
@@ -153,7 +155,7 @@ class ServedCalibration:
         p = self.plain
         return ServedCosts(p.hit_s, p.miss_s + cost_s, p.linear_s, p.quadratic_s, dict(fetch_s), p.source)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {
             "source": self.source,
             "layouts": {
