@@ -11,7 +11,7 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kvstack.errors import PathError
 from kvstack.fsutil import ensure_private_dir
@@ -21,6 +21,9 @@ from kvstack.tune.files import now, write_json
 from kvstack.tune.predict import CandidatePrediction
 from kvstack.tune.prove import StartCandidate, candidate_run_dir
 from kvstack.tune.space import Candidate
+
+if TYPE_CHECKING:
+    from kvstack.serving.request import ServeRequest
 
 
 def _fresh_cache_dir(base: Any, prefix: str) -> Path:
@@ -34,7 +37,9 @@ def _fresh_cache_dir(base: Any, prefix: str) -> Path:
         ) from exc
 
 
-def candidate_request(base: Any, root: Path, p: CandidatePrediction, index: int, objective: str) -> Any:
+def candidate_request(
+    base: ServeRequest, root: Path, p: CandidatePrediction, index: int, objective: str
+) -> ServeRequest:
     """``base`` (a ServeRequest) with ``p``'s candidate as its tuned layout: the candidate's
     tuned.json written in the ``index``-th run dir, which the request serves from (and records in
     its launch.json), exactly as `serve --tuned` serves a winner. Its disk tier lives in a fresh
@@ -47,7 +52,9 @@ def candidate_request(base: Any, root: Path, p: CandidatePrediction, index: int,
     cache_dir = _fresh_cache_dir(base, f"tune-{index:02d}-")
     why = f"kvstack tune {root.parent}: candidate {index}, measured"
     write_json(run_dir / TUNED_JSON, tuned_layout(p, objective, why, created=now()).model_dump(mode="json"))
-    return base.model_copy(update={"tuned": run_dir / TUNED_JSON, "run_dir": run_dir, "cache_dir": cache_dir})
+    out = base.model_copy()
+    out.tuned, out.run_dir, out.cache_dir = run_dir / TUNED_JSON, run_dir, cache_dir
+    return out
 
 
 @contextmanager
@@ -77,15 +84,14 @@ def serve_starter(
     return start
 
 
-def calibration_starter(base: Any, root: Path, events: Any) -> StartLayout:
+def calibration_starter(base: ServeRequest, root: Path, events: Any) -> StartLayout:
     """``start(name)``: ``base`` served with ``--offload name`` and the plan's sizes, exactly as `bench
     --trace --compare` serves a layout, in its calibration run dir under ``root``."""
 
     def start(name: str) -> AbstractContextManager[ServedLayout]:
         run_dir = ensure_private_dir(calibration_run_dir(root, name), "--out")
-        request = base.model_copy(
-            update={"run_dir": run_dir, "cache_dir": _fresh_cache_dir(base, f"tune-{name}-")}
-        )
+        request = base.model_copy()
+        request.run_dir, request.cache_dir = run_dir, _fresh_cache_dir(base, f"tune-{name}-")
         return _served_once(request, name, events)
 
     return start

@@ -30,8 +30,9 @@ def most_plan(
     """The plan whose offload tiers are as large as the hardware allows (LMCache's server on CPU,
     in-process LMCache on CUDA: the connectors whose tiers the rest of kvstack sizes)."""
     platform: Platform = "cuda" if snapshot.gpus else "cpu"
-    offload = next(c.name for c in CONNECTORS.values() if platform in c.spec.tune_limits)
-    asked = request.model_copy(update={"offload": offload, "retain_bytes": EXABYTE, "retain_factor": None})
+    offload = next(c.spec.name for c in CONNECTORS.values() if platform in c.spec.tune_limits)
+    asked = request.with_offload(offload)
+    asked.retain_bytes, asked.retain_factor = EXABYTE, None
     return make_plan(snapshot, model, model_path, asked, workload)
 
 

@@ -249,9 +249,9 @@ class TuneRequest(TraceInputs, LoadSlo, ReplayFlags):
                 "serves none",
                 hint="drop them, or give a --budget",
             )
-        return self.model_copy(
-            update={"model": serve.model, "revision": serve.revision, "hardware": serve.hardware}
-        )
+        out = self.model_copy()
+        out.model, out.revision, out.hardware = serve.model, serve.revision, serve.hardware
+        return out
 
 
 class TuneOutputInputs(Inputs):

@@ -285,3 +285,31 @@ class TuneResults(_Doc):
     def document(self) -> dict[str, object]:
         """The JSON results.json holds (a key left unset stays out, as an earlier tune wrote it)."""
         return self.model_dump(mode="json", by_alias=True, exclude_unset=True)
+
+    # The copies below are the typed surface of model_copy(update=...): the model is frozen (no
+    # assignment to a copy), and what they set counts as set for ``document`` (exclude_unset), as
+    # model_copy's update does; a keyword left None is not set at all.
+
+    def ranked(
+        self,
+        predicted_winner: str,
+        *,
+        measured: Measured | None = None,
+        calibration_replays: list[CalibrationReplay] | None = None,
+    ) -> TuneResults:
+        """A shallow copy ranked afresh: the model's best, no winner chosen yet; ``measured`` and
+        ``calibration_replays`` where given."""
+        update: dict[str, object] = {"predicted_winner": predicted_winner, "winner": None}
+        if measured is not None:
+            update["measured"] = measured
+        if calibration_replays is not None:
+            update["calibration_replays"] = calibration_replays
+        return self.model_copy(update=update)
+
+    def with_measured(self, measured: Measured) -> TuneResults:
+        """A shallow copy with ``measured`` as its measured candidates."""
+        return self.model_copy(update={"measured": measured})
+
+    def with_winner(self, winner: str) -> TuneResults:
+        """A shallow copy with ``winner`` chosen."""
+        return self.model_copy(update={"winner": winner})

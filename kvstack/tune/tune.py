@@ -342,12 +342,13 @@ def run_tune(
         previous = _previous(o, doc, setup, saved, capacity) if saved is not None else None
         # Before anything is written or served: a budget too small is refused.
         preflight(result.ranked, setup, settings, result.costs, engine, previous)
-    update: dict[str, object] = {"predicted_winner": result.winner.candidate.label, "winner": None}
-    if previous is not None:  # kept until the next save
-        update["measured"] = proof_document(previous, settings, _setup_info(setup))
-    if replays is not None:
-        update["calibration_replays"] = replays
-    keep = _Keeper(out, doc.model_copy(update=update), settings, _setup_info(setup), result, o.objective)
+    ranked = doc.ranked(
+        result.winner.candidate.label,
+        # kept until the next save
+        measured=proof_document(previous, settings, _setup_info(setup)) if previous is not None else None,
+        calibration_replays=replays,
+    )
+    keep = _Keeper(out, ranked, settings, _setup_info(setup), result, o.objective)
     written = write_ranking(out, result, keep.results, tuned=False)
     proof = prove(
         result.ranked, setup, start, settings, costs=result.costs,
@@ -416,11 +417,11 @@ class _Keeper:
         from kvstack.tune.plots import write_plots
         from kvstack.tune.report import proof_document, refit_calibration, tuned_layout
 
-        doc = self.results.model_copy(update={"measured": proof_document(proof, self.settings, self.setup)})
+        doc = self.results.with_measured(proof_document(proof, self.settings, self.setup))
         if proof.costs is not None:
             write_json(self.out / SERVED_TTFT_JSON, refit_calibration(proof, doc).to_dict())
         if proof.verdict is not None:
-            doc = doc.model_copy(update={"winner": proof.verdict.winner})
+            doc = doc.with_winner(proof.verdict.winner)
             win = next(m for m in proof.measured if m.label == proof.verdict.winner)
             why = source_line(doc) + f"; measured: {proof.verdict.why}"
             tuned = tuned_layout(self.by_label[win.label], self.objective, why, measured=win, created=now())
