@@ -33,7 +33,9 @@ class CatalogEntry(BaseModel):
         if self.params is None:
             return geo
         active = self.active_params or (self.params if geo.active_params == geo.params else geo.active_params)
-        return geo.model_copy(update={"params": self.params, "active_params": active})
+        out = geo.model_copy()
+        out.params, out.active_params = self.params, active
+        return out
 
 
 def catalog_path() -> Path:

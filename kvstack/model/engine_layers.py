@@ -48,21 +48,17 @@ def apply_engine_spec(
     chunks = [g.attention_chunk for g in layout.groups if g.kind == "chunked" and g.attention_chunk]
     per_layer = next((g.bytes_per_token for g in layout.groups if g.bytes_per_token), 0)
     window = min(windows) if windows else None
-    return model.model_copy(
-        update={
-            "full_attention_layers": full,
-            "kv_bytes_per_token": sum(
-                g.layers * g.bytes_per_token for g in layout.groups if g.kind in ("full", "mla")
-            )
-            or full * per_layer,
-            "sliding_layers": sliding,
-            "sliding_window": window,
-            "sliding_kv_bytes_per_sequence": sliding * per_layer * (window or 0),
-            "chunked_layers": chunked,
-            "attention_chunk": min(chunks) if chunks else None,
-            "state_layers": sum(g.layers for g in state_groups),
-            "state": _state_shape(state_groups[0]) if state_groups else None,
-            "layer_kinds_source": spec.source(),
-            "engine_spec": spec if blocks_checked else spec.model_copy(update={"blocks_checked": False}),
-        }
+    out = model.model_copy()
+    out.full_attention_layers = full
+    out.kv_bytes_per_token = (
+        sum(g.layers * g.bytes_per_token for g in layout.groups if g.kind in ("full", "mla"))
+        or full * per_layer
     )
+    out.sliding_layers, out.sliding_window = sliding, window
+    out.sliding_kv_bytes_per_sequence = sliding * per_layer * (window or 0)
+    out.chunked_layers, out.attention_chunk = chunked, min(chunks) if chunks else None
+    out.state_layers = sum(g.layers for g in state_groups)
+    out.state = _state_shape(state_groups[0]) if state_groups else None
+    out.layer_kinds_source = spec.source()
+    out.engine_spec = spec if blocks_checked else spec.unchecked()
+    return out

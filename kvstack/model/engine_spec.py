@@ -99,6 +99,11 @@ class EngineKvSpec(BaseModel):
     def source(self) -> str:
         return f"vLLM {self.vllm_version}'s KV cache spec"
 
+    def unchecked(self) -> EngineKvSpec:
+        """A shallow copy whose block sizes are kvstack's estimate (``blocks_checked`` False). The
+        model is frozen, so this keeps model_copy's update: the signature is the typed surface."""
+        return self.model_copy(update={"blocks_checked": False})
+
 
 def _tokens_held(group: SpecGroup, tokens: int, in_flight: int) -> int:
     """Blocks one request of ``tokens`` takes in ``group`` (vllm/v1/kv_cache_interface.py

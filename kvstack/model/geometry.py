@@ -85,21 +85,25 @@ class ModelGeometry(BaseModel):
         size = COMPUTE_DTYPES[dtype]
         scale = size / self.dtype_bytes
         own = self.checkpoint_dtype or self.dtype
-        update: dict[str, object] = {
-            "dtype": dtype,
-            "dtype_bytes": size,
-            "kv_bytes_per_token": round(self.kv_bytes_per_token * scale),
-            "sliding_kv_bytes_per_sequence": round(self.sliding_kv_bytes_per_sequence * scale),
-            "checkpoint_dtype": None if dtype == own else own,
-        }
+        out = self.model_copy()
+        out.dtype, out.dtype_bytes = dtype, size
+        out.kv_bytes_per_token = round(self.kv_bytes_per_token * scale)
+        out.sliding_kv_bytes_per_sequence = round(self.sliding_kv_bytes_per_sequence * scale)
+        out.checkpoint_dtype = None if dtype == own else own
         if self.weight_dtype in COMPUTE_DTYPES:  # unquantized weights are cast to the compute dtype
-            update["weight_bytes_per_param"] = float(size)
+            out.weight_bytes_per_param = float(size)
             if self.checkpoint_bytes is not None:
-                update["checkpoint_bytes"] = round(self.checkpoint_bytes * scale)
+                out.checkpoint_bytes = round(self.checkpoint_bytes * scale)
         spec = self.engine_spec
         if spec is not None and spec.model_dtype != dtype and spec.blocks_checked:
-            update["engine_spec"] = spec.model_copy(update={"blocks_checked": False})
-        return self.model_copy(update=update)
+            out.engine_spec = spec.unchecked()
+        return out
+
+    def with_checkpoint_bytes(self, size: int) -> ModelGeometry:
+        """A shallow copy (unvalidated, as ``model_copy``) whose weight files hold ``size`` bytes."""
+        out = self.model_copy()
+        out.checkpoint_bytes = size
+        return out
 
     @model_serializer(mode="wrap")
     def _drop_plain_layers(self, handler: SerializerFunctionWrapHandler) -> Any:

@@ -34,7 +34,7 @@ def read_model_dir(path: Path, name: str | None = None) -> tuple[ModelGeometry, 
     geometry = geometry_from_config(config, name, str(path))
     stored = checkpoint_bytes(path)
     if stored is not None:
-        geometry = geometry.model_copy(update={"checkpoint_bytes": stored})
+        geometry = geometry.with_checkpoint_bytes(stored)
     return geometry, sha256
 
 

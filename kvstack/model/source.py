@@ -37,7 +37,7 @@ class ModelSource:
 def _from_snapshot(snapshot: hub.Snapshot) -> ModelSource:
     geometry, sha256 = read_model_dir(snapshot.path, name=snapshot.repo_id)
     if geometry.checkpoint_bytes is None and snapshot.weight_bytes:
-        geometry = geometry.model_copy(update={"checkpoint_bytes": snapshot.weight_bytes})
+        geometry = geometry.with_checkpoint_bytes(snapshot.weight_bytes)
     return ModelSource(
         geometry=geometry,
         path=snapshot.repo_id,
@@ -77,7 +77,9 @@ def resolve_model(spec: str, revision: str | None = None) -> ModelSource:
             # is the entry's own id; the plan is named after it as a cached snapshot's would be,
             # so the served name and the cache namespace do not change once the model is cached.
             path = entry.repo_id if spec.lower() == entry.repo_id.lower() else spec
-            return ModelSource(entry.geometry().model_copy(update={"name": path}), path, None, "catalog")
+            geometry = entry.geometry().model_copy()
+            geometry.name = path
+            return ModelSource(geometry, path, None, "catalog")
         return _from_snapshot(hub.fetch(spec, revision))
     if revision is not None:
         raise ModelConfigError(
