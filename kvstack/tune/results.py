@@ -286,7 +286,7 @@ class TuneResults(_Doc):
         """The JSON results.json holds (a key left unset stays out, as an earlier tune wrote it)."""
         return self.model_dump(mode="json", by_alias=True, exclude_unset=True)
 
-    # The copies below are the typed surface of model_copy(update=...): the model is frozen (no
+    # The copies below are the typed surface of model_copy with an update: the model is frozen (no
     # assignment to a copy), and what they set counts as set for ``document`` (exclude_unset), as
     # model_copy's update does; a keyword left None is not set at all.
 
