@@ -250,7 +250,8 @@ class BenchRequest(LoadSlo, ReplayFlags):
     def with_key_and_engine_args(self, api_key: str | None, extra_args: list[str]) -> BenchRequest:
         """These inputs with what their flags do not hold: the API key and the engine arguments after
         ``--`` (checked: the rest was when the flags were read)."""
-        given = self.model_copy(update={"api_key": api_key, "extra_args": extra_args})
+        given = self.model_copy()
+        given.api_key, given.extra_args = api_key, extra_args
         given.check_engine_args()
         return given
 

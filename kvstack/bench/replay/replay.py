@@ -110,13 +110,9 @@ async def replay(
                         logprobs=CHECKED_LOGPROBS if keep else None,
                     )
                     if keep:
-                        slim: dict[str, object] = {
-                            "itl_s": [],
-                            "prompt_token_ids": None,
-                            "tokens": [],
-                            "top_logprobs": [],
-                        }
-                        run.served[req.index] = res.model_copy(update=slim)
+                        slim = res.model_copy()
+                        slim.itl_s, slim.prompt_token_ids, slim.tokens, slim.top_logprobs = [], None, [], []
+                        run.served[req.index] = slim
                 except Exception as exc:  # a row, never an exception (as bench's runner)
                     res = RequestResult(
                         start_time=time.time(), error=f"client error: {type(exc).__name__}: {exc}"

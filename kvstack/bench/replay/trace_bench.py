@@ -364,14 +364,18 @@ def replay_step(
     return run
 
 
+def _with_ideal(row: RequestRow, tokens: int) -> RequestRow:
+    """``row`` with the prefix tokens an ideal cache would have served it."""
+    out = row.model_copy()
+    out.expected_prefix_tokens = tokens
+    return out
+
+
 def _layout_result(
     layout: ServedLayout, run: ReplayRun, shared: Shared, aborted: str | None
 ) -> tuple[LayoutResult, list[RequestRow]]:
     ideal = shared.ideal()
-    rows_out = sorted(
-        (r.model_copy(update={"expected_prefix_tokens": ideal[r.index]}) for r in run.rows),
-        key=lambda r: r.index,
-    )
+    rows_out = sorted((_with_ideal(r, ideal[r.index]) for r in run.rows), key=lambda r: r.index)
     first, last = run.first, run.last
     result = LayoutResult(
         name=layout.name,

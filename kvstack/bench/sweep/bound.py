@@ -155,10 +155,18 @@ def step_resources(figures: Figures, step: SweepStep) -> list[ResourceUse]:
                 continue
             kv = flying * (shape.prompt_tokens + shape.output_tokens)
             why = "KV in flight: the step's requests in flight x their tokens"
-            use = use.model_copy(update={"demand": kv, "utilisation": kv / use.capacity, "source": why})
+            use = use.model_copy()
+            use.demand, use.utilisation, use.source = kv, kv / use.capacity, why
         out.append(use)
     busy = sum(u.utilisation for u in out if u.resource in ENGINE)
-    return [u.model_copy(update={"engine_busy": busy}) if u.resource in ENGINE else u for u in out]
+    return [_engine_busy(u, busy) if u.resource in ENGINE else u for u in out]
+
+
+def _engine_busy(use: ResourceUse, busy: float) -> ResourceUse:
+    """``use`` with the engine's total utilisation beside its own."""
+    out = use.model_copy()
+    out.engine_busy = busy
+    return out
 
 
 def knee_bound(lay: LayoutSweep, figures: Figures) -> KneeBound | None:
@@ -273,5 +281,9 @@ def explain_sweep(result: SweepResult, plans: Mapping[str, Plan | None]) -> Swee
         figures = layout_figures(lay.name, plan, lay.steps)
         bound = knee_bound(lay, figures) if figures is not None else None
         predicted = predicted_capacity(lay, plan, result.kind, result.slo, trace_rate)
-        layouts.append(lay.model_copy(update={"bound": bound, "predicted": predicted}))
-    return result.model_copy(update={"layouts": layouts})
+        judged = lay.model_copy()
+        judged.bound, judged.predicted = bound, predicted
+        layouts.append(judged)
+    out = result.model_copy()
+    out.layouts = layouts
+    return out
