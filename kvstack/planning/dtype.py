@@ -59,7 +59,7 @@ def _warnings(value: str) -> tuple[str, ...]:
 
 
 def sglang_has_nvfp4(version: str | None) -> bool:
-    return at_least(version, SGLANG_NVFP4_MIN)
+    return _has_nvfp4(SGLANG, version)
 
 
 def _has_nvfp4(spec: EngineSpec, version: str | None) -> bool:
