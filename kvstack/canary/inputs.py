@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Annotated, Self, TypedDict
+from typing import Annotated, Self, TypedDict, cast
 
 from pydantic import model_validator
 
-from kvstack.canary.defaults import DEFAULT_BUDGET, DEFAULT_INTERVAL_S, ON_WRONG_KV
+from kvstack.canary.defaults import DEFAULT_BUDGET, DEFAULT_INTERVAL_S, ON_WRONG_KV, OnWrongKv
 from kvstack.errors import InputError
 from kvstack.flags import Inputs, flag
 
@@ -112,7 +112,7 @@ class CanaryInputs(Inputs):
             "canary": not self.no_canary,
             "canary_interval_s": self.canary_interval,
             "canary_budget": parse_budget(self.canary_budget),
-            "on_wrong_kv": self.on_wrong_kv,
+            "on_wrong_kv": cast(OnWrongKv, self.on_wrong_kv),  # one of ON_WRONG_KV: the flag's choices
             "metrics_port": self.metrics_port,
             "metrics_token": read_token(self.metrics_token_file),
         }
@@ -124,7 +124,7 @@ class CanaryFields(TypedDict):
     canary: bool
     canary_interval_s: float
     canary_budget: float
-    on_wrong_kv: str
+    on_wrong_kv: OnWrongKv
     metrics_port: int
     metrics_token: str | None
 

@@ -42,7 +42,7 @@ def register(app: typer.Typer) -> None:
             api_key=key.value(),
             extra_args=extra_args,
             validate=not run.no_validate,
-            **canary.fields(),
+            canary=canary.fields(),
         )
         shown = (lambda launch: print_dry_run(launch, json_mode, events)) if run.dry_run else None
         code = serve(full, events, trace.read(), dry_run=shown)

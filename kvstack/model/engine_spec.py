@@ -100,9 +100,25 @@ class EngineKvSpec(BaseModel):
         return f"vLLM {self.vllm_version}'s KV cache spec"
 
     def unchecked(self) -> EngineKvSpec:
-        """A shallow copy whose block sizes are kvstack's estimate (``blocks_checked`` False). The
-        model is frozen, so this keeps model_copy's update: the signature is the typed surface."""
-        return self.model_copy(update={"blocks_checked": False})
+        """A copy whose block sizes are kvstack's estimate (``blocks_checked`` False)."""
+        return EngineKvSpec(
+            vllm_version=self.vllm_version,
+            ok=self.ok,
+            stage=self.stage,
+            reason=self.reason,
+            platform=self.platform,
+            architecture=self.architecture,
+            max_model_len=self.max_model_len,
+            kv_cache_dtype=self.kv_cache_dtype,
+            model_dtype=self.model_dtype,
+            max_num_batched_tokens=self.max_num_batched_tokens,
+            prefix_caching=self.prefix_caching,
+            default_prefix_caching=self.default_prefix_caching,
+            shared_layers=self.shared_layers,
+            manager_on=self.manager_on,
+            manager_off=self.manager_off,
+            blocks_checked=False,
+        )
 
 
 def _tokens_held(group: SpecGroup, tokens: int, in_flight: int) -> int:

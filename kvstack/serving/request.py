@@ -10,6 +10,7 @@ from typing import Annotated
 from pydantic import Field
 
 from kvstack.canary.defaults import DEFAULT_BUDGET, DEFAULT_INTERVAL_S, OnWrongKv
+from kvstack.canary.inputs import CanaryFields
 from kvstack.flags import Inputs, Json, flag
 from kvstack.profiles import profiles_dir
 from kvstack.rundir import default_cache_root, new_run_dir
@@ -89,19 +90,26 @@ class ServeRequest(ValidationInputs, PlanInputs):
         api_key: str | None = None,
         extra_args: list[str] | None = None,
         validate: bool = True,
-        **fields: object,
+        canary: CanaryFields | None = None,
+        model: str | None = None,
+        run_dir: Path | None = None,
     ) -> ServeRequest:
         """This request with what its flags do not hold: the remote store's URL and the API key (as
         resolved from their own inputs), the engine arguments after --, whether to validate after
-        start, and the canary's fields (``CanaryInputs.fields``)."""
-        unknown = [name for name in fields if name not in type(self).model_fields]
-        if unknown:
-            raise TypeError(f"ServeRequest has no field {unknown}")
+        start, the canary's fields (``CanaryInputs.fields``), and bench's own --model and --run-dir
+        (None keeps this request's)."""
         out = self.model_copy()
         out.remote, out.api_key = remote, api_key
         out.extra_args, out.validate_after_start = list(extra_args or []), validate
-        # The rest by name, checked above: bench's model and run dir, the canary's (CanaryInputs.fields).
-        return out.model_copy(update=fields) if fields else out
+        if canary is not None:
+            out.canary, out.canary_interval_s = canary["canary"], canary["canary_interval_s"]
+            out.canary_budget, out.on_wrong_kv = canary["canary_budget"], canary["on_wrong_kv"]
+            out.metrics_port, out.metrics_token = canary["metrics_port"], canary["metrics_token"]
+        if model is not None:
+            out.model = model
+        if run_dir is not None:
+            out.run_dir = run_dir
+        return out
 
     @property
     def multi(self) -> bool:

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import cast
 
 from kvstack.engines.facts import gather_facts
 from kvstack.engines.render import render
@@ -59,18 +59,18 @@ class TierOverrides:
 def resized_plan(plan: Plan, sizes: TierOverrides) -> Plan:
     """``plan`` with its offload tiers (never the engine's own pool) resized."""
     wanted = {"cpu": sizes.cpu_bytes, "disk": sizes.disk_bytes}
-    tiers = [plan.tiers[0]] if plan.tiers else []
+    tiers = [plan.cache.tiers[0]] if plan.cache.tiers else []
     for tier in plan.offload_tiers:
         size = wanted.get(tier.kind)
         if size is None:
             tiers.append(tier)
             continue
-        tokens = size // max(1, plan.kv_bytes_per_token)
+        tokens = size // max(1, plan.cache.kv_bytes_per_token)
         reason = f"{fmt_bytes(size)}: set for this bench (was {fmt_bytes(tier.size_bytes)}: {tier.reason})"
         tiers.append(
             tier.resized(
                 size_bytes=size,
-                size_bytes_per_rank=size // plan.tensor_parallel_size,
+                size_bytes_per_rank=size // plan.parallel.tensor_parallel_size,
                 tokens=tokens,
                 reason=reason,
             )
@@ -78,7 +78,7 @@ def resized_plan(plan: Plan, sizes: TierOverrides) -> Plan:
     missing = [k for k, v in wanted.items() if v is not None and plan.tier(k) is None]  # type: ignore[arg-type]
     if missing:
         raise InputError(
-            f"the layout has no {' or '.join(missing)} tier to resize (--offload {plan.connector})",
+            f"the layout has no {' or '.join(missing)} tier to resize (--offload {plan.transfer.connector})",
             hint="drop --l1-size/--disk-size, or bench a layout with those tiers (e.g. lmcache-mp)",
         )
     return plan.with_tiers(tiers)
@@ -91,7 +91,7 @@ def resized_launch(launch: Launch, sizes: TierOverrides) -> Launch:
     plan = resized_plan(launch.plan, sizes)
     replicas = []
     for p in launch.replicas:
-        facts = gather_facts(plan.model_path, p.snapshot.memory, revision=plan.model_revision)
+        facts = gather_facts(plan.model.path, p.snapshot.memory, revision=plan.model.revision)
         spec = render(plan, p.options, p.snapshot.software, facts)
         replicas.append(dataclasses.replace(p, plan=plan, spec=spec))
     return dataclasses.replace(launch, plan=plan, replicas=tuple(replicas))
@@ -107,8 +107,9 @@ def measuring_request(
     """What bench and tune serve each layout with: ``request`` completed with the API key and the
     engine arguments (and bench's own --model and --run-dir), without a validation pass, and refused
     where serve refuses it (on loopback it has nothing to warn about)."""
-    own: dict[str, Any] = {k: v for k, v in (("model", model), ("run_dir", run_dir)) if v is not None}
-    served = request.completed(api_key=api_key, extra_args=extra_args, validate=False, **own)
+    served = request.completed(
+        api_key=api_key, extra_args=extra_args, validate=False, model=model, run_dir=run_dir
+    )
     check_request(served, dry_run=False)
     return served
 

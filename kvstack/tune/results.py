@@ -263,6 +263,10 @@ class CalibrationReplay(_Doc):
 
 
 class TuneResults(_Doc):
+    # Not frozen, unlike the documents it holds: its copies below assign their changes (attributes
+    # mypy checks), and an assignment counts as set for ``document`` (exclude_unset).
+    model_config = ConfigDict(extra="forbid", frozen=False, populate_by_name=True)
+
     kind: Literal["kvstack-tune"]
     objective: str
     source: Source
@@ -286,10 +290,6 @@ class TuneResults(_Doc):
         """The JSON results.json holds (a key left unset stays out, as an earlier tune wrote it)."""
         return self.model_dump(mode="json", by_alias=True, exclude_unset=True)
 
-    # The copies below are the typed surface of model_copy with an update: the model is frozen (no
-    # assignment to a copy), and what they set counts as set for ``document`` (exclude_unset), as
-    # model_copy's update does; a keyword left None is not set at all.
-
     def ranked(
         self,
         predicted_winner: str,
@@ -298,18 +298,23 @@ class TuneResults(_Doc):
         calibration_replays: list[CalibrationReplay] | None = None,
     ) -> TuneResults:
         """A shallow copy ranked afresh: the model's best, no winner chosen yet; ``measured`` and
-        ``calibration_replays`` where given."""
-        update: dict[str, object] = {"predicted_winner": predicted_winner, "winner": None}
+        ``calibration_replays`` where given (None leaves this one's, unset where it was)."""
+        out = self.model_copy()
+        out.predicted_winner, out.winner = predicted_winner, None
         if measured is not None:
-            update["measured"] = measured
+            out.measured = measured
         if calibration_replays is not None:
-            update["calibration_replays"] = calibration_replays
-        return self.model_copy(update=update)
+            out.calibration_replays = calibration_replays
+        return out
 
     def with_measured(self, measured: Measured) -> TuneResults:
         """A shallow copy with ``measured`` as its measured candidates."""
-        return self.model_copy(update={"measured": measured})
+        out = self.model_copy()
+        out.measured = measured
+        return out
 
     def with_winner(self, winner: str) -> TuneResults:
         """A shallow copy with ``winner`` chosen."""
-        return self.model_copy(update={"winner": winner})
+        out = self.model_copy()
+        out.winner = winner
+        return out

@@ -53,3 +53,16 @@ def test_state_groups_keep_their_blocks_and_pages_whatever_the_dtype() -> None:
     assert off == on.blocks_per_request - 3 + 1
     demo = recorded_spec("demo").manager_on
     assert demo is not None and spec_block_bytes(demo, 0.5) == demo.bytes_per_block / 2
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_unchecked_keeps_every_field_but_the_block_check(name: str) -> None:
+    spec = recorded_spec(name)
+    assert spec.blocks_checked
+    out = spec.unchecked()
+    assert not out.blocks_checked
+    # Every field, so that a field added to EngineKvSpec and not to unchecked() fails here.
+    for field in EngineKvSpec.model_fields:
+        if field != "blocks_checked":
+            assert getattr(out, field) == getattr(spec, field), field
+    assert out.model_dump(exclude={"blocks_checked"}) == spec.model_dump(exclude={"blocks_checked"})

@@ -61,3 +61,19 @@ def test_a_results_json_the_kvstack_before_the_typed_writer_wrote_loads_unchange
     assert [m.document() for m in proof.measured] == list(typed.measured.candidates)
     cal = from_results(typed.calibration)
     assert (cal.plain_layout, cal.offload_layout) == ("none", "lmcache-mp")
+
+
+def test_a_copy_sets_what_it_changes_and_leaves_the_rest_as_it_was(tmp_path: Path) -> None:
+    opts = options(tmp_path, 32)
+    _, typed, _, _ = rank_inputs(opts, read(opts))
+    before = typed.document()
+    ranked = typed.ranked("none")
+    doc = ranked.document()
+    # What ranked() assigns is now set (document() writes it), the rest is the original's.
+    assert doc["predicted_winner"] == "none" and doc["winner"] is None
+    assert {k: v for k, v in doc.items() if k not in ("predicted_winner", "winner")} == {
+        k: v for k, v in before.items() if k != "winner"
+    }
+    assert "predicted_winner" not in typed.document()  # the original is unchanged
+    chosen = ranked.with_winner("lmcache-mp")
+    assert chosen.document()["winner"] == "lmcache-mp" and ranked.winner is None
