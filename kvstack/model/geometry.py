@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model_serializer
 
@@ -305,7 +305,26 @@ def _moe(cfg: Mapping[str, Any]) -> tuple[int | None, int | None]:
     return None, None
 
 
-def _estimate_params(cfg: Mapping[str, Any], geo: dict[str, Any]) -> tuple[int, int, int, int]:
+class _Shapes(TypedDict):
+    """The attention and vocabulary shapes ``geometry_from_config`` reads once and both
+    ``_estimate_params`` and ModelGeometry take (ModelGeometry's field names)."""
+
+    layers: int
+    hidden_size: int
+    heads: int
+    vocab_size: int | None
+    attention: Attention
+    kv_heads: int
+    head_dim: int
+    kv_lora_rank: int | None
+    qk_rope_head_dim: int | None
+    qk_head_dim: int
+    v_head_dim: int
+    num_experts: int | None
+    experts_per_token: int | None
+
+
+def _estimate_params(cfg: Mapping[str, Any], geo: _Shapes) -> tuple[int, int, int, int]:
     """(total, active, expert, embedding) parameters from the config's shapes (biases and norms ignored)."""
     hidden, layers, heads = geo["hidden_size"], geo["layers"], geo["heads"]
     vocab = geo["vocab_size"] or 0
@@ -317,6 +336,7 @@ def _estimate_params(cfg: Mapping[str, Any], geo: dict[str, Any]) -> tuple[int, 
             geo["qk_rope_head_dim"],
             geo["kv_lora_rank"],
         )
+        assert rope is not None and kv_rank is not None  # set together with attention="mla"
         q_rank = cfg.get("q_lora_rank")
         q = hidden * q_rank + q_rank * heads * qk if isinstance(q_rank, int) else hidden * heads * qk
         attn = q + hidden * (kv_rank + rope) + kv_rank * heads * (qk - rope + v) + heads * v * hidden
@@ -330,7 +350,7 @@ def _estimate_params(cfg: Mapping[str, Any], geo: dict[str, Any]) -> tuple[int, 
         inter = max((int(x) for x in inter if isinstance(x, int | float)), default=4 * hidden)
     experts, per_tok = geo["num_experts"], geo["experts_per_token"]
     dense_mlp = 3 * hidden * int(inter)
-    if experts is None:
+    if experts is None or per_tok is None:  # _moe gives both or neither
         total = embedding + layers * (attn + dense_mlp)
         return total, total, 0, embedding
     expert_size = 3 * hidden * int(cfg.get("moe_intermediate_size") or inter)
@@ -451,25 +471,40 @@ def geometry_from_config(config: Mapping[str, Any], name: str, source: str) -> M
     dtype = "float16" if raw_dtype in ("float16", "half") else "bfloat16"
     dtype_bytes = _DTYPE_BYTES[raw_dtype]
     max_context = _max_context(cfg, source)
-    geo: dict[str, Any] = {"layers": layers, "hidden_size": hidden, "heads": heads, "vocab_size": None}
+    vocab = cfg.get("vocab_size")
+    num_experts, experts_per_token = _moe(cfg)
     kv_rank = _int(cfg, source, "kv_lora_rank", required=False)
     if kv_rank is not None:
         rope = _int(cfg, source, "qk_rope_head_dim", required=False) or 64
         nope = _int(cfg, source, "qk_nope_head_dim", required=False) or 128
         v_dim = _int(cfg, source, "v_head_dim", required=False) or nope
         # MLA caches one latent per layer and token: kv_lora_rank + the decoupled RoPE key (no factor 2).
-        geo.update(attention="mla", kv_heads=1, head_dim=kv_rank + rope, kv_lora_rank=kv_rank)
-        geo.update(qk_rope_head_dim=rope, qk_head_dim=nope + rope, v_head_dim=v_dim)
+        attention: Attention = "mla"
+        kv_heads, head_dim, qk_head_dim, v_head_dim = 1, kv_rank + rope, nope + rope, v_dim
+        rope_dim: int | None = rope
         per_layer_token = (kv_rank + rope) * dtype_bytes
     else:
-        geo.update(attention="mha" if kv_heads == heads else "gqa", kv_heads=kv_heads, head_dim=head_dim)
-        geo.update(kv_lora_rank=None, qk_rope_head_dim=None, qk_head_dim=head_dim, v_head_dim=head_dim)
+        attention = "mha" if kv_heads == heads else "gqa"
+        qk_head_dim = v_head_dim = head_dim
+        rope_dim = None
         per_layer_token = 2 * kv_heads * head_dim * dtype_bytes
+    geo = _Shapes(
+        layers=layers,
+        hidden_size=hidden,
+        heads=heads,
+        vocab_size=vocab if isinstance(vocab, int) and vocab > 0 else None,
+        attention=attention,
+        kv_heads=kv_heads,
+        head_dim=head_dim,
+        kv_lora_rank=kv_rank,
+        qk_rope_head_dim=rope_dim,
+        qk_head_dim=qk_head_dim,
+        v_head_dim=v_head_dim,
+        num_experts=num_experts,
+        experts_per_token=experts_per_token,
+    )
     stack = layer_stack(cfg, layers, max_context)
     window, chunk = stack.sliding_window, stack.attention_chunk
-    vocab = cfg.get("vocab_size")
-    geo["vocab_size"] = vocab if isinstance(vocab, int) and vocab > 0 else None
-    geo["num_experts"], geo["experts_per_token"] = _moe(cfg)
     total, active, expert_params, embedding = _estimate_params(cfg, geo)
     weight_dtype, expert_bytes, linear_bytes = _weight_format(cfg, dtype_bytes)
     weight_bytes = expert_params * expert_bytes + (total - expert_params - embedding) * linear_bytes
