@@ -1,0 +1,585 @@
+"""The served engine, step by step: vLLM v1's scheduler over the pool and the offload tiers. Pure.
+
+Each step (``Scheduler.schedule``), with a budget of ``max_num_batched_tokens`` tokens:
+
+1. the running requests, in the order they were admitted: a decoding one gets 1 token, one in the
+   middle of its prompt the rest of it, up to the budget left; when the pool cannot hold the blocks
+   a request needs, the most recently admitted running request is preempted (its blocks freed, its
+   progress lost: recompute preemption) and put back at the front of the waiting queue, until the
+   request fits or is itself the one preempted;
+2. unless a request was preempted, the waiting requests first come first served while the budget
+   lasts and fewer than ``max_num_seqs`` run: a request's prefix is looked up in the pool (its
+   leading whole blocks held there, running or free), then in the tiers from the chunk the pool
+   stopped in (each chunk from the first tier holding it; the run stops at the first chunk none
+   holds); at least its last token is computed; the rest, up to the budget (all of it or none when
+   prefill is not chunked), is its first chunk; it waits, and every request behind it, when the
+   pool cannot hold its blocks.
+
+The step lasts ``fixed_s`` + its prefill chunks + its decoding sequences (inputs.py's equations) +
+the tiers' loads (each admitted request's hits, at its tier's latency and bandwidth) and stores
+(every whole prompt chunk computed in it, to each tier not holding it) + ``request_s`` per request
+admitted with tiers, or ``max(that without the overlapped tiers, each overlapped tier's
+transfers)``. At its end the blocks it filled are cached in the pool, its chunks stored, and each
+request whose tokens are all computed samples one token: the first (its TTFT), or one more, and is
+done after its last (its blocks freed).
+
+How it stays fast (none of it changes a result):
+
+- Only the most recently admitted running request can be in the middle of its prompt: a prompt is
+  cut short only where the budget runs out, and then nothing is admitted after it. Every other
+  running request decodes, one token a step (vLLM requires ``max_num_batched_tokens >=
+  max_num_seqs``), so they are held as one group on the step clock: a member's computed tokens are
+  its offset plus the clock, the blocks the group needs next step are those of the members on a
+  block boundary (counted by offset modulo the block), and completions come off a heap. A step
+  costs the requests it admits, completes or preempts, not every running one.
+- Time with nothing to run is skipped to the next arrival, and a run of identical steps (the group
+  alone, no request admitted nor able to be until the next arrival, completion or full pool) is
+  taken in one go, its durations summed in closed form (``fast_forward=False`` takes them one by one).
+- A member's blocks past its prompt are cached (keyed as its own) when it frees them: no other
+  request can hit them, and it looks them up only after freeing them (preempted).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from kvstack.planning.predict.simulator.caches import BlockPool, ChunkTier
+from kvstack.planning.predict.simulator.inputs import Layout, SimRequest, unit_keys
+from kvstack.planning.predict.simulator.results import RequestResult, SimResult
+
+# A request's own blocks (past its prompt's whole blocks: its output, its prompt's partial tail)
+# are keyed -(1 + index x _OWN + block): no other request shares them, a preempted one finds them.
+_OWN = 1 << 32
+
+
+class _Req:
+    __slots__ = (
+        "admitted",
+        "arrival_s",
+        "blocks",
+        "computed",
+        "finish_s",
+        "first_s",
+        "generated",
+        "held",
+        "index",
+        "keys",
+        "offset",
+        "output",
+        "pool_hit",
+        "preemptions",
+        "prompt",
+        "recompute_again",
+        "recomputed",
+        "registered",
+        "seq",
+        "spec",
+        "stored",
+        "tier_hit",
+    )
+
+    def __init__(self, index: int, spec: SimRequest, tiers: int) -> None:
+        self.index, self.spec = index, spec
+        self.arrival_s, self.prompt, self.output = spec.arrival_s, spec.prompt_tokens, spec.output_tokens
+        self.keys: list[int] | None = None  # the prompt's whole blocks' keys, while it is in play
+        # While it decodes in the group, computed, generated and blocks follow the step clock
+        # (``_Engine.sync``); otherwise they are its own.
+        self.computed = self.generated = self.blocks = self.registered = self.stored = 0
+        self.offset = 0  # in the group: computed tokens minus the step clock
+        self.seq = -1  # its admission's number (the group's order), -1 while not running
+        self.held: list[int] = []  # its cached blocks' keys, in block order
+        self.first_s: float | None = None
+        self.finish_s: float | None = None
+        self.admitted = False
+        self.pool_hit = self.recomputed = self.preemptions = self.recompute_again = 0
+        self.tier_hit = [0] * tiers
+
+
+@dataclass
+class _Lookup:
+    blocks: int  # leading blocks the pool holds
+    freed: list[int]  # those of them that are free (taking them uses pool room)
+    reach: int  # tokens held: the pool's, then the tiers'
+    tier_tokens: list[int]
+    found: list[tuple[int, int]]  # (chunk key, tier index) of each chunk the tiers serve
+    held_to: int  # where what the caches hold ends (reach before the last token is taken back)
+
+
+@dataclass
+class _Step:
+    items: list[tuple[_Req, int]] = field(default_factory=list)  # prefill: (request, tokens computed)
+    compute_s: float = 0.0
+    blocking_s: float = 0.0
+    overlapped_s: list[float] = field(default_factory=list)  # per tier
+    stores: list[int] = field(default_factory=list)  # chunk keys, stored to every tier at its end
+    decodes: int = 0  # the group's members this step
+    preempted: bool = False
+    blocked: str = ""  # why no (more) waiting request was admitted: empty, seqs, budget, pool
+    head_free: set[int] = field(default_factory=set)  # a pool-blocked head's free hits
+
+    @property
+    def seconds(self) -> float:
+        return max(self.compute_s + self.blocking_s, max(self.overlapped_s, default=0.0))
+
+
+def simulate(requests: Sequence[SimRequest], layout: Layout, *, fast_forward: bool = True) -> SimResult:
+    """Serve ``requests`` (any order; served by arrival) on ``layout``, from empty caches."""
+    if len({r.id_tokens for r in requests}) > 1:
+        raise ValueError("a workload's prefix ids must all cover the same number of tokens")
+    return _Engine(requests, layout, fast_forward).run()
+
+
+def steps_before(gap_s: float, first_s: float, growth_s: float) -> int:
+    """How many of the steps starting now, lasting ``first_s``, ``first_s + growth_s``, ..., start
+    less than ``gap_s`` from now (at least this one)."""
+
+    def start(j: int) -> float:
+        return first_s * j + growth_s * j * (j - 1) / 2
+
+    if first_s <= 0 and growth_s <= 0:
+        return 1 << 62
+    if growth_s == 0:
+        j = math.ceil(gap_s / first_s)
+    else:
+        half = first_s - growth_s / 2
+        j = math.ceil((-half + math.sqrt(half * half + 2 * growth_s * gap_s)) / growth_s)
+    j = max(j, 1)
+    while j > 1 and start(j - 1) >= gap_s:
+        j -= 1
+    while start(j) < gap_s:
+        j += 1
+    return j
+
+
+class _Engine:
+    def __init__(self, requests: Sequence[SimRequest], layout: Layout, fast_forward: bool) -> None:
+        self.layout, self.costs, self.limits = layout, layout.costs, layout.limits
+        self.bt = layout.limits.block_tokens
+        self.chunk = layout.chunk_tokens
+        self.per_chunk = self.chunk // self.bt if self.chunk else 0
+        self.fast_forward = fast_forward
+        self.pool = BlockPool(layout.limits.pool_blocks)
+        self.tiers = [ChunkTier(t.capacity_chunks) for t in layout.tiers]
+        order = sorted(range(len(requests)), key=lambda i: requests[i].arrival_s)
+        self.arrivals = [_Req(i, requests[i], len(self.tiers)) for i in order]
+        self.done: list[_Req] = []
+        self.waiting: deque[_Req] = deque()
+        # Running: the decoding group (admission order) and at most one request mid-prompt, last.
+        self.group: dict[int, _Req] = {}
+        self.tail: _Req | None = None
+        self.clock = 0  # steps run: the group's members each gained one token a step
+        self.phase = [0] * self.bt  # group members by offset modulo the block
+        self.offsets = 0  # the sum of the members' offsets
+        self.ends: list[tuple[int, int, _Req]] = []  # (clock at its last token, seq, member)
+        self.seqs = 0
+        self.next = 0
+        self.t = self.start = self.arrivals[0].arrival_s if self.arrivals else 0.0
+        self.busy = 0.0
+
+    # --- the loop ---------------------------------------------------------------------------------
+
+    def run(self) -> SimResult:
+        arrivals = self.arrivals
+        while True:
+            while self.next < len(arrivals) and arrivals[self.next].arrival_s <= self.t:
+                self._arrive(arrivals[self.next])
+                self.next += 1
+            if not self.group and self.tail is None and not self.waiting:
+                if self.next >= len(arrivals):
+                    break
+                self.t = max(self.t, arrivals[self.next].arrival_s)
+                continue
+            step = self._plan()
+            if not step.items and not step.decodes:
+                if step.preempted:
+                    continue  # an empty schedule runs no step (the first member never is: _fits)
+                raise RuntimeError("the simulated scheduler made no progress")  # cannot happen: _fits
+            self._apply(step, self._window(step) if self.fast_forward else 1)
+        return self._result()
+
+    def _fits(self, r: _Req) -> bool:
+        """Whether the engine could ever serve ``r`` alone: its KV in the pool and, unchunked, its
+        tokens (a preempted one's too) in one step."""
+        most = r.prompt + r.output - 1
+        limits = self.limits
+        if -(-most // self.bt) > limits.pool_blocks:
+            return False
+        return limits.chunked_prefill or most <= limits.max_num_batched_tokens
+
+    def _arrive(self, r: _Req) -> None:
+        if self._fits(r):
+            self.waiting.append(r)
+        else:
+            self.done.append(r)
+
+    # --- the decoding group -------------------------------------------------------------------------
+
+    def _join(self, r: _Req) -> None:
+        """``r`` (its tokens all computed, not done) decodes from the next step on."""
+        r.offset = r.computed - self.clock
+        self.group[r.seq] = r
+        self.phase[r.offset % self.bt] += 1
+        self.offsets += r.offset
+        heapq.heappush(self.ends, (r.prompt + r.output - 1 - r.offset, r.seq, r))
+
+    def _leave(self, r: _Req) -> None:
+        """``r`` leaves the group, its computed tokens, output and blocks set from the clock."""
+        del self.group[r.seq]
+        self.phase[r.offset % self.bt] -= 1
+        self.offsets -= r.offset
+        r.computed = r.offset + self.clock
+        r.generated = r.computed - r.prompt + 1
+        r.blocks = -(-r.computed // self.bt)
+
+    def _last_running(self) -> _Req:
+        """The most recently admitted running request (preemption's victim), out of the running."""
+        if self.tail is not None:
+            r, self.tail = self.tail, None
+            return r
+        r = self.group[next(reversed(self.group))]
+        self._leave(r)
+        return r
+
+    def _group_step(self, step: _Step) -> None:
+        """The group's tokens this step: the blocks its members on a block boundary need, the most
+        recently admitted running requests preempted while the pool cannot hold them."""
+        pool, bt = self.pool, self.bt
+        at = -self.clock % bt
+        need = self.phase[at]
+        if need <= pool.room:
+            pool.allocate(need)
+        else:  # request by request, in admission order, as the scheduler does
+            for seq in list(self.group):
+                r = self.group.get(seq)
+                if r is None:
+                    break  # preempted as a victim: so is every member after it
+                if r.offset % bt != at:
+                    continue
+                while pool.room < 1:
+                    victim = self._last_running()
+                    self._preempt(victim)
+                    step.preempted = True
+                    if victim is r:
+                        break
+                else:
+                    pool.allocate(1)
+                    continue
+                break
+        n = step.decodes = len(self.group)
+        if n:
+            step.compute_s += self.costs.decode_s(n, self.offsets + n * (self.clock + 1))
+
+    # --- one step's schedule ------------------------------------------------------------------------
+
+    def _plan(self) -> _Step:
+        step = _Step(overlapped_s=[0.0] * len(self.tiers))
+        if self.group:
+            self._group_step(step)
+        budget = self.limits.max_num_batched_tokens - step.decodes
+        r = self.tail
+        if r is not None and budget > 0:
+            n = min(r.prompt + r.generated - r.computed, budget)
+            need = -(-(r.computed + n) // self.bt) - r.blocks
+            if need > self.pool.room:  # the last running request: it is the one preempted
+                self.tail = None
+                self._preempt(r)
+                step.preempted = True
+            else:
+                self.pool.allocate(need)
+                r.blocks += need
+                step.items.append((r, n))
+                step.compute_s += self.costs.prefill_s(r.computed, n)
+                self._plan_stores(step, r, n)
+                budget -= n
+        if not step.preempted:
+            self._admit_waiting(step, budget)
+        step.compute_s += self.costs.fixed_s
+        return step
+
+    def _admit_waiting(self, step: _Step, budget: int) -> None:
+        waiting, limits, pool, bt = self.waiting, self.limits, self.pool, self.bt
+        running = len(self.group) + (self.tail is not None)
+        step.blocked = "empty" if not waiting else "budget"
+        while waiting and budget > 0:
+            if running >= limits.max_num_seqs:
+                step.blocked = "seqs"
+                return
+            r = waiting[0]
+            look = self._lookup(r)
+            left = r.prompt + r.generated - look.reach
+            if not limits.chunked_prefill and left > budget:
+                step.blocked = "budget"
+                return
+            n = min(left, budget)
+            need = -(-(look.reach + n) // bt) - look.blocks
+            if len(look.freed) + need > pool.room:
+                step.blocked, step.head_free = "pool", set(look.freed)
+                return
+            waiting.popleft()
+            self._admit(r, look, need, step)
+            running += 1
+            step.items.append((r, n))
+            step.compute_s += self.costs.prefill_s(r.computed, n)
+            self._plan_stores(step, r, n)
+            budget -= n
+            step.blocked = "empty" if not waiting else "budget"
+
+    def _own_key(self, r: _Req, block: int) -> int:
+        return -(1 + r.index * _OWN + block)
+
+    def _block_keys(self, r: _Req, blocks: int) -> list[int]:
+        """The keys of ``r``'s first ``blocks`` blocks."""
+        keys = self._prompt_keys(r)
+        if blocks <= len(keys):
+            return keys[:blocks]
+        return keys + [self._own_key(r, b) for b in range(len(keys), blocks)]
+
+    def _prompt_keys(self, r: _Req) -> list[int]:
+        if r.keys is None:
+            r.keys = unit_keys(r.spec.prefix_ids, r.spec.id_tokens, self.bt, r.prompt)
+        return r.keys
+
+    def _lookup(self, r: _Req) -> _Lookup:
+        tokens = r.prompt + r.generated
+        keys = self._prompt_keys(r)
+        limit = (tokens - 1) // self.bt  # at least the last token is computed (it gives the logits)
+        blocks, freed = 0, list[int]()
+        if self.limits.prefix_caching:
+            blocks, freed = self.pool.match(keys, limit)
+            if blocks == len(keys) < limit:  # a preempted request's own blocks, past its prompt
+                own = self._block_keys(r, limit)[len(keys) :]
+                more, more_freed = self.pool.match(own, limit - len(keys))
+                blocks, freed = blocks + more, freed + more_freed
+        reach = blocks * self.bt
+        tier_tokens = [0] * len(self.tiers)
+        found: list[tuple[int, int]] = []
+        if self.tiers:
+            chunk, per = self.chunk, self.per_chunk
+            j, last = reach // chunk, r.prompt // chunk
+            while j < last:
+                key = keys[(j + 1) * per - 1]
+                k = self._tier_of(key)
+                if k is None:
+                    break
+                end = (j + 1) * chunk
+                tier_tokens[k] += end - reach
+                reach = end
+                found.append((key, k))
+                j += 1
+        held_to = reach
+        if reach > tokens - 1:
+            tier_tokens[found[-1][1]] -= reach - (tokens - 1)
+            reach = tokens - 1
+        return _Lookup(blocks, freed, reach, tier_tokens, found, held_to)
+
+    def _tier_of(self, key: int) -> int | None:
+        """The first tier holding the chunk ``key``."""
+        for k, tier in enumerate(self.tiers):
+            if key in tier.lru:
+                return k
+        return None
+
+    def _admit(self, r: _Req, look: _Lookup, need: int, step: _Step) -> None:
+        pool = self.pool
+        hit = self._block_keys(r, look.blocks)
+        pool.acquire(hit, look.freed)
+        pool.allocate(need)
+        r.held, r.blocks, r.registered = hit, look.blocks + need, look.blocks
+        r.computed = look.reach
+        r.seq = self.seqs
+        self.seqs += 1
+        self._register(r)
+        tiers, specs = self.tiers, self.layout.tiers
+        for key, k in look.found:
+            for tier in tiers[k:]:
+                tier.touch(key)
+            if self.layout.readmit:
+                for tier in tiers[:k]:
+                    tier.put(key)
+        for k, tokens in enumerate(look.tier_tokens):
+            if tokens:
+                self._transfer(step, k, specs[k].load_s(tokens))
+        if tiers:
+            step.blocking_s += self.layout.request_s
+            r.stored = look.held_to // self.chunk  # chunks held whole are not stored again
+        if not r.admitted:
+            r.admitted = True
+            r.pool_hit, r.tier_hit = look.blocks * self.bt, look.tier_tokens
+            r.recomputed = r.prompt - look.reach
+        else:
+            r.recompute_again += r.prompt + r.generated - look.reach
+
+    def _transfer(self, step: _Step, tier: int, seconds: float, *, store: bool = False) -> None:
+        spec = self.layout.tiers[tier]
+        if spec.stores_overlap if store else spec.overlapped:
+            step.overlapped_s[tier] += seconds
+        else:
+            step.blocking_s += seconds
+
+    def _plan_stores(self, step: _Step, r: _Req, n: int) -> None:
+        """The whole prompt chunks this step's tokens of ``r`` complete, and what storing them costs."""
+        if not self.tiers:
+            return
+        chunk, per, keys = self.chunk, self.per_chunk, r.keys
+        assert keys is not None
+        end = min(r.computed + n, r.prompt)
+        while (r.stored + 1) * chunk <= end:
+            key = keys[(r.stored + 1) * per - 1]
+            step.stores.append(key)
+            for k, tier in enumerate(self.tiers):
+                if key not in tier.lru and tier.capacity > 0:
+                    self._transfer(step, k, self.layout.tiers[k].store_s(chunk), store=True)
+            r.stored += 1
+
+    def _preempt(self, r: _Req) -> None:
+        """``r`` (already out of the running) frees its blocks and waits at the queue's front."""
+        self._release(r)
+        r.computed = r.registered = 0
+        r.seq = -1
+        r.preemptions += 1
+        self.waiting.appendleft(r)
+
+    def _release(self, r: _Req) -> None:
+        self._register(r)  # its blocks past its prompt, cached as it frees them
+        self.pool.release(r.held, r.blocks)
+        r.held, r.blocks = [], 0
+
+    def _register(self, r: _Req) -> None:
+        """Cache the blocks ``r`` has filled since the last call."""
+        full = r.computed // self.bt
+        b = r.registered
+        if b >= full:
+            return
+        r.registered = full
+        if not self.limits.prefix_caching:
+            return
+        keys = r.keys
+        assert keys is not None
+        top = min(full, len(keys))
+        filled = keys[b:top] if b < top else []
+        filled += [self._own_key(r, block) for block in range(max(b, len(keys)), full)]
+        r.held += self.pool.register(filled)
+
+    # --- a run of identical steps: the group alone --------------------------------------------------
+
+    def _window(self, step: _Step) -> int:
+        """How many steps like ``step`` run before anything changes (1: only this one); allocates
+        the blocks the extra ones fill."""
+        if step.preempted or step.items or not step.decodes or self.tail is not None:
+            return 1
+        if step.blocked not in ("empty", "seqs", "budget", "pool"):
+            return 1
+        ends, group = self.ends, self.group
+        while ends and group.get(ends[0][1]) is not ends[0][2]:
+            heapq.heappop(ends)  # left the group (preempted) since
+        k_max = ends[0][0] - self.clock  # the first member's last token comes at the k-th step
+        growth = self.costs.decode_s_per_kv_token * step.decodes
+        if step.blocked == "empty" and self.next < len(self.arrivals):
+            gap = self.arrivals[self.next].arrival_s - self.t
+            k_max = min(k_max, steps_before(gap, step.seconds, growth))
+        if k_max <= 1:
+            return 1
+        pool, bt, phase, clock = self.pool, self.bt, self.phase, self.clock
+        n = step.decodes
+
+        def extra(k: int) -> int:
+            """The blocks the group needs over the steps after this one, k steps in all."""
+            cycles, rest = divmod(k - 1, bt)
+            return cycles * n + sum(phase[-(clock + j) % bt] for j in range(1, rest + 1))
+
+        room = pool.room
+        if step.blocked == "pool":
+            # Reusing a free block the waiting head would hit could let it in: stop before that.
+            empty = pool.capacity - pool.used - len(pool.free)
+            most = max(0, extra(k_max) - empty)
+            room = min(room, empty + pool.oldest_free_among(step.head_free, most))
+        k = k_max
+        if extra(k) > room:
+            lo, hi = 1, k_max  # extra(lo) fits (it is 0), extra(hi) does not
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                lo, hi = (mid, hi) if extra(mid) <= room else (lo, mid)
+            k = lo
+        if k > 1:
+            pool.allocate(extra(k))
+        return k
+
+    # --- the step's end -----------------------------------------------------------------------------
+
+    def _apply(self, step: _Step, k: int) -> None:
+        if k == 1:
+            seconds = step.seconds
+        else:
+            growth = self.costs.decode_s_per_kv_token * step.decodes
+            seconds = step.seconds * k + growth * k * (k - 1) / 2
+        self.t += seconds
+        self.busy += seconds
+        self.clock += k
+        t = self.t
+        ends, group = self.ends, self.group
+        while ends and ends[0][0] <= self.clock:
+            _, seq, r = heapq.heappop(ends)
+            if group.get(seq) is r:
+                self._leave(r)
+                self._finish(r)
+        for r, n in step.items:  # prefill chunks (k is 1)
+            r.computed += n
+            self._register(r)
+            if r is self.tail:
+                self.tail = None
+            if r.computed < r.prompt + r.generated:
+                self.tail = r  # the last admitted: the only one left mid-prompt
+                continue
+            r.generated += 1
+            if r.first_s is None:
+                r.first_s = t
+            if r.generated >= r.output:
+                self._finish(r)
+            else:
+                self._join(r)
+        for key in step.stores:
+            for tier in self.tiers:
+                tier.put(key)
+
+    def _finish(self, r: _Req) -> None:
+        r.finish_s = self.t
+        self._release(r)
+        r.keys = None
+        r.seq = -1
+        self.done.append(r)
+
+    def _result(self) -> SimResult:
+        out = []
+        for r in sorted(self.done, key=lambda r: r.index):
+            tpot = None
+            if r.first_s is not None and r.finish_s is not None and r.output > 1:
+                tpot = (r.finish_s - r.first_s) / (r.output - 1)
+            out.append(
+                RequestResult(
+                    index=r.index,
+                    arrival_s=r.arrival_s,
+                    prompt_tokens=r.prompt,
+                    output_tokens=r.output,
+                    ttft_s=None if r.first_s is None else r.first_s - r.arrival_s,
+                    tpot_s=tpot,
+                    finish_s=r.finish_s,
+                    pool_hit_tokens=r.pool_hit,
+                    tier_hit_tokens=tuple(r.tier_hit),
+                    recomputed_tokens=r.recomputed if r.admitted else 0,
+                    preemptions=r.preemptions,
+                    preempted_recompute_tokens=r.recompute_again,
+                )
+            )
+        return SimResult(
+            layout=self.layout.name,
+            tier_kinds=tuple(t.kind for t in self.layout.tiers),
+            requests=tuple(out),
+            steps=self.clock,
+            busy_s=self.busy,
+            start_s=self.start,
+            end_s=max((r.finish_s for r in self.done if r.finish_s is not None), default=self.start),
+        )
