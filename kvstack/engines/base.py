@@ -25,11 +25,11 @@ class HostFacts(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    model_local: bool = False  # plan.model_path is an existing directory or a cached hub snapshot
+    model_local: bool = False  # plan.model.path is an existing directory or a cached hub snapshot
     model_has_weights: bool = True  # it holds *.safetensors / *.bin (else: dummy weights)
     model_config_sha256: str | None = None  # of its config.json, when local
     model_commit: str | None = None  # the Hugging Face cache snapshot a hub id resolves to
-    # What vLLM calls the model (model_config.model), when it is not plan.model_path: offline, vLLM
+    # What vLLM calls the model (model_config.model), when it is not plan.model.path: offline, vLLM
     # replaces a hub id by its cache snapshot's directory. LMCache names its disk files after it.
     engine_model_name: str | None = None
     hub_token: str | None = Field(default=None, repr=False)  # the engine's HF token: masked in its log

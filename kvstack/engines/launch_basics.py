@@ -58,25 +58,25 @@ def prepare(
         notes.append("dummy (random) weights: the model's output is noise; KV caching still works")
     identity = KvIdentity(
         # A hub id names different weights over time; its snapshot's commit pins them.
-        model=plan.model_path if facts.model_commit is None else f"{plan.model_path}@{facts.model_commit}",
+        model=plan.model.path if facts.model_commit is None else f"{plan.model.path}@{facts.model_commit}",
         weights="dummy" if load_format == "dummy" else "real",
         config_sha256=facts.model_config_sha256,
-        model_dtype=plan.model.dtype,
-        kv_cache_dtype=plan.kv_cache_dtype,
+        model_dtype=plan.model.geometry.dtype,
+        kv_cache_dtype=plan.cache.kv_cache_dtype,
         engine=plan.engine,
         engine_version=engine_version,
-        connector=plan.connector,
+        connector=plan.transfer.connector,
         connector_version=connector_version,
-        tensor_parallel_size=plan.tensor_parallel_size,
+        tensor_parallel_size=plan.parallel.tensor_parallel_size,
         block_tokens=block_tokens,
     )
     fp = fingerprint(identity)
     secrets = [s for s in (options.api_key, facts.hub_token) if s]
     return LaunchBasics(
         fingerprint=fp,
-        cache_ns=namespace(plan.model.name, fp),
+        cache_ns=namespace(plan.model.geometry.name, fp),
         base_url=f"http://{client_host(options.host)}:{options.port}",
-        served_model_name=options.served_model_name or plan.model.name,
+        served_model_name=options.served_model_name or plan.model.geometry.name,
         load_format=load_format,
         secrets=secrets,
         notes=notes,
@@ -105,9 +105,9 @@ def remote_url(req: RenderRequest, prep: LaunchBasics) -> str | None:
     credentials that the plan (redacted) never holds.
     """
     tier = need_tier(req, "remote")
-    if req.plan.remote_url is None and tier is None:
+    if req.plan.transfer.remote_url is None and tier is None:
         return None
-    url = req.options.remote_url or req.plan.remote_url or (tier.url if tier else None)
+    url = req.options.remote_url or req.plan.transfer.remote_url or (tier.url if tier else None)
     if url is None:
         raise InputError(
             "the plan has a remote tier but no URL for it",
@@ -154,7 +154,7 @@ def assemble(
     """The LaunchSpec every renderer returns, with the fields they all fill the same way."""
     return LaunchSpec(
         engine=req.plan.engine,
-        connector=req.plan.connector,
+        connector=req.plan.transfer.connector,
         engine_version=engine_version,
         connector_version=connector_version,
         helpers=helpers or [],

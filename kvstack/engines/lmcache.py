@@ -84,7 +84,7 @@ def fs_file_name_bytes(model_name: str) -> int:
 
 def check_fs_names(req: RenderRequest) -> None:
     """Refuse a disk tier whose file names the filesystem cannot hold."""
-    name = req.facts.engine_model_name or req.plan.model_path
+    name = req.facts.engine_model_name or req.plan.model.path
     length = fs_file_name_bytes(name)
     if length > NAME_MAX:
         raise PathError(
@@ -105,7 +105,7 @@ def check_lmcache(req: RenderRequest, minimum: str, feature: str, *, cpu_works: 
 
 def no_tier_error(req: RenderRequest) -> UnsupportedError:
     return UnsupportedError(
-        f"--offload {req.plan.connector} needs a CPU, disk or remote tier, but the plan has none",
+        f"--offload {req.plan.transfer.connector} needs a CPU, disk or remote tier, but the plan has none",
         hint="use --offload none, or give the plan room for a CPU tier",
     )
 
@@ -116,7 +116,7 @@ def in_process_config(req: RenderRequest, prep: LaunchBasics) -> dict[str, Any]:
     url = remote_url(req, prep)
     if cpu is None and disk is None and url is None:
         raise no_tier_error(req)
-    cfg: dict[str, Any] = {"chunk_size": req.plan.chunk_size, "local_cpu": True}
+    cfg: dict[str, Any] = {"chunk_size": req.plan.cache.chunk_size, "local_cpu": True}
     if cpu is not None:
         cfg["max_local_cpu_size"] = gib_floor(cpu.size_bytes_per_rank)
         if cfg["max_local_cpu_size"] <= 0:
@@ -158,7 +158,7 @@ def prometheus_dir(req: RenderRequest) -> str:
 @register("vllm", "lmcache")
 def render_vllm_lmcache(req: RenderRequest) -> LaunchSpec:
     lmc_notes = check_lmcache(req, versions.MIN_LMCACHE, "LMCache in-process")
-    prep = prepare_vllm(req, connector_version=req.software.lmcache, block_tokens=req.plan.chunk_size)
+    prep = prepare_vllm(req, connector_version=req.software.lmcache, block_tokens=req.plan.cache.chunk_size)
     prep.notes += lmc_notes
     config_path = str(PurePosixPath(req.options.run_dir) / "lmcache.yaml")
     config = in_process_config(req, prep)
@@ -286,12 +286,14 @@ def mp_server(req: RenderRequest, prep: LaunchBasics) -> MpServer:
         options.python, "-m", GUARD_MODULE, "server",
         "--host", MP_HOST,
         "--port", str(port),
-        "--chunk-size", str(req.plan.chunk_size),
+        "--chunk-size", str(req.plan.cache.chunk_size),
         "--l1-size-gb", f"{l1:g}",
         "--eviction-policy", "LRU",
     ]  # fmt: skip
     plan = req.plan
-    if flag := object_groups_flag(plan.model, plan.connector, plan.platform, plan.hybrid_manager != "off"):
+    if flag := object_groups_flag(
+        plan.model.geometry, plan.transfer.connector, plan.platform, plan.cache.hybrid_manager != "off"
+    ):
         argv.append(flag)
     if req.plan.platform == "cpu":
         argv += ["--supported-transfer-mode", "auto"]  # the CPU adapter is engine-driven
@@ -360,13 +362,13 @@ def mp_connector_config(port: int, gate_prompt_tokens: int | None = None) -> dic
 @register("vllm", "lmcache-mp")
 def render_vllm_lmcache_mp(req: RenderRequest) -> LaunchSpec:
     lmc_notes = check_lmcache(req, versions.MIN_LMCACHE_MP, "LMCache multi-process mode", cpu_works=True)
-    prep = prepare_vllm(req, connector_version=req.software.lmcache, block_tokens=req.plan.chunk_size)
+    prep = prepare_vllm(req, connector_version=req.software.lmcache, block_tokens=req.plan.cache.chunk_size)
     prep.notes += lmc_notes
     helper = mp_server(req, prep)
     server = vllm_server(
         req,
         prep,
-        kv_transfer_config=mp_connector_config(helper.port, req.plan.gate_prompt_tokens),
+        kv_transfer_config=mp_connector_config(helper.port, req.plan.transfer.gate_prompt_tokens),
         unset_env_prefixes=[LMCACHE_ENV_PREFIX],
     )
     server.fatal_patterns = ENGINE_MP_FATAL  # vllm_server built it fresh: set in place

@@ -48,14 +48,14 @@ def check_shm(cpu_bytes: int, shm_free_bytes: int | None) -> list[str]:
 @register("vllm", "native")
 def render_vllm_native(req: RenderRequest) -> LaunchSpec:
     check_platform(req)
-    prep = prepare_vllm(req, connector_version=None, block_tokens=req.plan.chunk_size)
+    prep = prepare_vllm(req, connector_version=None, block_tokens=req.plan.cache.chunk_size)
     cpu, disk = need_tier(req, "cpu"), need_tier(req, "disk")
     if cpu is None:
         raise UnsupportedError(
             "vLLM native offload needs a CPU tier (its primary tier), but the plan has none",
             hint="give the plan room for a CPU tier, or use --offload lmcache for disk-only offload",
         )
-    if need_tier(req, "remote") is not None or req.plan.remote_url:
+    if need_tier(req, "remote") is not None or req.plan.transfer.remote_url:
         raise UnsupportedError(
             "vLLM native offload has no Redis tier",
             hint="drop --remote, or use --offload lmcache / lmcache-mp for a remote tier",

@@ -32,18 +32,18 @@ def render(
     """What ``serve`` will write and run for ``plan``; starts and writes nothing.
 
     ``facts`` (model directory contents, /dev/shm free space) come from ``engines.facts``;
-    when omitted they are gathered here from ``plan.model_path`` with /dev/shm unknown.
+    when omitted they are gathered here from ``plan.model.path`` with /dev/shm unknown.
     """
-    renderer = registered().get((plan.engine, plan.connector))
+    renderer = registered().get((plan.engine, plan.transfer.connector))
     if renderer is None:
         pairs = ", ".join(f"{e}+{c}" for e, c in supported() if e == plan.engine)
         raise UnsupportedError(
-            f"{plan.engine} with --offload {plan.connector} is not supported "
+            f"{plan.engine} with --offload {plan.transfer.connector} is not supported "
             f"(installed: {installed_versions(software)})",
             hint=f"choose one of: {pairs}",
         )
     if facts is None:
-        facts = gather_facts(plan.model_path, revision=plan.model_revision)
+        facts = gather_facts(plan.model.path, revision=plan.model.revision)
     req = RenderRequest(plan=plan, options=options, software=software, facts=facts)
     spec = renderer(req)
     if shares_a_tier(req, spec):  # what this engine stores there as, for the tier's other writers

@@ -175,23 +175,23 @@ def sglang_server(
     plan, options = req.plan, req.options
     argv = [
         options.python, "-m", "sglang.launch_server",
-        "--model-path", plan.model_path,
+        "--model-path", plan.model.path,
         "--host", options.host,
         "--port", str(options.port),
         "--served-model-name", prep.served_model_name,
-        "--tp-size", str(plan.tensor_parallel_size),
-        "--kv-cache-dtype", plan.kv_cache_dtype,
+        "--tp-size", str(plan.parallel.tensor_parallel_size),
+        "--kv-cache-dtype", plan.cache.kv_cache_dtype,
         *plan.dtype_args(),
-        "--context-length", str(plan.max_model_len),
+        "--context-length", str(plan.model.max_model_len),
         "--page-size", str(PAGE_SIZE),
         "--enable-metrics",
         "--enable-cache-report",
     ]  # fmt: skip
-    if plan.model_revision is not None:
-        argv += ["--revision", plan.model_revision]
+    if plan.model.revision is not None:
+        argv += ["--revision", plan.model.revision]
     if plan.platform == "cuda":
         # The planner's share of GPU memory for weights + KV pool: SGLang's static fraction.
-        argv += ["--mem-fraction-static", f"{plan.gpu_memory_utilization:g}"]
+        argv += ["--mem-fraction-static", f"{plan.cache.gpu_memory_utilization:g}"]
     if prep.load_format is not None:
         argv += ["--load-format", prep.load_format]
     auth_args, auth_files = auth(req, prep)
@@ -264,7 +264,7 @@ def hicache_host_args(req: RenderRequest) -> list[str]:
 def render_sglang_hicache(req: RenderRequest) -> LaunchSpec:
     check_extra_args(req, hicache=True, lmcache=False)
     prep = _prepare(req, None)
-    if need_tier(req, "remote") is not None or req.plan.remote_url:
+    if need_tier(req, "remote") is not None or req.plan.transfer.remote_url:
         raise UnsupportedError(
             "SGLang HiCache has no Redis storage backend",
             hint="drop --remote, or use --engine vllm --offload lmcache for a Redis tier",
@@ -277,7 +277,7 @@ def render_sglang_hicache(req: RenderRequest) -> LaunchSpec:
         extra += ["--hicache-storage-backend", "file"]
         env["SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR"] = tier_dir(req, prep, disk, "hicache-disk")
         # MLA models share one set of files across ranks; others write a set per rank.
-        cap = disk.size_bytes if req.plan.model.attention == "mla" else disk.size_bytes_per_rank
+        cap = disk.size_bytes if req.plan.model.geometry.attention == "mla" else disk.size_bytes_per_rank
         env["SGLANG_HICACHE_FILE_BACKEND_MAX_SIZE"] = str(cap)
     return sglang_launch(req, prep, extra, env)
 

@@ -54,7 +54,7 @@ def hashing_process(spec: LaunchSpec) -> ProcessSpec:
 def shares_a_tier(req: RenderRequest, spec: LaunchSpec) -> bool:
     """The engine writes to a remote tier other engines may share (LMCache's, the only kind)."""
     remote = req.plan.tier("remote")
-    has_remote = req.plan.remote_url is not None or (remote is not None and remote.size_bytes > 0)
+    has_remote = req.plan.transfer.remote_url is not None or (remote is not None and remote.size_bytes > 0)
     return has_remote and spec_of(spec.connector).remote
 
 
@@ -68,11 +68,11 @@ def tier_kv(req: RenderRequest, spec: LaunchSpec, environ: Mapping[str, str] | N
         if engine_arg(extra, flag, aliases) is not None
     }
     values = {field: engine_arg(argv, flag, aliases) for field, (flag, aliases) in ENGINE_FLAGS.items()}
-    kv_dtype = values["kv_cache_dtype"] or plan.kv_cache_dtype
-    if kv_dtype == "auto" and plan.model.checkpoint_dtype is not None:
+    kv_dtype = values["kv_cache_dtype"] or plan.cache.kv_cache_dtype
+    if kv_dtype == "auto" and plan.model.geometry.checkpoint_dtype is not None:
         # KV at the compute dtype (planning/compute_dtype.py): a float32 engine's bytes are not a bf16
         # one's. Shown as "auto (float32)", so that writers at the checkpoint's dtype keep their fingerprint.
-        kv_dtype = f"auto ({plan.model.dtype})"
+        kv_dtype = f"auto ({plan.model.geometry.dtype})"
         if engine_arg(extra, "--dtype") is not None:
             set_by["kv_cache_dtype"] = ENGINE_ARGS
     seed = child_env(hashing_process(spec), HASH_SEED_ENV, os.environ if environ is None else environ)
@@ -80,15 +80,17 @@ def tier_kv(req: RenderRequest, spec: LaunchSpec, environ: Mapping[str, str] | N
         set_by["hash_seed"] = ENVIRONMENT
     block, tp = values["block_tokens"], values["tensor_parallel_size"]
     return TierKv(
-        model=plan.model_path if facts.model_commit is None else f"{plan.model_path}@{facts.model_commit}",
+        model=plan.model.path if facts.model_commit is None else f"{plan.model.path}@{facts.model_commit}",
         revision=(facts.model_config_sha256 or "")[:12] or None,
         weights="dummy" if engine_arg(argv, "--load-format") == "dummy" else "real",
         kv_cache_dtype=kv_dtype,
-        chunk_tokens=plan.chunk_size,
+        chunk_tokens=plan.cache.chunk_size,
         block_tokens=int(block) if block is not None and block.isdigit() else None,
         hash_algorithm=LMCACHE_HASH_ALGORITHM,
         hash_seed=seed,
-        tensor_parallel_size=int(tp) if tp is not None and tp.isdigit() else plan.tensor_parallel_size,
+        tensor_parallel_size=int(tp)
+        if tp is not None and tp.isdigit()
+        else plan.parallel.tensor_parallel_size,
         connector=spec.connector,
         connector_version=spec.connector_version,
         set_by={name: set_by.get(name, KVSTACK) for name in FIELDS},

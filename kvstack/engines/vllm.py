@@ -39,7 +39,7 @@ def check_vllm(req: RenderRequest) -> list[str]:
     if clash and req.plan.offloads:
         shown = clash[0].split("=", 1)[0].split(".", 1)[0]
         raise UnsupportedError(
-            f"{shown} in the extra arguments would replace the {req.plan.connector} connector "
+            f"{shown} in the extra arguments would replace the {req.plan.transfer.connector} connector "
             "kvstack sets up",
             hint="drop it and choose the offload with --offload, or use --offload none with your own flags",
         )
@@ -93,27 +93,28 @@ def vllm_server(
     unset_env_prefixes: list[str] | None = None,
 ) -> ProcessSpec:
     plan, options = req.plan, req.options
-    argv = versions.vllm_launcher(req.software, options.python, plan.model_path)
-    if plan.model_revision is not None:
-        argv += ["--revision", plan.model_revision]
+    argv = versions.vllm_launcher(req.software, options.python, plan.model.path)
+    if plan.model.revision is not None:
+        argv += ["--revision", plan.model.revision]
     argv += [
         "--host", options.host,
         "--port", str(options.port),
         "--served-model-name", prep.served_model_name,
-        "--max-model-len", str(plan.max_model_len),
-        "--tensor-parallel-size", str(plan.tensor_parallel_size),
-        "--kv-cache-dtype", plan.kv_cache_dtype,
+        "--max-model-len", str(plan.model.max_model_len),
+        "--tensor-parallel-size", str(plan.parallel.tensor_parallel_size),
+        "--kv-cache-dtype", plan.cache.kv_cache_dtype,
         *plan.dtype_args(),
     ]  # fmt: skip
     if plan.platform == "cuda":
-        argv += ["--gpu-memory-utilization", f"{plan.gpu_memory_utilization:g}"]
+        argv += ["--gpu-memory-utilization", f"{plan.cache.gpu_memory_utilization:g}"]
     if prep.load_format is not None:
         argv += ["--load-format", prep.load_format]
     if kv_transfer_config is not None:
         argv += ["--kv-transfer-config", kv_transfer_json(kv_transfer_config)]
-        if plan.hybrid_manager == "off":  # the connector carries one full-length group (planning/carriage.py)
+        # The connector carries one full-length group (planning/carriage.py).
+        if plan.cache.hybrid_manager == "off":
             argv += [MANAGER_OFF_FLAG]
-    if not plan.prefix_caching:  # the plan's reasons["prefix_caching"] says why (planning/carriage.py)
+    if not plan.cache.prefix_caching:  # the plan's reasons["prefix_caching"] says why (planning/carriage.py)
         argv += ["--no-enable-prefix-caching"]
     argv += ["--middleware", GUARD_MIDDLEWARE]
     argv += options.extra_args
@@ -132,7 +133,9 @@ def vllm_server(
         unset.append("VLLM_API_KEY")  # an inherited key would lock kvstack's own client out
     if plan.platform == "cpu":
         child_env["VLLM_CPU_KVCACHE_SPACE"] = str(cpu_kvcache_gib(req))
-        child_env["VLLM_CPU_NUM_OF_RESERVED_CPU"] = str(CPU_RESERVED_PER_RANK * plan.tensor_parallel_size)
+        child_env["VLLM_CPU_NUM_OF_RESERVED_CPU"] = str(
+            CPU_RESERVED_PER_RANK * plan.parallel.tensor_parallel_size
+        )
         # vllm-cpu 0.32 saves its AOT-compiled model under VLLM_CACHE_ROOT and cannot load it back
         # ("Compiling model again due to a load failure ... 'function' object has no attribute
         # 'finalize_loading'", vllm/compilation/decorators.py): every start compiled again, 41-57 s
@@ -170,7 +173,7 @@ def reset_path(req: RenderRequest) -> str | None:
 
 @register("vllm", "none")
 def render_vllm(req: RenderRequest) -> LaunchSpec:
-    prep = prepare_vllm(req, connector_version=None, block_tokens=req.plan.chunk_size)
+    prep = prepare_vllm(req, connector_version=None, block_tokens=req.plan.cache.chunk_size)
     return assemble(
         req,
         prep,

@@ -23,7 +23,7 @@ class ExportOptions(BaseModel):
     name: str | None = None  # deployment name; default: from the model name
     # systemd: what `kvstack serve` is started with
     kvstack_bin: str = "kvstack"
-    model_arg: str | None = None  # --model as the user gave it (default: plan.model_path)
+    model_arg: str | None = None  # --model as the user gave it (default: plan.model.path)
     hardware_path: str | None = None  # absolute
     workload_name: str | None = None
     tuned_path: str | None = None  # absolute: the kvstack tune --out DIR the plan took its layout from

@@ -58,8 +58,8 @@ def sidecar_args(plan: Plan, engine_url: str, options: ExportOptions) -> list[st
     return [
         "--url", engine_url,
         "--engine", plan.engine,
-        "--offload", plan.connector,
-        "--chunk-tokens", str(plan.chunk_size),
+        "--offload", plan.transfer.connector,
+        "--chunk-tokens", str(plan.cache.chunk_size),
         "--metrics-host", "0.0.0.0",
         "--metrics-port", str(options.metrics_port),
         "--metrics-token-file", TOKEN_PATH,

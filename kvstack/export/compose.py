@@ -151,9 +151,9 @@ def _engine_launch(
         ], env  # fmt: skip
     args = [
         model, "--host", "0.0.0.0", "--port", str(port),
-        "--max-model-len", str(plan.max_model_len),
-        "--tensor-parallel-size", str(plan.tensor_parallel_size),
-        "--gpu-memory-utilization", str(plan.gpu_memory_utilization),
+        "--max-model-len", str(plan.model.max_model_len),
+        "--tensor-parallel-size", str(plan.parallel.tensor_parallel_size),
+        "--gpu-memory-utilization", str(plan.cache.gpu_memory_utilization),
         *vllm_kv_args(plan, disk_dir),
     ]  # fmt: skip
     # lmcache/vllm-openai keeps vllm in /opt/venv (production-stack deployment-vllm-multi.yaml).
@@ -199,7 +199,7 @@ def render_compose(plan: Plan, options: ExportOptions) -> Bundle:
     project.engine = _engine_service(plan, options, (repo, tag), entrypoint, command, port, project)
     if url is not None:
         _remote_tier(plan, url, project)
-    if spec_of(plan.connector).lmcache_mode == "in-process":
+    if spec_of(plan.transfer.connector).lmcache_mode == "in-process":
         _lmcache_config(plan, disk_dir, url, project)
     project.engine["environment"] = project.environment
     services = {plan.engine: project.engine, **project.services}
@@ -224,10 +224,10 @@ def _model_volumes(plan: Plan, disk_dir: str | None, project: _Project) -> str:
     """The engine's volumes (the model, the disk tier); returns the model as the engine names it."""
     volumes: list[object] = []
     if local_model(plan):
-        model = f"{MODELS_DIR}/{plan.model_path.rstrip('/').rsplit('/', 1)[-1]}"
-        volumes.append({"type": "bind", "source": _esc(plan.model_path), "target": model, "read_only": True})
+        model = f"{MODELS_DIR}/{plan.model.path.rstrip('/').rsplit('/', 1)[-1]}"
+        volumes.append({"type": "bind", "source": _esc(plan.model.path), "target": model, "read_only": True})
     else:
-        model = plan.model_path
+        model = plan.model.path
         volumes.append({"type": "volume", "source": "hf-cache", "target": HF_CACHE})
         project.top_volumes["hf-cache"] = {}
     disk = plan.tier("disk")
@@ -268,7 +268,7 @@ def _engine_service(
         "start_period": "20m",  # weights load and CUDA graphs are captured before /health answers
     }
     if plan.platform == "cuda":
-        gpus = {"driver": "nvidia", "count": plan.tensor_parallel_size, "capabilities": ["gpu"]}
+        gpus = {"driver": "nvidia", "count": plan.parallel.tensor_parallel_size, "capabilities": ["gpu"]}
         engine["deploy"] = {"resources": {"reservations": {"devices": [gpus]}}}
     else:
         project.notes.append(f"the plan has no GPU: {repo} needs one; pass a CPU build with --image")
@@ -356,9 +356,9 @@ def _bundle(
     if project.secrets:
         doc["secrets"] = project.secrets
     header = (
-        f"# Compose project written by kvstack export for {plan.model.name}\n"
-        f"# engine {plan.engine}, connector {plan.connector}, KV dtype {plan.kv_cache_dtype}, "
-        f"TP {plan.tensor_parallel_size}\n# start: docker compose up -d\n"
+        f"# Compose project written by kvstack export for {plan.model.geometry.name}\n"
+        f"# engine {plan.engine}, connector {plan.transfer.connector}, KV dtype {plan.cache.kv_cache_dtype}, "
+        f"TP {plan.parallel.tensor_parallel_size}\n# start: docker compose up -d\n"
     )
     main = ExportFile(name="compose.yaml", content=header + yaml.safe_dump(doc, sort_keys=False))
     out = [main, *project.files]

@@ -227,7 +227,7 @@ def dashboard(plan: Plan, name: str) -> JsonObject:
     when there is a remote tier, and a KV canary row when the deployment runs one."""
     tiers: set[str] = {t.kind for t in plan.offload_tiers}
     specs = engine_panels()
-    if spec_of(plan.connector).lmcache_mode == "in-process":  # its metrics on the engine's /metrics
+    if spec_of(plan.transfer.connector).lmcache_mode == "in-process":  # its metrics on the engine's /metrics
         specs += lmcache_panels(tiers)
     if "remote" in tiers:
         specs += redis_panels()

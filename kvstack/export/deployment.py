@@ -49,13 +49,13 @@ def canary_runs(plan: Plan) -> bool:
 
 def deployment_name(plan: Plan, override: str | None = None) -> str:
     """A DNS-1123 label (Kubernetes names, compose project names): lowercase, digits, '-'."""
-    base = override or PurePosixPath(plan.model.name).name or "model"
+    base = override or PurePosixPath(plan.model.geometry.name).name or "model"
     name = re.sub(r"[^a-z0-9-]+", "-", base.lower()).strip("-")[:63].strip("-")
     return name or "model"
 
 
 def local_model(plan: Plan) -> bool:
-    return plan.model_path.startswith("/")
+    return plan.model.path.startswith("/")
 
 
 def remote(options: ExportOptions, plan: Plan) -> RemoteURL | None:
@@ -63,7 +63,7 @@ def remote(options: ExportOptions, plan: Plan) -> RemoteURL | None:
     if not options.remote_url:
         return None
     url = parse_remote_url(options.remote_url)
-    require_remote_support(plan.connector, url)
+    require_remote_support(plan.transfer.connector, url)
     return url
 
 
@@ -74,11 +74,11 @@ def exports_engine(plan: Plan, fmt: str) -> bool:
 
 def require_connector(plan: Plan, fmt: str, hint: str) -> None:
     """Refuse a plan whose connector ``fmt`` cannot deploy, naming those of its engine it can."""
-    spec = spec_of(plan.connector)
+    spec = spec_of(plan.transfer.connector)
     if fmt not in spec.exports or plan.engine not in spec.engines:
         supported = [s.name for s in SPECS.values() if fmt in s.exports and plan.engine in s.engines]
         raise UnsupportedError(
-            f"--format {fmt} cannot deploy {plan.engine} with connector '{plan.connector}' "
+            f"--format {fmt} cannot deploy {plan.engine} with connector '{plan.transfer.connector}' "
             f"(supported: {', '.join(supported)})",
             hint=hint,
         )
@@ -103,7 +103,7 @@ def lmcache_in(mode: str) -> ConnectorSpec:
 def pod_resources(plan: Plan) -> dict[str, dict[str, str]]:
     """A vLLM pod's requests and limits: an API server plus a busy worker per GPU rank on the host
     side, host memory for the CPU tier and the process, and the GPUs (requests equal to limits)."""
-    tp = plan.tensor_parallel_size
+    tp = plan.parallel.tensor_parallel_size
     requests = {"cpu": str(2 + 4 * tp), "memory": f"{gib_ceil(host_memory_bytes(plan))}Gi"}
     limits: dict[str, str] = {}
     if plan.platform == "cuda":
@@ -132,7 +132,7 @@ def engine_image(
         return repo, tag, []
     notes: list[str] = []
     engine = engine_spec(plan.engine)
-    shipped = (connector or spec_of(plan.connector)).images.get(plan.engine)
+    shipped = (connector or spec_of(plan.transfer.connector)).images.get(plan.engine)
     if shipped:
         repo, tag = shipped, "latest"
     else:
@@ -155,7 +155,7 @@ def shm_bytes(plan: Plan) -> int:
 
 def host_memory_bytes(plan: Plan) -> int:
     cpu = plan.tier("cpu")
-    return (cpu.size_bytes if cpu else 0) + HOST_BASE_BYTES_PER_RANK * plan.tensor_parallel_size
+    return (cpu.size_bytes if cpu else 0) + HOST_BASE_BYTES_PER_RANK * plan.parallel.tensor_parallel_size
 
 
 def lmcache_settings(plan: Plan, disk_dir: str | None, remote_url: str | None) -> dict[str, object]:
@@ -165,7 +165,7 @@ def lmcache_settings(plan: Plan, disk_dir: str | None, remote_url: str | None) -
     asserts in some LMCache versions).
     """
     cfg: dict[str, object] = {
-        "chunk_size": plan.chunk_size,
+        "chunk_size": plan.cache.chunk_size,
         "local_cpu": True,
         "pre_caching_hash_algorithm": LMCACHE_HASH,
     }
@@ -205,10 +205,10 @@ def unsupervised_notes(plan: Plan, platform: str) -> list[str]:
     """What a platform that runs no kvstack process beside the engine cannot carry."""
     gate = (
         [
-            f"kvstack's per-request gate (prompts under {plan.gate_prompt_tokens} tokens skip the lookup) "
-            f"is not carried: {platform} runs no kvstack process beside the engine"
+            f"kvstack's per-request gate (prompts under {plan.transfer.gate_prompt_tokens} tokens skip "
+            f"the lookup) is not carried: {platform} runs no kvstack process beside the engine"
         ]
-        if plan.gate_prompt_tokens
+        if plan.transfer.gate_prompt_tokens
         else []
     )
     return [
@@ -219,18 +219,18 @@ def unsupervised_notes(plan: Plan, platform: str) -> list[str]:
 
 def in_process_note(plan: Plan, platform: str) -> list[str]:
     """What an export that runs no LMCache server does with a plan for LMCache's server."""
-    if spec_of(plan.connector).lmcache_mode != "mp":
+    if spec_of(plan.transfer.connector).lmcache_mode != "mp":
         return []
     return [
-        f"{platform} runs no LMCache server beside the engine: the plan's {plan.connector} tiers run as "
-        "in-process LMCache (LMCacheConnectorV1) with the same sizes"
+        f"{platform} runs no LMCache server beside the engine: the plan's {plan.transfer.connector} tiers "
+        "run as in-process LMCache (LMCacheConnectorV1) with the same sizes"
     ]
 
 
 def vllm_kv_args(plan: Plan, disk_dir: str | None, with_lmcache_connector: bool = True) -> list[str]:
     """The KV-related vLLM arguments."""
-    args = ["--kv-cache-dtype", plan.kv_cache_dtype, *plan.dtype_args()]
-    spec = spec_of(plan.connector)
+    args = ["--kv-cache-dtype", plan.cache.kv_cache_dtype, *plan.dtype_args()]
+    spec = spec_of(plan.transfer.connector)
     cpu = plan.tier("cpu")
     disk = plan.tier("disk")
     if spec.lmcache_mode == "in-process":
@@ -259,17 +259,17 @@ def vllm_kv_args(plan: Plan, disk_dir: str | None, with_lmcache_connector: bool 
 def sglang_args(plan: Plan, disk_dir: str | None) -> tuple[list[str], dict[str, str]]:
     """SGLang arguments and environment."""
     args = [
-        "--tp-size", str(plan.tensor_parallel_size),
-        "--context-length", str(plan.max_model_len),
-        "--kv-cache-dtype", plan.kv_cache_dtype,
+        "--tp-size", str(plan.parallel.tensor_parallel_size),
+        "--context-length", str(plan.model.max_model_len),
+        "--kv-cache-dtype", plan.cache.kv_cache_dtype,
         *plan.dtype_args(),
-        "--mem-fraction-static", str(plan.gpu_memory_utilization),
+        "--mem-fraction-static", str(plan.cache.gpu_memory_utilization),
         "--enable-metrics", "--enable-cache-report",
     ]  # fmt: skip
     env: dict[str, str] = {}
     cpu = plan.tier("cpu")
     disk = plan.tier("disk")
-    builtin = spec_of(plan.connector).builtin_flags
+    builtin = spec_of(plan.transfer.connector).builtin_flags
     if builtin and cpu is not None:  # SGLang's own hierarchical cache (HiCache)
         # --hicache-size is decimal GB per rank (sglang memory_pool_host.py: hicache_size * 1e9).
         args += [

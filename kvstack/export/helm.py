@@ -67,28 +67,28 @@ def render_helm(plan: Plan, options: ExportOptions) -> Bundle:
     url = remote(options, plan)
     name = deployment_name(plan, options.name)
     repo, tag, notes = engine_image(plan, options)
-    tp = plan.tensor_parallel_size
+    tp = plan.parallel.tensor_parallel_size
     cpu, disk = plan.tier("cpu"), plan.tier("disk")
 
-    model_url = plan.model_path
+    model_url = plan.model.path
     if local_model(plan):
-        model_url = f"{MODELS_DIR}/{plan.model_path.rstrip('/').rsplit('/', 1)[-1]}"
+        model_url = f"{MODELS_DIR}/{plan.model.path.rstrip('/').rsplit('/', 1)[-1]}"
         notes.append(
             f"the model is a local directory: copy it onto the PVC at {model_url} (mounted at /data)"
         )
 
-    pvc_bytes = (plan.weight_bytes + (disk.size_bytes if disk else 0)) * PVC_MARGIN
+    pvc_bytes = (plan.model.weight_bytes + (disk.size_bytes if disk else 0)) * PVC_MARGIN
     env: list[dict[str, object]] = [
         {"name": "PYTHONHASHSEED", "value": HASH_SEED},
-        {"name": "LMCACHE_CHUNK_SIZE", "value": str(plan.chunk_size)},
+        {"name": "LMCACHE_CHUNK_SIZE", "value": str(plan.cache.chunk_size)},
         {"name": "LMCACHE_PRE_CACHING_HASH_ALGORITHM", "value": LMCACHE_HASH},
     ]
     vllm_config: dict[str, object] = {
         "enablePrefixCaching": True,
-        "maxModelLen": plan.max_model_len,
-        "dtype": plan.model.dtype,
+        "maxModelLen": plan.model.max_model_len,
+        "dtype": plan.model.geometry.dtype,
         "tensorParallelSize": tp,
-        "gpuMemoryUtilization": plan.gpu_memory_utilization,
+        "gpuMemoryUtilization": plan.cache.gpu_memory_utilization,
         # The chart adds the LMCacheConnectorV1 --kv-transfer-config itself when lmcacheConfig.enabled.
         "extraArgs": vllm_kv_args(plan, DISK_DIR if disk else None, with_lmcache_connector=False),
     }
@@ -108,7 +108,7 @@ def render_helm(plan: Plan, options: ExportOptions) -> Bundle:
         "vllmConfig": vllm_config,
     }
     files: list[ExportFile] = []
-    if spec_of(plan.connector).lmcache_mode == "in-process":
+    if spec_of(plan.transfer.connector).lmcache_mode == "in-process":
         lm: dict[str, object] = {"enabled": True, "logLevel": "INFO"}
         if cpu is not None:
             if gib_floor(cpu.size_bytes_per_rank) < 1:
@@ -127,8 +127,9 @@ def render_helm(plan: Plan, options: ExportOptions) -> Bundle:
 
     values = {"servingEngineSpec": {"modelSpec": [spec]}}
     header = (
-        f"# vLLM production-stack values written by kvstack export for {plan.model.name}\n"
-        f"# engine {plan.engine}, connector {plan.connector}, KV dtype {plan.kv_cache_dtype}, TP {tp}\n"
+        f"# vLLM production-stack values written by kvstack export for {plan.model.geometry.name}\n"
+        f"# engine {plan.engine}, connector {plan.transfer.connector}, "
+        f"KV dtype {plan.cache.kv_cache_dtype}, TP {tp}\n"
         "# helm repo add vllm https://vllm-project.github.io/production-stack\n"
         f"# helm install {name} vllm/vllm-stack -f values.yaml\n"
     )

@@ -51,14 +51,15 @@ def _quantity(n_bytes: int) -> str:
 
 def _model(plan: Plan, notes: list[str]) -> dict[str, object]:
     if local_model(plan):
-        uri = f"pvc://models/{plan.model.name}"
+        uri = f"pvc://models/{plan.model.geometry.name}"
         notes.append(
-            f"the model is a local directory: copy it onto a PVC named models (at /{plan.model.name}) or set "
-            f"spec.model.uri to where it is stored (s3://, gs://, hf://); written as {uri}"
+            f"the model is a local directory: copy it onto a PVC named models "
+            f"(at /{plan.model.geometry.name}) or set spec.model.uri to where it is stored "
+            f"(s3://, gs://, hf://); written as {uri}"
         )
     else:
-        uri = f"hf://{plan.model_path}"
-    return {"uri": uri, "name": plan.model.name}
+        uri = f"hf://{plan.model.path}"
+    return {"uri": uri, "name": plan.model.geometry.name}
 
 
 def _offloading(plan: Plan, notes: list[str]) -> dict[str, object] | None:
@@ -82,11 +83,11 @@ def render_kserve(plan: Plan, options: ExportOptions) -> Bundle:
     url = remote(options, plan)
     name = deployment_name(plan, options.name)
     notes: list[str] = []
-    tp = plan.tensor_parallel_size
+    tp = plan.parallel.tensor_parallel_size
     args = [
-        "--max-model-len", str(plan.max_model_len),
-        "--gpu-memory-utilization", str(plan.gpu_memory_utilization),
-        "--kv-cache-dtype", plan.kv_cache_dtype,
+        "--max-model-len", str(plan.model.max_model_len),
+        "--gpu-memory-utilization", str(plan.cache.gpu_memory_utilization),
+        "--kv-cache-dtype", plan.cache.kv_cache_dtype,
         "--enable-prefix-caching",
     ]  # fmt: skip
     env = pod_env(name)
@@ -99,7 +100,7 @@ def render_kserve(plan: Plan, options: ExportOptions) -> Bundle:
     spec: dict[str, object] = {"model": _model(plan, notes), "replicas": 1}
     if tp > 1:
         spec["parallelism"] = {"tensor": tp}
-    connector = spec_of(plan.connector)
+    connector = spec_of(plan.transfer.connector)
     if connector.builtin_flags:  # vLLM's own offloading, which kvCacheOffloading drives
         offloading = _offloading(plan, notes)
         if offloading is not None:
@@ -135,8 +136,10 @@ def render_kserve(plan: Plan, options: ExportOptions) -> Bundle:
     spec["router"] = {"scheduler": {}, "route": {}, "gateway": {}}
     doc = {"apiVersion": API_VERSION, "kind": "LLMInferenceService", "metadata": {"name": name}, "spec": spec}
     header = (
-        f"# KServe {KSERVE_VERSION} LLMInferenceService written by kvstack export for {plan.model.name}\n"
-        f"# engine {plan.engine}, connector {plan.connector}, KV dtype {plan.kv_cache_dtype}, TP {tp}\n"
+        f"# KServe {KSERVE_VERSION} LLMInferenceService written by kvstack export for "
+        f"{plan.model.geometry.name}\n"
+        f"# engine {plan.engine}, connector {plan.transfer.connector}, "
+        f"KV dtype {plan.cache.kv_cache_dtype}, TP {tp}\n"
         f"# kubectl apply -f {FILE}\n"
     )
     main = ExportFile(name=FILE, content=header + yaml.safe_dump(doc, sort_keys=False))

@@ -97,8 +97,8 @@ def _container(
 ) -> tuple[dict[str, object], list[dict[str, object]]]:
     disk = plan.tier("disk")
     args = [
-        "--max-model-len", str(plan.max_model_len),
-        "--gpu-memory-utilization", str(plan.gpu_memory_utilization),
+        "--max-model-len", str(plan.model.max_model_len),
+        "--gpu-memory-utilization", str(plan.cache.gpu_memory_utilization),
         "--enable-prefix-caching",
     ]  # fmt: skip
     env = pod_env(name)
@@ -113,11 +113,11 @@ def _container(
             "with a ReadWriteMany PVC to share it between pods (as llm-d's tiered-prefix-cache guide does)"
         )
     image = options.image
-    if spec_of(plan.connector).lmcache_mode:  # either mode of LMCache: its tiers in-process
+    if spec_of(plan.transfer.connector).lmcache_mode:  # either mode of LMCache: its tiers in-process
         image, connector_args, lmcache = lmcache_in_engine(
             plan, options, DISK_DIR if disk is not None else None, "llm-d", notes
         )
-        args += ["--kv-cache-dtype", plan.kv_cache_dtype, *connector_args]
+        args += ["--kv-cache-dtype", plan.cache.kv_cache_dtype, *connector_args]
         env += lmcache
         url = remote(options, plan)
         if url is not None:
@@ -142,12 +142,12 @@ def render_llm_d(plan: Plan, options: ExportOptions) -> Bundle:
     name = deployment_name(plan, options.name)
     notes: list[str] = [api_key_note(name)]
     files: list[ExportFile] = []
-    uri = f"hf://{plan.model_path}"
+    uri = f"hf://{plan.model.path}"
     if local_model(plan):
-        uri = f"pvc://models/{plan.model.name}"
+        uri = f"pvc://models/{plan.model.geometry.name}"
         notes.append(f"the model is a local directory: copy it onto a PVC named models; written as {uri}")
     container, volumes = _container(plan, options, name, notes, files)
-    tp = plan.tensor_parallel_size
+    tp = plan.parallel.tensor_parallel_size
     decode: dict[str, object] = {
         "create": True,
         "replicas": 1,
@@ -156,15 +156,16 @@ def render_llm_d(plan: Plan, options: ExportOptions) -> Bundle:
         "volumes": volumes,
     }
     values = {
-        "modelArtifacts": {"name": plan.model.name, "uri": uri},
+        "modelArtifacts": {"name": plan.model.geometry.name, "uri": uri},
         "accelerator": {"type": "nvidia" if plan.platform == "cuda" else "cpu"},
         "routing": {"proxy": {"enabled": False}},
         "decode": decode,
         "prefill": {"create": False},
     }
     header = (
-        f"# llm-d modelservice values ({CHART}) written by kvstack export for {plan.model.name}\n"
-        f"# engine {plan.engine}, connector {plan.connector}, KV dtype {plan.kv_cache_dtype}, TP {tp}\n"
+        f"# llm-d modelservice values ({CHART}) written by kvstack export for {plan.model.geometry.name}\n"
+        f"# engine {plan.engine}, connector {plan.transfer.connector}, "
+        f"KV dtype {plan.cache.kv_cache_dtype}, TP {tp}\n"
         f"# helm install {name} llm-d-modelservice/llm-d-modelservice -f {VALUES_FILE}\n"
     )
     main = ExportFile(name=VALUES_FILE, content=header + yaml.safe_dump(values, sort_keys=False))
@@ -181,7 +182,7 @@ def render_llm_d(plan: Plan, options: ExportOptions) -> Bundle:
     epp = ExportFile(name=EPP_FILE, content=epp_header + yaml.safe_dump(epp_config(plan), sort_keys=False))
     files += [epp, helm_dashboard(plan, name)]
     # Of the connectors llm-d deploys, only vLLM's native offloading moves KV with no remote tier.
-    if plan.tier("remote") is not None and plan.offloads and not spec_of(plan.connector).remote:
+    if plan.tier("remote") is not None and plan.offloads and not spec_of(plan.transfer.connector).remote:
         notes.append("vLLM's native offloading has no remote tier: the plan's remote tier is not exported")
     notes += unsupervised_notes(plan, "llm-d")
     return Bundle(format="llm-d", files=[main, *files], notes=notes)

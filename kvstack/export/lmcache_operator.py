@@ -96,7 +96,7 @@ def _engine(
     cpu = plan.tier("cpu")
     spec: dict[str, object] = {
         "gpuVendor": "nvidia",
-        "server": {"chunkSize": plan.chunk_size, "hashAlgorithm": LMCACHE_HASH_ALGORITHM},
+        "server": {"chunkSize": plan.cache.chunk_size, "hashAlgorithm": LMCACHE_HASH_ALGORITHM},
         "l1": {"sizeGB": max(1, gib_floor(cpu.size_bytes)) if cpu is not None else 1},
         "env": [{"name": "PYTHONHASHSEED", "value": HASH_SEED}],
         "prometheus": {"enabled": True, "serviceMonitor": {"enabled": True}},
@@ -122,22 +122,22 @@ def _engine(
 
 
 def _vllm(plan: Plan, options: ExportOptions, name: str, notes: list[str]) -> list[dict[str, object]]:
-    tp = plan.tensor_parallel_size
+    tp = plan.parallel.tensor_parallel_size
     # The webhook wires LMCache's server (MP mode) into the engine's pods: the engine's image for it.
     repo, tag, image_notes = engine_image(plan, options, lmcache_in("mp"))
     notes += image_notes
-    model = plan.model_path
+    model = plan.model.path
     if local_model(plan):
-        model = f"/models/{plan.model.name}"
+        model = f"/models/{plan.model.geometry.name}"
         notes.append(f"the model is a local directory: mount it into the vLLM pod at {model}")
     args = [
         "--model", model,
-        "--served-model-name", plan.model.name,
+        "--served-model-name", plan.model.geometry.name,
         "--port", str(VLLM_PORT),
         "--tensor-parallel-size", str(tp),
-        "--max-model-len", str(plan.max_model_len),
-        "--gpu-memory-utilization", str(plan.gpu_memory_utilization),
-        "--kv-cache-dtype", plan.kv_cache_dtype,
+        "--max-model-len", str(plan.model.max_model_len),
+        "--gpu-memory-utilization", str(plan.cache.gpu_memory_utilization),
+        "--kv-cache-dtype", plan.cache.kv_cache_dtype,
         "--enable-prefix-caching",
     ]  # fmt: skip
     labels = {"app.kubernetes.io/name": name}
@@ -189,7 +189,7 @@ def render_lmcache_operator(plan: Plan, options: ExportOptions) -> Bundle:
             "a CPU plan: the engine runs on any node (nodeSelector {}, no GPU runtime class), and vLLM's "
             "default image is a CUDA build: give a CPU build of vLLM with --image"
         )
-    if spec_of(plan.connector).lmcache_mode == "in-process":
+    if spec_of(plan.transfer.connector).lmcache_mode == "in-process":
         notes.append(
             "the operator runs LMCache's server beside the engine (MP mode): the plan's in-process LMCache "
             "tiers run there with the same sizes"
@@ -199,9 +199,9 @@ def render_lmcache_operator(plan: Plan, options: ExportOptions) -> Bundle:
     if cpu is None:
         notes.append("the plan has no CPU tier, but the operator needs one: l1.sizeGB is its minimum, 1")
     header = (
-        f"# LMCache operator engine written by kvstack export for {plan.model.name}\n"
+        f"# LMCache operator engine written by kvstack export for {plan.model.geometry.name}\n"
         "# (LMCache's cache server on each node)\n"
-        f"# connector lmcache-mp, chunk {plan.chunk_size}; kubectl apply -f {ENGINE_FILE}\n"
+        f"# connector lmcache-mp, chunk {plan.cache.chunk_size}; kubectl apply -f {ENGINE_FILE}\n"
     )
     main = ExportFile(name=ENGINE_FILE, content=header + yaml.safe_dump(engine, sort_keys=False))
     vllm_header = (

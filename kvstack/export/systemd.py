@@ -50,13 +50,13 @@ def serve_argv(plan: Plan, options: ExportOptions) -> list[str]:
     """``kvstack serve`` arguments that reproduce the Plan (its decisions pinned, not re-derived)."""
     argv = [
         options.kvstack_bin, "serve",
-        "--model", options.model_arg or plan.model_path,
+        "--model", options.model_arg or plan.model.path,
         "--engine", plan.engine,
-        "--offload", plan.connector,
+        "--offload", plan.transfer.connector,
         "--context", str(plan.workload.context_tokens),
         "--users", str(plan.workload.users),
-        "--tp", str(plan.tensor_parallel_size),
-        "--kv-dtype", plan.kv_cache_dtype,
+        "--tp", str(plan.parallel.tensor_parallel_size),
+        "--kv-dtype", plan.cache.kv_cache_dtype,
         "--host", options.host,
         "--port", str(options.port),
     ]  # fmt: skip
@@ -120,7 +120,7 @@ def render_systemd(plan: Plan, options: ExportOptions) -> Bundle:
             env_lines.append(f"{REMOTE_URL_ENV}={env_value(url.raw)}")
         else:
             words += ["--remote", quote_arg(url.raw)]
-    description = f"kvstack serve {plan.model.name} ({plan.engine}, {plan.connector})"
+    description = f"kvstack serve {plan.model.geometry.name} ({plan.engine}, {plan.transfer.connector})"
     lines = [
         "# systemd unit written by kvstack export",
         f"# install: cp kvstack-{name}.service /etc/systemd/system/ && systemctl daemon-reload",

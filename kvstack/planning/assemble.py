@@ -18,7 +18,19 @@ from kvstack.planning.predict.capacity import CapacityCurve
 from kvstack.planning.predict.trace_sizing import trace_target
 from kvstack.planning.request import PlanRequest
 from kvstack.planning.retention import retention_target
-from kvstack.planning.schema import Concurrency, Connector, Plan, Platform, Tier, TtftModel, Workload
+from kvstack.planning.schema import (
+    CacheLayout,
+    Concurrency,
+    Connector,
+    KvTransfer,
+    Parallelism,
+    Plan,
+    PlannedModel,
+    Platform,
+    Tier,
+    TtftModel,
+    Workload,
+)
 from kvstack.units import fmt_bytes, fmt_tokens
 
 
@@ -67,17 +79,21 @@ def assemble_plan(asked: Asked, model_path: str, choices: PlatformChoices, notes
     return Plan(
         engine=asked.request.engine,
         platform=c.platform,
-        model=model,
-        model_path=model_path,
-        kv_cache_dtype=c.kv_cache_dtype,
-        kv_bytes_per_token=kv.bytes_per_token,
-        tiers=c.tiers,
-        connector=c.connector,
-        chunk_size=chunk,
-        max_model_len=wl.context_tokens,
-        tensor_parallel_size=c.tensor_parallel_size,
-        gpu_memory_utilization=c.gpu_memory_utilization,
-        weight_bytes=model.weight_bytes,
+        model=PlannedModel(
+            path=model_path, geometry=model, weight_bytes=model.weight_bytes, max_model_len=wl.context_tokens
+        ),
+        cache=CacheLayout(
+            kv_cache_dtype=c.kv_cache_dtype,
+            kv_bytes_per_token=kv.bytes_per_token,
+            tiers=c.tiers,
+            chunk_size=chunk,
+            gpu_memory_utilization=c.gpu_memory_utilization,
+            prefix_caching=c.prefix_caching,
+            hybrid_manager=None if c.layout.hybrid_manager or not model.hybrid else "off",
+            kv_in_flight_tokens=c.layout.engine.in_flight_tokens if bounded_layers(model) else None,
+        ),
+        parallel=Parallelism(tensor_parallel_size=c.tensor_parallel_size),
+        transfer=KvTransfer(connector=c.connector, remote_url=c.remote_url),
         workload=wl,
         concurrency=Concurrency(
             context_tokens=wl.context_tokens,
@@ -87,7 +103,6 @@ def assemble_plan(asked: Asked, model_path: str, choices: PlatformChoices, notes
             retention_target_bytes=c.retention,
             retained_bytes=min(c.retention, max(t.size_bytes for t in c.tiers)),
         ),
-        remote_url=c.remote_url,
         gpu_name=c.gpu.name if c.gpu is not None else None,
         compute_capability=c.gpu.compute_capability if c.gpu is not None else None,
         prefill_tokens_per_s=round(prefill.tokens_per_s(wl.context_tokens), 1)
@@ -101,9 +116,6 @@ def assemble_plan(asked: Asked, model_path: str, choices: PlatformChoices, notes
         reasons=notes.reasons,
         feasible=c.feasible,
         errors=notes.errors,
-        hybrid_manager=None if c.layout.hybrid_manager or not model.hybrid else "off",
-        kv_in_flight_tokens=c.layout.engine.in_flight_tokens if bounded_layers(model) else None,
-        prefix_caching=c.prefix_caching,
     )
 
 

@@ -77,16 +77,16 @@ def kv_expectation(
     """The expectation for an engine started from ``plan`` with ``pool_bytes`` of KV space (None on
     CUDA: the engine's log says what it had)."""
     engine = plan_layout(
-        plan.platform, plan.hybrid_manager, plan.kv_in_flight_tokens, plan.prefix_caching
+        plan.platform, plan.cache.hybrid_manager, plan.cache.kv_in_flight_tokens, plan.cache.prefix_caching
     ).engine
     return KvExpectation(
-        model=plan.model,
-        dtype_bytes=dtype_bytes(plan.kv_cache_dtype, plan.model),
-        max_model_len=plan.max_model_len,
-        hybrid_manager=plan.hybrid_manager != "off",
+        model=plan.model.geometry,
+        dtype_bytes=dtype_bytes(plan.cache.kv_cache_dtype, plan.model.geometry),
+        max_model_len=plan.model.max_model_len,
+        hybrid_manager=plan.cache.hybrid_manager != "off",
         block_size=engine.block_size,
         in_flight_tokens=engine.in_flight_tokens,
         pool_bytes=pool_bytes,
         num_blocks_override=num_blocks_override,
-        prefix_caching=plan.prefix_caching,
+        prefix_caching=plan.cache.prefix_caching,
     )

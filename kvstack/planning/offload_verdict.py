@@ -51,13 +51,13 @@ def apply_trace(
 ) -> Plan:
     """``plan`` (sized from the trace) with its trace section; when offload does not pay on this
     trace and --offload was auto, the plan ``without_offload`` returns instead, saying why."""
-    per_token = plan.ttft.bytes_per_token if plan.ttft is not None else float(plan.kv_bytes_per_token)
+    per_token = plan.ttft.bytes_per_token if plan.ttft is not None else float(plan.cache.kv_bytes_per_token)
     bb = block_bytes(per_token, curve)
     target, _ = trace_target(curve, bb)
-    readmit = readmits_lower_hits(plan.connector)
+    readmit = readmits_lower_hits(plan.transfer.connector)
     sizing = trace_sizing(
-        trace, curve, bb, plan.tiers, target=target, ttft=plan.ttft, readmit=readmit,
-        chunk_tokens=plan.chunk_size,
+        trace, curve, bb, plan.cache.tiers, target=target, ttft=plan.ttft, readmit=readmit,
+        chunk_tokens=plan.cache.chunk_size,
     )  # fmt: skip
     reasons = {**plan.reasons, "sizing": _sizing_reason(plan, trace, curve)}
     warnings = list(plan.warnings)
@@ -70,7 +70,7 @@ def apply_trace(
             "requests will queue and TTFT grow past the predicted figures (more GPUs, or more replicas)"
         )
     if sizing.offload_pays is False and plan.offloads:
-        if auto and plan.remote_url is None:
+        if auto and plan.transfer.remote_url is None:
             base = without_offload()
             reasons = {
                 **base.reasons,
@@ -79,7 +79,7 @@ def apply_trace(
                 "connector": "none: offload does not pay on this trace",
             }
             kept = [w for w in base.warnings if not w.startswith("--offload none:")]
-            held = fmt_bytes(base.tiers[0].size_bytes) if base.tiers else "0 B"
+            held = fmt_bytes(base.cache.tiers[0].size_bytes) if base.cache.tiers else "0 B"
             kept.append(
                 f"offload does not pay on this trace: the engine's pool ({held}) alone serves it; "
                 "--offload lmcache-mp (or another connector) plans the tiers anyway"
@@ -87,7 +87,7 @@ def apply_trace(
             out = base.with_notes(reasons=reasons, warnings=kept)
             out.trace = sizing
             return out
-        warnings.append(f"{sizing.verdict} (offload planned as asked: --offload {plan.connector})")
+        warnings.append(f"{sizing.verdict} (offload planned as asked: --offload {plan.transfer.connector})")
     out = plan.with_notes(reasons=reasons, warnings=warnings)
     out.trace = sizing
     return out

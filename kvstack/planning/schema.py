@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from collections.abc import Mapping
+from typing import Any, Literal, Self
 
 from pydantic import (
     BaseModel,
@@ -35,12 +36,16 @@ __all__ = [
     "ENGINES",
     "GATED_CONNECTOR",
     "OFFLOAD_CHOICES",
+    "CacheLayout",
     "Concurrency",
     "Connector",
     "Engine",
     "FetchPath",
+    "KvTransfer",
     "OffloadChoice",
+    "Parallelism",
     "Plan",
+    "PlannedModel",
     "Platform",
     "Tier",
     "TierKind",
@@ -133,28 +138,155 @@ class TtftModel(BaseModel):
     tier_s: dict[str, float] = Field(default_factory=dict)
 
 
-class Plan(BaseModel):
+class PlannedModel(BaseModel):
+    """The model the engine serves, as vLLM's ``ModelConfig`` holds it: where, which revision, its
+    geometry and the context the engine is started with."""
+
     model_config = ConfigDict(extra="forbid")
 
-    engine: Engine
-    platform: Platform
-    model: ModelGeometry
-    model_path: str  # local directory or a repo id the engine resolves
-    model_revision: str | None = None  # the repo id's branch, tag or commit (the engine's --revision)
+    path: str  # local directory or a repo id the engine resolves
+    revision: str | None = None  # the repo id's branch, tag or commit (the engine's --revision)
+    geometry: ModelGeometry
+    weight_bytes: int
+    max_model_len: int
+
+    def at_revision(self, revision: str | None) -> PlannedModel:
+        """A shallow copy naming ``revision`` (the engine's --revision) in place of this one's."""
+        out = self.model_copy()
+        out.revision = revision
+        return out
+
+
+class CacheLayout(BaseModel):
+    """The KV cache and its tiers, as vLLM's ``CacheConfig`` (and the offload tiers below it) holds it."""
+
+    model_config = ConfigDict(extra="forbid")
+
     kv_cache_dtype: str  # the engine's own value, e.g. "fp8", "fp8_e4m3", "auto"
     kv_bytes_per_token: int  # at the chosen dtype
     # Ordered fastest first. tiers[0] is the engine's own KV pool: GPU HBM ("gpu") on CUDA, host
     # memory ("cpu", VLLM_CPU_KVCACHE_SPACE) on the CPU platform. The rest are offload tiers.
     tiers: list[Tier]
-    connector: Connector
     chunk_size: int
-    max_model_len: int
-    tensor_parallel_size: int
     gpu_memory_utilization: float
-    weight_bytes: int
+    # False where the engine runs without a prefix cache for this model (reasons["prefix_caching"]
+    # says why): nothing is reused, so no tier is planned and validation has no warm step to prove.
+    prefix_caching: bool = True
+    # "off": the connector carries one full-length KV group only, so the engine runs with vLLM's
+    # hybrid KV cache manager off (planning/carriage.py) and kv_bytes_per_token counts every
+    # attention layer. None: the engine's default (the manager on where the model has several kinds).
+    hybrid_manager: Literal["off"] | None = None
+    # The tokens the engine keeps in flight (model/kv_groups.py), which bound what a sliding or
+    # chunked layer holds; set only for a model that has such layers.
+    kv_in_flight_tokens: int | None = None
+
+
+class Parallelism(BaseModel):
+    """How the engine is split over GPUs, as vLLM's ``ParallelConfig`` holds it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tensor_parallel_size: int
+
+
+class KvTransfer(BaseModel):
+    """The connector that moves KV below the engine's pool, as vLLM's ``KVTransferConfig`` names it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    connector: Connector
+    remote_url: str | None = None  # redacted form; the secret never enters the Plan
+    # A per-request gate tune chose (lmcache-mp only: engines/lmcache_gate.py): prompts shorter
+    # than this many tokens skip the offload lookup and load. None: every request is looked up.
+    gate_prompt_tokens: int | None = Field(default=None, gt=0)
+
+    @model_validator(mode="after")
+    def _gate_on_lmcache_mp(self) -> KvTransfer:
+        if self.gate_prompt_tokens is not None and spec_of(self.connector).gate_kind != "prompt":
+            raise ValueError(
+                f"gate_prompt_tokens is served by kvstack's gate over {GATED_CONNECTOR} only, "
+                f"not {self.connector}"
+            )
+        return self
+
+
+# The plan's JSON is flat (every plan file written before the groups, and every one since): each wire
+# key in its order, and the group it lives in (None: Plan's own field). "model" is the geometry.
+_WIRE: tuple[tuple[str, str | None, str], ...] = (
+    ("engine", None, "engine"),
+    ("platform", None, "platform"),
+    ("model", "model", "geometry"),
+    ("model_path", "model", "path"),
+    ("model_revision", "model", "revision"),
+    ("kv_cache_dtype", "cache", "kv_cache_dtype"),
+    ("kv_bytes_per_token", "cache", "kv_bytes_per_token"),
+    ("tiers", "cache", "tiers"),
+    ("connector", "transfer", "connector"),
+    ("chunk_size", "cache", "chunk_size"),
+    ("max_model_len", "model", "max_model_len"),
+    ("tensor_parallel_size", "parallel", "tensor_parallel_size"),
+    ("gpu_memory_utilization", "cache", "gpu_memory_utilization"),
+    ("weight_bytes", "model", "weight_bytes"),
+    ("workload", None, "workload"),
+    ("concurrency", None, "concurrency"),
+    ("remote_url", "transfer", "remote_url"),
+    ("gpu_name", None, "gpu_name"),
+    ("compute_capability", None, "compute_capability"),
+    ("prefill_tokens_per_s", None, "prefill_tokens_per_s"),
+    ("prefill_source", None, "prefill_source"),
+    ("ttft", None, "ttft"),
+    ("warnings", None, "warnings"),
+    ("reasons", None, "reasons"),
+    ("feasible", None, "feasible"),
+    ("errors", None, "errors"),
+    ("trace", None, "trace"),
+    ("gate_prompt_tokens", "transfer", "gate_prompt_tokens"),
+    ("hybrid_manager", "cache", "hybrid_manager"),
+    ("kv_in_flight_tokens", "cache", "kv_in_flight_tokens"),
+    ("prefix_caching", "cache", "prefix_caching"),
+    ("capacity", None, "capacity"),
+)
+_GROUPED = {wire: (group, name) for wire, group, name in _WIRE if group is not None}
+# Written only where set: a plan without them serializes exactly as before each existed.
+_DROPPED_WHEN_NONE = ("trace", "gate_prompt_tokens", "hybrid_manager", "kv_in_flight_tokens", "capacity")
+
+
+def _grouped(data: dict[str, Any]) -> dict[str, Any]:
+    """A flat plan (the wire form) as Plan's groups; a grouped one as it is. A key neither form has
+    stays where it is, so that ``extra="forbid"`` refuses it."""
+    # Flat: "model" is the geometry, beside "model_path" and the rest; grouped: "model" holds them.
+    flat_model = isinstance(data.get("model"), ModelGeometry) or any(
+        wire in data for wire, (group, _) in _GROUPED.items() if group == "model" and wire != "model"
+    )
+    out: dict[str, Any] = {}
+    groups: dict[str, dict[str, Any]] = {}
+    for key, value in data.items():
+        if key in _GROUPED and (key != "model" or flat_model):
+            group, name = _GROUPED[key]
+            groups.setdefault(group, {})[name] = value
+        else:
+            out[key] = value
+    for group, fields in groups.items():
+        if group in out:
+            raise ValueError(f"plan: {group!r} given both grouped and as its flat keys {sorted(fields)}")
+        out[group] = fields
+    return out
+
+
+class Plan(BaseModel):
+    """What ``kvstack plan`` decided, grouped as vLLM's ``VllmConfig`` is: the model, the KV cache and
+    its tiers, the parallelism, the KV transfer; the rest is the plan's own. Its JSON stays flat."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    engine: Engine
+    platform: Platform
+    model: PlannedModel
+    cache: CacheLayout
+    parallel: Parallelism
+    transfer: KvTransfer
     workload: Workload
     concurrency: Concurrency | None = None
-    remote_url: str | None = None  # redacted form; the secret never enters the Plan
     gpu_name: str | None = None
     compute_capability: tuple[int, int] | None = None
     prefill_tokens_per_s: float | None = None
@@ -166,43 +298,40 @@ class Plan(BaseModel):
     errors: list[str] = Field(default_factory=list)
     # What sized the tiers when a trace did (planning/predict/trace_sizing.py); None: the retention rule.
     trace: TraceSizing | None = None
-    # A per-request gate tune chose (lmcache-mp only: engines/lmcache_gate.py): prompts shorter
-    # than this many tokens skip the offload lookup and load. None: every request is looked up.
-    gate_prompt_tokens: int | None = Field(default=None, gt=0)
-    # "off": the connector carries one full-length KV group only, so the engine runs with vLLM's
-    # hybrid KV cache manager off (planning/carriage.py) and kv_bytes_per_token counts every
-    # attention layer. None: the engine's default (the manager on where the model has several kinds).
-    hybrid_manager: Literal["off"] | None = None
-    # The tokens the engine keeps in flight (model/kv_groups.py), which bound what a sliding or
-    # chunked layer holds; set only for a model that has such layers.
-    kv_in_flight_tokens: int | None = None
-    # False where the engine runs without a prefix cache for this model (reasons["prefix_caching"]
-    # says why): nothing is reused, so no tier is planned and validation has no warm step to prove.
-    prefix_caching: bool = True
     # plan --slo-ttft: each layout's predicted capacity and the resource bounding it
     # (planning/predict/bound.py).
     capacity: PlanCapacity | None = None
 
-    @model_validator(mode="after")
-    def _gate_on_lmcache_mp(self) -> Plan:
-        if self.gate_prompt_tokens is not None and spec_of(self.connector).gate_kind != "prompt":
-            raise ValueError(
-                f"gate_prompt_tokens is served by kvstack's gate over {GATED_CONNECTOR} only, "
-                f"not {self.connector}"
-            )
-        return self
+    @model_validator(mode="before")
+    @classmethod
+    def _from_flat(cls, data: Any) -> Any:
+        return _grouped(data) if isinstance(data, dict) else data
 
     @model_serializer(mode="wrap")
-    def _drop_no_trace(self, handler: SerializerFunctionWrapHandler) -> Any:
-        # A plan sized by the rule, with no gate, serializes exactly as before either existed.
+    def _flat(self, handler: SerializerFunctionWrapHandler) -> Any:
+        # The groups flattened back to the wire keys, in their order.
         out = handler(self)
-        if isinstance(out, dict):
-            for key in ("trace", "gate_prompt_tokens", "hybrid_manager", "kv_in_flight_tokens", "capacity"):
-                if key in out and out[key] is None:
-                    del out[key]
-            if out.get("prefix_caching") is True:
-                del out["prefix_caching"]
-        return out
+        if not isinstance(out, dict):
+            return out
+        flat: dict[str, Any] = {}
+        for wire, group, name in _WIRE:
+            holder = out if group is None else out.get(group)
+            if isinstance(holder, dict) and name in holder:
+                flat[wire] = holder[name]
+        for key in _DROPPED_WHEN_NONE:
+            if key in flat and flat[key] is None:
+                del flat[key]
+        if flat.get("prefix_caching") is True:
+            del flat["prefix_caching"]
+        return flat
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+        """As BaseModel's; an ``update`` key that is no field of Plan's (a flat key of the wire form,
+        say) is refused, where BaseModel would set an attribute that nothing reads."""
+        unknown = sorted(set(update or ()) - set(type(self).model_fields))
+        if unknown:
+            raise TypeError(f"Plan.model_copy: no such field {unknown} (the plan's fields are grouped)")
+        return super().model_copy(update=update, deep=deep)
 
     @property
     def sized_by(self) -> str:
@@ -212,22 +341,24 @@ class Plan(BaseModel):
     def dtype_args(self) -> list[str]:
         """The engines' ``--dtype`` (vLLM's and SGLang's spelling) where the plan computes in another
         dtype than the checkpoint's (planning/compute_dtype.py); nothing where it is the checkpoint's."""
-        return ["--dtype", self.model.dtype] if self.model.checkpoint_dtype is not None else []
+        geo = self.model.geometry
+        return ["--dtype", geo.dtype] if geo.checkpoint_dtype is not None else []
 
     @property
     def engine_pool(self) -> Tier | None:
         """The engine's own KV pool (GPU memory, or host memory on the CPU platform)."""
-        return self.tiers[0] if self.tiers else None
+        tiers = self.cache.tiers
+        return tiers[0] if tiers else None
 
     @property
     def offloads(self) -> bool:
         """Whether a connector moves KV below the engine's pool (any but ``none``)."""
-        return spec_of(self.connector).offloads
+        return spec_of(self.transfer.connector).offloads
 
     @property
     def offload_tiers(self) -> list[Tier]:
         """The tiers a connector serves hits from, below the engine's own pool."""
-        return self.tiers[1:]
+        return self.cache.tiers[1:]
 
     def tier(self, kind: TierKind) -> Tier | None:
         """The GPU pool for "gpu"; otherwise the offload tier of that kind (never the engine's pool)."""
@@ -247,7 +378,9 @@ class Plan(BaseModel):
         return out
 
     def with_tiers(self, tiers: list[Tier]) -> Plan:
-        """A shallow copy (unvalidated, as ``model_copy``) with ``tiers`` in place of this plan's."""
+        """A shallow copy (unvalidated, as ``model_copy``) with ``tiers`` in place of this plan's (in a
+        copy of its cache group: the original plan's is left as it was)."""
         out = self.model_copy()
-        out.tiers = tiers
+        out.cache = self.cache.model_copy()
+        out.cache.tiers = tiers
         return out

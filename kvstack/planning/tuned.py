@@ -70,16 +70,17 @@ def apply_tuned(plan: Plan, tuned: TunedLayout) -> Plan:
     """``plan`` (planned with --offload ``tuned.connector``) with tune's chunk and tier sizes."""
     reasons = {**plan.reasons, "tuned": f"{tuned.label}: chosen by kvstack tune ({tuned.source})"}
     warnings = list(plan.warnings)
-    if plan.connector != tuned.connector:
+    if plan.transfer.connector != tuned.connector:
         warnings.append(
             f"the tuned layout's connector {tuned.connector} could not be planned on this machine "
-            f"(connector: {plan.reasons.get('connector', plan.connector)}): the plan keeps {plan.connector}"
+            f"(connector: {plan.reasons.get('connector', plan.transfer.connector)}): "
+            f"the plan keeps {plan.transfer.connector}"
         )
         return plan.with_notes(reasons=reasons, warnings=warnings)
     if not spec_of(tuned.connector).offloads:
         return plan.with_notes(reasons=reasons)
     why = f"kvstack tune ({tuned.objective}: predicted p50 {tuned.predicted.get('p50_s', 0) * 1000:.1f} ms)"
-    tiers = [plan.tiers[0]]
+    tiers = [plan.cache.tiers[0]]
     seen_disk = False
     for tier in plan.offload_tiers:
         if tier.kind == "cpu":
@@ -110,7 +111,9 @@ def apply_tuned(plan: Plan, tuned: TunedLayout) -> Plan:
                 f"{GATED_CONNECTOR} can: planned without the gate"
             )
     reasons["chunk_size"] = f"{tuned.chunk_tokens} tokens from {why}"
-    out = plan.with_tiers(tiers)
-    out.chunk_size, out.gate_prompt_tokens = tuned.chunk_tokens, gate
+    out = plan.with_tiers(tiers)  # its cache group is its own copy; its transfer group is copied here
+    out.cache.chunk_size = tuned.chunk_tokens
+    out.transfer = out.transfer.model_copy()
+    out.transfer.gate_prompt_tokens = gate
     out.reasons, out.warnings = reasons, warnings
     return out

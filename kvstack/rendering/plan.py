@@ -15,8 +15,8 @@ if TYPE_CHECKING:
 
 def _kv_layers(plan: Plan) -> str:
     """Which layers the per-token figure counts, in the layout the engine will run."""
-    model = plan.model
-    if plan.hybrid_manager == "off":
+    model = plan.model.geometry
+    if plan.cache.hybrid_manager == "off":
         return f"all {model.attention_layers} attention layers at full length: hybrid KV cache manager off"
     if model.hybrid or model.sliding_layers:
         return f"full-attention layers; the model: {model.layer_summary()}"
@@ -30,24 +30,24 @@ def _kv_fact(plan: Plan) -> str:
     from kvstack.planning.dtype import dtype_bytes
     from kvstack.units import fmt_bytes
 
-    model = plan.model
+    model = plan.model.geometry
     if not model.attention_layers and model.state_layers:
         figure = f"no per-token KV, a fixed state per sequence; the model: {model.layer_summary()}"
-    elif plan.kv_bytes_per_token or plan.hybrid_manager == "off" or not model.attention_layers:
-        figure = f"{fmt_bytes(plan.kv_bytes_per_token)}/token, {_kv_layers(plan)}"
+    elif plan.cache.kv_bytes_per_token or plan.cache.hybrid_manager == "off" or not model.attention_layers:
+        figure = f"{fmt_bytes(plan.cache.kv_bytes_per_token)}/token, {_kv_layers(plan)}"
     else:
-        scale = dtype_bytes(plan.kv_cache_dtype, model) / model.dtype_bytes
+        scale = dtype_bytes(plan.cache.kv_cache_dtype, model) / model.dtype_bytes
         per_token = model.attention_layers * model.layer_kv_bytes_per_token * scale
         bound = model.sliding_window or model.attention_chunk
         figure = (
             f"{fmt_bytes(per_token)}/token up to {bound} tokens a layer: no layer keeps every token; "
             f"the model: {model.layer_summary()}"
         )
-    return f"{plan.kv_cache_dtype} ({figure}; {_kv_source(plan)})"
+    return f"{plan.cache.kv_cache_dtype} ({figure}; {_kv_source(plan)})"
 
 
 def _kv_source(plan: Plan) -> str:
-    spec = plan.model.engine_spec
+    spec = plan.model.geometry.engine_spec
     if spec is None:
         return "estimated: kvstack's reader of config.json, not checked with the engine"
     if not spec.blocks_checked:
@@ -87,16 +87,22 @@ def render(plan: Plan) -> None:
 
     # Pipes and CI logs get a fixed width wide enough for the tier table; terminals their own.
     console = out_console(120)
-    where = f"{plan.gpu_name} x {plan.tensor_parallel_size}" if plan.platform == "cuda" else "CPU (no GPU)"
+    where = (
+        f"{plan.gpu_name} x {plan.parallel.tensor_parallel_size}"
+        if plan.platform == "cuda"
+        else "CPU (no GPU)"
+    )
     status = "[green]feasible[/green]" if plan.feasible else "[red]NOT feasible[/red]"
-    console.print(f"[bold]{escape(plan.model.name)}[/bold] on {escape(where)} with {plan.engine}: {status}")
+    console.print(
+        f"[bold]{escape(plan.model.geometry.name)}[/bold] on {escape(where)} with {plan.engine}: {status}"
+    )
     ctx = plan.workload.context_tokens
     table = Table(title=f"KV tiers ({fmt_tokens(ctx)}-token sessions)", title_justify="left")
     ttft_col = f"TTFT {fmt_tokens(ctx)} prefix"
     cols = ("tier", "size", "per rank", "tokens", "sessions", "read bw", "fetch beats recompute", ttft_col)
     for col in cols:
         table.add_column(col, justify="left" if col == "tier" else "right")
-    for i, t in enumerate(plan.tiers):
+    for i, t in enumerate(plan.cache.tiers):
         label = t.kind + (f" {t.path}" if t.path else "") + (f" {t.url}" if t.url else "")
         unsized = t.kind == "remote" and t.size_bytes == 0  # the store's own limit, not known here
         table.add_row(
@@ -115,14 +121,14 @@ def render(plan: Plan) -> None:
             "KV dtype",
             _kv_fact(plan),
         ),
-        ("connector", plan.connector),
-        ("tensor parallel", str(plan.tensor_parallel_size)),
-        ("max_model_len", str(plan.max_model_len)),
-        ("chunk_size", str(plan.chunk_size)),
-        ("weights", fmt_bytes(plan.weight_bytes)),
+        ("connector", plan.transfer.connector),
+        ("tensor parallel", str(plan.parallel.tensor_parallel_size)),
+        ("max_model_len", str(plan.model.max_model_len)),
+        ("chunk_size", str(plan.cache.chunk_size)),
+        ("weights", fmt_bytes(plan.model.weight_bytes)),
     ]
     if plan.platform == "cuda":
-        facts.append(("gpu_memory_utilization", f"{plan.gpu_memory_utilization:.2f}"))
+        facts.append(("gpu_memory_utilization", f"{plan.cache.gpu_memory_utilization:.2f}"))
     if plan.prefill_tokens_per_s:
         facts.append(("prefill", f"~{plan.prefill_tokens_per_s:,.0f} tokens/s ({plan.prefill_source})"))
     if plan.concurrency is not None:
@@ -140,8 +146,8 @@ def render(plan: Plan) -> None:
                 fmt_ms(recompute) if recompute is not None else "no prefill figure for this platform",
             )
         )
-    if plan.remote_url:
-        facts.append(("remote", plan.remote_url))
+    if plan.transfer.remote_url:
+        facts.append(("remote", plan.transfer.remote_url))
     for key, value in facts:
         console.print(f"  {key:<24} {value}", markup=False)
     console.print("[bold]why[/bold]")
@@ -157,7 +163,7 @@ def write_png(plan: Plan, path: Path) -> None:
     from kvstack.rendering.curve_png import write_curve_png
 
     assert plan.trace is not None
-    title = f"{plan.model.name} ({plan.kv_cache_dtype} KV) on {plan.trace.source}"
+    title = f"{plan.model.geometry.name} ({plan.cache.kv_cache_dtype} KV) on {plan.trace.source}"
     write_curve_png(plan.trace, path, title)
 
 

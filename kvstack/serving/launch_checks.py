@@ -42,12 +42,12 @@ def require_model_files(prepared: PreparedServe) -> None:
 
     Skipped when the engine arguments ask for dummy weights (the engine then needs none).
     """
-    model, extra = prepared.plan.model_path, prepared.options.extra_args
+    model, extra = prepared.plan.model.path, prepared.options.extra_args
     dummy = "--load-format=dummy" in extra or any(
         a == "--load-format" and b == "dummy" for a, b in itertools.pairwise(extra)
     )
     if hub.is_hub_id(model) and not Path(model).is_dir() and not dummy:
-        hub.require_weights(model, prepared.plan.model_revision)
+        hub.require_weights(model, prepared.plan.model.revision)
 
 
 def bound_ports(launch: Launch) -> list[int]:

@@ -38,7 +38,7 @@ def plan_for_model(
     plan = make_plan(snapshot, model, source.path, request, workload, trace)
     if source.revision is not None:
         plan = plan.model_copy()
-        plan.model_revision = source.revision
+        plan.model = plan.model.at_revision(source.revision)
     return plan
 
 

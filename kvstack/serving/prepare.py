@@ -183,10 +183,12 @@ def prepare(
     if n > 1:
         plan = plan.with_notes(warnings=[*plan.warnings, replica_warning(request, machine, gpus_each)])
     devices = (
-        device_groups(plan.tensor_parallel_size, n, visible) if n > 1 and plan.platform == "cuda" else None
+        device_groups(plan.parallel.tensor_parallel_size, n, visible)
+        if n > 1 and plan.platform == "cuda"
+        else None
     )
     run_root = request.resolved_run_dir()
-    facts = gather_facts(plan.model_path, snap.memory, revision=plan.model_revision, resolved=source)
+    facts = gather_facts(plan.model.path, snap.memory, revision=plan.model.revision, resolved=source)
     replicas: list[PreparedServe] = []
     token = run_token(request)
     for i, port in enumerate(layout.engine_ports):

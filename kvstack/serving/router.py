@@ -107,7 +107,7 @@ def render_router(
 
 def replica_tree_tokens(plan: Plan) -> int:
     """The KV tokens one replica holds: its engine's pool and its own offload tiers (not the remote)."""
-    return sum(t.tokens for t in plan.tiers if t.kind != "remote")
+    return sum(t.tokens for t in plan.cache.tiers if t.kind != "remote")
 
 
 def require_router(python: str) -> None:

@@ -93,12 +93,12 @@ def layout_candidate(name: str, layout: ServedLayout) -> Candidate | None:
     if not offloads(name):
         return Candidate(name)
     plan = layout.plan
-    if plan is None or plan.connector != name:
+    if plan is None or plan.transfer.connector != name:
         return None
     dram, disk = plan.tier("cpu"), plan.tier("disk")
     return Candidate(
         connector=name,
-        chunk_tokens=plan.chunk_size,
+        chunk_tokens=plan.cache.chunk_size,
         dram_bytes=dram.size_bytes if dram is not None else 0,
         disk_bytes=disk.size_bytes if disk is not None else 0,
     )

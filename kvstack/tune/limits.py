@@ -39,8 +39,8 @@ def most_plan(
 def limits_of(plan: Plan, engine_pool_tokens: int | None = None) -> Limits:
     """``plan``'s bounds (``most_plan``); ``engine_pool_tokens`` overrides its pool (a pool the
     engine is told, e.g. vLLM's --num-gpu-blocks-override)."""
-    per_token = plan.ttft.bytes_per_token if plan.ttft is not None else float(plan.kv_bytes_per_token)
-    pool = plan.tiers[0]
+    per_token = plan.ttft.bytes_per_token if plan.ttft is not None else float(plan.cache.kv_bytes_per_token)
+    pool = plan.cache.tiers[0]
     lower = plan.offload_tiers
     dram = max((t.size_bytes for t in lower if t.kind == "cpu"), default=0)
     disk = max((t.size_bytes for t in lower if t.kind == "disk"), default=0)

@@ -46,7 +46,7 @@ def shared_tier_skip_reason(plan: Plan, replicas: int) -> str | None:
     if replicas < 2:
         return "one replica: nothing to share with"
     # On the CPU platform only a connector with its own cache server moves KV (planning/cpu_plan.py).
-    if plan.platform == "cpu" and not spec_of(plan.connector).cache_server:
+    if plan.platform == "cpu" and not spec_of(plan.transfer.connector).cache_server:
         servers = " or ".join(f"--offload {s.name}" for s in SPECS.values() if s.cache_server)
         return (
             f"no offload tier on a CPU platform without LMCache's cache server ({servers}): "

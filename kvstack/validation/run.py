@@ -90,7 +90,7 @@ def target_from_launch(
         metrics_urls=list(spec.metrics_urls),
         cache_server_url=spec.cache_server_url,
         connector=spec.connector if spec_of(spec.connector).offloads else None,
-        chunk_tokens=plan.chunk_size or None,
+        chunk_tokens=plan.cache.chunk_size or None,
         batch_invariant=spec.server.env.get(
             "VLLM_BATCH_INVARIANT", os.environ.get("VLLM_BATCH_INVARIANT", "0")
         )
@@ -100,7 +100,7 @@ def target_from_launch(
         secrets=list(spec.secrets),
         prediction=plan.ttft,
         kv_expectation=_kv_expectation(spec, plan),
-        no_prefix_cache=None if plan.prefix_caching else plan.reasons.get("prefix_caching", "off"),
+        no_prefix_cache=None if plan.cache.prefix_caching else plan.reasons.get("prefix_caching", "off"),
         min_speedup=DEFAULT_MIN_SPEEDUP if min_speedup is None else min_speedup,
         min_tier_speedup=DEFAULT_MIN_TIER_SPEEDUP if min_tier_speedup is None else min_tier_speedup,
     )

@@ -114,7 +114,7 @@ def chunk_bytes(layout: ServedLayout) -> int:
     """LMCache's 256-token chunk of the demo model's KV: 256 KiB at bf16 (1 KiB per token), twice that
     where the plan computes in float32 (a CPU without bf16 arithmetic: planning/compute_dtype.py)."""
     assert layout.plan is not None
-    return 256 * layout.plan.kv_bytes_per_token
+    return 256 * layout.plan.cache.kv_bytes_per_token
 
 
 def test_the_disk_tier_stays_within_its_cap_and_keeps_the_recent_prefixes(capped: ServedLayout) -> None:

@@ -105,7 +105,7 @@ def engine_specs(run_dir: Path, cache_root: Path) -> dict[str, LaunchSpec]:
         specs[name] = render(make_plan(**plan_args), options, SOFTWARE[software], facts)
     # The README's CUDA plan as the planner makes it (--offload auto: LMCache's cache server).
     planned = plan_for("h100-sxm", "llama-3.1-8b", cache_root="/data/kv")
-    assert planned.connector == "lmcache-mp", planned.reasons["connector"]
+    assert planned.transfer.connector == "lmcache-mp", planned.reasons["connector"]
     options = make_options(**{**dirs(PLANNED), "cache_root": "/data/kv"})
     specs[PLANNED] = render(planned, options, SOFTWARE["vllm"], HUB_FACTS)
     return specs

@@ -177,7 +177,7 @@ def _run_sglang(tmp_path: Path, caller_env: dict[str, str]) -> dict[str, Any]:
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     result: dict[str, Any] = json.loads(out.read_text(encoding="utf-8"))
-    assert result["model_path"] == plan.model_path
+    assert result["model_path"] == plan.model.path
     return result
 
 

@@ -41,7 +41,7 @@ def probed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         vc = helm["servingEngineSpec"]["modelSpec"][0]["vllmConfig"]
         # The flags the chart's template builds from vllmConfig, then extraArgs (deployment-vllm-multi.yaml).
         job["vllm_argv"][f"helm-{name}"] = [
-            plan.model_path,
+            plan.model.path,
             "--max-model-len", str(vc["maxModelLen"]),
             "--dtype", vc["dtype"],
             "--tensor-parallel-size", str(vc["tensorParallelSize"]),
@@ -73,24 +73,24 @@ def test_vllm_parses_the_exported_command(probed: dict[str, Any], fmt: str, name
     got = probed["vllm_argv"][f"{fmt}-{name}"]
     assert got["ok"], got.get("error")
     plan = PLANS[name]
-    assert got["model"] == plan.model_path
-    assert got["kv_cache_dtype"] == plan.kv_cache_dtype
-    assert got["tensor_parallel_size"] == plan.tensor_parallel_size
-    assert got["max_model_len"] == plan.max_model_len
+    assert got["model"] == plan.model.path
+    assert got["kv_cache_dtype"] == plan.cache.kv_cache_dtype
+    assert got["tensor_parallel_size"] == plan.parallel.tensor_parallel_size
+    assert got["max_model_len"] == plan.model.max_model_len
     kvt = got.get("kv_transfer")
-    if plan.connector == "lmcache" and fmt == "compose":
+    if plan.transfer.connector == "lmcache" and fmt == "compose":
         assert kvt["kv_connector"] == "LMCacheConnectorV1"
-    elif plan.connector == "native" and plan.tier("disk") is not None:
+    elif plan.transfer.connector == "native" and plan.tier("disk") is not None:
         assert kvt["spec_class"] == "TieringOffloadingSpec"
         assert [t["unknown_keys"] for t in kvt["secondary_tiers"]] == [[]]
-    elif plan.connector == "native":
+    elif plan.transfer.connector == "native":
         # --kv-offloading-size becomes an OffloadingConnector only inside VllmConfig (config/vllm.py).
         assert kvt is None and "--kv-offloading-size" in probed_argv(plan, fmt)
     else:
         assert kvt is None  # no connector, or helm where the chart adds LMCache's itself
 
 
-@pytest.mark.parametrize("name", [n for n in sorted(PLANS) if PLANS[n].connector == "lmcache"])
+@pytest.mark.parametrize("name", [n for n in sorted(PLANS) if PLANS[n].transfer.connector == "lmcache"])
 def test_lmcache_loads_the_exported_config_without_warnings(probed: dict[str, Any], name: str) -> None:
     got = probed["lmcache_yaml"][name]
     assert got["ok"], got.get("error")
@@ -99,4 +99,4 @@ def test_lmcache_loads_the_exported_config_without_warnings(probed: dict[str, An
     cpu = plan.tier("cpu")
     assert cpu is not None
     assert got["loaded"]["max_local_cpu_size"] == cpu.size_bytes_per_rank // (1 << 30)
-    assert got["loaded"]["chunk_size"] == plan.chunk_size
+    assert got["loaded"]["chunk_size"] == plan.cache.chunk_size

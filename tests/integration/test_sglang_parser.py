@@ -45,7 +45,7 @@ def sglang_specs(tmp: Path) -> dict[str, LaunchSpec]:
         "h100-sxm", "llama-3.1-8b", None, engine="sglang", context=131072, users=8, cache_root="/data/kv",
         remote_url="redis://cache.internal:6379",
     )  # fmt: skip
-    assert plan.connector == "lmcache-mp", plan.reasons["connector"]
+    assert plan.transfer.connector == "lmcache-mp", plan.reasons["connector"]
     options = make_options(
         run_dir=str(tmp / "run" / "planned-mp"),
         cache_root="/data/kv",

@@ -76,13 +76,16 @@ def check_formats(plans: Plans) -> None:
     layers are still the engine's, asked again without the quantization."""
     for (name, gpu), p in plans.items():
         want = CHECKPOINTS[name]
-        assert p.platform == "cuda" and p.model.quant_method == want.method, (name, gpu)
-        assert p.model.weight_dtype == want.weight_dtype, (name, p.model.weight_dtype)
+        assert p.platform == "cuda" and p.model.geometry.quant_method == want.method, (name, gpu)
+        assert p.model.geometry.weight_dtype == want.weight_dtype, (name, p.model.geometry.weight_dtype)
         local = [w for w in p.warnings if "cpu platform (this machine) refuses" in w]
         assert bool(local) == want.cpu_refuses, (name, p.warnings)
         if local:
             assert "quantization set aside" in local[0], local
-            assert p.model.layer_kinds_source is not None and "vLLM" in p.model.layer_kinds_source
+            assert (
+                p.model.geometry.layer_kinds_source is not None
+                and "vLLM" in p.model.geometry.layer_kinds_source
+            )
         assert "CC" in p.reasons["quantization"], p.reasons
 
 
@@ -94,11 +97,11 @@ def check_weights(plans: Plans) -> None:
         index = QUANTIZED / name / "model.safetensors.index.json"
         if index.is_file():
             total = index_total_size(index)
-            assert total is not None and p.weight_bytes == total, (name, p.weight_bytes, total)
+            assert total is not None and p.model.weight_bytes == total, (name, p.model.weight_bytes, total)
             config = with_modelopt_file(index.parent, json.loads((index.parent / "config.json").read_text()))
             estimate = geometry_from_config(config, name, str(index.parent)).weight_bytes
             assert abs(estimate / total - 1) <= 0.05, (name, estimate, total)
         else:
             low, high = CHECKPOINTS[name].bytes_per_param
-            per_param = p.weight_bytes / p.model.params
+            per_param = p.model.weight_bytes / p.model.geometry.params
             assert low <= per_param <= high, (name, per_param)

@@ -179,7 +179,7 @@ def _decide(
     layout: ServedLayout, rows: list[TraceRow], args: ReplayRequest, api_key: str | None, model: str
 ) -> Shared:
     card = served_models(layout.base_url, api_key)[0]
-    context = int(card.get("max_model_len") or 0) or (layout.plan.max_model_len if layout.plan else 0)
+    context = int(card.get("max_model_len") or 0) or (layout.plan.model.max_model_len if layout.plan else 0)
     if not context:
         raise InputError(
             f"{redact_url(layout.base_url)}/v1/models says no max_model_len", hint="use vLLM or SGLang"
@@ -187,7 +187,7 @@ def _decide(
     level = engine_level(scrape_sync(layout.metrics_urls[:1], api_key))
     block = level.unit_tokens if level else 1
     status = _status(layout, api_key)
-    chunk = (status.chunk_size or 1) if status else (layout.plan.chunk_size if layout.plan else 1)
+    chunk = (status.chunk_size or 1) if status else (layout.plan.cache.chunk_size if layout.plan else 1)
     align = math.lcm(block, chunk)
     shape = ReplayShape(
         args.block_tokens, align, context - args.max_output_tokens, args.max_output_tokens, args.time_scale
@@ -195,7 +195,7 @@ def _decide(
     sent, notes = plan_requests(rows, shape, session_key)
     if not sent:
         raise InputError("no trace row is long enough to send", hint="raise --block-tokens")
-    model_dir = layout.plan.model_path if layout.plan else None
+    model_dir = layout.plan.model.path if layout.plan else None
     pool = token_pool(layout.base_url, model, api_key, model_dir)
     return Shared(sent=sent, blocks=BlockTokens(pool, args.block_tokens, args.seed), shape=shape, notes=notes)
 
@@ -207,7 +207,7 @@ def hierarchy_of(layout: ServedLayout, run: ReplayRun, api_key: str | None) -> H
     if status is None:
         return Hierarchy(levels=[engine] if engine is not None else [])
     plan = layout.plan
-    per_token = plan.kv_bytes_per_token if plan else status.bytes_per_token()
+    per_token = plan.cache.kv_bytes_per_token if plan else status.bytes_per_token()
     adapters = _adapters(layout, status)
     disk = plan.tier("disk") if plan else None
     lm, notes = lmcache_levels(status, per_token, adapters, disk.size_bytes if disk else None)
@@ -261,7 +261,7 @@ def unknown_tiers(
     if layout.cache_server_url:
         return head + f"its cache server {redact_url(layout.cache_server_url)} reports none for them"
     if layout.plan is not None:
-        return head + f"kvstack sizes LMCache's cache server's tiers, not {layout.plan.connector}'s"
+        return head + f"kvstack sizes LMCache's cache server's tiers, not {layout.plan.transfer.connector}'s"
     return (
         head + "no --lmcache URL names its cache server and no kvstack serve run serves it "
         "(give --lmcache URL or the serve run's --run-dir)"

@@ -108,7 +108,7 @@ def _plan_figures(plan: Plan) -> tuple[list[FetchCost], float, int, str]:
         FetchCost(t.kind, p.bw_bytes_per_s, p.latency_s, p.source)
         for t in plan.offload_tiers if (p := m.fetch.get(t.kind)) is not None
     ]  # fmt: skip
-    per_token = m.bytes_per_token if m is not None else float(plan.kv_bytes_per_token)
+    per_token = m.bytes_per_token if m is not None else float(plan.cache.kv_bytes_per_token)
     tokens = pool.tokens if pool is not None else 0
     bws = ", ".join(f"{f.kind} {fmt_bw(f.bw_bytes_per_s)}" for f in fetch) or "no offload tier"
     return fetch, per_token, tokens, f"the plan's tiers ({bws}) and pool ({fmt_tokens(tokens)} tokens)"

@@ -38,7 +38,7 @@ def level_shares(plan: Plan) -> tuple[list[tuple[str, float]], str]:
     warm = max(1.0, wl.users * wl.reuse * wl.context_tokens)
     out: list[tuple[str, float]] = []
     held = 0.0
-    for i, tier in enumerate(plan.tiers):
+    for i, tier in enumerate(plan.cache.tiers):
         reach = max(held, min(1.0, tier.tokens / warm))
         out.append(("engine" if i == 0 else tier.kind, reach - held))
         held = reach

@@ -56,7 +56,7 @@ def served_costs(
     if pool is None:
         return None
     m = plan.ttft
-    bytes_per_token = m.bytes_per_token if m is not None else float(plan.kv_bytes_per_token)
+    bytes_per_token = m.bytes_per_token if m is not None else float(plan.cache.kv_bytes_per_token)
     cost_s = plan.trace.offload_cost_s if plan.trace is not None else OFFLOAD_REQUEST_COST_S
     offload = served.offload_costs(cost_s, {})
     hit = served.plain.hit_s
@@ -67,7 +67,7 @@ def served_costs(
     )
     source = served.source or "a served calibration"
     fetch = _fetch(plan, offload, bytes_per_token, source)
-    chunks = prompt_tokens // plan.chunk_size if plan.chunk_size > 0 else 0
+    chunks = prompt_tokens // plan.cache.chunk_size if plan.cache.chunk_size > 0 else 0
     kinds = [t.kind for t in plan.offload_tiers]
     layouts = []
     for k, name in enumerate(layout_names(kinds)):

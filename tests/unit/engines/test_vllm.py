@@ -168,7 +168,8 @@ def test_extra_connector_flags_are_refused_when_kvstack_sets_a_connector(arg: st
 
 
 def test_a_hub_revision_reaches_vllm_and_the_hub_token_is_masked() -> None:
-    plan = make_plan().model_copy(update={"model_revision": "v1.1"})
+    plan = make_plan()
+    plan.model = plan.model.at_revision("v1.1")
     facts = HUB_FACTS.model_copy(update={"hub_token": "hf_secret_value"})
     spec = render(plan, make_options(extra_args=["--hf-token", "hf_secret_value"]), SOFTWARE["vllm"], facts)
     argv = spec.server.argv
@@ -192,13 +193,13 @@ def test_a_cached_snapshots_commit_pins_the_kv_fingerprint() -> None:
 def test_the_plans_layout_flags_reach_vllm() -> None:
     """A connector that carries one KV group: the hybrid manager off; no prefix cache: said to vLLM."""
     base = make_plan(model="demo", platform="cpu", connector="lmcache-mp", cpu_gib=1)
-    off = base.model_copy(update={"hybrid_manager": "off"})
+    off = base.model_copy(update={"cache": base.cache.model_copy(update={"hybrid_manager": "off"})})
     on_argv = render(base, make_options(), SOFTWARE["vllm-cpu"], DEMO_FACTS).server.argv
     off_argv = render(off, make_options(), SOFTWARE["vllm-cpu"], DEMO_FACTS).server.argv
     assert "--disable-hybrid-kv-cache-manager" not in on_argv
     assert "--disable-hybrid-kv-cache-manager" in off_argv
     plain = make_plan(model="demo", platform="cpu")
-    no_cache = plain.model_copy(update={"prefix_caching": False})
+    no_cache = plain.model_copy(update={"cache": plain.cache.model_copy(update={"prefix_caching": False})})
     assert (
         "--no-enable-prefix-caching"
         not in render(plain, make_options(), SOFTWARE["vllm-cpu"], DEMO_FACTS).server.argv

@@ -123,7 +123,7 @@ def test_compose_runs_a_canary_sidecar_against_the_engine(plan: Plan, engine_url
     argv = [*sidecar["entrypoint"], *sidecar["command"]]
     params = parsed(argv)
     assert params["url"] == engine_url and params["engine"] == plan.engine
-    assert params["offload"] == plan.connector and params["chunk_tokens"] == plan.chunk_size
+    assert params["offload"] == plan.transfer.connector and params["chunk_tokens"] == plan.cache.chunk_size
     assert params["on_wrong_kv"] == "warn"  # it cannot fall back: kvstack did not start the engine
     assert params["metrics_host"] == "0.0.0.0" and params["metrics_port"] == 9464
     assert str(params["metrics_token_file"]) == TOKEN_PATH

@@ -138,17 +138,19 @@ def test_engine_command_matches_the_plan(case: str) -> None:
     assert engine["ports"] == [f"{options.host}:{options.port}:{port}"]
     assert options.host == "127.0.0.1"  # loopback unless asked otherwise
     assert engine["environment"]["PYTHONHASHSEED"] == HASH_SEED  # replicas hash alike (docs/shared-tier.md)
-    assert flag(argv, "--kv-cache-dtype") == plan.kv_cache_dtype
+    assert flag(argv, "--kv-cache-dtype") == plan.cache.kv_cache_dtype
     if plan.engine == "vllm":
         assert engine["entrypoint"][-1] == "serve"
-        assert flag(argv, "--tensor-parallel-size") == str(plan.tensor_parallel_size)
-        assert flag(argv, "--max-model-len") == str(plan.max_model_len)
-        assert flag(argv, "--gpu-memory-utilization") == str(plan.gpu_memory_utilization)
+        assert flag(argv, "--tensor-parallel-size") == str(plan.parallel.tensor_parallel_size)
+        assert flag(argv, "--max-model-len") == str(plan.model.max_model_len)
+        assert flag(argv, "--gpu-memory-utilization") == str(plan.cache.gpu_memory_utilization)
     else:
-        assert flag(argv, "--tp-size") == str(plan.tensor_parallel_size)
-        assert flag(argv, "--context-length") == str(plan.max_model_len)
+        assert flag(argv, "--tp-size") == str(plan.parallel.tensor_parallel_size)
+        assert flag(argv, "--context-length") == str(plan.model.max_model_len)
     devices = engine.get("deploy", {}).get("resources", {}).get("reservations", {}).get("devices", [])
-    assert [d["count"] for d in devices] == ([plan.tensor_parallel_size] if plan.platform == "cuda" else [])
+    assert [d["count"] for d in devices] == (
+        [plan.parallel.tensor_parallel_size] if plan.platform == "cuda" else []
+    )
     cpu = plan.tier("cpu")
     shm = int(engine["shm_size"].removesuffix("gb")) * GIB
     assert shm >= (cpu.size_bytes if cpu else 0)
@@ -172,7 +174,7 @@ def test_lmcache_config_file_is_mounted_and_sized_per_rank() -> None:
     assert cpu is not None and disk is not None
     assert cfg["max_local_cpu_size"] == cpu.size_bytes_per_rank // GIB
     assert cfg["max_local_disk_size"] == disk.size_bytes_per_rank // GIB
-    assert cfg["local_cpu"] is True and cfg["chunk_size"] == plan.chunk_size
+    assert cfg["local_cpu"] is True and cfg["chunk_size"] == plan.cache.chunk_size
     disk_target = next(v["target"] for v in engine["volumes"] if v.get("source") == disk.path)
     assert cfg["local_disk"] == f"file://{disk_target}/"
     kvt = json.loads(flag(engine["command"], "--kv-transfer-config"))

@@ -31,7 +31,8 @@ def test_gib_rounding_never_exceeds_the_plan_for_tier_sizes() -> None:
 )
 def test_deployment_name_is_a_dns_label(name: str, expected: str) -> None:
     plan = make_plan()
-    plan = plan.model_copy(update={"model": plan.model.model_copy(update={"name": name})})
+    geometry = plan.model.geometry.model_copy(update={"name": name})
+    plan = plan.model_copy(update={"model": plan.model.model_copy(update={"geometry": geometry})})
     assert deployment_name(plan) == expected
     assert deployment_name(plan, "x" * 80) == "x" * 63
 

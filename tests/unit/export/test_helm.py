@@ -53,18 +53,18 @@ def test_values_parse_and_match_the_plan(tp: int) -> None:
     assert set(spec) <= CHART_MODELSPEC_KEYS
     assert set(spec["vllmConfig"]) <= CHART_VLLMCONFIG_KEYS
     assert set(spec["lmcacheConfig"]) <= CHART_LMCACHE_KEYS
-    assert spec["modelURL"] == plan.model_path
+    assert spec["modelURL"] == plan.model.path
     assert spec["requestGPU"] == tp
     assert env_of(spec)["PYTHONHASHSEED"] == HASH_SEED  # every pod hashes alike (docs/shared-tier.md)
     vc = spec["vllmConfig"]
     assert vc["tensorParallelSize"] == tp
-    assert vc["maxModelLen"] == plan.max_model_len
-    assert vc["gpuMemoryUtilization"] == plan.gpu_memory_utilization
-    assert vc["dtype"] == plan.model.dtype
+    assert vc["maxModelLen"] == plan.model.max_model_len
+    assert vc["gpuMemoryUtilization"] == plan.cache.gpu_memory_utilization
+    assert vc["dtype"] == plan.model.geometry.dtype
     # The chart passes --no-enable-prefix-caching unless this is true (deployment-vllm-multi.yaml).
     assert vc["enablePrefixCaching"] is True
     args = vc["extraArgs"]
-    assert args[args.index("--kv-cache-dtype") + 1] == plan.kv_cache_dtype
+    assert args[args.index("--kv-cache-dtype") + 1] == plan.cache.kv_cache_dtype
     assert "--kv-transfer-config" not in args  # the chart adds LMCacheConnectorV1 itself
     cpu, disk = plan.tier("cpu"), plan.tier("disk")
     assert cpu is not None and disk is not None
@@ -75,9 +75,9 @@ def test_values_parse_and_match_the_plan(tp: int) -> None:
     assert lm["diskOffloadingBufferSize"] == disk.size_bytes_per_rank // GIB
     env = env_of(spec)
     assert env["LMCACHE_LOCAL_DISK"].startswith("file:///data/")  # on the PVC the chart mounts at /data
-    assert env["LMCACHE_CHUNK_SIZE"] == str(plan.chunk_size)
+    assert env["LMCACHE_CHUNK_SIZE"] == str(plan.cache.chunk_size)
     assert env["LMCACHE_PRE_CACHING_HASH_ALGORITHM"] == LMCACHE_HASH
-    assert gi(spec["pvcStorage"]) * GIB >= plan.weight_bytes + disk.size_bytes
+    assert gi(spec["pvcStorage"]) * GIB >= plan.model.weight_bytes + disk.size_bytes
     assert gi(spec["requestMemory"]) * GIB >= cpu.size_bytes
     assert gi(spec["shmSize"]) * GIB >= cpu.size_bytes
 

@@ -93,12 +93,12 @@ def test_a_native_plan_goes_into_kvcacheoffloading_with_its_sizes() -> None:
         assert off["secondary"] == [{"fileSystem": {"emptyDir": {"size": f"{disk.size_bytes // GIB}Gi"}}}]
     main = main_container(svc)
     assert "--kv-transfer-config" not in main["args"]  # KServe's controller adds the OffloadingConnector
-    assert main["args"][main["args"].index("--kv-cache-dtype") + 1] == plan.kv_cache_dtype
+    assert main["args"][main["args"].index("--kv-cache-dtype") + 1] == plan.cache.kv_cache_dtype
     assert env(main)["PYTHONHASHSEED"] == HASH_SEED
     assert env(main)["VLLM_API_KEY"] == {
         "secretKeyRef": {"name": svc["metadata"]["name"] + "-api-key", "key": "api-key"}
     }
-    assert main["resources"]["limits"]["nvidia.com/gpu"] == str(plan.tensor_parallel_size)
+    assert main["resources"]["limits"]["nvidia.com/gpu"] == str(plan.parallel.tensor_parallel_size)
 
 
 def test_an_lmcache_plan_runs_lmcache_in_the_engine_and_says_so() -> None:

@@ -115,7 +115,7 @@ def test_the_native_tiers_and_the_hash_seed_reach_vllm() -> None:
         assert cfg["kv_connector_extra_config"]["cpu_bytes_to_use"] == cpu.size_bytes
     else:
         assert args[args.index("--kv-offloading-backend") + 1] == "native"
-    assert values["decode"]["parallelism"]["tensor"] == plan.tensor_parallel_size
+    assert values["decode"]["parallelism"]["tensor"] == plan.parallel.tensor_parallel_size
 
 
 def test_an_lmcache_mp_plan_says_it_runs_in_process_and_keeps_secrets_out() -> None:

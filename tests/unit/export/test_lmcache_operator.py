@@ -79,7 +79,10 @@ def test_the_plans_sizes_and_the_webhooks_wiring() -> None:
     found, notes = docs(plan)
     spec = engine_of(found)["spec"]
     assert spec["l1"]["sizeGB"] == cpu.size_bytes // GIB
-    assert spec["server"]["chunkSize"] == plan.chunk_size and spec["server"]["hashAlgorithm"] == "sha256_cbor"
+    assert (
+        spec["server"]["chunkSize"] == plan.cache.chunk_size
+        and spec["server"]["hashAlgorithm"] == "sha256_cbor"
+    )
     assert {"name": "PYTHONHASHSEED", "value": HASH_SEED} in spec["env"]
     if disk is not None:
         raw = spec["l2Backend"]["raw"]

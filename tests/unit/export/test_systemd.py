@@ -51,7 +51,7 @@ def test_unit_runs_kvstack_serve_with_the_plans_decisions() -> None:
     assert words == serve_argv(plan, options)
     assert words[:2] == ["/opt/kv/bin/kvstack", "serve"]
     pairs = dict(zip(words[2::2], words[3::2], strict=False))
-    assert pairs["--engine"] == plan.engine and pairs["--offload"] == plan.connector
+    assert pairs["--engine"] == plan.engine and pairs["--offload"] == plan.transfer.connector
     assert pairs["--tp"] == "4" and pairs["--kv-dtype"] == "fp8"
     assert pairs["--context"] == str(plan.workload.context_tokens) and pairs["--users"] == str(
         plan.workload.users

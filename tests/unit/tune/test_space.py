@@ -154,7 +154,7 @@ def test_limits_are_the_most_the_hardware_allows_each_tier() -> None:
     usual = make_plan(hw, demo.geometry, demo.path, PlanRequest(), wl)
     limits = limits_of(most_plan(hw, demo.geometry, demo.path, PlanRequest(), wl))
     assert (limits.platform, limits.engine_block_tokens, limits.bytes_per_token) == ("cpu", 128, 1024.0)
-    assert limits.engine_pool_tokens == usual.tiers[0].tokens
+    assert limits.engine_pool_tokens == usual.cache.tiers[0].tokens
     l1, disk = usual.tier("cpu"), usual.tier("disk")
     assert l1 is not None and disk is not None
     assert limits.dram_max_bytes > l1.size_bytes and limits.disk_max_bytes > disk.size_bytes

@@ -173,7 +173,7 @@ def test_each_candidate_is_served_as_serve_tuned_serves_a_winner(tmp_path: Path)
     assert again.cache_dir != request.cache_dir
     launch = prepare(request.model_copy(update={"offload": pick.candidate.connector}))
     plan = launch.plan
-    assert plan.connector == "lmcache-mp" and plan.chunk_size == 512
+    assert plan.transfer.connector == "lmcache-mp" and plan.cache.chunk_size == 512
     assert [t.size_bytes for t in plan.offload_tiers if t.kind == "cpu"] == [pick.candidate.dram_bytes]
     server = " ".join(launch.replicas[0].spec.helpers[0].argv)
     assert "--chunk-size 512" in server and "--l1-size-gb 0.5" in server
@@ -182,7 +182,7 @@ def test_each_candidate_is_served_as_serve_tuned_serves_a_winner(tmp_path: Path)
     gated = next(p for p in ranked if p.candidate.gate is not None and p.candidate.gate.kind == "prompt")
     request = candidate_request(base, tmp_path / "tune" / "runs", gated, 4, "p50")
     launch = prepare(request.model_copy(update={"offload": "lmcache-mp"}))
-    assert launch.plan.gate_prompt_tokens == gated.candidate.gate.tokens  # type: ignore[union-attr]
+    assert launch.plan.transfer.gate_prompt_tokens == gated.candidate.gate.tokens  # type: ignore[union-attr]
     argv = launch.replicas[0].spec.server.argv
     kvt = json.loads(argv[argv.index("--kv-transfer-config") + 1])
     assert kvt["kv_connector"] == "GatedLMCacheMPConnector"

@@ -18,7 +18,7 @@ import pytest
 from kvstack.clients.streaming import RequestResult
 from kvstack.errors import EngineError, InputError, NetworkTargetError, PathError
 from kvstack.model.catalog import catalog_model
-from kvstack.planning.schema import Plan
+from kvstack.planning.schema import CacheLayout, Plan, PlannedModel
 from kvstack.runtime.specs import LaunchSpec, ProcessSpec
 from kvstack.validation import (
     TierTarget,
@@ -376,17 +376,18 @@ def test_target_from_launch() -> None:
     )
     plan = Plan.model_construct(  # only the fields the function reads
         platform="cpu",
-        chunk_size=256,
-        model=catalog_model("llama-3.1-8b")[0],
-        kv_cache_dtype="auto",
-        max_model_len=8192,
-        hybrid_manager=None,
-        kv_in_flight_tokens=None,
-        tiers=[
-            _tier("gpu"),
-            _tier("cpu"),
-            _tier("disk", path="/elsewhere"),
-        ],
+        model=PlannedModel.model_construct(geometry=catalog_model("llama-3.1-8b")[0], max_model_len=8192),
+        cache=CacheLayout.model_construct(
+            chunk_size=256,
+            kv_cache_dtype="auto",
+            hybrid_manager=None,
+            kv_in_flight_tokens=None,
+            tiers=[
+                _tier("gpu"),
+                _tier("cpu"),
+                _tier("disk", path="/elsewhere"),
+            ],
+        ),
     )
     t = target_from_launch(spec, plan, api_key="sk-1234567", log_file="/run/engine.log")
     assert t.engine == "vllm" and t.platform == "cpu" and t.model == "demo"

@@ -96,7 +96,7 @@ def test_each_layout_predicted_against_measured(script: ModuleType) -> None:
     plan = plan.model_copy(update={"capacity": plan_capacity(plan, CapacityAsk(slo_ttft_s=0.5), cal)})
     assert plan.capacity is not None and plan.capacity.layouts
     result = _sweep(rate_per_s=0.5)
-    assert script.layout_plan(plan, "none").tiers == plan.tiers[:1]
+    assert script.layout_plan(plan, "none").cache.tiers == plan.cache.tiers[:1]
     assert script.layout_plan(plan, "lmcache-mp") is plan
     rows = [script.compare_layout(lay, result, plan, cal) for lay in result.layouts]
     none, lmcache = rows
@@ -108,7 +108,7 @@ def test_each_layout_predicted_against_measured(script: ModuleType) -> None:
         assert row["sent_note"].startswith("costs measured on the served engine (the demo's calibration)")
     expected = served_prediction(result.layouts[1], plan, cal, "trace_rate", SLO, 0.5)
     assert lmcache["sent"] == expected.load and lmcache["sent_ratio"] == expected.ratio
-    alone = served_prediction(result.layouts[0], plan.model_copy(update={"tiers": plan.tiers[:1]}), cal,
+    alone = served_prediction(result.layouts[0], plan.with_tiers(plan.cache.tiers[:1]), cal,
                               "trace_rate", SLO, 0.5)  # fmt: skip
     assert none["sent"] == alone.load
     line = script.comparison_line(lmcache)

@@ -158,7 +158,7 @@ def test_a_served_calibrations_prediction_beside_the_measured_capacity() -> None
     # By hand: LMCache's path (66.1 ms a request), 500 tokens recomputed, 500 fetched at 3.8 us each.
     bpt = plan.ttft.bytes_per_token  # type: ignore[union-attr]
     by_hand = LayoutCosts(
-        "engine+cpu", 0.0661, 1.03e-4, 3.4e-8, bpt, 0.0411, plan.tiers[0].tokens,
+        "engine+cpu", 0.0661, 1.03e-4, 3.4e-8, bpt, 0.0411, plan.cache.tiers[0].tokens,
         (FetchCost("cpu", bpt / 3.8e-6), FetchCost("disk", bpt / 3.8e-6)),
     )  # fmt: skip
     shape = step_shape(lay.steps[0], "cpu")
@@ -168,7 +168,7 @@ def test_a_served_calibrations_prediction_beside_the_measured_capacity() -> None
     # The pool alone (the plan's tiers cut to it) pays the plain path: more capacity on no hits.
     plain = _lay([step(1, True, shares={"recomputed": 1.0})])
     alone = served_prediction(
-        plain, plan.model_copy(update={"tiers": plan.tiers[:1]}), cal, "rate", Slo(ttft_s=0.5), None
+        plain, plan.with_tiers(plan.cache.tiers[:1]), cal, "rate", Slo(ttft_s=0.5), None
     )
     offload = served_prediction(plain, plan, cal, "rate", Slo(ttft_s=0.5), None)
     assert alone.rate_per_s is not None and offload.rate_per_s is not None

@@ -110,7 +110,7 @@ def test_the_plan_predicts_each_depth_and_names_its_bound() -> None:
     plan = plan_for("h100-sxm", "llama-3.1-8b", "rag-long-doc", users=64)
     cap = plan_capacity(plan, CapacityAsk(slo_ttft_s=2.0))
     assert cap.layouts[0].layout == "engine"
-    assert len(cap.layouts) == len(plan.tiers)
+    assert len(cap.layouts) == len(plan.cache.tiers)
     assert cap.prompt_tokens == plan.workload.context_tokens and "warm set" in cap.shares_from
     for lay in cap.layouts:
         assert lay.status != "no_costs" and lay.resources
@@ -119,7 +119,7 @@ def test_the_plan_predicts_each_depth_and_names_its_bound() -> None:
     # the warm set: 64 users x their prefixes, of which each level holds its share (inclusive)
     levels, _ = level_shares(plan)
     warm = plan.workload.users * plan.workload.reuse * plan.workload.context_tokens
-    assert levels[0] == ("engine", pytest.approx(min(1.0, plan.tiers[0].tokens / warm)))
+    assert levels[0] == ("engine", pytest.approx(min(1.0, plan.cache.tiers[0].tokens / warm)))
     assert sum(s for _, s in levels) <= 1.0 + 1e-9
     # Each depth's request takes the shares of the levels its costs carry, the pool's and its tiers'.
     kinds = [t.kind for t in plan.offload_tiers]

@@ -49,7 +49,7 @@ def test_the_layouts_take_the_measured_costs(cpu_plan: Plan) -> None:
     plain, cpu, disk = layouts
     assert plain.fixed_s == pytest.approx(0.0511) and cpu.fixed_s == pytest.approx(0.0661)
     assert plain.linear_s == pytest.approx(1.03e-4) and plain.quadratic_s == pytest.approx(3.4e-8)
-    assert plain.fetch == () and plain.pool_tokens == cpu_plan.tiers[0].tokens
+    assert plain.fetch == () and plain.pool_tokens == cpu_plan.cache.tiers[0].tokens
     # The DRAM fetch, 3.8 us a token, as a bandwidth; the disk has no figure: taken at DRAM's.
     bpt = cpu.bytes_per_token
     assert [f.kind for f in disk.fetch] == ["cpu", "disk"]

@@ -21,7 +21,7 @@ def test_the_plan_predicts_each_tier_for_a_context_sized_prefix() -> None:
     cpu, disk = plan.tier("cpu"), plan.tier("disk")
     assert cpu is not None and disk is not None and m.step_s is not None
     # A hit reads the weights once: 15 GiB at 3.35 TB/s.
-    assert m.hit_s == pytest.approx(plan.weight_bytes / 3.35e12)
+    assert m.hit_s == pytest.approx(plan.model.weight_bytes / 3.35e12)
     assert m.tier_s["cpu"] == pytest.approx(m.step_s + session / (cpu.read_bw_bytes_per_s or 0))
     assert m.tier_s["disk"] == pytest.approx(m.step_s + ttft_latency(disk.latency_s) + session / 3.2e9)
     assert m.recompute_s is not None
