@@ -24,7 +24,7 @@ def register(app: typer.Typer) -> None:
         from kvstack.rendering.export import render_bundle
         from kvstack.serving.planner import plan_for_inputs, require_feasible
 
-        url = remote.url(check=True)  # --remote-file, --remote, KVSTACK_REMOTE_URL; malformed: exit 2
+        url = remote.parsed()  # --remote-file, --remote, KVSTACK_REMOTE_URL; malformed: exit 2
         snapshot = plan_inputs.snapshot()
         plan = require_feasible(plan_for_inputs(plan_inputs, url, snapshot=snapshot), plan_inputs.model)
         software = snapshot.software
@@ -34,7 +34,7 @@ def register(app: typer.Typer) -> None:
         vllm_image = plan.engine == "vllm" and software.vllm_distribution == "vllm"
         version = software.vllm if vllm_image else None
         options = export.options(
-            remote_url=url,
+            remote=url,
             engine_version=version,
             model_arg=plan_inputs.model,
             hardware=plan_inputs.hardware,

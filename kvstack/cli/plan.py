@@ -34,7 +34,7 @@ def register(app: typer.Typer) -> None:
 
         curve_png = output.curve_png
         ask = output.capacity_ask()
-        plan = plan_for_inputs(plan_inputs, remote.url(), trace.read(curve_png), capacity=ask)
+        plan = plan_for_inputs(plan_inputs, remote.parsed(), trace.read(curve_png), capacity=ask)
         if curve_png is not None and plan.trace is not None:
             write_png(plan, curve_png)
         if output.as_json:

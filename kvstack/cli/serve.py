@@ -38,7 +38,7 @@ def register(app: typer.Typer) -> None:
         json_mode = run.as_json
         events = serve_events(json_mode)
         full = request.completed(
-            remote=remote.url(),
+            remote=remote.parsed(),
             api_key=key.value(),
             extra_args=extra_args,
             validate=not run.no_validate,

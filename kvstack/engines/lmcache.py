@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import unquote
 
 import yaml
 
@@ -35,7 +35,7 @@ from kvstack.engines.vllm import prepare_vllm, reset_path, vllm_server
 from kvstack.errors import NetworkTargetError, PathError, UnsupportedError
 from kvstack.names import CONTROL_ENV
 from kvstack.planning.stored_kv import object_groups_flag
-from kvstack.redact import redact_url
+from kvstack.remoteurl import RemoteURL, parse_remote_url
 from kvstack.runtime.specs import FileSpec, LaunchSpec, ProcessSpec
 from kvstack.units import GIB, fmt_bytes
 
@@ -220,21 +220,20 @@ class MpServer:
         return f"{self.http_url}/metrics"
 
 
-def resp_adapter(url: str, req: RenderRequest, env: dict[str, str]) -> dict[str, Any]:
-    """LMCache's "resp" L2 adapter for a redis:// URL; credentials go to the helper's env."""
-    parts = urlsplit(url)
-    db = parts.path.strip("/")
-    if parts.scheme != "redis" or parts.hostname is None or db not in ("", "0") or parts.query:
+def resp_adapter(url: RemoteURL, req: RenderRequest, env: dict[str, str]) -> dict[str, Any]:
+    """LMCache's "resp" L2 adapter for a redis:// URL (parsed once, kvstack/remoteurl.py);
+    credentials go to the helper's env."""
+    if url.scheme != "redis" or len(url.hosts) != 1 or url.db not in (None, 0) or url.query:
         raise NetworkTargetError(
             "LMCache's multi-process server reaches Redis only as redis://[user:pass@]host:port "
-            f"(database 0, no TLS), not {redact_url(url)}",
+            f"(database 0, no TLS), not {url.redacted()}",
             hint="use a plain redis:// URL, or --offload lmcache (in-process) for other schemes",
         )
-    adapter: dict[str, Any] = {"type": "resp", "host": parts.hostname, "port": parts.port or 6379}
-    if parts.username:
-        env["LMCACHE_RESP_USERNAME"] = unquote(parts.username)
-    if parts.password:
-        env["LMCACHE_RESP_PASSWORD"] = unquote(parts.password)
+    adapter: dict[str, Any] = {"type": "resp", "host": url.host, "port": url.port}
+    if url.username:
+        env["LMCACHE_RESP_USERNAME"] = unquote(url.username)
+    if url.password:
+        env["LMCACHE_RESP_PASSWORD"] = unquote(url.password)
     remote = need_tier(req, "remote")
     if remote is not None:
         adapter["max_capacity_gb"] = gib_floor(remote.size_bytes)
@@ -316,7 +315,12 @@ def mp_server(req: RenderRequest, prep: LaunchBasics) -> MpServer:
         argv += ["--l2-adapter", json.dumps(adapter, separators=(",", ":"))]
     if url is not None:
         adapters["remote"] = RESP_ADAPTER
-        argv += ["--l2-adapter", json.dumps(resp_adapter(url, req, env), separators=(",", ":"))]
+        argv += [
+            "--l2-adapter",
+            json.dumps(
+                resp_adapter(req.options.remote or parse_remote_url(url), req, env), separators=(",", ":")
+            ),
+        ]
     argv += ["--http-host", MP_HOST, "--http-port", str(http_port)]
     if disk is not None and disk_dir is not None:
         bound = [

@@ -47,7 +47,7 @@ from kvstack.export.monitoring import compose_monitoring
 from kvstack.export.secrets import HASH_SEED
 from kvstack.planning.schema import Plan
 from kvstack.remote.source import REMOTE_URL_ENV
-from kvstack.remote.url import RemoteURL
+from kvstack.remoteurl import RemoteURL
 
 DISK_DIR = "/var/lib/kvstack/kv"
 MODELS_DIR = "/models"

@@ -13,7 +13,8 @@ from kvstack.connectors.spec import ConnectorSpec
 from kvstack.errors import UnsupportedError
 from kvstack.export.bundle import ExportOptions
 from kvstack.planning.schema import Plan
-from kvstack.remote.url import RemoteURL, parse_remote_url, require_remote_support
+from kvstack.remote.url import require_remote_support
+from kvstack.remoteurl import RemoteURL
 from kvstack.units import GIB
 
 # Headroom in /dev/shm beyond the CPU tier: NCCL and the engine's IPC buffers live there too.
@@ -60,9 +61,9 @@ def local_model(plan: Plan) -> bool:
 
 def remote(options: ExportOptions, plan: Plan) -> RemoteURL | None:
     """The parsed remote URL, refused when the plan's connector has no remote tier."""
-    if not options.remote_url:
+    url = options.remote
+    if url is None:
         return None
-    url = parse_remote_url(options.remote_url)
     require_remote_support(plan.transfer.connector, url)
     return url
 

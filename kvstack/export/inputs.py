@@ -13,6 +13,7 @@ from kvstack.export import FORMATS
 from kvstack.export.bundle import ExportOptions
 from kvstack.flags import Inputs, flag
 from kvstack.netaddr import check_port
+from kvstack.remoteurl import RemoteURL
 
 
 def kvstack_bin() -> str:
@@ -49,7 +50,7 @@ class ExportInputs(Inputs):
     def options(
         self,
         *,
-        remote_url: str | None,
+        remote: RemoteURL | None,
         engine_version: str | None,
         model_arg: str,
         hardware: Path | None,
@@ -61,7 +62,7 @@ class ExportInputs(Inputs):
         check_port(self.port)
         user = getpass.getuser()
         options = ExportOptions(
-            remote_url=remote_url,
+            remote=remote,
             image=self.image,
             engine_version=engine_version,
             host=self.host,

@@ -12,7 +12,7 @@ from kvstack.export.bundle import ExportFile
 from kvstack.export.dashboard import dashboard
 from kvstack.export.deployment import PASSWORD_ENV
 from kvstack.planning.schema import Plan
-from kvstack.remote.url import RemoteURL
+from kvstack.remoteurl import RemoteURL
 
 PROMETHEUS_IMAGE = "prom/prometheus:v2.53.0"
 GRAFANA_IMAGE = "grafana/grafana:11.1.0"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import yaml
 
 from kvstack.export.bundle import ExportFile
-from kvstack.remote.url import RemoteURL
+from kvstack.remoteurl import RemoteURL
 
 API_KEY_SECRET_KEY = "api-key"  # the key of the API key Secret (created by the user from a file)
 REDIS_SECRET_KEY = "url"  # the key of the Redis Secret that holds the remote tier's whole URL

@@ -24,7 +24,7 @@ from redis.exceptions import AuthenticationError, RedisError, ResponseError
 from kvstack.errors import NetworkTargetError
 from kvstack.hardware.snapshot import RemoteInfo
 from kvstack.redact import redact_text
-from kvstack.remote.url import RemoteURL, parse_remote_url
+from kvstack.remoteurl import RemoteURL, parse_remote_url
 
 log = logging.getLogger(__name__)
 
@@ -137,9 +137,15 @@ def _cleaner(parsed: RemoteURL) -> Callable[[BaseException], str]:
     return clean
 
 
-def ping(url: str, timeout_s: float = 2.0) -> RemoteInfo:
+def parsed_url(url: RemoteURL | str) -> RemoteURL:
+    """``url`` as parsed where it entered kvstack, or parsed now (text: a malformed one raises
+    NetworkTargetError naming the accepted forms)."""
+    return url if isinstance(url, RemoteURL) else parse_remote_url(url)
+
+
+def ping(url: RemoteURL | str, timeout_s: float = 2.0) -> RemoteInfo:
     """Is the store there right now? One round trip, for checks repeated while serving."""
-    parsed = parse_remote_url(url)
+    parsed = parsed_url(url)
     if parsed.scheme == "lm":
         return _preflight_lm(parsed, timeout_s)
     client = connect(parsed, timeout_s)
@@ -154,13 +160,15 @@ def ping(url: str, timeout_s: float = 2.0) -> RemoteInfo:
     return RemoteInfo(url=parsed.redacted(), reachable=True, keys=keys)
 
 
-def preflight(url: str, timeout_s: float = 3.0, sample_bytes: int = 1 << 20, samples: int = 8) -> RemoteInfo:
+def preflight(
+    url: RemoteURL | str, timeout_s: float = 3.0, sample_bytes: int = 1 << 20, samples: int = 8
+) -> RemoteInfo:
     """PING, version, maxmemory/policy, median PING latency and a SET/GET bandwidth estimate.
 
     A malformed URL raises NetworkTargetError; an unreachable store or a refused login is
     returned as ``reachable=False`` with the reason.
     """
-    parsed = parse_remote_url(url)
+    parsed = parsed_url(url)
     shown = parsed.redacted()
     if parsed.scheme == "lm":
         return _preflight_lm(parsed, timeout_s)
@@ -192,12 +200,12 @@ def preflight(url: str, timeout_s: float = 3.0, sample_bytes: int = 1 << 20, sam
             client.close()
 
 
-def require_reachable(url: str, timeout_s: float = 3.0) -> RemoteInfo:
+def require_reachable(url: RemoteURL | str, timeout_s: float = 3.0) -> RemoteInfo:
     """preflight, raising NetworkTargetError with a hint when the store cannot be used."""
-    info = preflight(url, timeout_s=timeout_s)
+    parsed = parsed_url(url)
+    info = preflight(parsed, timeout_s=timeout_s)
     if info.reachable:
         return info
-    parsed = parse_remote_url(url)
     error = info.error or "no answer"
     if error.startswith(AUTH_FAILED):
         hint = "check the user name and password in the URL: redis://USER:PASSWORD@host:port"
@@ -211,13 +219,15 @@ def require_reachable(url: str, timeout_s: float = 3.0) -> RemoteInfo:
     raise NetworkTargetError(f"remote store {info.url} is unusable: {error}", hint=hint)
 
 
-def store_info(url: str, timeout_s: float = 2.0) -> tuple[dict[str, object] | None, int | None, str | None]:
+def store_info(
+    url: RemoteURL | str, timeout_s: float = 2.0
+) -> tuple[dict[str, object] | None, int | None, str | None]:
     """One INFO and DBSIZE of a Redis store: ``(info, keys, None)`` or ``(None, None, why)``.
 
     For monitors (``kvstack top``): the reason is redacted like every error of this module, and a
     malformed URL raises NetworkTargetError.
     """
-    parsed = parse_remote_url(url)
+    parsed = parsed_url(url)
     if not parsed.is_redis:
         return None, None, f"{parsed.scheme}:// has no INFO"
     client = connect(parsed, timeout_s)

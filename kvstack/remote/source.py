@@ -21,7 +21,7 @@ from pydantic import Field
 from kvstack.errors import InputError, KvstackError
 from kvstack.flags import Inputs, flag
 from kvstack.redact import has_url_secret
-from kvstack.remote.url import parse_remote_url
+from kvstack.remoteurl import RemoteURL, parse_remote_url
 from kvstack.secretfile import read_secret_file
 
 REMOTE_URL_ENV = "KVSTACK_REMOTE_URL"
@@ -63,23 +63,29 @@ def _parses(url: str) -> bool:
     return True
 
 
+def _warn_argv_once(warn: Callable[[str], None]) -> None:
+    global _argv_warned
+    if not _argv_warned:
+        _argv_warned = True
+        warn(ARGV_WARNING)
+
+
 def resolve_remote(
     remote: str | None,
     remote_file: Path | None,
     env: Mapping[str, str] | None = None,
-    warn: Callable[[str], None] = _warn_stderr,
+    warn: Callable[[str], None] | None = _warn_stderr,
 ) -> str | None:
-    """The remote store URL (credentials included) the user gave, or None."""
-    global _argv_warned
+    """The remote store URL (credentials included) the user gave, or None; ``warn`` None: the
+    caller says the argv warning itself (``RemoteInputs.parsed``)."""
     if remote is not None and remote_file is not None:
         raise InputError("--remote and --remote-file both give the remote store", hint="keep one of them")
     if remote_file is not None:
-        return read_remote_file(remote_file, warn)
+        return read_remote_file(remote_file, warn or _warn_stderr)
     if remote is not None:
         # A malformed URL is the caller's error to name (with its flag), not a warning's subject.
-        if has_url_secret(remote) and _parses(remote) and not _argv_warned:
-            _argv_warned = True
-            warn(ARGV_WARNING)
+        if warn is not None and has_url_secret(remote) and _parses(remote):
+            _warn_argv_once(warn)
         return remote
     value = (os.environ if env is None else env).get(REMOTE_URL_ENV, "").strip()
     return value or None
@@ -113,3 +119,14 @@ class RemoteInputs(Inputs):
         if check and url is not None:
             parse_remote_url(url)
         return url
+
+    def parsed(self, *, from_env: bool = True) -> RemoteURL | None:
+        """The URL as ``url`` finds it, parsed once (malformed: exit 2, naming the accepted forms):
+        what serve, plan and export carry from here on."""
+        text = resolve_remote(self.remote, self.remote_file, env=None if from_env else {}, warn=None)
+        if text is None:
+            return None
+        parsed = parse_remote_url(text)
+        if self.remote is not None and parsed.has_secret:  # on the command line: every user reads argv
+            _warn_argv_once(_warn_stderr)
+        return parsed

@@ -31,8 +31,8 @@ from kvstack import __version__
 from kvstack.errors import KvstackError
 from kvstack.hardware.snapshot import RemoteKvLayout
 from kvstack.redact import redact_text
-from kvstack.remote.preflight import connect
-from kvstack.remote.url import parse_remote_url
+from kvstack.remote.preflight import connect, parsed_url
+from kvstack.remoteurl import RemoteURL
 from kvstack.runtime.tier_kv import TierKv
 
 WRITER_PREFIX = "kvstack:tier:writer:"
@@ -86,8 +86,8 @@ def instance_name(base_url: str) -> str:
 class TierRecords:
     """The records of one store; use as a context manager (one connection)."""
 
-    def __init__(self, url: str, timeout_s: float = 3.0, lookups: Lookups | None = None) -> None:
-        self.parsed = parse_remote_url(url)
+    def __init__(self, url: RemoteURL | str, timeout_s: float = 3.0, lookups: Lookups | None = None) -> None:
+        self.parsed = parsed_url(url)
         self.timeout_s = timeout_s
         self.client: Any = None
         self.lookups = lookups if lookups is not None else Lookups()  # what the reads cost the store
@@ -188,7 +188,9 @@ class TierRecords:
         return sorted(out, key=lambda r: -r.last_seen)
 
 
-def layouts(url: str, timeout_s: float = 3.0, lookups: Lookups | None = None) -> list[RemoteKvLayout]:
+def layouts(
+    url: RemoteURL | str, timeout_s: float = 3.0, lookups: Lookups | None = None
+) -> list[RemoteKvLayout]:
     """The KV layouts recorded on the tier at ``url``, each with its live writers, newest first
     (``lookups``: counts the store's keyspace lookups the read made)."""
     with TierRecords(url, timeout_s, lookups) as records:
@@ -205,7 +207,7 @@ def layouts(url: str, timeout_s: float = 3.0, lookups: Lookups | None = None) ->
 
 
 def recorded_layouts(
-    url: str, timeout_s: float = 3.0, lookups: Lookups | None = None
+    url: RemoteURL | str, timeout_s: float = 3.0, lookups: Lookups | None = None
 ) -> list[RemoteKvLayout] | None:
     """``layouts``, or None when the records cannot be read (the store's own check says why)."""
     try:

@@ -10,14 +10,15 @@ import contextlib
 import errno
 import socket
 import subprocess
+from pathlib import Path
 
 import psutil
 
 from kvstack.connectors import SPECS
 from kvstack.errors import MissingProgramError, NetworkTargetError
-from kvstack.netaddr import PORT_MAX, check_port
+from kvstack.netaddr import PORT_MAX
 from kvstack.runtime.specs import LaunchSpec, ServeOptions
-from kvstack.runtime.writable import require_writable_dir
+from kvstack.runtime.writable import require_room, require_writable_dir
 
 # Python module to look for -> what to pip-install for it.
 ENGINE_MODULES: dict[str, str] = {"vllm": "vllm", "sglang": "sglang[all]", "lmcache": "lmcache"}
@@ -47,7 +48,8 @@ def _bindable(host: str, port: int) -> OSError | None:
 
 
 def check_port_free(host: str, port: int, flag: str = "--port") -> None:
-    check_port(port, flag)
+    """``port`` can be bound on ``host`` now. Its range is the port layout's to check, once
+    (serving/ports.py); this asks only what can change until the launch: who holds it."""
     exc = _bindable(host, port)
     if exc is None:
         return
@@ -100,11 +102,14 @@ def preflight_launch(spec: LaunchSpec, options: ServeOptions, disk_need_bytes: i
     """Every check a ``kvstack serve`` launch needs, in the order a user would fix them."""
     for port in spec.ports or [options.port]:  # the server's, then its helpers' (LMCache MP, ...)
         check_port_free(options.host, port)
-    require_writable_dir(options.run_dir, "--run-dir", write_probe=True)
+    # Where each directory may be created was checked before the plan (serving/prepare.py); now
+    # only what a launch can still hit: a write that fails (a full quota) and the disk tier's room.
+    require_room(options.run_dir, "--run-dir")
     disk_dir = spec.cache_dirs.get("disk")
-    require_writable_dir(
-        disk_dir or options.cache_root, "--cache-dir", need_bytes=disk_need_bytes, write_probe=True
-    )
+    if disk_dir is not None and not Path(disk_dir).is_relative_to(options.cache_root):
+        # The disk the plan measured (Tier.path), outside --cache-dir: this is its first check.
+        require_writable_dir(disk_dir, "--cache-dir")
+    require_room(disk_dir or options.cache_root, "--cache-dir", need_bytes=disk_need_bytes)
     check_module_importable(options.python, spec.engine)
     package = SPECS[spec.connector].package  # the Python package the engine imports for it
     if package:

@@ -1,11 +1,12 @@
 """Whether kvstack can create and write a directory: the one check, for every directory flag.
 
-``--cache-dir`` and ``--run-dir`` are checked before anything is planned or started, the dry run
-included, even when no tier of the plan will use the cache dir: a path under /proc or /sys, on a
-read-only mount, or where this user may not create files is refused with one line. That check
-reads the nearest existing ancestor's mode and the mount table (hardware/mounts.py); it creates
-nothing. The launch's preflight asks the same check for more: the free space the disk tier needs,
-and a real write where the directory exists (a full quota shows only then).
+``--cache-dir`` and ``--run-dir`` are checked once, before anything is planned or started, the dry
+run included, even when no tier of the plan will use the cache dir (``require_writable_dir``): a path
+under /proc or /sys, on a read-only mount, or where this user may not create files is refused with
+one line. That check reads the nearest existing ancestor's mode and the mount table
+(hardware/mounts.py); it creates nothing. The launch's preflight then asks only what could not be
+known before (``require_room``): the free space the disk tier needs, and a real write where the
+directory exists (a full quota shows only then).
 """
 
 from __future__ import annotations
@@ -43,17 +44,8 @@ PSEUDO_FS = frozenset(
 )
 
 
-def require_writable_dir(
-    path: Path | str,
-    flag: str,
-    *,
-    need_bytes: int = 0,
-    write_probe: bool = False,
-    mountinfo: str | None = None,
-) -> None:
-    """Refuse ``path`` when kvstack could not create it (or files in it), or when its filesystem has
-    less than ``need_bytes`` free. ``write_probe``: where ``path`` exists, also create and remove a
-    file in it (access() trusts mode bits); otherwise nothing is written."""
+def require_writable_dir(path: Path | str, flag: str, *, mountinfo: str | None = None) -> None:
+    """Refuse ``path`` when kvstack could not create it (or files in it); nothing is written."""
     path = Path(path)
     base = existing_ancestor(path)
     mounts = parse_mountinfo(mountinfo) if mountinfo is not None else read_mounts()
@@ -79,7 +71,15 @@ def require_writable_dir(
             f"{flag} {path}: this user cannot {what} {base}",
             hint=f"choose a directory you can write for {flag}",
         )
-    if write_probe and base == path:
+
+
+def require_room(path: Path | str, flag: str, *, need_bytes: int = 0) -> None:
+    """At launch, for a ``path`` ``require_writable_dir`` passed: where it exists, create and remove a
+    file in it (access() trusts mode bits); refuse it when its filesystem has less than
+    ``need_bytes`` free."""
+    path = Path(path)
+    base = existing_ancestor(path)
+    if base == path:
         try:
             with tempfile.NamedTemporaryFile(dir=path, prefix=".kvstack-probe-"):
                 pass

@@ -85,11 +85,11 @@ def preflight(launch: Launch) -> None:
         require_router(first.options.python)
     # The replicas' disk tiers share one directory: it needs room for all of them.
     preflight_launch(first.spec, first.options, disk_need_bytes(first) * len(launch.replicas))
-    if first.options.remote_url and launch.plan.tier("remote") is not None:
+    if first.options.remote is not None and launch.plan.tier("remote") is not None:
         # Lazy: redis-py is needed only when a remote tier is asked for.
         from kvstack.remote.preflight import require_reachable
 
-        require_reachable(first.options.remote_url)
+        require_reachable(first.options.remote)
 
 
 def launch_warnings(launch: Launch) -> list[str]:

@@ -21,6 +21,7 @@ from kvstack.canary.runner import CanaryRunner
 from kvstack.clients import control
 from kvstack.clients.control import write_control_token
 from kvstack.errors import EngineError, Interrupted, ValidationFailed
+from kvstack.remoteurl import RemoteURL
 from kvstack.rundir import VALIDATION_JSON
 from kvstack.runtime.group import SupervisorGroup
 from kvstack.runtime.status import SupervisorStatus
@@ -146,7 +147,7 @@ def failed_summary(report: ValidationReport) -> str:
 def serve_until_stopped(
     sup: Supervised,
     events: ServeEvents,
-    remote_url: str | None = None,
+    remote: RemoteURL | None = None,
     ready_timeout_s: float = 600.0,
     budget: RestartBudget | None = None,
     canary: CanaryRunner | None = None,
@@ -160,7 +161,7 @@ def serve_until_stopped(
     """
     budget = budget or RestartBudget()
     warned: set[str] = set()
-    with RemoteWatch(remote_url) if remote_url else contextlib.nullcontext() as remote:
+    with RemoteWatch(remote) if remote is not None else contextlib.nullcontext() as watch:
         next_disk_check = 0.0
         while True:
             if sup.poll_died() is not None:
@@ -188,17 +189,17 @@ def serve_until_stopped(
                 for warning in sup.disk_warnings():
                     events.warning(warning)
                 next_disk_check = now + DISK_CHECK_EVERY_S
-            if remote is not None:
-                follow_remote(remote, sup, events.warning, events.message, ready_timeout_s)
+            if watch is not None:
+                follow_remote(watch, sup, events.warning, events.message, ready_timeout_s)
             if canary is not None:
                 for record in canary.wrong_kv():
                     wrong_kv.act(record, canary, sup, ready_timeout_s, events.warning, events.message)
             time.sleep(POLL_S)
 
 
-def watched_remote(launch: Launch) -> str | None:
-    """The remote store URL (credentials included) when the plan has a remote tier."""
-    return launch.replicas[0].options.remote_url if launch.plan.tier("remote") is not None else None
+def watched_remote(launch: Launch) -> RemoteURL | None:
+    """The remote store's URL (credentials included) when the plan has a remote tier."""
+    return launch.replicas[0].options.remote if launch.plan.tier("remote") is not None else None
 
 
 def judge(report: ValidationReport | None, request: ServeRequest, events: ServeEvents, where: str) -> None:

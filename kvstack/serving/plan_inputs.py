@@ -29,6 +29,7 @@ from kvstack.planning.request import PlanRequest
 from kvstack.planning.retention import parse_retain
 from kvstack.planning.schema import Engine, OffloadChoice
 from kvstack.planning.tuned import TUNED_JSON, TunedLayout
+from kvstack.remoteurl import RemoteURL
 from kvstack.units import parse_bytes, parse_tokens
 from kvstack.userfile import read_model
 
@@ -128,9 +129,10 @@ class PlanInputs(Inputs):
         ),
     ] = None
 
-    def plan_request(self, remote: str | None, cache_dir: Path | None = None) -> PlanRequest:
-        """The PlanRequest these inputs ask for, with the remote store's URL (``RemoteInputs.url``)
-        and the disk tier's root (default: --cache-dir as given)."""
+    def plan_request(self, remote: RemoteURL | None, cache_dir: Path | None = None) -> PlanRequest:
+        """The PlanRequest these inputs ask for, with the remote store's URL (parsed where it entered;
+        the request holds its redacted form only) and the disk tier's root (default: --cache-dir as
+        given)."""
         cache_dir = cache_dir if cache_dir is not None else self.cache_dir
         retain_factor, retain_bytes = parse_retain(self.retain) if self.retain is not None else (None, None)
         min_disk_bw = self.min_disk_bw
@@ -143,7 +145,7 @@ class PlanInputs(Inputs):
             users=self.users,
             tp=self.tp,
             kv_dtype=self.kv_dtype,
-            remote_url=remote,
+            remote_url=remote.redacted() if remote is not None else None,
             offload=self.offload,
             cache_root=str(resolve_dir(cache_dir)) if cache_dir is not None else None,
             min_disk_bw=float(parse_bytes(min_disk_bw, "--min-disk-bw")) if min_disk_bw else DISK_MIN_BW,

@@ -11,7 +11,7 @@ from kvstack.planning.predict.bound import CapacityAsk
 from kvstack.planning.predict.plan_capacity import plan_capacity
 from kvstack.planning.schema import Plan
 from kvstack.planning.workload import default_workload
-from kvstack.remote.url import parse_remote_url
+from kvstack.remoteurl import RemoteURL, parse_remote_url
 from kvstack.serving.engine_check import engine_checked, resolve_for_engine
 from kvstack.serving.plan_inputs import PlanInputs
 from kvstack.serving.workload_files import load_workload
@@ -29,12 +29,6 @@ def plan_for_model(
     size the plan, and what it refuses is refused here (serving/engine_check.py)."""
     model = engine_checked(source, request, snapshot)
     workload = load_workload(workload_name) if workload_name else default_workload(model.max_context)
-    if request.remote_url is not None:
-        # remote/url.py's rules (LMCache's): a malformed URL is an InputError naming the accepted forms;
-        # the plan keeps the redacted form, never the password.
-        redacted = parse_remote_url(request.remote_url).redacted()
-        request = request.model_copy()
-        request.remote_url = redacted
     plan = make_plan(snapshot, model, source.path, request, workload, trace)
     if source.revision is not None:
         plan = plan.model_copy()
@@ -44,7 +38,7 @@ def plan_for_model(
 
 def plan_for_inputs(
     inputs: PlanInputs,
-    remote: str | None,
+    remote: RemoteURL | str | None,
     trace: SizingTrace | None = None,
     snapshot: HardwareSnapshot | None = None,
     capacity: CapacityAsk | None = None,
@@ -53,7 +47,9 @@ def plan_for_inputs(
     the hardware is probed (a model that is not there fails at once), then planned on ``snapshot``
     (default: --hardware's, else this machine probed); with ``capacity`` (plan --slo-ttft), each
     layout's predicted capacity under its SLO (from the trace's calibration where it has one)."""
-    request = inputs.plan_request(remote)
+    # remoteurl's rules (LMCache's): a malformed URL is an InputError naming the accepted forms; the
+    # plan keeps the redacted form, never the password. Text is parsed here, once.
+    request = inputs.plan_request(parse_remote_url(remote) if isinstance(remote, str) else remote)
     source = resolve_for_engine(inputs.model, inputs.revision, request.engine)
     plan = plan_for_model(request, source, inputs.workload, snapshot or inputs.snapshot(), trace)
     if capacity is None:

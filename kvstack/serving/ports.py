@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvstack.errors import NetworkTargetError
-from kvstack.netaddr import PORT_MAX, PORT_RANGE, is_port
+from kvstack.netaddr import PORT_MAX, PORT_RANGE, check_port, is_port
 
 HELPER_PORTS_PER_REPLICA = 2  # LMCache MP: the ZMQ server and its HTTP API (/healthcheck, /metrics)
 
@@ -53,6 +53,7 @@ class PortLayout:
 
 def port_layout(port: int, replicas: int, router: bool) -> PortLayout:
     """The layout above; a port past 65535 is a NetworkTargetError naming the highest --port that fits."""
+    check_port(port)  # the one check of --port's range: every port below is derived from it
     if replicas < 1:
         raise NetworkTargetError(f"--replicas must be at least 1, not {replicas}", hint="e.g. --replicas 2")
     first_engine = port + 1 if router else port

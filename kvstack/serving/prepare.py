@@ -18,10 +18,10 @@ from kvstack.engines.facts import gather_facts
 from kvstack.engines.render import render
 from kvstack.hardware.snapshot import HardwareSnapshot
 from kvstack.model.source import ModelSource
-from kvstack.netaddr import check_port
 from kvstack.planning.plan import PlanRequest, SizingTrace
 from kvstack.planning.replicas import device_groups, replica_snapshot
 from kvstack.planning.schema import Plan
+from kvstack.remoteurl import RemoteURL
 from kvstack.runtime.specs import LaunchSpec, ServeOptions
 from kvstack.runtime.writable import require_writable_dir
 from kvstack.serving.engine_args import with_engine_args
@@ -58,10 +58,11 @@ class PreparedServe:
         return {"plan": self.plan.model_dump(mode="json"), **self.record()}
 
 
-def plan_request_of(request: ServeRequest) -> PlanRequest:
+def plan_request_of(request: ServeRequest, remote: RemoteURL | None = None) -> PlanRequest:
     """What ``request`` asks the planner for (kvstack/serving/plan_inputs.py checks and parses it),
-    with what its engine arguments set that the plan must know (serving/engine_args.py)."""
-    asked = request.plan_request(request.remote, request.resolved_cache_root())
+    with ``remote``, its remote URL parsed where it entered (``ServeRequest.remote``), and what its
+    engine arguments set that the plan must know (serving/engine_args.py)."""
+    asked = request.plan_request(remote, request.resolved_cache_root())
     return with_engine_args(asked, request.extra_args)
 
 
@@ -84,25 +85,35 @@ def run_token(request: ServeRequest) -> str | None:
     return new_token()
 
 
-def serve_options(request: ServeRequest, **overrides: Any) -> ServeOptions:
-    """The options of one launch; ``overrides`` (port, run_dir, lmcache ports) for a replica."""
-    fields: dict[str, Any] = {
-        "host": request.host,
-        "port": request.port,
-        "api_key": request.api_key,
-        "cache_root": str(request.resolved_cache_root()),
-        "python": engine_python(),
-        "extra_args": list(request.extra_args),
-        "remote_url": request.remote,
+def serve_options(
+    request: ServeRequest,
+    *,
+    remote: RemoteURL | None = None,
+    port: int | None = None,
+    run_dir: str | None = None,
+    lmcache_port: int | None = None,
+    lmcache_http_port: int | None = None,
+    control_token: str | None = None,
+) -> ServeOptions:
+    """The options of one launch (``remote``: the request's); the port, run dir and LMCache
+    ports are a replica's (None: the request's port and run dir, LMCache's defaults), the control
+    token the launch's (None: a fresh one)."""
+    return ServeOptions(
+        host=request.host,
+        port=request.port if port is None else port,
+        api_key=request.api_key,
+        cache_root=str(request.resolved_cache_root()),
+        run_dir=str(request.resolved_run_dir()) if run_dir is None else run_dir,
+        python=engine_python(),
+        extra_args=list(request.extra_args),
+        remote=remote,
         # Dev mode only for the validation pass (its prefix cache reset); a token per launch that
         # kvstack alone holds for whatever control route answers (kvstack/clients/control.py).
-        "dev_mode": request.validate_after_start,
-        "control_token": run_token(request),
-    }
-    fields.update(overrides)
-    if "run_dir" not in fields:
-        fields["run_dir"] = str(request.resolved_run_dir())
-    return ServeOptions(**fields)
+        dev_mode=request.validate_after_start,
+        control_token=control_token if control_token is not None else run_token(request),
+        lmcache_port=lmcache_port,
+        lmcache_http_port=lmcache_http_port,
+    )
 
 
 @dataclass(frozen=True)
@@ -154,12 +165,14 @@ def prepare(
 ) -> Launch:
     """The launch ``request`` asks for; ``env`` (CUDA_VISIBLE_DEVICES) defaults to this process's;
     ``trace`` (serve --trace, read by the CLI) sizes the tiers and decides --offload auto."""
-    check_port(request.port)
-    # Before anything else, even when no tier uses it: a dry run must fail as the real run would.
+    # The one check of each port's range and of where each directory may be created, before
+    # anything else, even when no tier uses the cache dir: a dry run must fail as the real run
+    # would. The launch's preflight asks only what can change until then (a port taken, room).
+    layout = port_layout(request.port, request.replicas, request.router)
     require_writable_dir(request.resolved_cache_root(), "--cache-dir")
     require_writable_dir(request.resolved_run_dir(), "--run-dir")
-    layout = port_layout(request.port, request.replicas, request.router)
-    asked = plan_request_of(request)  # bad input (--retain, --context, ...) fails before the probe
+    remote = request.remote  # parsed where it entered: the plan takes its redacted form
+    asked = plan_request_of(request, remote)  # bad input (--retain, --context, ...) fails before the probe
     tuned = (
         asked.tuned.record(str(tuned_file(request.tuned).resolve()))
         if asked.tuned is not None and request.tuned is not None
@@ -196,6 +209,7 @@ def prepare(
         lmcache_port, lmcache_http_port = layout.helper_ports[i]
         options = serve_options(
             request,
+            remote=remote,
             port=port,
             run_dir=str(run_dir),
             lmcache_port=lmcache_port,

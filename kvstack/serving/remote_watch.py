@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from types import TracebackType
 
 from kvstack.hardware.snapshot import RemoteInfo
+from kvstack.remoteurl import RemoteURL
 
 # A store that stops answering (SIGSTOP, a stuck host) is reported within about 4 s: a ping every
 # 2 s, each given 1.5 s; cheap for Redis (PING and DBSIZE).
@@ -32,10 +33,10 @@ PING_TIMEOUT_S = 1.5
 # through it, and 10 s is about what the restart itself adds again, not minutes.
 HANG_GRACE_S = 10.0
 
-Probe = Callable[[str, float], RemoteInfo]
+Probe = Callable[[RemoteURL, float], RemoteInfo]
 
 
-def _ping(url: str, timeout_s: float) -> RemoteInfo:
+def _ping(url: RemoteURL, timeout_s: float) -> RemoteInfo:
     from kvstack.remote.preflight import ping  # lazy: redis-py only when a remote tier exists
 
     return ping(url, timeout_s)
@@ -105,7 +106,11 @@ class RemoteWatch:
     store starts as reachable (serve's preflight proved it)."""
 
     def __init__(
-        self, url: str, every_s: float = CHECK_EVERY_S, probe: Probe = _ping, grace_s: float = HANG_GRACE_S
+        self,
+        url: RemoteURL,
+        every_s: float = CHECK_EVERY_S,
+        probe: Probe = _ping,
+        grace_s: float = HANG_GRACE_S,
     ) -> None:
         self.url = url
         self.every_s = every_s

@@ -13,6 +13,7 @@ from kvstack.canary.defaults import DEFAULT_BUDGET, DEFAULT_INTERVAL_S, OnWrongK
 from kvstack.canary.inputs import CanaryFields
 from kvstack.flags import Inputs, Json, flag
 from kvstack.profiles import profiles_dir
+from kvstack.remoteurl import ParsedRemote, RemoteURL
 from kvstack.rundir import default_cache_root, new_run_dir
 from kvstack.serving.plan_inputs import PlanInputs, resolve_dir
 from kvstack.validation.inputs import ValidationInputs
@@ -39,7 +40,8 @@ class ServeRequest(ValidationInputs, PlanInputs):
         str | None,
         flag("--model", help="Local model dir, Hugging Face id (org/name) or catalog name (default: demo)"),
     ] = None  # type: ignore[assignment]
-    remote: str | None = Field(default=None, repr=False)
+    # The remote store's URL, parsed where it entered (RemoteInputs.parsed), credentials included.
+    remote: ParsedRemote = Field(default=None, repr=False, exclude=True)
     # A shared tier whose live writers store other KV: refused (False) or served with keys of its own.
     allow_mixed_tier: Annotated[
         bool,
@@ -86,7 +88,7 @@ class ServeRequest(ValidationInputs, PlanInputs):
     def completed(
         self,
         *,
-        remote: str | None = None,
+        remote: RemoteURL | None = None,
         api_key: str | None = None,
         extra_args: list[str] | None = None,
         validate: bool = True,

@@ -16,8 +16,8 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 
 from kvstack.errors import InputError
-from kvstack.remote.url import parse_remote_url
 from kvstack.remote.writers import REFRESH_S, TierRecords, TierRecordsError, TierWriter, instance_name
+from kvstack.remoteurl import RemoteURL
 from kvstack.runtime.specs import LaunchSpec
 from kvstack.runtime.tier_kv import FIELDS, TierKv
 from kvstack.serving.prepare import Launch
@@ -72,7 +72,9 @@ def mismatch_line(mine: TierKv, theirs: TierWriter, shown_url: str) -> tuple[str
     return problem, f"{fix}; or serve with keys of its own: kvstack serve --allow-mixed-tier"
 
 
-def check_writers(url: str, shown_url: str, specs: list[LaunchSpec], allow_mixed: bool) -> list[str]:
+def check_writers(
+    url: RemoteURL | str, shown_url: str, specs: list[LaunchSpec], allow_mixed: bool
+) -> list[str]:
     """Refuse (TierKvMismatch) a launch whose KV differs from a live writer's, or, with
     ``allow_mixed``, the warnings; its own engines' records (same host:port) are not compared."""
     mine = [s.tier_kv for s in specs if s.tier_kv is not None]
@@ -96,7 +98,7 @@ def check_writers(url: str, shown_url: str, specs: list[LaunchSpec], allow_mixed
 
 
 @contextmanager
-def recorded(url: str, writers: list[TierWriter], warn: Callable[[str], None]) -> Iterator[None]:
+def recorded(url: RemoteURL | str, writers: list[TierWriter], warn: Callable[[str], None]) -> Iterator[None]:
     """Every writer recorded on the tier, refreshed every REFRESH_S, removed on exit; the store
     failing to take them is a warning once (its reachability is watched elsewhere)."""
     if not writers:
@@ -135,9 +137,9 @@ def recorded(url: str, writers: list[TierWriter], warn: Callable[[str], None]) -
             pass  # the records expire on their own
 
 
-def _remote(launch: Launch) -> str | None:
+def _remote(launch: Launch) -> RemoteURL | None:
     first = launch.replicas[0]
-    return first.options.remote_url if first.spec.tier_kv is not None else None
+    return first.options.remote if first.spec.tier_kv is not None else None
 
 
 def check_launch(launch: Launch) -> list[str]:
@@ -146,7 +148,7 @@ def check_launch(launch: Launch) -> list[str]:
     if url is None:
         return []
     specs = [p.spec for p in launch.replicas]
-    return check_writers(url, parse_remote_url(url).redacted(), specs, launch.request.allow_mixed_tier)
+    return check_writers(url, url.redacted(), specs, launch.request.allow_mixed_tier)
 
 
 @contextmanager

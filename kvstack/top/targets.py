@@ -159,7 +159,7 @@ def resolve_targets(
 ) -> Targets:
     """Flags win over the run dir; without --url the run dir (given, else the latest) is read."""
     if remote is not None:
-        from kvstack.remote.url import parse_remote_url
+        from kvstack.remoteurl import parse_remote_url
 
         parsed = parse_remote_url(remote)  # a malformed URL is an InputError naming the forms
         if not parsed.is_redis:

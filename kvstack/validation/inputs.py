@@ -109,7 +109,7 @@ class ServerInputs(Inputs):
             kinds.append("disk")
         secrets = [api_key] if api_key else []
         if remote is not None:
-            from kvstack.remote.url import parse_remote_url
+            from kvstack.remoteurl import parse_remote_url
 
             secrets += parse_remote_url(remote).secrets  # a malformed URL stops here (exit 2)
             if "remote" not in kinds:

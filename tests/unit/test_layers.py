@@ -21,6 +21,7 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "kvstack errors jsonvalue",
             # leaves: names, sizes, addresses, files, secrets, where state lives
             "units names redact releases netaddr rundir fsutil userfile secretfile profiles",
+            "remoteurl",  # a remote tier's URL parsed once, where it enters (addresses, secrets)
             "flags",  # a flag declared once, on the inputs model that holds it (names, help, range)
             "apikey",  # the API key, from a file (secretfile), the command line or the environment
             "connectors",  # the connector specs: read by planning, engines, validation, export, tune

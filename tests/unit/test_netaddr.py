@@ -11,7 +11,7 @@ from kvstack.clients.client import check_http_url, trusts_env
 from kvstack.engines.launch_basics import derived_port
 from kvstack.errors import InputError, NetworkTargetError
 from kvstack.netaddr import check_port, client_host, is_loopback, is_port, parse_port, reaches_local
-from kvstack.remote.url import parse_remote_url
+from kvstack.remoteurl import parse_remote_url
 from kvstack.serving.ports import port_layout
 
 

@@ -4,7 +4,8 @@ import pytest
 from redis.connection import parse_url as redis_parse_url
 
 from kvstack.errors import InputError, NetworkTargetError, UnsupportedError
-from kvstack.remote.url import ACCEPTED_FORMS, REMOTE_CONNECTORS, parse_remote_url, require_remote_support
+from kvstack.remote.url import REMOTE_CONNECTORS, require_remote_support
+from kvstack.remoteurl import ACCEPTED_FORMS, parse_remote_url
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from kvstack.errors import PathError
-from kvstack.runtime.writable import require_writable_dir
+from kvstack.runtime.writable import require_room, require_writable_dir
 
 
 @pytest.mark.parametrize(
@@ -47,14 +47,14 @@ def test_a_file_in_the_way_is_refused(tmp_path: Path) -> None:
 
 
 def test_the_launch_check_writes_where_the_directory_exists_and_leaves_nothing(tmp_path: Path) -> None:
-    require_writable_dir(tmp_path, "--cache-dir", write_probe=True)
-    require_writable_dir(tmp_path / "new" / "deeper", "--cache-dir", write_probe=True)  # its parent decides
+    require_room(tmp_path, "--cache-dir")
+    require_room(tmp_path / "new" / "deeper", "--cache-dir")  # not there yet: nothing to write in
     assert os.listdir(tmp_path) == []
 
 
 def test_too_little_space_names_both_figures(tmp_path: Path) -> None:
     with pytest.raises(PathError, match=r"^--cache-dir .* GiB free but the plan needs") as err:
-        require_writable_dir(tmp_path / "kv", "--cache-dir", need_bytes=1 << 60)
+        require_room(tmp_path / "kv", "--cache-dir", need_bytes=1 << 60)
     assert err.value.hint is not None and "--cache-dir" in err.value.hint
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from kvstack.errors import ModelConfigError, NetworkTargetError, WorkloadError
-from kvstack.remote.url import ACCEPTED_FORMS
+from kvstack.remoteurl import ACCEPTED_FORMS
 from kvstack.serving.plan_inputs import PlanInputs
 from kvstack.serving.planner import plan_for_inputs
 from tests.unit.planning.helpers import snapshot
