@@ -41,62 +41,16 @@ How it stays fast (none of it changes a result):
 
 from __future__ import annotations
 
-import heapq
 import math
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from kvstack.planning.predict.simulator.caches import BlockPool, ChunkTier
-from kvstack.planning.predict.simulator.inputs import Layout, SimRequest, unit_keys
+from kvstack.planning.predict.simulator.group import DecodeGroup
+from kvstack.planning.predict.simulator.inputs import Layout, SimRequest
 from kvstack.planning.predict.simulator.results import RequestResult, SimResult
-
-# A request's own blocks (past its prompt's whole blocks: its output, its prompt's partial tail)
-# are keyed -(1 + index x _OWN + block): no other request shares them, a preempted one finds them.
-_OWN = 1 << 32
-
-
-class _Req:
-    __slots__ = (
-        "admitted",
-        "arrival_s",
-        "blocks",
-        "computed",
-        "finish_s",
-        "first_s",
-        "generated",
-        "held",
-        "index",
-        "keys",
-        "offset",
-        "output",
-        "pool_hit",
-        "preemptions",
-        "prompt",
-        "recompute_again",
-        "recomputed",
-        "registered",
-        "seq",
-        "spec",
-        "stored",
-        "tier_hit",
-    )
-
-    def __init__(self, index: int, spec: SimRequest, tiers: int) -> None:
-        self.index, self.spec = index, spec
-        self.arrival_s, self.prompt, self.output = spec.arrival_s, spec.prompt_tokens, spec.output_tokens
-        self.keys: list[int] | None = None  # the prompt's whole blocks' keys, while it is in play
-        # While it decodes in the group, computed, generated and blocks follow the step clock
-        # (``_Engine.sync``); otherwise they are its own.
-        self.computed = self.generated = self.blocks = self.registered = self.stored = 0
-        self.offset = 0  # in the group: computed tokens minus the step clock
-        self.seq = -1  # its admission's number (the group's order), -1 while not running
-        self.held: list[int] = []  # its cached blocks' keys, in block order
-        self.first_s: float | None = None
-        self.finish_s: float | None = None
-        self.admitted = False
-        self.pool_hit = self.recomputed = self.preemptions = self.recompute_again = 0
-        self.tier_hit = [0] * tiers
+from kvstack.planning.predict.simulator.state import RequestState
 
 
 @dataclass
@@ -111,7 +65,7 @@ class _Lookup:
 
 @dataclass
 class _Step:
-    items: list[tuple[_Req, int]] = field(default_factory=list)  # prefill: (request, tokens computed)
+    items: list[tuple[RequestState, int]] = field(default_factory=list)  # prefill: (request, tokens computed)
     compute_s: float = 0.0
     blocking_s: float = 0.0
     overlapped_s: list[float] = field(default_factory=list)  # per tier
@@ -165,16 +119,12 @@ class _Engine:
         self.pool = BlockPool(layout.limits.pool_blocks)
         self.tiers = [ChunkTier(t.capacity_chunks) for t in layout.tiers]
         order = sorted(range(len(requests)), key=lambda i: requests[i].arrival_s)
-        self.arrivals = [_Req(i, requests[i], len(self.tiers)) for i in order]
-        self.done: list[_Req] = []
-        self.waiting: deque[_Req] = deque()
+        self.arrivals = [RequestState(i, requests[i], len(self.tiers)) for i in order]
+        self.done: list[RequestState] = []
+        self.waiting: deque[RequestState] = deque()
         # Running: the decoding group (admission order) and at most one request mid-prompt, last.
-        self.group: dict[int, _Req] = {}
-        self.tail: _Req | None = None
-        self.clock = 0  # steps run: the group's members each gained one token a step
-        self.phase = [0] * self.bt  # group members by offset modulo the block
-        self.offsets = 0  # the sum of the members' offsets
-        self.ends: list[tuple[int, int, _Req]] = []  # (clock at its last token, seq, member)
+        self.group = DecodeGroup(self.bt)
+        self.tail: RequestState | None = None
         self.seqs = 0
         self.next = 0
         self.t = self.start = self.arrivals[0].arrival_s if self.arrivals else 0.0
@@ -201,7 +151,7 @@ class _Engine:
             self._apply(step, self._window(step) if self.fast_forward else 1)
         return self._result()
 
-    def _fits(self, r: _Req) -> bool:
+    def _fits(self, r: RequestState) -> bool:
         """Whether the engine could ever serve ``r`` alone: its KV in the pool and, unchunked, its
         tokens (a preempted one's too) in one step."""
         most = r.prompt + r.output - 1
@@ -210,7 +160,7 @@ class _Engine:
             return False
         return limits.chunked_prefill or most <= limits.max_num_batched_tokens
 
-    def _arrive(self, r: _Req) -> None:
+    def _arrive(self, r: RequestState) -> None:
         if self._fits(r):
             self.waiting.append(r)
         else:
@@ -218,46 +168,28 @@ class _Engine:
 
     # --- the decoding group -------------------------------------------------------------------------
 
-    def _join(self, r: _Req) -> None:
-        """``r`` (its tokens all computed, not done) decodes from the next step on."""
-        r.offset = r.computed - self.clock
-        self.group[r.seq] = r
-        self.phase[r.offset % self.bt] += 1
-        self.offsets += r.offset
-        heapq.heappush(self.ends, (r.prompt + r.output - 1 - r.offset, r.seq, r))
-
-    def _leave(self, r: _Req) -> None:
-        """``r`` leaves the group, its computed tokens, output and blocks set from the clock."""
-        del self.group[r.seq]
-        self.phase[r.offset % self.bt] -= 1
-        self.offsets -= r.offset
-        r.computed = r.offset + self.clock
-        r.generated = r.computed - r.prompt + 1
-        r.blocks = -(-r.computed // self.bt)
-
-    def _last_running(self) -> _Req:
+    def _last_running(self) -> RequestState:
         """The most recently admitted running request (preemption's victim), out of the running."""
         if self.tail is not None:
             r, self.tail = self.tail, None
             return r
-        r = self.group[next(reversed(self.group))]
-        self._leave(r)
+        r = self.group.last()
+        self.group.leave(r)
         return r
 
     def _group_step(self, step: _Step) -> None:
         """The group's tokens this step: the blocks its members on a block boundary need, the most
         recently admitted running requests preempted while the pool cannot hold them."""
-        pool, bt = self.pool, self.bt
-        at = -self.clock % bt
-        need = self.phase[at]
+        pool, group = self.pool, self.group
+        need = group.blocks_needed()
         if need <= pool.room:
             pool.allocate(need)
         else:  # request by request, in admission order, as the scheduler does
-            for seq in list(self.group):
-                r = self.group.get(seq)
+            for seq in list(group.members):
+                r = group.members.get(seq)
                 if r is None:
                     break  # preempted as a victim: so is every member after it
-                if r.offset % bt != at:
+                if not group.on_boundary(r):
                     continue
                 while pool.room < 1:
                     victim = self._last_running()
@@ -269,9 +201,9 @@ class _Engine:
                     pool.allocate(1)
                     continue
                 break
-        n = step.decodes = len(self.group)
+        n = step.decodes = len(group)
         if n:
-            step.compute_s += self.costs.decode_s(n, self.offsets + n * (self.clock + 1))
+            step.compute_s += self.costs.decode_s(n, group.kv_tokens())
 
     # --- one step's schedule ------------------------------------------------------------------------
 
@@ -328,30 +260,15 @@ class _Engine:
             budget -= n
             step.blocked = "empty" if not waiting else "budget"
 
-    def _own_key(self, r: _Req, block: int) -> int:
-        return -(1 + r.index * _OWN + block)
-
-    def _block_keys(self, r: _Req, blocks: int) -> list[int]:
-        """The keys of ``r``'s first ``blocks`` blocks."""
-        keys = self._prompt_keys(r)
-        if blocks <= len(keys):
-            return keys[:blocks]
-        return keys + [self._own_key(r, b) for b in range(len(keys), blocks)]
-
-    def _prompt_keys(self, r: _Req) -> list[int]:
-        if r.keys is None:
-            r.keys = unit_keys(r.spec.prefix_ids, r.spec.id_tokens, self.bt, r.prompt)
-        return r.keys
-
-    def _lookup(self, r: _Req) -> _Lookup:
+    def _lookup(self, r: RequestState) -> _Lookup:
         tokens = r.prompt + r.generated
-        keys = self._prompt_keys(r)
+        keys = r.prompt_keys(self.bt)
         limit = (tokens - 1) // self.bt  # at least the last token is computed (it gives the logits)
         blocks, freed = 0, list[int]()
         if self.limits.prefix_caching:
             blocks, freed = self.pool.match(keys, limit)
             if blocks == len(keys) < limit:  # a preempted request's own blocks, past its prompt
-                own = self._block_keys(r, limit)[len(keys) :]
+                own = r.block_keys(self.bt, limit)[len(keys) :]
                 more, more_freed = self.pool.match(own, limit - len(keys))
                 blocks, freed = blocks + more, freed + more_freed
         reach = blocks * self.bt
@@ -383,9 +300,9 @@ class _Engine:
                 return k
         return None
 
-    def _admit(self, r: _Req, look: _Lookup, need: int, step: _Step) -> None:
+    def _admit(self, r: RequestState, look: _Lookup, need: int, step: _Step) -> None:
         pool = self.pool
-        hit = self._block_keys(r, look.blocks)
+        hit = r.block_keys(self.bt, look.blocks)
         pool.acquire(hit, look.freed)
         pool.allocate(need)
         r.held, r.blocks, r.registered = hit, look.blocks + need, look.blocks
@@ -399,7 +316,7 @@ class _Engine:
                 tier.touch(key)
             if self.layout.readmit:
                 for tier in tiers[:k]:
-                    tier.put(key)
+                    tier.put((key,))
         for k, tokens in enumerate(look.tier_tokens):
             if tokens:
                 self._transfer(step, k, specs[k].load_s(tokens))
@@ -420,22 +337,25 @@ class _Engine:
         else:
             step.blocking_s += seconds
 
-    def _plan_stores(self, step: _Step, r: _Req, n: int) -> None:
-        """The whole prompt chunks this step's tokens of ``r`` complete, and what storing them costs."""
+    def _plan_stores(self, step: _Step, r: RequestState, n: int) -> None:
+        """The whole prompt chunks this step's tokens of ``r`` complete, and what storing them costs
+        each tier (those it does not hold yet)."""
         if not self.tiers:
             return
         chunk, per, keys = self.chunk, self.per_chunk, r.keys
         assert keys is not None
-        end = min(r.computed + n, r.prompt)
-        while (r.stored + 1) * chunk <= end:
-            key = keys[(r.stored + 1) * per - 1]
-            step.stores.append(key)
-            for k, tier in enumerate(self.tiers):
-                if key not in tier.lru and tier.capacity > 0:
-                    self._transfer(step, k, self.layout.tiers[k].store_s(chunk), store=True)
-            r.stored += 1
+        done = min(r.computed + n, r.prompt) // chunk
+        if done <= r.stored:
+            return
+        new = keys[(r.stored + 1) * per - 1 : done * per : per]
+        r.stored = done
+        step.stores += new
+        for k, tier in enumerate(self.tiers):
+            missing = len(new) - len(tier.lru.keys() & new) if tier.capacity > 0 else 0
+            if missing:
+                self._transfer(step, k, self.layout.tiers[k].store_s(missing * chunk), store=True)
 
-    def _preempt(self, r: _Req) -> None:
+    def _preempt(self, r: RequestState) -> None:
         """``r`` (already out of the running) frees its blocks and waits at the queue's front."""
         self._release(r)
         r.computed = r.registered = 0
@@ -443,12 +363,12 @@ class _Engine:
         r.preemptions += 1
         self.waiting.appendleft(r)
 
-    def _release(self, r: _Req) -> None:
+    def _release(self, r: RequestState) -> None:
         self._register(r)  # its blocks past its prompt, cached as it frees them
         self.pool.release(r.held, r.blocks)
         r.held, r.blocks = [], 0
 
-    def _register(self, r: _Req) -> None:
+    def _register(self, r: RequestState) -> None:
         """Cache the blocks ``r`` has filled since the last call."""
         full = r.computed // self.bt
         b = r.registered
@@ -461,7 +381,7 @@ class _Engine:
         assert keys is not None
         top = min(full, len(keys))
         filled = keys[b:top] if b < top else []
-        filled += [self._own_key(r, block) for block in range(max(b, len(keys)), full)]
+        filled += [r.own_key(block) for block in range(max(b, len(keys)), full)]
         r.held += self.pool.register(filled)
 
     # --- a run of identical steps: the group alone --------------------------------------------------
@@ -473,24 +393,14 @@ class _Engine:
             return 1
         if step.blocked not in ("empty", "seqs", "budget", "pool"):
             return 1
-        ends, group = self.ends, self.group
-        while ends and group.get(ends[0][1]) is not ends[0][2]:
-            heapq.heappop(ends)  # left the group (preempted) since
-        k_max = ends[0][0] - self.clock  # the first member's last token comes at the k-th step
+        k_max = self.group.steps_to_first_end()
         growth = self.costs.decode_s_per_kv_token * step.decodes
         if step.blocked == "empty" and self.next < len(self.arrivals):
             gap = self.arrivals[self.next].arrival_s - self.t
             k_max = min(k_max, steps_before(gap, step.seconds, growth))
         if k_max <= 1:
             return 1
-        pool, bt, phase, clock = self.pool, self.bt, self.phase, self.clock
-        n = step.decodes
-
-        def extra(k: int) -> int:
-            """The blocks the group needs over the steps after this one, k steps in all."""
-            cycles, rest = divmod(k - 1, bt)
-            return cycles * n + sum(phase[-(clock + j) % bt] for j in range(1, rest + 1))
-
+        pool, extra = self.pool, self.group.blocks_after
         room = pool.room
         if step.blocked == "pool":
             # Reusing a free block the waiting head would hit could let it in: stop before that.
@@ -518,14 +428,9 @@ class _Engine:
             seconds = step.seconds * k + growth * k * (k - 1) / 2
         self.t += seconds
         self.busy += seconds
-        self.clock += k
         t = self.t
-        ends, group = self.ends, self.group
-        while ends and ends[0][0] <= self.clock:
-            _, seq, r = heapq.heappop(ends)
-            if group.get(seq) is r:
-                self._leave(r)
-                self._finish(r)
+        for r in self.group.advance(k):
+            self._finish(r)
         for r, n in step.items:  # prefill chunks (k is 1)
             r.computed += n
             self._register(r)
@@ -540,12 +445,12 @@ class _Engine:
             if r.generated >= r.output:
                 self._finish(r)
             else:
-                self._join(r)
-        for key in step.stores:
+                self.group.join(r)
+        if step.stores:
             for tier in self.tiers:
-                tier.put(key)
+                tier.put(step.stores)
 
-    def _finish(self, r: _Req) -> None:
+    def _finish(self, r: RequestState) -> None:
         r.finish_s = self.t
         self._release(r)
         r.keys = None
@@ -578,7 +483,7 @@ class _Engine:
             layout=self.layout.name,
             tier_kinds=tuple(t.kind for t in self.layout.tiers),
             requests=tuple(out),
-            steps=self.clock,
+            steps=self.group.clock,
             busy_s=self.busy,
             start_s=self.start,
             end_s=max((r.finish_s for r in self.done if r.finish_s is not None), default=self.start),

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 TierKind = Literal["cpu", "disk", "remote"]
@@ -170,9 +171,9 @@ def unit_keys(prefix_ids: Sequence[int], id_tokens: int, unit_tokens: int, token
         return []
     if id_tokens % unit_tokens == 0:
         per = id_tokens // unit_tokens
-        offsets = range(unit_tokens - 1, id_tokens, unit_tokens)
-        keys = [i * id_tokens + o for i in prefix_ids[: -(-n // per)] for o in offsets]
-        del keys[n:]
+        ids = np.asarray(prefix_ids[: -(-n // per)], dtype=np.int64) * id_tokens
+        offsets = np.arange(unit_tokens - 1, id_tokens, unit_tokens, dtype=np.int64)
+        keys: list[int] = (ids[:, None] + offsets).ravel()[:n].tolist()
         return keys
     return [
         prefix_ids[(e - 1) // id_tokens] * id_tokens + (e - 1) % id_tokens
