@@ -8,7 +8,9 @@ per-step token budget, chunked prefill, ``max_num_seqs``, recompute preemption w
 its tiers' transfers (inputs). Out come each request's TTFT and TPOT, each source's share of the
 prompt tokens (results), and a layout's capacity under an SLO, bisected on it (capacity).
 
-The modules, lowest first: inputs, caches, results, workload, engine, capacity.
+The modules, lowest first: inputs (the typed inputs), caches (the pool, a tier), results, workload
+(synthetic, a trace's rows), state (a request as served), group (the decoding requests), engine (the
+schedule, step by step), capacity (bisected under an SLO).
 """
 
 from kvstack.planning.predict.simulator.capacity import (
