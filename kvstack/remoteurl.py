@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Annotated
 from urllib.parse import parse_qs, unquote
 
-from pydantic import PlainValidator
+from pydantic import BaseModel, Field, PlainValidator, model_validator
 
 from kvstack.errors import NetworkTargetError, UnsupportedError
 from kvstack.netaddr import PORT_RANGE, is_loopback, parse_port
@@ -182,3 +182,25 @@ def _as_remote(value: object) -> RemoteURL | None:
 # A model field holding a remote URL parsed once: given as text, it is parsed when the model is built
 # (a malformed one raises NetworkTargetError); given parsed, it is kept as it is.
 ParsedRemote = Annotated[RemoteURL | None, PlainValidator(_as_remote)]
+
+
+class HoldsRemote(BaseModel):
+    """A model that carries a remote URL (launch and export options): built with ``remote`` (parsed
+    already) or ``remote_url`` (text, parsed here, once); ``remote_url`` reads it back as given."""
+
+    remote: ParsedRemote = Field(default=None, repr=False, exclude=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _remote_from_text(cls, data: object) -> object:
+        if isinstance(data, dict) and "remote_url" in data:
+            data = dict(data)
+            text = data.pop("remote_url")
+            if data.get("remote") is None:
+                data["remote"] = text
+        return data
+
+    @property
+    def remote_url(self) -> str | None:
+        """The remote tier's URL as given, credentials included (never print it)."""
+        return self.remote.raw if self.remote is not None else None

@@ -5,20 +5,20 @@ Exporters are pure; ``kvstack.export.write`` puts a Bundle on disk.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from kvstack import __version__
-from kvstack.remoteurl import ParsedRemote
+from kvstack.remoteurl import HoldsRemote
 
 METRICS_PORT = 9464  # kvstack's own /metrics (the KV canary's): systemd on 127.0.0.1, the sidecar's
 
 
-class ExportOptions(BaseModel):
+class ExportOptions(HoldsRemote):
+    """What the exporters take beside the Plan; the remote tier's URL as the user gave it (it may
+    hold a password) as HoldsRemote carries it."""
+
     model_config = ConfigDict(extra="forbid")
 
-    # The remote tier's URL as the user gave it (it may hold a password), parsed once where it entered
-    # (the CLI); given as ``remote_url`` text, it is parsed here.
-    remote: ParsedRemote = Field(default=None, repr=False, exclude=True)
     image: str | None = None  # "repository:tag" overriding the default engine image
     engine_version: str | None = None  # installed engine version, pins the image tag when known
     host: str = "127.0.0.1"  # address the server (or the published port) binds
@@ -36,21 +36,6 @@ class ExportOptions(BaseModel):
     # sidecar's) and the sidecar's image, built from deploy/canary.Dockerfile
     metrics_port: int = Field(default=METRICS_PORT, ge=1, le=65535)
     canary_image: str = f"kvstack:{__version__}"
-
-    @model_validator(mode="before")
-    @classmethod
-    def _parse_remote_url(cls, data: object) -> object:
-        if isinstance(data, dict) and "remote_url" in data:
-            data = dict(data)
-            text = data.pop("remote_url")
-            if data.get("remote") is None:
-                data["remote"] = text
-        return data
-
-    @property
-    def remote_url(self) -> str | None:
-        """The remote tier's URL as given, credentials included (never print it)."""
-        return self.remote.raw if self.remote is not None else None
 
 
 class ExportFile(BaseModel):

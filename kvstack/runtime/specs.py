@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from kvstack.names import Connector, Launched
 from kvstack.redact import MASK, redact_argv, redact_env, redact_text
-from kvstack.remoteurl import ParsedRemote
+from kvstack.remoteurl import HoldsRemote
 from kvstack.runtime.tier_kv import TierKv
 
 
@@ -165,8 +165,9 @@ class LaunchSpec(BaseModel):
         }
 
 
-class ServeOptions(BaseModel):
-    """What the user chose for this launch beyond the Plan."""
+class ServeOptions(HoldsRemote):
+    """What the user chose for this launch beyond the Plan; the remote tier's URL with its
+    credentials (``remote``: the Plan holds only the redacted form) as HoldsRemote carries it."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -182,23 +183,5 @@ class ServeOptions(BaseModel):
     control_token: str | None = Field(default=None, repr=False)
     served_model_name: str | None = None
     load_format: str | None = None  # None: "dummy" for a local dir without weights
-    # The remote tier's URL WITH its credentials (the Plan only holds the redacted form), parsed
-    # once where it entered (serving/prepare.py); given as ``remote_url`` text, it is parsed here.
-    remote: ParsedRemote = Field(default=None, repr=False, exclude=True)
     lmcache_port: int | None = None  # LMCache MP server; None: port + 1
     lmcache_http_port: int | None = None  # its HTTP API and /metrics; None: port + 2
-
-    @model_validator(mode="before")
-    @classmethod
-    def _parse_remote_url(cls, data: object) -> object:
-        if isinstance(data, dict) and "remote_url" in data:
-            data = dict(data)
-            text = data.pop("remote_url")
-            if data.get("remote") is None:
-                data["remote"] = text
-        return data
-
-    @property
-    def remote_url(self) -> str | None:
-        """The remote tier's URL as given, credentials included (never print it)."""
-        return self.remote.raw if self.remote is not None else None
