@@ -139,7 +139,9 @@ def test_a_dead_engine_keeps_the_steps_measured(tmp_path: Path) -> None:
         compare=["none"],
         sweep="concurrency:1,2,4",
         out=tmp_path,
-        **{**SLO, **SMALL, "requests": 12},
+        # An SLO c=2 meets by 5x (~160 ms at 80 ms a request in flight): on a loaded machine too,
+        # the capacity is the two steps before the cut one.
+        **{**SLO, "slo_ttft": 1000.0, **SMALL, "requests": 12},
     )
     with pytest.raises(EngineError, match="exited with code 1"):
         run_sweep(args, start_layout=start, events=BenchEvents(sweep_step=on_step))
@@ -178,7 +180,20 @@ def test_each_layouts_bound_at_its_knee_and_its_plans_prediction(tmp_path: Path,
     # No plan: the prefill rate is measured, the only resource judged.
     assert lmcache.predicted is None and "measured" in lmcache.bound.figures  # type: ignore[union-attr]
     assert lmcache.bound.bound.resource == "prefill"  # type: ignore[union-attr]
-    assert load_sweep(tmp_path) == result  # kept in results.json (schema /2)
+    # The plan's figures are the costs of 'none'; 'lmcache', without them, was calibrated before its
+    # steps (the stand-in's decode: a token every 1 ms), for a predictor to read back.
+    from kvstack.bench.sweep.calibration import sweep_calibration
+
+    assert none.calibration is None and sweep_calibration(result, "none") is None
+    assert lmcache.calibration is not None and lmcache.calibration.costs is not None
+    served = sweep_calibration(result, "lmcache")
+    assert served is not None and served.plain_layout == "lmcache" and served.offload is None
+    assert (
+        served.plain.linear_s + served.plain.quadratic_s > 0
+        and served.decode_fixed_s is not None
+        and served.decode_fixed_s >= 0.001
+    )
+    assert load_sweep(tmp_path) == result  # kept in results.json (schema /2), its calibration too
     print_sweep(result, [], json_mode=False)
     out = capsys.readouterr().out
     assert "lmcache: bound at the knee: prefill compute" in out and "at c=4 (" in out
