@@ -53,6 +53,19 @@ def test_bench_sweep_on_the_demo_engine(demo_server: ServeSession, tmp_path: Pat
     data = json.loads((out / "results.json").read_text())
     assert data["schema"] == "kvstack.bench.sweep/2" and data["kind"] == "concurrency"
     (layout,) = data["layouts"]
+    # No plan, no prefill figure: the sweep calibrated the engine before its steps (bench/sweep/
+    # calibration.py), TTFT's costs and decode's, on prompts of its own; a predictor reads it back.
+    calibration = layout["calibration"]
+    costs = calibration["costs"]
+    assert costs is not None, calibration["note"]
+    assert costs["decode_fixed_s"] > 0 and costs["decode_per_seq_s"] >= 0 and costs["hit_s"] > 0
+    assert "decode: 1, 2, 4, 8 requests at once" in costs["source"]
+    assert 0 < calibration["seconds"] < 60
+    from kvstack.bench.sweep.calibration import sweep_calibration
+    from kvstack.bench.sweep.report import load_sweep
+
+    served = sweep_calibration(load_sweep(out), layout["name"])
+    assert served is not None and served.decode_fixed_s == costs["decode_fixed_s"]
     steps = layout["steps"]
     assert [(s["load"], s["origin"], s["seed"]) for s in steps] == [(1, "ladder", 0), (2, "ladder", 1)]
     assert all(s["complete"] and s["summary"]["ok"] == 4 for s in steps)

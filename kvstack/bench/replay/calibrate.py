@@ -10,6 +10,12 @@ fetch cost per token, but only where the counters say so: the servers' counters 
 that request (clients/token_sources.py's one rule, per request), and a sample the DRAM tier did
 not serve whole (L1 had evicted it too, so disk served it; or part was recomputed) is discarded,
 and the costs' source says why. Run after the replay, so the replay's hit ratios are not disturbed.
+
+Decode, for the step-level simulator: ``B`` requests at once (B in DECODE_BATCHES, up to the
+engine's ``max_num_seqs`` and what its pool holds), each a short unique prompt and exactly
+DECODE_TOKENS output tokens (the streaming client asks ``ignore_eos``), each request's time per
+output token read from its stream (first token to last, over the tokens between); the median per
+``B`` fitted by least squares to ``step_s(B) = decode_fixed_s + decode_per_seq_s x B``.
 """
 
 from __future__ import annotations
@@ -18,8 +24,10 @@ import asyncio
 import math
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 
 import httpx
+import numpy as np
 
 from kvstack.bench.replay import results
 from kvstack.bench.replay.prompts import BlockTokens
@@ -27,9 +35,9 @@ from kvstack.clients import token_sources
 from kvstack.clients.client import auth_headers, make_client
 from kvstack.clients.metrics import MetricsSnapshot, scrape
 from kvstack.clients.reset import reset_cache
-from kvstack.clients.streaming import StreamClient
+from kvstack.clients.streaming import RequestResult, StreamClient
 from kvstack.errors import EngineError
-from kvstack.planning.predict.served_ttft import ServedCosts, fit_costs
+from kvstack.planning.predict.served_ttft import ServedCosts, fit_costs, nonneg_fit
 
 # Up to 8192 where the context allows: the attention term is fitted, not extrapolated, over most of
 # a replay's prompts (a 16K context's longest prompts are 2x past it, not 4x). With 4096 at most, a
@@ -37,6 +45,12 @@ from kvstack.planning.predict.served_ttft import ServedCosts, fit_costs
 # 2.1x the measured.
 LENGTHS = (512, 1024, 2048, 4096, 8192)
 REPEATS = 2
+# Decode: B requests decoding together, each a unique DECODE_PROMPT_TOKENS-token prompt (a few KV
+# blocks) and DECODE_TOKENS output tokens. On the demo model here: 0.3 s a round on a plain vLLM,
+# 1-2 s on the demo's lmcache-mp serve with the machine loaded (the whole sweep calibration: 4.4 s).
+DECODE_BATCHES = (1, 2, 4, 8)
+DECODE_TOKENS = 32
+DECODE_PROMPT_TOKENS = 64
 
 
 def calibration_lengths(max_prompt: int) -> list[int]:
@@ -61,6 +75,62 @@ class _Prompts:
         return out[:tokens]
 
 
+def decode_batches(max_num_seqs: int | None, pool_tokens: int | None) -> list[int]:
+    """The batch sizes decode is measured at: DECODE_BATCHES up to the engine's ``max_num_seqs``
+    (None: its default, above them all) and the ``pool_tokens`` its KV pool holds (every request's
+    prompt and output at once, none preempted)."""
+    per_request = DECODE_PROMPT_TOKENS + DECODE_TOKENS
+    return [
+        b
+        for b in DECODE_BATCHES
+        if (max_num_seqs is None or b <= max_num_seqs)
+        and (pool_tokens is None or b * per_request <= pool_tokens)
+    ]
+
+
+def tpot_s(result: RequestResult) -> float | None:
+    """A request's time per output token after its first (its first token to its last, over the
+    tokens between); None for a failed request or one with fewer than two tokens."""
+    if not result.ok or result.output_tokens < 2 or not result.itl_s:
+        return None
+    return sum(result.itl_s) / (result.output_tokens - 1)
+
+
+def fit_decode(samples: Sequence[tuple[int, float]]) -> tuple[float, float] | None:
+    """``(decode_fixed_s, decode_per_seq_s)`` from (batch size, time per output token) samples: the
+    median per batch size, fitted by least squares to ``fixed + per_seq x B`` (neither negative);
+    None with fewer than two batch sizes (one cannot tell the two parts apart)."""
+    by_batch: dict[int, list[float]] = {}
+    for batch, seconds in samples:
+        by_batch.setdefault(batch, []).append(seconds)
+    if len(by_batch) < 2:
+        return None
+    b = np.array(sorted(by_batch), dtype=np.float64)
+    y = np.array([float(np.median(by_batch[int(k)])) for k in b])
+    fixed, per_seq = nonneg_fit([np.ones_like(b), b], y)
+    return fixed, per_seq
+
+
+async def _decode(
+    client: StreamClient, model: str, prompts: _Prompts, api_key: str | None, batches: Sequence[int]
+) -> list[tuple[int, float]]:
+    """(batch size, time per output token) per request: ``b`` requests sent at once for each ``b``."""
+    samples: list[tuple[int, float]] = []
+    for b in batches:
+        sent = [prompts.unique(DECODE_PROMPT_TOKENS) for _ in range(b)]
+        done = await asyncio.gather(
+            *(client.completion(model, p, DECODE_TOKENS, api_key=api_key, timeout_s=120) for p in sent)
+        )
+        for res in done:
+            if not res.ok:
+                raise EngineError(
+                    f"a calibration request failed: {res.error or res.status}", hint="see the engine's log"
+                )
+            if (tpot := tpot_s(res)) is not None and res.output_tokens == DECODE_TOKENS:
+                samples.append((b, tpot))
+    return samples
+
+
 async def _ttft(client: StreamClient, model: str, prompt: list[int], api_key: str | None) -> float:
     res = await client.completion(model, prompt, 1, api_key=api_key, timeout_s=120)
     if not res.ok or res.ttft_s is None:
@@ -81,19 +151,31 @@ async def calibrate(
     metrics_urls: Sequence[str] = (),
     align: int = 1,
     reset_path: str | None = None,
+    max_num_seqs: int | None = None,
+    lengths: Sequence[int] | None = None,
+    flush: bool = True,
 ) -> ServedCosts:
     """The layout's costs; ``engine_pool_tokens`` (the engine's prefix cache, in tokens) only for
     an offload layout, whose DRAM fetch is measured too (read from ``metrics_urls``; prompts are
     held in whole units of ``align`` tokens). ``reset_path``: the engine's route that empties its
-    own prefix cache and keeps the offload tiers (vLLM's), tried before pushing a prompt out."""
+    own prefix cache and keeps the offload tiers (vLLM's), tried before pushing a prompt out.
+    ``max_num_seqs``: the engine's, where known (decode's batch sizes stay under it; the pool
+    holds at least the context, ``max_prompt``). ``lengths``: the miss lengths sent (default
+    ``calibration_lengths(max_prompt)``). ``flush``: push the DRAM sample out of the engine's pool
+    with other prompts where the reset did not drop it (False: no DRAM sample then)."""
     prompts = _Prompts(blocks)
-    lengths = calibration_lengths(max_prompt)
+    lengths = list(lengths) if lengths else calibration_lengths(max_prompt)
+    batches = decode_batches(max_num_seqs, engine_pool_tokens or max_prompt)
     hits: list[float] = []
     misses: list[tuple[int, float]] = []
     fetched: list[tuple[str, int, float]] = []
     fetch_note = ""
-    async with StreamClient(base_url, 2) as client, make_client(base_url, max_connections=2) as scraper:
+    streams = max([2, *batches])
+    async with StreamClient(base_url, streams) as client, make_client(base_url, max_connections=2) as scraper:
         await _ttft(client, model, prompts.unique(64), api_key)  # warm the path (first-request costs)
+        decoded: list[tuple[int, float]] = []
+        for _ in range(REPEATS):
+            decoded += await _decode(client, model, prompts, api_key, batches)
         longest: list[int] = []
         for _ in range(REPEATS):
             for n in lengths:
@@ -109,24 +191,37 @@ async def calibrate(
                 reset_path is not None
                 and (await reset_cache(scraper, base_url, reset_path, auth_headers(api_key)))[0]
             )
-            flushed = 0
+            flushed = 0 if flush else engine_pool_tokens + 1
             while not dropped and flushed <= engine_pool_tokens:
                 await _ttft(client, model, prompts.unique(lengths[-1]), api_key)
                 flushed += lengths[-1]
-            before = await _counted(scraper, metrics_urls, api_key, None, 0)
-            seconds = await _ttft(client, model, longest, api_key)
-            after = await _counted(scraper, metrics_urls, api_key, before, len(longest))
-            sources = token_sources.by_source(before, after, one_request=True)
-            fetch_note = dram_fetch_problem(sources, len(longest), align)
-            if not fetch_note:
-                fetched.append((token_sources.DRAM, round(sources[token_sources.DRAM]), seconds))
+            if dropped or flush:
+                before = await _counted(scraper, metrics_urls, api_key, None, 0)
+                seconds = await _ttft(client, model, longest, api_key)
+                after = await _counted(scraper, metrics_urls, api_key, before, len(longest))
+                sources = token_sources.by_source(before, after, one_request=True)
+                fetch_note = dram_fetch_problem(sources, len(longest), align)
+                if not fetch_note:
+                    fetched.append((token_sources.DRAM, round(sources[token_sources.DRAM]), seconds))
+            else:
+                fetch_note = "the engine's reset did not drop it from the engine's pool"
+    decode = fit_decode(decoded)
     source = (
         f"measured on the served layout: {len(misses)} unique prompts of {', '.join(map(str, lengths))} "
         f"tokens, each sent again"
         + (", one fetched back from the offload tier's DRAM" if fetched else "")
         + (f"; the DRAM fetch sample was discarded: {fetch_note}" if fetch_note else "")
+        + (
+            f"; decode: {', '.join(map(str, batches))} requests at once, {DECODE_TOKENS} tokens each"
+            f" (x{REPEATS})"
+            if decode is not None
+            else "; decode not measured (fewer than two batch sizes)"
+        )
     )
-    return fit_costs(hits, misses, fetched, source)
+    costs = fit_costs(hits, misses, fetched, source)
+    if decode is None:
+        return costs
+    return replace(costs, decode_fixed_s=decode[0], decode_per_seq_s=decode[1])
 
 
 def dram_fetch_problem(sources: dict[str, float], prompt: int, align: int) -> str:
@@ -174,7 +269,7 @@ def predicted_ttft(costs: ServedCosts, prompts: list[int], per_request: dict[str
     fetch = dict(costs.fetch_s)
     for tier in (token_sources.DISK, token_sources.REMOTE):
         fetch.setdefault(tier, fetch.get(token_sources.DRAM, 0.0))
-    at = ServedCosts(costs.hit_s, costs.miss_s, costs.linear_s, costs.quadratic_s, fetch, costs.source)
+    at = replace(costs, fetch_s=fetch, chunk_s=0.0)
     out = []
     for i, prompt in enumerate(prompts):
         engine = per_request.get(token_sources.ENGINE_CACHE, [0] * len(prompts))[i]

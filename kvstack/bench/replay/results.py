@@ -38,7 +38,19 @@ class Costs(_Doc):
     quadratic_s_per_token2: float = 0.0
     fetch_s_per_token: dict[str, float] = Field(default_factory=dict)
     chunk_s: float = 0.0
+    # A decode step's fixed part and its part per decoding sequence (None: not measured, as in a
+    # calibration written before kvstack measured decode).
+    decode_fixed_s: float | None = None
+    decode_per_seq_s: float | None = None
     source: str = ""
+
+    @model_serializer(mode="wrap")
+    def _unmeasured(self, handler: SerializerFunctionWrapHandler) -> JsonObject:
+        out: JsonObject = handler(self)
+        for key in ("decode_fixed_s", "decode_per_seq_s"):
+            if out.get(key) is None:
+                out.pop(key, None)  # as a calibration without decode wrote it: no key
+        return out
 
     @classmethod
     def of(cls, costs: ServedCosts) -> Costs:

@@ -35,6 +35,7 @@ from kvstack.bench.replay.trace_bench import (
 from kvstack.bench.report import environment
 from kvstack.bench.request import BenchRequest
 from kvstack.bench.runner import DEFAULT_MAX_IN_FLIGHT
+from kvstack.bench.sweep.calibration import calibrate_layout, needs_calibration
 from kvstack.bench.sweep.run import conclude_sweep
 from kvstack.bench.sweep.schema import (
     Capacity,
@@ -148,6 +149,9 @@ def _measure(
         )
         layouts.append(lay)
         plans[layout.name] = layout.plan
+        if needs_calibration(layout):  # before the steps: a predictor reads it (sweep_calibration)
+            longest = max((s.prompt_tokens for s in shared.sent), default=0)
+            lay.calibration = calibrate_layout(layout, served, o.api_key, longest)
         runner = trace_runner(layout, replay, shared, served, o.api_key, o.timeout_s)
         on_step: Callable[..., None] = lambda step: events.sweep_step(layout.name, ladder, step)  # noqa: E731
         sweep_steps(lay, plan, runner, requests, on_step)

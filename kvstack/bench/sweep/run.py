@@ -1,5 +1,6 @@
 """One ``kvstack bench --sweep``: per layout (the server at --url, or each layout kvstack serves in
-turn), the workload at every load of the ladder, then up to --sweep-bisect loads between the highest
+turn), the workload at every load of the ladder (after a short calibration of the served engine where
+nothing else gives its costs: sweep/calibration.py), then up to --sweep-bisect loads between the highest
 that met the SLO and the lowest that did not; each step is bench's own run (``run_layout``) with a
 seed of its own, so that no step is served from an earlier step's cache. Every mistake the flags can
 hold was refused when they were read; a step cut short keeps what it measured in the report."""
@@ -16,6 +17,7 @@ from kvstack.bench.report import environment
 from kvstack.bench.request import BenchRequest
 from kvstack.bench.runner import Progress, Recorder, RunOptions, run_layout
 from kvstack.bench.sweep.bound import explain_sweep
+from kvstack.bench.sweep.calibration import calibrate_layout, needs_calibration
 from kvstack.bench.sweep.ladder import LoadLadder
 from kvstack.bench.sweep.report import write_sweep
 from kvstack.bench.sweep.schema import (
@@ -51,6 +53,7 @@ class SweepPlan:
     bisect: int
     slo: Slo
     opts: RunOptions  # model, key, seed and timeout; each step sets its own load and seed
+    longest_prompt: int = 0  # the workload's prompt length: the calibration's misses reach twice it
 
 
 class _Workloads:
@@ -128,6 +131,9 @@ def sweep_layout(
     )
     measured.layouts.append(lay)
     measured.plans[layout.name] = layout.plan
+    if needs_calibration(layout):  # before the steps: a predictor reads it (sweep_calibration)
+        model = layout.served_model or plan.opts.model
+        lay.calibration = calibrate_layout(layout, model, plan.opts.api_key, plan.longest_prompt)
     steps = StepPlan(plan.ladder, plan.bisect, plan.slo, plan.opts.seed)
     runner = _workload_runner(layout, plan, workloads, events)
     return sweep_steps(
@@ -189,7 +195,7 @@ def run_sweep(
     opts = RunOptions(
         model=model, api_key=args.api_key, concurrency=1, seed=args.seed, timeout_s=args.timeout_s
     )
-    plan = SweepPlan(ladder, args.sweep_bisect, args.slo, opts)
+    plan = SweepPlan(ladder, args.sweep_bisect, args.slo, opts, args.prompt_token_count)
     first = step_options(opts, ladder, ladder.loads[0], args.seed)
     by_server = base_url is None and args.workload == "tier-overflow" and args.plan_file is None
     sizes = None if by_server else tier_sizes(args, base_url, metrics)

@@ -7,12 +7,14 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from kvstack.bench.replay.results import Costs
 from kvstack.bench.schema import RequestRow, Summary
 from kvstack.bench.sweep.ladder import LoadKind
 from kvstack.planning.predict.bound import CapacityStatus as PredictedStatus
 from kvstack.planning.predict.bound import ResourceUse
 
-# /2: each layout's bound at its knee and, where its plan is known, the predicted capacity beside it.
+# /2: each layout's bound at its knee and, where its plan is known, the predicted capacity beside it;
+# since, each layout's calibration (a field added, readers of /2 unchanged).
 SWEEP_SCHEMA = "kvstack.bench.sweep/2"
 
 # bracketed: a step passed below the lowest failing one; above_ladder: no step failed;
@@ -89,6 +91,17 @@ class CapacityPrediction(_Model):
     note: str = ""
 
 
+class SweepCalibration(_Model):
+    """The short calibration run on the layout before its steps (bench/sweep/calibration.py):
+    the served engine's costs, TTFT's and decode's (planning/predict/served_ttft.py ServedCosts),
+    for a predictor to read (``sweep_calibration``)."""
+
+    costs: Costs | None = None  # None: it failed (``note`` says why)
+    offload: bool | None = None  # whether the layout has an offload tier (None: its tiers are unknown)
+    seconds: float = 0.0  # how long it took
+    note: str = ""
+
+
 class LayoutSweep(_Model):
     name: str
     base_url: str
@@ -96,6 +109,8 @@ class LayoutSweep(_Model):
     capacity: Capacity
     bound: KneeBound | None = None
     predicted: CapacityPrediction | None = None
+    # Run before the steps where nothing else gave the costs (the plan has no prefill figure).
+    calibration: SweepCalibration | None = None
 
 
 class SweepRow(RequestRow):

@@ -14,13 +14,18 @@ are the prefill of the positions no cache held, attention over the whole prefix 
 figures come from bench/replay/calibrate.py: a few requests against the served layout, or from a
 replay of the trace itself (tune/refit.py). ``chunk_s`` is 0 unless two chunk sizes were measured
 (one chunk size cannot tell it apart from ``miss_s``).
+
+The calibration also measures decode, for the step-level simulator (planning/predict/simulator): a
+decode step with ``B`` sequences lasts ``decode_fixed_s + decode_per_seq_s x B`` (each request's time
+per output token, ``B`` of them decoding together); None where it was not measured (a calibration
+older than the decode figures, a replay refit).
 """
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -48,6 +53,14 @@ class ServedCosts:
     fetch_s: dict[str, float] = field(default_factory=dict)  # seconds per token, by offload tier
     source: str = ""
     chunk_s: float = 0.0  # seconds per chunk of the prompt on an offload path
+    decode_fixed_s: float | None = None  # a decode step's fixed part (the forward step); None: not measured
+    decode_per_seq_s: float | None = None  # ... and its part per decoding sequence
+
+    def decode_step_s(self, seqs: int) -> float | None:
+        """A decode step with ``seqs`` sequences decoding together; None when decode was not measured."""
+        if self.decode_fixed_s is None or self.decode_per_seq_s is None:
+            return None
+        return self.decode_fixed_s + self.decode_per_seq_s * seqs
 
     def ttft(self, prompt: int, engine: int, tiers: Mapping[str, int], chunks: float = 0.0) -> float:
         """Predicted TTFT of a ``prompt``-token request of which the engine holds ``engine`` tokens
@@ -91,18 +104,28 @@ class ServedCosts:
             "quadratic_s_per_token2": self.quadratic_s,
             "fetch_s_per_token": self.fetch_s,
             "chunk_s": self.chunk_s,
+            **{
+                k: v
+                for k, v in (
+                    ("decode_fixed_s", self.decode_fixed_s),
+                    ("decode_per_seq_s", self.decode_per_seq_s),
+                )
+                if v is not None  # not measured: no key, as a calibration before decode wrote it
+            },
             "source": self.source,
         }
 
     @classmethod
     def from_dict(cls, doc: Mapping[str, Any]) -> ServedCosts:
         """The form ``to_dict`` writes (bench's results.json ``ttft.calibration``); KeyError,
-        TypeError or ValueError on anything else."""
+        TypeError or ValueError on anything else. The decode figures may be absent or null (a
+        calibration written before they were measured)."""
         fetch = doc.get("fetch_s_per_token") or {}
         if not isinstance(fetch, Mapping):
             raise TypeError("fetch_s_per_token must be an object")
+        decode = {k: doc.get(k) for k in ("decode_fixed_s", "decode_per_seq_s")}
         values = [doc["hit_s"], doc["miss_s"], doc["linear_s_per_token"], doc["quadratic_s_per_token2"]]
-        values += [*fetch.values(), doc.get("chunk_s", 0.0)]
+        values += [*fetch.values(), doc.get("chunk_s", 0.0), *(v for v in decode.values() if v is not None)]
         if not all(isinstance(v, int | float) and not isinstance(v, bool) and 0 <= v < 3600 for v in values):
             raise ValueError("every cost must be a number of seconds, not negative")
         return cls(
@@ -113,7 +136,13 @@ class ServedCosts:
             fetch_s={str(k): float(v) for k, v in fetch.items()},
             source=str(doc.get("source", "")),
             chunk_s=float(doc.get("chunk_s", 0.0)),
+            decode_fixed_s=_optional(decode["decode_fixed_s"]),
+            decode_per_seq_s=_optional(decode["decode_per_seq_s"]),
         )
+
+
+def _optional(value: Any) -> float | None:
+    return None if value is None else float(value)
 
 
 @dataclass(frozen=True)
@@ -153,7 +182,23 @@ class ServedCalibration:
         if self.offload is not None:
             return self.offload
         p = self.plain
-        return ServedCosts(p.hit_s, p.miss_s + cost_s, p.linear_s, p.quadratic_s, dict(fetch_s), p.source)
+        return replace(p, miss_s=p.miss_s + cost_s, fetch_s=dict(fetch_s), chunk_s=0.0)
+
+    @property
+    def decode_fixed_s(self) -> float | None:
+        """A decode step's fixed part as measured on the plain layout (else the offload one)."""
+        return self._decode()[0]
+
+    @property
+    def decode_per_seq_s(self) -> float | None:
+        """A decode step's part per decoding sequence, as ``decode_fixed_s``."""
+        return self._decode()[1]
+
+    def _decode(self) -> tuple[float | None, float | None]:
+        for costs in (self.plain, self.offload):
+            if costs is not None and costs.decode_fixed_s is not None:
+                return costs.decode_fixed_s, costs.decode_per_seq_s
+        return None, None
 
     def to_dict(self) -> JsonObject:
         return {

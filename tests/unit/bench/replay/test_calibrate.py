@@ -7,8 +7,18 @@ from dataclasses import replace
 
 import pytest
 
-from kvstack.bench.replay.calibrate import calibrate, dram_fetch_problem, predicted_ttft, summary
+from kvstack.bench.replay.calibrate import (
+    DECODE_TOKENS,
+    calibrate,
+    decode_batches,
+    dram_fetch_problem,
+    fit_decode,
+    predicted_ttft,
+    summary,
+    tpot_s,
+)
 from kvstack.bench.replay.prompts import BlockTokens
+from kvstack.clients.streaming import RequestResult
 from kvstack.planning.predict.served_ttft import ServedCosts
 from tests.support.stream_server import ServerKnobs, StreamServer
 
@@ -115,3 +125,63 @@ def test_a_request_is_a_dram_fetch_sample_only_when_dram_served_it_whole() -> No
     )
     assert "part of it was recomputed" in dram_fetch_problem({"recomputed": 1024, "dram": 1024}, 2048, 64)
     assert "do not say" in dram_fetch_problem({}, 2048, 64)
+
+
+def test_the_stand_ins_decode_is_measured_at_each_batch_size() -> None:
+    # The stand-in streams a token every itl_s (1 ms) whatever else it serves: a fixed part of about
+    # 1 ms a step (the client's and the loop's time on top), nothing per sequence to speak of.
+    costs = _calibrate(FETCHING)
+    assert costs.decode_fixed_s is not None and costs.decode_per_seq_s is not None
+    assert 0.001 <= costs.decode_fixed_s < 0.01 and costs.decode_per_seq_s < 0.001
+    assert "decode: 1, 2, 4, 8 requests at once, 32 tokens each" in costs.source
+
+
+def _decoded(batch: int, step_s: float, tokens: int = DECODE_TOKENS) -> RequestResult:
+    """A request of ``tokens`` tokens whose stream gave a token every ``step_s`` after its first."""
+    return RequestResult(ok=True, ttft_s=0.05, itl_s=[step_s] * (tokens - 1), output_tokens=tokens)
+
+
+def test_the_decode_fit_recovers_the_fixed_and_per_sequence_parts() -> None:
+    fixed, per_seq = 0.0018, 6e-5
+    samples = []
+    for b in (1, 2, 4, 8):
+        step = fixed + per_seq * b
+        # Each of the b requests' token times: the step, one of them noisy (the median ignores it).
+        results = [_decoded(b, step) for _ in range(b)] + ([_decoded(b, step * 3)] if b > 2 else [])
+        samples += [(b, t) for r in results if (t := tpot_s(r)) is not None]
+    got = fit_decode(samples)
+    assert got is not None
+    assert got[0] == pytest.approx(fixed, rel=1e-6) and got[1] == pytest.approx(per_seq, rel=1e-6)
+    # Least squares over the batch sizes' medians, not an interpolation of two of them.
+    noisy = [(1, 0.0020), (2, 0.0019), (4, 0.0022), (8, 0.0023)]
+    b = [1.0, 2.0, 4.0, 8.0]
+    y = [0.0020, 0.0019, 0.0022, 0.0023]
+    mb, my = sum(b) / 4, sum(y) / 4
+    slope = sum((x - mb) * (v - my) for x, v in zip(b, y, strict=True)) / sum((x - mb) ** 2 for x in b)
+    got = fit_decode(noisy)
+    assert got is not None and got[1] == pytest.approx(slope) and got[0] == pytest.approx(my - slope * mb)
+
+
+def test_decode_is_not_fitted_from_one_batch_size_nor_a_negative_part() -> None:
+    assert fit_decode([(1, 0.002), (1, 0.0021)]) is None
+    assert fit_decode([]) is None
+    fixed, per_seq = fit_decode([(1, 0.003), (8, 0.002)]) or (None, None)  # slower alone: noise
+    assert per_seq == 0.0 and fixed == pytest.approx(0.0025)
+
+
+def test_a_requests_time_per_output_token_is_read_from_its_stream() -> None:
+    # First token at 50 ms, then 3 more 2, 3 and 4 ms apart: 9 ms over 3 tokens.
+    r = RequestResult(ok=True, ttft_s=0.05, itl_s=[0.002, 0.003, 0.004], output_tokens=4)
+    assert tpot_s(r) == pytest.approx(0.003)
+    # Two tokens in one event (a busy stream): the time still spreads over the tokens between.
+    assert tpot_s(RequestResult(ok=True, ttft_s=0.05, itl_s=[0.006], output_tokens=4)) == pytest.approx(0.002)
+    assert tpot_s(RequestResult(ok=True, ttft_s=0.05, output_tokens=1)) is None
+    assert tpot_s(RequestResult(ok=False, itl_s=[0.002], output_tokens=2)) is None
+
+
+def test_decode_batch_sizes_stay_within_the_engines_limits() -> None:
+    assert decode_batches(None, None) == [1, 2, 4, 8]
+    assert decode_batches(4, None) == [1, 2, 4]
+    per_request = 64 + DECODE_TOKENS
+    assert decode_batches(256, 3 * per_request) == [1, 2]  # the pool holds three requests at once
+    assert decode_batches(256, 16384) == [1, 2, 4, 8]

@@ -85,3 +85,24 @@ def test_damaged_files_are_one_line_errors(tmp_path: Path) -> None:
     (tmp_path / "x.json").write_text("{")
     with pytest.raises(InputError, match=r"x\.json is not JSON"):
         served_calibration_from(tmp_path / "x.json")
+
+
+def test_a_bench_trace_result_written_before_decode_was_measured_still_loads() -> None:
+    from kvstack.bench.replay.results import layouts_of
+    from kvstack.bench.schema import BenchResult
+
+    fixture = Path(__file__).resolve().parents[3] / "fixtures" / "results" / "bench-trace-1a1c99d.json"
+    (layout,) = layouts_of(BenchResult.model_validate_json(fixture.read_text()))
+    costs = layout.calibration()
+    assert costs is not None and costs.decode_fixed_s is None and "decode_fixed_s" not in costs.model_dump()
+    served = costs.served()
+    assert served.hit_s > 0 and served.decode_fixed_s is None and served.decode_per_seq_s is None
+
+
+def test_decode_figures_come_back_from_a_served_ttft_json(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    plain = replace(PLAIN, decode_fixed_s=0.0019, decode_per_seq_s=6.5e-5)
+    (tmp_path / SERVED_TTFT_JSON).write_text(json.dumps(ServedCalibration(plain).to_dict()))
+    cal = served_calibration_from(tmp_path)
+    assert (cal.decode_fixed_s, cal.decode_per_seq_s) == (0.0019, 6.5e-5)

@@ -80,9 +80,13 @@ def test_a_trace_sweep_finds_the_multiple_of_the_traces_rate_it_sustains(
         starts = sorted(r.start_s for r in result.requests if r.step == step.step)
         nominal = 1.4 / step.load
         assert 0.98 * nominal <= starts[-1] - starts[0] < 2 * nominal, (step.load, starts)
-    # No step is served from an earlier one: each step's first request hits nothing, and the rest of
-    # a step share its first block (32 tokens) as the trace says.
-    assert len(seen) == 32
+    # The layout was calibrated first (the stand-in's plan-less server has no prefill figure), on
+    # prompts of its own; then the steps' 32 requests.
+    assert lay.calibration is not None and lay.calibration.costs is not None, lay.calibration
+    assert lay.calibration.costs.decode_fixed_s is not None and lay.calibration.offload is None
+    seen = seen[len(seen) - 32 :]
+    # No step is served from an earlier one, nor from the calibration: each step's first request hits
+    # nothing, and the rest of a step share its first block (32 tokens) as the trace says.
     for i in range(4):
         step = seen[8 * i : 8 * i + 8]
         assert step[0]["gpu_hit"] == 0 and all(r["gpu_hit"] >= 32 for r in step[1:]), i

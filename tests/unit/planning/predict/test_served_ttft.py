@@ -102,3 +102,34 @@ def test_an_offload_path_pays_its_per_chunk_cost_for_each_whole_chunk_only() -> 
     )
     assert depth[0].mean_s == pytest.approx(0.02)
     assert depth[1].mean_s == pytest.approx(0.02 + 0.002 * 4 / 3)
+
+
+def test_decode_figures_round_trip_and_a_calibration_without_them_still_loads() -> None:
+    import json
+    from pathlib import Path
+
+    from kvstack.planning.predict.served_ttft import ServedCalibration
+
+    c = ServedCosts(
+        0.02, 0.004, 1e-4, 3e-9, {"dram": 4e-6}, "measured", decode_fixed_s=0.002, decode_per_seq_s=6e-5
+    )
+    assert ServedCosts.from_dict(c.to_dict()) == c
+    assert c.decode_step_s(8) == pytest.approx(0.002 + 8 * 6e-5)
+    with pytest.raises(ValueError, match="not negative"):
+        ServedCosts.from_dict({**c.to_dict(), "decode_per_seq_s": -1e-5})
+    # A tune run's served-ttft costs, written before decode was measured: they load, decode None.
+    fixture = Path(__file__).resolve().parents[3] / "fixtures" / "results" / "tune-1a1c99d.json"
+    layouts = json.loads(fixture.read_text())["calibration"]["layouts"]
+    old = {name: ServedCosts.from_dict(entry["calibration"]) for name, entry in layouts.items()}
+    assert set(old) == {"none", "lmcache-mp"}
+    for costs in old.values():
+        assert (
+            costs.decode_fixed_s is None and costs.decode_per_seq_s is None and costs.decode_step_s(4) is None
+        )
+        assert "decode_fixed_s" not in costs.to_dict()  # written back as it was read
+    cal = ServedCalibration(old["none"], old["lmcache-mp"], "none", "lmcache-mp")
+    assert cal.decode_fixed_s is None and cal.decode_per_seq_s is None
+    # The plain layout's decode figures, carried to an offload layout priced from them.
+    cal = ServedCalibration(c)
+    assert (cal.decode_fixed_s, cal.decode_per_seq_s) == (0.002, 6e-5)
+    assert cal.offload_costs(0.015, {}).decode_step_s(1) == pytest.approx(0.002 + 6e-5)
