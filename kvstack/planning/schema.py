@@ -25,7 +25,7 @@ from kvstack.names import (
     Platform,
     TierKind,
 )
-from kvstack.planning.predict.bound import PlanCapacity
+from kvstack.planning.predict.capacity_schema import PlanCapacity
 from kvstack.planning.trace_schema import TraceSizing
 
 # The connector kvstack gates per request (engines/lmcache_gate.py): the only one a plan's
@@ -299,7 +299,7 @@ class Plan(BaseModel):
     # What sized the tiers when a trace did (planning/predict/trace_sizing.py); None: the retention rule.
     trace: TraceSizing | None = None
     # plan --slo-ttft: each layout's predicted capacity and the resource bounding it
-    # (planning/predict/bound.py).
+    # (planning/predict/plan_capacity.py, on the step-level simulator).
     capacity: PlanCapacity | None = None
 
     @model_validator(mode="before")

@@ -10,6 +10,7 @@ from kvstack.rendering.console import out_console
 from kvstack.units import fmt_ms
 
 if TYPE_CHECKING:
+    from kvstack.planning.predict.capacity_schema import LayoutCapacity, PlanCapacity, ResourceUse
     from kvstack.planning.schema import Plan
 
 
@@ -233,8 +234,71 @@ def render_plan_result(plan: Plan, curve_png: Path | None) -> None:
     if plan.trace is not None:
         render_trace(plan, curve_png)
     if plan.capacity is not None:
-        from kvstack.rendering.bound import capacity_lines
-
         console = out_console(120)
         for line in capacity_lines(plan.capacity):
             console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+def _rate(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3g}"
+
+
+def _resource_text(use: ResourceUse) -> str:
+    """``decode 60% of the time (the engine 96% busy)``; a tier or the pool: its share of its figure."""
+    if use.resource == "pool":
+        held = f"{use.demand:,.0f} of {use.capacity:,.0f} tokens held"
+        return f"{use.label} {use.utilisation:.0%} ({use.source or held})"
+    text = f"{use.label} {use.utilisation:.0%} of the time"
+    if use.engine_busy is not None:
+        text += f" (the engine {use.engine_busy:.0%} busy)"
+    return text
+
+
+def _layout_capacity_line(lay: LayoutCapacity, quantile: str) -> str:
+    tiers = lay.layout.removeprefix("engine+").replace("+", " + ")
+    name = "engine pool alone" if lay.layout == "engine" else f"+ {tiers}"
+    if lay.status == "no_costs" or lay.rate_per_s is None:
+        return f"{name}: no prediction ({lay.note})"
+    if lay.status == "slo_below_unloaded":
+        return f"{name}: no capacity: TTFT {quantile} at the lightest load is {fmt_ms(lay.unloaded_ttft_s)}"
+    bracket = (
+        f"below {_rate(lay.failing_rate_per_s)}" if lay.failing_rate_per_s is not None else "above the range"
+    )
+    inflight = f", ~{lay.in_flight:.1f} in flight" if lay.in_flight is not None else ""
+    bound = _resource_text(lay.bound) if lay.bound is not None else "none"
+    at = ", ".join(
+        f"at {t.of_capacity:g}x {fmt_ms(t.ttft_p50_s)} / {fmt_ms(t.ttft_p90_s)}" for t in lay.ttft_at
+    )
+    line = (
+        f"{name}: {_rate(lay.rate_per_s)} requests/s ({bracket}{inflight}); TTFT {quantile} at it "
+        f"{fmt_ms(lay.ttft_at_capacity_s)}; bound: {bound}"
+    )
+    if at:
+        line += f"; TTFT p50 / p90 {at}"
+    return line + (f" ({lay.note})" if lay.note else "")
+
+
+def capacity_lines(cap: PlanCapacity) -> list[str]:
+    """``plan --slo-ttft``: the heading, the workload, what the costs and limits come from, then one
+    line per layout (planning/predict/plan_capacity.py computes; this only words it)."""
+    q = f"p{cap.ask.share * 100:g}"
+    head = (
+        f"predicted capacity under TTFT {q} <= {cap.ask.slo_ttft_s * 1000:g} ms (step-level simulator): "
+        f"requests of {cap.prompt_tokens:,} prompt tokens on average and {cap.ask.output_tokens} output"
+    )
+    if not cap.layouts:
+        return [head, f"  no prediction: {cap.note}"]
+    how = (
+        f"x {cap.base_rate_per_s:.3g}/s, the trace's own rate, is a sweep's rate:; each load replays "
+        "it from empty caches"
+        if cap.traced and cap.base_rate_per_s
+        else "Poisson arrivals; each load replays the warm-ups, then the requests"
+    )
+    return [
+        head,
+        f"  workload: {cap.shares_from}",
+        f"  costs: {cap.costs_from}",
+        f"  scheduler: {cap.limits_from}",
+        f"  capacity in requests/s ({how}), bisected to within 10%",
+        *(f"  {_layout_capacity_line(lay, q)}" for lay in cap.layouts),
+    ]

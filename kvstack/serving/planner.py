@@ -7,7 +7,7 @@ from kvstack.errors import PlanInfeasible
 from kvstack.hardware.snapshot import HardwareSnapshot
 from kvstack.model.source import ModelSource
 from kvstack.planning.plan import PlanRequest, SizingTrace, make_plan
-from kvstack.planning.predict.bound import CapacityAsk
+from kvstack.planning.predict.capacity_schema import CapacityAsk
 from kvstack.planning.predict.plan_capacity import plan_capacity
 from kvstack.planning.schema import Plan
 from kvstack.planning.workload import default_workload
@@ -46,17 +46,20 @@ def plan_for_inputs(
     """The plan ``plan`` prints and ``export`` deploys: the inputs checked, the model resolved before
     the hardware is probed (a model that is not there fails at once), then planned on ``snapshot``
     (default: --hardware's, else this machine probed); with ``capacity`` (plan --slo-ttft), each
-    layout's predicted capacity under its SLO (from the trace's calibration where it has one)."""
+    layout's predicted capacity under its SLO on the step-level simulator (the trace's requests where
+    given; costs from the trace's calibration where it has one)."""
     # remoteurl's rules (LMCache's): a malformed URL is an InputError naming the accepted forms; the
     # plan keeps the redacted form, never the password. Text is parsed here, once.
     request = inputs.plan_request(parse_remote_url(remote) if isinstance(remote, str) else remote)
     source = resolve_for_engine(inputs.model, inputs.revision, request.engine)
-    plan = plan_for_model(request, source, inputs.workload, snapshot or inputs.snapshot(), trace)
+    snap = snapshot or inputs.snapshot()
+    plan = plan_for_model(request, source, inputs.workload, snap, trace)
     if capacity is None:
         return plan
     served = trace.served if trace is not None else None  # --calibration: costs measured on the engine
+    gpu_bytes = snap.gpus[0].memory_total_bytes if snap.gpus else None  # the scheduler's defaults follow it
     out = plan.model_copy()
-    out.capacity = plan_capacity(plan, capacity, served)
+    out.capacity = plan_capacity(plan, capacity, served, trace, gpu_bytes)
     return out
 
 

@@ -31,7 +31,40 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from kvstack.planning.predict.capacity_schema import (
+    RESOURCE_LABELS,
+    CapacityAsk,
+    CapacityStatus,
+    FetchCost,
+    LayoutCapacity,
+    LayoutCosts,
+    PlanCapacity,
+    ResourceUse,
+)
+
+# The schema lives in capacity_schema; these names stay importable from here (bench/sweep/bound.py).
+__all__ = [
+    "ENGINE",
+    "LEVEL_OF_SOURCE",
+    "RESOURCE_LABELS",
+    "CapacityAsk",
+    "CapacityStatus",
+    "FetchCost",
+    "LayoutCapacity",
+    "LayoutCosts",
+    "PlanCapacity",
+    "RequestShape",
+    "ResourceUse",
+    "binding",
+    "fetch_seconds",
+    "predict_capacity",
+    "recompute_seconds",
+    "saturation_rate",
+    "ttft_quantile",
+    "unloaded_ttft",
+    "utilisation",
+    "wait_quantile",
+]
 
 # The names a sweep's counters give the levels (clients/token_sources.py) and the plan's kinds.
 LEVEL_OF_SOURCE: dict[str, str] = {
@@ -40,81 +73,8 @@ LEVEL_OF_SOURCE: dict[str, str] = {
     "disk": "disk",
     "remote": "remote",
 }
-RESOURCE_LABELS: dict[str, str] = {
-    "prefill": "prefill compute",
-    "decode": "decode",
-    "pool": "KV pool",
-    "cpu": "DRAM copies",
-    "disk": "disk read",
-    "remote": "Redis link",
-}
 ENGINE = ("prefill", "decode")  # the two parts of the engine's compute
 _SEARCH_STEPS = 80  # bisection steps on the rate: far below any figure's precision
-
-CapacityStatus = Literal["slo", "saturation", "slo_below_unloaded", "no_costs"]
-
-
-class ResourceUse(BaseModel):
-    """One resource at a load: what the load asks of it against what it gives."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    resource: str  # "prefill", "decode", "pool", or an offload tier's kind ("cpu", "disk", "remote")
-    label: str  # as the tables name it: "disk read", "prefill compute", "KV pool"
-    utilisation: float  # demand / capacity (1: saturated)
-    demand: float  # in ``unit``
-    capacity: float  # in ``unit``: the tier's bandwidth, the prefill rate, the pool's tokens
-    unit: Literal["B/s", "tokens/s", "tokens"]
-    # prefill and decode: the engine's compute busy with both (it saturates at 1, whichever part)
-    engine_busy: float | None = None
-    source: str = ""
-
-    @property
-    def pressure(self) -> float:
-        """How near saturation the resource is: the engine's whole busy share for its parts."""
-        return self.engine_busy if self.engine_busy is not None else self.utilisation
-
-
-class LayoutCapacity(BaseModel):
-    """A layout's predicted capacity under a TTFT SLO, with the resource that bounds it."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    layout: str  # "engine", "engine+cpu", ... (the levels serving), or the layout's name
-    status: CapacityStatus
-    rate_per_s: float | None = None  # the capacity (requests/s); None: no costs to predict with
-    saturation_rate_per_s: float | None = None  # where the bound resource reaches 100%
-    in_flight: float | None = None  # requests in flight at the capacity (Little's law)
-    unloaded_ttft_s: float | None = None
-    ttft_at_capacity_s: float | None = None  # the predicted TTFT at the SLO's quantile
-    bound: ResourceUse | None = None  # the resource nearest saturation at the capacity
-    resources: list[ResourceUse] = Field(default_factory=list)
-    shares: dict[str, float] = Field(default_factory=dict)  # prompt tokens by level; the rest recomputed
-    note: str = ""
-
-
-@dataclass(frozen=True)
-class FetchCost:
-    kind: str  # the offload tier's kind
-    bw_bytes_per_s: float
-    latency_s: float = 0.0
-    source: str = ""
-
-
-@dataclass(frozen=True)
-class LayoutCosts:
-    """What a request costs one layout, in seconds (the plan's TTFT model)."""
-
-    name: str
-    fixed_s: float  # the forward step, plus the offload path's per-request cost on an offload layout
-    linear_s: float  # seconds per recomputed token
-    quadratic_s: float  # seconds per token^2 of attention over the prefix
-    bytes_per_token: float
-    step_s: float  # one forward step: the decode time per token
-    pool_tokens: int  # the engine's KV pool
-    fetch: tuple[FetchCost, ...] = ()
-    prefill_source: str = ""
-    levels: tuple[str, ...] = ("engine",)  # what serves its prompts: the pool, then its tiers' kinds
 
 
 @dataclass(frozen=True)
@@ -297,28 +257,3 @@ def predict_capacity(
     out.bound, out.resources = binding(uses), uses
     out.ttft_at_capacity_s = ttft if math.isfinite(ttft) else None
     return out
-
-
-class CapacityAsk(BaseModel):
-    """What ``plan --slo-ttft`` predicts capacity against: the SLO and the request it sizes."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    slo_ttft_s: float = Field(gt=0)
-    share: float = Field(default=0.9, gt=0, le=1)  # the quantile the TTFT must meet it at
-    output_tokens: int = Field(default=128, ge=0)
-
-
-class PlanCapacity(BaseModel):
-    """The plan's predicted capacity per layout: the engine's pool alone, then one tier more each."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    ask: CapacityAsk
-    prompt_tokens: int  # a request of the plan's workload: its context (a trace's mean prompt)
-    shares_from: str  # what the levels' shares of a prompt come from (the trace, or the warm set)
-    # what the layouts' costs come from: costs measured on the served engine (--calibration), or the
-    # plan's TTFT model ("" with no layout predicted)
-    costs_from: str = ""
-    layouts: list[LayoutCapacity] = Field(default_factory=list)
-    note: str = ""  # why no layout has a prediction, when none has

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from kvstack.planning.predict.bound import FetchCost, LayoutCosts
+from kvstack.planning.predict.capacity_schema import FetchCost, LayoutCosts
 from kvstack.planning.predict.served_ttft import ServedCalibration, ServedCosts
 from kvstack.planning.predict.trace_sizing import OFFLOAD_REQUEST_COST_S
 from kvstack.planning.schema import Plan

@@ -18,9 +18,9 @@ BASE = (
     "--model",
     "llama-3.1-8b",
     "--context",
-    "32k",
+    "8k",
     "--users",
-    "64",
+    "16",
     "--workload",
     "rag-long-doc",
     "--hardware",
@@ -41,8 +41,20 @@ def test_json_carries_each_layouts_capacity_and_bound() -> None:
 def test_human_form_names_the_bound() -> None:
     proc = run_kvstack("plan", *BASE, "--slo-ttft", "2000")
     assert proc.returncode == 0, proc.stderr
-    assert "predicted capacity under TTFT p90 <= 2000 ms" in proc.stdout
-    assert "requests/s" in proc.stdout and "bound: " in proc.stdout
+    lines = proc.stdout.splitlines()
+    at = next(
+        i for i, line in enumerate(lines) if line.startswith("predicted capacity under TTFT p90 <= 2000 ms")
+    )
+    assert "(step-level simulator)" in lines[at]
+    assert lines[at + 1].startswith("  workload: synthetic: 200 requests, Poisson arrivals")
+    assert lines[at + 2].startswith("  costs: the plan's TTFT model")
+    assert lines[at + 3].startswith("  scheduler: 2,048 tokens a step, 256 sequences, 16-token blocks")
+    assert lines[at + 4].startswith("  capacity in requests/s (Poisson arrivals")
+    assert lines[at + 5].startswith("  engine pool alone: ")
+    assert any(
+        " requests/s (below " in line and "bound: " in line and "TTFT p50 / p90 at 0.5x" in line
+        for line in lines[at + 5 :]
+    )
 
 
 def test_no_capacity_without_the_slo() -> None:
@@ -70,15 +82,19 @@ def test_a_calibration_predicts_the_cpu_platforms_capacity_and_says_so(tmp_path:
     cap = json.loads(proc.stdout)["capacity"]
     assert cap["costs_from"].startswith("costs measured on the served engine (the demo's recorded")
     assert [lay["layout"] for lay in cap["layouts"]] == ["engine", "engine+cpu", "engine+cpu+disk"]
+    assert cap["traced"] and cap["shares_from"].startswith(f"the trace {TRACE}: its first ")
     assert all(lay["rate_per_s"] > 0 and lay["in_flight"] > 0 for lay in cap["layouts"])
     assert "measured: 103 us a token recomputed" in cap["layouts"][0]["bound"]["source"]
+    assert [t["of_capacity"] for t in cap["layouts"][0]["ttft_at"]] == [0.5, 0.9]
     proc = run_kvstack("plan", *args, "--calibration", str(cal))
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     at = next(i for i, line in enumerate(lines) if line.startswith("predicted capacity under TTFT p90"))
-    assert lines[at + 1].startswith("  costs: costs measured on the served engine (the demo's recorded")
-    assert lines[at + 2].startswith("  engine pool alone: ") and " requests/s (~" in lines[at + 2]
-    assert lines[at + 3].startswith("  + cpu: ") and "bound: prefill compute" in lines[at + 3]
+    assert lines[at + 1].startswith(f"  workload: the trace {TRACE}: its first ")
+    assert lines[at + 2].startswith("  costs: costs measured on the served engine (the demo's recorded")
+    assert "the trace's own rate, is a sweep's rate:" in lines[at + 4]
+    assert lines[at + 5].startswith("  engine pool alone: ") and " requests/s (below " in lines[at + 5]
+    assert lines[at + 6].startswith("  + cpu: ") and "bound: " in lines[at + 6]
     # Without it, the same plan predicts nothing, as before.
     proc = run_kvstack("plan", *args)
     assert proc.returncode == 0, proc.stderr

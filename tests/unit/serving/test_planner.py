@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from kvstack.errors import ModelConfigError, NetworkTargetError, WorkloadError
+from kvstack.planning.predict.capacity_schema import CapacityAsk
 from kvstack.remoteurl import ACCEPTED_FORMS
 from kvstack.serving.plan_inputs import PlanInputs
 from kvstack.serving.planner import plan_for_inputs
@@ -55,3 +56,18 @@ def test_errors_from_loading_propagate() -> None:
         plan_for_inputs(
             PlanInputs(model="llama-3.1-8b", workload="no-such-workload"), None, snapshot=snapshot("h100-sxm")
         )
+
+
+def test_the_capacity_takes_the_snapshots_gpu_memory_and_the_trace() -> None:
+    """plan --slo-ttft: vLLM's scheduler defaults follow the snapshot's GPU (a B200's 179 GiB: the
+    largest), and the synthetic workload stands in where no trace is given."""
+    b200 = snapshot("b200")
+    ask = CapacityAsk(slo_ttft_s=2.0, output_tokens=8)
+    plan = plan_for_inputs(PlanInputs(model="llama-3.1-8b", context="8k"), None, snapshot=b200, capacity=ask)
+    cap = plan.capacity
+    assert cap is not None and cap.ask == ask and not cap.traced
+    memory = b200.gpus[0].memory_total_bytes
+    assert memory is not None and memory >= 160 << 30
+    assert cap.limits_from.startswith("16,384 tokens a step, 1,024 sequences")
+    assert f"{memory / (1 << 30):.1f} GiB a GPU" in cap.limits_from
+    assert cap.shares_from.startswith("synthetic: ")

@@ -7,6 +7,13 @@ its requests are within. Each load is the whole workload replayed from empty cac
 ``multiplier`` times its rate (as each sweep step draws fresh prompts: nothing hits an earlier
 step's cache).
 
+Two options a planner's steady state asks for (plan --slo-ttft, planning/predict/plan_capacity.py):
+``warmup`` requests (the workload's first, by index) warm the caches and are not counted; and with
+``keep_up`` a load must also not leave a growing backlog: the counted requests' last finish comes at
+most ``keep_up`` of their arrival span (plus ``drain_s``, one request's own residence) after their
+last arrival (a finite replay of an overloaded engine can hold its TTFT within the SLO while its
+queue grows; this is where the queue shows).
+
 The capacity is the highest multiplier meeting the SLO: from ``start``, doubled while it meets it
 or halved while it does not, until a meeting and a failing multiplier bracket it, then bisected
 until the bracket is narrower than ``tolerance`` of its upper end (``(hi - lo) / hi``, the sweep's
@@ -46,6 +53,7 @@ class Probe(BaseModel):
     ttft_p50_s: float | None
     ttft_p90_s: float | None
     busy_fraction: float
+    kept_up: bool = True  # the keep_up test (True without one)
 
 
 class CapacitySearch(BaseModel):
@@ -73,9 +81,22 @@ def within(r: RequestResult, slo: Slo) -> bool:
     return slo.tpot_s is None or r.tpot_s is None or r.tpot_s <= slo.tpot_s
 
 
-def share_within(result: SimResult, slo: Slo) -> float:
-    rows = result.requests
+def share_within(result: SimResult, slo: Slo, warmup: int = 0) -> float:
+    """The share of the requests after the first ``warmup`` (by index) within ``slo``."""
+    rows = [r for r in result.requests if r.index >= warmup]
     return sum(within(r, slo) for r in rows) / len(rows) if rows else 0.0
+
+
+def kept_up(result: SimResult, keep_up: float, drain_s: float = 0.0, warmup: int = 0) -> bool:
+    """Whether the requests after the first ``warmup`` were all served within ``keep_up`` of their
+    arrival span plus ``drain_s`` after their last arrival (see the module's docstring)."""
+    rows = [r for r in result.requests if r.index >= warmup]
+    if not rows or any(r.finish_s is None for r in rows):
+        return False
+    first = min(r.arrival_s for r in rows)
+    last = max(r.arrival_s for r in rows)
+    end = max(r.finish_s for r in rows if r.finish_s is not None)
+    return end - last <= keep_up * (last - first) + drain_s
 
 
 def run_at(
@@ -86,17 +107,27 @@ def run_at(
 
 
 def probe(
-    requests: Sequence[SimRequest], layout: Layout, slo: Slo, multiplier: float, *, fast_forward: bool = True
+    requests: Sequence[SimRequest],
+    layout: Layout,
+    slo: Slo,
+    multiplier: float,
+    *,
+    fast_forward: bool = True,
+    warmup: int = 0,
+    keep_up: float | None = None,
+    drain_s: float = 0.0,
 ) -> Probe:
     result = run_at(requests, layout, multiplier, fast_forward=fast_forward)
-    share = share_within(result, slo)
+    share = share_within(result, slo, warmup)
+    kept = keep_up is None or kept_up(result, keep_up, drain_s, warmup)
     return Probe(
         multiplier=multiplier,
         share_within=share,
-        meets=bool(result.requests) and share >= slo.share,
+        meets=len(result.requests) > warmup and share >= slo.share and kept,
         ttft_p50_s=result.ttft_quantile(0.5),
         ttft_p90_s=result.ttft_quantile(0.9),
         busy_fraction=result.busy_fraction,
+        kept_up=kept,
     )
 
 
@@ -110,15 +141,28 @@ def capacity(
     lowest: float = 1 / 1024,
     highest: float = 1024.0,
     fast_forward: bool = True,
+    warmup: int = 0,
+    keep_up: float | None = None,
+    drain_s: float = 0.0,
 ) -> CapacitySearch:
     """The highest multiple of the workload's rate at which ``layout`` meets ``slo`` (see the
-    module's docstring), searched within [``lowest``, ``highest``]."""
+    module's docstring), searched within [``lowest``, ``highest``]; ``base_rate_per_s`` is the
+    counted requests' rate (those after the first ``warmup``)."""
     if not 0 < tolerance < 1 or not 0 < lowest <= start <= highest:
         raise ValueError("0 < tolerance < 1 and 0 < lowest <= start <= highest")
     probes: list[Probe] = []
 
     def meets(m: float) -> bool:
-        p = probe(requests, layout, slo, m, fast_forward=fast_forward)
+        p = probe(
+            requests,
+            layout,
+            slo,
+            m,
+            fast_forward=fast_forward,
+            warmup=warmup,
+            keep_up=keep_up,
+            drain_s=drain_s,
+        )
         probes.append(p)
         return p.meets
 
@@ -128,7 +172,7 @@ def capacity(
             status=status,
             lo=lo,
             hi=hi,
-            base_rate_per_s=rate_per_s(requests),
+            base_rate_per_s=rate_per_s(requests[warmup:] if warmup else requests),
             probes=probes,
         )
 

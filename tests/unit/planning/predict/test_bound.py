@@ -1,5 +1,7 @@
-"""planning/predict/bound.py and planning/predict/plan_capacity.py: each resource's utilisation at a
-load, the one that binds, and a layout's predicted capacity, on figures worked out by hand."""
+"""planning/predict/bound.py: each resource's utilisation at a load, the one that binds, and a
+layout's predicted capacity under the M/M/1 model (which bench/sweep/bound.py still explains a
+sweep's knee with; plan --slo-ttft is the simulator's: test_plan_capacity.py), on figures worked out
+by hand."""
 
 from __future__ import annotations
 
@@ -8,7 +10,6 @@ import math
 import pytest
 
 from kvstack.planning.predict.bound import (
-    CapacityAsk,
     FetchCost,
     LayoutCosts,
     RequestShape,
@@ -20,8 +21,6 @@ from kvstack.planning.predict.bound import (
     utilisation,
     wait_quantile,
 )
-from kvstack.planning.predict.plan_capacity import level_shares, plan_capacity, plan_costs
-from tests.unit.planning.helpers import plan_for, roomy_cpu_host
 
 # 10,000 recomputed tokens/s, 1 kB of KV per token, a 1 GB/s disk, a 100k-token pool.
 COSTS = LayoutCosts(
@@ -104,33 +103,3 @@ def test_a_full_pool_caps_a_layout_whose_latency_never_queues() -> None:
 def test_an_slo_below_an_idle_request_has_no_capacity() -> None:
     cap = predict_capacity(COSTS, SHAPE, slo_ttft_s=0.05, quantile=0.9)
     assert cap.status == "slo_below_unloaded" and cap.rate_per_s == 0.0 and cap.bound is None
-
-
-def test_the_plan_predicts_each_depth_and_names_its_bound() -> None:
-    plan = plan_for("h100-sxm", "llama-3.1-8b", "rag-long-doc", users=64)
-    cap = plan_capacity(plan, CapacityAsk(slo_ttft_s=2.0))
-    assert cap.layouts[0].layout == "engine"
-    assert len(cap.layouts) == len(plan.cache.tiers)
-    assert cap.prompt_tokens == plan.workload.context_tokens and "warm set" in cap.shares_from
-    for lay in cap.layouts:
-        assert lay.status != "no_costs" and lay.resources
-        if lay.rate_per_s:
-            assert lay.bound is not None
-    # the warm set: 64 users x their prefixes, of which each level holds its share (inclusive)
-    levels, _ = level_shares(plan)
-    warm = plan.workload.users * plan.workload.reuse * plan.workload.context_tokens
-    assert levels[0] == ("engine", pytest.approx(min(1.0, plan.cache.tiers[0].tokens / warm)))
-    assert sum(s for _, s in levels) <= 1.0 + 1e-9
-    # Each depth's request takes the shares of the levels its costs carry, the pool's and its tiers'.
-    kinds = [t.kind for t in plan.offload_tiers]
-    costed = plan_costs(plan)
-    assert costed is not None
-    assert [c.levels for c in costed] == [("engine", *kinds[:k]) for k in range(len(kinds) + 1)]
-    for lay, costs in zip(cap.layouts, costed, strict=True):
-        assert set(lay.shares) == {k for k, _ in levels if k in costs.levels}
-
-
-def test_a_plan_without_a_prefill_figure_says_so() -> None:
-    plan = plan_for(roomy_cpu_host(), "llama-3.1-8b", context=8192)
-    cap = plan_capacity(plan, CapacityAsk(slo_ttft_s=1.0))
-    assert cap.layouts == [] and "no prefill figure" in cap.note

@@ -21,6 +21,7 @@ from kvstack.planning.predict.simulator import (
     Slo,
     StepCosts,
     capacity,
+    kept_up,
     probe,
     run_at,
     share_within,
@@ -89,3 +90,33 @@ def test_a_rejected_request_is_outside_the_slo_and_tpot_counts_where_asked() -> 
     res = simulate([SimRequest(0.0, 64, 3, (0, 1, 2, 3), 16)], decoding)  # TPOT = fixed + 0.05
     assert share_within(res, Slo(ttft_s=1.0, tpot_s=0.07)) == 1.0
     assert share_within(res, Slo(ttft_s=1.0, tpot_s=0.05)) == 0.0
+
+
+def test_warmups_are_not_counted_and_the_rate_is_the_counted_requests() -> None:
+    """Two 640-token warm-ups first (ten steps each: 740 ms alone, over a 300 ms SLO), then the ten a
+    second apart: counted, 10 of 12 meet it (under 90%); left out, the ten's own verdicts decide, at
+    their own rate."""
+    warm = [SimRequest(k * 5.0, 640, 1, tuple(range(9000 + 40 * k, 9040 + 40 * k)), 16) for k in range(2)]
+    work = warm + [SimRequest(r.arrival_s + 20.0, r.prompt_tokens, 1, r.prefix_ids, 16) for r in WORK]
+    slo = Slo(ttft_s=0.3, share=0.9)
+    counted = probe(work, LAYOUT, slo, 1.0)
+    assert counted.share_within == pytest.approx(10 / 12) and not counted.meets
+    assert probe(work, LAYOUT, slo, 1.0, warmup=2).meets
+    search = capacity(work, LAYOUT, slo, warmup=2)
+    assert search.base_rate_per_s == pytest.approx(1.0)  # the ten, a second apart
+
+
+def test_an_engine_that_does_not_keep_up_fails_the_load() -> None:
+    """At 100 requests/s the ten queue: the last is done 10 s - 9 d after its arrival, d = 10 ms."""
+    d = 0.01
+    result = run_at(WORK, LAYOUT, 1 / d)
+    drain = N * S - (N - 1) * d
+    assert max(r.finish_s for r in result.requests if r.finish_s is not None) - 9.0 * d == pytest.approx(
+        drain
+    )
+    assert kept_up(result, 0.0, drain + 1e-9) and not kept_up(result, 0.0, drain - 1e-6)
+    assert kept_up(result, (drain - 0.001) / (9 * d), 0.001 + 1e-9)
+    loose = Slo(ttft_s=10.0, share=0.9)
+    assert probe(WORK, LAYOUT, loose, 1 / d).meets
+    held = probe(WORK, LAYOUT, loose, 1 / d, keep_up=0.25, drain_s=0.0)
+    assert not held.meets and not held.kept_up
