@@ -50,6 +50,12 @@ class ResourceUse(BaseModel):
         """How near saturation the resource is: the engine's whole busy share for its parts."""
         return self.engine_busy if self.engine_busy is not None else self.utilisation
 
+    def with_engine_busy(self, engine_busy: float | None) -> ResourceUse:
+        """This resource, counted as a part of an engine busy ``engine_busy`` of the time."""
+        out = self.model_copy()
+        out.engine_busy = engine_busy
+        return out
+
 
 class TtftAt(BaseModel):
     """The simulated TTFT at a share of the predicted capacity."""

@@ -367,7 +367,7 @@ def binding(uses: Sequence[ResourceUse]) -> ResourceUse | None:
     part = max((u for u in uses if u.resource != "pool"), key=lambda u: u.utilisation)
     if part.resource in ENGINE_PARTS:
         return part
-    return part.model_copy(update={"engine_busy": top.engine_busy})
+    return part.with_engine_busy(top.engine_busy)
 
 
 def in_flight(result: SimResult) -> float:
