@@ -11,7 +11,8 @@ Each step (``Scheduler.schedule``), with a budget of ``max_num_batched_tokens`` 
    lasts and fewer than ``max_num_seqs`` run: a request's prefix is looked up in the pool (its
    leading whole blocks held there, running or free), then in the tiers from the chunk the pool
    stopped in (each chunk from the first tier holding it; the run stops at the first chunk none
-   holds); at least its last token is computed; the rest, up to the budget (all of it or none when
+   holds; a layout's gate may keep it off the tiers: inputs.py ``Layout``); at least its last token
+   is computed; the rest, up to the budget (all of it or none when
    prefill is not chunked), is its first chunk; it waits, and every request behind it, when the
    pool cannot hold its blocks.
 
@@ -61,6 +62,7 @@ class _Lookup:
     tier_tokens: list[int]
     found: list[tuple[int, int]]  # (chunk key, tier index) of each chunk the tiers serve
     held_to: int  # where what the caches hold ends (reach before the last token is taken back)
+    gated: bool = False  # the layout's gate kept it off the offload path
 
 
 @dataclass
@@ -274,6 +276,8 @@ class _Engine:
         reach = blocks * self.bt
         tier_tokens = [0] * len(self.tiers)
         found: list[tuple[int, int]] = []
+        if self._prompt_gated(r):
+            return _Lookup(blocks, freed, reach, tier_tokens, found, reach, gated=True)
         if self.tiers:
             chunk, per = self.chunk, self.per_chunk
             j, last = reach // chunk, r.prompt // chunk
@@ -291,7 +295,13 @@ class _Engine:
         if reach > tokens - 1:
             tier_tokens[found[-1][1]] -= reach - (tokens - 1)
             reach = tokens - 1
+        if 0 < sum(tier_tokens) < self.layout.gate_load_tokens:  # recomputed, the lookup paid
+            return _Lookup(blocks, freed, blocks * self.bt, [0] * len(self.tiers), [], held_to, gated=True)
         return _Lookup(blocks, freed, reach, tier_tokens, found, held_to)
+
+    def _prompt_gated(self, r: RequestState) -> bool:
+        """The prompt gate keeps ``r`` off the offload path (no lookup, no load, no request cost)."""
+        return bool(self.tiers) and r.prompt < self.layout.gate_prompt_tokens
 
     def _tier_of(self, key: int) -> int | None:
         """The first tier holding the chunk ``key``."""
@@ -321,12 +331,14 @@ class _Engine:
             if tokens:
                 self._transfer(step, k, specs[k].load_s(tokens))
         if tiers:
-            step.blocking_s += self.layout.request_s
+            if not self._prompt_gated(r):
+                step.blocking_s += self.layout.request_s
             r.stored = look.held_to // self.chunk  # chunks held whole are not stored again
         if not r.admitted:
             r.admitted = True
             r.pool_hit, r.tier_hit = look.blocks * self.bt, look.tier_tokens
             r.recomputed = r.prompt - look.reach
+            r.gated = look.gated
         else:
             r.recompute_again += r.prompt + r.generated - look.reach
 
@@ -477,6 +489,7 @@ class _Engine:
                     recomputed_tokens=r.recomputed if r.admitted else 0,
                     preemptions=r.preemptions,
                     preempted_recompute_tokens=r.recompute_again,
+                    gated=r.gated,
                 )
             )
         return SimResult(

@@ -106,7 +106,11 @@ class Layout(_Frozen):
     a lower tier is copied into the tiers above it (LMCache 0.5.6's server does not: False).
     ``request_s``: the offload path's own cost for each request it admits (lookup, transfer setup;
     planning/predict/trace_sizing.py's ``OFFLOAD_REQUEST_COST_S``), added to that step; none without
-    tiers.
+    tiers. A request-level gate (tune's candidates: tune/space.py ``Gate``): a prompt shorter than
+    ``gate_prompt_tokens`` skips the offload path (no lookup, no load, no ``request_s``; its chunks
+    still stored: kvstack's gated connector); a request the tiers would serve fewer than
+    ``gate_load_tokens`` recomputes them, its lookup paid (in-process LMCache's
+    ``min_retrieve_tokens``). 0: no gate.
     """
 
     name: str = "engine"
@@ -115,6 +119,8 @@ class Layout(_Frozen):
     tiers: tuple[TierSpec, ...] = ()
     readmit: bool = False
     request_s: float = Field(default=0.0, ge=0)
+    gate_prompt_tokens: int = Field(default=0, ge=0)
+    gate_load_tokens: int = Field(default=0, ge=0)
 
     @model_validator(mode="after")
     def _chunks(self) -> Layout:

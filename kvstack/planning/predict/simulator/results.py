@@ -32,6 +32,7 @@ class RequestResult:
     recomputed_tokens: int  # prompt tokens computed at its first admission
     preemptions: int = 0
     preempted_recompute_tokens: int = 0  # tokens computed again after preemptions
+    gated: bool = False  # the layout's gate kept it off the offload path (Layout.gate_*)
 
     @property
     def rejected(self) -> bool:

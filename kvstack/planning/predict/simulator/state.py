@@ -21,6 +21,7 @@ class RequestState:
         "computed",
         "finish_s",
         "first_s",
+        "gated",
         "generated",
         "held",
         "index",
@@ -52,6 +53,7 @@ class RequestState:
         self.first_s: float | None = None
         self.finish_s: float | None = None
         self.admitted = False
+        self.gated = False  # the layout's gate kept it off the offload path (at its first admission)
         # As found at its first admission: prompt tokens from the pool, from each tier, computed.
         self.pool_hit = self.recomputed = 0
         self.tier_hit = [0] * tiers
