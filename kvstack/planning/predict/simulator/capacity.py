@@ -18,7 +18,8 @@ The capacity is the highest multiplier meeting the SLO: from ``start``, doubled 
 or halved while it does not, until a meeting and a failing multiplier bracket it, then bisected
 until the bracket is narrower than ``tolerance`` of its upper end (``(hi - lo) / hi``, the sweep's
 ``MIN_RATE_GAP`` measure). The search assumes a load that meets the SLO is met by every lower one;
-each probe is kept, so a caller can see where that did not hold.
+each probe is kept, so a caller can see where that did not hold. With ``closed`` the load is a
+number of clients in a closed loop (a ``concurrency:`` sweep's steps; engine.py ``simulate``).
 """
 
 from __future__ import annotations
@@ -100,9 +101,17 @@ def kept_up(result: SimResult, keep_up: float, drain_s: float = 0.0, warmup: int
 
 
 def run_at(
-    requests: Sequence[SimRequest], layout: Layout, multiplier: float, *, fast_forward: bool = True
+    requests: Sequence[SimRequest],
+    layout: Layout,
+    multiplier: float,
+    *,
+    fast_forward: bool = True,
+    closed: bool = False,
 ) -> SimResult:
-    """The workload served at ``multiplier`` times its rate (its TTFT p50 / p90: ``.summary()``)."""
+    """The workload served at ``multiplier`` times its rate (its TTFT p50 / p90: ``.summary()``);
+    ``closed``: by ``multiplier`` clients in a closed loop instead (engine.py ``simulate``)."""
+    if closed:
+        return simulate(requests, layout, fast_forward=fast_forward, clients=max(1, round(multiplier)))
     return simulate(at_multiplier(requests, multiplier), layout, fast_forward=fast_forward)
 
 
@@ -116,8 +125,9 @@ def probe(
     warmup: int = 0,
     keep_up: float | None = None,
     drain_s: float = 0.0,
+    closed: bool = False,
 ) -> Probe:
-    result = run_at(requests, layout, multiplier, fast_forward=fast_forward)
+    result = run_at(requests, layout, multiplier, fast_forward=fast_forward, closed=closed)
     share = share_within(result, slo, warmup)
     kept = keep_up is None or kept_up(result, keep_up, drain_s, warmup)
     return Probe(
@@ -144,12 +154,17 @@ def capacity(
     warmup: int = 0,
     keep_up: float | None = None,
     drain_s: float = 0.0,
+    closed: bool = False,
 ) -> CapacitySearch:
     """The highest multiple of the workload's rate at which ``layout`` meets ``slo`` (see the
     module's docstring), searched within [``lowest``, ``highest``]; ``base_rate_per_s`` is the
-    counted requests' rate (those after the first ``warmup``)."""
+    counted requests' rate (those after the first ``warmup``). ``closed``: the highest number of
+    clients in a closed loop instead (a sweep's ``concurrency:`` steps), whole numbers from 1, the
+    bracket bisected until its ends are adjacent or within ``tolerance``; ``base_rate_per_s`` 1."""
     if not 0 < tolerance < 1 or not 0 < lowest <= start <= highest:
         raise ValueError("0 < tolerance < 1 and 0 < lowest <= start <= highest")
+    if closed:
+        start, lowest, highest = max(1, round(start)), 1, max(1, round(highest))
     probes: list[Probe] = []
 
     def meets(m: float) -> bool:
@@ -162,6 +177,7 @@ def capacity(
             warmup=warmup,
             keep_up=keep_up,
             drain_s=drain_s,
+            closed=closed,
         )
         probes.append(p)
         return p.meets
@@ -172,7 +188,7 @@ def capacity(
             status=status,
             lo=lo,
             hi=hi,
-            base_rate_per_s=rate_per_s(requests[warmup:] if warmup else requests),
+            base_rate_per_s=1.0 if closed else rate_per_s(requests[warmup:] if warmup else requests),
             probes=probes,
         )
 
@@ -194,13 +210,13 @@ def capacity(
         while lo is None:
             if hi <= lowest:
                 return result("below_range", None, hi)
-            m = max(lowest, hi / 2)
+            m = max(lowest, hi // 2 if closed else hi / 2)
             if meets(m):
                 lo = m
             else:
                 hi = m
-    while (hi - lo) / hi > tolerance:
-        m = (lo + hi) / 2
+    while (hi - lo) / hi > tolerance and not (closed and hi - lo <= 1):
+        m = (lo + hi) // 2 if closed else (lo + hi) / 2
         if meets(m):
             lo = m
         else:

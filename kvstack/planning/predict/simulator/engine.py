@@ -22,7 +22,12 @@ the tiers' loads (each admitted request's hits, at its tier's latency and bandwi
 admitted with tiers, or ``max(that without the overlapped tiers, each overlapped tier's
 transfers)``. At its end the blocks it filled are cached in the pool, its chunks stored, and each
 request whose tokens are all computed samples one token: the first (its TTFT), or one more, and is
-done after its last (its blocks freed).
+done after its last (its blocks freed). Each step's time is charged to what spent it (SimResult
+``busy_by``: prefill, decode, the step's fixed and per-request cost, each tier's transfers).
+
+Requests arrive round by round (bench's rounds, a round's start the end of the one before): on
+their own clock (an open loop), or sent by a number of clients, each its next request when its last
+is done (a closed loop, bench's ``--concurrency``).
 
 How it stays fast (none of it changes a result):
 
@@ -71,6 +76,11 @@ class _Step:
     compute_s: float = 0.0
     blocking_s: float = 0.0
     overlapped_s: list[float] = field(default_factory=list)  # per tier
+    # Its time by what spends it (SimResult.busy_by): compute's parts and each tier's transfers.
+    prefill_s: float = 0.0
+    decode_s: float = 0.0
+    request_s: float = 0.0
+    tier_s: list[float] = field(default_factory=list)  # per tier, blocking or overlapped
     stores: list[int] = field(default_factory=list)  # chunk keys, stored to every tier at its end
     decodes: int = 0  # the group's members this step
     preempted: bool = False
@@ -82,11 +92,23 @@ class _Step:
         return max(self.compute_s + self.blocking_s, max(self.overlapped_s, default=0.0))
 
 
-def simulate(requests: Sequence[SimRequest], layout: Layout, *, fast_forward: bool = True) -> SimResult:
-    """Serve ``requests`` (any order; served by arrival) on ``layout``, from empty caches."""
+def simulate(
+    requests: Sequence[SimRequest],
+    layout: Layout,
+    *,
+    fast_forward: bool = True,
+    clients: int | None = None,
+) -> SimResult:
+    """Serve ``requests`` on ``layout``, from empty caches, round by round (``SimRequest.round``):
+    an open loop, each request arriving at its ``arrival_s`` (from its round's start: the last of
+    the round before finished, round 0's at 0), or, with ``clients``, a closed loop: that many
+    clients, each sending its round's next request (by arrival, then position) when its previous
+    one finished (or was rejected), as bench's ``--concurrency`` workers do."""
     if len({r.id_tokens for r in requests}) > 1:
         raise ValueError("a workload's prefix ids must all cover the same number of tokens")
-    return _Engine(requests, layout, fast_forward).run()
+    if clients is not None and clients < 1:
+        raise ValueError("a closed loop needs at least one client")
+    return _Engine(requests, layout, fast_forward, clients).run()
 
 
 def steps_before(gap_s: float, first_s: float, growth_s: float) -> int:
@@ -112,7 +134,9 @@ def steps_before(gap_s: float, first_s: float, growth_s: float) -> int:
 
 
 class _Engine:
-    def __init__(self, requests: Sequence[SimRequest], layout: Layout, fast_forward: bool) -> None:
+    def __init__(
+        self, requests: Sequence[SimRequest], layout: Layout, fast_forward: bool, clients: int | None
+    ) -> None:
         self.layout, self.costs, self.limits = layout, layout.costs, layout.limits
         self.bt = layout.limits.block_tokens
         self.chunk = layout.chunk_tokens
@@ -120,8 +144,19 @@ class _Engine:
         self.fast_forward = fast_forward
         self.pool = BlockPool(layout.limits.pool_blocks)
         self.tiers = [ChunkTier(t.capacity_chunks) for t in layout.tiers]
-        order = sorted(range(len(requests)), key=lambda i: requests[i].arrival_s)
-        self.arrivals = [RequestState(i, requests[i], len(self.tiers)) for i in order]
+        order = sorted(range(len(requests)), key=lambda i: (requests[i].round, requests[i].arrival_s, i))
+        # Each round's requests, in the order sent; released round by round (``_send``).
+        self.rounds: deque[deque[RequestState]] = deque()
+        for i in order:
+            if not self.rounds or self.rounds[-1][0].spec.round != requests[i].round:
+                self.rounds.append(deque())
+            self.rounds[-1].append(RequestState(i, requests[i], len(self.tiers)))
+        self.clients = clients
+        self.out = 0  # requests of the current round released and not yet done
+        self.arrivals: list[RequestState] = []  # released, by arrival
+        self.busy_by: dict[str, float] = {"prefill": 0.0, "decode": 0.0, "step": 0.0}
+        self.busy_by.update((t.kind, 0.0) for t in layout.tiers)
+        self._send(0.0)
         self.done: list[RequestState] = []
         self.waiting: deque[RequestState] = deque()
         # Running: the decoding group (admission order) and at most one request mid-prompt, last.
@@ -131,6 +166,38 @@ class _Engine:
         self.next = 0
         self.t = self.start = self.arrivals[0].arrival_s if self.arrivals else 0.0
         self.busy = 0.0
+
+    def _send(self, now: float) -> None:
+        """Send what the current round may: all of it at its start (an open loop), else a request
+        a free client; a round done, the next starts ``now``."""
+        rounds = self.rounds
+        if self.out == 0:
+            while rounds and not rounds[0]:
+                rounds.popleft()
+        if not rounds:
+            return
+        pending = rounds[0]
+        if self.clients is None:
+            if self.out:
+                return
+            start = now if self.arrivals else 0.0
+            while pending:
+                r = pending.popleft()
+                r.arrival_s = start + r.spec.arrival_s
+                self.arrivals.append(r)
+                self.out += 1
+            return
+        while pending and self.out < self.clients:
+            r = pending.popleft()
+            r.arrival_s = now
+            self.arrivals.append(r)
+            self.out += 1
+
+    def _done(self, r: RequestState) -> None:
+        """``r`` finished or was rejected: its client is free."""
+        self.done.append(r)
+        self.out -= 1
+        self._send(self.t)
 
     # --- the loop ---------------------------------------------------------------------------------
 
@@ -166,7 +233,7 @@ class _Engine:
         if self._fits(r):
             self.waiting.append(r)
         else:
-            self.done.append(r)
+            self._done(r)
 
     # --- the decoding group -------------------------------------------------------------------------
 
@@ -205,12 +272,14 @@ class _Engine:
                 break
         n = step.decodes = len(group)
         if n:
-            step.compute_s += self.costs.decode_s(n, group.kv_tokens())
+            seconds = self.costs.decode_s(n, group.kv_tokens())
+            step.compute_s += seconds
+            step.decode_s += seconds
 
     # --- one step's schedule ------------------------------------------------------------------------
 
     def _plan(self) -> _Step:
-        step = _Step(overlapped_s=[0.0] * len(self.tiers))
+        step = _Step(overlapped_s=[0.0] * len(self.tiers), tier_s=[0.0] * len(self.tiers))
         if self.group:
             self._group_step(step)
         budget = self.limits.max_num_batched_tokens - step.decodes
@@ -226,13 +295,18 @@ class _Engine:
                 self.pool.allocate(need)
                 r.blocks += need
                 step.items.append((r, n))
-                step.compute_s += self.costs.prefill_s(r.computed, n)
+                self._prefill(step, r.computed, n)
                 self._plan_stores(step, r, n)
                 budget -= n
         if not step.preempted:
             self._admit_waiting(step, budget)
         step.compute_s += self.costs.fixed_s
         return step
+
+    def _prefill(self, step: _Step, cached: int, new: int) -> None:
+        seconds = self.costs.prefill_s(cached, new)
+        step.compute_s += seconds
+        step.prefill_s += seconds
 
     def _admit_waiting(self, step: _Step, budget: int) -> None:
         waiting, limits, pool, bt = self.waiting, self.limits, self.pool, self.bt
@@ -257,7 +331,7 @@ class _Engine:
             self._admit(r, look, need, step)
             running += 1
             step.items.append((r, n))
-            step.compute_s += self.costs.prefill_s(r.computed, n)
+            self._prefill(step, r.computed, n)
             self._plan_stores(step, r, n)
             budget -= n
             step.blocked = "empty" if not waiting else "budget"
@@ -333,6 +407,7 @@ class _Engine:
         if tiers:
             if not self._prompt_gated(r):
                 step.blocking_s += self.layout.request_s
+                step.request_s += self.layout.request_s
             r.stored = look.held_to // self.chunk  # chunks held whole are not stored again
         if not r.admitted:
             r.admitted = True
@@ -344,6 +419,7 @@ class _Engine:
 
     def _transfer(self, step: _Step, tier: int, seconds: float, *, store: bool = False) -> None:
         spec = self.layout.tiers[tier]
+        step.tier_s[tier] += seconds
         if spec.stores_overlap if store else spec.overlapped:
             step.overlapped_s[tier] += seconds
         else:
@@ -433,13 +509,17 @@ class _Engine:
     # --- the step's end -----------------------------------------------------------------------------
 
     def _apply(self, step: _Step, k: int) -> None:
-        if k == 1:
-            seconds = step.seconds
-        else:
-            growth = self.costs.decode_s_per_kv_token * step.decodes
-            seconds = step.seconds * k + growth * k * (k - 1) / 2
+        growth = self.costs.decode_s_per_kv_token * step.decodes
+        stretch = growth * k * (k - 1) / 2  # a run of k steps: each decode reads one token more
+        seconds = step.seconds * k + stretch
         self.t += seconds
         self.busy += seconds
+        by = self.busy_by
+        by["prefill"] += step.prefill_s * k
+        by["decode"] += step.decode_s * k + stretch
+        by["step"] += (self.costs.fixed_s + step.request_s) * k
+        for spec, tier_s in zip(self.layout.tiers, step.tier_s, strict=True):
+            by[spec.kind] += tier_s * k
         t = self.t
         for r in self.group.advance(k):
             self._finish(r)
@@ -467,7 +547,7 @@ class _Engine:
         self._release(r)
         r.keys = None
         r.seq = -1
-        self.done.append(r)
+        self._done(r)
 
     def _result(self) -> SimResult:
         out = []
@@ -498,6 +578,7 @@ class _Engine:
             requests=tuple(out),
             steps=self.group.clock,
             busy_s=self.busy,
+            busy_by=dict(self.busy_by),
             start_s=self.start,
             end_s=max((r.finish_s for r in self.done if r.finish_s is not None), default=self.start),
         )

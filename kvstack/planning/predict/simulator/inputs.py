@@ -138,7 +138,8 @@ class Layout(_Frozen):
 
 @dataclass(frozen=True, slots=True)
 class SimRequest:
-    """One request: when it arrives, its tokens, and its prompt's prefix ids.
+    """One request: when it arrives (its round's start and its offset in it), its tokens, and its
+    prompt's prefix ids.
 
     ``prefix_ids[i]`` names the prompt's tokens ``[i x id_tokens, (i + 1) x id_tokens)`` *and every
     token before them* (a prefix-chain id, as a Mooncake trace's ``hash_ids`` or an engine's chained
@@ -152,8 +153,13 @@ class SimRequest:
     output_tokens: int
     prefix_ids: tuple[int, ...]
     id_tokens: int
+    # Rounds run in order (bench's, bench/runner.py): a request of round ``r > 0`` is sent
+    # ``arrival_s`` after the last of round ``r - 1`` finished (closed loop: when a client is free).
+    round: int = 0
 
     def __post_init__(self) -> None:
+        if self.round < 0:
+            raise ValueError("a request's round must not be negative")
         if self.prompt_tokens < 1 or self.output_tokens < 1:
             raise ValueError("a request needs a prompt token and an output token at least")
         if self.arrival_s < 0 or self.id_tokens < 1:

@@ -11,8 +11,8 @@ order statistics (``numpy.percentile``'s default, as trace_ttft.py's summaries).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -50,6 +50,8 @@ class SimSummary(BaseModel):
     steps: int
     duration_s: float  # first arrival to last finish
     busy_fraction: float  # the engine's time in steps over duration_s
+    # Each resource's seconds over duration_s (SimResult.busy_by): compute's parts, each tier's link.
+    busy_share_by: dict[str, float] = Field(default_factory=dict)
     ttft_p50_s: float | None
     ttft_p90_s: float | None
     ttft_mean_s: float | None
@@ -69,6 +71,11 @@ class SimResult:
     busy_s: float
     start_s: float
     end_s: float
+    # The seconds each resource spent, as the engine charged its steps: "prefill" (prompt chunks,
+    # attention included), "decode" (decoding sequences and their KV read), "step" (each step's fixed
+    # cost and the offload path's per-request cost) and each tier's kind (its loads and stores,
+    # blocking or overlapped: an overlapped tier's time can exceed the steps' it hides under).
+    busy_by: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def duration_s(self) -> float:
@@ -77,6 +84,11 @@ class SimResult:
     @property
     def busy_fraction(self) -> float:
         return self.busy_s / self.duration_s if self.duration_s > 0 else 0.0
+
+    def busy_shares(self) -> dict[str, float]:
+        """Each resource's seconds (``busy_by``) over the run's duration."""
+        d = self.duration_s
+        return {k: v / d for k, v in self.busy_by.items()} if d > 0 else {}
 
     def ttfts(self) -> list[float]:
         return [r.ttft_s for r in self.requests if r.ttft_s is not None]
@@ -107,6 +119,7 @@ class SimResult:
             steps=self.steps,
             duration_s=self.duration_s,
             busy_fraction=self.busy_fraction,
+            busy_share_by=self.busy_shares(),
             ttft_p50_s=quantile(ttfts, 0.5),
             ttft_p90_s=quantile(ttfts, 0.9),
             ttft_mean_s=sum(ttfts) / len(ttfts) if ttfts else None,

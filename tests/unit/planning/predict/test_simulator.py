@@ -4,6 +4,8 @@ figure worked out by hand from the inputs."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from kvstack.planning.predict.simulator import (
@@ -289,3 +291,55 @@ def test_fast_forward_stops_where_a_blocked_heads_cached_prefix_would_go() -> No
     assert [r.ttft_s for r in fast.requests] == pytest.approx([r.ttft_s for r in slow.requests], rel=1e-12)
     h = slow.requests[3]
     assert (h.pool_hit_tokens, h.recomputed_tokens) == (0, 64)  # its cached prefix was gone
+
+
+def test_a_closed_loop_sends_each_clients_next_request_when_its_last_finished() -> None:
+    # One client: each 32-token prompt (one step of 10 + 32 ms, one output token) goes out when the
+    # one before it finished, whatever its arrival_s says.
+    one = FIXED + 32 * LIN
+    reqs = [req(5.0 * i, 32, 1, first_id=10 * i) for i in range(3)]
+    res = simulate(reqs, layout(), clients=1)
+    assert [r.arrival_s for r in res.requests] == pytest.approx([0.0, one, 2 * one])
+    assert all(r.ttft_s == pytest.approx(one) for r in res.requests)
+    # Two clients: the first two at once (one step of 64 prompt tokens), the third when they finish.
+    two = FIXED + 64 * LIN
+    res = simulate(reqs, layout(), clients=2)
+    assert [r.arrival_s for r in res.requests] == pytest.approx([0.0, 0.0, two])
+    assert res.requests[2].ttft_s == pytest.approx(one)
+    with pytest.raises(ValueError, match="client"):
+        simulate(reqs, layout(), clients=0)
+
+
+def test_a_round_starts_when_the_last_of_the_round_before_finished() -> None:
+    # Round 1's request arrives 1 s after round 0's last finished, not at 1 s: it hits round 0's prompt.
+    first = FIXED + 64 * LIN
+    reqs = [req(0.0, 64, 1), replace(req(1.0, 64, 1), round=1)]
+    a, b = simulate(reqs, layout()).requests
+    assert a.finish_s == pytest.approx(first)
+    assert b.arrival_s == pytest.approx(first + 1.0) and b.pool_hit_tokens == 48
+    # Closed, the next round's first requests go out the moment the round before ends.
+    _, b = simulate(reqs, layout(), clients=4).requests
+    assert b.arrival_s == pytest.approx(first)
+    with pytest.raises(ValueError, match="round"):
+        replace(req(0.0, 16, 1), round=-1)
+
+
+def test_busy_time_is_charged_to_what_spent_it() -> None:
+    # 100 tokens: chunks of 64 and 36 (2 steps, 100 prefill tokens), then 3 decode steps of 1 sequence.
+    res = simulate([req(0.0, 100, 4)], layout())
+    assert res.busy_by["prefill"] == pytest.approx(100 * LIN)
+    assert res.busy_by["decode"] == pytest.approx(3 * DECODE)
+    assert res.busy_by["step"] == pytest.approx(5 * FIXED)
+    assert sum(res.busy_by.values()) == pytest.approx(res.busy_s)
+    assert res.summary().busy_share_by["prefill"] == pytest.approx(100 * LIN / res.duration_s)
+
+
+def test_a_tiers_loads_and_stores_are_charged_to_it_and_its_request_cost_to_the_step() -> None:
+    # evicted_from_pool's three requests: A's and C's two whole chunks each stored, A again loaded.
+    lay = layout(tiers=(cpu_tier(),), lim=limits(budget=1024, pool=40), request_s=0.003)
+    res = simulate([req(0.0, 512, 1), req(1.0, 640, 1, 1000), req(2.0, 512, 1)], lay)
+    stored = 4 * 256 * BPT / STORE_BW
+    loaded = LATENCY + 511 * BPT / LOAD_BW
+    assert res.busy_by["cpu"] == pytest.approx(stored + loaded)
+    assert res.busy_by["step"] == pytest.approx(res.steps * FIXED + 3 * 0.003)
+    assert sum(res.busy_by.values()) == pytest.approx(res.busy_s)  # nothing overlapped

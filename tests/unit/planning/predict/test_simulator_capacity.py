@@ -120,3 +120,14 @@ def test_an_engine_that_does_not_keep_up_fails_the_load() -> None:
     assert probe(WORK, LAYOUT, loose, 1 / d).meets
     held = probe(WORK, LAYOUT, loose, 1 / d, keep_up=0.25, drain_s=0.0)
     assert not held.meets and not held.kept_up
+
+
+def test_a_closed_loops_capacity_is_the_most_clients_meeting_the_slo() -> None:
+    # c clients: the engine serves one a step, so a request waits for the c - 1 sent before it:
+    # TTFT c x S at most. Under TTFT <= 3.5 S, 3 clients meet it and 4 do not.
+    slo = Slo(ttft_s=3.5 * S, share=1.0)
+    assert max(r.ttft_s or 0.0 for r in run_at(WORK, LAYOUT, 4, closed=True).requests) == pytest.approx(4 * S)
+    search = capacity(WORK, LAYOUT, slo, closed=True)
+    assert (search.status, search.lo, search.hi, search.base_rate_per_s) == ("bracketed", 3, 4, 1.0)
+    assert [p.multiplier for p in search.probes] == [1, 2, 4, 3]
+    assert capacity(WORK, LAYOUT, Slo(ttft_s=0.5 * S), closed=True).status == "below_range"
