@@ -2,7 +2,8 @@
 
 A plan asked to retain more than any machine has (``--retain`` of an exabyte) sizes every tier to
 its hardware bound (the DRAM reserve and pinned share, 80% of the free disk: planning/tiers.py);
-its engine pool is the one the engine gets. Tune's sizes never exceed those bounds.
+its engine pool is the one the engine gets, its scheduler the engine's defaults for the device
+(planning/predict/sim_layouts.py). Tune's sizes never exceed those bounds.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 from kvstack.hardware.snapshot import HardwareSnapshot
 from kvstack.model.geometry import ModelGeometry
 from kvstack.planning.plan import PlanRequest, make_plan
+from kvstack.planning.predict.sim_layouts import scheduler_limits
 from kvstack.planning.schema import Plan, Workload
 from kvstack.tune.knobs import CONNECTORS, Platform
 from kvstack.tune.space import Limits
@@ -44,6 +46,7 @@ def limits_of(plan: Plan, engine_pool_tokens: int | None = None) -> Limits:
     lower = plan.offload_tiers
     dram = max((t.size_bytes for t in lower if t.kind == "cpu"), default=0)
     disk = max((t.size_bytes for t in lower if t.kind == "disk"), default=0)
+    scheduler, _ = scheduler_limits(plan)
     return Limits(
         platform=plan.platform,
         engine_block_tokens=ENGINE_BLOCK[plan.platform],
@@ -51,4 +54,6 @@ def limits_of(plan: Plan, engine_pool_tokens: int | None = None) -> Limits:
         bytes_per_token=per_token,
         dram_max_bytes=dram,
         disk_max_bytes=disk,
+        batched_tokens=scheduler.max_num_batched_tokens,
+        max_seqs=scheduler.max_num_seqs,
     )

@@ -1,28 +1,60 @@
-"""Predicted TTFT of each candidate on the trace, from costs measured on the served engine, and
-the figures an objective reads (p50, p90, mean, or goodput: the share of requests whose TTFT meets
-an SLO); tune/ranking.py orders the candidates by them. Pure.
+"""Each candidate's predicted TTFT on the trace, from the step-level simulator of the served engine
+(planning/predict/simulator) with costs measured on it, and the figures an objective reads (p50,
+p90, mean, or goodput: the share of requests whose TTFT meets an SLO); tune/ranking.py orders the
+candidates by them, tune/prove.py predicts each replay with them. Pure.
 
-Per request (planning/predict/served_ttft.py): the layout's fixed cost, the recompute of what no cache
-held, and each tier's fetch. ``none`` is the plain layout's costs over the engine's hits; an
-offload candidate its connector's costs over the engine's, DRAM's and disk's. A prompt gate sends
-a request shorter than its threshold down the plain path (plain costs, the engine's hits only); a
-load gate (in-process LMCache's ``min_retrieve_tokens``) recomputes a request's tier tokens when
-fewer than its threshold, the lookup still paid.
+The trace's rows are served as tune's replay sends them (``Sent``; tune.py ``_replay_setup``): on
+their timestamps x ``--time-scale``, outputs cut to ``--max-output-tokens``, at most ``in_flight``
+at a time (the replay's concurrency, 1), each TTFT timed from when the request is sent, as the
+replay's client times it. A candidate is a simulator ``Layout``:
+
+- the scheduler: the engine's defaults for the device (``Limits.batched_tokens``, ``max_seqs``; at
+  most ``in_flight`` sequences), its KV block and pool (at least the longest request's blocks),
+  chunked prefill and prefix caching on;
+- a step's fixed cost: the calibration's decode step (``decode_fixed_s``, the forward step), else
+  the whole-prompt hit (``hit_s``: an upper bound); what a request pays beyond it on the plain path
+  (``hit_s + miss_s`` less the step: HTTP, scheduling, outside the engine's steps) is added to each
+  TTFT; a decoding sequence costs ``decode_per_seq_s`` (else ``linear_s``);
+- a prefill token ``linear_s``, its attention ``quadratic_s``, the candidate's connector's;
+- an offload candidate's tiers, DRAM then disk, its sizes in chunks (``Candidate.blocks``), each
+  load at the connector's measured seconds per token (as a bandwidth: free with no figure), not
+  overlapped with the step: the figure is what a request's TTFT paid beyond its recompute, overlap
+  included; stores free (the calibrated path's per-request cost holds them); a lower tier's hit
+  copied up as the connector does (``readmit``);
+- the offload path's per-request cost (``Layout.request_s``): its fixed cost over the plain one's,
+  plus ``chunk_s`` x the trace's mean whole chunks a prompt at the candidate's chunk;
+- its gate: a prompt gate sends shorter prompts down the plain path, a load gate recomputes a
+  request's tier tokens when fewer than it (the lookup still paid): ``Layout.gate_*``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+import heapq
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import numpy.typing as npt
 
-from kvstack.planning.predict.served_ttft import FloatArray, ServedCosts, whole_chunks
+from kvstack.planning.predict.served_ttft import FloatArray, ServedCosts
+from kvstack.planning.predict.sim_layouts import FREE_BW_BYTES_PER_S
+from kvstack.planning.predict.simulator import (
+    Layout,
+    SchedulerLimits,
+    SimResult,
+    StepCosts,
+    TierSpec,
+    from_trace,
+    simulate,
+)
+from kvstack.traces.mooncake import TraceRow
 from kvstack.tune.knobs import CONNECTORS, offloads
 from kvstack.tune.options import Objective
-from kvstack.tune.simulate import SimulatedSources, TraceSim
-from kvstack.tune.space import Candidate
+from kvstack.tune.space import Candidate, Limits
+
+IntArray = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
+REPLAY_IN_FLIGHT = 1  # tune's replays send one request at a time (tune.py _replay_setup)
 
 
 @dataclass(frozen=True)
@@ -62,71 +94,180 @@ class CandidatePrediction:
         return 1.0 - self.value(objective) if objective == "goodput" else self.value(objective)
 
 
-def _ttft(
-    costs: ServedCosts,
-    lengths: FloatArray,
-    s: SimulatedSources,
-    mask: FloatArray | None,
-    chunk_tokens: int = 0,
-) -> FloatArray:
-    dram, disk = s.dram.astype(np.float64), s.disk.astype(np.float64)
-    if mask is not None:
-        dram, disk = dram * mask, disk * mask
-    fetch = dram * (costs.fetch_per_token("cpu") or 0.0) + disk * (costs.fetch_per_token("disk") or 0.0)
-    held = s.engine.astype(np.float64) + dram + disk
-    chunks = whole_chunks(lengths, chunk_tokens) if chunk_tokens else None
-    ttft, _ = costs.predict(lengths, held, fetch, chunks)
-    return ttft
+@dataclass(frozen=True)
+class Sent:
+    """How tune's replay sends the trace (see the module's docstring); ``in_flight`` None: every
+    request on its timestamp, as many in flight as the engine runs."""
+
+    time_scale: float = 0.0
+    max_output_tokens: int | None = None
+    in_flight: int | None = REPLAY_IN_FLIGHT
 
 
-def served(
-    sim: TraceSim, candidate: Candidate, bytes_per_token: float
-) -> tuple[SimulatedSources, npt.NDArray[np.bool_]]:
-    """Where each request's prompt tokens come from on ``candidate`` (before its gate) and which
-    requests its gate keeps off the offload path."""
-    n = sim.requests
-    if not candidate.offloads:
-        return sim.engine_only(), np.zeros(n, dtype=np.bool_)
-    dram_blocks, disk_blocks = candidate.blocks(bytes_per_token)
-    readmit = CONNECTORS[candidate.connector].readmit
-    s = sim.offload(candidate.chunk_tokens, dram_blocks, disk_blocks, readmit=readmit)
-    gate = candidate.gate
-    if gate is None:
-        return s, np.zeros(n, dtype=np.bool_)
-    if gate.kind == "prompt":
-        return s, sim.lengths < gate.tokens
-    return s, (s.dram + s.disk) < gate.tokens
+@dataclass(frozen=True)
+class Simulated:
+    """One candidate's requests as the simulator served them, arrays over the trace's rows."""
+
+    ttft: FloatArray  # timed from when each was sent; NaN: the engine could never serve it
+    engine: IntArray  # prompt tokens the engine's pool held
+    dram: IntArray
+    disk: IntArray
+    gated: BoolArray  # its gate kept the request off the offload path
+
+
+class SimTrace:
+    """One trace's rows as the simulator's requests, on one engine (``limits``: its block, pool and
+    scheduler); each candidate simulated on demand, once per distinct layout."""
+
+    def __init__(
+        self, rows: Sequence[TraceRow], *, block_tokens: int, limits: Limits, sent: Sent = Sent()
+    ) -> None:
+        self.limits, self.sent = limits, sent
+        self.requests = from_trace(
+            rows, trace_block_tokens=block_tokens, max_output_tokens=sent.max_output_tokens,
+            time_scale=sent.time_scale,
+        )  # fmt: skip
+        if len(self.requests) != len(rows):
+            raise ValueError("every row needs a prompt token in a listed block")
+        self.lengths: IntArray = np.array([r.prompt_tokens for r in self.requests], dtype=np.int64)
+        # A served engine holds any request it accepts (vLLM refuses to start with fewer blocks than
+        # its longest one needs): a pool given smaller (a stand-in's) is taken at least that large.
+        longest = max((r.prompt_tokens + r.output_tokens for r in self.requests), default=1)
+        self.longest_blocks = -(-longest // limits.engine_block_tokens)
+        self._done: dict[tuple[Layout, float], Simulated] = {}
+
+    @property
+    def n(self) -> int:
+        return len(self.requests)
+
+    def mean_chunks(self, chunk: int) -> float:
+        """A prompt's whole chunks, on average over the trace (the offload path's lookups)."""
+        return float((self.lengths // max(1, chunk)).mean()) if self.n else 0.0
+
+    def layout(self, c: Candidate, costs: Costs) -> tuple[Layout, float]:
+        """(``c`` as the simulator's layout, what each request pays outside the engine's steps)."""
+        lim, plain, own = self.limits, costs.plain, costs.of(c.connector)
+        step = plain.fixed_s if plain.decode_fixed_s is None else min(plain.decode_fixed_s, plain.fixed_s)
+        seqs = lim.max_seqs if self.sent.in_flight is None else min(self.sent.in_flight, lim.max_seqs)
+        scheduler = SchedulerLimits(
+            max_num_batched_tokens=max(lim.batched_tokens, seqs),
+            max_num_seqs=seqs,
+            block_tokens=lim.engine_block_tokens,
+            pool_blocks=max(lim.engine_pool_tokens // lim.engine_block_tokens, self.longest_blocks),
+        )
+        step_costs = StepCosts(
+            fixed_s=step,
+            prefill_s_per_token=own.linear_s,
+            prefill_attn_s_per_token2=own.quadratic_s,
+            decode_s_per_seq=plain.decode_per_seq_s if plain.decode_per_seq_s is not None else own.linear_s,
+            source=own.source,
+        )
+        if not c.offloads:
+            return Layout(name=c.label, costs=step_costs, limits=scheduler), max(0.0, plain.fixed_s - step)
+        dram, disk = c.blocks(lim.bytes_per_token)
+        tiers = [self._tier("cpu", dram, c.chunk_tokens, own)]
+        if c.disk_bytes:
+            tiers.append(self._tier("disk", disk, c.chunk_tokens, own))
+        gate = c.gate
+        layout = Layout(
+            name=c.label,
+            costs=step_costs,
+            limits=scheduler,
+            tiers=tuple(tiers),
+            readmit=CONNECTORS[c.connector].readmit,
+            request_s=max(0.0, own.fixed_s - plain.fixed_s) + own.chunk_s * self.mean_chunks(c.chunk_tokens),
+            gate_prompt_tokens=gate.tokens if gate is not None and gate.kind == "prompt" else 0,
+            gate_load_tokens=gate.tokens if gate is not None and gate.kind == "load" else 0,
+        )
+        return layout, max(0.0, plain.fixed_s - step)
+
+    def _tier(self, kind: str, chunks: int, chunk: int, costs: ServedCosts) -> TierSpec:
+        bpt = self.limits.bytes_per_token
+        per_token = costs.fetch_per_token(kind) or 0.0
+        return TierSpec(
+            kind=kind,  # type: ignore[arg-type]  # an offload tier's kind: cpu or disk
+            capacity_chunks=chunks,
+            chunk_tokens=chunk,
+            bytes_per_token=bpt,
+            load_bw_bytes_per_s=bpt / per_token if per_token > 0 else FREE_BW_BYTES_PER_S,
+            store_bw_bytes_per_s=FREE_BW_BYTES_PER_S,
+        )
+
+    def simulate(self, c: Candidate, costs: Costs) -> Simulated:
+        """``c`` served the trace as the replay sends it."""
+        layout, outside_s = self.layout(c, costs)
+        key = (layout, outside_s)
+        found = self._done.get(key)
+        if found is None:
+            found = self._done[key] = _simulated(
+                simulate(self.requests, layout), self.sent.in_flight, outside_s
+            )
+        return found
+
+
+def _simulated(result: SimResult, in_flight: int | None, outside_s: float) -> Simulated:
+    """Per request: its TTFT from when the replay sent it (in trace order, on its timestamp, once
+    fewer than ``in_flight`` were unanswered), plus ``outside_s``; where its prompt came from."""
+    rs = result.requests
+    ttft = np.full(len(rs), np.nan)
+    answered: list[float] = []  # a heap of the in-flight requests' finishes
+    last = 0.0
+    for i, r in enumerate(rs):
+        sent = max(r.arrival_s, last)
+        if in_flight is not None and len(answered) >= in_flight:
+            sent = max(sent, heapq.heappop(answered))
+        last = sent
+        heapq.heappush(answered, r.finish_s if r.finish_s is not None else sent)
+        if r.ttft_s is not None:
+            ttft[i] = max(0.0, r.arrival_s + r.ttft_s - sent) + outside_s
+    kinds = result.tier_kinds
+
+    def tier(kind: str) -> IntArray:
+        if kind not in kinds:
+            return np.zeros(len(rs), dtype=np.int64)
+        k = kinds.index(kind)
+        return np.array([r.tier_hit_tokens[k] for r in rs], dtype=np.int64)
+
+    return Simulated(
+        ttft=ttft,
+        engine=np.array([r.pool_hit_tokens for r in rs], dtype=np.int64),
+        dram=tier("cpu"),
+        disk=tier("disk"),
+        gated=np.array([r.gated for r in rs], dtype=np.bool_),
+    )
 
 
 def predict(
-    sim: TraceSim, candidate: Candidate, costs: Costs, bytes_per_token: float, slo_s: float | None = None
+    trace: SimTrace, candidate: Candidate, costs: Costs, slo_s: float | None = None
 ) -> CandidatePrediction:
     """``candidate``'s predicted TTFT over the trace and its prompt tokens by source (and the share
-    of requests within ``slo_s``, when given)."""
-    lengths = sim.lengths.astype(np.float64)
-    s, gated_mask = served(sim, candidate, bytes_per_token)
-    if not candidate.offloads:
-        ttft = _ttft(costs.plain, lengths, s, None)
-    else:
-        own = costs.of(candidate.connector)
-        ttft = _ttft(own, lengths, s, (~gated_mask).astype(np.float64), candidate.chunk_tokens)
-        if candidate.prompt_gate is not None:
-            plain = _ttft(costs.plain, lengths, s, np.zeros(len(lengths)))
-            ttft = np.where(gated_mask, plain, ttft)
-        s = SimulatedSources(s.engine, np.where(gated_mask, 0, s.dram), np.where(gated_mask, 0, s.disk))
+    of requests within ``slo_s``, when given: a request the engine could not serve misses it)."""
+    s = trace.simulate(candidate, costs)
+    ok = s.ttft[~np.isnan(s.ttft)]
     engine, dram, disk = int(s.engine.sum()), int(s.dram.sum()), int(s.disk.sum())
-    total = int(sim.lengths.sum())
+    total = int(trace.lengths.sum())
+
+    def pct(q: float) -> float:
+        return float(np.percentile(ok, q)) if len(ok) else float("inf")
+
     return CandidatePrediction(
         candidate=candidate,
-        p50_s=float(np.percentile(ttft, 50)),
-        p90_s=float(np.percentile(ttft, 90)),
-        mean_s=float(ttft.mean()),
+        p50_s=pct(50),
+        p90_s=pct(90),
+        mean_s=float(ok.mean()) if len(ok) else float("inf"),
         tokens={
             "recomputed": total - engine - dram - disk,
             "engine_cache": engine,
             "dram": dram,
             "disk": disk,
         },
-        gated=int(gated_mask.sum()),
-        under_slo=float((ttft <= slo_s).mean()) if slo_s is not None and len(ttft) else None,
+        gated=int(s.gated.sum()),
+        under_slo=float((np.nan_to_num(s.ttft, nan=np.inf) <= slo_s).mean())
+        if slo_s is not None and trace.n
+        else None,
     )
+
+
+def on_engine(limits: Limits, block_tokens: int, pool_tokens: int) -> Limits:
+    """``limits`` on the engine as served (its block and pool, as the replay reports them)."""
+    return replace(limits, engine_block_tokens=block_tokens, engine_pool_tokens=pool_tokens)

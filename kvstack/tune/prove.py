@@ -28,6 +28,7 @@ from kvstack.bench.schema import RequestRow
 from kvstack.connectors import SPECS
 from kvstack.errors import InputError, Interrupted, KvstackError
 from kvstack.serving.served_layout import ServedLayout
+from kvstack.traces.mooncake import TraceRow
 from kvstack.tune import budget as bud
 from kvstack.tune import results
 from kvstack.tune.capacity import CapacityRequest, measure_capacity
@@ -36,11 +37,10 @@ from kvstack.tune.capacity_verdict import decide_capacity
 from kvstack.tune.knobs import BASELINE
 from kvstack.tune.measure import CandidateReplay, EngineSize, engine_size, replay, restore, shared_state
 from kvstack.tune.noise import Stat, measure
-from kvstack.tune.predict import CandidatePrediction, Costs, predict
+from kvstack.tune.predict import CandidatePrediction, Costs, Sent, SimTrace, on_engine, predict
 from kvstack.tune.progress import RowClock, View
 from kvstack.tune.refit import Replayed, refit
-from kvstack.tune.simulate import TraceSim
-from kvstack.tune.space import Candidate
+from kvstack.tune.space import Candidate, Limits
 from kvstack.tune.verdict import MeasuredCandidate, Verdict, decide
 
 # start(candidate, n): a context manager that serves ``candidate`` on a fresh engine (the n-th
@@ -104,14 +104,23 @@ def queue(
     return out, skipped
 
 
-def _first_estimate(setup: CandidateReplay, costs: Costs, engine: EngineSize) -> bud.Estimate:
-    rows = setup.rows
-    sim = TraceSim(
-        rows, block_tokens=setup.args.block_tokens, engine_block_tokens=engine.block_tokens,
-        engine_pool_tokens=engine.pool_tokens,
+def slice_trace(
+    rows: Sequence[TraceRow], setup: CandidateReplay, limits: Limits, engine: EngineSize
+) -> SimTrace:
+    """``rows`` as the replay sends them, on the engine ``engine`` (the simulator's requests)."""
+    a = setup.args
+    return SimTrace(
+        rows, block_tokens=a.block_tokens, limits=on_engine(limits, engine.block_tokens, engine.pool_tokens),
+        sent=Sent(a.time_scale, a.max_output_tokens, a.concurrency),
     )  # fmt: skip
-    lengths = sim.lengths.astype(np.float64)
-    ttfts, _ = costs.plain.predict(lengths, sim.engine.astype(np.float64), np.zeros(len(lengths)))
+
+
+def _first_estimate(setup: CandidateReplay, costs: Costs, limits: Limits, engine: EngineSize) -> bud.Estimate:
+    rows = setup.rows
+    trace = slice_trace(rows, setup, limits, engine)
+    lengths = trace.lengths.astype(np.float64)
+    none = trace.simulate(Candidate(BASELINE), costs).ttft
+    ttfts = np.where(np.isnan(none), costs.plain.fixed_s, none)
     t0 = min((r.timestamp_ms for r in rows), default=0.0)
     arrivals = [(r.timestamp_ms - t0) / 1000.0 * setup.args.time_scale for r in rows]
     outputs = [max(1, min(r.output_length, setup.args.max_output_tokens)) for r in rows]
@@ -131,6 +140,7 @@ def preflight(
     setup: CandidateReplay,
     settings: ProofRequest,
     costs: Costs,
+    limits: Limits,
     engine: EngineSize,
     previous: Proof | None,
     refuse: bool = True,
@@ -141,7 +151,7 @@ def preflight(
     todo, _ = queue(ranked, settings.max_candidates)
     measured = previous.measured if previous is not None else []
     done = {m.label for m in measured}
-    first = _first_estimate(setup, costs, engine)
+    first = _first_estimate(setup, costs, limits, engine)
     if settings.capacity is not None:  # each candidate is swept after its replay and check
         first = dataclasses.replace(first, check_s=first.check_s + settings.capacity.sweep_s)
     estimate = bud.measured_estimate([(m.label, m.wall_s) for m in measured]) or first
@@ -153,20 +163,17 @@ def preflight(
 
 
 class _Slice:
-    """The replayed requests, simulated once on the served engine's pool: each candidate's
-    predicted TTFT for exactly what was sent."""
+    """The replayed requests as sent, on the served engine's pool: each candidate's predicted TTFT
+    for exactly what was sent."""
 
     def __init__(
-        self, shared: Shared, setup: CandidateReplay, engine: EngineSize, costs: Costs, bpt: float
+        self, shared: Shared, setup: CandidateReplay, engine: EngineSize, costs: Costs, limits: Limits
     ) -> None:
-        self.sim = TraceSim(
-            [s.as_trace() for s in shared.sent], block_tokens=setup.args.block_tokens,
-            engine_block_tokens=engine.block_tokens, engine_pool_tokens=engine.pool_tokens,
-        )  # fmt: skip
-        self.costs, self.bpt = costs, bpt
+        self.trace = slice_trace([s.as_trace() for s in shared.sent], setup, limits, engine)
+        self.costs = costs
 
     def predict(self, c: Candidate, slo_s: float | None) -> CandidatePrediction:
-        return predict(self.sim, c, self.costs, self.bpt, slo_s)
+        return predict(self.trace, c, self.costs, slo_s)
 
 
 def _engine_prompt_tokens(row: RequestRow) -> int:
@@ -226,7 +233,7 @@ def prove(
     settings: ProofRequest,
     *,
     costs: Costs,
-    bytes_per_token: float,
+    limits: Limits,
     engine: EngineSize,
     previous: Proof | None = None,
     save: Callable[[Proof], None] = lambda _: None,
@@ -239,11 +246,11 @@ def prove(
     the pool the served engine reports). ``previous``: a stopped tune's proof (--resume), or the
     candidates this tune replayed to measure its costs, which took ``spent_s`` of the budget (then
     no refusal up front: engines ran already, the loop stops at the budget)."""
-    loop = _ProofLoop(ranked, setup, start, settings, costs, bytes_per_token, view, clock, save)
+    loop = _ProofLoop(ranked, setup, start, settings, costs, limits, view, clock, save)
     loop.t0 = clock() - (spent_s or 0.0)
     loop.resume(previous)
     loop.first = preflight(
-        ranked, setup, settings, costs, loop.served or engine, previous, refuse=spent_s is None
+        ranked, setup, settings, costs, limits, loop.served or engine, previous, refuse=spent_s is None
     )
     return loop.run()
 
@@ -261,13 +268,13 @@ class _ProofLoop:
         start: StartCandidate,
         settings: ProofRequest,
         costs: Costs,
-        bpt: float,
+        limits: Limits,
         view: View | None,
         clock: Callable[[], float],
         save: Callable[[Proof], None],
     ) -> None:
         self.setup, self.start, self.settings = setup, start, settings
-        self.costs, self.bpt, self.view, self.clock, self.save = costs, bpt, view, clock, save
+        self.costs, self.limits, self.view, self.clock, self.save = costs, limits, view, clock, save
         self.todo, skipped = queue(ranked, settings.max_candidates)
         self.ranks = {p.candidate.label: i + 1 for i, p in enumerate(ranked)}
         self.candidates = {p.candidate.label: p.candidate for p in ranked}
@@ -301,7 +308,7 @@ class _ProofLoop:
     def run(self) -> Proof:
         proof = self.proof
         if self.served is not None and self.shared.sent:
-            self.sliced = _Slice(self.shared, self.setup, self.served, self.costs, self.bpt)
+            self.sliced = _Slice(self.shared, self.setup, self.served, self.costs, self.limits)
         self.replays = [
             Replayed(self.candidates[m.label], m.ttfts)
             for m in proof.measured
@@ -373,7 +380,7 @@ class _ProofLoop:
         sliced, settings = self.sliced, self.settings
         if sliced is None:
             return
-        sliced.costs = self.proof.costs = c = refit(self.costs, sliced.sim, self.replays, self.bpt)
+        sliced.costs = self.proof.costs = c = refit(self.costs, sliced.trace, self.replays)
         self.proof.refits.append(
             results.Refit(
                 after=[r.candidate.label for r in self.replays],
@@ -414,7 +421,7 @@ class _ProofLoop:
                 if self.served is None:
                     self.served = engine_size(replayed.compared)
                 if self.sliced is None and self.served is not None:
-                    self.sliced = _Slice(self.shared, setup, self.served, self.costs, self.bpt)
+                    self.sliced = _Slice(self.shared, setup, self.served, self.costs, self.limits)
         except Interrupted:
             # Ctrl-C during a replay (bench/replay/trace_bench.py says so): the tune stops, not the candidate
             raise
@@ -450,12 +457,12 @@ def measured_before(
     run_dir: str | None,
     context: tuple[Shared, EngineSize | None, CandidateReplay, ProofRequest],
     costs: Costs,
-    bpt: float,
+    limits: Limits,
 ) -> MeasuredCandidate:
     """``p``'s record from a replay made before the ranking (tune measuring its own costs), predicted
     for the requests sent as the proof predicts its first candidate: with the costs ranked with."""
     shared, served, setup, settings = context
-    sliced = _Slice(shared, setup, served, costs, bpt) if served is not None and shared.sent else None
+    sliced = _Slice(shared, setup, served, costs, limits) if served is not None and shared.sent else None
     predicted = sliced.predict(p.candidate, settings.slo_s) if sliced is not None else None
     return _record(p, rank, replayed, predicted, settings, walls, run_dir)
 

@@ -1,7 +1,8 @@
 """One tune ranking, from inputs already read: the trace's requests, the machine's limits and the
 served engine's costs in, the ranked candidates and the winner out. Each candidate's figures are
-tune/predict.py's; this orders them by the objective (goodput: the trace's arrivals fix the offered
-rate, so the share of requests within the SLO orders it). Pure.
+the step-level simulator's, serving the trace as the replay sends it (tune/predict.py); this orders
+them by the objective (goodput: the trace's arrivals fix the offered rate, so the share of requests
+within the SLO orders it). The capacity curve only sizes the candidates (space.py). Pure.
 
 ``--connector`` keeps one connector's candidates (and ``none``, the baseline); ``--knob NAME=VALUE``
 fixes one of its knobs, checked against what the installed connector accepts (knobs.py).
@@ -19,8 +20,7 @@ from kvstack.planning.predict.trace_sizing import OFFLOAD_REQUEST_COST_S
 from kvstack.traces.mooncake import TraceRow
 from kvstack.tune.knobs import CONNECTORS, check_connector, check_knobs
 from kvstack.tune.options import Objective
-from kvstack.tune.predict import CandidatePrediction, Costs, predict
-from kvstack.tune.simulate import TraceSim
+from kvstack.tune.predict import CandidatePrediction, Costs, Sent, SimTrace, predict
 from kvstack.tune.space import Candidate, CurveSizes, Gate, Limits, candidate_space, curve_sizes
 from kvstack.units import GIB
 
@@ -113,8 +113,9 @@ def tune(
     connector: str | None = None,
     knobs: Mapping[str, float] | None = None,
     slo_s: float | None = None,
+    sent: Sent = Sent(),
 ) -> TuneResult:
-    """Every candidate of the space (restricted as asked) ranked on ``requests``."""
+    """Every candidate of the space (restricted as asked) ranked on ``requests``, served as ``sent``."""
     check_ranking(limits, objective=objective, connector=connector, knobs=knobs, slo_s=slo_s)
     offload = calibration.offload_costs(OFFLOAD_REQUEST_COST_S, {})
     curve = capacity_curve(requests, block_tokens)
@@ -128,22 +129,16 @@ def tune(
         for c in fixed:  # fixing a knob makes candidates equal (their label says all they serve): once each
             once.setdefault(c.label, c)
         space = list(once.values())
-    sim = TraceSim(
-        requests,
-        block_tokens=block_tokens,
-        engine_block_tokens=limits.engine_block_tokens,
-        engine_pool_tokens=limits.engine_pool_tokens,
-    )
+    trace = SimTrace(requests, block_tokens=block_tokens, limits=limits, sent=sent)
     costs = Costs(calibration.plain, offload)
-    ranked = rank(sim, space, costs, limits.bytes_per_token, objective, slo_s=slo_s)
+    ranked = rank(trace, space, costs, objective, slo_s=slo_s)
     return TuneResult(ranked, sizes, limits, objective, costs, slo_s)
 
 
 def rank(
-    sim: TraceSim,
+    trace: SimTrace,
     candidates: Sequence[Candidate],
     costs: Costs,
-    bytes_per_token: float,
     objective: Objective = "p50",
     tolerance: float = TIE_TOLERANCE,
     slo_s: float | None = None,
@@ -151,7 +146,7 @@ def rank(
     """Every candidate predicted, best first by ``objective``. Candidates within ``tolerance`` (a
     fraction) of the best remaining one are tied on it and ordered by the other figures, then by
     the smaller layout (less memory, no gate): the model cannot tell a 0.1 ms difference apart."""
-    left = [predict(sim, c, costs, bytes_per_token, slo_s) for c in candidates]
+    left = [predict(trace, c, costs, slo_s) for c in candidates]
     others = [o for o in LATENCIES if o != objective]
 
     def key(p: CandidatePrediction) -> tuple[float, ...]:

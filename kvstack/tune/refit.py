@@ -2,7 +2,8 @@
 
 The first ranking's costs come from a calibration (a few requests, maybe another day's or another
 machine's). Each replay measures hundreds of requests of the user's own traffic on this engine, and
-the slice's simulation says where each one's prompt tokens came from, so each replay refits the
+the slice's simulation (tune/predict.py, the step-level simulator serving each replayed candidate)
+says where each one's prompt tokens came from, so each replay refits the
 model before the next candidate is predicted and queued:
 
 - ``none``'s replay fits the plain path: TTFT = fixed + linear x recomputed + quadratic x
@@ -29,8 +30,8 @@ import numpy as np
 import numpy.typing as npt
 
 from kvstack.planning.predict.served_ttft import FloatArray, ServedCosts, nonneg_fit, whole_chunks
-from kvstack.tune.predict import Costs, served
-from kvstack.tune.simulate import TraceSim
+from kvstack.tune.knobs import BASELINE
+from kvstack.tune.predict import Costs, SimTrace
 from kvstack.tune.space import Candidate
 
 MIN_ROWS = 8  # fewer answered requests than this fit nothing
@@ -59,9 +60,9 @@ def _robust(columns: list[FloatArray], y: FloatArray) -> list[float]:
     return coef
 
 
-def _answered(sim: TraceSim, r: Replayed) -> tuple[npt.NDArray[np.bool_], FloatArray]:
+def _answered(trace: SimTrace, r: Replayed) -> tuple[npt.NDArray[np.bool_], FloatArray]:
     """(mask of answered requests, their TTFTs) over the slice."""
-    n = sim.requests
+    n = trace.n
     t = np.full(n, np.nan)
     for i, v in enumerate(r.ttfts[:n]):
         if v is not None:
@@ -70,13 +71,15 @@ def _answered(sim: TraceSim, r: Replayed) -> tuple[npt.NDArray[np.bool_], FloatA
     return ok, t
 
 
-def fit_plain(sim: TraceSim, replayed: Replayed) -> ServedCosts | None:
-    """The plain path's costs from ``none``'s replay (None: too few answers)."""
-    ok, t = _answered(sim, replayed)
+def fit_plain(trace: SimTrace, replayed: Replayed, calibrated: Costs) -> ServedCosts | None:
+    """The plain path's costs from ``none``'s replay (None: too few answers); where its prompts
+    came from is the simulation's, with the ``calibrated`` costs."""
+    ok, t = _answered(trace, replayed)
     if ok.sum() < MIN_ROWS:
         return None
-    lengths = sim.lengths.astype(np.float64)[ok]
-    held = np.minimum(sim.engine.astype(np.float64)[ok], lengths)
+    lengths = trace.lengths.astype(np.float64)[ok]
+    engine = trace.simulate(replayed.candidate, calibrated).engine
+    held = np.minimum(engine.astype(np.float64)[ok], lengths)
     fixed, linear, quadratic = _robust([np.ones_like(lengths), lengths - held, lengths**2 - held**2], t[ok])
     return ServedCosts(
         hit_s=fixed, miss_s=0.0, linear_s=linear, quadratic_s=quadratic,
@@ -85,19 +88,19 @@ def fit_plain(sim: TraceSim, replayed: Replayed) -> ServedCosts | None:
 
 
 def fit_connector(
-    sim: TraceSim, replays: Sequence[Replayed], plain: ServedCosts, bytes_per_token: float
+    trace: SimTrace, replays: Sequence[Replayed], plain: ServedCosts, calibrated: Costs
 ) -> ServedCosts | None:
     """One offload connector's costs from its replays (pooled), over ``plain``'s recompute."""
     ys: list[FloatArray] = []
     cols: list[list[FloatArray]] = [[], [], []]
     chunk_sizes: set[int] = set()
-    lengths = sim.lengths.astype(np.float64)
+    lengths = trace.lengths.astype(np.float64)
     for r in replays:
-        ok, t = _answered(sim, r)
-        s, gated = served(sim, r.candidate, bytes_per_token)
+        ok, t = _answered(trace, r)
+        s = trace.simulate(r.candidate, calibrated)
         if r.candidate.prompt_gate is not None:
-            ok = ok & ~gated  # a gated request took the plain path
-        tier = np.where(gated, 0, s.dram + s.disk).astype(np.float64)  # a load gate: recomputed
+            ok = ok & ~s.gated  # a gated request took the plain path
+        tier = (s.dram + s.disk).astype(np.float64)  # a load gate's: none (recomputed)
         held = s.engine.astype(np.float64) + tier
         plain_ttft, _ = plain.predict(lengths, held, np.zeros(len(lengths)))
         ys.append((t - plain_ttft)[ok])
@@ -120,12 +123,12 @@ def fit_connector(
     )  # fmt: skip
 
 
-def refit(calibrated: Costs, sim: TraceSim, replays: Sequence[Replayed], bytes_per_token: float) -> Costs:
-    """``calibrated`` refit from ``replays`` (every candidate measured so far, on ``sim``'s slice)."""
-    base = next((r for r in replays if not r.candidate.offloads), None)
+def refit(calibrated: Costs, trace: SimTrace, replays: Sequence[Replayed]) -> Costs:
+    """``calibrated`` refit from ``replays`` (every candidate measured so far, on ``trace``, the slice)."""
+    base = next((r for r in replays if r.candidate.connector == BASELINE), None)
     plain = calibrated.plain
     if base is not None:
-        plain = fit_plain(sim, base) or plain
+        plain = fit_plain(trace, base, calibrated) or plain
 
     def shifted(c: ServedCosts) -> ServedCosts:
         """A connector not measured: its calibrated extra over the refit plain path."""
@@ -137,9 +140,7 @@ def refit(calibrated: Costs, sim: TraceSim, replays: Sequence[Replayed], bytes_p
     default = shifted(calibrated.default)
     by_connector = {name: shifted(c) for name, c in calibrated.by_connector.items()}
     for name in sorted({r.candidate.connector for r in replays if r.candidate.offloads}):
-        fit = fit_connector(
-            sim, [r for r in replays if r.candidate.connector == name], plain, bytes_per_token
-        )
+        fit = fit_connector(trace, [r for r in replays if r.candidate.connector == name], plain, calibrated)
         if fit is not None:
             by_connector[name] = fit
     return Costs(plain, default, by_connector)

@@ -44,6 +44,10 @@ class Limits:
     bytes_per_token: float  # KV bytes per token, all ranks
     dram_max_bytes: int
     disk_max_bytes: int = 0  # 0: no disk qualifies
+    # The engine's scheduler (vLLM's API-server defaults: connectors/engines.py SchedulerDefaults),
+    # as the step-level simulator that ranks the candidates takes it (tune/predict.py).
+    batched_tokens: int = 2048  # --max-num-batched-tokens
+    max_seqs: int = 128  # --max-num-seqs
 
 
 @dataclass(frozen=True)

@@ -113,6 +113,7 @@ def _slo_s(o: TuneRequest) -> float | None:
 
 def rank(o: TuneRequest, inputs: TuneBasis, cal: ServedCalibration) -> tuple[TuneResult, TuneResults]:
     """The ranking with ``cal``'s costs, and its results.json document."""
+    from kvstack.tune.predict import REPLAY_IN_FLIGHT, Sent
     from kvstack.tune.ranking import tune
     from kvstack.tune.report import results_document
 
@@ -120,6 +121,7 @@ def rank(o: TuneRequest, inputs: TuneBasis, cal: ServedCalibration) -> tuple[Tun
     result = tune(
         inputs.requests, inputs.block_tokens, inputs.limits, cal, objective=o.ranking_objective,
         connector=o.connector, knobs=o.knobs, slo_s=_slo_s(o),
+        sent=Sent(o.time_scale, o.max_output_tokens, REPLAY_IN_FLIGHT),
     )  # fmt: skip
     rank_s = time.perf_counter() - t0
     source = Source(
@@ -243,9 +245,10 @@ def _measured_first(
         if p is not None:
             context = (m.shared, m.engine, setup, settings)
             rank_ = result.ranked.index(p) + 1
-            bpt = result.limits.bytes_per_token
             measured.append(
-                measured_before(p, rank_, r.replayed, r.wall_s, r.run_dir, context, result.costs, bpt)
+                measured_before(
+                    p, rank_, r.replayed, r.wall_s, r.run_dir, context, result.costs, result.limits
+                )
             )
         docs.append(r.document(p.candidate.label if p is not None else None))
     proof = Proof(budget_s=settings.budget_s, measured=measured, replay=shared_state(m.shared, m.engine))
@@ -255,10 +258,11 @@ def _measured_first(
 def _replay_setup(o: TuneRequest, inputs: TuneBasis, serve: Any) -> CandidateReplay:
     """What every replay sends: the first ``--replay-requests`` of the trace, one at a time."""
     from kvstack.serving.request import demo_model_dir
+    from kvstack.tune.predict import REPLAY_IN_FLIGHT
 
     args = ReplayRequest(
         path=o.trace_path, block_tokens=inputs.block_tokens, time_scale=o.time_scale,
-        max_output_tokens=o.max_output_tokens, concurrency=1, seed=o.seed,
+        max_output_tokens=o.max_output_tokens, concurrency=REPLAY_IN_FLIGHT, seed=o.seed,
         check_correctness=o.check_correctness,
     )  # fmt: skip
     model = serve.model_spec() if serve is not None else (o.model or str(demo_model_dir()))
@@ -341,7 +345,7 @@ def run_tune(
     else:
         previous = _previous(o, doc, setup, saved, capacity) if saved is not None else None
         # Before anything is written or served: a budget too small is refused.
-        preflight(result.ranked, setup, settings, result.costs, engine, previous)
+        preflight(result.ranked, setup, settings, result.costs, result.limits, engine, previous)
     ranked = doc.ranked(
         result.winner.candidate.label,
         # kept until the next save
@@ -352,7 +356,7 @@ def run_tune(
     written = write_ranking(out, result, keep.results, tuned=False)
     proof = prove(
         result.ranked, setup, start, settings, costs=result.costs,
-        bytes_per_token=result.limits.bytes_per_token, engine=engine, previous=previous, save=keep,
+        limits=result.limits, engine=engine, previous=previous, save=keep,
         view=view, clock=clock, spent_s=clock() - t0 if measured is not None else None,
     )  # fmt: skip
     if proof.verdict is not None:

@@ -1,9 +1,9 @@
 """The exact LRU capacity curve of a trace, and what each level of a cache hierarchy serves. Pure.
 
 ``plan --trace`` sizes the tiers from the curve (planning/predict/trace_sizing.py) and predicts each tier's
-share with the hierarchy; the trace replay (bench/replay/predict.py) and tune (tune/simulate.py) predict
-with the same simulation. How each is counted: ``capacity_curve``, ``stack_distances``,
-``simulate_hierarchy``.
+share with the hierarchy; the trace replay (bench/replay/predict.py) predicts with the same simulation,
+tune sizes its candidates from the curve (tune/space.py). How each is counted: ``capacity_curve``,
+``stack_distances``, ``simulate_hierarchy``.
 """
 
 from __future__ import annotations

@@ -6,10 +6,9 @@ import numpy as np
 import pytest
 
 from kvstack.planning.predict.served_ttft import ServedCosts
-from kvstack.tune.predict import Costs, predict, served
+from kvstack.tune.predict import Costs, SimTrace, predict
 from kvstack.tune.refit import Replayed, refit
-from kvstack.tune.simulate import TraceSim
-from kvstack.tune.space import Candidate
+from kvstack.tune.space import Candidate, Limits
 
 from .helpers import KIB, PLAIN, offload, sample
 
@@ -20,15 +19,15 @@ FIXED, LINEAR = 0.020, 8.0e-5
 EXTRA, PER_CHUNK, FETCH = 0.004, 0.0015, 3.0e-6
 
 
-def _sim() -> TraceSim:
+def _sim() -> SimTrace:
     trace = sample(32)
-    return TraceSim(trace.requests, block_tokens=32, engine_block_tokens=16, engine_pool_tokens=2048)
+    return SimTrace(trace.requests, block_tokens=32, limits=Limits("cpu", 16, 2048, KIB, GIB))
 
 
-def _measured(sim: TraceSim, c: Candidate, seed: int) -> list[float | None]:
+def _measured(sim: SimTrace, c: Candidate, seed: int) -> list[float | None]:
     """TTFTs as a replay would measure them: the true costs, 1 ms of noise, a few requests queued
     a second behind others, two not answered."""
-    s, _ = served(sim, c, KIB)
+    s = sim.simulate(c, CALIBRATED)
     n = sim.lengths.astype(np.float64)
     held = np.minimum(s.engine + s.dram + s.disk, sim.lengths).astype(np.float64)
     t = FIXED + LINEAR * (n - held)
@@ -52,7 +51,7 @@ CALIBRATED = Costs(PLAIN, offload(0.040))  # the calibration: slower on every te
 def test_none_s_replay_gives_the_plain_path_its_measured_costs() -> None:
     sim = _sim()
     none = Candidate("none")
-    got = refit(CALIBRATED, sim, [Replayed(none, _measured(sim, none, 1))], KIB)
+    got = refit(CALIBRATED, sim, [Replayed(none, _measured(sim, none, 1))])
     assert got.plain.fixed_s == pytest.approx(FIXED, abs=0.001)
     assert got.plain.linear_s == pytest.approx(LINEAR, rel=0.05)
     assert got.plain.quadratic_s < 1e-9
@@ -67,7 +66,7 @@ def test_two_chunk_sizes_separate_the_per_chunk_cost_from_the_per_request_one() 
         Replayed(c, _measured(sim, c, i))
         for i, c in enumerate([Candidate("none"), _lmcache(128), _lmcache(512)])
     ]
-    got = refit(CALIBRATED, sim, replays, KIB).of("lmcache-mp")
+    got = refit(CALIBRATED, sim, replays).of("lmcache-mp")
     assert got.chunk_s == pytest.approx(PER_CHUNK, rel=0.1)
     assert got.miss_s == pytest.approx(EXTRA, abs=0.0015)
     # The refit model predicts a chunk size it never measured.
@@ -76,15 +75,15 @@ def test_two_chunk_sizes_separate_the_per_chunk_cost_from_the_per_request_one() 
         ServedCosts(FIXED, EXTRA, LINEAR, 0.0, {"dram": FETCH}, chunk_s=PER_CHUNK),
     )
     c = _lmcache(256)
-    want = predict(sim, c, truth, KIB).p50_s
-    assert predict(sim, c, refit(CALIBRATED, sim, replays, KIB), KIB).p50_s == pytest.approx(want, rel=0.05)
-    assert predict(sim, c, CALIBRATED, KIB).p50_s > 1.5 * want  # what the calibration alone said
+    want = predict(sim, c, truth).p50_s
+    assert predict(sim, c, refit(CALIBRATED, sim, replays)).p50_s == pytest.approx(want, rel=0.05)
+    assert predict(sim, c, CALIBRATED).p50_s > 1.5 * want  # what the calibration alone said
 
 
 def test_one_chunk_size_puts_its_chunks_cost_into_the_per_request_one() -> None:
     sim = _sim()
     replays = [Replayed(c, _measured(sim, c, i)) for i, c in enumerate([Candidate("none"), _lmcache(256)])]
-    got = refit(CALIBRATED, sim, replays, KIB).of("lmcache-mp")
+    got = refit(CALIBRATED, sim, replays).of("lmcache-mp")
     assert got.chunk_s == 0.0
     chunks = float(np.median(np.ceil(sim.lengths / 256)))
     assert got.miss_s == pytest.approx(EXTRA + PER_CHUNK * chunks, rel=0.35)
@@ -93,7 +92,7 @@ def test_one_chunk_size_puts_its_chunks_cost_into_the_per_request_one() -> None:
 def test_too_few_answers_leave_the_calibration_as_it_was() -> None:
     sim = _sim()
     none = Candidate("none")
-    ttfts: list[float | None] = [None] * sim.requests
+    ttfts: list[float | None] = [None] * sim.n
     ttfts[:3] = [0.1, 0.1, 0.1]
-    got = refit(CALIBRATED, sim, [Replayed(none, ttfts)], KIB)
+    got = refit(CALIBRATED, sim, [Replayed(none, ttfts)])
     assert got.plain == CALIBRATED.plain
