@@ -1,6 +1,7 @@
 """``kvstack bench --sweep``'s output: a line on standard error per step as it is measured, then a
-table per layout (load, TTFT p50/p90/p99, TPOT, tok/s, share within the SLO) and its capacity line,
-rendered from the ``SweepResult`` (results.json itself with --json)."""
+table per layout (load, TTFT p50/p90/p99 measured and p50/p90 simulated, TPOT, tok/s, share within
+the SLO), its capacity line, the simulator's bound at the knee and predicted capacity, rendered from
+the ``SweepResult`` (results.json itself with --json; bench/sweep/predict.py predicts)."""
 
 from __future__ import annotations
 
@@ -62,7 +63,7 @@ def bound_line(name: str, kind: LoadKind, lay: LayoutSweep) -> str | None:
         return (
             f"{name}: bound at the knee: not judged at {load_text(kind, b.at_load)} ({b.note or 'no figure'})"
         )
-    text = f"{name}: bound at the knee: {bound_text(b.bound)} at {load_text(kind, b.at_load)}"
+    text = f"{name}: bound at the knee (simulated): {bound_text(b.bound)} at {load_text(kind, b.at_load)}"
     below = next((u for u in b.passing if u.resource == b.bound.resource), None)
     if below is not None and b.passing_load is not None:
         text += f" ({below.utilisation:.0%} at {load_text(kind, b.passing_load)}, which passed)"
@@ -70,14 +71,16 @@ def bound_line(name: str, kind: LoadKind, lay: LayoutSweep) -> str | None:
 
 
 def predicted_line(name: str, kind: LoadKind, lay: LayoutSweep) -> str | None:
-    """The plan's predicted capacity beside the measured one, and their ratio; None: no plan."""
+    """The simulator's predicted capacity beside the measured one, and their ratio; None: not
+    predicted (a report written before the simulator)."""
     p = lay.predicted
     if p is None:
         return None
     if p.load is None:
         why = p.note or ("an idle engine's TTFT is above the SLO" if p.status == "slo_below_unloaded" else "")
-        return f"{name}: predicted capacity: none ({why})"
-    text = f"{name}: predicted capacity {load_text(kind, float(f'{p.load:.3g}'))}"
+        return f"{name}: predicted capacity (simulated): none ({why})"
+    at_least = "at least " if p.status == "above_range" else ""
+    text = f"{name}: predicted capacity (simulated) {at_least}{load_text(kind, float(f'{p.load:.3g}'))}"
     if p.bound is not None:
         text += f", bound: {bound_text(p.bound)}"
     if p.measured_load is None:
@@ -89,22 +92,45 @@ def predicted_line(name: str, kind: LoadKind, lay: LayoutSweep) -> str | None:
     return text + f"; measured {measured}{ratio}"
 
 
+def source_line(name: str, lay: LayoutSweep) -> str | None:
+    """What the simulator replayed and what its costs come from; None: nothing simulated."""
+    p = lay.predicted
+    if p is None or not p.source:
+        return None
+    return f"{name}: simulated: {p.workload}; {p.source}"
+
+
 def layout_table(result: SweepResult, lay: LayoutSweep) -> Table:
     """One row per step of the layout, by load; a bisect step is marked *."""
     over = "load (x trace rate)" if result.kind == "trace_rate" else result.kind
     table = Table(title=f"{lay.name}: sweep over {over} (times in ms)", box=box.SIMPLE_HEAD,
                   show_edge=False, padding=0, caption="*: a bisect step between the ladder's")  # fmt: skip
     table.add_column("load", no_wrap=True)
-    for col in ("ok", "TTFT p50", "p90", "p99", "TPOT p50", "tok/s", "in SLO", "pass", "hit"):
+    cols = (
+        "ok",
+        "TTFT p50",
+        "p90",
+        "p99",
+        "sim p50",
+        "sim p90",
+        "TPOT p50",
+        "tok/s",
+        "in SLO",
+        "pass",
+        "hit",
+    )
+    for col in cols:
         table.add_column(col, justify="right", no_wrap=True, min_width=4)
     for s in sorted(lay.steps, key=lambda s: s.load):
-        d = s.summary
+        d, sim = s.summary, s.predicted
         mark = "*" if s.origin == "bisect" else ""
         load = load_text(result.kind, s.load) + mark + ("" if s.complete else " (cut short)")
+        sim50 = fmt_ms_cell(None if sim is None else sim.ttft_p50_s, sep=False)
+        sim90 = fmt_ms_cell(None if sim is None else sim.ttft_p90_s, sep=False)
         table.add_row(load, f"{d.ok}/{d.requests}", _cell(d.ttft_s, "p50"), _cell(d.ttft_s, "p90"),
-                      _cell(d.ttft_s, "p99"), _cell(d.tpot_s, "p50"), f"{d.output_tokens_per_s:.0f}",
-                      fmt_pct(s.share_within_slo), "yes" if s.meets_slo else "NO",
-                      fmt_pct(s.token_hit_rate))  # fmt: skip
+                      _cell(d.ttft_s, "p99"), sim50, sim90, _cell(d.tpot_s, "p50"),
+                      f"{d.output_tokens_per_s:.0f}", fmt_pct(s.share_within_slo),
+                      "yes" if s.meets_slo else "NO", fmt_pct(s.token_hit_rate))  # fmt: skip
     return table
 
 
@@ -142,7 +168,12 @@ def print_sweep(result: SweepResult, written: list[Path], json_mode: bool) -> No
     for lay in result.layouts:
         console.print(layout_table(result, lay))
         capacity = capacity_line(lay.name, result.kind, lay.capacity, result.slo)
-        lines = [capacity, bound_line(lay.name, result.kind, lay), predicted_line(lay.name, result.kind, lay)]
+        lines = [
+            capacity,
+            predicted_line(lay.name, result.kind, lay),
+            bound_line(lay.name, result.kind, lay),
+            source_line(lay.name, lay),
+        ]
         for line in lines:
             if line is not None:
                 console.print(line, markup=False, highlight=False, soft_wrap=True)  # one line, for grep

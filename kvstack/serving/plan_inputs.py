@@ -24,7 +24,7 @@ from kvstack.flags import (
 from kvstack.hardware.checks import DISK_MIN_BW
 from kvstack.hardware.snapshot import HardwareSnapshot, load_snapshot
 from kvstack.names import ENGINES, OFFLOAD_CHOICES
-from kvstack.planning.predict.bound import CapacityAsk
+from kvstack.planning.predict.capacity_schema import CapacityAsk
 from kvstack.planning.request import PlanRequest
 from kvstack.planning.retention import parse_retain
 from kvstack.planning.schema import Engine, OffloadChoice
@@ -182,7 +182,7 @@ def load_or_probe(hardware: Path | None, disk: Path | None, fio_seconds: float =
 
 class PlanOutputInputs(Inputs):
     """``kvstack plan``'s own flags: the trace's capacity curve as a PNG, the plan as JSON, and the
-    SLO each layout's capacity is predicted under (planning/predict/bound.py)."""
+    SLO each layout's capacity is predicted under (planning/predict/plan_capacity.py)."""
 
     curve_png: Annotated[
         Path | None,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 from pathlib import Path
 
@@ -66,6 +67,16 @@ def test_bench_sweep_on_the_demo_engine(demo_server: ServeSession, tmp_path: Pat
 
     served = sweep_calibration(load_sweep(out), layout["name"])
     assert served is not None and served.decode_fixed_s == costs["decode_fixed_s"]
+    # The step simulator's prediction beside what the sweep measured (bench/sweep/predict.py): the
+    # capacity bisected on those costs and the pool the engine's counters gave, its source named,
+    # and each step's simulated TTFT.
+    assert calibration["pool_tokens"] > 0 and calibration["block_tokens"] > 0, calibration
+    predicted = layout["predicted"]
+    assert predicted["status"] in ("slo", "above_range"), predicted
+    assert 0 < predicted["load"] < math.inf and "costs measured on the served engine" in predicted["source"]
+    assert "closed loop" in predicted["workload"]
+    assert all(0 < s["predicted"]["ttft_p50_s"] <= s["predicted"]["ttft_p90_s"] for s in layout["steps"])
+    assert layout["bound"] is not None and layout["bound"]["resources"], layout["bound"]
     steps = layout["steps"]
     assert [(s["load"], s["origin"], s["seed"]) for s in steps] == [(1, "ladder", 0), (2, "ladder", 1)]
     assert all(s["complete"] and s["summary"]["ok"] == 4 for s in steps)
@@ -83,6 +94,7 @@ def test_bench_sweep_on_the_demo_engine(demo_server: ServeSession, tmp_path: Pat
     else:
         assert capacity["status"] == "below_first_step" and capacity["lowest_failing"] == 1
     assert "capacity" in res.stdout and "sweep over concurrency" in res.stdout
+    assert "predicted capacity (simulated) " in res.stdout and "sim p50" in res.stdout
     with (out / "requests.csv").open() as f:
         assert sorted(line.split(",")[1] for line in list(f)[1:]) == ["0"] * 4 + ["1"] * 4
     for name in ("sweep_ttft_p90.png", "sweep_throughput.png"):

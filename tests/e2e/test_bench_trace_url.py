@@ -115,3 +115,11 @@ def test_the_trace_swept_at_two_multiples_of_its_rate(demo_server: ServeSession,
     else:
         assert (capacity["status"], capacity["load"]) == expected, capacity
     assert (out / "sweep_ttft_p90.png").stat().st_size > 0 and (out / "requests.csv").is_file()
+    # The simulator replayed the slice as sent, on the sweep's calibration of the server.
+    predicted = layout["predicted"]
+    assert predicted["load"] is not None and predicted["load"] > 0, predicted
+    assert (
+        "the trace's" in predicted["workload"]
+        and "costs measured on the served engine" in predicted["source"]
+    )
+    assert all(s["predicted"]["ttft_p50_s"] > 0 for s in steps)

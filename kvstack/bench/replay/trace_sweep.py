@@ -36,6 +36,7 @@ from kvstack.bench.report import environment
 from kvstack.bench.request import BenchRequest
 from kvstack.bench.runner import DEFAULT_MAX_IN_FLIGHT
 from kvstack.bench.sweep.calibration import calibrate_layout, needs_calibration
+from kvstack.bench.sweep.predict import sent_requests
 from kvstack.bench.sweep.run import conclude_sweep
 from kvstack.bench.sweep.schema import (
     Capacity,
@@ -197,4 +198,5 @@ def run_trace_sweep(
         environment=Environment.model_validate(environment()), layouts=layouts, requests=requests,
         trace=trace_load(shared, replay) if shared.sent else None,
     )  # fmt: skip
-    return conclude_sweep(result, o.out, events, failure, plans)
+    replayed = sent_requests(shared.sent, shared.shape.block_tokens) if shared.shape is not None else None
+    return conclude_sweep(result, o.out, events, failure, plans, replayed)

@@ -58,30 +58,36 @@ def calibrate_layout(
     """The calibration of ``layout`` (its failure recorded, not raised: the steps still run)."""
     started = time.monotonic()
     offload = bool(layout.plan.offload_tiers) if layout.plan is not None else None
+    found = SweepCalibration(offload=offload)
     try:
         with quiet.hold(layout.base_url):  # the server's canary sends nothing while it measures
-            costs = _calibrate(layout, model, api_key, longest_prompt, bool(offload))
+            costs = _calibrate(layout, model, api_key, longest_prompt, found)
     except (KvstackError, httpx.HTTPError, ValueError) as exc:
         note = exc.message if isinstance(exc, KvstackError) else f"{type(exc).__name__}: {exc}"
-        return SweepCalibration(offload=offload, seconds=time.monotonic() - started, note=f"failed: {note}")
-    note = "" if offload is not None else "the layout's tiers are unknown: no fetch measured"
-    return SweepCalibration(
-        costs=Costs.of(costs), offload=offload, seconds=time.monotonic() - started, note=note
-    )
+        found.seconds, found.note = time.monotonic() - started, f"failed: {note}"
+        return found
+    found.costs, found.seconds = Costs.of(costs), time.monotonic() - started
+    found.note = "" if offload is not None else "the layout's tiers are unknown: no fetch measured"
+    return found
 
 
 def _calibrate(
-    layout: ServedLayout, model: str, api_key: str | None, longest_prompt: int, offload: bool
+    layout: ServedLayout, model: str, api_key: str | None, longest_prompt: int, found: SweepCalibration
 ) -> ServedCosts:
+    """The costs; ``found`` gets the engine's pool and name as its counters give them."""
     plan = layout.plan
+    offload = bool(found.offload)
     card = served_models(layout.base_url, api_key)[0]
     context = int(card.get("max_model_len") or 0) or (plan.model.max_model_len if plan else 0) or 2048
     snap = scrape_sync(layout.metrics_urls[:1], api_key)
     level = engine_level(snap)
     pool = level.unit_tokens * level.nominal_blocks if level is not None else None
+    if level is not None:
+        found.pool_tokens, found.block_tokens = pool, level.unit_tokens
+    found.engine = engine_of(plan, snap)
     chunk = plan.cache.chunk_size if plan is not None and plan.cache.chunk_size else 1
     align = math.lcm(level.unit_tokens if level is not None else 1, chunk)
-    spec = ENGINE_SPECS.get(engine_of(plan, snap))
+    spec = ENGINE_SPECS.get(found.engine)
     reset = spec.reset_path if spec is not None and spec.reset_keeps_offload else None
     model_dir = plan.model.path if plan is not None else None
     tokens = token_pool(layout.base_url, model, api_key, model_dir)

@@ -8,7 +8,7 @@ hold was refused when they were read; a step cut short keeps what it measured in
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -16,9 +16,9 @@ from kvstack.bench.events import BenchEvents
 from kvstack.bench.report import environment
 from kvstack.bench.request import BenchRequest
 from kvstack.bench.runner import Progress, Recorder, RunOptions, run_layout
-from kvstack.bench.sweep.bound import explain_sweep
 from kvstack.bench.sweep.calibration import calibrate_layout, needs_calibration
 from kvstack.bench.sweep.ladder import LoadLadder
+from kvstack.bench.sweep.predict import explain_sweep
 from kvstack.bench.sweep.report import write_sweep
 from kvstack.bench.sweep.schema import (
     Capacity,
@@ -42,6 +42,7 @@ from kvstack.bench.workloads import (
 )
 from kvstack.clients.metrics import scrape_sync
 from kvstack.errors import EngineError, Interrupted, KvstackError
+from kvstack.planning.predict.simulator import SimRequest
 from kvstack.planning.schema import Plan
 from kvstack.redact import redact_url
 from kvstack.serving.served_layout import ServedLayout, StartLayout
@@ -221,11 +222,13 @@ def conclude_sweep(
     events: BenchEvents,
     failure: KvstackError | None,
     plans: Mapping[str, Plan | None] | None = None,
+    trace: Sequence[SimRequest] | None = None,
 ) -> SweepResult:
-    """Each layout's bound at its knee and predicted capacity (``plans``: what each ran, where
-    known), then write the report, hand it to ``events``, then raise what the sweep ended with (its
-    own error, or an EngineError when no request succeeded)."""
-    result = explain_sweep(result, plans or {})
+    """Each layout's predicted capacity, per-step TTFT and bound at its knee on the step simulator
+    (bench/sweep/predict.py; ``plans``: what each ran, where known; ``trace``: a trace sweep's
+    requests at load 1), then write the report, hand it to ``events``, then raise what the sweep
+    ended with (its own error, or an EngineError when no request succeeded)."""
+    result = explain_sweep(result, plans or {}, trace)
     written = write_sweep(result, out) if out is not None and result.requests else []
     events.sweep_report(result, written)
     if failure is not None:

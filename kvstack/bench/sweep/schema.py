@@ -10,11 +10,12 @@ from pydantic import BaseModel, ConfigDict, Field
 from kvstack.bench.replay.results import Costs
 from kvstack.bench.schema import RequestRow, Summary
 from kvstack.bench.sweep.ladder import LoadKind
-from kvstack.planning.predict.bound import CapacityStatus as PredictedStatus
-from kvstack.planning.predict.bound import ResourceUse
+from kvstack.planning.predict.capacity_schema import CapacityStatus as PredictedStatus
+from kvstack.planning.predict.capacity_schema import ResourceUse
 
 # /2: each layout's bound at its knee and, where its plan is known, the predicted capacity beside it;
-# since, each layout's calibration (a field added, readers of /2 unchanged).
+# since, each layout's calibration, then the step simulator's prediction per step and its source
+# (fields added, readers of /2 unchanged).
 SWEEP_SCHEMA = "kvstack.bench.sweep/2"
 
 # bracketed: a step passed below the lowest failing one; above_ladder: no step failed;
@@ -45,6 +46,15 @@ class Capacity(_Model):
     passing_above_failure: list[float] = Field(default_factory=list)
 
 
+class StepPrediction(_Model):
+    """The step-level simulator's figures for a step: its workload replayed at its load."""
+
+    ttft_p50_s: float | None = None
+    ttft_p90_s: float | None = None
+    share_within_slo: float = 0.0
+    busy_fraction: float = 0.0  # the simulated engine's time in steps
+
+
 class SweepStep(_Model):
     """One load applied to one layout: the whole workload, sent at that load with its own seed."""
 
@@ -61,25 +71,29 @@ class SweepStep(_Model):
     token_hit_rate: float | None = None  # prompt tokens the server did not recompute (its counters)
     # Each tier's share of the step's prompt tokens (recomputed, engine_cache, dram, disk, ...).
     prompt_token_shares: dict[str, float] = Field(default_factory=dict)
+    predicted: StepPrediction | None = None  # the simulator at this step's load (bench/sweep/predict.py)
 
 
 class KneeBound(_Model):
-    """What bounds the layout at its knee, from what the steps around it measured
-    (bench/sweep/bound.py): each resource's utilisation at the step that failed (or the top step,
-    when none did) and at the highest step that passed below it."""
+    """What bounds the layout at its knee (bench/sweep/predict.py): each resource's share of the time
+    in the simulator's own accounting, the step's workload replayed at the load of the step that
+    failed (or the top step, when none did) and at the highest step that passed below it."""
 
     at_load: float  # the step the bound is read at
     passing_load: float | None = None  # the highest passing step below it (None: none below)
     bound: ResourceUse | None = None  # the resource nearest saturation at ``at_load``
     resources: list[ResourceUse] = Field(default_factory=list)  # at ``at_load``
     passing: list[ResourceUse] = Field(default_factory=list)  # at ``passing_load``
-    figures: str = ""  # where each resource's capacity comes from
+    figures: str = ""  # where the simulator's costs come from
     note: str = ""
 
 
 class CapacityPrediction(_Model):
-    """The plan's predicted capacity (planning/predict/bound.py) for the workload as the sweep sent it,
-    beside the measured one."""
+    """The step-level simulator's capacity for the workload as the sweep sent it (bench/sweep/
+    predict.py), bisected under the sweep's SLO, beside the measured one. ``status``: slo (bracketed),
+    above_range (the heaviest load searched meets it), slo_below_unloaded (the lightest does not),
+    no_costs (nothing to predict with: ``note`` says why); saturation: an M/M/1 model's, in reports
+    written before the simulator."""
 
     status: PredictedStatus
     load: float | None = None  # in the sweep's unit (requests in flight, requests/s, x trace rate)
@@ -89,6 +103,8 @@ class CapacityPrediction(_Model):
     ratio: float | None = None  # predicted / measured
     at_least: bool = False  # the measured capacity is above the ladder: it is at least measured_load
     note: str = ""
+    source: str = ""  # what the simulator's costs and scheduler come from
+    workload: str = ""  # what it replayed
 
 
 class SweepCalibration(_Model):
@@ -100,6 +116,10 @@ class SweepCalibration(_Model):
     offload: bool | None = None  # whether the layout has an offload tier (None: its tiers are unknown)
     seconds: float = 0.0  # how long it took
     note: str = ""
+    # The served engine's pool as its counters gave it (the simulator's, without a plan).
+    pool_tokens: int | None = None
+    block_tokens: int | None = None
+    engine: str | None = None  # vllm, sglang: whose scheduler defaults the simulator takes
 
 
 class LayoutSweep(_Model):

@@ -3,8 +3,7 @@
 predicted capacity per layout (PlanCapacity, LayoutCapacity, ResourceUse). Pure data.
 
 planning/predict/plan_capacity.py fills them from the step-level simulator (planning/predict/
-simulator); planning/predict/bound.py's M/M/1 model, which bench/sweep/bound.py still explains a
-sweep's knee with, fills the same LayoutCapacity.
+simulator), and bench --sweep's prediction (bench/sweep/predict.py) reads its bound the same way.
 """
 
 from __future__ import annotations
@@ -25,7 +24,8 @@ RESOURCE_LABELS: dict[str, str] = {
 }
 
 # slo: the SLO bounds it (the simulator: the bracket's upper end fails it); saturation: the bound
-# resource saturates first (M/M/1 only); slo_below_unloaded: the lightest load searched fails it;
+# resource saturates first (an M/M/1 model's, kept to read plans written before the simulator);
+# slo_below_unloaded: the lightest load searched fails it;
 # above_range: the heaviest load searched meets it (the simulator); no_costs: nothing to predict with.
 CapacityStatus = Literal["slo", "saturation", "slo_below_unloaded", "above_range", "no_costs"]
 
@@ -76,7 +76,7 @@ class LayoutCapacity(BaseModel):
     layout: str  # "engine", "engine+cpu", ... (the levels serving), or the layout's name
     status: CapacityStatus
     rate_per_s: float | None = None  # the capacity (requests/s); None: no costs to predict with
-    saturation_rate_per_s: float | None = None  # where the bound resource reaches 100% (M/M/1 only)
+    saturation_rate_per_s: float | None = None  # an M/M/1 model's (plans written before the simulator)
     failing_rate_per_s: float | None = None  # the simulator: the bracket's upper end, which fails
     in_flight: float | None = None  # requests in flight at the capacity (Little's law)
     unloaded_ttft_s: float | None = None
@@ -112,6 +112,8 @@ class LayoutCosts:
     fetch: tuple[FetchCost, ...] = ()
     prefill_source: str = ""
     levels: tuple[str, ...] = ("engine",)  # what serves its prompts: the pool, then its tiers' kinds
+    # a decoding sequence's part of a step, measured (a calibration's decode); None: ``linear_s``
+    decode_seq_s: float | None = None
 
 
 class CapacityAsk(BaseModel):

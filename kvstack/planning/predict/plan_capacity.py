@@ -73,6 +73,7 @@ from kvstack.planning.predict.sim_layouts import chunk_tokens, sim_layouts
 from kvstack.planning.predict.simulator import (
     CapacitySearch,
     Layout,
+    RequestResult,
     SimRequest,
     SimResult,
     Slo,
@@ -245,9 +246,48 @@ def synthetic_workload(plan: Plan, ask: CapacityAsk, layouts: Sequence[Layout]) 
     return SimWorkload([*warm, *measured], why, warmup=len(warm))
 
 
+def own_seconds(requests: Sequence[RequestResult], steps: int, layout: Layout) -> dict[str, float]:
+    """What ``requests`` cost each resource by their own figures (SimResult ``busy_by``'s keys), in
+    ``steps`` steps: their recompute (with attention), their decoded tokens, the steps' fixed cost and
+    the offload path's per request, each tier's loads and stores. Exact for requests that ran alone
+    (the warm-ups)."""
+    c = layout.costs
+    served = [r for r in requests if not r.rejected]
+    out = {
+        "prefill": sum(
+            c.prefill_s(r.prompt_tokens - r.recomputed_tokens, r.recomputed_tokens)
+            + c.prefill_s(0, r.preempted_recompute_tokens)
+            for r in served
+        ),
+        "decode": sum(
+            c.decode_s_per_seq * (r.output_tokens - 1)
+            + c.decode_s_per_kv_token
+            * ((r.output_tokens - 1) * r.prompt_tokens + (r.output_tokens - 1) * r.output_tokens // 2)
+            for r in served
+        ),
+        "step": steps * c.fixed_s
+        + (layout.request_s * sum(1 + r.preemptions for r in served if not r.gated) if layout.tiers else 0.0),
+    }
+    for k, tier in enumerate(layout.tiers):
+        out[tier.kind] = sum(tier.load_s(r.tier_hit_tokens[k]) for r in served if r.tier_hit_tokens[k])
+        out[tier.kind] += tier.store_s(
+            stored_tokens(served, layout.chunk_tokens) if tier.capacity_chunks else 0
+        )
+    return out
+
+
+def stored_tokens(requests: Sequence[RequestResult], chunk: int) -> int:
+    """The whole chunks each request computed, stored to a tier."""
+    return sum(
+        (r.prompt_tokens // chunk - (r.prompt_tokens - r.recomputed_tokens) // chunk) * chunk
+        for r in requests
+    )
+
+
 def measured_result(result: SimResult, workload: SimWorkload, layout: Layout) -> SimResult:
     """``result`` less the warm-ups: the measured requests from the first's arrival, the warm-ups'
-    steps and busy time (each ran alone: its whole residence) taken out."""
+    steps and busy time (each ran alone: its whole residence, each resource its own figures) taken
+    out."""
     w = workload.warmup
     if not w:
         return result
@@ -255,6 +295,7 @@ def measured_result(result: SimResult, workload: SimWorkload, layout: Layout) ->
     budget = layout.limits.max_num_batched_tokens
     warm_busy = sum(r.finish_s - r.arrival_s for r in warm if r.finish_s is not None)
     warm_steps = sum(-(-max(1, r.recomputed_tokens) // budget) for r in warm)
+    warm_by = own_seconds(warm, warm_steps, layout)
     return SimResult(
         layout=result.layout,
         tier_kinds=result.tier_kinds,
@@ -263,6 +304,7 @@ def measured_result(result: SimResult, workload: SimWorkload, layout: Layout) ->
         busy_s=max(0.0, result.busy_s - warm_busy),
         start_s=min((r.arrival_s for r in rest), default=result.start_s),
         end_s=result.end_s,
+        busy_by={k: max(0.0, v - warm_by.get(k, 0.0)) for k, v in result.busy_by.items()},
     )
 
 
@@ -295,29 +337,27 @@ def _use(
 
 
 def resources_at(result: SimResult, layout: Layout) -> list[ResourceUse]:
-    """Each resource's share of the run's time (see the module's docstring): the engine's parts
-    (prefill, decode, step), the pool, then each tier."""
-    c, dur = layout.costs, result.duration_s
+    """Each resource's share of the run's time (see the module's docstring), from the engine's own
+    accounting (SimResult ``busy_by``): the engine's parts (prefill, decode, step), the pool, then
+    each tier."""
+    dur = result.duration_s
     served = [r for r in result.requests if not r.rejected]
-    busy = result.busy_fraction
+    busy, by = result.busy_fraction, result.busy_by
     prefill_tokens = sum(r.recomputed_tokens + r.preempted_recompute_tokens for r in served)
-    prefill_s = sum(
-        c.prefill_s(r.prompt_tokens - r.recomputed_tokens, r.recomputed_tokens)
-        + c.prefill_s(0, r.preempted_recompute_tokens)
-        for r in served
-    )
     decoded = sum(r.output_tokens - 1 for r in served)
-    kv_read = sum(
-        (r.output_tokens - 1) * r.prompt_tokens + (r.output_tokens - 1) * r.output_tokens // 2 for r in served
-    )
-    decode_s = c.decode_s_per_seq * decoded + c.decode_s_per_kv_token * kv_read
-    admissions = len(served) + sum(r.preemptions for r in served)
-    step_s = result.steps * c.fixed_s + (layout.request_s * admissions if layout.tiers else 0.0)
-    engine_tokens = prefill_tokens + decoded
+    steps = f"{result.steps:,} forward steps"
     out = [
-        _use("prefill", prefill_s, dur, prefill_tokens, "tokens/s", busy, c.source),
-        _use("decode", decode_s, dur, decoded, "tokens/s", busy, "each decoding sequence's step cost"),
-        _use("step", step_s, dur, engine_tokens, "tokens/s", busy, f"{result.steps:,} forward steps"),
+        _use("prefill", by.get("prefill", 0.0), dur, prefill_tokens, "tokens/s", busy, layout.costs.source),
+        _use(
+            "decode",
+            by.get("decode", 0.0),
+            dur,
+            decoded,
+            "tokens/s",
+            busy,
+            "each decoding sequence's step cost",
+        ),
+        _use("step", by.get("step", 0.0), dur, prefill_tokens + decoded, "tokens/s", busy, steps),
     ]
     pool_tokens = layout.limits.pool_blocks * layout.limits.block_tokens
     held = sum(  # each request's own KV (what it computed; a hit's blocks are its computer's)
@@ -338,18 +378,10 @@ def resources_at(result: SimResult, layout: Layout) -> list[ResourceUse]:
             source=f"{preempted} preemption(s)" if preempted else "mean KV held while decoding",
         )
     )
-    chunk = layout.chunk_tokens
     for k, tier in enumerate(layout.tiers):
-        hits = [r.tier_hit_tokens[k] for r in served]
-        stored = 0
-        if tier.capacity_chunks:  # the whole chunks each request computed, stored to it
-            stored = sum(
-                (r.prompt_tokens // chunk - (r.prompt_tokens - r.recomputed_tokens) // chunk) * chunk
-                for r in served
-            )
-        seconds = sum(tier.load_s(h) for h in hits if h) + tier.store_s(stored)
-        moved = (sum(hits) + stored) * tier.bytes_per_token
-        use = _use(tier.kind, seconds, dur, moved, "B/s", None, "loads and stores")
+        stored = stored_tokens(served, layout.chunk_tokens) if tier.capacity_chunks else 0
+        moved = (sum(r.tier_hit_tokens[k] for r in served) + stored) * tier.bytes_per_token
+        use = _use(tier.kind, by.get(tier.kind, 0.0), dur, moved, "B/s", None, "loads and stores")
         use.capacity = tier.load_bw_bytes_per_s
         out.append(use)
     return out

@@ -1,5 +1,6 @@
-"""``plan --slo-ttft --calibration``: each layout's costs for planning/predict/bound.py's queueing model from
-costs measured on the served engine (planning/predict/served_ttft.py), on every platform. Pure.
+"""``plan --slo-ttft --calibration`` and ``bench --sweep``'s prediction: each layout's costs for the
+step-level simulator (planning/predict/sim_layouts.py) from costs measured on the served engine
+(planning/predict/served_ttft.py), on every platform. Pure.
 
 The mapping, per layout by depth (the engine's pool alone, then one offload tier more each):
 
@@ -12,8 +13,10 @@ The mapping, per layout by depth (the engine's pool alone, then one offload tier
 - each offload tier's fetch: its measured seconds per token as a bandwidth (KV bytes per token over
   it; a tier with no figure of its own is taken at DRAM's, as the trace's verdict takes it), else the
   plan's path for the tier; a tier measured at no cost per token serves its share free;
-- ``step_s`` (a decoded token, the KV's residence): the plan's forward step where it has one, else
-  the whole-prompt hit (one forward step with HTTP and scheduling: an upper bound);
+- ``step_s`` (a decoded token, the KV's residence) and ``decode_seq_s``: the calibration's decode
+  step (its fixed part, its part a sequence) where it measured decode; else the plan's forward step
+  where it has one, else the whole-prompt hit (one forward step with HTTP and scheduling: an upper
+  bound), a decoding sequence then at ``linear_s``;
 - the pool: the plan's.
 """
 
@@ -60,11 +63,14 @@ def served_costs(
     cost_s = plan.trace.offload_cost_s if plan.trace is not None else OFFLOAD_REQUEST_COST_S
     offload = served.offload_costs(cost_s, {})
     hit = served.plain.hit_s
-    step_s, step_how = (
-        (m.step_s, "the plan's forward step")
-        if m is not None and m.step_s is not None
-        else (hit, f"a whole-prompt hit's {fmt_ms(hit)} (no decode step measured)")
-    )
+    fixed, per_seq = served.decode_fixed_s, served.decode_per_seq_s
+    if fixed is not None and per_seq is not None:
+        step_s, step_how = fixed, f"measured: {fmt_ms(fixed)} + {per_seq * 1000:.3g} ms a sequence"
+    elif m is not None and m.step_s is not None:
+        step_s, step_how, per_seq = m.step_s, "the plan's forward step", None
+    else:
+        step_s, step_how = hit, f"a whole-prompt hit's {fmt_ms(hit)} (no decode step measured)"
+        per_seq = None
     source = served.source or "a served calibration"
     fetch = _fetch(plan, offload, bytes_per_token, source)
     chunks = prompt_tokens // plan.cache.chunk_size if plan.cache.chunk_size > 0 else 0
@@ -84,6 +90,7 @@ def served_costs(
                 fetch=tuple(f for f in fetch if f.kind in kinds[:k]),
                 prefill_source=f"measured: {c.linear_s * 1e6:.3g} us a token recomputed, {source}",
                 levels=("engine", *kinds[:k]),
+                decode_seq_s=per_seq,
             )
         )
     offload_how = (

@@ -6,8 +6,8 @@ The mapping:
 
 - a step's ``fixed_s`` is the forward step (``LayoutCosts.step_s``: every weight read once);
 - a prefill token costs ``linear_s``, its attention ``quadratic_s`` (per token^2);
-- a decoding sequence costs ``linear_s`` a step (a decoded token's linear compute, as
-  planning/predict/bound.py charged it) and, on CUDA, ``bytes_per_token / the pool's read
+- a decoding sequence costs ``decode_seq_s`` a step where a calibration measured decode, else
+  ``linear_s`` (a decoded token's linear compute) and, on CUDA, ``bytes_per_token / the pool's read
   bandwidth`` for each token of KV it attends to (HBM x TP, planning/cuda_plan.py: a memory-bound
   decode reads its KV; a roofline estimate, not measured); none on the CPU platform;
 - ``Layout.request_s``, the offload path's own cost for each request it admits (its lookup,
@@ -96,7 +96,7 @@ def step_costs(plan: Plan, costs: LayoutCosts) -> StepCosts:
         fixed_s=costs.step_s,
         prefill_s_per_token=costs.linear_s,
         prefill_attn_s_per_token2=costs.quadratic_s,
-        decode_s_per_seq=costs.linear_s,
+        decode_s_per_seq=costs.linear_s if costs.decode_seq_s is None else costs.decode_seq_s,
         decode_s_per_kv_token=kv_s,
         source=source,
     )

@@ -1,12 +1,11 @@
-"""What bounds a layout, in words: the sweep's bound and prediction lines, and plan --slo-ttft's
-capacity lines."""
+"""What bounds a layout, in words, and the sweep's simulated bound, prediction and source lines."""
 
 from __future__ import annotations
 
 from kvstack.bench.sweep.schema import Capacity, CapacityPrediction, KneeBound, LayoutSweep
-from kvstack.planning.predict.bound import CapacityAsk, LayoutCapacity, PlanCapacity, ResourceUse
-from kvstack.rendering.bench_sweep import bound_line, predicted_line
-from kvstack.rendering.bound import bound_text, capacity_lines
+from kvstack.planning.predict.capacity_schema import ResourceUse
+from kvstack.rendering.bench_sweep import bound_line, predicted_line, source_line
+from kvstack.rendering.bound import bound_text
 
 DISK = ResourceUse(
     resource="disk", label="disk read", utilisation=0.92, demand=1.748e9, capacity=1.9e9, unit="B/s"
@@ -36,10 +35,7 @@ def _lay(**update: object) -> LayoutSweep:
 
 def test_bound_text_in_each_unit() -> None:
     assert bound_text(DISK) == "disk read 92% of 1.9 GB/s"
-    assert (
-        bound_text(PREFILL)
-        == "prefill compute 60% of 12,400 tokens/s (the engine 95% busy with prefill and decode)"
-    )
+    assert bound_text(PREFILL) == "prefill compute 60% of 12,400 tokens/s (the engine 95% busy)"
     assert bound_text(POOL) == "KV pool 50% of 1,200,000 tokens"
 
 
@@ -47,7 +43,7 @@ def test_the_sweeps_bound_line_names_the_knee_and_the_step_below() -> None:
     passing = DISK.model_copy(update={"utilisation": 0.61})
     lay = _lay(bound=KneeBound(at_load=4, passing_load=2, bound=DISK, resources=[DISK], passing=[passing]))
     assert bound_line("lmcache", "trace_rate", lay) == (
-        "lmcache: bound at the knee: disk read 92% of 1.9 GB/s at 4x (61% at 2x, which passed)"
+        "lmcache: bound at the knee (simulated): disk read 92% of 1.9 GB/s at 4x (61% at 2x, which passed)"
     )
     assert bound_line("lmcache", "trace_rate", _lay()) is None
 
@@ -55,46 +51,23 @@ def test_the_sweeps_bound_line_names_the_knee_and_the_step_below() -> None:
 def test_the_prediction_line_and_its_ratio() -> None:
     pred = CapacityPrediction(status="slo", load=2.5, rate_per_s=2.5, bound=DISK, measured_load=2, ratio=1.25)
     assert predicted_line("lmcache", "rate", _lay(predicted=pred)) == (
-        "lmcache: predicted capacity 2.5/s, bound: disk read 92% of 1.9 GB/s; "
+        "lmcache: predicted capacity (simulated) 2.5/s, bound: disk read 92% of 1.9 GB/s; "
         "measured 2/s, predicted / measured 1.25"
     )
     above = pred.model_copy(update={"at_least": True})
     assert predicted_line("lmcache", "rate", _lay(predicted=above)).endswith(
         "measured at least 2/s (no step failed)"
     )  # type: ignore[union-attr]
-    none = CapacityPrediction(status="no_costs", note="the plan has no prefill figure to predict TTFT with")
-    assert predicted_line("x", "rate", _lay(predicted=none)) == (
-        "x: predicted capacity: none (the plan has no prefill figure to predict TTFT with)"
+    none = CapacityPrediction(status="no_costs", note="no plan and no calibration")
+    assert (
+        predicted_line("x", "rate", _lay(predicted=none))
+        == "x: predicted capacity (simulated): none (no plan and no calibration)"
     )
-
-
-def test_plan_capacity_lines() -> None:
-    lay = LayoutCapacity(
-        layout="engine+cpu+disk",
-        status="slo",
-        rate_per_s=0.311,
-        in_flight=1.0,
-        unloaded_ttft_s=0.893,
-        ttft_at_capacity_s=2.0,
-        bound=DISK,
+    assert source_line("x", _lay(predicted=none)) is None
+    wide = pred.model_copy(
+        update={"status": "above_range", "load": 8.0, "source": "costs", "workload": "rows"}
     )
-    idle = LayoutCapacity(layout="engine", status="slo_below_unloaded", rate_per_s=0.0, unloaded_ttft_s=5.4)
-    cap = PlanCapacity(
-        ask=CapacityAsk(slo_ttft_s=2.0),
-        prompt_tokens=32768,
-        shares_from="the warm set",
-        costs_from="the plan's TTFT model (x)",
-        layouts=[idle, lay],
+    assert predicted_line("lmcache", "concurrency", _lay(predicted=wide)).startswith(  # type: ignore[union-attr]
+        "lmcache: predicted capacity (simulated) at least c=8, bound"
     )
-    head, costs, first, second = capacity_lines(cap)
-    assert head.startswith("predicted capacity under TTFT p90 <= 2000 ms: requests of 32,768 prompt and 128")
-    assert costs.startswith("  costs: the plan's TTFT model (x); capacity in requests/s (as bench --sweep")
-    assert first == "  engine pool alone: no capacity: an idle engine's TTFT is 5,400 ms, above the SLO"
-    assert second == (
-        "  + cpu + disk: 0.311 requests/s (~1.0 in flight), where it reaches the SLO at TTFT p90; "
-        "bound: disk read 92% of 1.9 GB/s; TTFT idle 893 ms, at capacity 2,000 ms"
-    )
-    empty = PlanCapacity(
-        ask=CapacityAsk(slo_ttft_s=2.0), prompt_tokens=1, shares_from="x", note="no prefill figure"
-    )
-    assert capacity_lines(empty)[1] == "  no prediction: no prefill figure"
+    assert source_line("lmcache", _lay(predicted=wide)) == "lmcache: simulated: rows; costs"

@@ -1,8 +1,8 @@
 """What the simulator takes: a step's costs, the scheduler's limits, the offload tiers and the
 requests. Pure, typed, validated where made.
 
-The costs are those of planning/predict/bound.py's model, in seconds, but spent per forward step
-rather than per request:
+The costs are those of the plan's TTFT model (planning/predict/capacity_schema.py ``LayoutCosts``)
+or a calibration's, in seconds, spent per forward step rather than per request:
 
 - a step costs ``fixed_s`` (reading every weight once), whatever it runs;
 - a prefill chunk of ``c`` new tokens after ``p`` tokens already in the KV (cached, loaded or
@@ -10,7 +10,7 @@ rather than per request:
   ((p + c)^2 - p^2)``: the attention term is the integral of the per-position cost ``2 x attn x
   position``, so a prompt of ``N`` tokens computed whole or in chunks costs ``attn x N^2``
   (planning/predict/breakeven.py's ``attn_flops_coeff x N^2 / flops``), and ``N - H`` tokens after
-  ``H`` cached ones ``attn x (N^2 - H^2)`` (planning/predict/bound.py's ``quadratic_s``);
+  ``H`` cached ones ``attn x (N^2 - H^2)`` (``LayoutCosts.quadratic_s``);
 - each decoding sequence costs ``decode_s_per_seq`` a step, plus ``decode_s_per_kv_token`` for
   each token of KV it attends to (the KV read of a memory-bound decode);
 - a tier's load of ``T`` tokens costs ``load_latency_s + T x bytes_per_token / load_bw``, a store

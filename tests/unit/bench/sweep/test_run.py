@@ -151,9 +151,11 @@ def test_a_dead_engine_keeps_the_steps_measured(tmp_path: Path) -> None:
     assert lay.capacity == Capacity(status="above_ladder", load=2, highest_passing=2)
 
 
-def test_each_layouts_bound_at_its_knee_and_its_plans_prediction(tmp_path: Path, capsys: Any) -> None:
-    """'none' runs a plan kvstack made (an H100's: the plan's TTFT model judges it and predicts its
-    capacity); 'lmcache' has none, so its prefill rate is its lowest step's own. Both bracket at c=2."""
+def test_each_layouts_simulated_prediction_beside_what_it_measured(tmp_path: Path, capsys: Any) -> None:
+    """'none' runs a plan kvstack made (an H100's: the simulator takes the plan's TTFT model);
+    'lmcache' has none, so the sweep calibrates it first and the simulator takes those costs. Both
+    bracket at c=2 (the stand-in's TTFT grows with what is in flight); each step gets the simulator's
+    TTFT at its load, each layout its capacity and its bound at the knee."""
     from kvstack.rendering.bench_sweep import print_sweep
     from tests.unit.planning.helpers import plan_for
 
@@ -172,20 +174,22 @@ def test_each_layouts_bound_at_its_knee_and_its_plans_prediction(tmp_path: Path,
     for lay in (none, lmcache):
         assert lay.capacity.status == "bracketed" and lay.bound is not None
         assert lay.bound.at_load == 4 and lay.bound.passing_load == 2 and lay.bound.bound is not None
-    assert "the plan's TTFT model" in none.bound.figures  # type: ignore[union-attr]
-    assert {u.resource for u in none.bound.resources} >= {"prefill", "decode", "pool"}  # type: ignore[union-attr]
-    pred = none.predicted
-    assert pred is not None and pred.load is not None and pred.measured_load == 2
-    assert pred.ratio == pytest.approx(pred.load / 2)
-    # No plan: the prefill rate is measured, the only resource judged.
-    assert lmcache.predicted is None and "measured" in lmcache.bound.figures  # type: ignore[union-attr]
-    assert lmcache.bound.bound.resource == "prefill"  # type: ignore[union-attr]
-    # The plan's figures are the costs of 'none'; 'lmcache', without them, was calibrated before its
-    # steps (the stand-in's decode: a token every 1 ms), for a predictor to read back.
+        assert {u.resource for u in lay.bound.resources} >= {"prefill", "decode", "step", "pool"}
+        pred = lay.predicted
+        assert pred is not None and pred.load is not None and 0 < pred.load < float("inf")
+        assert pred.measured_load == 2 and pred.ratio == pytest.approx(pred.load / 2)
+        assert "closed loop" in pred.workload
+        for step in lay.steps:
+            assert step.predicted is not None and (step.predicted.ttft_p50_s or 0) > 0
+    assert none.predicted is not None and "the plan's TTFT model" in none.predicted.source
+    assert none.bound is not None and "the plan's TTFT model" in none.bound.figures
+    # No plan: the sweep's own calibration of the layout, and the pool its counters gave.
+    assert lmcache.predicted is not None and "costs measured on the served engine" in lmcache.predicted.source
     from kvstack.bench.sweep.calibration import sweep_calibration
 
     assert none.calibration is None and sweep_calibration(result, "none") is None
     assert lmcache.calibration is not None and lmcache.calibration.costs is not None
+    assert lmcache.calibration.pool_tokens and lmcache.calibration.block_tokens
     served = sweep_calibration(result, "lmcache")
     assert served is not None and served.plain_layout == "lmcache" and served.offload is None
     assert (
@@ -193,8 +197,9 @@ def test_each_layouts_bound_at_its_knee_and_its_plans_prediction(tmp_path: Path,
         and served.decode_fixed_s is not None
         and served.decode_fixed_s >= 0.001
     )
-    assert load_sweep(tmp_path) == result  # kept in results.json (schema /2), its calibration too
+    assert load_sweep(tmp_path) == result  # kept in results.json (schema /2), its prediction too
     print_sweep(result, [], json_mode=False)
     out = capsys.readouterr().out
-    assert "lmcache: bound at the knee: prefill compute" in out and "at c=4 (" in out
-    assert "none: predicted capacity c=" in out and "predicted / measured" in out
+    assert "sim p50" in out and "lmcache: bound at the knee (simulated): " in out and "at c=4 (" in out
+    assert "none: predicted capacity (simulated) " in out and "predicted / measured" in out
+    assert "lmcache: simulated: the lowest step's 8 requests" in out

@@ -3,10 +3,11 @@ engine (the demo's recorded calibration), on the CPU platform the FLOP model has
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
-from kvstack.planning.predict.bound import RequestShape, unloaded_ttft
-from kvstack.planning.predict.capacity_schema import CapacityAsk
+from kvstack.planning.predict.capacity_schema import CapacityAsk, LayoutCosts
 from kvstack.planning.predict.plan_capacity import plan_capacity
 from kvstack.planning.predict.served_capacity import served_costs
 from kvstack.planning.predict.served_ttft import ServedCalibration, ServedCosts
@@ -63,16 +64,36 @@ def test_the_layouts_take_the_measured_costs(cpu_plan: Plan) -> None:
     assert "lmcache-mp for the offload layouts" in why and "whole-prompt hit's 41 ms" in why
 
 
+def idle_ttft(c: LayoutCosts, prompt: int, held: int, fetched: dict[str, int]) -> float:
+    """A lone request's TTFT on ``c``: its fixed cost, the recompute of what no cache holds, each
+    tier's fetch of what it serves."""
+    recompute = c.linear_s * (prompt - held) + c.quadratic_s * (prompt**2 - held**2)
+    paths = {f.kind: f for f in c.fetch}
+    fetch = sum(
+        n * c.bytes_per_token / paths[k].bw_bytes_per_s + paths[k].latency_s for k, n in fetched.items()
+    )
+    return c.fixed_s + recompute + fetch
+
+
 def test_an_idle_request_costs_what_the_trace_verdict_predicts(cpu_plan: Plan) -> None:
-    """bound.py's unloaded TTFT on the mapped costs is ServedCosts.ttft's for the same request."""
+    """The mapped costs give a lone request ServedCosts.ttft's TTFT for the same request."""
     cal = _calibration()
     layouts, _ = served_costs(cpu_plan, cal, prompt_tokens=4000) or ([], "")
-    shape = RequestShape(4000, 16, {"engine": 0.25, "cpu": 0.5})
-    assert unloaded_ttft(layouts[0], RequestShape(4000, 16, {"engine": 0.25})) == pytest.approx(
-        cal.plain.ttft(4000, 1000, {})
-    )
+    assert idle_ttft(layouts[0], 4000, 1000, {}) == pytest.approx(cal.plain.ttft(4000, 1000, {}))
     offload = cal.offload_costs(0, {})
-    assert unloaded_ttft(layouts[1], shape) == pytest.approx(offload.ttft(4000, 1000, {"dram": 2000}))
+    assert idle_ttft(layouts[1], 4000, 3000, {"cpu": 2000}) == pytest.approx(
+        offload.ttft(4000, 1000, {"dram": 2000})
+    )
+
+
+def test_a_measured_decode_is_the_simulators_step_and_sequence_cost(cpu_plan: Plan) -> None:
+    cal = _calibration()
+    measured = replace(cal, plain=replace(cal.plain, decode_fixed_s=0.03, decode_per_seq_s=0.002))
+    layouts, why = served_costs(cpu_plan, measured, prompt_tokens=4000) or ([], "")
+    assert all(c.step_s == 0.03 and c.decode_seq_s == 0.002 for c in layouts)
+    assert "decode step measured: 30 ms + 2 ms a sequence" in why
+    (plain, *_), _ = served_costs(cpu_plan, cal, prompt_tokens=4000) or ([], "")
+    assert plain.decode_seq_s is None  # not measured: the simulator takes linear_s
 
 
 def test_the_plan_predicts_each_layouts_capacity_from_the_calibration() -> None:
