@@ -120,7 +120,9 @@ def _served_alone(name: str, served: ServedCalibration, cal: SweepCalibration | 
         f"{fmt_tokens(cal.pool_tokens)} tokens in {cal.block_tokens}-token blocks (its counters); "
         f"{tokens:,} tokens a step, {seqs:,} sequences: {scheduler.source}, {platform} (by its block)"
     )
-    return SweepModel(Layout(name=name, costs=costs, limits=limits), source)
+    outside = max(0.0, plain.fixed_s - costs.fixed_s)  # HTTP, tokenization: beyond the forward step
+    source += f"; {fmt_ms(outside)} a request outside the engine's steps (its fixed cost less the step)"
+    return SweepModel(Layout(name=name, costs=costs, limits=limits, outside_s=outside), source)
 
 
 def layout_model(

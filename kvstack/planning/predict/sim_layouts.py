@@ -10,10 +10,11 @@ The mapping:
   ``linear_s`` (a decoded token's linear compute) and, on CUDA, ``bytes_per_token / the pool's read
   bandwidth`` for each token of KV it attends to (HBM x TP, planning/cuda_plan.py: a memory-bound
   decode reads its KV; a roofline estimate, not measured); none on the CPU platform;
-- ``Layout.request_s``, the offload path's own cost for each request it admits (its lookup,
-  transfer setup), is ``fixed_s - step_s`` (the simulator charges it only where the layout has
-  tiers: a plain layout's per-request cost beyond the step, measured by a calibration, is left
-  out);
+- ``Layout.outside_s``, what a request spends outside the engine's steps (HTTP, tokenization,
+  scheduling: a calibration's whole-prompt hit and miss intercept beyond the forward step), is the
+  pool-alone layout's ``fixed_s - step_s`` (0 with the plan's TTFT model, whose fixed cost is the
+  step), in every layout's TTFT; ``Layout.request_s``, the offload path's own cost for each request
+  it admits (its lookup, transfer setup), the rest of an offload layout's ``fixed_s - step_s``;
 - the scheduler: the engine's API-server defaults for the device (connectors/engines.py
   ``SchedulerDefaults``: vLLM's by GPU memory and world size), its KV block per platform, the pool's
   tokens in those blocks, chunked prefill on, prefix caching as the plan has it;
@@ -137,6 +138,7 @@ def sim_layouts(
     limits, why = scheduler_limits(plan, device_bytes)
     chunk = chunk_tokens(plan, limits.block_tokens)
     readmit = spec_of(plan.transfer.connector).readmits_lower_hits
+    outside = max(0.0, layouts[0].fixed_s - layouts[0].step_s) if layouts else 0.0
     out = [
         Layout(
             name=c.name,
@@ -144,7 +146,8 @@ def sim_layouts(
             limits=limits,
             tiers=tier_specs(plan, c, chunk),
             readmit=readmit,
-            request_s=max(0.0, c.fixed_s - c.step_s),
+            request_s=max(0.0, c.fixed_s - c.step_s - outside),
+            outside_s=outside,
         )
         for c in layouts
     ]

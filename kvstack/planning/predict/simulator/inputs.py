@@ -110,7 +110,9 @@ class Layout(_Frozen):
     ``gate_prompt_tokens`` skips the offload path (no lookup, no load, no ``request_s``; its chunks
     still stored: kvstack's gated connector); a request the tiers would serve fewer than
     ``gate_load_tokens`` recomputes them, its lookup paid (in-process LMCache's
-    ``min_retrieve_tokens``). 0: no gate.
+    ``min_retrieve_tokens``). 0: no gate. ``outside_s``: what each request spends outside the
+    engine's steps before the scheduler sees it (HTTP, tokenization: a calibration's fixed cost a
+    request less the forward step), in its TTFT and, in a closed loop, before its client's next.
     """
 
     name: str = "engine"
@@ -121,6 +123,7 @@ class Layout(_Frozen):
     request_s: float = Field(default=0.0, ge=0)
     gate_prompt_tokens: int = Field(default=0, ge=0)
     gate_load_tokens: int = Field(default=0, ge=0)
+    outside_s: float = Field(default=0.0, ge=0)
 
     @model_validator(mode="after")
     def _chunks(self) -> Layout:

@@ -86,6 +86,17 @@ def test_an_idle_request_costs_what_the_trace_verdict_predicts(cpu_plan: Plan) -
     )
 
 
+def test_what_a_request_pays_beyond_the_step_is_outside_the_engine(cpu_plan: Plan) -> None:
+    """The pool-alone layout's fixed cost less the step is every layout's time outside the engine;
+    an offload layout's path charges only the rest."""
+    layouts, _ = served_costs(cpu_plan, _calibration(), prompt_tokens=4000) or ([], "")
+    sims, _ = sim_layouts(cpu_plan, layouts)
+    outside = layouts[0].fixed_s - layouts[0].step_s
+    assert outside > 0 and all(s.outside_s == pytest.approx(outside) for s in sims)
+    assert sims[0].request_s == 0
+    assert sims[1].request_s == pytest.approx(layouts[1].fixed_s - layouts[1].step_s - outside)
+
+
 def test_a_measured_decode_is_the_simulators_step_and_sequence_cost(cpu_plan: Plan) -> None:
     cal = _calibration()
     measured = replace(cal, plain=replace(cal.plain, decode_fixed_s=0.03, decode_per_seq_s=0.002))

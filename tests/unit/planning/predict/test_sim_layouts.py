@@ -47,7 +47,7 @@ def test_each_step_cost_is_the_plans(h100: Plan) -> None:
         # A decode reads its KV from HBM: bytes a token over the pool's read bandwidth (HBM x TP).
         assert lay.costs.decode_s_per_kv_token == pytest.approx(c.bytes_per_token / pool.read_bw_bytes_per_s)
         assert "roofline" in lay.costs.source
-        assert lay.request_s == pytest.approx(c.fixed_s - c.step_s)
+        assert lay.request_s == pytest.approx(c.fixed_s - c.step_s) and lay.outside_s == 0
     assert layouts[0].request_s == 0 and layouts[0].tiers == ()
 
 

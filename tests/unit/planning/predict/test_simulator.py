@@ -343,3 +343,13 @@ def test_a_tiers_loads_and_stores_are_charged_to_it_and_its_request_cost_to_the_
     assert res.busy_by["cpu"] == pytest.approx(stored + loaded)
     assert res.busy_by["step"] == pytest.approx(res.steps * FIXED + 3 * 0.003)
     assert sum(res.busy_by.values()) == pytest.approx(res.busy_s)  # nothing overlapped
+
+
+def test_time_outside_the_engine_is_in_each_ttft_and_before_a_clients_next_request() -> None:
+    one = FIXED + 32 * LIN
+    lay = layout().model_copy(update={"outside_s": 0.005})
+    reqs = [req(0.0, 32, 1), req(0.0, 32, 1, first_id=10)]
+    a, b = simulate(reqs, lay, clients=1).requests
+    assert a.arrival_s == 0.0 and a.ttft_s == pytest.approx(0.005 + one)
+    assert b.arrival_s == pytest.approx(0.005 + one) and b.ttft_s == pytest.approx(0.005 + one)
+    assert simulate(reqs[:1], lay).busy_s == pytest.approx(one)  # the engine is not busy with it
