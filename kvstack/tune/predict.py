@@ -3,18 +3,20 @@
 p90, mean, or goodput: the share of requests whose TTFT meets an SLO); tune/ranking.py orders the
 candidates by them, tune/prove.py predicts each replay with them. Pure.
 
-The trace's rows are served as tune's replay sends them (``Sent``; tune.py ``_replay_setup``): on
-their timestamps x ``--time-scale``, outputs cut to ``--max-output-tokens``, at most ``in_flight``
-at a time (the replay's concurrency, 1), each TTFT timed from when the request is sent, as the
-replay's client times it. A candidate is a simulator ``Layout``:
+The trace's rows are served as tune's replay sends them (``Sent``; tune.py ``_replay_setup``):
+outputs cut to ``--max-output-tokens``, in trace order, at most ``in_flight`` at a time (the
+replay's concurrency, 1): the simulator's closed loop of that many clients, each sending its next
+request when its last is done, each TTFT timed from when it is sent, as the replay's client times
+it. One in flight, that is what the replay sends whatever its ``--time-scale`` (its idle gaps change
+no request's TTFT); ``in_flight`` None: an open loop, every row on its timestamp x ``time_scale``. A
+candidate is a simulator ``Layout``:
 
-- the scheduler: the engine's defaults for the device (``Limits.batched_tokens``, ``max_seqs``; at
-  most ``in_flight`` sequences), its KV block and pool (at least the longest request's blocks),
-  chunked prefill and prefix caching on;
+- the scheduler: the engine's defaults for the device (``Limits.batched_tokens``, ``max_seqs``), its
+  KV block and pool (at least the longest request's blocks), chunked prefill and prefix caching on;
 - a step's fixed cost: the calibration's decode step (``decode_fixed_s``, the forward step), else
   the whole-prompt hit (``hit_s``: an upper bound); what a request pays beyond it on the plain path
-  (``hit_s + miss_s`` less the step: HTTP, scheduling, outside the engine's steps) is added to each
-  TTFT; a decoding sequence costs ``decode_per_seq_s`` (else ``linear_s``);
+  (``hit_s + miss_s`` less the step: HTTP, scheduling) is its time outside the engine's steps
+  (``Layout.outside_s``); a decoding sequence costs ``decode_per_seq_s`` (else ``linear_s``);
 - a prefill token ``linear_s``, its attention ``quadratic_s``, the candidate's connector's;
 - an offload candidate's tiers, DRAM then disk, its sizes in chunks (``Candidate.blocks``), each
   load at the connector's measured seconds per token (as a bandwidth: free with no figure), not
@@ -29,7 +31,6 @@ replay's client times it. A candidate is a simulator ``Layout``:
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -134,7 +135,7 @@ class SimTrace:
         # its longest one needs): a pool given smaller (a stand-in's) is taken at least that large.
         longest = max((r.prompt_tokens + r.output_tokens for r in self.requests), default=1)
         self.longest_blocks = -(-longest // limits.engine_block_tokens)
-        self._done: dict[tuple[Layout, float], Simulated] = {}
+        self._done: dict[Layout, Simulated] = {}
 
     @property
     def n(self) -> int:
@@ -144,14 +145,13 @@ class SimTrace:
         """A prompt's whole chunks, on average over the trace (the offload path's lookups)."""
         return float((self.lengths // max(1, chunk)).mean()) if self.n else 0.0
 
-    def layout(self, c: Candidate, costs: Costs) -> tuple[Layout, float]:
-        """(``c`` as the simulator's layout, what each request pays outside the engine's steps)."""
+    def layout(self, c: Candidate, costs: Costs) -> Layout:
+        """``c`` as the simulator's layout (see the module's docstring)."""
         lim, plain, own = self.limits, costs.plain, costs.of(c.connector)
         step = plain.fixed_s if plain.decode_fixed_s is None else min(plain.decode_fixed_s, plain.fixed_s)
-        seqs = lim.max_seqs if self.sent.in_flight is None else min(self.sent.in_flight, lim.max_seqs)
         scheduler = SchedulerLimits(
-            max_num_batched_tokens=max(lim.batched_tokens, seqs),
-            max_num_seqs=seqs,
+            max_num_batched_tokens=max(lim.batched_tokens, lim.max_seqs),
+            max_num_seqs=lim.max_seqs,
             block_tokens=lim.engine_block_tokens,
             pool_blocks=max(lim.engine_pool_tokens // lim.engine_block_tokens, self.longest_blocks),
         )
@@ -162,8 +162,9 @@ class SimTrace:
             decode_s_per_seq=plain.decode_per_seq_s if plain.decode_per_seq_s is not None else own.linear_s,
             source=own.source,
         )
+        outside_s = max(0.0, plain.fixed_s - step)
         if not c.offloads:
-            return Layout(name=c.label, costs=step_costs, limits=scheduler), max(0.0, plain.fixed_s - step)
+            return Layout(name=c.label, costs=step_costs, limits=scheduler, outside_s=outside_s)
         dram, disk = c.blocks(lim.bytes_per_token)
         tiers = [self._tier("cpu", dram, c.chunk_tokens, own)]
         if c.disk_bytes:
@@ -178,8 +179,9 @@ class SimTrace:
             request_s=max(0.0, own.fixed_s - plain.fixed_s) + own.chunk_s * self.mean_chunks(c.chunk_tokens),
             gate_prompt_tokens=gate.tokens if gate is not None and gate.kind == "prompt" else 0,
             gate_load_tokens=gate.tokens if gate is not None and gate.kind == "load" else 0,
+            outside_s=outside_s,
         )
-        return layout, max(0.0, plain.fixed_s - step)
+        return layout
 
     def _tier(self, kind: str, chunks: int, chunk: int, costs: ServedCosts) -> TierSpec:
         bpt = self.limits.bytes_per_token
@@ -195,31 +197,19 @@ class SimTrace:
 
     def simulate(self, c: Candidate, costs: Costs) -> Simulated:
         """``c`` served the trace as the replay sends it."""
-        layout, outside_s = self.layout(c, costs)
-        key = (layout, outside_s)
-        found = self._done.get(key)
+        layout = self.layout(c, costs)
+        found = self._done.get(layout)
         if found is None:
-            found = self._done[key] = _simulated(
-                simulate(self.requests, layout), self.sent.in_flight, outside_s
+            found = self._done[layout] = _simulated(
+                simulate(self.requests, layout, clients=self.sent.in_flight)
             )
         return found
 
 
-def _simulated(result: SimResult, in_flight: int | None, outside_s: float) -> Simulated:
-    """Per request: its TTFT from when the replay sent it (in trace order, on its timestamp, once
-    fewer than ``in_flight`` were unanswered), plus ``outside_s``; where its prompt came from."""
+def _simulated(result: SimResult) -> Simulated:
+    """Per request: its TTFT (NaN: rejected) and where its prompt came from."""
     rs = result.requests
-    ttft = np.full(len(rs), np.nan)
-    answered: list[float] = []  # a heap of the in-flight requests' finishes
-    last = 0.0
-    for i, r in enumerate(rs):
-        sent = max(r.arrival_s, last)
-        if in_flight is not None and len(answered) >= in_flight:
-            sent = max(sent, heapq.heappop(answered))
-        last = sent
-        heapq.heappush(answered, r.finish_s if r.finish_s is not None else sent)
-        if r.ttft_s is not None:
-            ttft[i] = max(0.0, r.arrival_s + r.ttft_s - sent) + outside_s
+    ttft = np.array([np.nan if r.ttft_s is None else r.ttft_s for r in rs], dtype=np.float64)
     kinds = result.tier_kinds
 
     def tier(kind: str) -> IntArray:

@@ -103,8 +103,8 @@ def test_measured_decode_makes_the_step_and_the_rest_of_a_hit_is_outside_it() ->
         COSTS.default,
     )
     trace = SimTrace(_traffic(1), block_tokens=BT, limits=LIMITS)
-    layout, outside_s = trace.layout(NONE, costs)
+    layout = trace.layout(NONE, costs)
     assert layout.costs.fixed_s == 0.002 and layout.costs.decode_s_per_seq == 1e-4
-    assert outside_s == pytest.approx(HIT - 0.002)
+    assert layout.outside_s == pytest.approx(HIT - 0.002)
     # The 4,096-token prompt: two steps of 2 ms (not two whole-prompt hits) and the rest outside.
     assert trace.simulate(NONE, costs).ttft[0] == pytest.approx(HIT + 0.002 + LINEAR * 4096)
