@@ -145,7 +145,7 @@ def layout_model(
         return "the plan has no prefill figure and the sweep did not calibrate the layout"
     layouts, costs_from = costed
     sims, limits_from = sim_layouts(plan, layouts)
-    return SweepModel(sims[-1].model_copy(update={"name": name}), f"{costs_from}; scheduler: {limits_from}")
+    return SweepModel(sims[-1].named(name), f"{costs_from}; scheduler: {limits_from}")
 
 
 # --- the workload ----------------------------------------------------------------------------------

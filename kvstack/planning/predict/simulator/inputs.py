@@ -138,6 +138,10 @@ class Layout(_Frozen):
     def chunk_tokens(self) -> int:
         return self.tiers[0].chunk_tokens if self.tiers else 0
 
+    def named(self, name: str) -> Layout:
+        """This layout under another name (a sweep's layout served as the plan's deepest)."""
+        return self.model_copy(update={"name": name})
+
 
 @dataclass(frozen=True, slots=True)
 class SimRequest:
