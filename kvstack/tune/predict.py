@@ -38,12 +38,11 @@ import numpy as np
 import numpy.typing as npt
 
 from kvstack.planning.predict.served_ttft import FloatArray, ServedCosts
-from kvstack.planning.predict.sim_layouts import FREE_BW_BYTES_PER_S
+from kvstack.planning.predict.sim_layouts import FREE_BW_BYTES_PER_S, served_step_costs
 from kvstack.planning.predict.simulator import (
     Layout,
     SchedulerLimits,
     SimResult,
-    StepCosts,
     TierSpec,
     from_trace,
     simulate,
@@ -148,21 +147,16 @@ class SimTrace:
     def layout(self, c: Candidate, costs: Costs) -> Layout:
         """``c`` as the simulator's layout (see the module's docstring)."""
         lim, plain, own = self.limits, costs.plain, costs.of(c.connector)
-        step = plain.fixed_s if plain.decode_fixed_s is None else min(plain.decode_fixed_s, plain.fixed_s)
-        scheduler = SchedulerLimits(
-            max_num_batched_tokens=max(lim.batched_tokens, lim.max_seqs),
-            max_num_seqs=lim.max_seqs,
+        step = plain.forward_step()
+        scheduler = SchedulerLimits.of_engine(
+            batched_tokens=lim.batched_tokens,
+            max_seqs=lim.max_seqs,
             block_tokens=lim.engine_block_tokens,
-            pool_blocks=max(lim.engine_pool_tokens // lim.engine_block_tokens, self.longest_blocks),
+            pool_tokens=lim.engine_pool_tokens,
+            min_pool_blocks=self.longest_blocks,
         )
-        step_costs = StepCosts(
-            fixed_s=step,
-            prefill_s_per_token=own.linear_s,
-            prefill_attn_s_per_token2=own.quadratic_s,
-            decode_s_per_seq=plain.decode_per_seq_s if plain.decode_per_seq_s is not None else own.linear_s,
-            source=own.source,
-        )
-        outside_s = max(0.0, plain.fixed_s - step)
+        step_costs = served_step_costs(step, own, own.source)
+        outside_s = step.outside_s
         if not c.offloads:
             return Layout(name=c.label, costs=step_costs, limits=scheduler, outside_s=outside_s)
         dram, disk = c.blocks(lim.bytes_per_token)

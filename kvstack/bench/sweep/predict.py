@@ -51,14 +51,13 @@ from kvstack.names import Platform
 from kvstack.planning.predict.capacity_schema import CapacityStatus, ResourceUse
 from kvstack.planning.predict.plan_capacity import LATENCY_BOUND, binding, capacity_costs, resources_at
 from kvstack.planning.predict.served_ttft import ServedCalibration
-from kvstack.planning.predict.sim_layouts import sim_layouts
+from kvstack.planning.predict.sim_layouts import served_step_costs, sim_layouts
 from kvstack.planning.predict.simulator import (
     Layout,
     SchedulerLimits,
     SimRequest,
     SimResult,
     Slo,
-    StepCosts,
     capacity,
     run_at,
     share_within,
@@ -92,37 +91,22 @@ def _served_alone(name: str, served: ServedCalibration, cal: SweepCalibration | 
     if cal is None or not cal.pool_tokens or not cal.block_tokens:
         return "no plan, and the calibration read no engine pool from the server's counters"
     plain = served.plain
-    fixed, per_seq = served.decode_fixed_s, served.decode_per_seq_s
-    measured = fixed is not None and per_seq is not None
+    step = served.forward_step()
     scheduler = engine_spec(cal.engine or "vllm").scheduler
     platform: Platform = "cpu" if cal.block_tokens == scheduler.block_tokens["cpu"] else "cuda"
     tokens, seqs = scheduler.limits(platform, None, None, 1)
-    limits = SchedulerLimits(
-        max_num_batched_tokens=max(tokens, seqs),
-        max_num_seqs=seqs,
-        block_tokens=cal.block_tokens,
-        pool_blocks=max(1, cal.pool_tokens // cal.block_tokens),
+    limits = SchedulerLimits.of_engine(
+        batched_tokens=tokens, max_seqs=seqs, block_tokens=cal.block_tokens, pool_tokens=cal.pool_tokens
     )
-    decode = (
-        f"decode {fmt_ms(fixed)} a step + {(per_seq or 0.0) * 1000:.3g} ms a sequence"
-        if measured
-        else f"no decode measured: a whole-prompt hit's {fmt_ms(plain.hit_s)} a step"
-    )
-    costs = StepCosts(
-        fixed_s=fixed if fixed is not None and measured else plain.hit_s,
-        prefill_s_per_token=plain.linear_s,
-        prefill_attn_s_per_token2=plain.quadratic_s,
-        decode_s_per_seq=per_seq if per_seq is not None and measured else plain.linear_s,
-        source=f"measured: {plain.linear_s * 1e6:.3g} us a token recomputed, {served.source}",
-    )
+    recompute = f"measured: {plain.linear_s * 1e6:.3g} us a token recomputed, {served.source}"
+    costs = served_step_costs(step, plain, recompute)
     source = (
-        f"costs measured on the served engine ({served.source}): {decode}; its pool "
+        f"costs measured on the served engine ({served.source}): decode step {step.how}; its pool "
         f"{fmt_tokens(cal.pool_tokens)} tokens in {cal.block_tokens}-token blocks (its counters); "
         f"{tokens:,} tokens a step, {seqs:,} sequences: {scheduler.source}, {platform} (by its block)"
+        f"; {fmt_ms(step.outside_s)} a request outside the engine's steps (its fixed cost less the step)"
     )
-    outside = max(0.0, plain.fixed_s - costs.fixed_s)  # HTTP, tokenization: beyond the forward step
-    source += f"; {fmt_ms(outside)} a request outside the engine's steps (its fixed cost less the step)"
-    return SweepModel(Layout(name=name, costs=costs, limits=limits, outside_s=outside), source)
+    return SweepModel(Layout(name=name, costs=costs, limits=limits, outside_s=step.outside_s), source)
 
 
 def layout_model(

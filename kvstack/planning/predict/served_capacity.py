@@ -13,10 +13,10 @@ The mapping, per layout by depth (the engine's pool alone, then one offload tier
 - each offload tier's fetch: its measured seconds per token as a bandwidth (KV bytes per token over
   it; a tier with no figure of its own is taken at DRAM's, as the trace's verdict takes it), else the
   plan's path for the tier; a tier measured at no cost per token serves its share free;
-- ``step_s`` (a decoded token, the KV's residence) and ``decode_seq_s``: the calibration's decode
-  step (its fixed part, its part a sequence) where it measured decode; else the plan's forward step
-  where it has one, else the whole-prompt hit (one forward step with HTTP and scheduling: an upper
-  bound), a decoding sequence then at ``linear_s``;
+- ``step_s`` (a decoded token, the KV's residence) and ``decode_seq_s``: the calibration's forward
+  step by its one rule (served_ttft.py ``ServedCalibration.forward_step``, the plan's forward step
+  its fallback before the whole-prompt hit), a decoding sequence at ``linear_s`` where decode was
+  not measured;
 - the pool: the plan's.
 """
 
@@ -62,15 +62,7 @@ def served_costs(
     bytes_per_token = m.bytes_per_token if m is not None else float(plan.cache.kv_bytes_per_token)
     cost_s = plan.trace.offload_cost_s if plan.trace is not None else OFFLOAD_REQUEST_COST_S
     offload = served.offload_costs(cost_s, {})
-    hit = served.plain.hit_s
-    fixed, per_seq = served.decode_fixed_s, served.decode_per_seq_s
-    if fixed is not None and per_seq is not None:
-        step_s, step_how = fixed, f"measured: {fmt_ms(fixed)} + {per_seq * 1000:.3g} ms a sequence"
-    elif m is not None and m.step_s is not None:
-        step_s, step_how, per_seq = m.step_s, "the plan's forward step", None
-    else:
-        step_s, step_how = hit, f"a whole-prompt hit's {fmt_ms(hit)} (no decode step measured)"
-        per_seq = None
+    step = served.forward_step(m.step_s if m is not None else None)
     source = served.source or "a served calibration"
     fetch = _fetch(plan, offload, bytes_per_token, source)
     chunks = prompt_tokens // plan.cache.chunk_size if plan.cache.chunk_size > 0 else 0
@@ -85,12 +77,12 @@ def served_costs(
                 linear_s=c.linear_s,
                 quadratic_s=c.quadratic_s,
                 bytes_per_token=bytes_per_token,
-                step_s=step_s,
+                step_s=step.fixed_s,
                 pool_tokens=pool.tokens,
                 fetch=tuple(f for f in fetch if f.kind in kinds[:k]),
                 prefill_source=f"measured: {c.linear_s * 1e6:.3g} us a token recomputed, {source}",
                 levels=("engine", *kinds[:k]),
-                decode_seq_s=per_seq,
+                decode_seq_s=step.per_seq_s,
             )
         )
     offload_how = (
@@ -101,6 +93,6 @@ def served_costs(
     why = (
         f"costs measured on the served engine ({source}): {served.plain_layout} for the pool alone "
         f"(a request's fixed cost {fmt_ms(served.plain.fixed_s)}), {offload_how} "
-        f"(fixed {fmt_ms(offload.fixed_s)}); decode step {step_how}"
+        f"(fixed {fmt_ms(offload.fixed_s)}); decode step {step.how}"
     )
     return layouts, why

@@ -32,6 +32,7 @@ import numpy as np
 import numpy.typing as npt
 
 from kvstack.jsonvalue import JsonObject
+from kvstack.units import fmt_ms
 
 FloatArray = npt.NDArray[np.float64]
 # The plan's tier kinds and the calibration's names for the same tiers (clients/token_sources.py).
@@ -42,6 +43,19 @@ def whole_chunks(lengths: FloatArray, chunk_tokens: int) -> FloatArray:
     """Each prompt's whole chunks: what an offload path looks up and stores (LMCache keys and
     stores whole chunks only; a prompt shorter than one chunk moves nothing)."""
     return np.floor(lengths / max(1, chunk_tokens))
+
+
+@dataclass(frozen=True)
+class ForwardStep:
+    """The served engine's forward step for the step-level simulator (``ServedCosts.forward_step``):
+    its fixed part, its part a decoding sequence (None: not measured, a sequence then at the prefill
+    token's cost), a request's time outside the steps (HTTP, tokenization, scheduling), and how it
+    was found."""
+
+    fixed_s: float
+    per_seq_s: float | None
+    outside_s: float
+    how: str
 
 
 @dataclass(frozen=True)
@@ -75,6 +89,22 @@ class ServedCosts:
     def fixed_s(self) -> float:
         """What every request pays on this layout's path, whether it hits or not."""
         return self.hit_s + self.miss_s
+
+    def forward_step(self, planned_s: float | None = None) -> ForwardStep:
+        """The forward step as the step-level simulator takes it from these costs (the one rule for
+        every prediction made from a served calibration): the decode step's fixed part where decode
+        was measured (at most the request's whole fixed cost), else ``planned_s`` (a plan's forward
+        step) where given, else the whole-prompt hit (one forward step with HTTP and scheduling: an
+        upper bound); what a request pays beyond it is its time outside the engine's steps."""
+        fixed, per_seq = self.decode_fixed_s, self.decode_per_seq_s
+        if fixed is not None and per_seq is not None:
+            step = min(fixed, self.fixed_s)
+            how = f"measured: {fmt_ms(step)} + {per_seq * 1000:.3g} ms a sequence"
+            return ForwardStep(step, per_seq, max(0.0, self.fixed_s - step), how)
+        if planned_s is not None:
+            return ForwardStep(planned_s, None, max(0.0, self.fixed_s - planned_s), "the plan's forward step")
+        how = f"a whole-prompt hit's {fmt_ms(self.hit_s)} (no decode step measured)"
+        return ForwardStep(self.hit_s, None, self.miss_s, how)
 
     def fetch_per_token(self, tier: str) -> float | None:
         """Seconds per token fetched from ``tier`` (a plan kind or a calibration name); a tier
@@ -193,6 +223,11 @@ class ServedCalibration:
     def decode_per_seq_s(self) -> float | None:
         """A decode step's part per decoding sequence, as ``decode_fixed_s``."""
         return self._decode()[1]
+
+    def forward_step(self, planned_s: float | None = None) -> ForwardStep:
+        """The plain layout's ``ServedCosts.forward_step``, with decode as ``decode_fixed_s`` finds it."""
+        fixed, per_seq = self._decode()
+        return replace(self.plain, decode_fixed_s=fixed, decode_per_seq_s=per_seq).forward_step(planned_s)
 
     def _decode(self) -> tuple[float | None, float | None]:
         for costs in (self.plain, self.offload):

@@ -33,6 +33,7 @@ from collections.abc import Sequence
 from kvstack.connectors import spec_of
 from kvstack.connectors.engines import engine_spec
 from kvstack.planning.predict.capacity_schema import FetchCost, LayoutCosts
+from kvstack.planning.predict.served_ttft import ForwardStep, ServedCosts
 from kvstack.planning.predict.simulator import Layout, SchedulerLimits, StepCosts, TierSpec
 from kvstack.planning.schema import Plan
 from kvstack.units import fmt_bytes
@@ -62,12 +63,11 @@ def scheduler_limits(plan: Plan, device_bytes: int | None = None) -> tuple[Sched
     tokens, seqs = defaults.limits(plan.platform, memory, plan.gpu_name, world)
     block = defaults.block_tokens[plan.platform]
     pool = plan.engine_pool
-    pool_tokens = pool.tokens if pool is not None else 0
-    limits = SchedulerLimits(
-        max_num_batched_tokens=max(tokens, seqs),
-        max_num_seqs=seqs,
+    limits = SchedulerLimits.of_engine(
+        batched_tokens=tokens,
+        max_seqs=seqs,
         block_tokens=block,
-        pool_blocks=max(1, pool_tokens // block),
+        pool_tokens=pool.tokens if pool is not None else 0,
         chunked_prefill=defaults.chunked_prefill,
         prefix_caching=plan.cache.prefix_caching,
     )
@@ -99,6 +99,19 @@ def step_costs(plan: Plan, costs: LayoutCosts) -> StepCosts:
         prefill_attn_s_per_token2=costs.quadratic_s,
         decode_s_per_seq=costs.linear_s if costs.decode_seq_s is None else costs.decode_seq_s,
         decode_s_per_kv_token=kv_s,
+        source=source,
+    )
+
+
+def served_step_costs(step: ForwardStep, costs: ServedCosts, source: str) -> StepCosts:
+    """A forward step's costs from a served calibration with no plan's pool or bandwidths (bench
+    --sweep --url, tune): ``step`` (``ServedCosts.forward_step``) and ``costs``' recompute, a
+    decoding sequence at the prefill token's cost where decode was not measured."""
+    return StepCosts(
+        fixed_s=step.fixed_s,
+        prefill_s_per_token=costs.linear_s,
+        prefill_attn_s_per_token2=costs.quadratic_s,
+        decode_s_per_seq=costs.linear_s if step.per_seq_s is None else step.per_seq_s,
         source=source,
     )
 

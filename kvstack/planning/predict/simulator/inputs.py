@@ -66,6 +66,31 @@ class SchedulerLimits(_Frozen):
     chunked_prefill: bool = True
     prefix_caching: bool = True
 
+    @classmethod
+    def of_engine(
+        cls,
+        *,
+        batched_tokens: int,
+        max_seqs: int,
+        block_tokens: int,
+        pool_tokens: int,
+        chunked_prefill: bool = True,
+        prefix_caching: bool = True,
+        min_pool_blocks: int = 1,
+    ) -> SchedulerLimits:
+        """The engine's limits from its settings (connectors/engines.py ``SchedulerDefaults.limits``
+        or the served engine's): a token budget under its sequences raised to them, its pool in whole
+        blocks, at least ``min_pool_blocks`` (vLLM refuses to start with fewer than its longest
+        request needs)."""
+        return cls(
+            max_num_batched_tokens=max(batched_tokens, max_seqs),
+            max_num_seqs=max_seqs,
+            block_tokens=block_tokens,
+            pool_blocks=max(1, min_pool_blocks, pool_tokens // block_tokens),
+            chunked_prefill=chunked_prefill,
+            prefix_caching=prefix_caching,
+        )
+
     @model_validator(mode="after")
     def _budget(self) -> SchedulerLimits:
         # vLLM's SchedulerConfig refuses it too: every running sequence gets its token each step.

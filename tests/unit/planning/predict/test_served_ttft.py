@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvstack.planning.predict.served_ttft import ServedCosts, fit_costs, percentiles
+from kvstack.planning.predict.served_ttft import ServedCalibration, ServedCosts, fit_costs, percentiles
 
 
 def test_the_fit_recovers_the_costs_it_was_made_from() -> None:
@@ -133,3 +133,44 @@ def test_decode_figures_round_trip_and_a_calibration_without_them_still_loads() 
     cal = ServedCalibration(c)
     assert (cal.decode_fixed_s, cal.decode_per_seq_s) == (0.002, 6e-5)
     assert cal.offload_costs(0.015, {}).decode_step_s(1) == pytest.approx(0.002 + 6e-5)
+
+
+def test_the_forward_step_is_the_measured_decode_step_else_the_plans_else_the_whole_prompt_hit() -> None:
+    measured = ServedCosts(
+        hit_s=0.040,
+        miss_s=0.010,
+        linear_s=1e-4,
+        quadratic_s=0.0,
+        decode_fixed_s=0.030,
+        decode_per_seq_s=0.002,
+    )
+    step = measured.forward_step(planned_s=0.5)  # a measured decode step wins over the plan's
+    assert (step.fixed_s, step.per_seq_s) == (0.030, 0.002)
+    assert step.outside_s == pytest.approx(0.020)  # HTTP and scheduling: the fixed cost less the step
+    # A decode step measured over the request's whole fixed cost (noise) is held to it: none outside.
+    slow = ServedCosts(
+        hit_s=0.040, miss_s=0.010, linear_s=1e-4, quadratic_s=0.0, decode_fixed_s=0.070, decode_per_seq_s=0.0
+    )
+    assert (slow.forward_step().fixed_s, slow.forward_step().outside_s) == (pytest.approx(0.050), 0.0)
+    unmeasured = ServedCosts(hit_s=0.040, miss_s=0.010, linear_s=1e-4, quadratic_s=0.0)
+    planned = unmeasured.forward_step(planned_s=0.025)
+    assert (planned.fixed_s, planned.per_seq_s, planned.how) == (0.025, None, "the plan's forward step")
+    assert planned.outside_s == pytest.approx(0.025)
+    hit = unmeasured.forward_step()  # no decode and no plan: the whole-prompt hit, an upper bound
+    assert (hit.fixed_s, hit.outside_s, hit.per_seq_s) == (0.040, 0.010, None)
+    assert "no decode step measured" in hit.how
+
+
+def test_a_calibration_takes_decode_from_the_offload_layout_when_the_plain_one_has_none() -> None:
+    plain = ServedCosts(hit_s=0.040, miss_s=0.010, linear_s=1e-4, quadratic_s=0.0)
+    offload = ServedCosts(
+        hit_s=0.050,
+        miss_s=0.010,
+        linear_s=1e-4,
+        quadratic_s=0.0,
+        decode_fixed_s=0.030,
+        decode_per_seq_s=0.001,
+    )
+    step = ServedCalibration(plain=plain, offload=offload, offload_layout="lmcache-mp").forward_step()
+    # the offload layout's decode step, the plain layout's fixed cost around it
+    assert (step.fixed_s, step.per_seq_s, step.outside_s) == (0.030, 0.001, pytest.approx(0.020))

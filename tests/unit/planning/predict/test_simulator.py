@@ -353,3 +353,22 @@ def test_time_outside_the_engine_is_in_each_ttft_and_before_a_clients_next_reque
     assert a.arrival_s == 0.0 and a.ttft_s == pytest.approx(0.005 + one)
     assert b.arrival_s == pytest.approx(0.005 + one) and b.ttft_s == pytest.approx(0.005 + one)
     assert simulate(reqs[:1], lay).busy_s == pytest.approx(one)  # the engine is not busy with it
+
+
+def test_the_engines_limits_raise_a_budget_under_its_sequences_and_hold_its_longest_request() -> None:
+    lim = SchedulerLimits.of_engine(batched_tokens=64, max_seqs=128, block_tokens=16, pool_tokens=1000)
+    # every running sequence gets its token each step (vLLM's SchedulerConfig): the budget is raised
+    assert (lim.max_num_batched_tokens, lim.max_num_seqs, lim.pool_blocks) == (128, 128, 62)
+    held = SchedulerLimits.of_engine(
+        batched_tokens=2048,
+        max_seqs=8,
+        block_tokens=16,
+        pool_tokens=160,
+        min_pool_blocks=40,
+        prefix_caching=False,
+    )
+    assert (held.pool_blocks, held.prefix_caching, held.chunked_prefill) == (40, False, True)
+    assert (
+        SchedulerLimits.of_engine(batched_tokens=8, max_seqs=2, block_tokens=16, pool_tokens=0).pool_blocks
+        == 1
+    )
