@@ -14,6 +14,7 @@ from kvstack.planning.cuda_plan import cuda_choices
 from kvstack.planning.notes import Notes
 from kvstack.planning.offload_verdict import apply_trace, trace_curve
 from kvstack.planning.predict.capacity import CapacityCurve
+from kvstack.planning.predict.tier_ttft import simulated_ttft
 from kvstack.planning.predict.trace_sizing import SizingTrace
 from kvstack.planning.request import PlanRequest, validate_request
 from kvstack.planning.schema import Plan, Workload
@@ -62,7 +63,21 @@ def make_plan(
 ) -> Plan:
     """The plan; with ``trace``, the tiers are sized from its capacity curve
     (planning/predict/trace_sizing.py) instead of the retention rule, and --offload auto drops
-    offload that does not pay on it."""
+    offload that does not pay on it. Its TTFT figures come from the step-level simulator of the
+    layout chosen (planning/predict/tier_ttft.py)."""
+    device_bytes = snapshot.gpus[0].memory_total_bytes if snapshot.gpus else None
+    return simulated_ttft(_chosen(snapshot, model, model_path, request, workload, trace), device_bytes)
+
+
+def _chosen(
+    snapshot: HardwareSnapshot,
+    model: ModelGeometry,
+    model_path: str,
+    request: PlanRequest,
+    workload: Workload,
+    trace: SizingTrace | None,
+) -> Plan:
+    """The layout chosen (see ``make_plan``)."""
     validate_request(request)
     if request.tuned is not None:
         if trace is not None:

@@ -167,6 +167,18 @@ class Layout(_Frozen):
         """This layout under another name (a sweep's layout served as the plan's deepest)."""
         return self.model_copy(update={"name": name})
 
+    def pool_alone(self) -> Layout:
+        """This layout without its offload tiers (nor their per-request cost or gates)."""
+        return self.model_copy(
+            update={"tiers": (), "request_s": 0.0, "gate_prompt_tokens": 0, "gate_load_tokens": 0}
+        )
+
+    def tier_alone(self, tier: int) -> Layout:
+        """This layout with its ``tier``-th offload tier alone and a pool that serves no prefix: what
+        serves a hit from that tier (simulator/alone.py)."""
+        limits = self.limits.model_copy(update={"prefix_caching": False})
+        return self.model_copy(update={"tiers": (self.tiers[tier],), "limits": limits})
+
 
 @dataclass(frozen=True, slots=True)
 class SimRequest:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kvstack.planning.predict import ttft
+from kvstack.planning.predict.breakeven import PrefillModel
 from kvstack.planning.schema import FetchPath, TtftModel
 
 from ..helpers import plan_for, roomy_cpu_host
@@ -12,10 +13,15 @@ from ..helpers import plan_for, roomy_cpu_host
 GIB = 1 << 30
 
 
-def test_the_plan_predicts_each_tier_for_a_context_sized_prefix() -> None:
+def test_the_closed_form_predicts_each_tier_for_a_context_sized_prefix() -> None:
     plan = plan_for("h100-sxm", "llama-3.1-8b", None, context=131072, users=8)
-    m = plan.ttft
-    assert m is not None and m.context_tokens == 131072
+    assert plan.ttft is not None
+    # The closed form the simulator's figures replace in the plan (tier_ttft.py), from the same inputs.
+    m = ttft.ttft_model(
+        131072, plan.ttft.bytes_per_token, plan.offload_tiers,
+        prefill=_prefill(plan.ttft), step=(plan.ttft.step_s or 0.0, plan.ttft.step_source),
+    )  # fmt: skip
+    assert m.context_tokens == 131072
     session = 131072 * m.bytes_per_token
     assert session == pytest.approx(8 * GIB)  # fp8, 64 KiB per token
     cpu, disk = plan.tier("cpu"), plan.tier("disk")
@@ -28,6 +34,11 @@ def test_the_plan_predicts_each_tier_for_a_context_sized_prefix() -> None:
     assert m.hit_s < m.tier_s["cpu"] < m.tier_s["disk"] < m.recompute_s
     # The same figure the plan's prefill rate gives.
     assert m.recompute_s == pytest.approx(131072 / (plan.prefill_tokens_per_s or 1), rel=1e-3)
+
+
+def _prefill(m: TtftModel) -> PrefillModel:
+    assert m.prefill_flops_per_s and m.linear_flops_per_token and m.attn_flops_coeff is not None
+    return PrefillModel(m.prefill_flops_per_s, m.linear_flops_per_token, m.attn_flops_coeff, m.prefill_source)
 
 
 def ttft_latency(latency: float | None) -> float:
