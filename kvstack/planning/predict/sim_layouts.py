@@ -93,25 +93,31 @@ def step_costs(plan: Plan, costs: LayoutCosts) -> StepCosts:
     if plan.platform == "cuda" and pool is not None and pool.read_bw_bytes_per_s:
         kv_s = costs.bytes_per_token / pool.read_bw_bytes_per_s
         source += "; decode's KV read: estimate, roofline at the pool's read bandwidth"
-    return StepCosts(
-        fixed_s=costs.step_s,
-        prefill_s_per_token=costs.linear_s,
-        prefill_attn_s_per_token2=costs.quadratic_s,
-        decode_s_per_seq=costs.linear_s if costs.decode_seq_s is None else costs.decode_seq_s,
-        decode_s_per_kv_token=kv_s,
-        source=source,
-    )
+    return _step(costs.step_s, costs.linear_s, costs.quadratic_s, costs.decode_seq_s, source, kv_s)
 
 
 def served_step_costs(step: ForwardStep, costs: ServedCosts, source: str) -> StepCosts:
     """A forward step's costs from a served calibration with no plan's pool or bandwidths (bench
-    --sweep --url, tune): ``step`` (``ServedCosts.forward_step``) and ``costs``' recompute, a
-    decoding sequence at the prefill token's cost where decode was not measured."""
+    --sweep --url, tune): ``step`` (``ServedCosts.forward_step``) and ``costs``' recompute."""
+    return _step(step.fixed_s, costs.linear_s, costs.quadratic_s, step.per_seq_s, source)
+
+
+def _step(
+    fixed_s: float,
+    linear_s: float,
+    quadratic_s: float,
+    per_seq_s: float | None,
+    source: str,
+    kv_s: float = 0.0,
+) -> StepCosts:
+    """A decoding sequence at the prefill token's cost where decode was not measured (``per_seq_s``
+    None)."""
     return StepCosts(
-        fixed_s=step.fixed_s,
-        prefill_s_per_token=costs.linear_s,
-        prefill_attn_s_per_token2=costs.quadratic_s,
-        decode_s_per_seq=costs.linear_s if step.per_seq_s is None else step.per_seq_s,
+        fixed_s=fixed_s,
+        prefill_s_per_token=linear_s,
+        prefill_attn_s_per_token2=quadratic_s,
+        decode_s_per_seq=linear_s if per_seq_s is None else per_seq_s,
+        decode_s_per_kv_token=kv_s,
         source=source,
     )
 

@@ -135,24 +135,20 @@ def test_decode_figures_round_trip_and_a_calibration_without_them_still_loads() 
     assert cal.offload_costs(0.015, {}).decode_step_s(1) == pytest.approx(0.002 + 6e-5)
 
 
+def _costs(hit_s: float = 0.040, **decode: float) -> ServedCosts:
+    """A request's fixed cost of ``hit_s`` + 10 ms, with the decode figures given."""
+    return ServedCosts(hit_s=hit_s, miss_s=0.010, linear_s=1e-4, quadratic_s=0.0, **decode)  # type: ignore[arg-type]
+
+
 def test_the_forward_step_is_the_measured_decode_step_else_the_plans_else_the_whole_prompt_hit() -> None:
-    measured = ServedCosts(
-        hit_s=0.040,
-        miss_s=0.010,
-        linear_s=1e-4,
-        quadratic_s=0.0,
-        decode_fixed_s=0.030,
-        decode_per_seq_s=0.002,
-    )
+    measured = _costs(decode_fixed_s=0.030, decode_per_seq_s=0.002)
     step = measured.forward_step(planned_s=0.5)  # a measured decode step wins over the plan's
     assert (step.fixed_s, step.per_seq_s) == (0.030, 0.002)
     assert step.outside_s == pytest.approx(0.020)  # HTTP and scheduling: the fixed cost less the step
     # A decode step measured over the request's whole fixed cost (noise) is held to it: none outside.
-    slow = ServedCosts(
-        hit_s=0.040, miss_s=0.010, linear_s=1e-4, quadratic_s=0.0, decode_fixed_s=0.070, decode_per_seq_s=0.0
-    )
+    slow = _costs(decode_fixed_s=0.070, decode_per_seq_s=0.0)
     assert (slow.forward_step().fixed_s, slow.forward_step().outside_s) == (pytest.approx(0.050), 0.0)
-    unmeasured = ServedCosts(hit_s=0.040, miss_s=0.010, linear_s=1e-4, quadratic_s=0.0)
+    unmeasured = _costs()
     planned = unmeasured.forward_step(planned_s=0.025)
     assert (planned.fixed_s, planned.per_seq_s, planned.how) == (0.025, None, "the plan's forward step")
     assert planned.outside_s == pytest.approx(0.025)
@@ -162,15 +158,7 @@ def test_the_forward_step_is_the_measured_decode_step_else_the_plans_else_the_wh
 
 
 def test_a_calibration_takes_decode_from_the_offload_layout_when_the_plain_one_has_none() -> None:
-    plain = ServedCosts(hit_s=0.040, miss_s=0.010, linear_s=1e-4, quadratic_s=0.0)
-    offload = ServedCosts(
-        hit_s=0.050,
-        miss_s=0.010,
-        linear_s=1e-4,
-        quadratic_s=0.0,
-        decode_fixed_s=0.030,
-        decode_per_seq_s=0.001,
-    )
+    plain, offload = _costs(), _costs(hit_s=0.050, decode_fixed_s=0.030, decode_per_seq_s=0.001)
     step = ServedCalibration(plain=plain, offload=offload, offload_layout="lmcache-mp").forward_step()
     # the offload layout's decode step, the plain layout's fixed cost around it
     assert (step.fixed_s, step.per_seq_s, step.outside_s) == (0.030, 0.001, pytest.approx(0.020))
