@@ -105,6 +105,7 @@ SPEC = ConnectorSpec(
         stores=frozenset({"cpu", "disk", "remote"}),
         source="lmcache 0.5.6 lmcache/integration/vllm/lmcache_mp_connector.py "
         "get_num_new_matched_tokens (async loads), wait_for_save (async stores)",
+        load_waits=True,
     ),
     reason="LMCache's cache server (lmcache server): DRAM, disk and Redis tiers in one process beside "
     "the engine, the path LMCache now recommends",

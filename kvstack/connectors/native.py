@@ -50,6 +50,7 @@ SPEC = ConnectorSpec(
         stores=frozenset({"cpu", "disk"}),
         source="vllm/distributed/kv_transfer/kv_connector/v1/offloading/scheduler.py "
         "get_num_new_matched_tokens (async loads), offloading/worker.py prepare_store_kv (deferred stores)",
+        load_waits=True,
     ),
     reason="vLLM native offloading (OffloadingConnector): DRAM tier in /dev/shm",
     exports=frozenset({"helm", "compose", "systemd", "kserve", "llm-d"}),

@@ -131,6 +131,10 @@ class TransferOverlap:
 
     loads: frozenset[TierKind] = frozenset()  # tiers whose loads overlap the step's compute
     stores: frozenset[TierKind] = frozenset()  # tiers whose stores do
+    # A request whose prefix an overlapped tier loads waits for its own load before it computes
+    # (vLLM's WAITING_FOR_REMOTE_KVS: the load runs beside other requests' steps, not its own);
+    # False: the load is layer by layer under its own forward step (SGLang HiCache).
+    load_waits: bool = False
     source: str = ""  # where the connector's code says so
 
 

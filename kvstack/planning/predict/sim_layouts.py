@@ -144,6 +144,7 @@ def tier_specs(plan: Plan, costs: LayoutCosts, chunk: int) -> tuple[TierSpec, ..
                 load_latency_s=f.latency_s,
                 store_bw_bytes_per_s=f.bw_bytes_per_s,
                 overlapped=kind in overlap.loads,
+                load_waits=overlap.load_waits and kind in overlap.loads,
                 store_overlapped=kind in overlap.stores,
             )
         )

@@ -16,11 +16,16 @@ Each step (``Scheduler.schedule``), with a budget of ``max_num_batched_tokens`` 
    prefill is not chunked), is its first chunk; it waits, and every request behind it, when the
    pool cannot hold its blocks.
 
-The step lasts ``fixed_s`` + its prefill chunks + its decoding sequences (inputs.py's equations) +
-the tiers' loads (each admitted request's hits, at its tier's latency and bandwidth) and stores
-(every whole prompt chunk computed in it, to each tier not holding it) + ``request_s`` per request
-admitted with tiers, or ``max(that without the overlapped tiers, each overlapped tier's
-transfers)``. At its end the blocks it filled are cached in the pool, its chunks stored, and each
+The step lasts ``request_s`` per request admitted with tiers (the offload path's lookup, at
+scheduling, before the step) + ``fixed_s`` + its prefill chunks + its decoding sequences (inputs.py's
+equations) + the tiers' loads (each admitted request's hits, at its tier's latency and bandwidth)
+and stores (every whole prompt chunk computed in it, to each tier not holding it), the overlapped
+tiers' transfers running beside the rest: ``request_s + max(the rest, each overlapped tier's
+transfers)``. Where the connector makes a request wait for its own load (``TierSpec.load_waits``:
+vLLM's WAITING_FOR_REMOTE_KVS, lmcache-mp and native offload), the load is not in any step: it runs
+after the lookup on the tier's link (one load at a time), the engine's steps go on without the
+request, and it computes the rest of its prompt from the first step after its load is done, before
+any waiting request is admitted; a step that only looks up such loads runs no forward pass. At its end the blocks it filled are cached in the pool, its chunks stored, and each
 request whose tokens are all computed samples one token: the first (its TTFT), or one more, and is
 done after its last (its blocks freed). Each step's time is charged to what spent it (SimResult
 ``busy_by``: prefill, decode, the step's fixed and per-request cost, each tier's transfers).
@@ -48,6 +53,7 @@ How it stays fast (none of it changes a result):
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections import deque
 from collections.abc import Sequence
@@ -84,13 +90,22 @@ class _Step:
     tier_s: list[float] = field(default_factory=list)  # per tier, blocking or overlapped
     stores: list[int] = field(default_factory=list)  # chunk keys, stored to every tier at its end
     decodes: int = 0  # the group's members this step
+    loads: int = 0  # requests whose loads it started beside the steps (their lookups paid in it)
+    resumed: int = 0  # requests computing in it whose loads were done (``_resume``)
     preempted: bool = False
     blocked: str = ""  # why no (more) waiting request was admitted: empty, seqs, budget, pool
     head_free: set[int] = field(default_factory=set)  # a pool-blocked head's free hits
 
     @property
     def seconds(self) -> float:
-        return max(self.compute_s + self.blocking_s, max(self.overlapped_s, default=0.0))
+        # The offload path's per-request cost (its lookup, at scheduling) comes before the step and
+        # the transfers it starts; the overlapped transfers run beside the step's compute.
+        return self.request_s + max(self.compute_s + self.blocking_s, max(self.overlapped_s, default=0.0))
+
+    @property
+    def forward(self) -> bool:
+        """Whether a forward step runs (a step whose only request waits for its load runs none)."""
+        return self.decodes > 0 or any(n > 0 for _, n in self.items)
 
 
 def simulate(
@@ -165,6 +180,11 @@ class _Engine:
         self.group = DecodeGroup(self.bt)
         self.tail: RequestState | None = None
         self.seqs = 0
+        # Admitted requests loading beside the steps, by when their loads are done, then those done
+        # and not yet computing; each tier's link busy until (``_load_aside``).
+        self.loading: list[tuple[float, int, RequestState]] = []
+        self.ready: deque[RequestState] = deque()
+        self.link_free = [0.0] * len(self.tiers)
         self.next = 0
         self.t = self.start = self.arrivals[0].arrival_s if self.arrivals else 0.0
         self.busy = 0.0
@@ -209,13 +229,17 @@ class _Engine:
             while self.next < len(arrivals) and arrivals[self.next].arrival_s <= self.t:
                 self._arrive(arrivals[self.next])
                 self.next += 1
-            if not self.group and self.tail is None and not self.waiting:
-                if self.next >= len(arrivals):
+            while self.loading and self.loading[0][0] <= self.t:
+                self.ready.append(heapq.heappop(self.loading)[2])
+            if not self.group and self.tail is None and not self.waiting and not self.ready:
+                upcoming = [arrivals[self.next].arrival_s] if self.next < len(arrivals) else []
+                upcoming += [self.loading[0][0]] if self.loading else []
+                if not upcoming:
                     break
-                self.t = max(self.t, arrivals[self.next].arrival_s)
+                self.t = max(self.t, min(upcoming))
                 continue
             step = self._plan()
-            if not step.items and not step.decodes:
+            if not step.items and not step.decodes and not step.loads:
                 if step.preempted:
                     continue  # an empty schedule runs no step (the first member never is: _fits)
                 raise RuntimeError("the simulated scheduler made no progress")  # cannot happen: _fits
@@ -301,8 +325,10 @@ class _Engine:
                 self._plan_stores(step, r, n)
                 budget -= n
         if not step.preempted:
+            budget = self._resume(step, budget)
             self._admit_waiting(step, budget)
-        step.compute_s += self.costs.fixed_s
+        if step.forward:
+            step.compute_s += self.costs.fixed_s
         return step
 
     def _prefill(self, step: _Step, cached: int, new: int) -> None:
@@ -312,7 +338,7 @@ class _Engine:
 
     def _admit_waiting(self, step: _Step, budget: int) -> None:
         waiting, limits, pool, bt = self.waiting, self.limits, self.pool, self.bt
-        running = len(self.group) + (self.tail is not None)
+        running = len(self.group) + (self.tail is not None) + step.resumed
         step.blocked = "empty" if not waiting else "budget"
         while waiting and budget > 0:
             if running >= limits.max_num_seqs:
@@ -324,13 +350,17 @@ class _Engine:
             if not limits.chunked_prefill and left > budget:
                 step.blocked = "budget"
                 return
-            n = min(left, budget)
+            waits = self._waits_for_load(look)  # it computes once its load is done: none now
+            n = 0 if waits else min(left, budget)
             need = -(-(look.reach + n) // bt) - look.blocks
             if len(look.freed) + need > pool.room:
                 step.blocked, step.head_free = "pool", set(look.freed)
                 return
             waiting.popleft()
-            self._admit(r, look, need, step)
+            self._admit(r, look, need, step, waits=waits)
+            if waits:
+                step.blocked = "empty" if not waiting else "budget"
+                continue
             running += 1
             step.items.append((r, n))
             self._prefill(step, r.computed, n)
@@ -375,6 +405,10 @@ class _Engine:
             return _Lookup(blocks, freed, blocks * self.bt, [0] * len(self.tiers), [], held_to, gated=True)
         return _Lookup(blocks, freed, reach, tier_tokens, found, held_to)
 
+    def _waits_for_load(self, look: _Lookup) -> bool:
+        """Whether a tier whose request waits for its own load serves part of this prefix."""
+        return any(n and spec.load_waits for n, spec in zip(look.tier_tokens, self.layout.tiers, strict=True))
+
     def _prompt_gated(self, r: RequestState) -> bool:
         """The prompt gate keeps ``r`` off the offload path (no lookup, no load, no request cost)."""
         return bool(self.tiers) and r.prompt < self.layout.gate_prompt_tokens
@@ -386,7 +420,7 @@ class _Engine:
                 return k
         return None
 
-    def _admit(self, r: RequestState, look: _Lookup, need: int, step: _Step) -> None:
+    def _admit(self, r: RequestState, look: _Lookup, need: int, step: _Step, *, waits: bool = False) -> None:
         pool = self.pool
         hit = r.block_keys(self.bt, look.blocks)
         pool.acquire(hit, look.freed)
@@ -403,12 +437,14 @@ class _Engine:
             if self.layout.readmit:
                 for tier in tiers[:k]:
                     tier.put((key,))
-        for k, tokens in enumerate(look.tier_tokens):
-            if tokens:
-                self._transfer(step, k, specs[k].load_s(tokens))
+        if waits:
+            self._load_aside(r, look, step)
+        else:
+            for k, tokens in enumerate(look.tier_tokens):
+                if tokens:
+                    self._transfer(step, k, specs[k].load_s(tokens))
         if tiers:
             if not self._prompt_gated(r):
-                step.blocking_s += self.layout.request_s
                 step.request_s += self.layout.request_s
             r.stored = look.held_to // self.chunk  # chunks held whole are not stored again
         if not r.admitted:
@@ -418,6 +454,49 @@ class _Engine:
             r.gated = look.gated
         else:
             r.recompute_again += r.prompt + r.generated - look.reach
+
+    def _load_aside(self, r: RequestState, look: _Lookup, step: _Step) -> None:
+        """``r``'s loads, after its lookup, beside the engine's steps: each tier's link one load at a
+        time; ``r`` computes from the first step after the last of them is done (``_resume``)."""
+        start = self.t + self.layout.request_s
+        ready = start
+        for k, tokens in enumerate(look.tier_tokens):
+            if tokens:
+                seconds = self.layout.tiers[k].load_s(tokens)
+                begin = max(start, self.link_free[k])
+                self.link_free[k] = ready_k = begin + seconds
+                ready = max(ready, ready_k)
+                step.tier_s[k] += seconds  # the tier's busy time, not the step's
+        heapq.heappush(self.loading, (ready, r.index, r))
+        step.loads += 1
+
+    def _resume(self, step: _Step, budget: int) -> int:
+        """The requests whose loads are done compute the rest of their prompts, first loaded first,
+        each as a newly admitted one (the last of them left mid-prompt: nothing is admitted after
+        it); the budget left."""
+        ready, pool, bt = self.ready, self.pool, self.bt
+        while ready and budget > 0:
+            if len(self.group) + (self.tail is not None) + step.resumed >= self.limits.max_num_seqs:
+                step.blocked = "seqs"
+                return 0
+            r = ready[0]
+            left = r.prompt + r.generated - r.computed
+            n = min(left, budget)
+            need = -(-(r.computed + n) // bt) - r.blocks
+            if need > pool.room:
+                step.blocked = "pool"
+                return 0
+            ready.popleft()
+            pool.allocate(need)
+            r.blocks += need
+            r.seq = self.seqs
+            self.seqs += 1
+            step.items.append((r, n))
+            step.resumed += 1
+            self._prefill(step, r.computed, n)
+            self._plan_stores(step, r, n)
+            budget = budget - n if n == left else 0
+        return budget
 
     def _transfer(self, step: _Step, tier: int, seconds: float, *, store: bool = False) -> None:
         spec = self.layout.tiers[tier]
@@ -479,7 +558,14 @@ class _Engine:
     def _window(self, step: _Step) -> int:
         """How many steps like ``step`` run before anything changes (1: only this one); allocates
         the blocks the extra ones fill."""
-        if step.preempted or step.items or not step.decodes or self.tail is not None:
+        if (
+            step.preempted
+            or step.items
+            or step.loads
+            or not step.decodes
+            or self.tail is not None
+            or self.ready
+        ):
             return 1
         if step.blocked not in ("empty", "seqs", "budget", "pool"):
             return 1
@@ -488,6 +574,8 @@ class _Engine:
         if step.blocked == "empty" and self.next < len(self.arrivals):
             gap = self.arrivals[self.next].arrival_s - self.t
             k_max = min(k_max, steps_before(gap, step.seconds, growth))
+        if self.loading:  # a load done: its request computes in the next step
+            k_max = min(k_max, steps_before(self.loading[0][0] - self.t, step.seconds, growth))
         if k_max <= 1:
             return 1
         pool, extra = self.pool, self.group.blocks_after
@@ -519,7 +607,7 @@ class _Engine:
         by = self.busy_by
         by["prefill"] += step.prefill_s * k
         by["decode"] += step.decode_s * k + stretch
-        by["step"] += (self.costs.fixed_s + step.request_s) * k
+        by["step"] += ((self.costs.fixed_s if step.forward else 0.0) + step.request_s) * k
         for spec, tier_s in zip(self.layout.tiers, step.tier_s, strict=True):
             by[spec.kind] += tier_s * k
         t = self.t

@@ -110,6 +110,8 @@ class TierSpec(_Frozen):
     load_latency_s: float = Field(default=0.0, ge=0)
     store_bw_bytes_per_s: float = Field(gt=0)
     overlapped: bool = False  # its loads overlap the step's compute (connector-dependent)
+    # ... and the request loaded waits for its own load: it computes from the next step on (engine.py)
+    load_waits: bool = False
     store_overlapped: bool | None = None  # its stores do (None: as its loads; LMCache's are async)
 
     @property

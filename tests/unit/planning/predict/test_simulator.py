@@ -160,6 +160,33 @@ def test_an_overlapped_tier_costs_the_longer_of_compute_and_transfer() -> None:
     assert a == pytest.approx(FIXED + 512 * LIN)  # its stores hidden under the compute
 
 
+def test_a_request_waiting_for_its_own_load_computes_in_the_next_step() -> None:
+    # vLLM's WAITING_FOR_REMOTE_KVS (lmcache-mp, native offload): the load runs in a step of its own,
+    # no forward pass in it (nothing else runs), and the request computes its last token after it.
+    b, a = evicted_from_pool(cpu_tier(overlapped=True, load_waits=True))
+    assert b == pytest.approx(LATENCY + 511 * BPT / LOAD_BW + FIXED + 1 * LIN)
+    assert a == pytest.approx(FIXED + 512 * LIN)
+
+
+def test_a_waiting_load_runs_beside_the_other_requests_steps_and_the_lookup_before_it() -> None:
+    tier = cpu_tier(overlapped=True, load_waits=True)
+    lay = layout(tiers=(tier,), lim=limits(budget=1024, pool=40), request_s=0.002)
+    # A (512 tokens, 32 blocks) stored; C (640 of its own: the whole pool) evicts A's blocks; B (16
+    # tokens) decodes 100 tokens from 1.7 s; A again at 1.75 s: its 511 tokens load from the tier
+    # (0.516 s) while B decodes, then A computes its last token in one of B's steps.
+    rs = [req(0.0, 512, 1), req(1.0, 640, 1, 1000), req(1.7, 16, 100, 2000), req(1.75, 512, 1)]
+    a, _, b, again = simulate(rs, lay).requests
+    assert (again.pool_hit_tokens, again.tier_hit_tokens) == (0, (511,))
+    assert a.ttft_s == pytest.approx(0.002 + FIXED + 512 * LIN)  # the lookup before the step
+    load = LATENCY + 511 * BPT / LOAD_BW
+    step = FIXED + DECODE  # one of B's decode steps
+    assert again.ttft_s is not None and b.tpot_s is not None
+    # The lookup, the load, then at most a step of B's waited out and its own step with B's decode.
+    assert 0.002 + load + FIXED + LIN + DECODE <= again.ttft_s <= 0.002 + load + step + FIXED + LIN + DECODE
+    # B's steps go on while A loads: only the lookup's step and A's own compute are added to them.
+    assert b.tpot_s * 99 == pytest.approx(99 * step + 0.002 + LIN, abs=1e-9)
+
+
 def test_stores_can_overlap_where_loads_do_not() -> None:
     b, a = evicted_from_pool(cpu_tier(store_overlapped=True))
     assert b == pytest.approx(FIXED + 1 * LIN + LATENCY + 511 * BPT / LOAD_BW)
