@@ -269,17 +269,19 @@ def test_shares_split_every_prompt_token_by_source() -> None:
 
 
 @pytest.mark.parametrize(
-    "kw",
+    ("kw", "waits"),
     [
-        {},
-        {"decode_s_per_kv_token": 1e-6},  # the decode steps grow with the KV: summed in closed form
+        ({}, False),
+        ({"decode_s_per_kv_token": 1e-6}, False),  # the decode steps grow with the KV: summed in closed form
+        ({}, True),  # the disk's requests wait for their loads beside the decode runs
     ],
 )
-def test_fast_forward_changes_no_result(kw: dict[str, float]) -> None:
+def test_fast_forward_changes_no_result(kw: dict[str, float], waits: bool) -> None:
     """A loaded synthetic workload through a small pool and two tiers, steps one by one or decode
     runs in one go: every request's figures agree."""
     costs = COSTS.model_copy(update=kw)
-    tiers = (cpu_tier(capacity_chunks=8), cpu_tier(kind="disk", capacity_chunks=64, overlapped=True))
+    disk = cpu_tier(kind="disk", capacity_chunks=64, overlapped=True, load_waits=waits)
+    tiers = (cpu_tier(capacity_chunks=8), disk)
     lay = layout(costs, tiers, lim=limits(budget=256, seqs=6, pool=120))
     work = synthetic(
         requests=120, rate_per_s=8.0, prompt_tokens=600, output_tokens=40, shared_prefix_share=0.5,
