@@ -92,8 +92,6 @@ class ModelGeometry(BaseModel):
         out.checkpoint_dtype = None if dtype == own else own
         if self.weight_dtype in COMPUTE_DTYPES:  # unquantized weights are cast to the compute dtype
             out.weight_bytes_per_param = float(size)
-            if self.checkpoint_bytes is not None:
-                out.checkpoint_bytes = round(self.checkpoint_bytes * scale)
         spec = self.engine_spec
         if spec is not None and spec.model_dtype != dtype and spec.blocks_checked:
             out.engine_spec = spec.unchecked()
@@ -117,8 +115,13 @@ class ModelGeometry(BaseModel):
 
     @property
     def weight_bytes(self) -> int:
-        """The checkpoint's size when known, else the estimate from the config's shapes and format."""
+        """The weights as the engine holds them: the checkpoint's size when known (cast to the
+        compute dtype where the engine computes in another: ``computed_in``), else the estimate from
+        the config's shapes and format."""
         if self.checkpoint_bytes is not None:
+            own = self.checkpoint_dtype
+            if own in COMPUTE_DTYPES and self.weight_dtype in COMPUTE_DTYPES:
+                return round(self.checkpoint_bytes * self.dtype_bytes / COMPUTE_DTYPES[own])
             return self.checkpoint_bytes
         return math.ceil(self.params * self.weight_bytes_per_param)
 

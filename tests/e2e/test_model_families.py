@@ -61,6 +61,8 @@ def assert_kv_matches(steps: dict[str, dict[str, Any]]) -> None:
     assert abs(ratio - 1) <= 0.02, kv
 
 
+# A second real model for the claim test_real_model.py proves on SmolLM2 (5 min on an AVX2-only host).
+@pytest.mark.sweep
 def test_gemma3_270m_serves_both_tiers_with_no_flags(engine_ready: str, tmp_path: Path) -> None:
     if not (GEMMA / "model.safetensors").is_file():
         missing(

@@ -94,3 +94,13 @@ def test_computed_in_scales_the_kv_and_is_undone_by_the_checkpoints_dtype() -> N
     back = f32.computed_in("bfloat16")
     assert back.kv_bytes_per_token == gemma.kv_bytes_per_token and back.checkpoint_dtype is None
     assert "checkpoint_dtype" not in gemma.model_dump() and f32.model_dump()["checkpoint_dtype"] == "bfloat16"
+
+
+def test_computed_in_float32_keeps_the_checkpoints_size_and_doubles_the_weights_held() -> None:
+    stored = catalog_model("llama-3.1-8b").with_checkpoint_bytes(16_060_522_496)
+    f32 = stored.computed_in("float32")
+    # The plan reports the files as stored (serve's offline check compares it with them); the engine
+    # holds the weights cast to float32, twice the bytes.
+    assert f32.checkpoint_bytes == 16_060_522_496
+    assert f32.weight_bytes == 2 * stored.weight_bytes == 2 * 16_060_522_496
+    assert f32.computed_in("bfloat16").weight_bytes == 16_060_522_496
