@@ -17,7 +17,10 @@ candidate is a simulator ``Layout``:
   the whole-prompt hit (``hit_s``: an upper bound); what a request pays beyond it on the plain path
   (``hit_s + miss_s`` less the step: HTTP, scheduling) is its time outside the engine's steps
   (``Layout.outside_s``); a decoding sequence costs ``decode_per_seq_s`` (else ``linear_s``);
-- a prefill token ``linear_s``, its attention ``quadratic_s``, the candidate's connector's;
+- a prefill token ``linear_s``, its attention ``quadratic_s``: the plain layout's for every candidate
+  (the engine computes a token alike whichever connector serves the rest; an offload layout's fit,
+  over fewer recomputed tokens, is the noisier: 0 a token and 65% of the plain one's attention term in
+  a 2026-12-02 calibration, which ranked every offload candidate above ``none``);
 - an offload candidate's tiers, DRAM then disk, its sizes in chunks (``Candidate.blocks``), each
   load at the connector's measured seconds per token (as a bandwidth: free with no figure), not
   overlapped with the step: the figure is what a request's TTFT paid beyond its recompute, overlap
@@ -155,7 +158,8 @@ class SimTrace:
             pool_tokens=lim.engine_pool_tokens,
             min_pool_blocks=self.longest_blocks,
         )
-        step_costs = served_step_costs(step, own, own.source)
+        # The engine's recompute, whatever the connector (the module's docstring).
+        step_costs = served_step_costs(step, plain, own.source)
         outside_s = step.outside_s
         if not c.offloads:
             return Layout(name=c.label, costs=step_costs, limits=scheduler, outside_s=outside_s)

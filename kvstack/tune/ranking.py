@@ -144,14 +144,21 @@ def rank(
     slo_s: float | None = None,
 ) -> list[CandidatePrediction]:
     """Every candidate predicted, best first by ``objective``. Candidates within ``tolerance`` (a
-    fraction) of the best remaining one are tied on it and ordered by the other figures, then by
-    the smaller layout (less memory, no gate): the model cannot tell a 0.1 ms difference apart."""
+    fraction) of the best remaining one are tied on it: ``none`` first, then by the other figures,
+    then the smaller layout (less memory, no gate): the model cannot tell a 0.1 ms difference apart."""
     left = [predict(trace, c, costs, slo_s) for c in candidates]
     others = [o for o in LATENCIES if o != objective]
 
     def key(p: CandidatePrediction) -> tuple[float, ...]:
         c = p.candidate
-        return (*(p.value(o) for o in others), float(c.dram_bytes + c.disk_bytes), float(c.gate is not None))
+        # Tied with none, none first: the replays' rule too (tune/verdict.py: an offload candidate
+        # must beat none beyond the noise), and the smaller layout.
+        return (
+            float(c.offloads),
+            *(p.value(o) for o in others),
+            float(c.dram_bytes + c.disk_bytes),
+            float(c.gate is not None),
+        )
 
     out: list[CandidatePrediction] = []
     while left:

@@ -25,9 +25,10 @@ transfers)``. Where the connector makes a request wait for its own load (``TierS
 vLLM's WAITING_FOR_REMOTE_KVS, lmcache-mp and native offload), the load is not in any step: it runs
 after the lookup on the tier's link (one load at a time), the engine's steps go on without the
 request, and it computes the rest of its prompt from the first step after its load is done, before
-any waiting request is admitted; a step that only looks up such loads runs no forward pass. At its end the blocks it filled are cached in the pool, its chunks stored, and each
-request whose tokens are all computed samples one token: the first (its TTFT), or one more, and is
-done after its last (its blocks freed). Each step's time is charged to what spent it (SimResult
+any waiting request is admitted; a step that only looks up such loads runs no forward pass. At
+its end the blocks it filled are cached in the pool, its chunks stored, and each request whose
+tokens are all computed samples one token: the first (its TTFT), or one more, and is done after
+its last (its blocks freed). Each step's time is charged to what spent it (SimResult
 ``busy_by``: prefill, decode, the step's fixed and per-request cost, each tier's transfers).
 
 Requests arrive round by round (bench's rounds, a round's start the end of the one before): on
