@@ -321,9 +321,7 @@ class _Engine:
             else:
                 self.pool.allocate(need)
                 r.blocks += need
-                step.items.append((r, n))
-                self._prefill(step, r.computed, n)
-                self._plan_stores(step, r, n)
+                self._chunk(step, r, n)
                 budget -= n
         if not step.preempted:
             budget = self._resume(step, budget)
@@ -331,6 +329,12 @@ class _Engine:
         if step.forward:
             step.compute_s += self.costs.fixed_s
         return step
+
+    def _chunk(self, step: _Step, r: RequestState, n: int) -> None:
+        """``n`` more of ``r``'s prompt computed this step: their prefill and the chunks they store."""
+        step.items.append((r, n))
+        self._prefill(step, r.computed, n)
+        self._plan_stores(step, r, n)
 
     def _prefill(self, step: _Step, cached: int, new: int) -> None:
         seconds = self.costs.prefill_s(cached, new)
@@ -363,9 +367,7 @@ class _Engine:
                 step.blocked = "empty" if not waiting else "budget"
                 continue
             running += 1
-            step.items.append((r, n))
-            self._prefill(step, r.computed, n)
-            self._plan_stores(step, r, n)
+            self._chunk(step, r, n)
             budget -= n
             step.blocked = "empty" if not waiting else "budget"
 
@@ -492,10 +494,8 @@ class _Engine:
             r.blocks += need
             r.seq = self.seqs
             self.seqs += 1
-            step.items.append((r, n))
+            self._chunk(step, r, n)
             step.resumed += 1
-            self._prefill(step, r.computed, n)
-            self._plan_stores(step, r, n)
             budget = budget - n if n == left else 0
         return budget
 
